@@ -1,0 +1,310 @@
+"""Predicted slowdown of every running job for a set of placements: MPS co-location plus network sharing.
+
+A job's iteration on its placement takes
+
+    compute * mps + max(0, comm - overlap * compute * mps)
+
+* `compute` is its profile's V100 compute time divided by the speed of its slowest GPU (synchronous data parallelism
+  runs at the pace of the slowest worker).
+* `mps` is the slowdown from the other tenants of its GPUs (the worst of its GPUs): SM and memory bandwidth are shared
+  max-min fairly among the tenants' demands (SM demand capped by each tenant's MPS thread percentage, i.e. its share),
+  plus a small per-tenant overhead for context switching.
+* `comm` is the time its collective traffic needs on its bottleneck link. Gradients are all-reduced hierarchically: a
+  ring inside each node (over NVLink ports, or through the PCIe switches and the CPU-socket link), then a ring across
+  the job's nodes through their NICs, and across racks through the rack uplinks. A link is shared with the jobs whose
+  traffic crosses it: job j sees its isolated time on the link stretched by `1 + sum of the other jobs' duty cycles`
+  on that link, the time-averaged form of max-min fair sharing between flows that are active part of the time.
+
+The slowdown reported for a job is its iteration time divided by its *reference* iteration time: alone on the cluster,
+packed on as few nodes as possible, on the cluster's reference GPU. A spread job therefore shows the spread penalty
+even when it is alone. Everything is incremental: adding or removing a job recomputes only the jobs that share a link
+or a GPU with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.model import Cluster, JobSpec, Placement
+from scheduler.workloads import ModelProfile, catalog
+
+
+@dataclass(frozen=True, slots=True)
+class ContentionParams:
+    """Model constants fitted by `scheduler.calibrate` (see the README's fit report)."""
+
+    mps_overhead: float = 0.04  # per extra tenant on a GPU (context switching, cache thrash)
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    """What one placed job puts on the cluster and how fast it runs alone there."""
+
+    gpus: tuple[int, ...]
+    share: float
+    links: np.ndarray  # [k] link ids its collective traffic crosses
+    link_time: np.ndarray  # [k] seconds per iteration its traffic needs on each link alone
+    duty: np.ndarray  # [k] fraction of its isolated iteration each link is busy with its traffic
+    compute_s: float  # per-iteration compute alone on these GPUs
+    overlap: float
+    ref_iter_s: float  # reference iteration time (alone, packed, reference GPU)
+    sm: float
+    membw: float
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """What placing a job would do: its own slowdown and the new slowdown of every job it would touch."""
+
+    slowdown: float
+    others_before: dict[int, float]
+    others_after: dict[int, float]
+
+    @property
+    def others_added(self) -> float:
+        """Total extra slowdown inflicted on the jobs it joins (sum over them of after - before)."""
+        return sum(self.others_after[j] - self.others_before[j] for j in self.others_after)
+
+
+def collective_traffic(cluster: Cluster, gpus: Iterable[int], grad_gb: float) -> dict[int, float]:
+    """GB per iteration that a data-parallel job on `gpus` moves over each link (hierarchical ring all-reduce)."""
+    by_node: dict[int, list[int]] = {}
+    for g in gpus:
+        by_node.setdefault(int(cluster.gpu_node[g]), []).append(int(g))
+    traffic: dict[int, float] = {}
+    if sum(len(v) for v in by_node.values()) < 2 or grad_gb <= 0:
+        return traffic
+
+    def put(link: int, gb: float) -> None:
+        traffic[link] = traffic.get(link, 0.0) + gb
+
+    k = len(by_node)
+    inter = 2.0 * (k - 1) / k * grad_gb  # per node, across nodes: each node holds a full gradient after step one
+    for node, gs in by_node.items():
+        m = len(gs)
+        local_links = {int(cluster.gpu_local_link[g]) for g in gs}
+        if m > 1:
+            intra = 2.0 * (m - 1) / m * grad_gb
+            if cluster.node_nvlink[node]:
+                for g in gs:  # each GPU's NVLink port carries its ring traffic (NVSwitch: non-blocking)
+                    put(int(cluster.gpu_local_link[g]), intra)
+            else:
+                for link in local_links:  # the ring passes through every PCIe switch it uses
+                    put(link, intra)
+                if len(local_links) > 1 and cluster.node_socket[node] >= 0:
+                    put(int(cluster.node_socket[node]), intra)
+        if k > 1:
+            put(int(cluster.node_nic[node]), inter)
+            if not cluster.node_nvlink[node]:  # GPUDirect RDMA: NIC traffic also crosses the GPUs' PCIe switch
+                put(min(local_links), inter)
+    racks = {int(cluster.node_rack[n]) for n in by_node}
+    if len(racks) > 1:
+        r = len(racks)
+        for rack in racks:
+            put(int(cluster.rack_uplink[rack]), 2.0 * (r - 1) / r * grad_gb)
+    return traffic
+
+
+def _water_fill(demands: list[float]) -> list[float]:
+    """Max-min fair split of a capacity of 1 among demands."""
+    n = len(demands)
+    alloc = [0.0] * n
+    remaining = 1.0
+    for rank, i in enumerate(sorted(range(n), key=demands.__getitem__)):
+        give = min(demands[i], remaining / (n - rank))
+        alloc[i] = give
+        remaining -= give
+    return alloc
+
+
+class ContentionModel:
+    """Tracks running jobs' placements and predicts each one's slowdown; shared by simulator, env and controller."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        profiles: Mapping[str, ModelProfile] | None = None,
+        params: ContentionParams | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.cluster = cluster
+        self.profiles = profiles if profiles is not None else catalog()
+        self.params = params or ContentionParams()
+        self.enabled = enabled
+        self._cap = cluster.link_capacity
+        self._load = np.zeros(cluster.num_links)  # sum of duty cycles of the jobs crossing each link
+        self._link_jobs: dict[int, set[int]] = {}
+        self._gpu_jobs: dict[int, list[int]] = {}
+        self._fp: dict[int, Footprint] = {}
+        self._slowdown: dict[int, float] = {}
+        self._ref_cache: dict[tuple[str, int, float], float] = {}
+
+    # ---- read side -------------------------------------------------------------------------------------------------
+
+    @property
+    def link_load(self) -> np.ndarray:
+        """Sum of duty cycles per link (1.0 = one job's worth of saturating traffic). Read-only view."""
+        view = self._load.view()
+        view.flags.writeable = False
+        return view
+
+    def slowdown(self, job_id: int) -> float:
+        return self._slowdown[job_id]
+
+    def slowdowns(self) -> dict[int, float]:
+        return dict(self._slowdown)
+
+    def tenants(self, gpu: int) -> list[int]:
+        return list(self._gpu_jobs.get(gpu, ()))
+
+    # ---- footprints ------------------------------------------------------------------------------------------------
+
+    def _iteration(self, compute_s: float, overlap: float, comm_s: float, mps: float = 1.0) -> float:
+        c = compute_s * mps
+        return c + max(0.0, comm_s - overlap * c)
+
+    def reference_iteration(self, spec: JobSpec) -> float:
+        """Iteration time alone, packed on as few nodes as possible, on the reference GPU."""
+        key = (spec.model, spec.workers, spec.compression)
+        cached = self._ref_cache.get(key)
+        if cached is not None:
+            return cached
+        prof = self.profiles[spec.model]
+        compute = prof.compute_ms / 1000.0 / self.cluster.reference_speed
+        comm = 0.0
+        if spec.workers > 1 and spec.workers <= self.cluster.num_gpus:
+            # GPUs of a node are contiguous, so the first `workers` GPUs are the tightest packing of the first group.
+            traffic = collective_traffic(self.cluster, range(spec.workers), prof.grad_gb * spec.compression)
+            comm = max((gb / float(self._cap[link]) for link, gb in traffic.items()), default=0.0)
+        ref = self._iteration(compute, prof.overlap, comm)
+        self._ref_cache[key] = ref
+        return ref
+
+    def footprint(self, spec: JobSpec, placement: Placement) -> Footprint:
+        prof = self.profiles[spec.model]
+        gpus = placement.gpus
+        speed = float(min(self.cluster.gpu_speed[g] for g in gpus))
+        compute = prof.compute_ms / 1000.0 / speed
+        traffic = collective_traffic(self.cluster, gpus, prof.grad_gb * spec.compression)
+        if traffic:
+            links = np.fromiter(traffic.keys(), dtype=np.int64, count=len(traffic))
+            link_time = np.fromiter(traffic.values(), dtype=np.float64, count=len(traffic)) / self._cap[links]
+            comm = float(link_time.max())
+        else:
+            links = np.zeros(0, dtype=np.int64)
+            link_time = np.zeros(0)
+            comm = 0.0
+        alone = self._iteration(compute, prof.overlap, comm)
+        return Footprint(
+            gpus=tuple(gpus), share=placement.share, links=links, link_time=link_time, duty=link_time / alone,
+            compute_s=compute, overlap=prof.overlap, ref_iter_s=self.reference_iteration(spec),
+            sm=prof.sm, membw=prof.membw,
+        )
+
+    # ---- incremental updates ----------------------------------------------------------------------------------------
+
+    def add(self, job_id: int, spec: JobSpec, placement: Placement) -> set[int]:
+        """Place a job; returns the ids whose slowdown changed (including the job itself)."""
+        if not self.enabled:
+            self._slowdown[job_id] = 1.0
+            return {job_id}
+        return self._add(job_id, self.footprint(spec, placement))
+
+    def _add(self, job_id: int, fp: Footprint) -> set[int]:
+        self._fp[job_id] = fp
+        affected = {job_id}
+        for link, duty in zip(fp.links.tolist(), fp.duty.tolist()):
+            self._load[link] += duty
+            jobs = self._link_jobs.setdefault(link, set())
+            affected |= jobs
+            jobs.add(job_id)
+        for g in fp.gpus:
+            tenants = self._gpu_jobs.setdefault(g, [])
+            affected.update(tenants)
+            tenants.append(job_id)
+        for j in affected:
+            self._slowdown[j] = self._compute(j)
+        return affected
+
+    def remove(self, job_id: int) -> set[int]:
+        """Take a job off the cluster; returns the ids of the remaining jobs whose slowdown changed."""
+        affected = self._remove(job_id)
+        for j in affected:
+            self._slowdown[j] = self._compute(j)
+        return affected
+
+    def _remove(self, job_id: int) -> set[int]:
+        self._slowdown.pop(job_id, None)
+        fp = self._fp.pop(job_id, None)
+        if fp is None:
+            return set()
+        affected: set[int] = set()
+        for link, duty in zip(fp.links.tolist(), fp.duty.tolist()):
+            jobs = self._link_jobs[link]
+            jobs.discard(job_id)
+            if jobs:
+                self._load[link] -= duty
+                affected |= jobs
+            else:  # reset exactly so float drift never accumulates on idle links
+                self._load[link] = 0.0
+                del self._link_jobs[link]
+        for g in fp.gpus:
+            tenants = self._gpu_jobs[g]
+            tenants.remove(job_id)
+            if tenants:
+                affected.update(tenants)
+            else:
+                del self._gpu_jobs[g]
+        return affected
+
+    def predict(self, spec: JobSpec, placement: Placement) -> Prediction:
+        """What-if: the slowdown `spec` would see on `placement` and what it would do to others. State is unchanged."""
+        if not self.enabled:
+            return Prediction(1.0, {}, {})
+        probe = -1
+        fp = self.footprint(spec, placement)
+        saved_load = self._load[fp.links].copy()
+        others: set[int] = set()
+        for link in fp.links.tolist():
+            others |= self._link_jobs.get(link, set())
+        for g in fp.gpus:
+            others.update(self._gpu_jobs.get(g, ()))
+        before = {j: self._slowdown[j] for j in others}
+        self._add(probe, fp)
+        own = self._slowdown[probe]
+        after = {j: self._slowdown[j] for j in others}
+        self._remove(probe)
+        # Restore bit for bit: add-then-subtract in floating point need not give back the same numbers.
+        self._load[fp.links] = saved_load
+        self._slowdown.update(before)
+        return Prediction(own, before, after)
+
+    # ---- the model -------------------------------------------------------------------------------------------------
+
+    def gpu_slowdowns(self, tenants: list[int]) -> list[float]:
+        """MPS slowdown of each tenant of one GPU (relative to running there alone with the same share)."""
+        fps = [self._fp[t] for t in tenants]
+        sm_demand = [min(fp.sm, fp.share) for fp in fps]
+        sm_alloc = _water_fill(sm_demand)
+        bw_demand = [fp.membw for fp in fps]
+        bw_alloc = _water_fill(bw_demand)
+        overhead = 1.0 + self.params.mps_overhead * (len(tenants) - 1)
+        return [
+            max(d / a if a > 0 else np.inf, b / ba if ba > 0 else np.inf) * overhead
+            for d, a, b, ba in zip(sm_demand, sm_alloc, bw_demand, bw_alloc)
+        ]
+
+    def _compute(self, job_id: int) -> float:
+        fp = self._fp[job_id]
+        mps = 1.0
+        for g in fp.gpus:
+            tenants = self._gpu_jobs[g]
+            if len(tenants) > 1:
+                mps = max(mps, self.gpu_slowdowns(tenants)[tenants.index(job_id)])
+        comm = 0.0
+        if fp.links.size:
+            comm = float((fp.link_time * (1.0 + self._load[fp.links] - fp.duty)).max())
+        return self._iteration(fp.compute_s, fp.overlap, comm, mps) / fp.ref_iter_s

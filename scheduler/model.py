@@ -1,0 +1,454 @@
+"""Cluster topology, jobs and placements: the one model shared by the simulator, the RL env and the controller.
+
+A cluster is racks of nodes; a node holds GPUs of one type. Links are what collective traffic crosses:
+
+* inside a node, either one NVLink port per GPU (NVSwitch systems: non-blocking between GPUs), or PCIe switches shared
+  by groups of GPUs plus the CPU-socket link between switches (TCCL, ASPLOS'24: crossing sockets congests);
+* between nodes, one NIC per node and one uplink per rack, whose capacity is the rack's NIC total divided by an
+  oversubscription ratio.
+
+Everything the hot path touches is a flat numpy array indexed by GPU, node or link id; GPUs of a node are contiguous.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class SpecError(ValueError):
+    """A cluster spec, trace or flag that cannot be used; the message names what and where."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Hardware catalog
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GpuType:
+    name: str
+    memory_gb: float
+    speed: float  # compute throughput relative to a V100 (workload profiles are stated on a V100)
+
+
+GPU_TYPES: dict[str, GpuType] = {
+    g.name: g
+    for g in (
+        GpuType("K80", 12.0, 0.25),
+        GpuType("P100", 16.0, 0.55),
+        GpuType("T4", 16.0, 0.45),
+        GpuType("V100-16GB", 16.0, 1.0),
+        GpuType("V100-32GB", 32.0, 1.0),
+        GpuType("A10", 24.0, 0.9),
+        GpuType("A100-40GB", 40.0, 2.0),
+        GpuType("A100-80GB", 80.0, 2.1),
+        GpuType("H100-80GB", 80.0, 3.5),
+    )
+}
+
+
+class LinkKind(StrEnum):
+    NVLINK = "nvlink"
+    PCIE = "pcie"  # a PCIe switch's uplink, shared by the GPUs below it
+    SOCKET = "socket"  # the CPU-socket interconnect between PCIe switches (QPI/UPI)
+    NIC = "nic"
+    UPLINK = "uplink"  # a rack's uplink to the spine
+
+
+class NodeTypeSpec(BaseModel):
+    """One kind of server. Bandwidths are one direction, GB/s unless named in Gb/s."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu: str = Field(description="GPU type name, one of GPU_TYPES")
+    gpus_per_node: int = Field(ge=1, le=64)
+    interconnect: Literal["nvlink", "pcie"]
+    nvlink_gbs: float = Field(300.0, gt=0, description="per-GPU NVLink bandwidth (NVSwitch)")
+    pcie_switches: int = Field(1, ge=1, description="PCIe switches; GPUs split evenly; one per socket when 2")
+    pcie_switch_gbs: float = Field(12.0, gt=0, description="uplink of one PCIe switch (PCIe 3.0 x16: ~12 GB/s)")
+    socket_gbs: float = Field(9.0, gt=0, description="GPU peer traffic across CPU sockets")
+    nic_gbps: float = Field(100.0, gt=0, description="NIC bandwidth in Gb/s")
+
+    @model_validator(mode="after")
+    def _check(self) -> NodeTypeSpec:
+        if self.gpu not in GPU_TYPES:
+            raise ValueError(f"unknown gpu {self.gpu!r}; choose one of {', '.join(GPU_TYPES)}")
+        if self.gpus_per_node % self.pcie_switches:
+            raise ValueError("gpus_per_node must split evenly over pcie_switches")
+        return self
+
+
+PRESETS: dict[str, NodeTypeSpec] = {
+    # DGX A100: 8 x A100 80 GB on NVSwitch (300 GB/s per GPU each way), one 200 Gb/s NIC as the issue specifies.
+    "dgx-a100": NodeTypeSpec(gpu="A100-80GB", gpus_per_node=8, interconnect="nvlink", nvlink_gbs=300.0, nic_gbps=200.0),
+    # Commodity PCIe server: 8 x V100 32 GB, two PCIe switches (one per CPU socket), 100 Gb/s NIC.
+    "pcie-v100": NodeTypeSpec(
+        gpu="V100-32GB", gpus_per_node=8, interconnect="pcie", pcie_switches=2, pcie_switch_gbs=12.0,
+        socket_gbs=9.0, nic_gbps=100.0,
+    ),
+    # A small inference box: 4 x T4 on one PCIe switch, 25 Gb/s NIC.
+    "pcie-t4": NodeTypeSpec(gpu="T4", gpus_per_node=4, interconnect="pcie", pcie_switches=1, nic_gbps=25.0),
+}
+
+
+class NodeGroupSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(ge=1, le=100_000)
+    preset: str | None = None
+    node: NodeTypeSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> NodeGroupSpec:
+        if (self.preset is None) == (self.node is None):
+            raise ValueError("give exactly one of 'preset' or 'node'")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        return self
+
+    def node_type(self) -> NodeTypeSpec:
+        return PRESETS[self.preset] if self.preset is not None else self.node  # type: ignore[return-value]
+
+
+class ClusterSpec(BaseModel):
+    """What a cluster YAML file holds (and what `PRESET:N` expands to)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "cluster"
+    nodes_per_rack: int = Field(16, ge=1)
+    oversubscription: float = Field(2.0, ge=1.0, description="rack uplink = rack NIC total / this")
+    groups: list[NodeGroupSpec] = Field(min_length=1)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The built cluster
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Cluster:
+    """A built topology. Immutable by convention once built; all arrays are read-only."""
+
+    name: str
+    spec: ClusterSpec
+    gpu_types: list[GpuType]
+    gpu_type: np.ndarray  # [G] index into gpu_types
+    gpu_node: np.ndarray  # [G]
+    gpu_mem: np.ndarray  # [G] GB
+    gpu_speed: np.ndarray  # [G]
+    gpu_local_link: np.ndarray  # [G] NVLink port or PCIe switch link id
+    gpu_switch: np.ndarray  # [G] PCIe switch index within its node (0 for NVLink nodes)
+    node_first_gpu: np.ndarray  # [N]
+    node_num_gpus: np.ndarray  # [N]
+    node_rack: np.ndarray  # [N]
+    node_nic: np.ndarray  # [N] link id
+    node_socket: np.ndarray  # [N] link id of the socket interconnect, -1 if none
+    node_nvlink: np.ndarray  # [N] bool
+    rack_uplink: np.ndarray  # [R] link id
+    link_capacity: np.ndarray  # [L] GB/s
+    link_kind: list[LinkKind]
+    node_types: list[NodeTypeSpec] = field(default_factory=list)
+    node_type_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [N]
+    reference_speed: float = 1.0  # speed of the GPU that trace durations refer to (the cluster's most common type)
+
+    @property
+    def num_gpus(self) -> int:
+        return int(self.gpu_node.shape[0])
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_rack.shape[0])
+
+    @property
+    def num_racks(self) -> int:
+        return int(self.rack_uplink.shape[0])
+
+    @property
+    def num_links(self) -> int:
+        return int(self.link_capacity.shape[0])
+
+    @property
+    def max_gpus_per_node(self) -> int:
+        return int(self.node_num_gpus.max())
+
+    def node_gpus(self, node: int) -> range:
+        first = int(self.node_first_gpu[node])
+        return range(first, first + int(self.node_num_gpus[node]))
+
+    def describe(self) -> dict[str, object]:
+        kinds: dict[str, int] = {}
+        for t in self.gpu_type:
+            name = self.gpu_types[int(t)].name
+            kinds[name] = kinds.get(name, 0) + 1
+        return {
+            "name": self.name,
+            "nodes": self.num_nodes,
+            "gpus": self.num_gpus,
+            "racks": self.num_racks,
+            "gpu_types": kinds,
+            "oversubscription": self.spec.oversubscription,
+        }
+
+
+def build_cluster(spec: ClusterSpec) -> Cluster:
+    gpu_types: list[GpuType] = []
+    type_index: dict[str, int] = {}
+    g_type: list[int] = []
+    g_node: list[int] = []
+    g_local: list[int] = []
+    g_switch: list[int] = []
+    n_first: list[int] = []
+    n_count: list[int] = []
+    n_rack: list[int] = []
+    n_nic: list[int] = []
+    n_socket: list[int] = []
+    n_nvlink: list[bool] = []
+    n_type: list[int] = []
+    node_types: list[NodeTypeSpec] = []
+    caps: list[float] = []
+    kinds: list[LinkKind] = []
+
+    def link(kind: LinkKind, cap: float) -> int:
+        caps.append(cap)
+        kinds.append(kind)
+        return len(caps) - 1
+
+    node = 0
+    for group in spec.groups:
+        nt = group.node_type()
+        if nt not in node_types:
+            node_types.append(nt)
+        nt_idx = node_types.index(nt)
+        gt = GPU_TYPES[nt.gpu]
+        if gt.name not in type_index:
+            type_index[gt.name] = len(gpu_types)
+            gpu_types.append(gt)
+        for _ in range(group.count):
+            n_first.append(len(g_node))
+            n_count.append(nt.gpus_per_node)
+            n_rack.append(node // spec.nodes_per_rack)
+            n_type.append(nt_idx)
+            n_nvlink.append(nt.interconnect == "nvlink")
+            n_nic.append(link(LinkKind.NIC, nt.nic_gbps / 8.0))
+            if nt.interconnect == "nvlink":
+                n_socket.append(-1)
+                for _g in range(nt.gpus_per_node):
+                    g_local.append(link(LinkKind.NVLINK, nt.nvlink_gbs))
+                    g_switch.append(0)
+            else:
+                switches = [link(LinkKind.PCIE, nt.pcie_switch_gbs) for _s in range(nt.pcie_switches)]
+                n_socket.append(link(LinkKind.SOCKET, nt.socket_gbs) if nt.pcie_switches > 1 else -1)
+                per = nt.gpus_per_node // nt.pcie_switches
+                for g in range(nt.gpus_per_node):
+                    g_local.append(switches[g // per])
+                    g_switch.append(g // per)
+            for _g in range(nt.gpus_per_node):
+                g_type.append(type_index[gt.name])
+                g_node.append(node)
+            node += 1
+
+    num_racks = n_rack[-1] + 1
+    nic_cap = np.array(caps)[n_nic]
+    rack_uplink = []
+    for r in range(num_racks):
+        rack_nic_total = float(nic_cap[np.array(n_rack) == r].sum())
+        rack_uplink.append(link(LinkKind.UPLINK, rack_nic_total / spec.oversubscription))
+
+    gt_arr = np.array(g_type, dtype=np.int32)
+    counts = np.bincount(gt_arr, minlength=len(gpu_types))
+    reference_speed = gpu_types[int(np.argmax(counts))].speed
+
+    def ro(a: np.ndarray) -> np.ndarray:
+        a.flags.writeable = False
+        return a
+
+    return Cluster(
+        name=spec.name,
+        spec=spec,
+        gpu_types=gpu_types,
+        gpu_type=ro(gt_arr),
+        gpu_node=ro(np.array(g_node, dtype=np.int32)),
+        gpu_mem=ro(np.array([gpu_types[t].memory_gb for t in g_type], dtype=np.float64)),
+        gpu_speed=ro(np.array([gpu_types[t].speed for t in g_type], dtype=np.float64)),
+        gpu_local_link=ro(np.array(g_local, dtype=np.int32)),
+        gpu_switch=ro(np.array(g_switch, dtype=np.int32)),
+        node_first_gpu=ro(np.array(n_first, dtype=np.int32)),
+        node_num_gpus=ro(np.array(n_count, dtype=np.int32)),
+        node_rack=ro(np.array(n_rack, dtype=np.int32)),
+        node_nic=ro(np.array(n_nic, dtype=np.int32)),
+        node_socket=ro(np.array(n_socket, dtype=np.int32)),
+        node_nvlink=ro(np.array(n_nvlink, dtype=bool)),
+        rack_uplink=ro(np.array(rack_uplink, dtype=np.int32)),
+        link_capacity=ro(np.array(caps, dtype=np.float64)),
+        link_kind=kinds,
+        node_types=node_types,
+        node_type_index=ro(np.array(n_type, dtype=np.int32)),
+        reference_speed=reference_speed,
+    )
+
+
+def _format_validation(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def parse_cluster(text: str) -> Cluster:
+    """Build a cluster from `PRESET:NODES[,PRESET:NODES...]` or a YAML file path.
+
+    Raises SpecError naming the problem and the accepted choices.
+    """
+    text = text.strip()
+    path = Path(text)
+    if text.endswith((".yaml", ".yml")) or path.is_file():
+        if not path.is_file():
+            raise SpecError(f"--cluster: file {text} does not exist")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise SpecError(f"{text}: not valid YAML: {exc}") from None
+        if not isinstance(raw, dict):
+            raise SpecError(f"{text}: expected a mapping with 'groups' at the top level")
+        try:
+            spec = ClusterSpec.model_validate(raw)
+        except ValidationError as exc:
+            raise SpecError(f"{text}: {_format_validation(exc)}") from None
+        if spec.name == "cluster":
+            spec.name = path.stem
+        return build_cluster(spec)
+
+    groups = []
+    for part in text.split(","):
+        preset, sep, count = part.strip().partition(":")
+        if preset not in PRESETS:
+            raise SpecError(
+                f"--cluster: unknown preset {preset!r} in {text!r}; choose one of {', '.join(PRESETS)} "
+                "(as PRESET:NODES, e.g. dgx-a100:256) or give a YAML file"
+            )
+        if not sep:
+            raise SpecError(f"--cluster: {part!r} needs a node count, e.g. {preset}:16")
+        try:
+            n = int(count)
+        except ValueError:
+            raise SpecError(f"--cluster: node count {count!r} in {part!r} is not an integer") from None
+        if n < 1:
+            raise SpecError(f"--cluster: node count in {part!r} must be at least 1")
+        groups.append(NodeGroupSpec(preset=preset, count=n))
+    return build_cluster(ClusterSpec(name=text, groups=groups))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Jobs and placements
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class JobKind(StrEnum):
+    TRAINING = "training"
+    INFERENCE = "inference"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a user submits (or a trace records). `num_gpus` is an integer >= 1 or a fraction in (0, 1).
+
+    `duration_s` is the isolated run time: alone, packed as tightly as the cluster allows, on the cluster's reference
+    GPU. For inference jobs it is the wall time the service stays up; contention raises its latency instead.
+    """
+
+    name: str
+    submit_s: float
+    num_gpus: float
+    duration_s: float
+    model: str
+    kind: JobKind = JobKind.TRAINING
+    user: str = ""
+    priority: int = 0
+    slo_ms: float | None = None
+    compression: float = 1.0  # fraction of gradient bytes actually sent (gradient compression: < 1)
+
+    def __post_init__(self) -> None:
+        if not (self.num_gpus > 0 and (self.num_gpus < 1 or float(self.num_gpus).is_integer())):
+            raise ValueError(f"num_gpus must be an integer >= 1 or a fraction in (0, 1), got {self.num_gpus}")
+        if not self.duration_s > 0:
+            raise ValueError(f"duration_s must be positive, got {self.duration_s}")
+        if not 0 < self.compression <= 1:
+            raise ValueError(f"compression must be in (0, 1], got {self.compression}")
+
+    @property
+    def workers(self) -> int:
+        """Number of GPUs (gang size); a fractional job has one worker."""
+        return max(1, int(self.num_gpus))
+
+    @property
+    def share(self) -> float:
+        """Share of each of its GPUs: 1.0 for whole GPUs."""
+        return self.num_gpus if self.num_gpus < 1 else 1.0
+
+    @property
+    def gpu_demand(self) -> float:
+        return float(self.num_gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The GPUs a job's workers run on (one per worker, distinct) and the share of each it holds."""
+
+    gpus: tuple[int, ...]
+    share: float = 1.0
+
+    def nodes(self, cluster: Cluster) -> list[int]:
+        return sorted({int(cluster.gpu_node[g]) for g in self.gpus})
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    REJECTED = "rejected"
+
+
+class Job:
+    """A job's run-time record. The simulator and controller write it; policies only read it."""
+
+    __slots__ = (
+        "id", "spec", "state", "placement", "work_left", "rate", "last_update", "attained_gpu_s", "start_s",
+        "first_start_s", "end_s", "preemptions", "reject_reason", "slowdown_time", "run_time", "slo_violation_s",
+        "queued_since",
+    )
+
+    def __init__(self, job_id: int, spec: JobSpec, work: float) -> None:
+        self.id = job_id
+        self.spec = spec
+        self.state = JobState.PENDING
+        self.placement: Placement | None = None
+        self.work_left = work  # isolated seconds still to run
+        self.rate = 1.0  # progress per second of wall time (1 / predicted slowdown)
+        self.last_update = spec.submit_s
+        self.attained_gpu_s = 0.0  # GPU-seconds of service so far (Tiresias' 2D attained service)
+        self.start_s: float | None = None  # start of the current run
+        self.first_start_s: float | None = None
+        self.end_s: float | None = None
+        self.preemptions = 0
+        self.reject_reason = ""
+        self.slowdown_time = 0.0  # integral of (1/rate) dt while running, for the average contention slowdown
+        self.run_time = 0.0
+        self.slo_violation_s = 0.0
+        self.queued_since = spec.submit_s
+
+    def __repr__(self) -> str:
+        return f"Job({self.id}, {self.spec.name}, {self.state}, gpus={self.spec.num_gpus})"
+
+
+def gpus_needed_whole(num_gpus: float) -> int:
+    return int(math.ceil(num_gpus))
