@@ -1,0 +1,216 @@
+"""Finding GPUs for a job: the placement generators every policy builds on.
+
+`Planner` holds a tentative copy of the free capacity, so a policy can plan a batch of placements (and preemptions) in
+one call without touching the real state. All searches are vectorised over nodes or GPUs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scheduler.model import Job, JobSpec, Placement
+from scheduler.state import EPS, ClusterView
+
+
+class Planner:
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+        self.cluster = c = view.cluster
+        self.free_share = np.array(view.free_share)
+        self.used_mem = np.array(view.used_mem)
+        self.node_free = np.array(view.node_free)
+        self.free_whole = view.free_whole
+        self.free_capacity = view.free_capacity
+        self._node_mem = c.gpu_mem[c.node_first_gpu]
+
+    # ---- bookkeeping -----------------------------------------------------------------------------------------------
+
+    def take(self, spec: JobSpec, placement: Placement) -> None:
+        mem = self.view.mem_need(spec)
+        for g in placement.gpus:
+            if self.free_share[g] >= 1.0 - EPS:
+                self.node_free[self.cluster.gpu_node[g]] -= 1
+                self.free_whole -= 1
+            self.free_share[g] -= placement.share
+            self.used_mem[g] += mem
+        self.free_capacity -= placement.share * len(placement.gpus)
+
+    def give_back(self, job: Job) -> None:
+        """Count a running job's GPUs as free (it is about to be preempted)."""
+        placement = self.view.placement(job.id)
+        mem = self.view.mem_need(job.spec)
+        for g in placement.gpus:
+            self.free_share[g] += placement.share
+            self.used_mem[g] -= mem
+            if self.free_share[g] >= 1.0 - EPS:
+                self.node_free[self.cluster.gpu_node[g]] += 1
+                self.free_whole += 1
+        self.free_capacity += placement.share * len(placement.gpus)
+
+    def may_fit(self, spec: JobSpec) -> bool:
+        """Cheap necessary condition, to skip searches that cannot succeed."""
+        if spec.num_gpus < 1:
+            return self.free_capacity >= spec.num_gpus - EPS
+        return self.free_whole >= spec.workers
+
+    # ---- whole-GPU jobs --------------------------------------------------------------------------------------------
+
+    def gpus_in_node(self, node: int, count: int) -> list[int]:
+        """`count` free GPUs of a node, under as few PCIe switches as possible (best fit per switch)."""
+        c = self.cluster
+        first = int(c.node_first_gpu[node])
+        free = [g for g in range(first, first + int(c.node_num_gpus[node])) if self.free_share[g] >= 1.0 - EPS]
+        if c.node_nvlink[node] or count == len(free):
+            return free[:count]
+        by_switch: dict[int, list[int]] = {}
+        for g in free:
+            by_switch.setdefault(int(c.gpu_switch[g]), []).append(g)
+        fitting = [gs for gs in by_switch.values() if len(gs) >= count]
+        if fitting:
+            return min(fitting, key=len)[:count]
+        chosen: list[int] = []
+        for gs in sorted(by_switch.values(), key=len, reverse=True):
+            chosen.extend(gs[: count - len(chosen)])
+            if len(chosen) == count:
+                break
+        return chosen
+
+    def _eligible_nodes(self, spec: JobSpec) -> np.ndarray:
+        return self._node_mem >= self.view.mem_need(spec) - EPS
+
+    def consolidated(self, spec: JobSpec, fit: str = "best") -> Placement | None:
+        """Whole GPUs on as few nodes (and racks) as possible.
+
+        `fit` picks among the nodes that can hold the whole gang: "first" the lowest-numbered, "best" the one with the
+        fewest free GPUs (keeps large holes for large jobs), "worst" the emptiest.
+        """
+        w = spec.workers
+        if self.free_whole < w:
+            return None
+        free = np.where(self._eligible_nodes(spec), self.node_free, 0)
+        single = np.flatnonzero(free >= w)
+        if single.size:
+            if fit == "first":
+                node = int(single[0])
+            elif fit == "best":
+                node = int(single[np.argmin(free[single])])
+            else:
+                node = int(single[np.argmax(free[single])])
+            return Placement(tuple(self.gpus_in_node(node, w)))
+        return self._multi_node(spec, free, order_key=-free)
+
+    def least_loaded(self, spec: JobSpec) -> Placement | None:
+        """Whole GPUs on the nodes whose NICs carry the least traffic now (fewest nodes among those)."""
+        w = spec.workers
+        if self.free_whole < w:
+            return None
+        free = np.where(self._eligible_nodes(spec), self.node_free, 0)
+        nic_load = np.asarray(self.view.link_load)[self.cluster.node_nic]
+        single = np.flatnonzero(free >= w)
+        if single.size:
+            node = int(single[np.lexsort((free[single], nic_load[single]))[0]])
+            return Placement(tuple(self.gpus_in_node(node, w)))
+        return self._multi_node(spec, free, order_key=nic_load * 1000.0 - free)
+
+    def _multi_node(self, spec: JobSpec, free: np.ndarray, order_key: np.ndarray) -> Placement | None:
+        """Take nodes in `order_key` order until the gang fits, inside the best-fitting rack when one can hold it."""
+        w = spec.workers
+        c = self.cluster
+        nodes = np.flatnonzero(free > 0)
+        if int(free[nodes].sum()) < w:
+            return None
+        rack_free = np.bincount(c.node_rack[nodes], weights=free[nodes], minlength=c.num_racks)
+        fitting_racks = np.flatnonzero(rack_free >= w)
+        if fitting_racks.size:
+            rack = fitting_racks[np.argmin(rack_free[fitting_racks])]
+            nodes = nodes[c.node_rack[nodes] == rack]
+        nodes = nodes[np.argsort(order_key[nodes], kind="stable")]
+        gpus: list[int] = []
+        for node in nodes.tolist():
+            take = min(int(free[node]), w - len(gpus))
+            gpus.extend(self.gpus_in_node(node, take))
+            if len(gpus) == w:
+                return Placement(tuple(gpus))
+        return None
+
+    def spread(self, spec: JobSpec, rng: np.random.Generator) -> Placement | None:
+        """Whole GPUs picked at random among the free ones (the `random` baseline)."""
+        w = spec.workers
+        if self.free_whole < w:
+            return None
+        ok = (self.free_share >= 1.0 - EPS) & (self.cluster.gpu_mem >= self.view.mem_need(spec) - EPS)
+        free = np.flatnonzero(ok)
+        if free.size < w:
+            return None
+        return Placement(tuple(sorted(rng.choice(free, size=w, replace=False).tolist())))
+
+    # ---- fractional jobs -------------------------------------------------------------------------------------------
+
+    def _share_candidates(self, spec: JobSpec) -> np.ndarray:
+        mem = self.view.mem_need(spec)
+        ok = (self.free_share >= spec.share - EPS) & (self.cluster.gpu_mem - self.used_mem >= mem - EPS)
+        return np.flatnonzero(ok)
+
+    def packed_share(self, spec: JobSpec) -> Placement | None:
+        """A fractional job on the GPU with the least free share that still fits it (best fit: packing)."""
+        cands = self._share_candidates(spec)
+        if not cands.size:
+            return None
+        g = int(cands[np.argmin(self.free_share[cands])])
+        return Placement((g,), spec.share)
+
+    def empty_gpu_share(self, spec: JobSpec) -> Placement | None:
+        """A fractional job alone on a free GPU, in the node with the fewest free GPUs (keeps whole nodes free)."""
+        cands = self._share_candidates(spec)
+        cands = cands[self.free_share[cands] >= 1.0 - EPS]
+        if not cands.size:
+            return None
+        nodes = self.cluster.gpu_node[cands]
+        g = int(cands[np.argmin(self.node_free[nodes])])
+        return Placement((g,), spec.share)
+
+    def shared_gpus(self, spec: JobSpec, limit: int = 8) -> list[Placement]:
+        """Up to `limit` partly used GPUs that fit the job, the ones with most free share first."""
+        cands = self._share_candidates(spec)
+        cands = cands[self.free_share[cands] < 1.0 - EPS]
+        if cands.size > limit:
+            cands = cands[np.argsort(-self.free_share[cands], kind="stable")[:limit]]
+        return [Placement((int(g),), spec.share) for g in cands]
+
+    def first_share(self, spec: JobSpec) -> Placement | None:
+        cands = self._share_candidates(spec)
+        return Placement((int(cands[0]),), spec.share) if cands.size else None
+
+    def random_share(self, spec: JobSpec, rng: np.random.Generator) -> Placement | None:
+        cands = self._share_candidates(spec)
+        if not cands.size:
+            return None
+        return Placement((int(rng.choice(cands)),), spec.share)
+
+    # ---- the generic entry points ----------------------------------------------------------------------------------
+
+    def best_fit(self, spec: JobSpec) -> Placement | None:
+        """The consolidated, packing placement of Slurm-like topology best fit."""
+        if spec.num_gpus < 1:
+            return self.packed_share(spec)
+        return self.consolidated(spec, "best")
+
+    def first_fit(self, spec: JobSpec) -> Placement | None:
+        """Fewest nodes, lowest-numbered first: the plain consolidated placement of FIFO schedulers."""
+        if spec.num_gpus < 1:
+            return self.first_share(spec)
+        return self.consolidated(spec, "first")
+
+    def candidates(self, spec: JobSpec) -> list[Placement]:
+        """Distinct placements worth comparing for a job (for contention-aware and learned policies)."""
+        if spec.num_gpus < 1:
+            found = [self.packed_share(spec), self.empty_gpu_share(spec), *self.shared_gpus(spec)]
+        elif spec.workers == 1:
+            found = [self.consolidated(spec, "best")]
+        else:
+            found = [self.consolidated(spec, "best"), self.consolidated(spec, "worst"), self.least_loaded(spec)]
+        unique: dict[tuple[int, ...], Placement] = {}
+        for p in found:
+            if p is not None and p.gpus not in unique:
+                unique[p.gpus] = p
+        return list(unique.values())

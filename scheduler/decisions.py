@@ -1,0 +1,61 @@
+"""What a policy returns, and the shape of a policy, as the core sees it.
+
+These live in the core so that the simulator and the controller can apply decisions without importing `policies`
+(imports point one way); `policies.base` re-exports them for policy authors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+from scheduler.model import Job, Placement
+from scheduler.state import ClusterView
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    job_id: int
+    placement: Placement
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """The job stays queued; `reason` is what the dashboard shows as its pending reason."""
+
+    job_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WakeAt:
+    """Ask to be called again at `time` even if nothing else happens (e.g. a Tiresias queue demotion)."""
+
+    time: float
+
+
+Decision = Place | Preempt | Wait | WakeAt
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A policy reads a `ClusterView` and the pending queue and returns decisions; it never mutates anything.
+
+    The caller applies the decisions and asks again, until a call returns no placement or preemption: a policy may
+    return one decision per call and always see fresh state, or plan a whole batch at once (`policies.placement`).
+    """
+
+    name: ClassVar[str]
+    oracle: ClassVar[bool]  # True if it reads what a real scheduler cannot know (e.g. job durations)
+
+    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        """Decisions for this instant. `queue` holds the pending jobs in arrival order (iterate it; no indexing)."""
+        ...

@@ -1,0 +1,299 @@
+"""Discrete-event replay of a trace on a cluster under a policy.
+
+The loop is the one the live controller runs; only I/O differs: here time is a virtual clock, arrivals come from a
+trace and a job's end is predicted from its progress rate. A training job's rate is 1 / its predicted slowdown (it
+does `duration_s` seconds of isolated work); an inference job is a service that stays up for `duration_s` of wall
+time, and contention raises its latency instead (an SLO miss while latency x slowdown > SLO).
+
+Rates change only when placements change, and then only for the jobs the contention model reports as affected, so a
+job's end event is rescheduled lazily (stale events carry an old version and are dropped).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scheduler.contention import ContentionModel, ContentionParams
+from scheduler.decisions import Place, Policy, Preempt, Wait, WakeAt
+from scheduler.model import Cluster, Job, JobKind, JobSpec, JobState
+from scheduler.state import ClusterState, ClusterView
+from scheduler.workloads import ModelProfile, catalog
+
+_FINISH = 0
+_WAKE = 1
+MAX_ROUNDS = 100_000  # scheduling rounds at one instant before we call the policy broken
+
+
+class SimulationError(RuntimeError):
+    """The policy broke the rules (an invalid decision, or it left an idle cluster with a queue forever)."""
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: list[Job]
+    metrics: dict[str, float]
+    wall_s: float
+    events: int
+    pending_reasons: dict[int, str] = field(default_factory=dict)
+
+    def jct(self) -> np.ndarray:
+        return np.array([j.end_s - j.spec.submit_s for j in self.jobs if j.state is JobState.DONE], dtype=float)
+
+
+class Simulator:
+    def __init__(
+        self,
+        cluster: Cluster,
+        jobs: Sequence[JobSpec],
+        policy: Policy,
+        *,
+        contention: bool = True,
+        profiles: Mapping[str, ModelProfile] | None = None,
+        params: ContentionParams | None = None,
+        preempt_overhead_s: float = 30.0,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.specs = sorted(jobs, key=lambda s: s.submit_s)
+        self.policy = policy
+        self.profiles = profiles if profiles is not None else catalog()
+        self.contention = ContentionModel(cluster, self.profiles, params, enabled=contention)
+        self.state = ClusterState(cluster, self.profiles)
+        self.preempt_overhead_s = preempt_overhead_s
+        self.progress = progress
+        self.jobs = [Job(i, s, s.duration_s) for i, s in enumerate(self.specs)]
+        self.running: dict[int, Job] = {}
+        self.pending: dict[int, Job] = {}  # arrival order
+        self.view = ClusterView(self.state, self.contention, self.running)
+        self.now = 0.0
+        self._heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, job id, version)
+        self._seq = 0
+        self._version = [0] * len(self.jobs)
+        self._slow = np.ones(len(self.jobs))  # current predicted slowdown of each running job
+        self._slo_ms = [self._slo(s) for s in self.specs]
+        self._latency_ms = [self.profiles[s.model].latency_ms for s in self.specs]
+        self._events = 0
+        self._wakes: set[float] = set()
+        self._finished = 0
+        self._busy_share_s = 0.0
+        self.pending_reasons: dict[int, str] = {}
+
+    def _slo(self, spec: JobSpec) -> float:
+        if spec.kind is not JobKind.INFERENCE:
+            return 0.0
+        return spec.slo_ms or self.profiles[spec.model].slo_ms
+
+    # ---- event plumbing --------------------------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: int, job_id: int = -1, version: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, job_id, version))
+
+    def _advance(self, job: Job) -> None:
+        """Bring a running job's progress and accounting up to `now` at its current rate."""
+        dt = self.now - job.last_update
+        if dt > 0:
+            job.work_left -= dt * job.rate
+            job.run_time += dt
+            slow = self._slow[job.id]
+            job.slowdown_time += dt * slow
+            slo = self._slo_ms[job.id]
+            if slo and self._latency_ms[job.id] * slow > slo:
+                job.slo_violation_s += dt
+        job.last_update = self.now
+
+    def _set_rate(self, job: Job) -> None:
+        """Take the contention model's current slowdown for a running job and reschedule its end."""
+        self._advance(job)
+        slow = self.contention.slowdown(job.id)
+        self._slow[job.id] = slow
+        job.rate = 1.0 if job.spec.kind is JobKind.INFERENCE else 1.0 / slow
+        self._version[job.id] += 1
+        self._push(self.now + max(job.work_left, 0.0) / job.rate, _FINISH, job.id, self._version[job.id])
+
+    def _rates_changed(self, affected: set[int]) -> None:
+        for j in affected:
+            job = self.running.get(j)
+            if job is not None:
+                self._set_rate(job)
+
+    # ---- state changes ---------------------------------------------------------------------------------------------
+
+    def _reject_reason(self, spec: JobSpec) -> str | None:
+        if spec.model not in self.profiles:
+            return f"unknown model {spec.model!r}"
+        if spec.workers > self.cluster.num_gpus:
+            return f"needs {spec.workers} GPUs, the cluster has {self.cluster.num_gpus}"
+        mem = self.profiles[spec.model].mem_gb
+        if mem > float(self.cluster.gpu_mem.max()):
+            return f"needs {mem:g} GB per GPU, the largest GPU has {float(self.cluster.gpu_mem.max()):g} GB"
+        return None
+
+    def _arrive(self, job: Job) -> None:
+        reason = self._reject_reason(job.spec)
+        if reason is not None:
+            job.state = JobState.REJECTED
+            job.reject_reason = reason
+            self._finished += 1
+            return
+        self.pending[job.id] = job
+
+    def _start(self, job: Job, decision: Place) -> None:
+        if job.id not in self.pending:
+            raise SimulationError(f"{self.policy.name} placed job {job.spec.name}, which is not pending")
+        self.state.allocate(job.id, job.spec, decision.placement)
+        del self.pending[job.id]
+        self.pending_reasons.pop(job.id, None)
+        job.state = JobState.RUNNING
+        job.placement = decision.placement
+        job.start_s = self.now
+        job.last_update = self.now
+        if job.first_start_s is None:
+            job.first_start_s = self.now
+        self.running[job.id] = job
+        self._rates_changed(self.contention.add(job.id, job.spec, decision.placement))
+
+    def _stop(self, job: Job) -> None:
+        """Take a running job off its GPUs (completion or preemption)."""
+        self._advance(job)
+        del self.running[job.id]
+        self.state.release(job.id)
+        assert job.start_s is not None and job.placement is not None
+        held = self.now - job.start_s
+        job.attained_gpu_s += held * job.spec.gpu_demand
+        self._busy_share_s += held * job.placement.share * len(job.placement.gpus)
+        job.start_s = None
+        job.placement = None
+        self._version[job.id] += 1
+        self._rates_changed(self.contention.remove(job.id))
+
+    def _finish(self, job: Job) -> None:
+        self._stop(job)
+        job.state = JobState.DONE
+        job.end_s = self.now
+        job.work_left = 0.0
+        self._finished += 1
+
+    def _preempt(self, job: Job) -> None:
+        if job.id not in self.running:
+            raise SimulationError(f"{self.policy.name} preempted job {job.spec.name}, which is not running")
+        self._stop(job)
+        job.state = JobState.PENDING
+        job.preemptions += 1
+        job.work_left += self.preempt_overhead_s  # checkpoint restore and warm-up on restart
+        job.queued_since = self.now
+        self.pending[job.id] = job
+        # Keep the queue in arrival order: rebuild it (preemptions are rare next to arrivals).
+        self.pending = dict(sorted(self.pending.items(), key=lambda kv: (kv[1].spec.submit_s, kv[0])))
+
+    # ---- the loop --------------------------------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        self.view.now = self.now
+        for _ in range(MAX_ROUNDS):
+            if not self.pending:
+                return
+            decisions = self.policy.schedule(self.view, self.pending.values(), self.now)
+            acted = False
+            for d in decisions:  # preemptions first: they free what the placements may use
+                if isinstance(d, Preempt):
+                    self._preempt(self.jobs[d.job_id])
+                    acted = True
+            for d in decisions:
+                if isinstance(d, Place):
+                    self._start(self.jobs[d.job_id], d)
+                    acted = True
+                elif isinstance(d, Wait):
+                    self.pending_reasons[d.job_id] = d.reason
+                elif isinstance(d, WakeAt) and d.time > self.now and d.time not in self._wakes:
+                    self._wakes.add(d.time)
+                    self._push(d.time, _WAKE)
+            if not acted:
+                return
+        raise SimulationError(f"{self.policy.name} kept acting at t={self.now} for {MAX_ROUNDS} rounds")
+
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        n = len(self.jobs)
+        next_arrival = 0
+        last_report = 0
+        heap = self._heap
+        while next_arrival < n or heap:
+            t_arr = self.specs[next_arrival].submit_s if next_arrival < n else float("inf")
+            t_evt = heap[0][0] if heap else float("inf")
+            self.now = min(t_arr, t_evt)
+            # Everything that happens at this instant, then one scheduling pass.
+            while heap and heap[0][0] <= self.now:
+                _, _, kind, job_id, version = heapq.heappop(heap)
+                self._events += 1
+                if kind == _FINISH and version == self._version[job_id]:
+                    self._finish(self.jobs[job_id])
+                elif kind == _WAKE:
+                    self._wakes.discard(self.now)
+            while next_arrival < n and self.specs[next_arrival].submit_s <= self.now:
+                self._arrive(self.jobs[next_arrival])
+                self._events += 1
+                next_arrival += 1
+            self._schedule()
+            if not heap and next_arrival >= n and self.pending and not self.running:
+                stuck = next(iter(self.pending.values()))
+                raise SimulationError(
+                    f"{self.policy.name} left {len(self.pending)} job(s) queued on an idle cluster, "
+                    f"first {stuck.spec.name} ({stuck.spec.num_gpus:g} GPUs): "
+                    f"{self.pending_reasons.get(stuck.id, 'no reason given')}"
+                )
+            if self.progress is not None and self._finished - last_report >= 500:
+                self.progress(self._finished - last_report)
+                last_report = self._finished
+        if self.progress is not None:
+            self.progress(self._finished - last_report)
+        return SimResult(
+            policy=self.policy.name,
+            jobs=self.jobs,
+            metrics=self.metrics(),
+            wall_s=time.perf_counter() - wall0,
+            events=self._events,
+            pending_reasons=dict(self.pending_reasons),
+        )
+
+    # ---- metrics ---------------------------------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, float]:
+        done = [j for j in self.jobs if j.state is JobState.DONE]
+        rejected = sum(j.state is JobState.REJECTED for j in self.jobs)
+        out: dict[str, Any] = {"jobs_completed": len(done), "jobs_rejected": rejected}
+        if not done:
+            return out | dict.fromkeys(
+                ["avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "avg_slowdown", "makespan_s",
+                 "gpu_util", "avg_contention_slowdown"], 0.0)
+        submit = np.array([j.spec.submit_s for j in done])
+        end = np.array([j.end_s for j in done], dtype=float)
+        jct = end - submit
+        run = np.array([j.run_time for j in done])
+        makespan = float(end.max() - min(s.submit_s for s in self.specs))
+        run_total = float(run.sum())
+        infer = [j for j in done if self._slo_ms[j.id]]
+        p50, p95, p99 = np.percentile(jct, [50, 95, 99])
+        out |= {
+            "avg_jct_s": float(jct.mean()),
+            "p50_jct_s": float(p50),
+            "p95_jct_s": float(p95),
+            "p99_jct_s": float(p99),
+            "avg_queue_s": float((jct - run).mean()),
+            "avg_slowdown": float((jct / np.array([j.spec.duration_s for j in done])).mean()),
+            "makespan_s": makespan,
+            "gpu_util": self._busy_share_s / (self.cluster.num_gpus * makespan) if makespan > 0 else 0.0,
+            "avg_contention_slowdown": sum(j.slowdown_time for j in done) / run_total if run_total else 1.0,
+            "preemptions": int(sum(j.preemptions for j in self.jobs)),
+            "slo_violation_frac": (
+                sum(j.slo_violation_s for j in infer) / sum(j.run_time for j in infer) if infer else 0.0
+            ),
+        }
+        return out

@@ -1,0 +1,156 @@
+"""Who holds which GPU share, and the read-only view of it that policies decide from.
+
+`ClusterState` is the single bookkeeping of allocations used by the simulator and the live controller. It enforces the
+invariants every placement must keep: a gang gets all its GPUs at once, shares on a GPU sum to at most 1, and the
+tenants' memory fits the GPU. `ClusterView` is what a policy sees: the same arrays, read-only, plus the contention
+model's predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import numpy as np
+
+from scheduler.contention import ContentionModel, Prediction
+from scheduler.model import Cluster, Job, JobSpec, Placement
+from scheduler.workloads import ModelProfile
+
+EPS = 1e-9
+
+
+class PlacementError(ValueError):
+    """A decision that would break an invariant (a policy bug, or a stale decision in the live controller)."""
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+class ClusterState:
+    def __init__(self, cluster: Cluster, profiles: Mapping[str, ModelProfile]) -> None:
+        self.cluster = cluster
+        self.profiles = profiles
+        self.free_share = np.ones(cluster.num_gpus)  # 1.0: the GPU is wholly free
+        self.used_mem = np.zeros(cluster.num_gpus)  # GB held by tenants
+        self.node_free = cluster.node_num_gpus.astype(np.int64)  # wholly free GPUs per node
+        self.free_whole = cluster.num_gpus
+        self.allocated_share = 0.0  # sum over GPUs of (1 - free_share)
+        self.tenants: dict[int, list[int]] = {}
+        self.placements: dict[int, Placement] = {}
+        self._mem: dict[int, float] = {}
+
+    def mem_need(self, spec: JobSpec) -> float:
+        return self.profiles[spec.model].mem_gb
+
+    def check(self, spec: JobSpec, placement: Placement) -> str | None:
+        """Why `placement` is invalid for `spec` right now, or None if it is valid."""
+        gpus = placement.gpus
+        if len(gpus) != spec.workers:
+            return f"gang of {spec.workers} needs {spec.workers} GPUs, got {len(gpus)}"
+        if len(set(gpus)) != len(gpus):
+            return "a GPU appears twice"
+        if abs(placement.share - spec.share) > EPS:
+            return f"share {placement.share} differs from the job's {spec.share}"
+        mem = self.mem_need(spec)
+        for g in gpus:
+            if not 0 <= g < self.cluster.num_gpus:
+                return f"GPU {g} does not exist"
+            if self.free_share[g] < placement.share - EPS:
+                return f"GPU {g} has {self.free_share[g]:.3f} free, needs {placement.share:.3f}"
+            if self.used_mem[g] + mem > self.cluster.gpu_mem[g] + EPS:
+                return f"GPU {g} has {self.cluster.gpu_mem[g] - self.used_mem[g]:.1f} GB free, needs {mem:.1f} GB"
+        return None
+
+    def allocate(self, job_id: int, spec: JobSpec, placement: Placement) -> None:
+        problem = self.check(spec, placement)
+        if problem is not None:
+            raise PlacementError(f"job {spec.name}: {problem}")
+        mem = self.mem_need(spec)
+        for g in placement.gpus:
+            if self.free_share[g] >= 1.0 - EPS:
+                node = self.cluster.gpu_node[g]
+                self.node_free[node] -= 1
+                self.free_whole -= 1
+            self.free_share[g] -= placement.share
+            self.used_mem[g] += mem
+            self.tenants.setdefault(g, []).append(job_id)
+        self.allocated_share += placement.share * len(placement.gpus)
+        self.placements[job_id] = placement
+        self._mem[job_id] = mem
+
+    def release(self, job_id: int) -> Placement:
+        placement = self.placements.pop(job_id)
+        mem = self._mem.pop(job_id)
+        for g in placement.gpus:
+            tenants = self.tenants[g]
+            tenants.remove(job_id)
+            if tenants:
+                self.free_share[g] += placement.share
+                self.used_mem[g] -= mem
+            else:  # exact reset: no float drift on idle GPUs
+                del self.tenants[g]
+                self.free_share[g] = 1.0
+                self.used_mem[g] = 0.0
+            if self.free_share[g] >= 1.0 - EPS:
+                self.node_free[self.cluster.gpu_node[g]] += 1
+                self.free_whole += 1
+        self.allocated_share -= placement.share * len(placement.gpus)
+        return placement
+
+
+class ClusterView:
+    """What a policy may read: allocations, running jobs and contention predictions. Nothing here mutates."""
+
+    def __init__(self, state: ClusterState, contention: ContentionModel, running: Mapping[int, Job]) -> None:
+        self.cluster = state.cluster
+        self._state = state
+        self._contention = contention
+        self.running: Mapping[int, Job] = MappingProxyType(running)  # type: ignore[arg-type]
+        self.free_share = _readonly(state.free_share)
+        self.used_mem = _readonly(state.used_mem)
+        self.node_free = _readonly(state.node_free)
+        self.now = 0.0
+
+    @property
+    def free_whole(self) -> int:
+        return self._state.free_whole
+
+    @property
+    def free_capacity(self) -> float:
+        """Free GPU share summed over the cluster."""
+        return self.cluster.num_gpus - self._state.allocated_share
+
+    @property
+    def link_load(self) -> np.ndarray:
+        return self._contention.link_load
+
+    @property
+    def contention_enabled(self) -> bool:
+        return self._contention.enabled
+
+    def tenants(self, gpu: int) -> tuple[int, ...]:
+        return tuple(self._state.tenants.get(gpu, ()))
+
+    def placement(self, job_id: int) -> Placement:
+        return self._state.placements[job_id]
+
+    def mem_need(self, spec: JobSpec) -> float:
+        return self._state.mem_need(spec)
+
+    def check(self, spec: JobSpec, placement: Placement) -> str | None:
+        return self._state.check(spec, placement)
+
+    def slowdown(self, job_id: int) -> float:
+        return self._contention.slowdown(job_id)
+
+    def predict(self, spec: JobSpec, placement: Placement) -> Prediction:
+        return self._contention.predict(spec, placement)
+
+    def attained_gpu_s(self, job: Job) -> float:
+        """GPU-seconds of service a job has had up to now (Tiresias' 2D attained service)."""
+        extra = (self.now - job.start_s) * job.spec.gpu_demand if job.start_s is not None else 0.0
+        return job.attained_gpu_s + extra
