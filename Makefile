@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/corral simulate --trace synthetic:400 --cluster dgx-a100:4 \
+	$(BIN)/corral simulate --trace synthetic:400,iat=500 --cluster dgx-a100:4 \
 		--policy fifo,fifo-backfill,tiresias,consolidate,gandiva,contention-greedy --seed 0
 
 test: $(STAMP)

@@ -2,8 +2,9 @@
 
 A job's attained service is GPUs x time it has run. Jobs sit in priority queues by attained service (thresholds in
 GPU-seconds); inside a queue, arrival order. A pending job may preempt running jobs only from strictly lower-priority
-queues, which is what keeps it from thrashing. A job that has waited `starvation_factor` times as long as it has run is
-promoted to the top queue, and its attained service counts from zero again (as in Tiresias' simulator), so it is
+queues, which is what keeps it from thrashing. With `starvation_factor` set (off by default: under
+overload it turns LAS into round robin with a preemption per quantum), a job that has waited that many times as long as
+it has run is promoted to the top queue, and its attained service counts from zero again (as in Tiresias' simulator), so it is
 not demoted and preempted straight back. Placement is consolidated when possible (Tiresias consolidates communication-heavy jobs).
 """
 
@@ -17,7 +18,7 @@ from policies.base import Decision, Place, Preempt, Wait, WakeAt
 from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import register
-from scheduler.model import Job, JobSpec
+from scheduler.model import Job, JobSpec, Placement
 from scheduler.state import ClusterView
 
 
@@ -27,7 +28,7 @@ class Tiresias:
     oracle: ClassVar[bool] = False
 
     def __init__(
-        self, seed: int = 0, thresholds: Sequence[float] = (3600.0, 36000.0), starvation_factor: float = 8.0
+        self, seed: int = 0, thresholds: Sequence[float] = (3600.0, 36000.0), starvation_factor: float | None = None
     ) -> None:
         self.thresholds = sorted(thresholds)
         self.starvation_factor = starvation_factor
@@ -38,7 +39,7 @@ class Tiresias:
 
     def queue_of(self, view: ClusterView, job: Job, now: float) -> int:
         attained = self.attained(view, job)
-        if job.start_s is None and attained > 0:
+        if self.starvation_factor is not None and job.start_s is None and attained > 0:
             executed = attained / job.spec.gpu_demand
             if now - job.queued_since >= self.starvation_factor * executed:
                 self._discount[job.id] = view.attained_gpu_s(job)
@@ -49,42 +50,68 @@ class Tiresias:
         if not queue:  # demotions only matter when someone is waiting
             return []
         planner = Planner(view)
-        level = {j.id: self.queue_of(view, j, now) for j in queue}
+        # The queue arrives in arrival order, so bucketing it by level gives (level, arrival) order without a sort.
+        buckets: list[list[Job]] = [[] for _ in range(len(self.thresholds) + 1)]
+        if self.starvation_factor is None:  # hot path on deep queues: a pending job's service is frozen
+            th = self.thresholds
+            for job in queue:
+                a = job.attained_gpu_s
+                buckets[bisect.bisect_right(th, a) if a else 0].append(job)
+        else:
+            for job in queue:
+                buckets[self.queue_of(view, job, now)].append(job)
         running = list(view.running.values())
         run_level = {j.id: self.queue_of(view, j, now) for j in running}
         # Victims: lowest priority first (highest queue, then latest arrival).
         victims = sorted(running, key=lambda j: (run_level[j.id], j.spec.submit_s, j.id), reverse=True)
         decisions: list[Decision] = []
         blocked = False
-        for job in sorted(queue, key=lambda j: (level[j.id], j.spec.submit_s, j.id)):
-            spec = job.spec
-            placement = planner.best_fit(spec) if planner.may_fit(spec) else None
-            if placement is None:
-                lower = [v for v in victims if run_level[v.id] > level[job.id]]
-                chosen = self._victims(view, planner, spec, lower)
-                if chosen:
-                    for v in chosen:
-                        planner.give_back(v)
-                    placement = planner.best_fit(spec)
-                    if placement is None:  # fragmentation: preempting would not help; undo
-                        for v in chosen:
-                            planner.take(v.spec, view.placement(v.id))
-                    else:
-                        for v in chosen:
-                            victims.remove(v)
-                            decisions.append(Preempt(v.id, f"preempted by {spec.name} (queue {level[job.id]})"))
-            if placement is None:
-                if not blocked:
-                    decisions.append(Wait(job.id, wait_reason(planner, spec)))
-                blocked = True
-                continue
-            planner.take(spec, placement)
-            decisions.append(Place(job.id, placement, f"queue {level[job.id]}"))
+        for level, jobs in enumerate(buckets):
+            lower = [v for v in victims if run_level[v.id] > level]
+            failed_workers = None  # a whole-GPU gang this size did not fit and nothing can be preempted for it
+            for job in jobs:
+                spec = job.spec
+                if not lower and failed_workers is not None and spec.num_gpus >= failed_workers:
+                    continue  # cheap skip: capacity only shrinks while no preemption happens
+                placement = planner.best_fit(spec) if planner.may_fit(spec) else None
+                if placement is None and lower:
+                    placement = self._preempt_for(view, planner, spec, lower, decisions, f"queue {level}")
+                    if placement is not None:
+                        victims = [v for v in victims if v in lower or run_level[v.id] <= level]
+                if placement is None:
+                    if not blocked:
+                        decisions.append(Wait(job.id, wait_reason(planner, spec)))
+                    blocked = True
+                    if spec.num_gpus >= 1 and not lower:
+                        failed_workers = min(failed_workers or spec.num_gpus, spec.num_gpus)
+                    continue
+                planner.take(spec, placement)
+                decisions.append(Place(job.id, placement, f"queue {level}"))
         if blocked:
             wake = self._next_demotion(view, now)
             if wake is not None:
                 decisions.append(WakeAt(wake))
         return decisions
+
+    def _preempt_for(
+        self, view: ClusterView, planner: Planner, spec: JobSpec, lower: list[Job], decisions: list[Decision],
+        why: str,
+    ) -> Placement | None:
+        """Preempt the fewest lower-priority jobs that let `spec` fit; they leave `lower` (and are decided)."""
+        chosen = self._victims(view, planner, spec, lower)
+        if not chosen:
+            return None
+        for v in chosen:
+            planner.give_back(v)
+        placement = planner.best_fit(spec)
+        if placement is None:  # fragmentation: preempting would not help; undo
+            for v in chosen:
+                planner.take(v.spec, view.placement(v.id))
+            return None
+        for v in chosen:
+            lower.remove(v)
+            decisions.append(Preempt(v.id, f"preempted by {spec.name} ({why})"))
+        return placement
 
     def _victims(self, view: ClusterView, planner: Planner, spec: JobSpec, lower: list[Job]) -> list[Job]:
         """The fewest lower-priority GPUs to preempt so the job fits: on one node when the gang fits in a node (so

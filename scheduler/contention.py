@@ -6,19 +6,29 @@ A job's iteration on its placement takes
 
 * `compute` is its profile's V100 compute time divided by the speed of its slowest GPU (synchronous data parallelism
   runs at the pace of the slowest worker).
-* `mps` is the slowdown from the other tenants of its GPUs (the worst of its GPUs): SM and memory bandwidth are shared
-  max-min fairly among the tenants' demands (SM demand capped by each tenant's MPS thread percentage, i.e. its share),
-  plus a small per-tenant overhead for context switching.
+* `mps` is the slowdown from the other tenants of its GPUs (the worst of its GPUs). Two effects multiply:
+  - capacity: SM and memory bandwidth are shared max-min fairly among the tenants' demands (SM demand capped by each
+    tenant's MPS thread percentage, i.e. its share); a tenant runs at its allocation / demand of the scarcer one;
+  - interference: a tenant whose kernels lean on memory bandwidth (`membw`) loses a further `mps_interference *
+    membw * sum of the other tenants' SM demand` (caches and DRAM pages thrashed, kernels of different contexts
+    serialised). Gavel's V100 co-location pairs show this term dominates: two heavy tenants can each keep well under
+    half of their isolated speed, which fair sharing alone cannot produce.
+  - plus `mps_overhead` per extra tenant (context switching).
 * `comm` is the time its collective traffic needs on its bottleneck link. Gradients are all-reduced hierarchically: a
   ring inside each node (over NVLink ports, or through the PCIe switches and the CPU-socket link), then a ring across
-  the job's nodes through their NICs, and across racks through the rack uplinks. A link is shared with the jobs whose
-  traffic crosses it: job j sees its isolated time on the link stretched by `1 + sum of the other jobs' duty cycles`
-  on that link, the time-averaged form of max-min fair sharing between flows that are active part of the time.
+  the job's nodes through their NICs, and across racks through the rack uplinks. Inter-server links (NICs, uplinks)
+  run below line rate for a ring over many servers: a synchronous ring step waits for its slowest hop, so a job whose
+  ring spans k servers sees `1 + ring_straggler * (k - 2)` times its two-server transfer time there (DeepShare's
+  isolated runs: spreading an 8-GPU job from 2 to 8 servers costs communication-heavy models far more than the
+  2(k-1)/k volume growth alone). A link is shared with the jobs whose traffic crosses it: job j sees its isolated time
+  on the link stretched by `1 + sum of the other jobs' duty cycles` on that link, the time-averaged form of max-min
+  fair sharing between flows that are active part of the time.
 
 The slowdown reported for a job is its iteration time divided by its *reference* iteration time: alone on the cluster,
 packed on as few nodes as possible, on the cluster's reference GPU. A spread job therefore shows the spread penalty
 even when it is alone. Everything is incremental: adding or removing a job recomputes only the jobs that share a link
-or a GPU with it.
+or a GPU with it. The constants in `ContentionParams` and the profiles in the catalog are fitted by
+`python -m scheduler.calibrate` (DeepShare and Gavel measurements; see the README's fit report).
 """
 
 from __future__ import annotations
@@ -28,15 +38,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.model import Cluster, JobSpec, Placement
+from scheduler.model import Cluster, JobSpec, LinkKind, Placement
 from scheduler.workloads import ModelProfile, catalog
 
 
 @dataclass(frozen=True, slots=True)
 class ContentionParams:
-    """Model constants fitted by `scheduler.calibrate` (see the README's fit report)."""
+    """Model constants fitted by `scheduler.calibrate` (see the README's fit report); the defaults are the fitted values."""
 
-    mps_overhead: float = 0.04  # per extra tenant on a GPU (context switching, cache thrash)
+    mps_overhead: float = 0.0  # per extra tenant on a GPU (context switching); the fit puts it all in interference
+    mps_interference: float = 7.7  # slowdown per unit of (own membw x co-tenants' SM demand) on a shared GPU
+    ring_straggler: float = 0.0326  # inter-server transfer time grows by this per server beyond two in a job's ring
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +65,7 @@ class Footprint:
     ref_iter_s: float  # reference iteration time (alone, packed, reference GPU)
     sm: float
     membw: float
+    sm_demand: float  # SM demand on each of its GPUs: min(sm, share), the MPS thread percentage caps it
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +121,12 @@ def collective_traffic(cluster: Cluster, gpus: Iterable[int], grad_gb: float) ->
     return traffic
 
 
+_NO_LINKS = np.zeros(0, dtype=np.int64)
+_NO_TIMES = np.zeros(0, dtype=np.float64)
+_NO_LINKS.flags.writeable = False
+_NO_TIMES.flags.writeable = False
+
+
 def _water_fill(demands: list[float]) -> list[float]:
     """Max-min fair split of a capacity of 1 among demands."""
     n = len(demands)
@@ -135,6 +154,8 @@ class ContentionModel:
         self.params = params or ContentionParams()
         self.enabled = enabled
         self._cap = cluster.link_capacity
+        # 1.0 on inter-server links (NICs, rack uplinks), 0.0 inside servers: where the ring-straggler term applies
+        self._inter = np.array([k in (LinkKind.NIC, LinkKind.UPLINK) for k in cluster.link_kind], dtype=np.float64)
         self._load = np.zeros(cluster.num_links)  # sum of duty cycles of the jobs crossing each link
         self._link_jobs: dict[int, set[int]] = {}
         self._gpu_jobs: dict[int, list[int]] = {}
@@ -166,6 +187,20 @@ class ContentionModel:
         c = compute_s * mps
         return c + max(0.0, comm_s - overlap * c)
 
+    def _link_times(self, gpus: Iterable[int], grad_gb: float) -> tuple[np.ndarray, np.ndarray]:
+        """Links a job's collective traffic crosses and the seconds per iteration it needs on each, alone."""
+        traffic = collective_traffic(self.cluster, gpus, grad_gb)
+        if not traffic:
+            return _NO_LINKS, _NO_TIMES
+        links = np.fromiter(traffic.keys(), dtype=np.int64, count=len(traffic))
+        link_time = np.fromiter(traffic.values(), dtype=np.float64, count=len(traffic)) / self._cap[links]
+        straggler = self.params.ring_straggler
+        if straggler:
+            servers = len({int(self.cluster.gpu_node[g]) for g in gpus})
+            if servers > 2:
+                link_time *= 1.0 + straggler * (servers - 2) * self._inter[links]
+        return links, link_time
+
     def reference_iteration(self, spec: JobSpec) -> float:
         """Iteration time alone, packed on as few nodes as possible, on the reference GPU."""
         key = (spec.model, spec.workers, spec.compression)
@@ -177,8 +212,8 @@ class ContentionModel:
         comm = 0.0
         if spec.workers > 1 and spec.workers <= self.cluster.num_gpus:
             # GPUs of a node are contiguous, so the first `workers` GPUs are the tightest packing of the first group.
-            traffic = collective_traffic(self.cluster, range(spec.workers), prof.grad_gb * spec.compression)
-            comm = max((gb / float(self._cap[link]) for link, gb in traffic.items()), default=0.0)
+            _links, link_time = self._link_times(range(spec.workers), prof.grad_gb * spec.compression)
+            comm = float(link_time.max()) if link_time.size else 0.0
         ref = self._iteration(compute, prof.overlap, comm)
         self._ref_cache[key] = ref
         return ref
@@ -188,20 +223,13 @@ class ContentionModel:
         gpus = placement.gpus
         speed = float(min(self.cluster.gpu_speed[g] for g in gpus))
         compute = prof.compute_ms / 1000.0 / speed
-        traffic = collective_traffic(self.cluster, gpus, prof.grad_gb * spec.compression)
-        if traffic:
-            links = np.fromiter(traffic.keys(), dtype=np.int64, count=len(traffic))
-            link_time = np.fromiter(traffic.values(), dtype=np.float64, count=len(traffic)) / self._cap[links]
-            comm = float(link_time.max())
-        else:
-            links = np.zeros(0, dtype=np.int64)
-            link_time = np.zeros(0)
-            comm = 0.0
+        links, link_time = self._link_times(gpus, prof.grad_gb * spec.compression)
+        comm = float(link_time.max()) if link_time.size else 0.0
         alone = self._iteration(compute, prof.overlap, comm)
         return Footprint(
             gpus=tuple(gpus), share=placement.share, links=links, link_time=link_time, duty=link_time / alone,
             compute_s=compute, overlap=prof.overlap, ref_iter_s=self.reference_iteration(spec),
-            sm=prof.sm, membw=prof.membw,
+            sm=prof.sm, membw=prof.membw, sm_demand=min(prof.sm, placement.share),
         )
 
     # ---- incremental updates ----------------------------------------------------------------------------------------
@@ -287,13 +315,17 @@ class ContentionModel:
     def gpu_slowdowns(self, tenants: list[int]) -> list[float]:
         """MPS slowdown of each tenant of one GPU (relative to running there alone with the same share)."""
         fps = [self._fp[t] for t in tenants]
-        sm_demand = [min(fp.sm, fp.share) for fp in fps]
+        sm_demand = [fp.sm_demand for fp in fps]
         sm_alloc = _water_fill(sm_demand)
         bw_demand = [fp.membw for fp in fps]
         bw_alloc = _water_fill(bw_demand)
-        overhead = 1.0 + self.params.mps_overhead * (len(tenants) - 1)
+        params = self.params
+        overhead = 1.0 + params.mps_overhead * (len(tenants) - 1)
+        sm_total = sum(sm_demand)
         return [
-            max(d / a if a > 0 else np.inf, b / ba if ba > 0 else np.inf) * overhead
+            max(d / a if a > 0 else np.inf, b / ba if ba > 0 else np.inf)
+            * (1.0 + params.mps_interference * b * (sm_total - d))
+            * overhead
             for d, a, b, ba in zip(sm_demand, sm_alloc, bw_demand, bw_alloc)
         ]
 
