@@ -1,0 +1,134 @@
+"""Every policy on small inline clusters keeps the invariants; placement generators pick what they promise."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from conftest import job, small_cluster
+from policies import available, make_policy
+from policies.placement import Planner
+from policies.registry import UnknownPolicyError
+from scheduler.contention import ContentionModel
+from scheduler.decisions import Place
+from scheduler.model import Cluster, ClusterSpec, JobState, NodeGroupSpec, Placement, build_cluster
+from scheduler.simulator import Simulator
+from scheduler.state import ClusterState, ClusterView
+from scheduler.traces import synthetic
+from scheduler.workloads import catalog
+
+HEURISTICS = ["fifo", "fifo-backfill", "sjf", "tiresias", "gandiva", "consolidate", "random", "contention-greedy"]
+
+
+class CheckedSimulator(Simulator):
+    """Re-derives every GPU's tenants from the running jobs after each start and checks the invariants."""
+
+    starts = 0
+
+    def _start(self, job, decision: Place) -> None:
+        super()._start(job, decision)
+        self.starts += 1
+        p = decision.placement
+        assert len(p.gpus) == job.spec.workers, "gang must get all its GPUs at once"
+        assert len(set(p.gpus)) == len(p.gpus)
+        share: dict[int, float] = defaultdict(float)
+        mem: dict[int, float] = defaultdict(float)
+        for running in self.running.values():
+            for g in running.placement.gpus:
+                share[g] += running.placement.share
+                mem[g] += self.profiles[running.spec.model].mem_gb
+        for g, s in share.items():
+            assert s <= 1.0 + 1e-9, f"GPU {g} over-committed: shares sum to {s}"
+            assert mem[g] <= self.cluster.gpu_mem[g] + 1e-9, f"GPU {g} memory over-committed"
+        whole_free = sum(1 for g in range(self.cluster.num_gpus) if share.get(g, 0.0) < 1e-12)
+        assert whole_free == self.state.free_whole
+
+
+def mixed_cluster() -> Cluster:
+    return build_cluster(ClusterSpec(name="mixed", nodes_per_rack=2, groups=[
+        NodeGroupSpec(preset="dgx-a100", count=1), NodeGroupSpec(preset="pcie-v100", count=2),
+        NodeGroupSpec(preset="pcie-t4", count=1)]))
+
+
+@pytest.mark.parametrize("policy", HEURISTICS)
+@pytest.mark.parametrize("cluster_factory", [
+    lambda: small_cluster(nodes=2, gpus=4, interconnect="pcie", switches=2),
+    mixed_cluster,
+], ids=["pcie-2x4", "mixed"])
+def test_policy_keeps_invariants_and_finishes_every_job(policy: str, cluster_factory) -> None:
+    cluster = cluster_factory()
+    trace = synthetic(150, seed=11, mean_interarrival_s=120, frac_share=0.3, inference_share=0.1).jobs
+    sim = CheckedSimulator(cluster, trace, make_policy(policy, seed=1))
+    result = sim.run()
+    accepted = [j for j in result.jobs if j.state is not JobState.REJECTED]
+    assert all(j.state is JobState.DONE for j in accepted)
+    assert sim.starts >= len(accepted)
+    for j in result.jobs:
+        if j.state is JobState.REJECTED:
+            assert j.spec.workers > cluster.num_gpus and "needs" in j.reject_reason
+
+
+def test_registry_lists_every_heuristic_and_rejects_unknown_names() -> None:
+    assert set(HEURISTICS) <= set(available())
+    with pytest.raises(UnknownPolicyError, match="unknown policy 'nope'; choose from .*contention-greedy"):
+        make_policy("nope")
+    assert make_policy("sjf").oracle and not make_policy("tiresias").oracle
+
+
+def _planner(cluster: Cluster, busy: dict[int, float] | None = None) -> Planner:
+    state = ClusterState(cluster, catalog())
+    model = ContentionModel(cluster)
+    for i, (g, s) in enumerate((busy or {}).items()):
+        spec = job(f"b{i}", 0, s if s < 1 else 1, 10)
+        state.allocate(1000 + i, spec, Placement((g,), spec.share))
+        model.add(1000 + i, spec, Placement((g,), spec.share))
+    return Planner(ClusterView(state, model, {}))
+
+
+def test_best_fit_takes_the_tightest_node_and_first_fit_the_first() -> None:
+    cluster = small_cluster(nodes=3, gpus=4)
+    # node 0: 1 GPU busy (3 free); node 1: 3 busy (1 free); node 2: all free.
+    planner = _planner(cluster, {0: 1.0, 4: 1.0, 5: 1.0, 6: 1.0})
+    assert planner.consolidated(job("x", 0, 1, 1), "best").gpus == (7,)
+    assert planner.consolidated(job("x", 0, 1, 1), "first").gpus == (1,)
+    assert planner.consolidated(job("x", 0, 3, 1), "best").gpus == (1, 2, 3)
+    assert planner.consolidated(job("x", 0, 3, 1), "worst").gpus == (8, 9, 10)
+
+
+def test_pcie_nodes_keep_a_gang_under_one_switch_when_possible() -> None:
+    cluster = small_cluster(nodes=1, gpus=8, interconnect="pcie", switches=2)
+    # GPU 0 busy: switch 0 has 3 free, switch 1 has 4 free; a 4-GPU gang fits only under switch 1.
+    planner = _planner(cluster, {0: 1.0})
+    assert planner.consolidated(job("x", 0, 4, 1)).gpus == (4, 5, 6, 7)
+    assert planner.consolidated(job("x", 0, 2, 1)).gpus == (1, 2)  # best-fitting switch
+
+
+def test_multi_node_gangs_stay_in_one_rack_when_one_can_hold_them() -> None:
+    cluster = small_cluster(nodes=4, gpus=4, nodes_per_rack=2)
+    planner = _planner(cluster, {0: 1.0})  # rack 0 has 7 free GPUs, rack 1 has 8
+    p = planner.consolidated(job("x", 0, 8, 1))
+    assert {int(cluster.node_rack[cluster.gpu_node[g]]) for g in p.gpus} == {1}
+    p = planner.consolidated(job("x", 0, 6, 1))  # both racks fit: the tighter one (rack 0)
+    assert {int(cluster.node_rack[cluster.gpu_node[g]]) for g in p.gpus} == {0}
+
+
+def test_fractional_jobs_pack_or_isolate() -> None:
+    cluster = small_cluster(nodes=1, gpus=4)
+    planner = _planner(cluster, {2: 0.5})
+    assert planner.packed_share(job("x", 0, 0.25, 1)).gpus == (2,)
+    assert planner.empty_gpu_share(job("x", 0, 0.25, 1)).gpus != (2,)
+    assert planner.packed_share(job("x", 0, 0.75, 1)).gpus != (2,)  # 0.5 free is not enough
+
+
+def test_contention_greedy_avoids_the_contended_gpu() -> None:
+    cluster = small_cluster(nodes=1, gpus=2)
+    heavy = job("heavy", 0, 0.5, 10_000, model="ResNet-50-bs16")
+    trace = [heavy, job("a", 1, 0.5, 100, model="ResNet-50-bs16")]
+    greedy = Simulator(cluster, trace, make_policy("contention-greedy")).run()
+    packed = Simulator(cluster, trace, make_policy("gandiva")).run()
+    g_heavy, g_a = greedy.jobs
+    p_heavy, p_a = packed.jobs
+    assert g_a.end_s == pytest.approx(101.0)  # alone on the other GPU: no slowdown
+    assert p_a.end_s > 101.0  # packed onto the heavy job's GPU: slowed by MPS sharing
+    assert greedy.metrics["avg_jct_s"] < packed.metrics["avg_jct_s"]
