@@ -60,24 +60,33 @@ class Tiresias:
         else:
             for job in queue:
                 buckets[self.queue_of(view, job, now)].append(job)
-        running = list(view.running.values())
-        run_level = {j.id: self.queue_of(view, j, now) for j in running}
-        # Victims: lowest priority first (highest queue, then latest arrival).
-        victims = sorted(running, key=lambda j: (run_level[j.id], j.spec.submit_s, j.id), reverse=True)
+        # Victims (lowest priority first: highest queue, then latest arrival) are worked out only when a job does not
+        # fit: on a cluster with room, every call is then linear in the queue alone.
+        victims: list[Job] | None = None
+        run_level: dict[int, int] = {}
         decisions: list[Decision] = []
         blocked = False
         for level, jobs in enumerate(buckets):
-            lower = [v for v in victims if run_level[v.id] > level]
+            lower: list[Job] | None = None
             failed_workers = None  # a whole-GPU gang this size did not fit and nothing can be preempted for it
             for job in jobs:
                 spec = job.spec
-                if not lower and failed_workers is not None and spec.num_gpus >= failed_workers:
+                if lower == [] and failed_workers is not None and spec.num_gpus >= failed_workers:
                     continue  # cheap skip: capacity only shrinks while no preemption happens
                 placement = planner.best_fit(spec) if planner.may_fit(spec) else None
-                if placement is None and lower:
-                    placement = self._preempt_for(view, planner, spec, lower, decisions, f"queue {level}")
-                    if placement is not None:
-                        victims = [v for v in victims if v in lower or run_level[v.id] <= level]
+                if placement is None:
+                    if victims is None:
+                        running = list(view.running.values())
+                        run_level = {j.id: self.queue_of(view, j, now) for j in running}
+                        victims = sorted(running, key=lambda j: (run_level[j.id], j.spec.submit_s, j.id),
+                                         reverse=True)
+                    if lower is None:
+                        lower = [v for v in victims if run_level[v.id] > level]
+                    if lower:
+                        placement = self._preempt_for(view, planner, spec, lower, decisions, f"queue {level}")
+                        if placement is not None:
+                            taken = {d.job_id for d in decisions if isinstance(d, Preempt)}
+                            victims = [v for v in victims if v.id not in taken]
                 if placement is None:
                     if not blocked:
                         decisions.append(Wait(job.id, wait_reason(planner, spec)))
