@@ -8,7 +8,7 @@ A job's iteration on its placement takes
   runs at the pace of the slowest worker).
 * `mps` is the slowdown from the other tenants of its GPUs (the worst of its GPUs). Two effects multiply:
   - capacity: SM and memory bandwidth are shared max-min fairly among the tenants' demands (SM demand capped by each
-    tenant's MPS thread percentage, i.e. its share); a tenant runs at its allocation / demand of the scarcer one;
+    tenant's MPS thread percentage, i.e. its share); a tenant slows by demand / allocation of the scarcer resource;
   - interference: a tenant whose kernels lean on memory bandwidth (`membw`) loses a further `mps_interference *
     membw * sum of the other tenants' SM demand` (caches and DRAM pages thrashed, kernels of different contexts
     serialised). Gavel's V100 co-location pairs show this term dominates: two heavy tenants can each keep well under
@@ -44,11 +44,11 @@ from scheduler.workloads import ModelProfile, catalog
 
 @dataclass(frozen=True, slots=True)
 class ContentionParams:
-    """Model constants fitted by `scheduler.calibrate` (see the README's fit report); the defaults are the fitted values."""
+    """Model constants; the defaults are the values `python -m scheduler.calibrate` fits (README: fit report)."""
 
     mps_overhead: float = 0.0  # per extra tenant on a GPU (context switching); the fit puts it all in interference
-    mps_interference: float = 7.7  # slowdown per unit of (own membw x co-tenants' SM demand) on a shared GPU
-    ring_straggler: float = 0.0326  # inter-server transfer time grows by this per server beyond two in a job's ring
+    mps_interference: float = 8.7  # slowdown per unit of (own membw x co-tenants' SM demand) on a shared GPU
+    ring_straggler: float = 0.0324  # inter-server transfer time grows by this per server beyond two in a job's ring
 
 
 @dataclass(frozen=True, slots=True)
