@@ -48,7 +48,7 @@ class QueuePolicy:
         planner = Planner(view)
         blocked: Job | None = None
         for job in self.order(queue, view):
-            if planner.free_capacity <= 1e-9:
+            if planner.full():
                 break
             placement = self.place(planner, job) if planner.may_fit(job.spec) else None
             if placement is None:

@@ -22,6 +22,12 @@ class Planner:
         self.free_whole = view.free_whole
         self.free_capacity = view.free_capacity
         self._node_mem = c.gpu_mem[c.node_first_gpu]
+        self._min_gpu_mem = float(c.gpu_mem.min())
+        self._max_free_share: float | None = None  # cached max of free_share; None when stale
+        # Smallest demands known not to fit now. Capacity only shrinks as a plan takes GPUs, so anything at least as
+        # large does not fit either; `give_back` forgets them. This keeps a scan of a deep queue cheap.
+        self._misfit_workers = float("inf")
+        self._misfit_shares: list[tuple[float, float]] = []  # (share, GB)
 
     # ---- bookkeeping -----------------------------------------------------------------------------------------------
 
@@ -34,6 +40,7 @@ class Planner:
             self.free_share[g] -= placement.share
             self.used_mem[g] += mem
         self.free_capacity -= placement.share * len(placement.gpus)
+        self._max_free_share = None
 
     def give_back(self, job: Job) -> None:
         """Count a running job's GPUs as free (it is about to be preempted)."""
@@ -46,12 +53,36 @@ class Planner:
                 self.node_free[self.cluster.gpu_node[g]] += 1
                 self.free_whole += 1
         self.free_capacity += placement.share * len(placement.gpus)
+        self._max_free_share = None
+        self._misfit_workers = float("inf")
+        self._misfit_shares = []
+
+    @property
+    def max_free_share(self) -> float:
+        if self._max_free_share is None:
+            self._max_free_share = float(self.free_share.max())
+        return self._max_free_share
+
+    def full(self) -> bool:
+        """No job of any size fits anywhere."""
+        return self.free_whole == 0 and self.max_free_share < 1e-3
 
     def may_fit(self, spec: JobSpec) -> bool:
         """Cheap necessary condition, to skip searches that cannot succeed."""
+        n = spec.num_gpus
+        if n < 1:
+            if n > self.max_free_share + EPS:
+                return False
+            mem = self.view.mem_need(spec)
+            return not any(n >= s - EPS and mem >= m - EPS for s, m in self._misfit_shares)
+        return self.free_whole >= n and n < self._misfit_workers
+
+    def _record_misfit(self, spec: JobSpec) -> None:
+        mem = self.view.mem_need(spec)
         if spec.num_gpus < 1:
-            return self.free_capacity >= spec.num_gpus - EPS
-        return self.free_whole >= spec.workers
+            self._misfit_shares.append((spec.num_gpus, mem))
+        elif mem <= self._min_gpu_mem:  # only capacity, not memory, kept it out: larger gangs cannot fit
+            self._misfit_workers = min(self._misfit_workers, spec.num_gpus)
 
     # ---- whole-GPU jobs --------------------------------------------------------------------------------------------
 
@@ -118,6 +149,7 @@ class Planner:
         c = self.cluster
         nodes = np.flatnonzero(free > 0)
         if int(free[nodes].sum()) < w:
+            self._record_misfit(spec)
             return None
         rack_free = np.bincount(c.node_rack[nodes], weights=free[nodes], minlength=c.num_racks)
         fitting_racks = np.flatnonzero(rack_free >= w)
@@ -149,7 +181,10 @@ class Planner:
     def _share_candidates(self, spec: JobSpec) -> np.ndarray:
         mem = self.view.mem_need(spec)
         ok = (self.free_share >= spec.share - EPS) & (self.cluster.gpu_mem - self.used_mem >= mem - EPS)
-        return np.flatnonzero(ok)
+        found = np.flatnonzero(ok)
+        if not found.size:
+            self._record_misfit(spec)
+        return found
 
     def packed_share(self, spec: JobSpec) -> Placement | None:
         """A fractional job on the GPU with the least free share that still fits it (best fit: packing)."""

@@ -2,16 +2,22 @@
 
 A job's attained service is GPUs x time it has run. Jobs sit in priority queues by attained service (thresholds in
 GPU-seconds); inside a queue, arrival order. A pending job may preempt running jobs only from strictly lower-priority
-queues, which is what keeps it from thrashing. With `starvation_factor` set (off by default: under
-overload it turns LAS into round robin with a preemption per quantum), a job that has waited that many times as long as
-it has run is promoted to the top queue, and its attained service counts from zero again (as in Tiresias' simulator), so it is
-not demoted and preempted straight back. Placement is consolidated when possible (Tiresias consolidates communication-heavy jobs).
+queues, lowest priority (then latest arrival) first, which is what keeps it from thrashing. Placement is consolidated
+when possible (Tiresias consolidates communication-heavy jobs).
+
+With `starvation_factor` set (off by default: under overload it turns LAS into round robin with a preemption per
+quantum), a job that has waited that many times as long as it has run is promoted to the top queue and its attained
+service counts from zero again, as in Tiresias' simulator, so it is not demoted and preempted straight back.
+
+Running jobs are indexed by queue incrementally (a demotion heap, per-queue lists in arrival order), so a scheduling
+call costs the queue's length plus the victims it actually examines, not the number of running jobs.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Sequence
+import heapq
+from collections.abc import Collection, Iterator, Sequence
 from typing import ClassVar
 
 from policies.base import Decision, Place, Preempt, Wait, WakeAt
@@ -33,6 +39,19 @@ class Tiresias:
         self.thresholds = sorted(thresholds)
         self.starvation_factor = starvation_factor
         self._discount: dict[int, float] = {}  # attained service forgiven at promotion, by job id
+        self._indexed_view: ClusterView | None = None
+        self._reset_index()
+
+    def _reset_index(self) -> None:
+        # Index of running jobs: queue level by id, per-level (submit, id) lists for levels >= 1 (only those can be
+        # victims), and a heap of (time it crosses its next threshold, id, level it leaves).
+        self._level: dict[int, int] = {}
+        self._submit: dict[int, float] = {}
+        self._by_level: list[list[tuple[float, int]]] = [[] for _ in range(len(self.thresholds) + 1)]
+        self._demote: list[tuple[float, int, int]] = []
+        self._placed: list[int] = []
+
+    # ---- queue levels ----------------------------------------------------------------------------------------------
 
     def attained(self, view: ClusterView, job: Job) -> float:
         return view.attained_gpu_s(job) - self._discount.get(job.id, 0.0)
@@ -46,7 +65,70 @@ class Tiresias:
                 return 0
         return bisect.bisect_right(self.thresholds, attained)
 
+    # ---- the running-job index -------------------------------------------------------------------------------------
+
+    def _unindex(self, job_id: int) -> None:
+        level = self._level.pop(job_id, None)
+        if level:
+            lst = self._by_level[level]
+            i = bisect.bisect_left(lst, (self._submit[job_id], job_id))
+            if i < len(lst) and lst[i][1] == job_id:
+                del lst[i]
+
+    def _index(self, view: ClusterView, job: Job, now: float) -> None:
+        self._unindex(job.id)
+        attained = self.attained(view, job)
+        level = bisect.bisect_right(self.thresholds, attained)
+        self._level[job.id] = level
+        self._submit[job.id] = job.spec.submit_s
+        if level:
+            bisect.insort(self._by_level[level], (job.spec.submit_s, job.id))
+        if level < len(self.thresholds):
+            cross = now + (self.thresholds[level] - attained) / job.spec.gpu_demand
+            heapq.heappush(self._demote, (cross, job.id, level))
+
+    def _sync(self, view: ClusterView, now: float) -> None:
+        if self._indexed_view is not view:  # first call (or a new view): index whatever already runs
+            self._reset_index()
+            self._indexed_view = view
+            for job in view.running.values():
+                self._index(view, job, now)
+        for job_id in self._placed:
+            job = view.running.get(job_id)
+            if job is not None:
+                self._index(view, job, now)
+        self._placed = []
+        while self._demote and self._demote[0][0] <= now:
+            _, job_id, level = heapq.heappop(self._demote)
+            job = view.running.get(job_id)
+            if job is not None and self._level.get(job_id) == level:
+                self._index(view, job, now)
+        running = len(view.running)
+        if sum(map(len, self._by_level)) > 2 * running + 1024:  # drop finished jobs now and then
+            for lst in self._by_level:
+                lst[:] = [e for e in lst if e[1] in view.running]
+            self._level = {j: lv for j, lv in self._level.items() if j in view.running}
+
+    def _victims_below(self, view: ClusterView, level: int) -> Iterator[Job]:
+        """Running jobs in queues lower than `level`, lowest priority (highest queue, latest arrival) first."""
+        for lv in range(len(self._by_level) - 1, level, -1):
+            lst = self._by_level[lv]
+            for i in range(len(lst) - 1, -1, -1):
+                if i >= len(lst):
+                    continue
+                job = view.running.get(lst[i][1])
+                if job is not None and self._level.get(job.id) == lv:
+                    yield job
+                else:  # finished since it was indexed: drop it (walking backwards keeps lower indices valid)
+                    del lst[i]
+
+    def _has_victims_below(self, level: int) -> bool:
+        return any(self._by_level[lv] for lv in range(level + 1, len(self._by_level)))
+
+    # ---- scheduling ------------------------------------------------------------------------------------------------
+
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        self._sync(view, now)
         if not queue:  # demotions only matter when someone is waiting
             return []
         planner = Planner(view)
@@ -60,54 +142,41 @@ class Tiresias:
         else:
             for job in queue:
                 buckets[self.queue_of(view, job, now)].append(job)
-        # Victims (lowest priority first: highest queue, then latest arrival) are worked out only when a job does not
-        # fit: on a cluster with room, every call is then linear in the queue alone.
-        victims: list[Job] | None = None
-        run_level: dict[int, int] = {}
         decisions: list[Decision] = []
+        preempted: set[int] = set()
         blocked = False
         for level, jobs in enumerate(buckets):
-            lower: list[Job] | None = None
-            failed_workers = None  # a whole-GPU gang this size did not fit and nothing can be preempted for it
+            can_preempt = self._has_victims_below(level)
+            if not can_preempt and planner.full():
+                break  # nothing fits and nobody below can be preempted, for this level and every later one
+            # Within a level, victims only get scarcer and free capacity only shrinks (what preemption frees, the
+            # preempting job takes), so once preempting for a demand failed, larger demands fail too.
+            no_victims_from = float("inf")
             for job in jobs:
                 spec = job.spec
-                if lower == [] and failed_workers is not None and spec.num_gpus >= failed_workers:
-                    continue  # cheap skip: capacity only shrinks while no preemption happens
                 placement = planner.best_fit(spec) if planner.may_fit(spec) else None
-                if placement is None:
-                    if victims is None:
-                        running = list(view.running.values())
-                        run_level = {j.id: self.queue_of(view, j, now) for j in running}
-                        victims = sorted(running, key=lambda j: (run_level[j.id], j.spec.submit_s, j.id),
-                                         reverse=True)
-                    if lower is None:
-                        lower = [v for v in victims if run_level[v.id] > level]
-                    if lower:
-                        placement = self._preempt_for(view, planner, spec, lower, decisions, f"queue {level}")
-                        if placement is not None:
-                            taken = {d.job_id for d in decisions if isinstance(d, Preempt)}
-                            victims = [v for v in victims if v.id not in taken]
+                if placement is None and can_preempt and spec.num_gpus < no_victims_from:
+                    placement = self._preempt_for(view, planner, spec, level, preempted, decisions)
+                    if placement is None:
+                        no_victims_from = spec.num_gpus
                 if placement is None:
                     if not blocked:
                         decisions.append(Wait(job.id, wait_reason(planner, spec)))
                     blocked = True
-                    if spec.num_gpus >= 1 and not lower:
-                        failed_workers = min(failed_workers or spec.num_gpus, spec.num_gpus)
                     continue
                 planner.take(spec, placement)
+                self._placed.append(job.id)
                 decisions.append(Place(job.id, placement, f"queue {level}"))
-        if blocked:
-            wake = self._next_demotion(view, now)
-            if wake is not None:
-                decisions.append(WakeAt(wake))
+        if blocked and self._demote:
+            decisions.append(WakeAt(self._demote[0][0] + 1e-6))
         return decisions
 
     def _preempt_for(
-        self, view: ClusterView, planner: Planner, spec: JobSpec, lower: list[Job], decisions: list[Decision],
-        why: str,
+        self, view: ClusterView, planner: Planner, spec: JobSpec, level: int, preempted: set[int],
+        decisions: list[Decision],
     ) -> Placement | None:
-        """Preempt the fewest lower-priority jobs that let `spec` fit; they leave `lower` (and are decided)."""
-        chosen = self._victims(view, planner, spec, lower)
+        """Preempt the lowest-priority jobs that let `spec` fit, if any set does."""
+        chosen = self._victims(view, planner, spec, level, preempted)
         if not chosen:
             return None
         for v in chosen:
@@ -118,56 +187,39 @@ class Tiresias:
                 planner.take(v.spec, view.placement(v.id))
             return None
         for v in chosen:
-            lower.remove(v)
-            decisions.append(Preempt(v.id, f"preempted by {spec.name} ({why})"))
+            preempted.add(v.id)
+            self._unindex(v.id)
+            decisions.append(Preempt(v.id, f"preempted by {spec.name} (queue {level})"))
         return placement
 
-    def _victims(self, view: ClusterView, planner: Planner, spec: JobSpec, lower: list[Job]) -> list[Job]:
-        """The fewest lower-priority GPUs to preempt so the job fits: on one node when the gang fits in a node (so
-        we never free GPUs scattered where they cannot help), else lowest priority first across the cluster."""
-        if not lower:
-            return []
+    def _victims(
+        self, view: ClusterView, planner: Planner, spec: JobSpec, level: int, preempted: set[int]
+    ) -> list[Job]:
+        """Lowest priority first, the victims that make room: on a single node when the gang fits in one (so no
+        GPUs are freed where they cannot help), else anywhere until enough capacity is free."""
         cluster = view.cluster
+        victims = (v for v in self._victims_below(view, level) if v.id not in preempted)
         if spec.num_gpus >= 1 and spec.workers <= cluster.max_gpus_per_node:
+            freed: dict[int, int] = {}
             on_node: dict[int, list[Job]] = {}
-            for v in lower:  # `lower` is lowest priority first
-                for node in view.placement(v.id).nodes(cluster):
+            for v in victims:
+                p = view.placement(v.id)
+                for node in p.nodes(cluster):
+                    if cluster.node_num_gpus[node] < spec.workers:
+                        continue
+                    # Shared GPUs free up only if the victim was their last tenant.
+                    gain = sum(1 for g in p.gpus if cluster.gpu_node[g] == node
+                               and planner.free_share[g] + p.share >= 1.0 - 1e-9)
+                    freed[node] = freed.get(node, 0) + gain
                     on_node.setdefault(node, []).append(v)
-            best: tuple[float, list[Job]] | None = None
-            for node, vs in on_node.items():
-                if cluster.node_num_gpus[node] < spec.workers:
-                    continue
-                free = int(planner.node_free[node])
-                chosen: list[Job] = []
-                for v in vs:
-                    if free >= spec.workers:
-                        break
-                    p = view.placement(v.id)
-                    # A victim frees its GPUs on this node; shared GPUs free up only if it was their last tenant.
-                    free += sum(1 for g in p.gpus if cluster.gpu_node[g] == node
-                                and planner.free_share[g] + p.share >= 1.0 - 1e-9)
-                    chosen.append(v)
-                if free >= spec.workers:
-                    cost = sum(v.spec.gpu_demand for v in chosen)
-                    if best is None or cost < best[0]:
-                        best = (cost, chosen)
-            return best[1] if best else []
+                    if int(planner.node_free[node]) + freed[node] >= spec.workers:
+                        return on_node[node]
+            return []
         need = spec.gpu_demand - planner.free_capacity
         chosen = []
-        for v in lower:
+        for v in victims:
             if need <= 0:
                 break
             chosen.append(v)
             need -= v.spec.gpu_demand
         return chosen if need <= 0 else []
-
-    def _next_demotion(self, view: ClusterView, now: float) -> float | None:
-        """When the next running job crosses a queue threshold (it may then be preempted)."""
-        soonest = None
-        for job in view.running.values():
-            attained = self.attained(view, job)
-            i = bisect.bisect_right(self.thresholds, attained)
-            if i < len(self.thresholds):
-                t = now + (self.thresholds[i] - attained) / job.spec.gpu_demand
-                soonest = t if soonest is None else min(soonest, t)
-        return None if soonest is None else soonest + 1e-6

@@ -12,8 +12,8 @@ Everything the hot path touches is a flat numpy array indexed by GPU, node or li
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
@@ -176,7 +176,7 @@ class Cluster:
     def num_links(self) -> int:
         return int(self.link_capacity.shape[0])
 
-    @property
+    @cached_property
     def max_gpus_per_node(self) -> int:
         return int(self.node_num_gpus.max())
 
@@ -376,6 +376,7 @@ class JobSpec:
     priority: int = 0
     slo_ms: float | None = None
     compression: float = 1.0  # fraction of gradient bytes actually sent (gradient compression: < 1)
+    workers: int = field(init=False, repr=False, compare=False)  # gang size; a fractional job has one worker
 
     def __post_init__(self) -> None:
         if not (self.num_gpus > 0 and (self.num_gpus < 1 or float(self.num_gpus).is_integer())):
@@ -384,11 +385,7 @@ class JobSpec:
             raise ValueError(f"duration_s must be positive, got {self.duration_s}")
         if not 0 < self.compression <= 1:
             raise ValueError(f"compression must be in (0, 1], got {self.compression}")
-
-    @property
-    def workers(self) -> int:
-        """Number of GPUs (gang size); a fractional job has one worker."""
-        return max(1, int(self.num_gpus))
+        object.__setattr__(self, "workers", max(1, int(self.num_gpus)))  # hot in every policy: computed once
 
     @property
     def share(self) -> float:
@@ -449,6 +446,3 @@ class Job:
     def __repr__(self) -> str:
         return f"Job({self.id}, {self.spec.name}, {self.state}, gpus={self.spec.num_gpus})"
 
-
-def gpus_needed_whole(num_gpus: float) -> int:
-    return int(math.ceil(num_gpus))
