@@ -1,5 +1,20 @@
 """contention-greedy: in arrival order with backfill, each job takes the candidate placement that adds the least
-predicted slowdown, to itself and to the jobs it joins, weighted by the GPUs each holds.
+predicted slowdown, to itself and to the jobs it joins.
+
+Cost of a candidate, in GPUs' worth of lost progress per second:
+
+* (own predicted slowdown - 1) x its GPUs;
+* for every training job it joins, (added slowdown) x that job's GPUs. An inference service stays up for its wall time
+  whatever its speed, so a neighbouring service counts only if the placement pushes its latency over its SLO
+  (`slo_penalty` GPUs' worth);
+* a fractional job that takes a wholly free GPU pays `fragmentation_weight` x the share it strands, which no
+  whole-GPU job can use until it ends. Measured on the Alibaba slice, a weight of 2 keeps packing as tight as best fit
+  while steering each job to the least interfering tenant; at 1 or below, isolating fractional jobs strands enough
+  GPUs that queueing grows more than contention shrinks.
+
+Ties go to the first candidate, the best-fit one. Waiting for a better placement (holding a spread job back, or
+reserving a node for it) was tried and lengthened average JCT on both real traces, so this policy never waits while a
+candidate exists.
 
 It places one job per call so that every prediction sees the placements made before it (the caller asks again until
 nothing more is placed); jobs found blocked at the same instant are remembered so the queue is not rescanned.
@@ -14,7 +29,7 @@ from policies.base import Decision, Place, Wait
 from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import register
-from scheduler.model import Job, JobSpec, Placement
+from scheduler.model import Job, JobKind, JobSpec, Placement
 from scheduler.state import ClusterView
 
 
@@ -23,19 +38,26 @@ class ContentionGreedy:
     name: ClassVar[str] = "contention-greedy"
     oracle: ClassVar[bool] = False
 
-    def __init__(self, seed: int = 0, fragmentation_weight: float = 0.25) -> None:
-        # Cost of leaving a whole GPU partly used by a fractional job, in GPU-slowdown units: small enough that
-        # isolation wins over a heavily contended GPU, large enough that a harmless co-location is preferred.
+    def __init__(self, seed: int = 0, fragmentation_weight: float = 2.0, slo_penalty: float = 1.0) -> None:
         self.fragmentation_weight = fragmentation_weight
+        self.slo_penalty = slo_penalty
         self._memo: tuple[float, float] | None = None  # (now, free capacity) the blocked set is valid for
         self._blocked: set[int] = set()
 
     def cost(self, view: ClusterView, spec: JobSpec, placement: Placement) -> float:
+        """Predicted GPUs' worth of progress lost by placing `spec` on `placement` now."""
         pred = view.predict(spec, placement)
         cost = (pred.slowdown - 1.0) * spec.gpu_demand
         for j, after in pred.others_after.items():
-            cost += (after - pred.others_before[j]) * view.running[j].spec.gpu_demand
-        if spec.num_gpus < 1 and all(view.free_share[g] >= 1.0 - 1e-9 for g in placement.gpus):
+            other = view.running[j].spec
+            if other.kind is JobKind.INFERENCE:
+                prof = view.profile(other)
+                slo = other.slo_ms or prof.slo_ms
+                if slo and prof.latency_ms * after > slo >= prof.latency_ms * pred.others_before[j]:
+                    cost += self.slo_penalty * other.gpu_demand
+            else:
+                cost += (after - pred.others_before[j]) * other.gpu_demand
+        if spec.num_gpus < 1 and view.free_share[placement.gpus[0]] >= 1.0 - 1e-9:
             cost += self.fragmentation_weight * (1.0 - spec.share)
         return cost
 
@@ -51,12 +73,12 @@ class ContentionGreedy:
                 continue
             spec = job.spec
             cands = planner.candidates(spec) if planner.may_fit(spec) else []
-            if not cands:
-                self._blocked.add(job.id)
-                if first_wait is None:
-                    first_wait = Wait(job.id, wait_reason(planner, spec))
-                continue
-            costs = [self.cost(view, spec, p) for p in cands]
-            best = min(range(len(cands)), key=lambda i: (round(costs[i], 9), i))
-            return [Place(job.id, cands[best], f"least added slowdown {costs[best]:.3f} of {len(cands)} candidates")]
+            if cands:
+                costs = [self.cost(view, spec, p) for p in cands]
+                best = min(range(len(cands)), key=lambda i: (round(costs[i], 9), i))
+                why = f"least added slowdown ({costs[best]:.3f} GPUs' worth) of {len(cands)} candidates"
+                return [Place(job.id, cands[best], why)]
+            self._blocked.add(job.id)
+            if first_wait is None:
+                first_wait = Wait(job.id, wait_reason(planner, spec))
         return [first_wait] if first_wait is not None else []

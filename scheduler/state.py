@@ -141,6 +141,9 @@ class ClusterView:
     def mem_need(self, spec: JobSpec) -> float:
         return self._state.mem_need(spec)
 
+    def profile(self, spec: JobSpec) -> ModelProfile:
+        return self._state.profiles[spec.model]
+
     def check(self, spec: JobSpec, placement: Placement) -> str | None:
         return self._state.check(spec, placement)
 
