@@ -23,6 +23,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
+	$(BIN)/python benchmarks/policies.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
