@@ -42,8 +42,8 @@ def format_duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f}m"
     if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
+        return f"{seconds / 3600:.2f}h"
+    return f"{seconds / 86400:.2f}d"
 
 
 def _cell(value: Any, fmt: str) -> str:
