@@ -128,10 +128,6 @@ class ClusterView:
     def link_load(self) -> np.ndarray:
         return self._contention.link_load
 
-    @property
-    def contention_enabled(self) -> bool:
-        return self._contention.enabled
-
     def tenants(self, gpu: int) -> tuple[int, ...]:
         return tuple(self._state.tenants.get(gpu, ()))
 

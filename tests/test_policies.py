@@ -76,6 +76,17 @@ def test_registry_lists_every_heuristic_and_rejects_unknown_names() -> None:
     assert make_policy("sjf").oracle and not make_policy("tiresias").oracle
 
 
+def test_prefixed_names_resolve_through_their_loader() -> None:
+    from policies.registry import _PREFIXES, register_prefix
+
+    register_prefix("test-prefix", lambda arg, seed: make_policy(arg, seed))
+    try:
+        assert make_policy("test-prefix:fifo").name == "fifo"
+        assert "test-prefix:NAME" in available()
+    finally:
+        del _PREFIXES["test-prefix"]
+
+
 def _planner(cluster: Cluster, busy: dict[int, float] | None = None) -> Planner:
     state = ClusterState(cluster, catalog())
     model = ContentionModel(cluster)
