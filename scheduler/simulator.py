@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.contention import ContentionModel, ContentionParams
-from scheduler.decisions import Place, Policy, Preempt, Wait, WakeAt
+from scheduler.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.model import Cluster, Job, JobKind, JobSpec, JobState
 from scheduler.state import ClusterState, ClusterView
 from scheduler.workloads import ModelProfile, catalog
@@ -80,6 +80,7 @@ class Simulator:
         self._slo_ms = [self._slo(s) for s in self.specs]
         self._latency_ms = [self.profiles[s.model].latency_ms for s in self.specs]
         self._events = 0
+        self._next_arrival = 0
         self._wakes: set[float] = set()
         self._finished = 0
         self._busy_share_s = 0.0
@@ -193,56 +194,77 @@ class Simulator:
         # Keep the queue in arrival order: rebuild it (preemptions are rare next to arrivals).
         self.pending = dict(sorted(self.pending.items(), key=lambda kv: (kv[1].spec.submit_s, kv[0])))
 
+    def apply(self, decisions: Sequence[Decision]) -> bool:
+        """Carry out decisions (preemptions first: they free what placements may use). True if anything changed."""
+        acted = False
+        for d in decisions:
+            if isinstance(d, Preempt):
+                self._preempt(self.jobs[d.job_id])
+                acted = True
+        for d in decisions:
+            if isinstance(d, Place):
+                self._start(self.jobs[d.job_id], d)
+                acted = True
+            elif isinstance(d, Wait):
+                self.pending_reasons[d.job_id] = d.reason
+            elif isinstance(d, WakeAt) and d.time > self.now and d.time not in self._wakes:
+                self._wakes.add(d.time)
+                self._push(d.time, _WAKE)
+        return acted
+
     # ---- the loop --------------------------------------------------------------------------------------------------
 
-    def _schedule(self) -> None:
+    def schedule(self) -> None:
+        """Ask the policy for decisions at this instant, apply them, and ask again until it stops acting."""
         self.view.now = self.now
         for _ in range(MAX_ROUNDS):
             if not self.pending:
                 return
-            decisions = self.policy.schedule(self.view, self.pending.values(), self.now)
-            acted = False
-            for d in decisions:  # preemptions first: they free what the placements may use
-                if isinstance(d, Preempt):
-                    self._preempt(self.jobs[d.job_id])
-                    acted = True
-            for d in decisions:
-                if isinstance(d, Place):
-                    self._start(self.jobs[d.job_id], d)
-                    acted = True
-                elif isinstance(d, Wait):
-                    self.pending_reasons[d.job_id] = d.reason
-                elif isinstance(d, WakeAt) and d.time > self.now and d.time not in self._wakes:
-                    self._wakes.add(d.time)
-                    self._push(d.time, _WAKE)
-            if not acted:
+            if not self.apply(self.policy.schedule(self.view, self.pending.values(), self.now)):
                 return
         raise SimulationError(f"{self.policy.name} kept acting at t={self.now} for {MAX_ROUNDS} rounds")
 
+    @property
+    def done(self) -> bool:
+        """Every job has arrived and nothing is left to happen."""
+        return self._next_arrival >= len(self.jobs) and not self._heap
+
+    def next_event_time(self) -> float:
+        t_arr = self.specs[self._next_arrival].submit_s if self._next_arrival < len(self.jobs) else float("inf")
+        return min(t_arr, self._heap[0][0] if self._heap else float("inf"))
+
+    def advance(self) -> bool:
+        """Move the clock to the next instant something happens and process all of it (completions, wake-ups,
+        arrivals). Returns False when nothing is left. Scheduling is the caller's next move: `schedule()` asks the
+        policy; the RL environment decides itself."""
+        if self.done:
+            return False
+        heap = self._heap
+        self.now = self.next_event_time()
+        while heap and heap[0][0] <= self.now:
+            _, _, kind, job_id, version = heapq.heappop(heap)
+            self._events += 1
+            if kind == _FINISH and version == self._version[job_id]:
+                self._finish(self.jobs[job_id])
+            elif kind == _WAKE:
+                self._wakes.discard(self.now)
+        n = len(self.jobs)
+        while self._next_arrival < n and self.specs[self._next_arrival].submit_s <= self.now:
+            self._arrive(self.jobs[self._next_arrival])
+            self._events += 1
+            self._next_arrival += 1
+        return True
+
+    def idle_forever(self) -> bool:
+        """Jobs are queued, nothing runs and nothing will happen: only a placement can make progress."""
+        return self.done and bool(self.pending) and not self.running
+
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
-        n = len(self.jobs)
-        next_arrival = 0
         last_report = 0
-        heap = self._heap
-        while next_arrival < n or heap:
-            t_arr = self.specs[next_arrival].submit_s if next_arrival < n else float("inf")
-            t_evt = heap[0][0] if heap else float("inf")
-            self.now = min(t_arr, t_evt)
-            # Everything that happens at this instant, then one scheduling pass.
-            while heap and heap[0][0] <= self.now:
-                _, _, kind, job_id, version = heapq.heappop(heap)
-                self._events += 1
-                if kind == _FINISH and version == self._version[job_id]:
-                    self._finish(self.jobs[job_id])
-                elif kind == _WAKE:
-                    self._wakes.discard(self.now)
-            while next_arrival < n and self.specs[next_arrival].submit_s <= self.now:
-                self._arrive(self.jobs[next_arrival])
-                self._events += 1
-                next_arrival += 1
-            self._schedule()
-            if not heap and next_arrival >= n and self.pending and not self.running:
+        while self.advance():
+            self.schedule()
+            if self.idle_forever():
                 stuck = next(iter(self.pending.values()))
                 raise SimulationError(
                     f"{self.policy.name} left {len(self.pending)} job(s) queued on an idle cluster, "
