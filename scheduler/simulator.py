@@ -52,7 +52,7 @@ class Simulator:
         self,
         cluster: Cluster,
         jobs: Sequence[JobSpec],
-        policy: Policy,
+        policy: Policy | None,
         *,
         contention: bool = True,
         profiles: Mapping[str, ModelProfile] | None = None,
@@ -85,6 +85,10 @@ class Simulator:
         self._finished = 0
         self._busy_share_s = 0.0
         self.pending_reasons: dict[int, str] = {}
+
+    @property
+    def _who(self) -> str:
+        return self.policy.name if self.policy is not None else "the driver"
 
     def _slo(self, spec: JobSpec) -> float:
         if spec.kind is not JobKind.INFERENCE:
@@ -148,7 +152,7 @@ class Simulator:
 
     def _start(self, job: Job, decision: Place) -> None:
         if job.id not in self.pending:
-            raise SimulationError(f"{self.policy.name} placed job {job.spec.name}, which is not pending")
+            raise SimulationError(f"{self._who} placed job {job.spec.name}, which is not pending")
         self.state.allocate(job.id, job.spec, decision.placement)
         del self.pending[job.id]
         self.pending_reasons.pop(job.id, None)
@@ -184,7 +188,7 @@ class Simulator:
 
     def _preempt(self, job: Job) -> None:
         if job.id not in self.running:
-            raise SimulationError(f"{self.policy.name} preempted job {job.spec.name}, which is not running")
+            raise SimulationError(f"{self._who} preempted job {job.spec.name}, which is not running")
         self._stop(job)
         job.state = JobState.PENDING
         job.preemptions += 1
@@ -216,7 +220,8 @@ class Simulator:
 
     def schedule(self) -> None:
         """Ask the policy for decisions at this instant, apply them, and ask again until it stops acting."""
-        self.view.now = self.now
+        if self.policy is None:
+            raise SimulationError("this simulator has no policy: its driver decides (see agents.env)")
         for _ in range(MAX_ROUNDS):
             if not self.pending:
                 return
@@ -240,7 +245,7 @@ class Simulator:
         if self.done:
             return False
         heap = self._heap
-        self.now = self.next_event_time()
+        self.now = self.view.now = self.next_event_time()
         while heap and heap[0][0] <= self.now:
             _, _, kind, job_id, version = heapq.heappop(heap)
             self._events += 1
@@ -254,6 +259,16 @@ class Simulator:
             self._events += 1
             self._next_arrival += 1
         return True
+
+    def jobs_in_system(self) -> int:
+        return len(self.pending) + len(self.running)
+
+    def slo_violations(self) -> int:
+        """Running inference services whose predicted latency is over their SLO right now."""
+        return sum(
+            1 for j in self.running.values()
+            if self._slo_ms[j.id] and self._latency_ms[j.id] * self._slow[j.id] > self._slo_ms[j.id]
+        )
 
     def idle_forever(self) -> bool:
         """Jobs are queued, nothing runs and nothing will happen: only a placement can make progress."""
@@ -276,11 +291,14 @@ class Simulator:
                 last_report = self._finished
         if self.progress is not None:
             self.progress(self._finished - last_report)
+        return self.result(time.perf_counter() - wall0)
+
+    def result(self, wall_s: float = 0.0) -> SimResult:
         return SimResult(
-            policy=self.policy.name,
+            policy=self._who,
             jobs=self.jobs,
             metrics=self.metrics(),
-            wall_s=time.perf_counter() - wall0,
+            wall_s=wall_s,
             events=self._events,
             pending_reasons=dict(self.pending_reasons),
         )
