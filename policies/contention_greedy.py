@@ -27,7 +27,7 @@ from typing import ClassVar
 
 from policies.base import Decision, Place, Wait
 from policies.heuristics import wait_reason
-from policies.placement import Planner
+from policies.placement import PassedOver, Planner
 from policies.registry import register
 from scheduler.model import Job, JobKind, JobSpec, Placement
 from scheduler.state import ClusterView
@@ -41,8 +41,7 @@ class ContentionGreedy:
     def __init__(self, seed: int = 0, fragmentation_weight: float = 2.0, slo_penalty: float = 1.0) -> None:
         self.fragmentation_weight = fragmentation_weight
         self.slo_penalty = slo_penalty
-        self._memo: tuple[float, float] | None = None  # (now, free capacity) the blocked set is valid for
-        self._blocked: set[int] = set()
+        self._passed = PassedOver()
 
     def cost(self, view: ClusterView, spec: JobSpec, placement: Placement) -> float:
         """Predicted GPUs' worth of progress lost by placing `spec` on `placement` now."""
@@ -62,14 +61,11 @@ class ContentionGreedy:
         return cost
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        # Within one instant capacity only shrinks as this policy places jobs, so a job blocked earlier stays blocked.
-        if self._memo is None or self._memo[0] != now or view.free_capacity > self._memo[1] + 1e-9:
-            self._blocked = set()
-        self._memo = (now, view.free_capacity)
+        blocked = self._passed.refresh(view, now)
         planner = Planner(view)
         first_wait: Decision | None = None
         for job in queue:
-            if job.id in self._blocked:
+            if job.id in blocked:
                 continue
             spec = job.spec
             cands = planner.candidates(spec) if planner.may_fit(spec) else []
@@ -78,7 +74,7 @@ class ContentionGreedy:
                 best = min(range(len(cands)), key=lambda i: (round(costs[i], 9), i))
                 why = f"least added slowdown ({costs[best]:.3f} GPUs' worth) of {len(cands)} candidates"
                 return [Place(job.id, cands[best], why)]
-            self._blocked.add(job.id)
+            blocked.add(job.id)
             if first_wait is None:
                 first_wait = Wait(job.id, wait_reason(planner, spec))
         return [first_wait] if first_wait is not None else []

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from policies.base import Decision, Place
+from policies.placement import PassedOver
 from policies.registry import UnknownPolicyError, register_prefix
 from policies.rl_encoding import ENCODING_VERSION, OBS_SIZE, decision_points
 from scheduler.model import Job
@@ -77,19 +78,16 @@ class RLPolicy:
     def __init__(self, model: Any, label: str) -> None:
         self.model = model
         self.label = label
-        self._memo: tuple[float, float] | None = None
-        self._passed: set[int] = set()
+        self._passed = PassedOver()
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         # As in the environment: a job told to wait is passed over until the clock moves (or capacity frees up).
-        if self._memo is None or self._memo[0] != now or view.free_capacity > self._memo[1] + 1e-9:
-            self._passed = set()
-        self._memo = (now, view.free_capacity)
-        for point in decision_points(view, queue, now, self._passed):
+        passed = self._passed.refresh(view, now)
+        for point in decision_points(view, queue, now, passed):
             action, _ = self.model.predict(point.obs, action_masks=point.mask, deterministic=True)
             placement = point.placement(int(action))
             if placement is None:
-                self._passed.add(point.job.id)
+                passed.add(point.job.id)
                 continue
             return [Place(point.job.id, placement, f"rl:{self.label} chose candidate {int(action)}")]
         return []

@@ -62,19 +62,27 @@ def _parse_cluster_option(ctx: click.Context, param: click.Parameter, value: str
 
 
 def _parse_policies(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
-    from policies import available, make_policy
+    from policies import available
 
     names = [n.strip() for n in value.split(",") if n.strip()]
     if not names:
         raise click.BadParameter(f"give at least one policy; choose from {', '.join(available())}", ctx, param)
-    for name in names:
-        try:
-            make_policy(name)
-        except SpecError as exc:
-            raise click.BadParameter(str(exc), ctx, param) from None
     if len(set(names)) != len(names):
         raise click.BadParameter("a policy is listed twice", ctx, param)
     return names
+
+
+def _build_policies(names: list[str], seed: int) -> dict[str, Any]:
+    """Each policy built once, before any work starts (an `rl:` agent loads a model), bad names refused as flags."""
+    from policies import make_policy
+
+    built = {}
+    for name in names:
+        try:
+            built[name] = make_policy(name, seed=seed)
+        except SpecError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--policy'") from None
+    return built
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -107,12 +115,12 @@ def simulate(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from policies import make_policy
     from scheduler.simulator import SimulationError, Simulator
     from scheduler.traces import load_trace
 
     # Piped output (CI logs, files) has no terminal width; use a wide one rather than fold the table.
     console = Console(width=None if sys.stdout.isatty() else 160)
+    built = _build_policies(policies, seed)
     try:
         trace = load_trace(trace_path, format=trace_format, limit=limit, seed=seed)
     except SpecError as exc:
@@ -129,13 +137,13 @@ def simulate(
                   console=console, transient=True) as progress:
         for name in policies:
             task = progress.add_task(name, total=len(trace.jobs))
-            sim = Simulator(cluster, trace.jobs, make_policy(name, seed=seed), contention=not no_contention,
+            sim = Simulator(cluster, trace.jobs, built[name], contention=not no_contention,
                             progress=lambda n, task=task: progress.advance(task, n))
             try:
                 results.append(sim.run())
             except SimulationError as exc:
                 raise click.ClickException(f"policy {name}: {exc}") from None
-    console.print(metrics_table(results, make_policy))
+    console.print(metrics_table(results, {name: p.oracle for name, p in built.items()}))
     if json_out is not None:
         json_out.write_text(json.dumps(report(trace, cluster, results, not no_contention, seed), indent=2) + "\n")
         console.print(f"metrics written to {json_out}")
@@ -144,14 +152,14 @@ def simulate(
         console.print(f"JCT CDF written to {plot_out}")
 
 
-def metrics_table(results: list[SimResult], make_policy: Any) -> Any:
+def metrics_table(results: list[SimResult], oracle: dict[str, bool]) -> Any:
     """Metrics as rows and policies as columns, so many policies still fit a terminal; best avg JCT in green."""
     from rich.table import Table
 
     table = Table(title="Policy comparison (JCT: job completion time; contention: avg slowdown while running)")
     table.add_column("metric", style="bold", no_wrap=True)
     for r in results:
-        table.add_column(r.policy + (" (oracle)" if make_policy(r.policy).oracle else ""), justify="right")
+        table.add_column(r.policy + (" (oracle)" if oracle[r.policy] else ""), justify="right")
     best = min(r.metrics["avg_jct_s"] for r in results)
     for key, header, fmt in METRIC_COLUMNS:
         cells = []

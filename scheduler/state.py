@@ -140,9 +140,6 @@ class ClusterView:
     def profile(self, spec: JobSpec) -> ModelProfile:
         return self._state.profiles[spec.model]
 
-    def check(self, spec: JobSpec, placement: Placement) -> str | None:
-        return self._state.check(spec, placement)
-
     def slowdown(self, job_id: int) -> float:
         return self._contention.slowdown(job_id)
 
