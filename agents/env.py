@@ -11,8 +11,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from policies.rl_encoding import N_ACTIONS, OBS_HIGH, OBS_LOW, OBS_SIZE, WAIT, DecisionPoint, decision_points
-from scheduler.decisions import Place
+from policies.placement import PassedOver
+from policies.rl_encoding import (
+    N_ACTIONS, OBS_HIGH, OBS_LOW, OBS_SIZE, WAIT, DecisionPoint, decision_points, next_demotion,
+)
+from scheduler.decisions import WakeAt
 from scheduler.model import JobSpec, parse_cluster
 from scheduler.simulator import Simulator
 from scheduler.traces import load_trace, synthetic
@@ -84,7 +87,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.action_space = spaces.Discrete(N_ACTIONS)
         self.sim: Simulator | None = None
         self._point: DecisionPoint | None = None
-        self._passed: set[int] = set()
+        self._passed = PassedOver()  # as in the rl: policy: jobs told to wait at this instant
         self._decisions = 0
 
     # ---- episode set-up ---------------------------------------------------------------------------------------------
@@ -119,7 +122,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         jobs = self._draw_jobs(workload, int(options.get("window", self.window)), cluster.num_gpus,
                                options.get("start"))
         self.sim = Simulator(cluster, jobs, None)
-        self._passed = set()
+        self._passed = PassedOver()
         self._decisions = 0
         self._advance()
         info = {"cluster": cluster.name, "workload": workload, "jobs": len(jobs)}
@@ -144,16 +147,18 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         reward = 0.0
         while True:
             if sim.pending:
-                point = next(decision_points(sim.view, sim.pending.values(), sim.now, self._passed), None)
+                passed = self._passed.refresh(sim.view, sim.now)
+                point = next(decision_points(sim.view, sim.pending.values(), sim.now, passed), None)
                 if point is not None:
                     self._point = point
                     return reward
+            if sim.pending and (wake := next_demotion(sim.view, sim.now)) is not None:
+                sim.apply([WakeAt(wake)])  # as the rl: policy does: a demoted job may become a victim
             in_system, late, t0 = sim.jobs_in_system(), sim.slo_violations(), sim.now
             if not sim.advance():
                 self._point = None
                 return reward
             reward -= (in_system + self.slo_weight * late) * (sim.now - t0) / self.reward_scale_s
-            self._passed = set()
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._point is None or self.sim is None:
@@ -164,11 +169,11 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         if not (0 <= action < N_ACTIONS and point.mask[action]):
             info["invalid_action"] = action
             action = WAIT if point.mask[WAIT] else 0
-        placement = point.placement(action)
-        if placement is None:
-            self._passed.add(point.job.id)
+        decisions = point.decisions(action, "rl")
+        if decisions:
+            self.sim.apply(decisions)
         else:
-            self.sim.apply([Place(point.job.id, placement, "rl")])
+            self._passed.ids.add(point.job.id)
         self._decisions += 1
         reward = self._advance()
         terminated = self._point is None

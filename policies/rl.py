@@ -14,10 +14,10 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, ClassVar
 
-from policies.base import Decision, Place
+from policies.base import Decision, WakeAt
 from policies.placement import PassedOver
 from policies.registry import UnknownPolicyError, register_prefix
-from policies.rl_encoding import ENCODING_VERSION, OBS_SIZE, decision_points
+from policies.rl_encoding import ENCODING_VERSION, OBS_SIZE, decision_points, next_demotion
 from scheduler.model import Job
 from scheduler.state import ClusterView
 
@@ -70,7 +70,7 @@ def load_agent(arg: str) -> tuple[Any, dict[str, Any]]:
 
 
 class RLPolicy:
-    """Places jobs in arrival order where the agent picks a candidate; passes over the ones it tells to wait."""
+    """Visits pending jobs in LAS order; the agent picks each one's placement (preempting if it must) or wait."""
 
     name: ClassVar[str] = "rl"
     oracle: ClassVar[bool] = False
@@ -80,17 +80,22 @@ class RLPolicy:
         self.label = label
         self._passed = PassedOver()
 
+    def act(self, obs: Any, mask: Any) -> int:
+        action, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
+        return int(action)
+
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         # As in the environment: a job told to wait is passed over until the clock moves (or capacity frees up).
         passed = self._passed.refresh(view, now)
         for point in decision_points(view, queue, now, passed):
-            action, _ = self.model.predict(point.obs, action_masks=point.mask, deterministic=True)
-            placement = point.placement(int(action))
-            if placement is None:
-                passed.add(point.job.id)
-                continue
-            return [Place(point.job.id, placement, f"rl:{self.label} chose candidate {int(action)}")]
-        return []
+            action = self.act(point.obs, point.mask)
+            decisions = point.decisions(action, f"rl:{self.label} chose candidate {action} (queue {point.level})")
+            if decisions:
+                return decisions
+            passed.add(point.job.id)
+        # Someone waits: look again when a running job drops to a lower queue and may be preempted.
+        wake = next_demotion(view, now) if queue else None
+        return [WakeAt(wake)] if wake is not None else []
 
 
 def make_rl_policy(arg: str, seed: int = 0) -> RLPolicy:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import ClassVar
 
 from policies.base import Decision, Place, Preempt, Wait, WakeAt
@@ -28,13 +28,17 @@ from scheduler.model import Job, JobSpec, Placement
 from scheduler.state import ClusterView
 
 
+# Queue thresholds in GPU-seconds of attained service: one GPU-hour and ten GPU-hours.
+DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
+
+
 @register
 class Tiresias:
     name: ClassVar[str] = "tiresias"
     oracle: ClassVar[bool] = False
 
     def __init__(
-        self, seed: int = 0, thresholds: Sequence[float] = (3600.0, 36000.0), starvation_factor: float | None = None
+        self, seed: int = 0, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, starvation_factor: float | None = None
     ) -> None:
         self.thresholds = sorted(thresholds)
         self.starvation_factor = starvation_factor
@@ -195,31 +199,41 @@ class Tiresias:
     def _victims(
         self, view: ClusterView, planner: Planner, spec: JobSpec, level: int, preempted: set[int]
     ) -> list[Job]:
-        """Lowest priority first, the victims that make room: on a single node when the gang fits in one (so no
-        GPUs are freed where they cannot help), else anywhere until enough capacity is free."""
-        cluster = view.cluster
         victims = (v for v in self._victims_below(view, level) if v.id not in preempted)
-        if spec.num_gpus >= 1 and spec.workers <= cluster.max_gpus_per_node:
-            freed: dict[int, int] = {}
-            on_node: dict[int, list[Job]] = {}
-            for v in victims:
-                p = view.placement(v.id)
-                for node in p.nodes(cluster):
-                    if cluster.node_num_gpus[node] < spec.workers:
-                        continue
-                    # Shared GPUs free up only if the victim was their last tenant.
-                    gain = sum(1 for g in p.gpus if cluster.gpu_node[g] == node
-                               and planner.free_share[g] + p.share >= 1.0 - 1e-9)
-                    freed[node] = freed.get(node, 0) + gain
-                    on_node.setdefault(node, []).append(v)
-                    if int(planner.node_free[node]) + freed[node] >= spec.workers:
-                        return on_node[node]
-            return []
-        need = spec.gpu_demand - planner.free_capacity
-        chosen = []
+        return pick_victims(view, planner, spec, victims)
+
+
+def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
+    """Tiresias' queue for a job that has attained this much service (0 is the highest priority)."""
+    return bisect.bisect_right(thresholds, attained_gpu_s) if attained_gpu_s else 0
+
+
+def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job]) -> list[Job]:
+    """From `victims` (lowest priority first), the first ones whose GPUs let `spec` fit: on a single node when the
+    gang fits in one (so no GPUs are freed where they cannot help), else anywhere until enough capacity is free.
+    Empty if no set does."""
+    cluster = view.cluster
+    if spec.num_gpus >= 1 and spec.workers <= cluster.max_gpus_per_node:
+        freed: dict[int, int] = {}
+        on_node: dict[int, list[Job]] = {}
         for v in victims:
-            if need <= 0:
-                break
-            chosen.append(v)
-            need -= v.spec.gpu_demand
-        return chosen if need <= 0 else []
+            p = view.placement(v.id)
+            for node in p.nodes(cluster):
+                if cluster.node_num_gpus[node] < spec.workers:
+                    continue
+                # Shared GPUs free up only if the victim was their last tenant.
+                gain = sum(1 for g in p.gpus if cluster.gpu_node[g] == node
+                           and planner.free_share[g] + p.share >= 1.0 - 1e-9)
+                freed[node] = freed.get(node, 0) + gain
+                on_node.setdefault(node, []).append(v)
+                if int(planner.node_free[node]) + freed[node] >= spec.workers:
+                    return on_node[node]
+        return []
+    need = spec.gpu_demand - planner.free_capacity
+    chosen = []
+    for v in victims:
+        if need <= 0:
+            break
+        chosen.append(v)
+        need -= v.spec.gpu_demand
+    return chosen if need <= 0 else []

@@ -54,7 +54,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
@@ -667,3 +667,61 @@ def synthetic(
         f" seed={seed}"
     )
     return Trace(name=f"synthetic-{n_jobs}", format="synthetic", jobs=jobs, skipped={}, source=spec)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Windows and offered load (evaluation scenarios)
+# --------------------------------------------------------------------------------------------------------------------
+
+# Trace windows starting at or after this fraction of a trace are held out: `corral train` never draws them, and the
+# evaluations that report how a trained policy generalises draw only them.
+HOLDOUT_FROM = 0.75
+
+
+def window(jobs: Sequence[JobSpec], start: int, size: int) -> list[JobSpec]:
+    """`size` consecutive jobs from index `start`, submit times shifted so the first arrives at 0.0."""
+    if not 0 <= start < len(jobs):
+        raise TraceError(f"window start {start} is outside the trace's {len(jobs)} jobs")
+    chosen = list(jobs[start:start + size])
+    t0 = chosen[0].submit_s
+    return [replace(j, submit_s=j.submit_s - t0) for j in chosen]
+
+
+def window_starts(n_jobs: int, size: int, part: str) -> tuple[int, int]:
+    """Range [lo, hi) of window starts in `part` ("train": before the hold-out, "test": in it, "all")."""
+    size = min(size, n_jobs)
+    split = int(n_jobs * HOLDOUT_FROM)
+    if part == "train":
+        return 0, max(1, split - size + 1)
+    if part == "test":
+        return split, max(split + 1, n_jobs - size + 1)
+    if part == "all":
+        return 0, n_jobs - size + 1
+    raise TraceError(f"unknown trace part {part!r}; choose train, test or all")
+
+
+def offered_load(jobs: Sequence[JobSpec], num_gpus: float) -> float:
+    """Mean GPUs busy per GPU over the window's arrival span, if every job started on arrival and ran its isolated
+    duration: the utilisation the window asks of the cluster while it arrives.
+
+    Only the part of each run inside the span counts. A long job that arrives late asks for little of this window
+    (most of its work lands after it); counting all of its work would size clusters so large that nothing queues.
+    """
+    if len(jobs) < 2:
+        return 0.0
+    t0, t1 = jobs[0].submit_s, jobs[-1].submit_s
+    span = max(t1 - t0, 1.0)
+    busy = sum((min(j.submit_s + j.duration_s, t1) - j.submit_s) * j.gpu_demand for j in jobs)
+    return busy / (span * num_gpus)
+
+
+def nodes_for_load(jobs: Sequence[JobSpec], gpus_per_node: int, load: float, min_nodes: int = 1) -> int:
+    """The node count whose offered load is closest to `load`, at least large enough for the biggest job."""
+    if not 0 < load:
+        raise TraceError(f"load must be positive, got {load}")
+    busy = offered_load(jobs, 1.0)
+    biggest = max((j.workers for j in jobs), default=1)
+    need = max(min_nodes, -(-biggest // gpus_per_node))
+    ideal = busy / (load * gpus_per_node)
+    lo = max(need, int(ideal))
+    return min((lo, lo + 1), key=lambda n: abs(busy / (n * gpus_per_node) - load))
