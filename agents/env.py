@@ -2,49 +2,44 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from functools import cache
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from agents.scenarios import SYNTHETIC, Scenario, draw, scale_to_load
 from policies.placement import PassedOver
 from policies.rl_encoding import (
     N_ACTIONS, OBS_HIGH, OBS_LOW, OBS_SIZE, WAIT, DecisionPoint, decision_points, next_demotion,
 )
 from scheduler.decisions import WakeAt
-from scheduler.model import JobSpec, parse_cluster
+from scheduler.model import parse_cluster
 from scheduler.simulator import Simulator
-from scheduler.traces import load_trace, synthetic
-
-
-@cache
-def _trace_jobs(path: str, seed: int) -> tuple[JobSpec, ...]:
-    return tuple(load_trace(path, seed=seed).jobs)
 
 
 class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     """Place the pending jobs of a replayed workload, one decision at a time, so as to minimise average JCT.
 
     ## Description
-    Each episode replays a window of jobs (a synthetic workload, or a random window of a real trace) on a cluster
-    drawn from a range of presets and sizes, through the same simulator and contention model `corral simulate` uses.
-    Whenever a pending job could start, the agent decides for it (jobs in arrival order): one of its candidate
-    placements, or wait. The encoding is `policies.rl_encoding`, shared with the `rl:` policy, so a trained agent acts
-    identically in the simulator and the live controller.
+    Each episode replays a window of jobs (a synthetic workload, or a random window of the training part of a real
+    trace) on a cluster sized for an offered load drawn from a range (`agents.scenarios`), through the same simulator
+    and contention model `corral simulate` uses. Pending jobs are visited in Tiresias' 2D-LAS order; whenever one can
+    start (preempting lower-priority jobs if it must), the agent decides for it: one of its candidate placements, or
+    wait. The encoding is `policies.rl_encoding`, shared with the `rl:` policy, so a trained agent acts identically in
+    the simulator and the live controller.
 
     ## Action Space
-    `Discrete(7)`: candidate placements 0..5 (fewer may exist), 6 = wait (the job is passed over until the next event).
-    `action_masks()` gives the valid ones, for MaskablePPO; waiting is masked on an idle cluster. An invalid action is
-    not an error: it is taken as wait (or, where wait is masked, as candidate 0) and reported in `info`.
+    `Discrete(7)`: candidate placements 0..5 (fewer may exist), 6 = wait (the job is passed over until the next event,
+    and any preemption it needed does not happen). `action_masks()` gives the valid ones, for MaskablePPO; waiting is
+    masked on an idle cluster. An invalid action is not an error: it is taken as wait (or, where wait is masked, as
+    candidate 0) and reported in `info`.
 
     ## Observation Space
-    `Box(0, 8, (60,), float32)`: per candidate slot its predicted slowdowns, spread, link load, fragmentation and
-    sharing; the job's size, share, kind, gradient volume, wait and attained service; cluster and queue summaries.
-    Nothing depends on the cluster's size.
+    `Box(0, 8, (63,), float32)`: per candidate slot its predicted slowdowns, spread, link load, fragmentation and
+    sharing; the job's size, share, kind, gradient volume, wait, attained service, LAS queue and the preemption it
+    needs; cluster and queue summaries. Nothing depends on the cluster's size.
 
     ## Rewards
     Minus the number of jobs in the system times the time until the next decision, in units of `reward_scale_s`
@@ -56,20 +51,24 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     truncated after `max_decisions` decisions.
 
     ## Arguments
-    `workloads`: "synthetic" and/or trace paths to draw windows from; `presets` and `nodes` (inclusive range) for the
-    cluster; `window` jobs per episode; `load` (range) the offered load synthetic windows are scaled to.
-    `reset(options=...)` may fix `cluster` (a spec string), `workload`, `start` (window start in a trace) and `window`.
+    `workloads`: "synthetic" and/or trace paths; `presets`; `nodes` (inclusive range) for synthetic clusters;
+    `window` jobs per episode; `load` the range of offered load; `part` the part of traces to draw windows from
+    ("train", "test" or "all"); `scenarios` a fixed list to cycle through instead of drawing (for evaluation).
+    `reset(options=...)` may give a `scenario` (a `Scenario` or its dict), a `workload` or `window` to draw with, or
+    a fixed `cluster` spec.
     """
 
     metadata = {"render_modes": []}
 
     def __init__(
         self,
-        workloads: Sequence[str] = ("synthetic",),
+        workloads: Sequence[str] = (SYNTHETIC,),
         presets: Sequence[str] = ("dgx-a100", "pcie-v100"),
         nodes: tuple[int, int] = (2, 8),
         window: int = 200,
-        load: tuple[float, float] = (0.6, 1.1),
+        load: tuple[float, float] = (0.6, 1.0),
+        part: str = "train",
+        scenarios: Sequence[Scenario] | None = None,
         reward_scale_s: float = 36_000.0,
         slo_weight: float = 1.0,
         max_decisions: int = 50_000,
@@ -80,52 +79,53 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.nodes = nodes
         self.window = window
         self.load = load
+        self.part = part
+        self.scenarios = list(scenarios or [])
         self.reward_scale_s = reward_scale_s
         self.slo_weight = slo_weight
         self.max_decisions = max_decisions
         self.observation_space = spaces.Box(OBS_LOW, OBS_HIGH, shape=(OBS_SIZE,), dtype=np.float32)
         self.action_space = spaces.Discrete(N_ACTIONS)
         self.sim: Simulator | None = None
+        self.scenario: Scenario | None = None
+        self._next_scenario = 0
         self._point: DecisionPoint | None = None
         self._passed = PassedOver()  # as in the rl: policy: jobs told to wait at this instant
         self._decisions = 0
 
     # ---- episode set-up ---------------------------------------------------------------------------------------------
 
-    def _draw_jobs(self, workload: str, window: int, cluster_gpus: int, start: int | None) -> list[JobSpec]:
-        rng = self.np_random
-        if workload == "synthetic":
-            jobs = synthetic(window, seed=int(rng.integers(2**31)), mean_interarrival_s=1.0).jobs
-            # Scale arrivals so the offered load (GPU-seconds asked per second per GPU) lands in the drawn range.
-            work = sum(j.duration_s * j.num_gpus for j in jobs)
-            span = max(jobs[-1].submit_s, 1.0)
-            target = float(rng.uniform(*self.load))
-            factor = work / (target * cluster_gpus * span)
-            return [dataclasses.replace(j, submit_s=j.submit_s * factor) for j in jobs]
-        trace = _trace_jobs(workload, int(rng.integers(4)))
-        window = min(window, len(trace))
-        first = start if start is not None else int(rng.integers(0, len(trace) - window + 1))
-        chosen = trace[first:first + window]
-        t0 = chosen[0].submit_s
-        return [dataclasses.replace(j, submit_s=j.submit_s - t0) for j in chosen]
+    def rewind(self) -> None:
+        """Start the fixed scenario list over (an evaluation runs each of them once, in order)."""
+        self._next_scenario = 0
+
+    def _scenario(self, options: dict[str, Any]) -> Scenario:
+        if "scenario" in options:
+            sc = options["scenario"]
+            return sc if isinstance(sc, Scenario) else Scenario(**sc)
+        if self.scenarios:
+            sc = self.scenarios[self._next_scenario % len(self.scenarios)]
+            self._next_scenario += 1
+            return sc
+        workloads = [options["workload"]] if "workload" in options else self.workloads
+        return draw(self.np_random, workloads, self.presets, self.nodes, int(options.get("window", self.window)),
+                    self.load, self.part)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         options = options or {}
-        rng = self.np_random
-        if "cluster" in options:
+        scenario = self._scenario(options)
+        cluster, jobs = scenario.build()
+        if "cluster" in options:  # a fixed cluster: synthetic arrivals are rescaled to the scenario's load on it
             cluster = parse_cluster(options["cluster"])
-        else:
-            preset = self.presets[int(rng.integers(len(self.presets)))]
-            cluster = parse_cluster(f"{preset}:{int(rng.integers(self.nodes[0], self.nodes[1] + 1))}")
-        workload = options.get("workload") or self.workloads[int(rng.integers(len(self.workloads)))]
-        jobs = self._draw_jobs(workload, int(options.get("window", self.window)), cluster.num_gpus,
-                               options.get("start"))
+            if scenario.workload == SYNTHETIC:
+                jobs = scale_to_load(jobs, cluster.num_gpus, scenario.load)
+        self.scenario = scenario
         self.sim = Simulator(cluster, jobs, None)
         self._passed = PassedOver()
         self._decisions = 0
         self._advance()
-        info = {"cluster": cluster.name, "workload": workload, "jobs": len(jobs)}
+        info = {"cluster": cluster.name, "scenario": scenario.label, "jobs": len(jobs)}
         return self._obs(), info
 
     # ---- stepping ---------------------------------------------------------------------------------------------------

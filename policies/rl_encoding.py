@@ -226,4 +226,6 @@ def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = T
         level = las_level(attained, thresholds)
         if level < len(thresholds):
             best = min(best, now + (thresholds[level] - attained) / r.spec.gpu_demand)
-    return best + 1e-6 if best < math.inf else None
+    # At least a second ahead: a job a rounding error short of its threshold would otherwise ask for wake-ups a
+    # microsecond apart, forever.
+    return max(best, now + 1.0) if best < math.inf else None

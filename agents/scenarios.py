@@ -1,0 +1,139 @@
+"""Episodes: a window of jobs on a cluster sized for a target offered load, drawn for training or held out for tests.
+
+A `Scenario` is a small, JSON-able recipe, so the RL environment, the evaluation callback and the baselines it is
+compared with build exactly the same jobs on exactly the same cluster. Real-trace windows come from the part of a
+trace before `scheduler.traces.HOLDOUT_FROM` when training and from the part after it when evaluating, so a reported
+figure is always on jobs the agent never saw.
+
+Load is `scheduler.traces.offered_load` (GPUs busy during the window's arrivals if every job started on arrival):
+a trace window gets the node count that brings it nearest the target; a synthetic window keeps its node count and has
+its arrival times stretched or compressed until it reaches the target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from scheduler.model import PRESETS, Cluster, JobSpec, parse_cluster
+from scheduler.traces import TraceError, load_trace, nodes_for_load, offered_load, synthetic, window, window_starts
+
+SYNTHETIC = "synthetic"
+MODEL_SEEDS = 4  # model assignments drawn for trace windows in training (each seed a different mix of models)
+
+
+@cache
+def trace_jobs(path: str, seed: int) -> tuple[JobSpec, ...]:
+    return tuple(load_trace(path, seed=seed).jobs)
+
+
+def scale_to_load(jobs: Sequence[JobSpec], num_gpus: int, load: float) -> list[JobSpec]:
+    """Stretch or compress arrival times (not durations) until the offered load on `num_gpus` GPUs is `load`."""
+    submit = np.array([j.submit_s for j in jobs])
+    dur = np.array([j.duration_s for j in jobs])
+    demand = np.array([j.gpu_demand for j in jobs])
+
+    def load_at(factor: float) -> float:
+        s = submit * factor
+        span = max(s[-1] - s[0], 1.0)
+        return float((np.minimum(s + dur, s[-1]) - s).clip(min=0) @ demand) / (span * num_gpus)
+
+    lo, hi = 1e-4, 1e4  # load falls as arrivals are stretched: bisect the factor in log space
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if load_at(mid) > load else (lo, mid)
+    factor = (lo * hi) ** 0.5
+    return [dataclasses.replace(j, submit_s=j.submit_s * factor) for j in jobs]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """`workload` is "synthetic" or a trace path; `seed` picks the trace's model assignment or the synthetic draw;
+    `nodes` is the synthetic cluster's size (trace windows are sized to `load`)."""
+
+    workload: str
+    preset: str
+    load: float
+    window: int
+    seed: int
+    start: int = 0
+    nodes: int = 0
+
+    @property
+    def label(self) -> str:
+        name = SYNTHETIC if self.workload == SYNTHETIC else Path(self.workload).stem
+        where = f"seed {self.seed}" if self.workload == SYNTHETIC else f"jobs {self.start}+{self.window}, seed {self.seed}"
+        return f"{name} ({where}) on {self.preset}, load {self.load:.2f}"
+
+    def build(self) -> tuple[Cluster, list[JobSpec]]:
+        gpn = PRESETS[self.preset].gpus_per_node
+        if self.workload == SYNTHETIC:
+            nodes = max(self.nodes, 1)
+            jobs = synthetic(self.window, seed=self.seed).jobs
+            biggest = max(j.workers for j in jobs)
+            nodes = max(nodes, -(-biggest // gpn))
+            return parse_cluster(f"{self.preset}:{nodes}"), scale_to_load(jobs, nodes * gpn, self.load)
+        jobs = window(trace_jobs(self.workload, self.seed), self.start, self.window)
+        nodes = nodes_for_load(jobs, gpn, self.load)
+        return parse_cluster(f"{self.preset}:{nodes}"), jobs
+
+    def realised_load(self) -> float:
+        cluster, jobs = self.build()
+        return offered_load(jobs, cluster.num_gpus)
+
+
+def draw(
+    rng: np.random.Generator, workloads: Sequence[str], presets: Sequence[str], nodes: tuple[int, int],
+    window_size: int, load: tuple[float, float], part: str = "train",
+) -> Scenario:
+    """A random scenario: a workload, a preset, a load in the range; trace windows from `part` of the trace."""
+    workload = workloads[int(rng.integers(len(workloads)))]
+    preset = presets[int(rng.integers(len(presets)))]
+    target = float(rng.uniform(*load))
+    if workload == SYNTHETIC:
+        return Scenario(workload, preset, target, window_size, int(rng.integers(2**31)),
+                        nodes=int(rng.integers(nodes[0], nodes[1] + 1)))
+    seed = int(rng.integers(MODEL_SEEDS))
+    n = len(trace_jobs(workload, seed))
+    lo, hi = window_starts(n, window_size, part)
+    return Scenario(workload, preset, target, min(window_size, n), seed, start=int(rng.integers(lo, hi)))
+
+
+def held_out(
+    workloads: Sequence[str], presets: Sequence[str], window_size: int, load: tuple[float, float], count: int,
+    seed: int = 0, nodes: tuple[int, int] = (4, 8),
+) -> list[Scenario]:
+    """`count` scenarios per workload that training never draws: trace windows from the hold-out part with model
+    seeds beyond the training ones, synthetic draws from a seed range training's generator does not reach."""
+    rng = np.random.default_rng(10_000 + seed)
+    out = []
+    for workload in workloads:
+        for k in range(count):
+            preset = presets[k % len(presets)]
+            target = float(rng.uniform(*load))
+            if workload == SYNTHETIC:
+                out.append(Scenario(workload, preset, target, window_size, 2**31 + 1000 * seed + k,
+                                    nodes=int(rng.integers(nodes[0], nodes[1] + 1))))
+                continue
+            model_seed = MODEL_SEEDS + k
+            n = len(trace_jobs(workload, model_seed))
+            lo, hi = window_starts(n, window_size, "test")
+            out.append(Scenario(workload, preset, target, min(window_size, n), model_seed,
+                                start=int(rng.integers(lo, hi))))
+    return out
+
+
+def check_workloads(workloads: Sequence[str]) -> None:
+    """Refuse unknown workloads before any work starts (loading a trace here also catches malformed files)."""
+    if not workloads:
+        raise TraceError("--workload: give at least one (synthetic or a trace path)")
+    for w in workloads:
+        if w != SYNTHETIC:
+            if not Path(w).is_file():
+                raise TraceError(f"--workload: {w} is neither 'synthetic' nor an existing trace file")
+            trace_jobs(w, 0)

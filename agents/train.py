@@ -1,0 +1,379 @@
+"""`corral train`: fit a placement agent with stable-baselines3, evaluate it against heuristics on held-out windows.
+
+What a run leaves next to `--out NAME.zip`:
+
+* `NAME.zip` the best agent by held-out evaluation (`MaskableEvalCallback` saves it), loadable as `rl:NAME.zip`;
+* `NAME.json` its metadata: encoding version (the loader checks it), the command and configuration, wall time;
+* `NAME.eval.json` the evaluation table: every held-out scenario, the baselines' metrics on it (`tiresias`,
+  `contention-greedy`), and the agent's metrics at every evaluation;
+* `NAME.curve.png` the learning curve: held-out average JCT relative to `tiresias`, and the training return.
+
+Held-out scenarios come from `agents.scenarios.held_out`: windows of the traces' hold-out part with model
+assignments training never draws, and synthetic seeds training never draws. The agent is evaluated in its
+environment; `tests/test_train.py` checks that this gives the very metrics the `rl:` policy gets in the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agents.scenarios import SYNTHETIC, Scenario, check_workloads, held_out
+from scheduler.model import PRESETS, SpecError
+from scheduler.simulator import Simulator
+
+BASELINES = ("tiresias", "contention-greedy")
+
+
+class TrainConfig(BaseModel):
+    """Every knob of a training run, validated before any work starts (errors name the command-line flag)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    formulation: Literal["corral", "deepshare"] = "corral"
+    algo: Literal["maskable-ppo", "ppo"] = "maskable-ppo"
+    timesteps: int = Field(300_000, ge=512, le=100_000_000)
+    presets: list[str] = Field(default_factory=lambda: ["dgx-a100", "pcie-v100"], min_length=1)
+    nodes: tuple[int, int] = (2, 8)
+    workloads: list[str] = Field(default_factory=lambda: [SYNTHETIC], min_length=1)
+    window: int = Field(300, ge=10, le=20_000)
+    load: tuple[float, float] = (0.6, 1.0)
+    n_envs: int = Field(2, ge=1, le=64)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    out: Path = Path("agents/zoo/default.zip")
+    tensorboard: Path | None = None
+    eval_freq: int = Field(0, ge=0)  # timesteps between evaluations; 0 = a tenth of the run
+    eval_scenarios: int = Field(3, ge=1, le=100)  # held-out scenarios per workload
+    eval_window: int = Field(500, ge=10, le=20_000)
+    eval_load: tuple[float, float] = (0.7, 0.9)
+    learning_rate: float = Field(3e-4, gt=0, le=1)
+    n_steps: int = Field(1024, ge=16, le=65_536)  # per environment, per rollout
+    batch_size: int = Field(256, ge=8)
+    # Undiscounted: rewards sum to minus the total JCT exactly, and a per-decision discount would let the agent
+    # push costs away by waiting (many decisions at one instant cost no time but would shrink the future's weight).
+    gamma: float = Field(1.0, gt=0, le=1)
+    ent_coef: float = Field(0.01, ge=0, le=1)
+
+    @field_validator("presets")
+    @classmethod
+    def _known_presets(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if p not in PRESETS:
+                raise ValueError(f"unknown preset {p!r}; choose from {', '.join(PRESETS)}")
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _node_range(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not 1 <= v[0] <= v[1] <= 4096:
+            raise ValueError(f"node range {v[0]}-{v[1]} must satisfy 1 <= low <= high <= 4096")
+        return v
+
+    @field_validator("load", "eval_load")
+    @classmethod
+    def _load_range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0.05 <= v[0] <= v[1] <= 3.0:
+            raise ValueError(f"load range {v[0]}-{v[1]} must satisfy 0.05 <= low <= high <= 3")
+        return v
+
+    @field_validator("out")
+    @classmethod
+    def _zip(cls, v: Path) -> Path:
+        if v.suffix != ".zip":
+            raise ValueError(f"{v} must end in .zip (the agent is a stable-baselines3 archive)")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if self.formulation == "corral" and self.algo != "maskable-ppo":
+            raise ValueError("algo: Corral's formulation trains with maskable-ppo (its actions are masked)")
+        if self.formulation == "deepshare" and self.algo != "ppo":
+            self.algo = "ppo"  # DeepShare trains plain PPO: its actions are not masked
+        if self.batch_size > self.n_steps * self.n_envs:
+            raise ValueError(f"batch_size {self.batch_size} exceeds a rollout of n_steps x n_envs = "
+                             f"{self.n_steps * self.n_envs}")
+        return self
+
+    @property
+    def eval_every(self) -> int:
+        return self.eval_freq or max(self.timesteps // 10, self.n_steps * self.n_envs)
+
+
+FLAGS = {  # config field -> the flag users typed, so an error names what they can fix
+    "timesteps": "--timesteps", "presets": "--cluster", "nodes": "--cluster", "workloads": "--workload",
+    "window": "--window", "load": "--load", "n_envs": "--n-envs", "seed": "--seed", "out": "--out",
+    "tensorboard": "--tensorboard", "eval_freq": "--eval-freq", "eval_scenarios": "--eval-scenarios",
+    "eval_window": "--eval-window", "eval_load": "--eval-load", "algo": "--algo", "formulation": "--formulation",
+    "learning_rate": "--learning-rate", "n_steps": "--n-steps", "batch_size": "--batch-size",
+}
+
+
+def make_config(**kwargs: Any) -> TrainConfig:
+    """Validate a configuration; raise SpecError naming each bad flag and its problem."""
+    try:
+        cfg = TrainConfig(**kwargs)
+    except ValidationError as exc:
+        parts = []
+        for e in exc.errors():
+            field = str(e["loc"][0]) if e["loc"] else ""
+            msg = e["msg"].removeprefix("Value error, ")
+            parts.append(f"{FLAGS.get(field, field or 'configuration')}: {msg}")
+        raise SpecError("; ".join(parts)) from None
+    check_workloads(cfg.workloads)
+    return cfg
+
+
+def parse_cluster_range(text: str) -> tuple[list[str], tuple[int, int]]:
+    """`PRESET[:N|:LO-HI][,...]` -> presets and the node range they span (for training's drawn clusters)."""
+    presets, lows, highs = [], [], []
+    for part in text.split(","):
+        preset, _, rng = part.strip().partition(":")
+        presets.append(preset)
+        if rng:
+            lo, _, hi = rng.partition("-")
+            try:
+                lows.append(int(lo))
+                highs.append(int(hi or lo))
+            except ValueError:
+                raise SpecError(f"--cluster: {part!r}: expected PRESET, PRESET:N or PRESET:LO-HI") from None
+    return presets, ((min(lows), max(highs)) if lows else (2, 8))
+
+
+def parse_range(flag: str, text: str) -> tuple[float, float]:
+    lo, _, hi = text.partition("-")
+    try:
+        return float(lo), float(hi or lo)
+    except ValueError:
+        raise SpecError(f"{flag}: {text!r}: expected a number or LOW-HIGH") from None
+
+
+# ---- environments ---------------------------------------------------------------------------------------------------
+
+
+def env_class(cfg: TrainConfig) -> type:
+    if cfg.formulation == "deepshare":
+        from agents.deepshare_env import DeepShareEnv
+
+        return DeepShareEnv
+    from agents.env import PlacementEnv
+
+    return PlacementEnv
+
+
+def env_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+    return dict(workloads=cfg.workloads, presets=cfg.presets, nodes=cfg.nodes, window=cfg.window, load=cfg.load,
+                part="train")
+
+
+def eval_scenarios(cfg: TrainConfig) -> list[Scenario]:
+    return held_out(cfg.workloads, cfg.presets, cfg.eval_window, cfg.eval_load, cfg.eval_scenarios, cfg.seed,
+                    nodes=cfg.nodes)
+
+
+def baseline_metrics(scenarios: Sequence[Scenario], names: Sequence[str] = BASELINES) -> dict[str, list[dict]]:
+    """Each baseline's metrics on each scenario (deterministic policies: one run each)."""
+    from policies import make_policy
+
+    out: dict[str, list[dict]] = {}
+    for name in names:
+        out[name] = []
+        for sc in scenarios:
+            cluster, jobs = sc.build()
+            out[name].append(Simulator(cluster, jobs, make_policy(name, 0)).run().metrics)
+    return out
+
+
+# ---- evaluation callback --------------------------------------------------------------------------------------------
+
+
+def make_eval_callback(cfg: TrainConfig, scenarios: list[Scenario], baselines: dict[str, list[dict]],
+                       best_dir: Path, on_eval: Callable[[dict], None]) -> Any:
+    from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    eval_env = DummyVecEnv([lambda: Monitor(env_class(cfg)(**env_kwargs(cfg), scenarios=scenarios))])
+
+    class HeldOutEval(MaskableEvalCallback):
+        """MaskableEvalCallback that also keeps each held-out episode's simulator metrics, in scenario order."""
+
+        def __init__(self) -> None:
+            super().__init__(eval_env, n_eval_episodes=len(scenarios), eval_freq=max(cfg.eval_every // cfg.n_envs, 1),
+                             best_model_save_path=str(best_dir), deterministic=True, verbose=0,
+                             use_masking=cfg.formulation == "corral")
+            self.episode_metrics: list[dict] = []
+
+        def _log_success_callback(self, locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
+            super()._log_success_callback(locals_, globals_)
+            if locals_["done"] and "metrics" in locals_["info"]:
+                self.episode_metrics.append(locals_["info"]["metrics"])
+
+        def _on_step(self) -> bool:
+            due = self.eval_freq > 0 and self.n_calls % self.eval_freq == 0
+            if due:
+                self.eval_env.env_method("rewind")  # evaluate_policy resets first: scenario 0 comes first
+                self.episode_metrics = []
+            keep_going = super()._on_step()
+            if due:
+                row = evaluation_row(self.num_timesteps, self.episode_metrics[: len(scenarios)], baselines)
+                row["mean_reward"] = self.last_mean_reward
+                episodes = [ep["r"] for ep in self.model.ep_info_buffer or []]
+                row["train_return"] = float(np.mean(episodes)) if episodes else None
+                on_eval(row)
+            return keep_going
+
+    return HeldOutEval()
+
+
+def evaluation_row(timesteps: int, metrics: list[dict], baselines: dict[str, list[dict]]) -> dict[str, Any]:
+    """The agent's held-out figures at one evaluation, with its ratios to each baseline (mean over scenarios)."""
+    row: dict[str, Any] = {"timesteps": int(timesteps), "scenarios": metrics}
+    for key in ("avg_jct_s", "p99_jct_s"):
+        row[f"mean_{key}"] = float(np.mean([m[key] for m in metrics]))
+        for name, base in baselines.items():
+            ratios = [m[key] / b[key] for m, b in zip(metrics, base) if b[key] > 0]
+            row[f"{key}_vs_{name}"] = float(np.mean(ratios)) if ratios else float("nan")
+    return row
+
+
+# ---- the run --------------------------------------------------------------------------------------------------------
+
+
+def report_paths(out: Path) -> dict[str, Path]:
+    stem = out.with_suffix("")
+    return {"meta": out.with_suffix(".json"), "eval": Path(f"{stem}.eval.json"), "curve": Path(f"{stem}.curve.png")}
+
+
+def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train, evaluate, save the best agent and its report. Returns the metadata written next to the model."""
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import CallbackList
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.utils import set_random_seed
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    from policies.rl_encoding import ENCODING_VERSION
+
+    wall0 = time.perf_counter()
+    torch.set_num_threads(1)  # small networks: threads cost more than they save, and env workers want the cores
+    set_random_seed(cfg.seed)
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    paths = report_paths(cfg.out)
+
+    scenarios = eval_scenarios(cfg)
+    log(f"held-out evaluation: {len(scenarios)} scenarios; running baselines {', '.join(BASELINES)} on them")
+    baselines = baseline_metrics(scenarios)
+    rows: list[dict] = []
+
+    def on_eval(row: dict) -> None:
+        rows.append(row)
+        log(f"eval @ {row['timesteps']:,} steps: avg JCT {row['mean_avg_jct_s'] / 3600:.2f} h, "
+            + ", ".join(f"{row[f'avg_jct_s_vs_{b}']:.3f}x {b}" for b in BASELINES))
+        write_eval(paths["eval"], cfg, scenarios, baselines, rows)
+
+    vec_cls = SubprocVecEnv if cfg.n_envs > 1 else DummyVecEnv
+    env = make_vec_env(env_class(cfg), n_envs=cfg.n_envs, seed=cfg.seed, env_kwargs=env_kwargs(cfg),
+                       vec_env_cls=vec_cls)
+    algo_cls = MaskablePPO if cfg.algo == "maskable-ppo" else PPO
+    model = algo_cls(
+        "MlpPolicy", env, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps, batch_size=cfg.batch_size,
+        gamma=cfg.gamma, ent_coef=cfg.ent_coef, seed=cfg.seed, device="cpu",
+        tensorboard_log=str(cfg.tensorboard) if cfg.tensorboard else None,
+        policy_kwargs={"net_arch": [64, 64]},
+    )
+    best_dir = cfg.out.parent / f".{cfg.out.stem}.best"
+    callback = CallbackList([make_eval_callback(cfg, scenarios, baselines, best_dir, on_eval)])
+    try:
+        model.learn(total_timesteps=cfg.timesteps, callback=callback, progress_bar=progress,
+                    tb_log_name=cfg.out.stem)
+    finally:
+        env.close()
+    best = best_dir / "best_model.zip"
+    if best.is_file():
+        shutil.move(str(best), cfg.out)
+    else:  # no evaluation ran (a very short run): keep the final weights
+        model.save(cfg.out)
+    shutil.rmtree(best_dir, ignore_errors=True)
+    wall = time.perf_counter() - wall0
+
+    best_row = max(rows, key=lambda r: r["mean_reward"]) if rows else None  # the one the callback saved
+    meta = {
+        "formulation": cfg.formulation,
+        "encoding_version": ENCODING_VERSION if cfg.formulation == "corral" else deepshare_version(),
+        "algo": cfg.algo,
+        "command": command_line(cfg),
+        "config": json.loads(cfg.model_dump_json()),
+        "train_wall_s": round(wall, 1),
+        "timesteps": cfg.timesteps,
+        "best_eval": {k: v for k, v in best_row.items() if k != "scenarios"} if best_row else None,
+        "eval_report": paths["eval"].name,
+        "learning_curve": paths["curve"].name,
+    }
+    paths["meta"].write_text(json.dumps(meta, indent=2) + "\n")
+    write_eval(paths["eval"], cfg, scenarios, baselines, rows)
+    if rows:
+        plot_curve(paths["curve"], rows)
+    log(f"saved {cfg.out} ({cfg.out.stat().st_size / 1024:.0f} KiB) in {wall / 60:.1f} min; "
+        f"report {paths['eval']}, curve {paths['curve']}")
+    return meta
+
+
+def deepshare_version() -> int:
+    from policies.deepshare import DEEPSHARE_VERSION
+
+    return DEEPSHARE_VERSION
+
+
+def command_line(cfg: TrainConfig) -> str:
+    args = sys.argv[1:] if sys.argv and Path(sys.argv[0]).name == "corral" else []
+    return "corral " + shlex.join(args) if args else f"corral train (config: {cfg.model_dump_json()})"
+
+
+def write_eval(path: Path, cfg: TrainConfig, scenarios: list[Scenario], baselines: dict[str, list[dict]],
+               rows: list[dict]) -> None:
+    report = {
+        "scenarios": [asdict(sc) | {"label": sc.label} for sc in scenarios],
+        "baselines": baselines,
+        "evaluations": rows,
+    }
+    path.write_text(json.dumps(report, indent=1) + "\n")
+
+
+def plot_curve(path: Path, rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["timesteps"] for r in rows]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, style in zip(BASELINES, ("-", "--")):
+        ax.plot(steps, [r[f"avg_jct_s_vs_{name}"] for r in rows], style, marker="o", label=f"agent / {name}")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("training timesteps")
+    ax.set_ylabel("average JCT ratio (lower is better)")
+    ax.set_title("Held-out windows: agent vs baselines")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    train = [(s, r["train_return"]) for s, r in zip(steps, rows) if r.get("train_return") is not None]
+    if train:
+        ax2.plot(*zip(*train), marker="o", color="tab:green")
+    ax2.set_xlabel("training timesteps")
+    ax2.set_ylabel("mean episode return (training windows)")
+    ax2.set_title("Training return")
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
