@@ -56,13 +56,16 @@ class TrainConfig(BaseModel):
     eval_scenarios: int = Field(3, ge=1, le=100)  # held-out scenarios per workload
     eval_window: int = Field(500, ge=10, le=20_000)
     eval_load: tuple[float, float] = (0.7, 0.9)
-    learning_rate: float = Field(3e-4, gt=0, le=1)
+    warm_start: Literal["contention-greedy", "none"] = "contention-greedy"  # behaviour cloning before PPO
+    warm_start_samples: int = Field(40_000, ge=100, le=10_000_000)
+    learning_rate: float = Field(1e-4, gt=0, le=1)
     n_steps: int = Field(1024, ge=16, le=65_536)  # per environment, per rollout
     batch_size: int = Field(256, ge=8)
     # Undiscounted: rewards sum to minus the total JCT exactly, and a per-decision discount would let the agent
     # push costs away by waiting (many decisions at one instant cost no time but would shrink the future's weight).
     gamma: float = Field(1.0, gt=0, le=1)
-    ent_coef: float = Field(0.01, ge=0, le=1)
+    ent_coef: float = Field(0.001, ge=0, le=1)
+    clip_range: float = Field(0.1, gt=0, le=1)  # small steps: PPO fine-tunes a cloned policy, it should not forget it
 
     @field_validator("presets")
     @classmethod
@@ -99,6 +102,8 @@ class TrainConfig(BaseModel):
             raise ValueError("algo: Corral's formulation trains with maskable-ppo (its actions are masked)")
         if self.formulation == "deepshare" and self.algo != "ppo":
             self.algo = "ppo"  # DeepShare trains plain PPO: its actions are not masked
+        if self.formulation == "deepshare":
+            self.warm_start = "none"  # DeepShare trains from scratch; its actions have no teacher in our frame
         if self.batch_size > self.n_steps * self.n_envs:
             raise ValueError(f"batch_size {self.batch_size} exceeds a rollout of n_steps x n_envs = "
                              f"{self.n_steps * self.n_envs}")
@@ -114,7 +119,7 @@ FLAGS = {  # config field -> the flag users typed, so an error names what they c
     "window": "--window", "load": "--load", "n_envs": "--n-envs", "seed": "--seed", "out": "--out",
     "tensorboard": "--tensorboard", "eval_freq": "--eval-freq", "eval_scenarios": "--eval-scenarios",
     "eval_window": "--eval-window", "eval_load": "--eval-load", "algo": "--algo", "formulation": "--formulation",
-    "learning_rate": "--learning-rate", "n_steps": "--n-steps", "batch_size": "--batch-size",
+    "learning_rate": "--learning-rate", "warm_start": "--warm-start", "warm_start_samples": "--warm-start-samples", "n_steps": "--n-steps", "batch_size": "--batch-size",
 }
 
 
@@ -218,6 +223,12 @@ def make_eval_callback(cfg: TrainConfig, scenarios: list[Scenario], baselines: d
             if locals_["done"] and "metrics" in locals_["info"]:
                 self.episode_metrics.append(locals_["info"]["metrics"])
 
+        def _on_training_start(self) -> None:
+            super()._on_training_start()
+            saved, self.n_calls = self.n_calls, 0  # evaluate the starting point too (e.g. the cloned teacher)
+            self._on_step()
+            self.n_calls = saved
+
         def _on_step(self) -> bool:
             due = self.eval_freq > 0 and self.n_calls % self.eval_freq == 0
             if due:
@@ -289,10 +300,13 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     algo_cls = MaskablePPO if cfg.algo == "maskable-ppo" else PPO
     model = algo_cls(
         "MlpPolicy", env, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps, batch_size=cfg.batch_size,
-        gamma=cfg.gamma, ent_coef=cfg.ent_coef, seed=cfg.seed, device="cpu",
+        gamma=cfg.gamma, ent_coef=cfg.ent_coef, clip_range=cfg.clip_range, seed=cfg.seed, device="cpu",
         tensorboard_log=str(cfg.tensorboard) if cfg.tensorboard else None,
         policy_kwargs={"net_arch": [64, 64]},
     )
+    warm: dict[str, float] | None = None
+    if cfg.warm_start != "none":
+        warm = warm_start(cfg, model, log)
     best_dir = cfg.out.parent / f".{cfg.out.stem}.best"
     callback = CallbackList([make_eval_callback(cfg, scenarios, baselines, best_dir, on_eval)])
     try:
@@ -317,6 +331,7 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
         "config": json.loads(cfg.model_dump_json()),
         "train_wall_s": round(wall, 1),
         "timesteps": cfg.timesteps,
+        "warm_start": {"teacher": cfg.warm_start, **warm} if warm else None,
         "best_eval": {k: v for k, v in best_row.items() if k != "scenarios"} if best_row else None,
         "eval_report": paths["eval"].name,
         "learning_curve": paths["curve"].name,
@@ -328,6 +343,20 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     log(f"saved {cfg.out} ({cfg.out.stat().st_size / 1024:.0f} KiB) in {wall / 60:.1f} min; "
         f"report {paths['eval']}, curve {paths['curve']}")
     return meta
+
+
+def warm_start(cfg: TrainConfig, model: Any, log: Callable[[str], None]) -> dict[str, float]:
+    from agents.env import PlacementEnv
+    from agents.imitation import clone, collect
+
+    t0 = time.perf_counter()
+    demos = collect(PlacementEnv(**env_kwargs(cfg)), cfg.warm_start_samples, seed=cfg.seed + 1_000_000)
+    stats = clone(model, demos, seed=cfg.seed)
+    stats = {"samples": len(demos), **{k: round(v, 4) for k, v in stats.items()}, "wall_s": round(
+        time.perf_counter() - t0, 1)}
+    log(f"warm start: cloned {cfg.warm_start} on {len(demos):,} decisions in {stats['wall_s']:.0f} s "
+        f"(agrees with it on {stats['agreement']:.1%})")
+    return stats
 
 
 def deepshare_version() -> int:

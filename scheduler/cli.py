@@ -204,5 +204,131 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
     plt.close(fig)
 
 
+@main.command()
+@click.option("--algo", type=click.Choice(["maskable-ppo", "ppo"]), default=None,
+              help="maskable-ppo for Corral's formulation (default), ppo for DeepShare's.")
+@click.option("--formulation", type=click.Choice(["corral", "deepshare"]), default="corral", show_default=True,
+              help="corral: LAS order, candidate placements or wait (masked); deepshare: per-GPU grid, node pairs.")
+@click.option("--timesteps", type=int, default=300_000, show_default=True, help="Agent decisions to train on.")
+@click.option("--cluster", default="dgx-a100,pcie-v100", show_default=True, metavar="PRESET[:LO-HI],...",
+              help="Presets to draw clusters from, with the node range of synthetic clusters (default 2-8); "
+                   "trace windows get the node count that matches the drawn load.")
+@click.option("--workload", "workloads", multiple=True, default=["synthetic"], show_default=True,
+              metavar="synthetic|PATH", help="Repeatable. Trace windows are drawn from the part before the hold-out.")
+@click.option("--window", type=int, default=300, show_default=True, help="Jobs per training episode.")
+@click.option("--load", default="0.6-1.0", show_default=True, metavar="LO-HI", help="Offered load range to draw.")
+@click.option("--n-envs", type=int, default=2, show_default=True, help="Parallel environments (processes).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("agents/zoo/default.zip"),
+              show_default=True, help="Where the best agent goes; its report lands next to it.")
+@click.option("--tensorboard", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write TensorBoard logs here.")
+@click.option("--eval-freq", type=int, default=0, help="Timesteps between held-out evaluations (0: a tenth).")
+@click.option("--eval-scenarios", type=int, default=3, show_default=True, help="Held-out windows per workload.")
+@click.option("--eval-window", type=int, default=500, show_default=True, help="Jobs per held-out window.")
+@click.option("--warm-start", type=click.Choice(["contention-greedy", "none"]), default="contention-greedy",
+              show_default=True, help="Clone this teacher (in the agent's frame) before PPO fine-tunes it.")
+@click.option("--warm-start-samples", type=int, default=40_000, show_default=True)
+@click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
+def train(algo: str | None, formulation: str, timesteps: int, cluster: str, workloads: tuple[str, ...], window: int,
+          load: str, n_envs: int, seed: int, out: Path, tensorboard: Path | None, eval_freq: int,
+          eval_scenarios: int, eval_window: int, warm_start: str, warm_start_samples: int, no_progress: bool) -> None:
+    """Train a placement agent and evaluate it against tiresias and contention-greedy on held-out windows."""
+    from agents.train import make_config, parse_cluster_range, parse_range
+    from agents.train import train as run_training
+
+    try:
+        presets, nodes = parse_cluster_range(cluster)
+        cfg = make_config(
+            algo=algo or ("ppo" if formulation == "deepshare" else "maskable-ppo"), formulation=formulation,
+            timesteps=timesteps, presets=presets, nodes=nodes, workloads=list(workloads), window=window,
+            load=parse_range("--load", load), n_envs=n_envs, seed=seed, out=out, tensorboard=tensorboard,
+            eval_freq=eval_freq, eval_scenarios=eval_scenarios, eval_window=eval_window, warm_start=warm_start,
+            warm_start_samples=warm_start_samples,
+        )
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from None
+    run_training(cfg, progress=not no_progress, log=lambda msg: click.echo(msg, err=True))
+
+
+@main.command()
+@click.option("--policy", "policies", required=True, callback=_parse_policies, metavar="P1,P2,...",
+              help="Policies to compare, e.g. rl:default,tiresias,contention-greedy.")
+@click.option("--trace", "traces", multiple=True, required=True, metavar="PATH",
+              help="Repeatable: trace files or synthetic:N specs.")
+@click.option("--cluster", required=True, metavar="SPEC", help="PRESET:NODES[,...] or a cluster YAML file.")
+@click.option("--seeds", type=click.IntRange(min=1, max=1000), default=5, show_default=True,
+              help="Cases per trace: each seed draws the model assignment and the window.")
+@click.option("--window", type=click.IntRange(min=2), default=None,
+              help="Jobs per case (a window of the trace); default the whole trace.")
+@click.option("--part", type=click.Choice(["test", "train", "all"]), default="test", show_default=True,
+              help="Where windows start: test is the hold-out part no training run draws from.")
+@click.option("--load", type=click.FloatRange(min=0.05, max=3.0), default=None,
+              help="Resize the cluster (PRESET:NODES) so each case's offered load is nearest this.")
+@click.option("--no-contention", is_flag=True, help="Every job runs at its isolated speed.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None)
+@click.option("--plot", "plot_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Bar charts of average and p99 JCT with 95% intervals, as PNG.")
+def evaluate(policies: list[str], traces: tuple[str, ...], cluster: str, seeds: int, window: int | None, part: str,
+             load: float | None, no_contention: bool, json_out: Path | None, plot_out: Path | None) -> None:
+    """Every policy on the same cases over several seeds: mean and 95% interval of every metric."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agents.evaluate import build_cases
+    from agents.evaluate import evaluate as run_evaluation
+    from agents.evaluate import plot as plot_evaluation
+    from scheduler.simulator import SimulationError
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    _build_policies(policies, 0)  # refuse bad names and unloadable agents before any work
+    try:
+        cases = build_cases(traces, cluster, seeds, window, part, load)
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from None
+    with Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("runs", total=len(cases) * len(policies))
+        try:
+            result = run_evaluation(cases, policies, not no_contention, lambda: progress.advance(task))
+        except SimulationError as exc:
+            raise click.ClickException(str(exc)) from None
+    for trace, res in result.items():
+        console.print(evaluation_table(trace, res))
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=1) + "\n")
+        console.print(f"results written to {json_out}")
+    if plot_out is not None:
+        plot_evaluation(result, plot_out)
+        console.print(f"plot written to {plot_out}")
+
+
+EVAL_ROWS = [(k, h, f) for k, h, f in METRIC_COLUMNS if k != "wall_s"] + [("slo_violation_frac", "SLO miss", "{:.1%}")]
+
+
+def evaluation_table(trace: str, res: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    cases = res["cases"]
+    loads = [c["offered_load"] for c in cases]
+    table = Table(title=f"{Path(trace).stem}: mean ± 95% CI over {len(cases)} seeds "
+                        f"(clusters {', '.join(sorted({c['cluster'] for c in cases}))}; "
+                        f"offered load {min(loads):.2f}-{max(loads):.2f})")
+    table.add_column("metric", style="bold", no_wrap=True)
+    pols = res["policies"]
+    for name in pols:
+        table.add_column(name, justify="right")
+    best = min(p["avg_jct_s"]["mean"] for p in pols.values())
+    for key, header, fmt in EVAL_ROWS:
+        cells = []
+        for p in pols.values():
+            m = p[key]
+            fmt = "{:.1f}" if fmt == "{:d}" else fmt  # counts average to fractions
+            cell = f"{_cell(m['mean'], fmt)} ± {_cell(m['ci95'], fmt)}"
+            cells.append(f"[green]{cell}[/]" if key == "avg_jct_s" and m["mean"] == best else cell)
+        table.add_row(header, *cells)
+    return table
+
+
 if __name__ == "__main__":
     main()

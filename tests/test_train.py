@@ -1,0 +1,159 @@
+"""corral train and corral evaluate: flags refused before work, a short run leaves a loadable agent and its report,
+the same seed trains the same agent, and the environment's evaluation is what the rl: policy does in the simulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from agents.env import PlacementEnv
+from agents.evaluate import build_cases, ci95, evaluate
+from agents.scenarios import Scenario, held_out
+from agents.train import make_config, train
+from policies import make_policy
+from policies.rl_encoding import ENCODING_VERSION
+from scheduler.cli import main
+from scheduler.model import SpecError
+from scheduler.simulator import Simulator
+
+TINY = dict(timesteps=512, n_envs=1, n_steps=256, batch_size=64, window=40, eval_window=40, eval_scenarios=1,
+            eval_freq=256, warm_start_samples=300, presets=["pcie-v100"], nodes=(2, 3))
+
+
+@pytest.mark.parametrize(("kwargs", "flag"), [
+    ({"timesteps": 10}, "--timesteps"),
+    ({"n_envs": 0}, "--n-envs"),
+    ({"presets": ["dgx-h100"]}, "--cluster"),
+    ({"nodes": (5, 2)}, "--cluster"),
+    ({"load": (0.9, 0.5)}, "--load"),
+    ({"out": "agent.pt"}, "--out"),
+    ({"workloads": ["no/such/trace.csv"]}, "--workload"),
+    ({"batch_size": 4096, "n_steps": 64, "n_envs": 1}, "batch_size"),
+])
+def test_bad_training_flags_are_refused_by_name(kwargs: dict, flag: str) -> None:
+    with pytest.raises(SpecError, match=flag):
+        make_config(**kwargs)
+
+
+def test_cli_refuses_before_any_work(tmp_path: Path) -> None:
+    out = tmp_path / "a.zip"
+    result = CliRunner().invoke(main, ["train", "--timesteps", "5", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "--timesteps" in result.output and "greater than or equal to 512" in result.output
+    assert not list(tmp_path.iterdir())
+    result = CliRunner().invoke(main, ["train", "--cluster", "dgx-a100:8-2", "--out", str(out)])
+    assert result.exit_code == 2 and "--cluster" in result.output
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("agent") / "tiny.zip"
+    meta = train(make_config(out=out, **TINY), progress=False, log=lambda _: None)
+    return out, meta
+
+
+def test_a_short_run_leaves_a_loadable_agent_and_its_report(trained: tuple[Path, dict]) -> None:
+    out, meta = trained
+    assert out.is_file()
+    sidecar = json.loads(out.with_suffix(".json").read_text())
+    assert sidecar["encoding_version"] == ENCODING_VERSION and sidecar["formulation"] == "corral"
+    assert sidecar["warm_start"]["agreement"] > 0.5  # the clone learned its teacher
+    report = json.loads((out.parent / "tiny.eval.json").read_text())
+    assert len(report["scenarios"]) == 1
+    assert set(report["baselines"]) == {"tiresias", "contention-greedy"}
+    steps = [row["timesteps"] for row in report["evaluations"]]
+    assert steps[0] == 0 and steps[-1] >= 512  # the starting point and the end are both evaluated
+    row = report["evaluations"][-1]
+    base = report["baselines"]["tiresias"][0]["avg_jct_s"]
+    assert row["avg_jct_s_vs_tiresias"] == pytest.approx(row["scenarios"][0]["avg_jct_s"] / base)
+    assert (out.parent / "tiny.curve.png").stat().st_size > 10_000
+    policy = make_policy(f"rl:{out}")
+    assert policy.name == f"rl:{out}"
+
+
+def test_same_seed_same_agent(trained: tuple[Path, dict], tmp_path: Path) -> None:
+    out, meta = trained
+    again = train(make_config(out=tmp_path / "tiny.zip", **TINY), progress=False, log=lambda _: None)
+    assert again["best_eval"] == meta["best_eval"]
+    assert again["warm_start"]["agreement"] == meta["warm_start"]["agreement"]
+
+
+def test_environment_evaluation_is_what_the_policy_does_in_the_simulator(trained: tuple[Path, dict]) -> None:
+    """One encoding: the agent driven through the env and the rl: policy driven by the simulator act alike."""
+    out, _ = trained
+    policy = make_policy(f"rl:{out}")
+    scenario = Scenario("synthetic", "pcie-v100", 0.9, 80, seed=7, nodes=2)
+    env = PlacementEnv(scenarios=[scenario])
+    obs, _ = env.reset(seed=0)
+    while True:
+        obs, _, terminated, truncated, info = env.step(policy.act(obs, env.action_masks()))
+        if terminated or truncated:
+            break
+    cluster, jobs = scenario.build()
+    sim_metrics = Simulator(cluster, jobs, make_policy(f"rl:{out}")).run().metrics
+    assert info["metrics"] == pytest.approx(sim_metrics)
+
+
+def test_held_out_scenarios_never_overlap_training_draws() -> None:
+    from agents.scenarios import MODEL_SEEDS, draw
+
+    rng = np.random.default_rng(0)
+    train_seeds = {draw(rng, ["synthetic"], ["dgx-a100"], (2, 4), 50, (0.7, 0.9)).seed for _ in range(200)}
+    test_seeds = {s.seed for s in held_out(["synthetic"], ["dgx-a100"], 50, (0.7, 0.9), 5)}
+    assert not train_seeds & test_seeds
+    assert all(s >= 2**31 for s in test_seeds) and all(s < 2**31 for s in train_seeds)
+    assert MODEL_SEEDS >= 1
+
+
+def test_scaled_synthetic_windows_hit_their_load() -> None:
+    for load in (0.5, 0.8, 1.1):
+        sc = Scenario("synthetic", "dgx-a100", load, 200, seed=3, nodes=4)
+        assert sc.realised_load() == pytest.approx(load, rel=0.02)
+
+
+def test_ci95_matches_students_t() -> None:
+    values = [1.0, 2.0, 3.0, 4.0]
+    # t(0.975, 3) = 3.1824; sd = 1.2910; sqrt(4) = 2
+    assert ci95(values) == pytest.approx(3.1824 * 1.2910 / 2, rel=1e-3)
+    assert ci95([5.0]) == 0.0
+
+
+def test_evaluate_pairs_policies_on_the_same_cases() -> None:
+    cases = build_cases(["synthetic:120,iat=30"], "pcie-v100:2", seeds=3)
+    assert [c.seed for c in cases] == [0, 1, 2]
+    result = evaluate(cases, ["fifo", "sjf"])
+    res = result["synthetic:120,iat=30"]["policies"]
+    for name in ("fifo", "sjf"):
+        assert len(res[name]["avg_jct_s"]["values"]) == 3
+        assert res[name]["jobs_completed"]["mean"] + res[name]["jobs_rejected"]["mean"] == 120
+    # The oracle shortest-job-first can only help average JCT on identical cases.
+    assert res["sjf"]["avg_jct_s"]["mean"] <= res["fifo"]["avg_jct_s"]["mean"]
+
+
+def test_evaluate_resizes_the_cluster_to_the_load() -> None:
+    cases = build_cases(["synthetic:300,iat=20"], "dgx-a100:1", seeds=2, load=0.8)
+    from scheduler.traces import offered_load
+
+    for c in cases:
+        assert 0.6 <= offered_load(c.jobs, c.cluster.num_gpus) <= 1.0
+    with pytest.raises(SpecError, match="--load"):
+        build_cases(["synthetic:10"], "dgx-a100:1,pcie-v100:1", seeds=1, load=0.8)
+
+
+def test_cli_evaluate_prints_a_table_and_writes_json_and_plot(tmp_path: Path) -> None:
+    out, png = tmp_path / "e.json", tmp_path / "e.png"
+    result = CliRunner().invoke(main, ["evaluate", "--policy", "fifo,tiresias", "--trace", "synthetic:100,iat=60",
+                                       "--cluster", "pcie-v100:2", "--seeds", "2", "--json", str(out),
+                                       "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert "mean ± 95% CI over 2 seeds" in result.output
+    data = json.loads(out.read_text())
+    assert set(data["synthetic:100,iat=60"]["policies"]) == {"fifo", "tiresias"}
+    assert png.stat().st_size > 10_000
+    bad = CliRunner().invoke(main, ["evaluate", "--policy", "rl:nope", "--trace", "synthetic:10",
+                                    "--cluster", "pcie-v100:2"])
+    assert bad.exit_code == 2 and "no trained agent" in bad.output
