@@ -20,6 +20,7 @@ import shlex
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -278,6 +279,8 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     from policies.rl_encoding import ENCODING_VERSION
 
     wall0 = time.perf_counter()
+    # The held-out evaluation runs in-process while training environments may be subprocesses: intended.
+    warnings.filterwarnings("ignore", message="Training and eval env are not of the same type")
     torch.set_num_threads(1)  # small networks: threads cost more than they save, and env workers want the cores
     set_random_seed(cfg.seed)
     cfg.out.parent.mkdir(parents=True, exist_ok=True)
