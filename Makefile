@@ -24,6 +24,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
 	$(BIN)/python benchmarks/policies.py
+	$(BIN)/python benchmarks/rl.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -225,6 +225,6 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
         reward += self._advance()
         terminated = self._point is None
         truncated = not terminated and self._decisions >= self.max_decisions
-        if terminated:
-            info["metrics"] = self.sim.metrics()
+        if terminated or truncated:  # a truncated episode's metrics cover only the jobs that finished
+            info["metrics"] = self.sim.metrics() | {"truncated": truncated}
         return self._obs(), reward, terminated, truncated, info

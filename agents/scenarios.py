@@ -68,7 +68,7 @@ class Scenario:
     def label(self) -> str:
         name = SYNTHETIC if self.workload == SYNTHETIC else Path(self.workload).stem
         where = f"seed {self.seed}" if self.workload == SYNTHETIC else f"jobs {self.start}+{self.window}, seed {self.seed}"
-        return f"{name} ({where}) on {self.preset}, load {self.load:.2f}"
+        return f"{name} ({where}) on {self.preset}, target load {self.load:.2f}"
 
     def build(self) -> tuple[Cluster, list[JobSpec]]:
         gpn = PRESETS[self.preset].gpus_per_node

@@ -182,8 +182,18 @@ def env_kwargs(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def eval_scenarios(cfg: TrainConfig) -> list[Scenario]:
-    return held_out(cfg.workloads, cfg.presets, cfg.eval_window, cfg.eval_load, cfg.eval_scenarios, cfg.seed,
-                    nodes=cfg.nodes)
+    scenarios = held_out(cfg.workloads, cfg.presets, cfg.eval_window, cfg.eval_load, cfg.eval_scenarios, cfg.seed,
+                         nodes=cfg.nodes)
+    if cfg.formulation == "deepshare":
+        # DeepShare's grid is fixed: a scenario whose cluster it cannot describe would be run on a capped cluster,
+        # and comparing that with baselines on the full one would be meaningless.
+        from policies.deepshare import grid_problem
+
+        scenarios = [sc for sc in scenarios if grid_problem(sc.build()[0]) is None]
+        if not scenarios:
+            raise SpecError("--workload: no held-out scenario fits DeepShare's 16-node grid; add synthetic or "
+                            "smaller traces")
+    return scenarios
 
 
 def baseline_metrics(scenarios: Sequence[Scenario], names: Sequence[str] = BASELINES) -> dict[str, list[dict]]:
@@ -208,7 +218,10 @@ def make_eval_callback(cfg: TrainConfig, scenarios: list[Scenario], baselines: d
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    eval_env = DummyVecEnv([lambda: Monitor(env_class(cfg)(**env_kwargs(cfg), scenarios=scenarios))])
+    # An agent that keeps passing jobs over would make a held-out episode run to 50,000 decisions; 20 per job is
+    # far beyond what any sensible agent needs, and such an episode is reported as truncated.
+    eval_env = DummyVecEnv([lambda: Monitor(env_class(cfg)(**env_kwargs(cfg), scenarios=scenarios,
+                                                           max_decisions=20 * cfg.eval_window))])
 
     class HeldOutEval(MaskableEvalCallback):
         """MaskableEvalCallback that also keeps each held-out episode's simulator metrics, in scenario order."""
@@ -249,11 +262,15 @@ def make_eval_callback(cfg: TrainConfig, scenarios: list[Scenario], baselines: d
 
 def evaluation_row(timesteps: int, metrics: list[dict], baselines: dict[str, list[dict]]) -> dict[str, Any]:
     """The agent's held-out figures at one evaluation, with its ratios to each baseline (mean over scenarios)."""
-    row: dict[str, Any] = {"timesteps": int(timesteps), "scenarios": metrics}
+    # Truncated episodes (the agent hit max_decisions) only measured the jobs that finished: they are counted, and
+    # left out of the means and ratios rather than flatter them.
+    complete = [i for i, m in enumerate(metrics) if not m.get("truncated")]
+    row: dict[str, Any] = {"timesteps": int(timesteps), "scenarios": metrics,
+                           "truncated_episodes": len(metrics) - len(complete)}
     for key in ("avg_jct_s", "p99_jct_s"):
-        row[f"mean_{key}"] = float(np.mean([m[key] for m in metrics]))
+        row[f"mean_{key}"] = float(np.mean([metrics[i][key] for i in complete])) if complete else float("nan")
         for name, base in baselines.items():
-            ratios = [m[key] / b[key] for m, b in zip(metrics, base) if b[key] > 0]
+            ratios = [metrics[i][key] / base[i][key] for i in complete if base[i][key] > 0]
             row[f"{key}_vs_{name}"] = float(np.mean(ratios)) if ratios else float("nan")
     return row
 
@@ -294,7 +311,8 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     def on_eval(row: dict) -> None:
         rows.append(row)
         log(f"eval @ {row['timesteps']:,} steps: avg JCT {row['mean_avg_jct_s'] / 3600:.2f} h, "
-            + ", ".join(f"{row[f'avg_jct_s_vs_{b}']:.3f}x {b}" for b in BASELINES))
+            + ", ".join(f"{row[f'avg_jct_s_vs_{b}']:.3f}x {b}" for b in BASELINES)
+            + (f" ({row['truncated_episodes']} episodes truncated, left out)" if row["truncated_episodes"] else ""))
         write_eval(paths["eval"], cfg, scenarios, baselines, rows)
 
     vec_cls = SubprocVecEnv if cfg.n_envs > 1 else DummyVecEnv

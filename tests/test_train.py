@@ -95,6 +95,7 @@ def test_environment_evaluation_is_what_the_policy_does_in_the_simulator(trained
             break
     cluster, jobs = scenario.build()
     sim_metrics = Simulator(cluster, jobs, make_policy(f"rl:{out}")).run().metrics
+    assert terminated and info["metrics"].pop("truncated") is False
     assert info["metrics"] == pytest.approx(sim_metrics)
 
 
