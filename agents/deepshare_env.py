@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from agents.scenarios import SYNTHETIC, Scenario, draw, scale_to_load
+from agents.scenarios import SYNTHETIC, Scenario, ScenarioSource, scale_to_load
 from policies.deepshare import (
     MAX_NODES,
     N_ACTIONS,
@@ -93,13 +93,8 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
         invalid_penalty: float = 0.01,
     ) -> None:
         super().__init__()
-        self.workloads = list(workloads)
-        self.presets = list(presets)
-        self.nodes = (min(nodes[0], MAX_NODES), min(nodes[1], MAX_NODES))  # the grid holds no more
-        self.window = window
-        self.load = load
-        self.part = part
-        self.scenarios = list(scenarios or [])
+        capped = (min(nodes[0], MAX_NODES), min(nodes[1], MAX_NODES))  # the grid holds no more
+        self.source = ScenarioSource(workloads, presets, capped, window, load, part, scenarios)
         self.reward_scale_s = reward_scale_s
         self.slo_weight = slo_weight
         self.max_decisions = max_decisions
@@ -110,7 +105,6 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
         self.action_space = spaces.Discrete(N_ACTIONS)
         self.sim: Simulator | None = None
         self.scenario: Scenario | None = None
-        self._next_scenario = 0
         self._point: DeepSharePoint | None = None
         self._passed = PassedOver()  # as in the deepshare: policy: jobs told to wait at this instant
         self._decisions = 0
@@ -119,19 +113,7 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
 
     def rewind(self) -> None:
         """Start the fixed scenario list over (an evaluation runs each of them once, in order)."""
-        self._next_scenario = 0
-
-    def _scenario(self, options: dict[str, Any]) -> Scenario:
-        if "scenario" in options:
-            sc = options["scenario"]
-            return sc if isinstance(sc, Scenario) else Scenario(**sc)
-        if self.scenarios:
-            sc = self.scenarios[self._next_scenario % len(self.scenarios)]
-            self._next_scenario += 1
-            return sc
-        workloads = [options["workload"]] if "workload" in options else self.workloads
-        return draw(self.np_random, workloads, self.presets, self.nodes, int(options.get("window", self.window)),
-                    self.load, self.part)
+        self.source.rewind()
 
     def _cluster(self, scenario: Scenario, options: dict[str, Any]) -> tuple[Cluster, list[JobSpec], str | None]:
         """The scenario's cluster and jobs, within the grid; the third item says what was capped, if anything."""
@@ -155,7 +137,7 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         options = options or {}
-        scenario = self._scenario(options)
+        scenario = self.source.next(self.np_random, options)
         cluster, jobs, capped = self._cluster(scenario, options)
         self.scenario = scenario
         self.sim = Simulator(cluster, jobs, None)

@@ -9,10 +9,17 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from agents.scenarios import SYNTHETIC, Scenario, draw, scale_to_load
+from agents.scenarios import SYNTHETIC, Scenario, ScenarioSource, scale_to_load
 from policies.placement import PassedOver
 from policies.rl_encoding import (
-    N_ACTIONS, OBS_HIGH, OBS_LOW, OBS_SIZE, WAIT, DecisionPoint, decision_points, next_demotion,
+    N_ACTIONS,
+    OBS_HIGH,
+    OBS_LOW,
+    OBS_SIZE,
+    WAIT,
+    DecisionPoint,
+    decision_points,
+    next_demotion,
 )
 from scheduler.decisions import WakeAt
 from scheduler.model import parse_cluster
@@ -74,13 +81,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         max_decisions: int = 50_000,
     ) -> None:
         super().__init__()
-        self.workloads = list(workloads)
-        self.presets = list(presets)
-        self.nodes = nodes
-        self.window = window
-        self.load = load
-        self.part = part
-        self.scenarios = list(scenarios or [])
+        self.source = ScenarioSource(workloads, presets, nodes, window, load, part, scenarios)
         self.reward_scale_s = reward_scale_s
         self.slo_weight = slo_weight
         self.max_decisions = max_decisions
@@ -88,7 +89,6 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.action_space = spaces.Discrete(N_ACTIONS)
         self.sim: Simulator | None = None
         self.scenario: Scenario | None = None
-        self._next_scenario = 0
         self._point: DecisionPoint | None = None
         self._passed = PassedOver()  # as in the rl: policy: jobs told to wait at this instant
         self._decisions = 0
@@ -97,24 +97,12 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
 
     def rewind(self) -> None:
         """Start the fixed scenario list over (an evaluation runs each of them once, in order)."""
-        self._next_scenario = 0
-
-    def _scenario(self, options: dict[str, Any]) -> Scenario:
-        if "scenario" in options:
-            sc = options["scenario"]
-            return sc if isinstance(sc, Scenario) else Scenario(**sc)
-        if self.scenarios:
-            sc = self.scenarios[self._next_scenario % len(self.scenarios)]
-            self._next_scenario += 1
-            return sc
-        workloads = [options["workload"]] if "workload" in options else self.workloads
-        return draw(self.np_random, workloads, self.presets, self.nodes, int(options.get("window", self.window)),
-                    self.load, self.part)
+        self.source.rewind()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         options = options or {}
-        scenario = self._scenario(options)
+        scenario = self.source.next(self.np_random, options)
         cluster, jobs = scenario.build()
         if "cluster" in options:  # a fixed cluster: synthetic arrivals are rescaled to the scenario's load on it
             cluster = parse_cluster(options["cluster"])

@@ -13,10 +13,11 @@ its arrival times stretched or compressed until it reaches the target.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -102,6 +103,41 @@ def draw(
     n = len(trace_jobs(workload, seed))
     lo, hi = window_starts(n, window_size, part)
     return Scenario(workload, preset, target, min(window_size, n), seed, start=int(rng.integers(lo, hi)))
+
+
+class ScenarioSource:
+    """Where an environment's episodes come from: a fixed list cycled in order (evaluation), or fresh draws.
+
+    `next(rng, options)` honours the reset options both environments accept: `scenario` (a Scenario or its dict),
+    or `workload` and `window` to draw with.
+    """
+
+    def __init__(self, workloads: Sequence[str], presets: Sequence[str], nodes: tuple[int, int], window: int,
+                 load: tuple[float, float], part: str, scenarios: Sequence[Scenario] | None) -> None:
+        self.workloads = list(workloads)
+        self.presets = list(presets)
+        self.nodes = nodes
+        self.window = window
+        self.load = load
+        self.part = part
+        self.scenarios = list(scenarios or [])
+        self._next = 0
+
+    def rewind(self) -> None:
+        """Start the fixed list over (an evaluation runs each scenario once, in order)."""
+        self._next = 0
+
+    def next(self, rng: np.random.Generator, options: Mapping[str, Any]) -> Scenario:
+        if "scenario" in options:
+            sc = options["scenario"]
+            return sc if isinstance(sc, Scenario) else Scenario(**sc)
+        if self.scenarios:
+            sc = self.scenarios[self._next % len(self.scenarios)]
+            self._next += 1
+            return sc
+        workloads = [options["workload"]] if "workload" in options else self.workloads
+        return draw(rng, workloads, self.presets, self.nodes, int(options.get("window", self.window)), self.load,
+                    self.part)
 
 
 def held_out(

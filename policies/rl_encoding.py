@@ -198,7 +198,7 @@ def decision_points(
             if running is None:
                 running = sorted(((las_level(view.attained_gpu_s(r), THRESHOLDS), r.spec.submit_s, r.id)
                                   for r in view.running.values()), reverse=True)
-            below = (view.running[i] for lv, _, i in itertools.takewhile(lambda e: e[0] > level, running))
+            below = (view.running[i] for lv, _, i in itertools.takewhile(lambda e, lv=level: e[0] > lv, running))
             victims = pick_victims(view, planner, job.spec, below)
             if not victims:
                 no_victims_from[level] = job.spec.num_gpus

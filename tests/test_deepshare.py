@@ -190,7 +190,7 @@ def test_same_seed_same_episode() -> None:
 
 def test_clusters_stay_within_the_grid(tmp_path: Path) -> None:
     env = DeepShareEnv(window=30, nodes=(20, 40))
-    assert env.nodes == (MAX_NODES, MAX_NODES)
+    assert env.source.nodes == (MAX_NODES, MAX_NODES)
     _, info = env.reset(seed=0)
     assert env.sim is not None and env.sim.cluster.num_nodes == MAX_NODES and "capped" not in info
     with pytest.raises(SpecError, match="fixed per-GPU grid .* use rl:default"):

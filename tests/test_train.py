@@ -57,7 +57,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 def test_a_short_run_leaves_a_loadable_agent_and_its_report(trained: tuple[Path, dict]) -> None:
-    out, meta = trained
+    out, _ = trained
     assert out.is_file()
     sidecar = json.loads(out.with_suffix(".json").read_text())
     assert sidecar["encoding_version"] == ENCODING_VERSION and sidecar["formulation"] == "corral"
@@ -76,7 +76,7 @@ def test_a_short_run_leaves_a_loadable_agent_and_its_report(trained: tuple[Path,
 
 
 def test_same_seed_same_agent(trained: tuple[Path, dict], tmp_path: Path) -> None:
-    out, meta = trained
+    _, meta = trained
     again = train(make_config(out=tmp_path / "tiny.zip", **TINY), progress=False, log=lambda _: None)
     assert again["best_eval"] == meta["best_eval"]
     assert again["warm_start"]["agreement"] == meta["warm_start"]["agreement"]
