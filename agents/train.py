@@ -200,11 +200,10 @@ def baseline_metrics(scenarios: Sequence[Scenario], names: Sequence[str] = BASEL
     """Each baseline's metrics on each scenario (deterministic policies: one run each)."""
     from policies import make_policy
 
-    out: dict[str, list[dict]] = {}
-    for name in names:
-        out[name] = []
-        for sc in scenarios:
-            cluster, jobs = sc.build()
+    out: dict[str, list[dict]] = {name: [] for name in names}
+    for sc in scenarios:
+        cluster, jobs = sc.build()
+        for name in names:
             out[name].append(Simulator(cluster, jobs, make_policy(name, 0)).run().metrics)
     return out
 

@@ -112,7 +112,7 @@ def main() -> None:
         print(f"  {name:>20}: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.1f} ms "
               f"over {r['calls']:,} decisions (median queue {r['median_queue']:.0f})")
     if args.policy.startswith("rl:"):
-        from policies.rl import metadata_path, resolve
+        from policies.agent_files import metadata_path, resolve
 
         meta_file = metadata_path(resolve(args.policy.removeprefix("rl:")))
         meta = json.loads(meta_file.read_text())

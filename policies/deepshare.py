@@ -35,9 +35,7 @@ Bump `DEEPSHARE_VERSION` whenever any of this changes: trained agents record it 
 
 from __future__ import annotations
 
-import json
 import math
-import zipfile
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +43,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from policies.agent_files import AgentFormat, load
 from policies.base import Decision, Place
 from policies.placement import PassedOver, Planner
 from policies.registry import register_prefix
-from policies.rl import AgentLoadError
 from scheduler.model import Cluster, Job, JobSpec, Placement, SpecError
 from scheduler.state import EPS, ClusterView
 
@@ -67,7 +65,6 @@ GRID_SIZE = MAX_NODES * MAX_GPUS_PER_NODE * GPU_FEATURES
 OBS_SIZE = GRID_SIZE + MAX_NODES + JOB_FEATURES
 OBS_LOW, OBS_HIGH = 0.0, 8.0
 
-ZOO = Path(__file__).resolve().parents[1] / "agents" / "zoo"
 RETRAIN = "retrain it with `corral train --formulation deepshare --out PATH.zip`"
 
 _PAIR_INDEX = {pair: k for k, pair in enumerate(PAIRS)}
@@ -310,54 +307,18 @@ class DeepSharePolicy:
         return []
 
 
-def resolve(arg: str) -> Path:
-    return Path(arg) if arg.endswith(".zip") else ZOO / f"{arg}.zip"
-
-
-def _metadata(arg: str, path: Path) -> dict[str, Any]:
-    """The sidecar's contents, checked to be a DeepShare agent of this encoding version."""
-    meta_file = path.with_suffix(".json")
-    if not meta_file.is_file():
-        raise AgentLoadError(f"deepshare:{arg}: {meta_file} (the agent's formulation and encoding version) is "
-                             f"missing; {RETRAIN}")
-    try:
-        meta = json.loads(meta_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise AgentLoadError(f"deepshare:{arg}: {meta_file} is not valid JSON ({exc}); {RETRAIN}") from None
-    if not isinstance(meta, dict):
-        raise AgentLoadError(f"deepshare:{arg}: {meta_file} should hold a JSON object; {RETRAIN}")
-    formulation = meta.get("formulation")
-    if formulation != FORMULATION:
-        raise AgentLoadError(f"deepshare:{arg}: {meta_file} says formulation {formulation!r}, not 'deepshare' (an "
-                             f"rl: agent loads as rl:{arg}); {RETRAIN}")
-    version = meta.get("encoding_version")
-    if version != DEEPSHARE_VERSION:
-        raise AgentLoadError(f"deepshare:{arg}: trained for DeepShare encoding version {version}, this Corral speaks "
-                             f"version {DEEPSHARE_VERSION}; {RETRAIN}")
-    return meta
+FORMAT = AgentFormat(FORMULATION, DEEPSHARE_VERSION, OBS_SIZE, N_ACTIONS, RETRAIN, version_label="DeepShare ")
 
 
 def load_deepshare_agent(arg: str) -> tuple[Any, dict[str, Any]]:
     """The PPO model and its metadata, or AgentLoadError saying what is wrong and how to fix it."""
-    path = resolve(arg)
-    if not path.is_file():
-        raise AgentLoadError(f"deepshare:{arg}: no trained agent at {path}; {RETRAIN}")
-    meta = _metadata(arg, path)
-    if not zipfile.is_zipfile(path):
-        raise AgentLoadError(f"deepshare:{arg}: {path} is not a stable-baselines3 zip (corrupt or not a model); "
-                             f"{RETRAIN}")
-    from stable_baselines3 import PPO
 
-    try:
-        model = PPO.load(path, device="cpu")
-    except Exception as exc:  # noqa: BLE001 - any failure inside the archive means the same thing to the user
-        raise AgentLoadError(f"deepshare:{arg}: {path} could not be loaded ({type(exc).__name__}: {exc}); "
-                             f"{RETRAIN}") from None
-    n_actions = getattr(model.action_space, "n", None)
-    if model.observation_space.shape != (OBS_SIZE,) or n_actions != N_ACTIONS:
-        raise AgentLoadError(f"deepshare:{arg}: observations {model.observation_space.shape} and {n_actions} "
-                             f"actions, expected ({OBS_SIZE},) and {N_ACTIONS}; {RETRAIN}")
-    return model, meta
+    def load_model(path: Path) -> Any:
+        from stable_baselines3 import PPO
+
+        return PPO.load(path, device="cpu")
+
+    return load(FORMAT, arg, load_model)
 
 
 def make_deepshare_policy(arg: str, seed: int = 0) -> DeepSharePolicy:

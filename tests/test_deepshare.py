@@ -18,6 +18,7 @@ import agents  # noqa: F401  (registers corral/DeepShare-v0)
 from agents.deepshare_env import DeepShareEnv
 from agents.scenarios import SYNTHETIC, Scenario, scale_to_load
 from policies import make_policy
+from policies.agent_files import AgentLoadError
 from policies.deepshare import (
     DEEPSHARE_VERSION,
     MAX_NODES,
@@ -34,7 +35,6 @@ from policies.deepshare import (
     split_workers,
 )
 from policies.placement import Planner
-from policies.rl import AgentLoadError
 from scheduler.decisions import Place
 from scheduler.model import Placement, SpecError, parse_cluster
 from scheduler.simulator import Simulator

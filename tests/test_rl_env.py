@@ -13,7 +13,7 @@ import pytest
 import agents  # noqa: F401  (registers corral/Placement-v0)
 from agents.env import PlacementEnv
 from policies import make_policy
-from policies.rl import AgentLoadError
+from policies.agent_files import AgentLoadError
 from policies.rl_encoding import ENCODING_VERSION, N_ACTIONS, OBS_SIZE, WAIT
 
 
@@ -76,6 +76,9 @@ def test_rl_loader_errors(tmp_path: Path) -> None:
     bad.write_bytes(b"not a zip")
     (tmp_path / "bad.json").write_text(json.dumps({"encoding_version": ENCODING_VERSION}))
     with pytest.raises(AgentLoadError, match="not a stable-baselines3 zip"):
+        make_policy(f"rl:{bad}")
+    (tmp_path / "bad.json").write_text(json.dumps({"formulation": "deepshare", "encoding_version": ENCODING_VERSION}))
+    with pytest.raises(AgentLoadError, match=f"says formulation 'deepshare', not 'corral' .*deepshare:{bad}"):
         make_policy(f"rl:{bad}")
     (tmp_path / "bad.json").write_text(json.dumps({"encoding_version": ENCODING_VERSION + 1}))
     with pytest.raises(AgentLoadError, match=f"trained for encoding version {ENCODING_VERSION + 1}"):
