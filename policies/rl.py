@@ -8,15 +8,17 @@ refuses a missing, corrupt or incompatible agent with one message saying which a
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from policies.agent_files import AgentFormat, load
-from policies.base import Decision, WakeAt
+from policies.base import Decision, Place, WakeAt
 from policies.placement import PassedOver
 from policies.registry import register_prefix
 from policies.rl_encoding import ENCODING_VERSION, N_ACTIONS, OBS_SIZE, decision_points, next_demotion
-from scheduler.model import Job
+from scheduler.decisions import Candidate
+from scheduler.model import Job, Placement
 from scheduler.state import ClusterView
 
 RETRAIN = "retrain it with `corral train --out PATH.zip` (see agents/zoo/README.md)"
@@ -56,11 +58,22 @@ class RLPolicy:
             action = self.act(point.obs, point.mask)
             decisions = point.decisions(action, f"rl:{self.label} chose candidate {action} (queue {point.level})")
             if decisions:
-                return decisions
+                return self._with_candidates(view, point.job, point.candidates, decisions)
             passed.add(point.job.id)
         # Someone waits: look again when a running job drops to a lower queue and may be preempted.
         wake = next_demotion(view, now) if queue else None
         return [WakeAt(wake)] if wake is not None else []
+
+
+    @staticmethod
+    def _with_candidates(view: ClusterView, job: Job, cands: list[Placement], decisions: list[Decision]) -> list[Decision]:
+        """Attach what the agent chose between, with the contention model's predictions, to its placement (the
+        controller stores them to explain the decision)."""
+        weighed = []
+        for p in cands:
+            pred = view.predict(job.spec, p)
+            weighed.append(Candidate(p, pred.slowdown, pred.others_added))
+        return [replace(d, candidates=tuple(weighed)) if isinstance(d, Place) else d for d in decisions]
 
 
 def make_rl_policy(arg: str, seed: int = 0) -> RLPolicy:

@@ -330,5 +330,48 @@ def evaluation_table(trace: str, res: dict[str, Any]) -> Any:
     return table
 
 
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the API listens on.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="API port (0: any free one).")
+@click.option("--nodes", default=4, show_default=True, type=click.IntRange(1, 1024),
+              help="Virtual nodes of the local Ray cluster (ignored with --ray-address).")
+@click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64),
+              help="Virtual GPUs per node of the local Ray cluster.")
+@click.option("--preset", default="dgx-a100", show_default=True,
+              help="Server model the contention model assumes for every node (dgx-a100, pcie-v100, pcie-t4).")
+@click.option("--ray-address", default=None, help="Join this Ray cluster instead of starting a local one.")
+@click.option("--policy", default=None,
+              help="Make this policy active (default: keep the store's active one; rl:default on a new store).")
+@click.option("--tick", default=0.5, show_default=True, type=click.FloatRange(0.05, 60),
+              help="Seconds between the controller's periodic passes (events wake it sooner).")
+def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
+          policy: str | None, tick: float) -> None:
+    """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL)."""
+    from scheduler.serve import ServeConfig
+    from scheduler.serve import serve as run_service
+
+    try:
+        run_service(ServeConfig(host=host, port=port, nodes=nodes, gpus_per_node=gpus_per_node, preset=preset,
+                                ray_address=ray_address, policy=policy, tick_s=tick))
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@main.command("node-resources")
+@click.option("--name", required=True, help="The Corral node name this Ray node will be (unique in the cluster).")
+@click.option("--gpus", required=True, type=click.IntRange(1, 64), help="GPUs on this node.")
+def node_resources_cmd(name: str, gpus: int) -> None:
+    """Print the JSON for `ray start --resources` that makes a Ray node a Corral node."""
+    from scheduler.runs import node_resources
+
+    click.echo(json.dumps(node_resources(name, gpus)))
+
+
+# The API client commands (submit, jobs, show, cancel, logs, cluster, token): they import no upper layer.
+from scheduler.client_cli import register_client_commands
+
+register_client_commands(main)
+
+
 if __name__ == "__main__":
     main()

@@ -15,10 +15,20 @@ from scheduler.state import ClusterView
 
 
 @dataclass(frozen=True, slots=True)
+class Candidate:
+    """A placement a policy weighed, with what the contention model predicted for it (kept for explanations)."""
+
+    placement: Placement
+    slowdown: float  # the job's own predicted slowdown there
+    others_added: float  # extra slowdown it would inflict on the jobs already there
+
+
+@dataclass(frozen=True, slots=True)
 class Place:
     job_id: int
     placement: Placement
     reason: str = ""
+    candidates: tuple[Candidate, ...] = ()  # what else the policy considered, if it says
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,6 +101,26 @@ class ClusterState:
         self.allocated_share -= placement.share * len(placement.gpus)
         return placement
 
+    def cordon(self, gpus: list[int]) -> None:
+        """Take idle GPUs out of service (their node is gone): nothing can be placed on them until `uncordon`.
+        Their tenants must have been released first."""
+        for g in gpus:
+            if g in self.tenants:
+                raise PlacementError(f"GPU {g} still has tenants {self.tenants[g]}; release them before cordoning")
+            if self.free_share[g] > 0.0:
+                self.free_share[g] = 0.0
+                self.node_free[self.cluster.gpu_node[g]] -= 1
+                self.free_whole -= 1
+                self.allocated_share += 1.0
+
+    def uncordon(self, gpus: list[int]) -> None:
+        for g in gpus:
+            if self.free_share[g] == 0.0 and g not in self.tenants:
+                self.free_share[g] = 1.0
+                self.node_free[self.cluster.gpu_node[g]] += 1
+                self.free_whole += 1
+                self.allocated_share -= 1.0
+
 
 class ClusterView:
     """What a policy may read: allocations, running jobs and contention predictions. Nothing here mutates."""

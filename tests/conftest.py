@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from scheduler.model import Cluster, ClusterSpec, JobKind, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
+from scheduler.store import Store
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -37,3 +41,61 @@ def job(name: str, submit: float, gpus: float, duration: float, model: str = "Re
 def tiny_cluster() -> Cluster:
     """One node of four GPUs: small enough to compute schedules by hand."""
     return small_cluster(nodes=1, gpus=4)
+
+
+# ---- the live service's store: every store test runs on SQLite and on PostgreSQL ----------------------------------
+
+POSTGRES_URL = os.environ.get("CORRAL_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def postgres_schema_url(schema: str) -> str:
+    """A URL whose connections live in their own schema of the test database (created here, dropped by the caller),
+    or a skip with the reason when PostgreSQL is not reachable."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        engine = create_engine(POSTGRES_URL, connect_args={"connect_timeout": 3})
+        with engine.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+        engine.dispose()
+    except OperationalError as exc:
+        pytest.skip(f"PostgreSQL is not reachable at {POSTGRES_URL} ({str(exc).splitlines()[0]}); CI has it")
+    return f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+
+
+def drop_postgres_schema(schema: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(POSTGRES_URL)
+    with engine.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database URL: a SQLite file, or a schema of its own in PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'corral.db'}"
+        return
+    schema = f"corral_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    url = postgres_schema_url(schema)
+    yield url
+    drop_postgres_schema(schema)
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    st = Store.open(db_url)
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def corral_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """CORRAL_HOME in a temporary folder, so logs and the embedded database never touch ~/.corral."""
+    home = tmp_path / "corral-home"
+    monkeypatch.setenv("CORRAL_HOME", str(home))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    return home

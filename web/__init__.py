@@ -1,0 +1,86 @@
+"""The web layer: a Flask app factory serving the REST API (flask-smorest, OpenAPI 3) over the job store.
+
+    app = create_app(Store.open(url), notify=controller.wake)
+
+The app owns no state besides a token cache: the database is the source of truth, shared with the controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flask import Flask
+from flask_smorest import Api
+from werkzeug.exceptions import HTTPException
+
+from scheduler.store import Store
+from web import auth
+from web.api import register_blueprints
+from web.api.context import NOTIFY_KEY, STORE_KEY, WRITE_LOCK_KEY, init_app_writes
+from web.schemas import GpuCount
+
+MAX_BODY_BYTES = 1024 * 1024
+SWAGGER_UI_CDN = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/"
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    "MAX_CONTENT_LENGTH": MAX_BODY_BYTES,
+    "CORRAL_TOKEN_TTL_S": auth.TOKEN_TTL_S,
+    "API_TITLE": "Corral",
+    "API_VERSION": "v1",
+    "OPENAPI_VERSION": "3.0.3",
+    # One doc blueprint at /api serves both /api/v1/openapi.json and /api/docs.
+    "OPENAPI_URL_PREFIX": "/api",
+    "OPENAPI_JSON_PATH": "v1/openapi.json",
+    "OPENAPI_SWAGGER_UI_PATH": "docs",
+    "OPENAPI_SWAGGER_UI_URL": SWAGGER_UI_CDN,
+    "API_SPEC_OPTIONS": {
+        "info": {"description": "Submit and watch GPU jobs; see where the scheduler placed them and why."},
+        "security": [{auth.SECURITY_SCHEME: []}],
+        "components": {"securitySchemes": {auth.SECURITY_SCHEME: {
+            "type": "http", "scheme": "bearer",
+            "description": "a token from `corral token create --user NAME`"}}},
+    },
+}
+
+
+def _summarize(errors: Any) -> str:
+    """`field: message; field: message` from webargs' {location: {field: [messages]}}, for one-line messages."""
+    parts: list[str] = []
+    if isinstance(errors, Mapping):
+        for location in errors.values():
+            if isinstance(location, Mapping):
+                parts += [f"{field}: {' '.join(map(str, msgs)) if isinstance(msgs, list) else msgs}"
+                          for field, msgs in location.items()]
+            elif isinstance(location, list):
+                parts += [str(m) for m in location]
+    return "; ".join(parts)
+
+
+class CorralApi(Api):
+    """flask-smorest's Api, whose error bodies always carry a readable `message` (the CLI prints it as is)."""
+
+    def handle_http_exception(self, error: HTTPException) -> Any:
+        payload, code, headers = super().handle_http_exception(error)
+        if "message" not in payload:
+            payload["message"] = _summarize(payload.get("errors")) or error.description or error.name
+        return payload, code, headers
+
+
+def create_app(store: Store | None = None, *, notify: Callable[[], None] | None = None,
+               config: dict[str, Any] | None = None) -> Flask:
+    """The API app on `store` (default: `Store.open()`, i.e. DATABASE_URL or SQLite under CORRAL_HOME). `notify` is
+    called after every change the controller must react to: a submission, a cancel, a policy switch."""
+    app = Flask(__name__)
+    app.config.update(DEFAULT_CONFIG)
+    app.config.update(config or {})
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # keep the schemas' field order: easier to read
+    store = store if store is not None else Store.open()
+    app.extensions[STORE_KEY] = store
+    app.extensions[WRITE_LOCK_KEY] = init_app_writes(store)
+    app.extensions[NOTIFY_KEY] = notify or (lambda: None)
+    auth.init_app(app, float(app.config["CORRAL_TOKEN_TTL_S"]))
+    api = CorralApi(app)
+    api.register_field(GpuCount, "number", None)
+    register_blueprints(api)
+    return app

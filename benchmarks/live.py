@@ -1,0 +1,187 @@
+"""The live service's speed: submissions per second, submit-to-running latency, and decision time with a deep queue.
+
+`python benchmarks/live.py` prints three figures, each measured on this machine against the real thing:
+
+1. submit-to-running latency on an idle cluster: a real `corral serve` (local Ray, 4 virtual nodes x 8 GPUs, SQLite,
+   rl:default); one 1-GPU job at a time, timed from the POST until the API reports it `running` (placed, GPUs
+   held) and until its worker process has started (`started_at`). Target: p50 <= 1 s.
+2. accepted submissions per second with 8 concurrent clients (8 processes, keep-alive HTTP) against the same
+   server, while its controller keeps scheduling: every job asks for the whole cluster, so the queue grows.
+   Target: >= 300/s on SQLite.
+3. controller decision time with 1,000 queued jobs: an in-process controller on a local Ray cluster whose GPUs are
+   all busy, 1,000 jobs of mixed sizes pending; the policy's time per pass over the queue, and the whole pass
+   (store reads and writes included), for rl:default, tiresias and contention-greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scheduler.store import Store, queries  # noqa: E402
+
+CORRAL = Path(sys.executable).with_name("corral")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(home: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    port = free_port()
+    env = {**os.environ, "CORRAL_HOME": str(home)}
+    env.pop("DATABASE_URL", None)
+    log = (home / "serve.log").open("ab")
+    proc = subprocess.Popen([str(CORRAL), "serve", "--port", str(port), "--nodes", "4", "--gpus-per-node", "8"],
+                            env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}/api/v1"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"corral serve exited: {(home / 'serve.log').read_text()[-3000:]}")
+        try:
+            if requests.get(f"{url}/health", timeout=2).ok:
+                break
+        except requests.ConnectionError:
+            time.sleep(0.3)
+    store = Store.open(f"sqlite:///{home / 'corral.db'}")
+    with store.session() as s:
+        token = queries.create_token(s, "bench", admin=True)
+    store.close()
+    return proc, url, token
+
+
+def latency(url: str, token: str, n: int) -> None:
+    h = {"Authorization": f"Bearer {token}"}
+    s = requests.Session()
+    to_running, to_started = [], []
+    for i in range(n):
+        t0 = time.perf_counter()
+        job = s.post(f"{url}/jobs", headers=h, json={"name": f"lat-{i}", "kind": "emulated", "model": "ResNet-50-bs64",
+                                                     "num_gpus": 1, "duration_s": 600}).json()
+        running = None
+        while True:
+            j = s.get(f"{url}/jobs/{job['id']}", headers=h).json()
+            if j["state"] == "running" and running is None:
+                running = time.perf_counter() - t0
+            if j["started_at"]:
+                to_started.append(j["started_at"] - j["submitted_at"])
+                break
+            time.sleep(0.01)
+        to_running.append(running)
+        s.post(f"{url}/jobs/{job['id']}/cancel", headers=h)
+        while s.get(f"{url}/jobs/{job['id']}", headers=h).json()["state"] != "cancelled":
+            time.sleep(0.01)
+        time.sleep(0.5)  # let Ray reap the cancelled worker: the next job meets an idle cluster
+    r, w = np.array(to_running), np.array(to_started)
+    print(f"submit -> running (placed):          p50 {np.median(r) * 1000:6.0f} ms  p95 "
+          f"{np.percentile(r, 95) * 1000:6.0f} ms  (n={n}; target p50 <= 1000 ms)")
+    print(f"submit -> worker process started:    p50 {np.median(w) * 1000:6.0f} ms  p95 "
+          f"{np.percentile(w, 95) * 1000:6.0f} ms")
+
+
+def _client(args: tuple[str, str, float, int]) -> int:
+    url, token, seconds, k = args
+    s = requests.Session()
+    h = {"Authorization": f"Bearer {token}"}
+    n = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        r = s.post(f"{url}/jobs", headers=h, json={"name": f"tp-{k}-{n}", "kind": "emulated",
+                                                   "model": "ResNet-50-bs64", "num_gpus": 32, "duration_s": 3600})
+        if r.status_code == 201:
+            n += 1
+    return n
+
+
+def throughput(url: str, token: str, clients: int, seconds: float) -> None:
+    with mp.get_context("spawn").Pool(clients) as pool:
+        pool.map(_client, [(url, token, 0.5, k) for k in range(clients)])  # warm up connections and imports
+        t0 = time.perf_counter()
+        counts = pool.map(_client, [(url, token, seconds, k) for k in range(clients)])
+        wall = time.perf_counter() - t0
+    total = sum(counts)
+    print(f"accepted submissions, {clients} clients: {total / wall:6.0f} /s  ({total} in {wall:.1f} s; "
+          "target >= 300/s on SQLite)")
+
+
+def decision_time(queued: int, policies: list[str]) -> None:
+    from policies import make_policy
+    from scheduler.ray_backend import RayBackend
+    from scheduler.serve import ServeConfig, build_controller
+
+    rng = np.random.default_rng(0)
+    backend = RayBackend.local(4, 8)
+    try:
+        for name in policies:
+            with tempfile.TemporaryDirectory() as tmp:
+                os.environ["CORRAL_HOME"] = tmp
+                store = Store.open(f"sqlite:///{tmp}/bench.db")
+                ctl = build_controller(store, backend, ServeConfig(nodes=4, gpus_per_node=8, policy=name))
+                make_policy(name)
+                ctl.recover()
+                with store.session() as s:
+                    user = queries.ensure_user(s, "bench")
+                    queries.submit(s, user, {"name": "hog", "kind": "emulated", "model": "ResNet-50-bs64",
+                                             "num_gpus": 32, "duration_s": 3600})
+                ctl.step()  # the hog takes every GPU
+                sizes = rng.choice([0.25, 0.5, 1, 1, 2, 4, 8, 16], size=queued)
+                with store.session() as s:
+                    user = queries.ensure_user(s, "bench")
+                    for i, g in enumerate(sizes):
+                        queries.submit(s, user, {"name": f"q{i}", "kind": "emulated", "model": "ResNet-50-bs64",
+                                                 "num_gpus": float(g), "duration_s": 600})
+                ctl.step()  # loads the 1,000 queued jobs
+                policy_ms, pass_ms = [], []
+                for _ in range(30):
+                    t0 = time.perf_counter()
+                    stats = ctl.step()
+                    pass_ms.append((time.perf_counter() - t0) * 1000)
+                    policy_ms.append(stats.policy_s * 1000)
+                assert len(ctl.pending) == queued, f"{len(ctl.pending)} pending"
+                print(f"{name:>18}: policy {np.median(policy_ms):7.2f} ms p50, {np.percentile(policy_ms, 99):7.2f} ms"
+                      f" p99 per pass over {queued} queued; whole pass {np.median(pass_ms):6.1f} ms p50")
+                for job_id in list(ctl.running):
+                    backend.stop(job_id)
+                backend.poll()
+                store.close()
+    finally:
+        backend.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency-jobs", type=int, default=20)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--queued", type=int, default=1000)
+    parser.add_argument("--policies", default="rl:default,tiresias,contention-greedy")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url, token = start_server(Path(tmp))
+        try:
+            latency(url, token, args.latency_jobs)
+            throughput(url, token, args.clients, args.seconds)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    decision_time(args.queued, args.policies.split(","))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""A small client for the Corral REST API (`/api/v1`), over requests. The CLI uses it; so can scripts and notebooks.
+
+Every failure is a `ClientError` carrying what the server said (its message, status and per-field errors), or, when
+the server cannot be reached, which URL was tried and how to point the client elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import requests
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+API_PREFIX = "/api/v1"
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 30.0
+
+
+def flatten_errors(errors: Any, prefix: str = "") -> dict[str, list[str]]:
+    """{field: [messages]} from the server's `errors` ({location: {field: [messages]}}, nested for dicts)."""
+    out: dict[str, list[str]] = {}
+    if isinstance(errors, Mapping):
+        for key, value in errors.items():
+            # The top level names where the input was (json, query): not part of the field's name.
+            name = f"{prefix}.{key}" if prefix else ("" if key in ("json", "query", "form", "path") else str(key))
+            for field, msgs in flatten_errors(value, name).items():
+                out.setdefault(field, []).extend(msgs)
+    elif isinstance(errors, list):
+        out[prefix or "_schema"] = [str(m) for m in errors]
+    elif errors is not None:
+        out[prefix or "_schema"] = [str(errors)]
+    return out
+
+
+class ClientError(Exception):
+    """An API call that failed: `status` is None when no response came back."""
+
+    def __init__(self, message: str, *, status: int | None = None, errors: dict[str, list[str]] | None = None,
+                 url: str | None = None) -> None:
+        self.message = message
+        self.status = status
+        self.errors = errors or {}
+        self.url = url
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if self.status == 422 and self.errors:  # name every bad field: the point of a validation error
+            return f"{self.message}: " + "; ".join(f"{f}: {' '.join(m)}" for f, m in self.errors.items())
+        return self.message
+
+
+class CorralClient:
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout_s: float = READ_TIMEOUT_S) -> None:
+        self.url = (url or os.environ.get("CORRAL_URL") or DEFAULT_URL).rstrip("/")
+        self.token = token if token is not None else os.environ.get("CORRAL_TOKEN")
+        self.timeout = (CONNECT_TIMEOUT_S, timeout_s)
+        self.http = requests.Session()
+
+    def call(self, method: str, path: str, *, json: Any = None,
+             params: Mapping[str, Any] | None = None) -> tuple[Any, int]:
+        """(decoded JSON body, status) of a successful call, or ClientError."""
+        url = f"{self.url}{API_PREFIX}{path}"
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            resp = self.http.request(method, url, json=json, params=clean, headers=headers, timeout=self.timeout)
+        except requests.Timeout:
+            raise ClientError(f"{url} did not answer within {self.timeout[1]:.0f}s", url=url) from None
+        except requests.ConnectionError:
+            raise ClientError(f"cannot reach the Corral API at {self.url} (tried {url}); is the server running? "
+                              f"Set CORRAL_URL to its address", url=url) from None
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if not resp.ok:
+            raise _error(resp, body, url)
+        if body is None:
+            raise ClientError(f"{url} answered {resp.status_code} without JSON: is CORRAL_URL a Corral server?",
+                              status=resp.status_code, url=url)
+        return body, resp.status_code
+
+    def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None) -> Any:
+        return self.call(method, path, json=json, params=params)[0]
+
+    # ---- endpoints ----------------------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return self.request("GET", "/health")  # type: ignore[no-any-return]
+
+    def submit(self, spec: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """(job, created): created is False when a job with the same client_token already existed."""
+        body, status = self.call("POST", "/jobs", json=dict(spec))
+        return body, status == 201
+
+    def jobs(self, *, state: str | None = None, user: str | None = None, limit: int | None = None,
+             offset: int | None = None) -> dict[str, Any]:
+        return self.request("GET", "/jobs",  # type: ignore[no-any-return]
+                            params={"state": state, "user": user, "limit": limit, "offset": offset})
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{job_id}")  # type: ignore[no-any-return]
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self.request("POST", f"/jobs/{job_id}/cancel")  # type: ignore[no-any-return]
+
+    def logs(self, job_id: int, *, attempt: int | None = None, rank: int | None = None,
+             tail: int | None = None) -> dict[str, Any]:
+        return self.request("GET", f"/jobs/{job_id}/logs",  # type: ignore[no-any-return]
+                            params={"attempt": attempt, "rank": rank, "tail": tail})
+
+    def cluster(self) -> dict[str, Any]:
+        return self.request("GET", "/cluster")  # type: ignore[no-any-return]
+
+    def models(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/models")["models"]  # type: ignore[no-any-return]
+
+    def policies(self) -> dict[str, Any]:
+        return self.request("GET", "/policies")  # type: ignore[no-any-return]
+
+    def set_policy(self, name: str) -> str:
+        return self.request("PUT", "/policies/active", json={"name": name})["active"]  # type: ignore[no-any-return]
+
+
+def _error(resp: requests.Response, body: Any, url: str) -> ClientError:
+    if isinstance(body, Mapping):
+        errors = flatten_errors(body.get("errors"))
+        message = str(body.get("message") or body.get("status") or resp.reason)
+    else:
+        errors = {}
+        snippet = (resp.text or "").strip().splitlines()[0][:200] if (resp.text or "").strip() else ""
+        message = f"{resp.reason or 'error'}{': ' + snippet if snippet else ''}"
+    if resp.status_code == 422 and errors:
+        message = "invalid input"
+    return ClientError(f"HTTP {resp.status_code}: {message}", status=resp.status_code, errors=errors, url=url)

@@ -1,0 +1,318 @@
+"""The `corral` commands that talk to a running server (submit, jobs, show, cancel, logs, cluster) and `corral token
+create`, which opens the store directly: a token is what the other commands need, so it cannot require one.
+
+CORRAL_URL (default http://127.0.0.1:8080) and CORRAL_TOKEN say where and who. A failure prints one line on stderr
+and exits 1 (2 for usage errors, as click does).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from scheduler.client import DEFAULT_URL, ClientError, CorralClient
+from scheduler.store.models import JobState, JobType, RestartPolicy
+
+F = TypeVar("F", bound=Callable[..., Any])
+RECENT_EVENTS = 20
+
+
+def console() -> Console:
+    # Piped output (scripts, tests) gets wide tables instead of rich's 80-column default.
+    return Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+
+
+def connection(f: F) -> F:
+    f = click.option("--token", envvar="CORRAL_TOKEN", metavar="TOKEN", show_envvar=True,
+                     help="API token (`corral token create`).")(f)
+    f = click.option("--url", envvar="CORRAL_URL", default=DEFAULT_URL, show_default=True, show_envvar=True,
+                     help="The Corral server.")(f)
+    return f
+
+
+def client(url: str, token: str | None) -> CorralClient:
+    if not token:
+        raise click.ClickException("no API token: set CORRAL_TOKEN (or --token); an admin creates one with "
+                                   "`corral token create --user NAME`")
+    return CorralClient(url, token)
+
+
+@contextmanager
+def api_errors() -> Iterator[None]:
+    """ClientError as click's one-line error and exit status 1."""
+    try:
+        yield
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+# ---- formatting ----------------------------------------------------------------------------------------------------
+
+
+def gpus_text(n: float) -> str:
+    return str(int(n)) if float(n).is_integer() else f"{float(n):g}"
+
+
+def placement(allocation: list[dict[str, Any]]) -> str:
+    """`node-0[0,1] node-1[3×0.5]`: the job's GPUs by node, with the share when it holds part of a GPU."""
+    by_node: dict[str, list[str]] = defaultdict(list)
+    for a in allocation:
+        share = "" if a["share"] >= 1 else f"×{a['share']:g}"
+        by_node[a["node"]].append(f"{a['local_gpu']}{share}")
+    return " ".join(f"{node}[{','.join(gpus)}]" for node, gpus in by_node.items())
+
+
+def when(ts: float | None) -> str:
+    return "-" if ts is None else datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "cyan", JobState.SUCCEEDED: "green",
+               JobState.FAILED: "red", JobState.CANCELLED: "dim"}
+
+
+def state_text(state: str) -> str:
+    style = STATE_STYLE.get(JobState(state), "") if state in JobState._value2member_map_ else ""
+    return f"[{style}]{state}[/]" if style else state
+
+
+# ---- commands ------------------------------------------------------------------------------------------------------
+
+
+def _number(ctx: click.Context, param: click.Parameter, value: str | None) -> int | float | None:
+    if value is None:
+        return None
+    try:
+        x = float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number") from None
+    return int(x) if x.is_integer() else x
+
+
+def _env(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for item in value:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        env[key] = val
+    return env
+
+
+@click.command()
+@click.option("--file", "spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A JOB.json with the submission's fields; the flags below override it.")
+@click.option("--name", help="The job's name.")
+@click.option("--kind", type=click.Choice([k.value for k in JobType]), help="emulated (default) or command.")
+@click.option("--model", help="A model of the catalog (GET /api/v1/models).")
+@click.option("--gpus", "num_gpus", callback=_number, help="Whole GPUs (1, 2, ...) or a share of one (0.5).")
+@click.option("--duration", "duration_s", type=float, help="Seconds: the run time (emulated) or an estimate.")
+@click.option("--entrypoint", help="The shell command (command jobs).")
+@click.option("--workdir", help="Working directory of the command.")
+@click.option("--env", "env", multiple=True, callback=_env, metavar="K=V", help="Environment variable (repeatable).")
+@click.option("--priority", type=int)
+@click.option("--client-token", help="Idempotency key: resubmitting with it returns the first job.")
+@click.option("--slo-ms", type=float, help="Latency SLO (inference).")
+@click.option("--restart-policy", type=click.Choice([r.value for r in RestartPolicy]))
+@click.option("--max-restarts", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@connection
+def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, **flags: Any) -> None:
+    """Submit a job; prints its id and state."""
+    spec: dict[str, Any] = {}
+    if spec_file is not None:
+        try:
+            spec = json.loads(spec_file.read_text())
+        except ValueError as exc:
+            raise click.ClickException(f"{spec_file} is not valid JSON: {exc}") from None
+        if not isinstance(spec, dict):
+            raise click.ClickException(f"{spec_file} must hold a JSON object of job fields")
+    env = flags.pop("env")
+    spec |= {k: v for k, v in flags.items() if v is not None}
+    if env:
+        spec["env"] = {**(spec.get("env") or {}), **env}
+    spec.setdefault("kind", JobType.EMULATED.value)
+    with api_errors():
+        job, created = client(url, token).submit(spec)
+    if as_json:
+        print_json(job)
+    elif created:
+        click.echo(f"submitted job {job['id']} ({job['state']})")
+    else:
+        click.echo(f"job {job['id']} was already submitted with this client token ({job['state']})")
+
+
+@click.command()
+@click.option("--state", type=click.Choice([s.value for s in JobState]))
+@click.option("--user", help="Another user's jobs (admins only).")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--offset", type=click.IntRange(0), default=0)
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def jobs(state: str | None, user: str | None, limit: int, offset: int, as_json: bool, url: str,
+         token: str | None) -> None:
+    """List jobs, newest first."""
+    with api_errors():
+        page = client(url, token).jobs(state=state, user=user, limit=limit, offset=offset)
+    if as_json:
+        print_json(page)
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("id", "name", "user", "state", "gpus", "model", "progress", "placement", "pending reason"):
+        table.add_column(col, justify="right" if col in ("id", "gpus", "progress") else "left")
+    for j in page["jobs"]:
+        table.add_row(str(j["id"]), escape(j["name"]), escape(j["user"]), state_text(j["state"]),
+                      gpus_text(j["num_gpus"]), escape(j["model"]), f"{j['progress']:.0%}",
+                      escape(placement(j["allocation"])), escape(j["pending_reason"] or ""))
+    out = console()
+    out.print(table)
+    shown = len(page["jobs"])
+    out.print(f"{offset + 1 if shown else 0}-{offset + shown} of {page['total']} jobs", style="dim")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
+    """A job's details, placement, latest decisions and events."""
+    with api_errors():
+        j = client(url, token).job(job_id)
+    if as_json:
+        print_json(j)
+        return
+    out = console()
+    out.print(f"[bold]job {j['id']}[/] {escape(j['name'])}  {state_text(j['state'])}"
+              + ("  [red](cancel requested)[/]" if j["cancel_requested"] and j["state"] == JobState.RUNNING else ""))
+    rows = [
+        ("user", j["user"]), ("kind", j["kind"]), ("model", j["model"]), ("gpus", gpus_text(j["num_gpus"])),
+        ("duration", f"{j['duration_s']:g}s"), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
+        ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None), ("priority", j["priority"]),
+        ("slo", f"{j['slo_ms']:g} ms" if j["slo_ms"] else None),
+        ("restarts", f"{j['restarts']}/{j['max_restarts']} ({j['restart_policy']}), preemptions {j['preemptions']}"),
+        ("attempt", j["attempt"]), ("progress", f"{j['progress']:.1%}"), ("submitted", when(j["submitted_at"])),
+        ("started", j["started_at"] and when(j["started_at"])),
+        ("finished", j["finished_at"] and when(j["finished_at"])),
+        ("placement", placement(j["allocation"]) or None),
+        ("predicted slowdown", f"{j['predicted_slowdown']:.3f}" if j["predicted_slowdown"] is not None else None),
+        ("pending reason", j["pending_reason"]), ("exit code", j["exit_code"]), ("error", j["error"]),
+    ]
+    for key, value in rows:
+        if value is not None and value != "":
+            out.print(f"  {key:<19}{escape(str(value))}")
+    if j["decisions"]:
+        out.print("[bold]decisions[/]")
+        for d in j["decisions"]:
+            slow = f", predicted slowdown {d['predicted_slowdown']:.3f}" if d["predicted_slowdown"] is not None else ""
+            out.print(f"  {when(d['at'])}  {escape(d['policy'])}: {d['action']} {escape(str(d['gpus']))}{slow}"
+                      + (f" - {escape(d['reason'])}" if d["reason"] else ""))
+    out.print("[bold]events[/]")
+    for e in j["events"][-RECENT_EVENTS:]:
+        out.print(f"  {when(e['at'])}  {e['kind']:<17}{escape(e['message'])}")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@connection
+def cancel(job_id: int, url: str, token: str | None) -> None:
+    """Cancel a job: a pending one at once, a running one once the controller stops its workers."""
+    with api_errors():
+        j = client(url, token).cancel(job_id)
+    if j["state"] == JobState.RUNNING:
+        click.echo(f"job {job_id}: cancel requested; the controller is stopping its workers")
+    else:
+        click.echo(f"job {job_id}: {j['state']}")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.option("--rank", type=click.IntRange(0), help="One worker's log (default: all).")
+@click.option("--attempt", type=click.IntRange(0), help="Which run (default: the current one).")
+@click.option("--tail", type=click.IntRange(1, 100_000), default=200, show_default=True, help="Last lines per rank.")
+@connection
+def logs(job_id: int, rank: int | None, attempt: int | None, tail: int, url: str, token: str | None) -> None:
+    """Print a job's worker logs."""
+    with api_errors():
+        res = client(url, token).logs(job_id, attempt=attempt, rank=rank, tail=tail)
+    if not res["logs"]:
+        click.echo(f"job {job_id} has no logs for attempt {res['attempt']}", err=True)
+        return
+    many = len(res["logs"]) > 1
+    for entry in res["logs"]:
+        if many:  # like tail(1): headers only when they are needed to tell the files apart
+            click.echo(f"==> rank {entry['rank']} ({entry['path']}) <==")
+        click.echo(entry["text"], nl=not entry["text"].endswith("\n") and bool(entry["text"]))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def cluster(as_json: bool, url: str, token: str | None) -> None:
+    """Nodes and GPUs with their tenants and shares, and the totals."""
+    with api_errors():
+        c = client(url, token).cluster()
+    if as_json:
+        print_json(c)
+        return
+    out = console()
+    for node in c["nodes"]:
+        status = "[green]alive[/]" if node["alive"] else "[red]down[/]"
+        table = Table(title=f"{escape(node['name'])} ({escape(node['preset'])}, {status})", title_justify="left",
+                      box=None, header_style="bold")
+        for col in ("gpu", "local", "type", "mem", "free", "tenants"):
+            table.add_column(col, justify="left" if col in ("type", "tenants") else "right")
+        for g in node["gpus"]:
+            tenants = ", ".join(f"job {t['job_id']} {t['name']} ({t['user']}) ×{t['share']:g}" for t in g["tenants"])
+            table.add_row(str(g["index"]), str(g["local_index"]), escape(g["gpu_type"]), f"{g['mem_gb']:g} GB",
+                          f"{g['free_share']:g}", escape(tenants) or "-")
+        out.print(table)
+    t, q = c["totals"], c["queue"]
+    out.print(f"{t['nodes']} nodes, {t['gpus']} GPUs: {t['gpus_allocated']} allocated ({t['gpus_shared']} shared), "
+              f"{t['share_allocated']:g} GPUs of share in use; queue: {q['pending']} pending, {q['running']} running; "
+              f"policy: {c['active_policy'] or '(controller default)'}")
+
+
+@click.group()
+def token() -> None:
+    """API tokens (opens the database directly: DATABASE_URL, or SQLite under CORRAL_HOME)."""
+
+
+@token.command("create")
+@click.option("--user", "user_name", required=True, help="The user (created if new).")
+@click.option("--admin", is_flag=True, help="Make the user an admin (sees and manages every job).")
+def token_create(user_name: str, admin: bool) -> None:
+    """Create a token and print it alone on stdout (store it now: only its hash is kept)."""
+    from scheduler.store import Store  # alembic and the migrations: only this command needs them
+    from scheduler.store.queries import create_token
+
+    if not 1 <= len(user_name) <= 64:
+        raise click.BadParameter("must be 1 to 64 characters", param_hint="--user")
+    store = Store.open()
+    try:
+        with store.session() as s:
+            tok = create_token(s, user_name, admin=admin)
+    finally:
+        store.close()
+    click.echo(tok)
+
+
+COMMANDS = (submit, jobs, show, cancel, logs, cluster, token)
+
+
+def register_client_commands(group: click.Group) -> None:
+    for command in COMMANDS:
+        group.add_command(command)

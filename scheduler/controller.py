@@ -1,0 +1,561 @@
+"""The live scheduling loop: the simulator's loop with real I/O.
+
+The same `ClusterState`, `ContentionModel` and `Policy` interface as `scheduler.simulator`; what differs is where
+events come from (the store: submissions and cancel requests; the backend: workers starting, exiting, lost) and what
+decisions do (rows in the store, workers on Ray). The controller is the only writer of placements.
+
+Crash safety rests on one ordering: a placement is committed to the store *before* its workers are launched, and
+workers have deterministic names (job, attempt, rank). So after a crash at any point, `recover()` finds every job
+the store says is running and either adopts its workers (still alive: keep) or treats the run as lost (requeue or
+fail by the job's restart policy); workers the store does not know are killed. No job is lost, none runs twice.
+
+Events wake the loop at once (`wake()`, called by the API); a periodic tick polls the workers and catches writes
+from other processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from scheduler import paths
+from scheduler.contention import ContentionModel, ContentionParams
+from scheduler.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.model import Cluster, Job, JobKind, JobSpec, Placement
+from scheduler.runs import Backend, JobStatus, Launch, RankSpec, actor_name
+from scheduler.state import ClusterState, ClusterView
+from scheduler.store import queries
+from scheduler.store.db import Store
+from scheduler.store.models import Allocation, Gpu, Node, PolicyVersion, RestartPolicy
+from scheduler.store.models import Decision as DecisionRow
+from scheduler.store.models import Job as JobRow
+from scheduler.store.models import JobState as S
+from scheduler.workloads import ModelProfile, catalog
+
+log = logging.getLogger(__name__)
+
+MAX_ROUNDS = 10_000  # policy calls at one instant before we call the policy broken
+STARTING_TICK_S = 0.02  # the loop's period while a launched gang waits for its workers
+MIN_PASS_INTERVAL_S = 0.005
+FULL_SYNC_S = 5.0  # a full scan of the pending jobs at least this often
+
+
+@dataclass
+class StepStats:
+    """What one pass of the loop did (for tests, logs and the benchmark)."""
+
+    placed: int = 0
+    preempted: int = 0
+    finished: int = 0
+    policy_calls: int = 0
+    policy_s: float = 0.0
+
+
+class Controller:
+    def __init__(
+        self,
+        store: Store,
+        backend: Backend,
+        cluster: Cluster,
+        node_names: list[str],
+        make_policy: Callable[[str], Policy],
+        *,
+        default_policy: str = "rl:default",
+        tick_s: float = 0.5,
+        profiles: Mapping[str, ModelProfile] | None = None,
+        params: ContentionParams | None = None,
+        preset: str = "",
+    ) -> None:
+        if len(node_names) != cluster.num_nodes:
+            raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
+        self.store = store
+        self.backend = backend
+        self.cluster = cluster
+        self.node_names = node_names
+        self.node_index = {n: i for i, n in enumerate(node_names)}
+        self.make_policy = make_policy
+        self.default_policy = default_policy
+        self.tick_s = tick_s
+        self.preset = preset
+        self.profiles = profiles if profiles is not None else catalog()
+        self.state = ClusterState(cluster, self.profiles)
+        self.contention = ContentionModel(cluster, self.profiles, params)
+        self.running: dict[int, Job] = {}
+        self.pending: dict[int, Job] = {}  # submission order
+        self.view = ClusterView(self.state, self.contention, self.running)
+        self.policy: Policy | None = None
+        self.policy_name = ""
+        self._attempt: dict[int, int] = {}  # running job -> its current attempt
+        self._reasons: dict[int, str] = {}
+        self._wake_at = float("inf")
+        self._down: set[int] = set()  # nodes whose Ray node is gone
+        self._starting = False  # some launched run's workers are not all up yet
+        self._last_poll = 0.0
+        self._last_sync = 0.0
+        self._last_full_sync = 0.0
+        self._max_seen = 0  # highest job id taken in
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error = ""
+
+    # ---- building jobs from rows ---------------------------------------------------------------------------------
+
+    def _spec(self, row: JobRow) -> JobSpec:
+        profile = self.profiles[row.model]
+        return JobSpec(
+            name=row.name, submit_s=row.submitted_at, num_gpus=row.num_gpus, duration_s=row.duration_s,
+            model=row.model, kind=profile.kind, user=row.user.name, priority=row.priority, slo_ms=row.slo_ms,
+        )
+
+    def _job(self, row: JobRow) -> Job:
+        job = Job(row.id, self._spec(row), max(row.duration_s - row.work_done_s, 0.0))
+        job.attained_gpu_s = row.attained_gpu_s
+        job.queued_since = row.queued_since
+        job.preemptions = row.preemptions
+        job.first_start_s = row.first_started_at
+        job.last_update = time.time()
+        return job
+
+    def _placement(self, job: Job) -> list[RankSpec]:
+        """One worker per node of the placement, driving its GPUs there (local indices)."""
+        assert job.placement is not None
+        by_node: dict[int, list[int]] = {}
+        for g in job.placement.gpus:
+            by_node.setdefault(int(self.cluster.gpu_node[g]), []).append(g)
+        ranks = []
+        for rank, (node, gpus) in enumerate(sorted(by_node.items())):
+            first = int(self.cluster.node_first_gpu[node])
+            ranks.append(RankSpec(rank, self.node_names[node], tuple(g - first for g in gpus), job.placement.share,
+                                  float(self.cluster.gpu_mem[gpus[0]])))
+        return ranks
+
+    def _launch_spec(self, row: JobRow, job: Job, attempt: int) -> Launch:
+        return Launch(
+            job_id=row.id, attempt=attempt, kind=row.kind, ranks=tuple(self._placement(job)),
+            work_s=row.duration_s, rate=job.rate, log_dir=str(paths.log_path(row.id, attempt, 0).parent),
+            checkpoint_dir=str(paths.checkpoint_dir(row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
+            env={str(k): str(v) for k, v in (row.env or {}).items()},
+        )
+
+    # ---- start-up ------------------------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild the state from the store and reconcile it with the workers Ray still runs."""
+        now = time.time()
+        self._register_nodes(now)
+        keep: set[str] = set()
+        lost: list[int] = []
+        with self.store.session() as s:
+            self._load_policy(s)
+            rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
+            for row in rows:
+                allocs = [a for a in row.allocations if a.attempt == row.attempt and a.released_at is None]
+                gpus = tuple(a.gpu for a in sorted(allocs, key=lambda a: a.gpu))
+                job = self._job(row)
+                if not gpus:
+                    lost.append(row.id)
+                    continue
+                placement = Placement(gpus, allocs[0].share)
+                self._start_in_memory(job, placement, row.attempt, now)
+                if row.started_at is not None:
+                    job.start_s = row.started_at
+                if self.backend.adopt(self._launch_spec(row, job, row.attempt)):
+                    keep.update(actor_name(row.id, row.attempt, r.rank) for r in self._placement(job))
+                    queries.add_event(s, row.id, "adopted", "the restarted controller found its workers running")
+                else:
+                    lost.append(row.id)
+            for job_id in lost:
+                self._lose(s, job_id, "its workers were gone when the controller restarted", now)
+            for row in s.scalars(select(JobRow).where(JobRow.state == S.PENDING).order_by(JobRow.id)):
+                self.pending[row.id] = self._job(row)
+        self.backend.reap_orphans(keep)
+        for job in self.running.values():
+            self._set_rate(job)
+        log.info("recovered: %d running (%d lost), %d pending", len(self.running), len(lost), len(self.pending))
+
+    def _register_nodes(self, now: float) -> None:
+        """Write the cluster model's nodes and GPUs to the store (the API's cluster map reads them)."""
+        ray_nodes = {n.name: n for n in self.backend.nodes()}
+        c = self.cluster
+        with self.store.session() as s:
+            existing = {n.name: n for n in s.scalars(select(Node))}
+            for i, name in enumerate(self.node_names):
+                info = ray_nodes.get(name)
+                node = existing.pop(name, None)
+                if node is None:
+                    node = Node(name=name, index=i, preset=self.preset, updated_at=now)
+                    s.add(node)
+                node.index, node.preset, node.updated_at = i, self.preset, now
+                node.alive = bool(info and info.alive)
+                node.ray_node_id = info.ray_node_id if info else None
+                node.address = info.address if info else None
+                if not node.alive:
+                    self._down.add(i)
+                s.flush()
+                have = {g.index for g in node.gpus}
+                for g in c.node_gpus(i):
+                    if g not in have:
+                        s.add(Gpu(node_id=node.id, index=g, local_index=g - int(c.node_first_gpu[i]),
+                                  gpu_type=c.gpu_types[int(c.gpu_type[g])].name, mem_gb=float(c.gpu_mem[g])))
+            for stale in existing.values():  # a smaller cluster than last time: its nodes are gone
+                stale.alive = False
+        for i in self._down:
+            self.state.cordon(list(c.node_gpus(i)))
+
+    # ---- the loop ------------------------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Something happened (a submission, a cancel, a policy switch): run a pass now."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self.recover()
+        self._thread = threading.Thread(target=self._run, name="corral-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            # Poll fast while workers are coming up (a gang starts at the first poll that finds all of it up).
+            tick = STARTING_TICK_S if self._starting else self.tick_s
+            self._wake.wait(min(tick, max(0.0, self._wake_at - time.time())))
+            self._wake.clear()
+            try:
+                self.step()
+                self.last_error = ""
+            except Exception as exc:  # keep serving: a bad pass is logged and retried on the next tick
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("controller pass failed")
+                time.sleep(self.tick_s)
+            # Under a burst of submissions, let them gather for a moment: one pass then takes them all.
+            time.sleep(MIN_PASS_INTERVAL_S)
+
+    def step(self) -> StepStats:
+        """One pass: read new submissions and cancel requests, collect what workers did, then let the policy act."""
+        stats = StepStats()
+        launches: list[Launch] = []
+        now = time.time()
+        self.view.now = now
+        statuses: list[JobStatus] = []
+        if self._starting or now - self._last_poll >= self.tick_s * 0.5:
+            statuses = self.backend.poll()
+            self._last_poll = now
+            self._starting = any(st.phase == "starting" for st in statuses)
+        with self.store.session() as s:
+            self._load_policy(s)
+            self._sync_submissions(s, now)
+            self._sync_cancels(s, now)
+            self._collect(s, statuses, now, stats)
+            if statuses:
+                self._check_nodes(s, now)
+            if self.pending and self.policy is not None:
+                self._wake_at = float("inf")
+                launches = self._schedule(s, now, stats)
+        for launch in launches:  # only after the placements are committed (see the module docstring)
+            self.backend.launch(launch)
+        if launches:
+            self._starting = True
+        return stats
+
+    # ---- reading the store ---------------------------------------------------------------------------------------
+
+    def _load_policy(self, s: Session) -> None:
+        name = s.scalar(select(PolicyVersion.name).where(PolicyVersion.active.is_(True)))
+        if name is None:
+            name = self.default_policy
+            row = s.scalars(select(PolicyVersion).where(PolicyVersion.name == name)).one_or_none()
+            if row is None:
+                row = PolicyVersion(name=name, created_at=time.time())
+                s.add(row)
+            row.active, row.activated_at, row.activated_by = True, time.time(), "controller (default)"
+        if name != self.policy_name:
+            self.policy = self.make_policy(name)
+            self.policy_name = name
+            self._reasons.clear()
+            log.info("active policy: %s", name)
+
+    def _sync_submissions(self, s: Session, now: float) -> None:
+        """Take in new submissions and drop jobs the API cancelled while pending.
+
+        Each pass reads only jobs above the highest id seen, and recent cancellations; every few seconds a full scan
+        catches what that can miss (on PostgreSQL a smaller id can commit after a larger one)."""
+        full = now - self._last_full_sync >= FULL_SYNC_S
+        if full:
+            self._last_full_sync = now
+            ids = set(s.scalars(select(JobRow.id).where(JobRow.state == S.PENDING)))
+            gone = [j for j in self.pending if j not in ids]
+            self._max_seen = max(self._max_seen, *ids) if ids else self._max_seen
+        else:
+            gone = list(s.scalars(select(JobRow.id).where(
+                JobRow.state == S.CANCELLED, JobRow.finished_at >= self._last_sync - 1.0)))
+            ids = set(s.scalars(select(JobRow.id).where(JobRow.state == S.PENDING, JobRow.id > self._max_seen)))
+        new = ids - self.pending.keys()
+        self._last_sync = now
+        for job_id in gone:
+            self.pending.pop(job_id, None)
+            self._reasons.pop(job_id, None)
+        if not new:
+            return
+        rows = s.scalars(select(JobRow).where(JobRow.id.in_(new)).order_by(JobRow.id)).all()
+        in_order = True
+        last = next(reversed(self.pending.values())).spec.submit_s if self.pending else float("-inf")
+        for row in rows:
+            self._max_seen = max(self._max_seen, row.id)
+            problem = self._reject_reason(row)
+            if problem:
+                row.state, row.finished_at, row.error = S.FAILED, now, problem
+                queries.add_event(s, row.id, "rejected", problem)
+                continue
+            job = self._job(row)
+            in_order = in_order and job.spec.submit_s >= last
+            last = job.spec.submit_s
+            self.pending[row.id] = job
+        if not in_order:
+            self._sort_pending()
+
+    def _sort_pending(self) -> None:
+        """Keep the queue in submission order, as the simulator does (a requeued job keeps its place)."""
+        self.pending = dict(sorted(self.pending.items(), key=lambda kv: (kv[1].spec.submit_s, kv[0])))
+
+    def _reject_reason(self, row: JobRow) -> str | None:
+        if row.model not in self.profiles:
+            return f"unknown model {row.model!r}"
+        workers = max(1, int(row.num_gpus))
+        if workers > self.cluster.num_gpus:
+            return f"needs {workers} GPUs, the cluster has {self.cluster.num_gpus}"
+        mem = self.profiles[row.model].mem_gb
+        if mem > float(self.cluster.gpu_mem.max()):
+            return f"needs {mem:g} GB per GPU, the largest GPU has {float(self.cluster.gpu_mem.max()):g} GB"
+        return None
+
+    def _sync_cancels(self, s: Session, now: float) -> None:
+        if not self.running:
+            return
+        rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING, JobRow.cancel_requested.is_(True))).all()
+        for row in rows:
+            if row.id in self.running:
+                self.backend.stop(row.id)
+                self._end_run(s, row, now)
+                row.state, row.finished_at = S.CANCELLED, now
+                queries.add_event(s, row.id, "cancelled", "cancelled while running; workers stopped", at=now)
+
+    # ---- what the workers did ------------------------------------------------------------------------------------
+
+    def _collect(self, s: Session, statuses: list[JobStatus], now: float, stats: StepStats) -> None:
+        for st in statuses:
+            job = self.running.get(st.job_id)
+            if job is None or st.attempt != self._attempt.get(st.job_id):
+                continue
+            row = s.get(JobRow, st.job_id)
+            if row is None:
+                continue
+            if row.duration_s > 0 and row.kind == "emulated":
+                row.progress = min(1.0, st.done_s / row.duration_s)
+            if st.phase in ("running", "succeeded", "failed") and row.started_at is None:
+                started = [t for t in st.started_at if t is not None]
+                row.started_at = min(started) if started else now
+                if row.first_started_at is None:
+                    row.first_started_at = row.started_at
+                job.start_s = row.started_at
+                queries.add_event(s, row.id, "started", f"{len(started)} worker(s) started", at=row.started_at,
+                                  attempt=st.attempt, ranks_started_at=st.started_at)
+            if st.phase == "succeeded":
+                self._finish(s, row, S.SUCCEEDED, 0, "", now, st.ended_at)
+                stats.finished += 1
+            elif st.phase == "failed":
+                code = next((c for c in st.exit_codes if c not in (None, 0)), 1)
+                self._finish(s, row, S.FAILED, code, st.error, now, st.ended_at)
+                stats.finished += 1
+            elif st.phase == "lost":
+                self.backend.stop(row.id)
+                self._lose(s, row.id, st.error or "its workers were lost", now)
+                stats.finished += 1
+
+    def _check_nodes(self, s: Session, now: float) -> None:
+        """A Ray node that died takes its GPUs out of the model until it comes back."""
+        alive = {n.name: n.alive for n in self.backend.nodes()}
+        for i, name in enumerate(self.node_names):
+            up = alive.get(name, False)
+            if up and i in self._down:
+                self._down.discard(i)
+                self.state.uncordon(list(self.cluster.node_gpus(i)))
+                s.execute(update(Node).where(Node.name == name).values(alive=True, updated_at=now))
+            elif not up and i not in self._down:
+                for job_id in [j for j, job in self.running.items() if job.placement is not None
+                               and i in job.placement.nodes(self.cluster)]:
+                    self.backend.stop(job_id)
+                    self._lose(s, job_id, f"node {name} was lost", now)
+                self._down.add(i)
+                self.state.cordon(list(self.cluster.node_gpus(i)))
+                s.execute(update(Node).where(Node.name == name).values(alive=False, updated_at=now))
+
+    def _end_run(self, s: Session, row: JobRow, now: float) -> Job:
+        """Take a run off its GPUs: close its allocations, account its service, and re-rate its neighbours."""
+        job = self.running.pop(row.id)
+        attempt = self._attempt.pop(row.id)
+        self.state.release(row.id)
+        if job.start_s is not None:
+            row.attained_gpu_s += max(0.0, now - job.start_s) * job.spec.gpu_demand
+        s.execute(update(Allocation).where(Allocation.job_id == row.id, Allocation.attempt == attempt,
+                                           Allocation.released_at.is_(None)).values(released_at=now))
+        job.placement = None
+        job.start_s = None
+        row.started_at = None
+        for j in self.contention.remove(row.id):
+            if j in self.running:
+                self._set_rate(self.running[j], s)
+        return job
+
+    def _finish(self, s: Session, row: JobRow, state: S, code: int, error: str, now: float,
+                ranks_ended_at: list[float | None]) -> None:
+        self.backend.forget(row.id)
+        self._end_run(s, row, now)
+        row.state, row.finished_at, row.exit_code, row.error = state, now, code, error or None
+        if state is S.SUCCEEDED:
+            row.progress = 1.0
+        queries.add_event(s, row.id, str(state), error or f"exit code {code}", at=now, exit_code=code,
+                          attempt=row.attempt, ranks_ended_at=ranks_ended_at)
+
+    def _lose(self, s: Session, job_id: int, why: str, now: float) -> None:
+        """A run whose workers are gone: requeue the job or fail it, by its restart policy."""
+        row = s.get(JobRow, job_id)
+        assert row is not None
+        if job_id in self.running:
+            self._end_run(s, row, now)
+        else:  # never got back into memory (recover): close whatever it held
+            s.execute(update(Allocation).where(Allocation.job_id == job_id, Allocation.released_at.is_(None))
+                      .values(released_at=now))
+            row.started_at = None
+        queries.add_event(s, job_id, "lost", why, at=now, attempt=row.attempt)
+        if row.cancel_requested:
+            row.state, row.finished_at = S.CANCELLED, now
+            queries.add_event(s, job_id, "cancelled", "cancel requested before the run was lost", at=now)
+        elif row.restart_policy == RestartPolicy.REQUEUE and row.restarts < row.max_restarts:
+            row.restarts += 1
+            row.state, row.queued_since = S.PENDING, now
+            queries.add_event(s, job_id, "requeued", f"restart {row.restarts} of {row.max_restarts}", at=now)
+            self.pending[job_id] = self._job(row)
+            self._sort_pending()
+        else:
+            row.state, row.finished_at, row.error = S.FAILED, now, f"lost: {why}"
+            queries.add_event(s, job_id, "failed", f"not restarted ({row.restart_policy}, "
+                              f"{row.restarts} of {row.max_restarts} restarts used)", at=now)
+
+    # ---- deciding ------------------------------------------------------------------------------------------------
+
+    def _set_rate(self, job: Job, s: Session | None = None) -> None:
+        slow = self.contention.slowdown(job.id)
+        job.rate = 1.0 if job.spec.kind is JobKind.INFERENCE else 1.0 / slow
+        self.backend.set_rate(job.id, job.rate)
+        if s is not None:
+            s.execute(update(JobRow).where(JobRow.id == job.id).values(predicted_slowdown=slow))
+
+    def _start_in_memory(self, job: Job, placement: Placement, attempt: int, now: float) -> set[int]:
+        self.state.allocate(job.id, job.spec, placement)
+        job.placement = placement
+        job.start_s = now
+        self.running[job.id] = job
+        self._attempt[job.id] = attempt
+        return self.contention.add(job.id, job.spec, placement)
+
+    def _schedule(self, s: Session, now: float, stats: StepStats) -> list[Launch]:
+        assert self.policy is not None
+        launches: dict[int, Launch] = {}
+        for _ in range(MAX_ROUNDS):
+            if not self.pending:
+                break
+            t0 = time.perf_counter()
+            decisions = self.policy.schedule(self.view, self.pending.values(), now)
+            latency = time.perf_counter() - t0
+            stats.policy_calls += 1
+            stats.policy_s += latency
+            if not self._apply(s, decisions, now, latency, stats, launches):
+                break
+        else:
+            raise RuntimeError(f"{self.policy_name} kept acting for {MAX_ROUNDS} rounds")
+        return list(launches.values())
+
+    def _apply(self, s: Session, decisions: list[Decision], now: float, latency: float, stats: StepStats,
+               launches: dict[int, Launch]) -> bool:
+        acted = False
+        ms = latency * 1000.0
+        for d in decisions:
+            if isinstance(d, Preempt) and d.job_id in self.running:
+                row = s.get(JobRow, d.job_id)
+                assert row is not None
+                self.backend.stop(d.job_id)
+                launches.pop(d.job_id, None)
+                job = self._end_run(s, row, now)
+                row.state, row.queued_since, row.preemptions = S.PENDING, now, row.preemptions + 1
+                job.preemptions, job.queued_since = row.preemptions, now
+                self.pending[d.job_id] = self._job(row)
+                self._sort_pending()
+                s.add(DecisionRow(job_id=d.job_id, at=now, policy=self.policy_name, action="preempt", reason=d.reason,
+                                  latency_ms=ms))
+                queries.add_event(s, d.job_id, "preempted", d.reason or "preempted by the policy", at=now)
+                stats.preempted += 1
+                acted = True
+        for d in decisions:
+            if isinstance(d, Place):
+                if self._place(s, d, now, ms, launches):
+                    stats.placed += 1
+                    acted = True
+            elif isinstance(d, Wait):
+                if self._reasons.get(d.job_id) != d.reason and d.job_id in self.pending:
+                    self._reasons[d.job_id] = d.reason
+                    s.execute(update(JobRow).where(JobRow.id == d.job_id).values(pending_reason=d.reason))
+            elif isinstance(d, WakeAt):
+                self._wake_at = min(self._wake_at, d.time)
+        return acted
+
+    def _place(self, s: Session, d: Place, now: float, ms: float, launches: dict[int, Launch]) -> bool:
+        job = self.pending.get(d.job_id)
+        if job is None:
+            raise RuntimeError(f"{self.policy_name} placed job {d.job_id}, which is not pending")
+        predicted = self.view.predict(job.spec, d.placement)
+        row = s.get(JobRow, d.job_id)
+        assert row is not None
+        attempt = row.attempt + 1
+        # The API may have cancelled it a moment ago: the conditional update decides, atomically.
+        moved = s.execute(update(JobRow).where(JobRow.id == d.job_id, JobRow.state == S.PENDING).values(
+            state=S.RUNNING, attempt=attempt, pending_reason=None, predicted_slowdown=predicted.slowdown,
+            started_at=None)).rowcount
+        del self.pending[d.job_id]
+        self._reasons.pop(d.job_id, None)
+        if not moved:
+            return False
+        s.refresh(row)
+        affected = self._start_in_memory(job, d.placement, attempt, now)
+        for rank in self._placement(job):
+            first = int(self.cluster.node_first_gpu[self.node_index[rank.node]])
+            for local in rank.local_gpus:
+                s.add(Allocation(job_id=row.id, attempt=attempt, rank=rank.rank, node=rank.node, gpu=first + local,
+                                 local_gpu=local, share=d.placement.share, allocated_at=now))
+        s.add(DecisionRow(
+            job_id=row.id, at=now, policy=self.policy_name, action="place", reason=d.reason,
+            gpus=list(d.placement.gpus), share=d.placement.share, predicted_slowdown=predicted.slowdown,
+            candidates=[{"gpus": list(c.placement.gpus), "share": c.placement.share, "slowdown": c.slowdown,
+                         "others_added": c.others_added} for c in d.candidates],
+            latency_ms=ms,
+        ))
+        nodes = ", ".join(r.node for r in self._placement(job))
+        queries.add_event(s, row.id, "placed", f"on {nodes}: GPUs {list(d.placement.gpus)} x {d.placement.share:g}"
+                          f" (predicted slowdown {predicted.slowdown:.2f})", at=now, gpus=list(d.placement.gpus),
+                          share=d.placement.share, attempt=attempt)
+        for j in affected:
+            if j in self.running:
+                self._set_rate(self.running[j], s)
+        launches[row.id] = self._launch_spec(row, job, attempt)
+        return True

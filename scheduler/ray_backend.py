@@ -1,0 +1,425 @@
+"""Running jobs' workers on Ray: the only module that imports ray.
+
+A Corral node is a Ray node that carries the custom resources `corral_node_<name>` and one `corral_gpu_<name>_<i>` per
+GPU (capacity 1). A worker asks for exactly the GPUs and share the policy chose as those resources, so Ray itself
+refuses to over-commit a GPU even if the controller were wrong, and the worker lands on its node. Ray's own GPU
+resource is left alone: Ray would pick GPU ids itself, and here the policy picks them.
+
+Each worker (one per node of a placement: it drives that node's GPUs, like a torchrun launcher) is a *detached*
+named actor, `corral-<job>-<attempt>-<rank>`, so it outlives a controller that dies: a restarted controller finds it
+by name and keeps it. The controller never blocks on a worker: `launch` creates the actors, `poll` starts a gang once
+every member is up (so its members start together) and reports what happened since.
+
+By default `RayBackend.local` starts a local Ray cluster of virtual nodes with virtual GPUs (Ray's resources are
+logical, so this runs on a machine with no GPU); `RayBackend.connect` joins an existing one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from scheduler.runs import NAMESPACE, JobStatus, Launch, NodeInfo, actor_name, node_resources, rank_env
+
+log = logging.getLogger(__name__)
+
+_NODE_RES = re.compile(r"^corral_node_(.+)$")
+STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this: time for a preempted job to write its checkpoint
+_RES_PRECISION = 10_000  # Ray accounts fractional resources in 1/10,000ths
+
+
+def _share_resource(share: float) -> float:
+    # Round down to Ray's granularity: three tenants of 1/3 must fit in a capacity of 1.
+    return max(1, int(share * _RES_PRECISION)) / _RES_PRECISION
+
+
+# ---- the worker -------------------------------------------------------------------------------------------------
+
+
+class Worker:
+    """One rank of a run. Its methods return at once; the work happens in a thread (emulated) or a child process
+    group (command), so `status` and `stop` answer while it runs."""
+
+    def __init__(self, launch: Launch, rank: int) -> None:
+        self.launch = launch
+        self.rank = rank
+        self.phase = "ready"
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
+        self.exit_code: int | None = None
+        self.rate = launch.rate
+        self.done_s = 0.0
+        self.error = ""
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        Path(launch.log_dir).mkdir(parents=True, exist_ok=True)
+        Path(launch.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        self._log_path = Path(launch.log_dir) / f"rank-{rank}.log"
+
+    def ready(self) -> tuple[str, int]:
+        """This worker's address and a free port on it (rank 0's become MASTER_ADDR and MASTER_PORT)."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def start(self, env: dict[str, str]) -> float:
+        with self._lock:
+            if self.phase != "ready":  # a restarted controller may say go twice
+                return self.started_at or 0.0
+            self.phase = "running"
+            self.started_at = time.time()
+        target = self._emulate if self.launch.kind == "emulated" else self._command
+        threading.Thread(target=target, args=(env,), daemon=True, name=f"corral-rank-{self.rank}").start()
+        return self.started_at
+
+    def set_rate(self, rate: float) -> None:
+        self.rate = rate
+
+    def status(self) -> dict[str, Any]:
+        return {"phase": self.phase, "started_at": self.started_at, "ended_at": self.ended_at,
+                "exit_code": self.exit_code, "done_s": self.done_s, "error": self.error}
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
+        """Stop the work: emulated ranks write their checkpoint; a command gets SIGTERM, then SIGKILL."""
+        self._stop.set()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + grace_s
+        while self.phase == "running" and time.time() < deadline:
+            time.sleep(0.01)
+        return self.exit_code
+
+    # -- kinds --
+
+    def _finish(self, code: int, error: str = "") -> None:
+        self.exit_code = code
+        self.error = error
+        self.ended_at = time.time()
+        self.phase = "exited"
+
+    def _checkpoint_file(self) -> Path:
+        return Path(self.launch.checkpoint_dir) / "emulated.json"
+
+    def _emulate(self, env: dict[str, str]) -> None:
+        """Run for the time the contention model predicts: `work_s` isolated seconds at the rate the controller
+        keeps current. Progress is checkpointed, so a preempted or requeued run resumes where it stopped."""
+        ckpt = self._checkpoint_file()
+        try:
+            self.done_s = float(json.loads(ckpt.read_text())["done_s"]) if ckpt.exists() else 0.0
+        except (ValueError, KeyError, OSError):
+            self.done_s = 0.0
+        work = self.launch.work_s
+        with self._log_path.open("a") as out:
+            out.write(f"[corral] emulated {self.launch.job_id} rank {self.rank} attempt {self.launch.attempt}: "
+                      f"{work - self.done_s:.1f} s of isolated work left\n")
+            for k in sorted(k for k in env if k.startswith(("CUDA_", "MASTER_", "WORLD_", "RANK", "LOCAL_"))):
+                out.write(f"[corral] {k}={env[k]}\n")
+            out.flush()
+            last = time.time()
+            last_report = last
+            while self.done_s < work and not self._stop.is_set():
+                self._stop.wait(min(0.05, max(0.0, (work - self.done_s) / max(self.rate, 1e-9))))
+                now = time.time()
+                self.done_s = min(work, self.done_s + (now - last) * self.rate)
+                last = now
+                if now - last_report >= 1.0:
+                    last_report = now
+                    out.write(f"progress {self.done_s / work:6.1%} rate {self.rate:.3f}\n")
+                    out.flush()
+                    self._write_checkpoint()
+            self._write_checkpoint()
+            stopped = self._stop.is_set() and self.done_s < work
+            out.write(f"[corral] {'stopped' if stopped else 'done'} at {self.done_s / work:.1%}\n")
+        self._finish(143 if stopped else 0)
+
+    def _write_checkpoint(self) -> None:
+        if self.rank != 0:
+            return
+        tmp = self._checkpoint_file().with_suffix(".tmp")
+        tmp.write_text(json.dumps({"done_s": self.done_s}))
+        tmp.replace(self._checkpoint_file())  # atomic: a crash never leaves half a checkpoint
+
+    def _command(self, env: dict[str, str]) -> None:
+        full_env = {**os.environ, **env}
+        workdir = self.launch.workdir or str(Path.home())
+        try:
+            with self._log_path.open("ab") as out:
+                self._proc = subprocess.Popen(
+                    ["/bin/sh", "-c", self.launch.entrypoint or "true"], cwd=workdir, env=full_env,
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own process group: stop() signals the whole tree
+                )
+                code = self._proc.wait()
+        except OSError as exc:  # e.g. the working directory does not exist
+            with self._log_path.open("a") as out:
+                out.write(f"[corral] could not start: {exc}\n")
+            self._finish(127, f"could not start: {exc}")
+            return
+        # A signal shows as a negative return code; report it the way a shell would.
+        self._finish(code if code >= 0 else 128 - code)
+
+
+RemoteWorker = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)(Worker)
+
+
+# ---- the controller's side ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    launch: Launch
+    actors: list[Any]
+    ready: list[Any] | None  # refs of `ready()` until the gang has started
+    started: bool = False
+    status: JobStatus | None = None
+
+
+class RayBackend:
+    def __init__(self, *, cluster: Any = None) -> None:
+        self._cluster = cluster  # a ray.cluster_utils.Cluster we started, or None when we joined one
+        self._runs: dict[int, _Run] = {}
+        self._stopping: list[tuple[Any, Any, float]] = []  # (actor, ref of stop(), deadline)
+
+    # -- lifecycle --
+
+    @classmethod
+    def local(cls, nodes: int, gpus_per_node: int, *, names: list[str] | None = None) -> RayBackend:
+        """Start a local Ray cluster of `nodes` virtual nodes with `gpus_per_node` virtual GPUs each."""
+        from ray.cluster_utils import Cluster
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        names = names or [f"node{i}" for i in range(nodes)]
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        for name in names:
+            cluster.add_node(num_cpus=1, num_gpus=gpus_per_node, resources=node_resources(name, gpus_per_node))
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+        return cls(cluster=cluster)
+
+    @classmethod
+    def connect(cls, address: str) -> RayBackend:
+        """Join an existing Ray cluster (its nodes carry `node_resources`)."""
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+        return cls()
+
+    @property
+    def address(self) -> str:
+        return str(self._cluster.address) if self._cluster is not None else ray.get_runtime_context().gcs_address
+
+    def shutdown(self) -> None:
+        """Leave Ray (and stop the local cluster if we started it: its workers go with it)."""
+        ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.shutdown()
+
+    # -- nodes --
+
+    def nodes(self) -> list[NodeInfo]:
+        """Corral nodes Ray knows of, alive or dead (a dead node's name stays known until Ray forgets it)."""
+        found: dict[str, NodeInfo] = {}
+        for n in ray.nodes():
+            res = n.get("Resources") or {}
+            for key in res:
+                m = _NODE_RES.match(key)
+                if m is None:
+                    continue
+                name = m.group(1)
+                gpus = sum(1 for k in res if k.startswith(f"corral_gpu_{name}_"))
+                info = NodeInfo(name, gpus, bool(n.get("Alive")), n.get("NodeID", ""), n.get("NodeManagerAddress", ""))
+                if info.alive or name not in found:  # a restarted node replaces its dead record
+                    found[name] = info
+        return list(found.values())
+
+    # -- runs --
+
+    def launch(self, launch: Launch) -> None:
+        """Create the run's workers; the gang starts in a later `poll`, once all of them are up."""
+        actors = []
+        for spec in launch.ranks:
+            resources = {f"corral_gpu_{spec.node}_{g}": _share_resource(spec.share) for g in spec.local_gpus}
+            resources[f"corral_node_{spec.node}"] = 0.001  # pins it even if a GPU resource were renamed
+            actors.append(RemoteWorker.options(  # type: ignore[attr-defined]
+                name=actor_name(launch.job_id, launch.attempt, spec.rank), namespace=NAMESPACE, lifetime="detached",
+                resources=resources, get_if_exists=True,
+            ).remote(launch, spec.rank))
+        self._runs[launch.job_id] = _Run(launch, actors, [a.ready.remote() for a in actors])
+
+    def adopt(self, launch: Launch) -> bool:
+        """After a controller restart: take over a run's workers if every one is still there."""
+        actors = []
+        for spec in launch.ranks:
+            try:
+                actors.append(ray.get_actor(actor_name(launch.job_id, launch.attempt, spec.rank), namespace=NAMESPACE))
+            except ValueError:
+                for a in actors:
+                    self._kill(a)
+                return False
+        try:
+            states = ray.get([a.status.remote() for a in actors], timeout=30)
+        except (RayActorError, GetTimeoutError):
+            for a in actors:
+                self._kill(a)
+            return False
+        started = any(s["phase"] != "ready" for s in states)
+        self._runs[launch.job_id] = _Run(launch, actors, None if started else [a.ready.remote() for a in actors],
+                                         started=started)
+        return True
+
+    def reap_orphans(self, keep: set[str]) -> list[str]:
+        """Kill Corral workers whose names are not in `keep` (runs a crashed controller launched but never recorded
+        as running, or stopped but never reaped)."""
+        killed = []
+        for name in ray.util.list_named_actors():  # this namespace's live named actors (no dashboard needed)
+            if name.startswith("corral-") and name not in keep:
+                try:
+                    self._kill(ray.get_actor(name, namespace=NAMESPACE))
+                    killed.append(name)
+                except ValueError:
+                    pass
+        return killed
+
+    def set_rate(self, job_id: int, rate: float) -> None:
+        run = self._runs.get(job_id)
+        if run is not None:
+            for a in run.actors:
+                a.set_rate.remote(rate)
+
+    def stop(self, job_id: int) -> None:
+        """Stop a run's workers (SIGTERM, a grace period, then kill) and forget it. Ray frees its GPU resources once
+        the actors are gone, so a successor's workers cannot start on those GPUs before."""
+        run = self._runs.pop(job_id, None)
+        if run is None:
+            return
+        for a in run.actors:
+            self._stopping.append((a, a.stop.remote(), time.time() + STOP_GRACE_S + 2.0))
+
+    def forget(self, job_id: int) -> None:
+        """Drop a finished run: its workers have exited; kill the actors to give back their resources."""
+        run = self._runs.pop(job_id, None)
+        if run is not None:
+            for a in run.actors:
+                self._kill(a)
+
+    @staticmethod
+    def _kill(actor: Any) -> None:
+        try:
+            ray.kill(actor, no_restart=True)
+        except (RayActorError, ValueError):
+            pass
+
+    def running_jobs(self) -> list[int]:
+        return list(self._runs)
+
+    def poll(self, timeout_s: float = 5.0) -> list[JobStatus]:
+        """Start gangs whose workers are all up, reap stopped workers, and report every tracked run's status."""
+        self._reap_stopped()
+        for run in self._runs.values():
+            if run.ready is not None:
+                self._maybe_start(run)
+        runs = [r for r in self._runs.values() if r.started]
+        refs = [[a.status.remote() for a in r.actors] for r in runs]
+        flat = [ref for rs in refs for ref in rs]
+        if flat:
+            ray.wait(flat, num_returns=len(flat), timeout=timeout_s)
+        out = []
+        for run, rs in zip(runs, refs, strict=True):
+            out.append(self._status(run, rs))
+        for run in self._runs.values():
+            if not run.started:
+                n = len(run.actors)
+                out.append(JobStatus(run.launch.job_id, run.launch.attempt, "starting", [None] * n, [None] * n,
+                                     [None] * n, 0.0))
+        return out
+
+    def _maybe_start(self, run: _Run) -> None:
+        assert run.ready is not None
+        done, _ = ray.wait(run.ready, num_returns=len(run.ready), timeout=0)
+        if len(done) < len(run.ready):
+            return
+        try:
+            master_addr, master_port = ray.get(run.ready[0])
+            ray.get(run.ready[1:])
+        except RayActorError:
+            run.ready = None
+            run.started = True  # let _status report it lost
+            return
+        n = len(run.launch.ranks)
+        for a, spec in zip(run.actors, run.launch.ranks, strict=True):
+            a.start.remote(rank_env(spec, n, master_addr, master_port, run.launch))
+        run.ready = None
+        run.started = True
+
+    def _status(self, run: _Run, refs: list[Any]) -> JobStatus:
+        launch = run.launch
+        n = len(refs)
+        started: list[float | None] = [None] * n
+        ended: list[float | None] = [None] * n
+        codes: list[int | None] = [None] * n
+        phases = []
+        done_s = 0.0
+        error = ""
+        for i, ref in enumerate(refs):
+            try:
+                st = ray.get(ref, timeout=0)
+            except GetTimeoutError:
+                phases.append("unknown")
+                continue
+            except RayActorError as exc:
+                phases.append("lost")
+                error = error or f"rank {i} lost: {type(exc).__name__}"
+                continue
+            phases.append(st["phase"])
+            started[i], ended[i], codes[i] = st["started_at"], st["ended_at"], st["exit_code"]
+            error = error or st.get("error", "")
+            if i == 0:
+                done_s = float(st["done_s"])
+        if "lost" in phases:
+            phase = "lost"
+        elif any(c not in (None, 0) for c in codes):
+            phase = "failed"
+            bad = next(i for i, c in enumerate(codes) if c not in (None, 0))
+            error = error or f"rank {bad} exited with code {codes[bad]}"
+        elif phases and all(p == "exited" for p in phases):
+            phase = "succeeded"
+        elif "unknown" in phases:  # some rank did not answer in time: report what we knew, decide nothing yet
+            return run.status or JobStatus(launch.job_id, launch.attempt, "starting", [None] * n, [None] * n,
+                                           [None] * n, 0.0)
+        else:
+            phase = "running" if any(p == "running" for p in phases) else "starting"
+        run.status = JobStatus(launch.job_id, launch.attempt, phase, started, ended, codes, done_s, error)
+        return run.status
+
+    def _reap_stopped(self) -> None:
+        keep = []
+        now = time.time()
+        for actor, ref, deadline in self._stopping:
+            done, _ = ray.wait([ref], timeout=0)
+            if done or now >= deadline:
+                self._kill(actor)
+            else:
+                keep.append((actor, ref, deadline))
+        self._stopping = keep

@@ -1,0 +1,110 @@
+"""What the controller asks of a worker backend, and what a run of a job is, with no Ray in sight.
+
+`scheduler.ray_backend.RayBackend` is the backend; the controller only knows this protocol, so the import of Ray
+stays in one module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+NAMESPACE = "corral"
+
+
+def node_resources(name: str, gpus: int) -> dict[str, float]:
+    """The custom resources a Ray node must carry to be Corral node `name` with `gpus` GPUs (for `ray start
+    --resources`)."""
+    res = {f"corral_node_{name}": 1.0}
+    res.update({f"corral_gpu_{name}_{i}": 1.0 for i in range(gpus)})
+    return res
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    gpus: int
+    alive: bool
+    ray_node_id: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class RankSpec:
+    rank: int
+    node: str
+    local_gpus: tuple[int, ...]
+    share: float
+    gpu_mem_gb: float  # memory of each of its GPUs: the MPS memory limit is this times the share
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Everything a run of a job needs. `rate` is the emulated progress rate (1 / predicted slowdown)."""
+
+    job_id: int
+    attempt: int
+    kind: str  # "emulated" | "command"
+    ranks: tuple[RankSpec, ...]
+    work_s: float  # emulated: the isolated seconds the whole job needs
+    rate: float
+    log_dir: str  # folder of rank-<r>.log files for this run
+    checkpoint_dir: str
+    entrypoint: str | None = None
+    workdir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class JobStatus:
+    """What `poll` reports for a run. `phase`: starting (workers coming up), running, succeeded, failed, lost."""
+
+    job_id: int
+    attempt: int
+    phase: str
+    started_at: list[float | None]  # per rank, when its process started
+    ended_at: list[float | None]
+    exit_codes: list[int | None]
+    done_s: float  # emulated: isolated seconds of work done
+    error: str = ""
+
+
+def rank_env(spec: RankSpec, world: int, master_addr: str, master_port: int, launch: Launch) -> dict[str, str]:
+    """The environment a worker's process gets: its GPUs, its MPS share and the distributed rendezvous."""
+    env = dict(launch.env)
+    env.update({
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.local_gpus),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": str(world),
+        "RANK": str(spec.rank),
+        "NODE_RANK": str(spec.rank),
+        "LOCAL_WORLD_SIZE": str(len(spec.local_gpus)),
+        "CORRAL_JOB_ID": str(launch.job_id),
+        "CORRAL_ATTEMPT": str(launch.attempt),
+        "CORRAL_NODE": spec.node,
+        "CORRAL_CHECKPOINT_DIR": launch.checkpoint_dir,
+    })
+    if spec.share < 1.0:  # an MPS client: cap its SMs and its memory to its share
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(spec.share * 100)))
+        limit_mb = int(spec.gpu_mem_gb * spec.share * 1024)
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{i}={limit_mb}M" for i in range(len(spec.local_gpus)))
+    return env
+
+
+def actor_name(job_id: int, attempt: int, rank: int) -> str:
+    """Workers are named by job, attempt and rank: a restarted controller finds a run's workers by these names."""
+    return f"corral-{job_id}-{attempt}-{rank}"
+
+
+class Backend(Protocol):
+    """Runs workers. Every method returns promptly: the controller's loop never waits on a worker."""
+
+    def nodes(self) -> list[NodeInfo]: ...
+    def launch(self, launch: Launch) -> None: ...
+    def adopt(self, launch: Launch) -> bool: ...
+    def reap_orphans(self, keep: set[str]) -> list[str]: ...
+    def set_rate(self, job_id: int, rate: float) -> None: ...
+    def stop(self, job_id: int) -> None: ...
+    def forget(self, job_id: int) -> None: ...
+    def poll(self, timeout_s: float = 5.0) -> list[JobStatus]: ...

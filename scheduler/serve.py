@@ -1,0 +1,142 @@
+"""`corral serve`: the live service's composition root. It wires the store, the Ray backend, the controller with a
+policy from the registry, and the Flask app, then serves HTTP until interrupted. Like `scheduler/cli.py`, it is the
+only kind of module in `scheduler/` allowed to reach up into `policies` and `web`, and it does so lazily.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scheduler.model import PRESETS, Cluster, ClusterSpec, NodeGroupSpec, NodeTypeSpec, SpecError, build_cluster
+
+if TYPE_CHECKING:
+    from scheduler.controller import Controller
+    from scheduler.ray_backend import NodeInfo, RayBackend
+    from scheduler.store import Store
+
+log = logging.getLogger("corral")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    nodes: int = 4
+    gpus_per_node: int = 8
+    preset: str = "dgx-a100"
+    ray_address: str | None = None
+    policy: str | None = None  # None: keep the store's active policy (rl:default on a new store)
+    tick_s: float = 0.5
+    threads: int = 16
+
+
+def node_type(preset: str, gpus_per_node: int) -> NodeTypeSpec:
+    """The preset's server with `gpus_per_node` GPUs (SpecError naming the flag if the preset cannot have that)."""
+    if preset not in PRESETS:
+        raise SpecError(f"--preset: unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    try:
+        return NodeTypeSpec.model_validate({**PRESETS[preset].model_dump(), "gpus_per_node": gpus_per_node})
+    except ValueError as exc:
+        raise SpecError(f"--gpus-per-node {gpus_per_node} does not fit preset {preset}: {exc}") from None
+
+
+def build_live_cluster(preset: str, gpus_by_node: list[int]) -> Cluster:
+    """The cluster model of the Ray nodes, in order: consecutive nodes with as many GPUs form one group."""
+    groups: list[NodeGroupSpec] = []
+    for gpus in gpus_by_node:
+        if groups and groups[-1].node is not None and groups[-1].node.gpus_per_node == gpus:
+            groups[-1].count += 1
+        else:
+            groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus)))
+    return build_cluster(ClusterSpec(name=f"live-{preset}", groups=groups))
+
+
+def discover(backend: RayBackend, cfg: ServeConfig) -> tuple[list[str], Cluster]:
+    nodes: list[NodeInfo] = sorted(backend.nodes(), key=lambda n: n.name)
+    if not nodes:
+        raise SpecError(
+            f"--ray-address {cfg.ray_address}: no Ray node carries Corral's resources; start each worker node with "
+            "`ray start --address ADDR --resources \"$(corral node-resources --name NAME --gpus 8)\"`"
+        )
+    return [n.name for n in nodes], build_live_cluster(cfg.preset, [n.gpus for n in nodes])
+
+
+def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Controller:
+    from policies import make_policy
+    from scheduler.controller import Controller
+
+    names, cluster = discover(backend, cfg)
+    return Controller(store, backend, cluster, names, make_policy, default_policy=cfg.policy or "rl:default",
+                      tick_s=cfg.tick_s, preset=cfg.preset)
+
+
+def activate_policy(store: Store, name: str, by: str) -> None:
+    import time
+
+    from sqlalchemy import select, update
+
+    from scheduler.store.models import PolicyVersion
+
+    with store.session() as s:
+        s.execute(update(PolicyVersion).values(active=False))
+        row = s.scalars(select(PolicyVersion).where(PolicyVersion.name == name)).one_or_none()
+        if row is None:
+            row = PolicyVersion(name=name, created_at=time.time())
+            s.add(row)
+        row.active, row.activated_at, row.activated_by = True, time.time(), by
+
+
+def serve(cfg: ServeConfig) -> None:
+    from waitress import create_server
+
+    from policies import make_policy
+    from scheduler.ray_backend import RayBackend
+    from scheduler.store import Store, database_url
+    from web import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    node_type(cfg.preset, cfg.gpus_per_node)  # refuse bad flags before anything starts
+    if cfg.policy is not None:
+        make_policy(cfg.policy)  # an unknown name or a broken agent fails here, not in the controller thread
+    url = database_url()
+    store = Store.open(url)
+    if cfg.policy is not None:
+        activate_policy(store, cfg.policy, "corral serve --policy")
+    if cfg.ray_address:
+        log.info("joining the Ray cluster at %s", cfg.ray_address)
+        backend = RayBackend.connect(cfg.ray_address)
+    else:
+        log.info("starting a local Ray cluster: %d virtual nodes x %d virtual GPUs", cfg.nodes, cfg.gpus_per_node)
+        backend = RayBackend.local(cfg.nodes, cfg.gpus_per_node)
+    controller = build_controller(store, backend, cfg)
+    try:
+        controller.start()
+        app = create_app(store, notify=controller.wake)
+        server = create_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads)
+
+        def _terminate(signum: int, _frame: object) -> None:
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, _terminate)
+        where = f"http://{cfg.host}:{server.effective_port}"  # type: ignore[union-attr]
+        print(
+            f"\nCorral is serving {controller.cluster.num_nodes} nodes x {controller.cluster.num_gpus} GPUs "
+            f"({cfg.preset}) with policy {controller.policy_name}\n"
+            f"  API:       {where}/api/v1  (OpenAPI {where}/api/v1/openapi.json, Swagger UI {where}/api/docs)\n"
+            f"  database:  {url}\n  Ray:       {backend.address}\n"
+            f"  a token:   corral token create --user $USER --admin\n"
+            f"  then:      export CORRAL_URL={where} CORRAL_TOKEN=<the token>; corral submit --model ResNet-50-bs64 "
+            "--gpus 1 --duration 60\n",
+            file=sys.stderr, flush=True,
+        )
+        server.run()  # type: ignore[union-attr]
+    except KeyboardInterrupt:
+        log.info("shutting down")
+    finally:
+        controller.stop()
+        backend.shutdown()
+        store.close()

@@ -1,0 +1,104 @@
+"""Where the store lives and how to open it: engines, sessions and migrations, with no Flask in sight.
+
+SQLite under `CORRAL_HOME` (default `~/.corral`) is the embedded default, in WAL mode so the API's readers never
+block the controller's writer; `DATABASE_URL` selects anything else SQLAlchemy speaks (PostgreSQL in production:
+`postgresql+psycopg://user@host/db`). `Store.open` brings the schema to the newest Alembic revision first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def corral_home() -> Path:
+    return Path(os.environ.get("CORRAL_HOME") or Path.home() / ".corral").expanduser()
+
+
+def database_url() -> str:
+    """`DATABASE_URL` if set, else the embedded SQLite file under `CORRAL_HOME`."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        # The usual Heroku-style spelling means psycopg 3 here (the driver this project installs).
+        if url.startswith("postgres://"):
+            url = "postgresql://" + url.removeprefix("postgres://")
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+        return url
+    home = corral_home()
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home / 'corral.db'}"
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            # pysqlite's own transaction handling emits no BEGIN before a SAVEPOINT, so a nested transaction would
+            # commit on its own; SQLAlchemy's documented recipe: take over BEGIN ourselves (see `_begin`).
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer, nor it them
+            cur.execute("PRAGMA synchronous=NORMAL")  # durable at each checkpoint; a power cut loses no committed WAL
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn) -> None:  # type: ignore[no-untyped-def]
+            conn.exec_driver_sql("BEGIN")
+
+        return engine
+    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+class Store:
+    """An engine and its session factory. Create one per process; sessions are short-lived, one per unit of work."""
+
+    def __init__(self, url: str, engine: Engine) -> None:
+        self.url = url
+        self.engine = engine
+        self.sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str | None = None, *, migrate: bool = True) -> Store:
+        url = url or database_url()
+        engine = make_engine(url)
+        if migrate:
+            upgrade(engine, url)
+        return cls(url, engine)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session in a transaction: committed on success, rolled back on an exception."""
+        with self.sessions() as s, s.begin():
+            yield s
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def upgrade(engine: Engine, url: str) -> None:
+    """Bring the schema to the newest migration (idempotent; safe on every start)."""
+    cfg = alembic_config(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")

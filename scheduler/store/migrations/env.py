@@ -1,0 +1,31 @@
+"""Alembic environment: runs on the connection `scheduler.store.db.upgrade` hands it, or opens one from the URL
+(`alembic -x` style use from a shell is not needed: `Store.open` migrates on every start)."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from scheduler.store.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def run() -> None:
+    conn = config.attributes.get("connection")
+    if conn is None:
+        with create_engine(config.get_main_option("sqlalchemy.url")).connect() as conn:
+            _migrate(conn)
+            conn.commit()
+    else:
+        _migrate(conn)
+
+
+def _migrate(conn) -> None:  # type: ignore[no-untyped-def]
+    context.configure(connection=conn, target_metadata=target_metadata, render_as_batch=True, compare_type=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+run()

@@ -1,0 +1,215 @@
+"""The tables: SQLAlchemy 2.0 typed mappings. Times are Unix seconds (floats): the controller, the policies and the
+simulator all count time that way, and it stores identically on SQLite and PostgreSQL.
+
+The controller is the only writer of placements (`Allocation`, a job's `running` state) and of `Decision`s; the API
+writes users, tokens, submitted jobs and cancel requests. Migrations (`scheduler/store/migrations`) create these
+tables; `tests/test_store.py` checks the two agree.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON, float: Float(precision=53)}
+
+
+class JobState(StrEnum):
+    """A live job's state, as the API reports it (the simulator's `scheduler.model.JobState` has no failures)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class JobType(StrEnum):
+    EMULATED = "emulated"  # runs for the time the contention model predicts for its placement (demos, tests)
+    COMMAND = "command"  # a real entrypoint, run by a shell
+
+
+class RestartPolicy(StrEnum):
+    REQUEUE = "requeue"  # a lost or preempted run goes back to the queue (up to max_restarts losses)
+    FAIL = "fail"  # a lost run fails the job
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float]
+
+    tokens: Mapped[list[ApiToken]] = relationship(back_populates="user", cascade="all, delete-orphan")
+
+
+class ApiToken(Base):
+    """A bearer token, stored as its SHA-256 (tokens are 256 random bits: a fast hash is enough, unlike passwords)."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # the first characters, to tell tokens apart in listings
+    created_at: Mapped[float]
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    user: Mapped[User] = relationship(back_populates="tokens")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("user_id", "client_token", name="uq_jobs_user_client_token"),
+        Index("ix_jobs_state_id", "state", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))  # JobType
+    model: Mapped[str] = mapped_column(String(100))
+    num_gpus: Mapped[float]
+    duration_s: Mapped[float]  # emulated: isolated run time; command: the user's estimate (only oracle policies read it)
+    entrypoint: Mapped[str | None] = mapped_column(Text)
+    workdir: Mapped[str | None] = mapped_column(Text)
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    slo_ms: Mapped[float | None]
+    client_token: Mapped[str | None] = mapped_column(String(200))
+    restart_policy: Mapped[str] = mapped_column(String(16), default=RestartPolicy.REQUEUE)
+    max_restarts: Mapped[int] = mapped_column(Integer, default=3)
+
+    state: Mapped[str] = mapped_column(String(16), default=JobState.PENDING)  # JobState
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    submitted_at: Mapped[float]
+    queued_since: Mapped[float]  # submission, or the last requeue
+    started_at: Mapped[float | None]  # start of the current run (workers up)
+    first_started_at: Mapped[float | None]
+    finished_at: Mapped[float | None]
+    attempt: Mapped[int] = mapped_column(Integer, default=0)  # runs launched so far; the current run's number
+    restarts: Mapped[int] = mapped_column(Integer, default=0)  # runs lost (node or controller gone)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    attained_gpu_s: Mapped[float] = mapped_column(default=0.0)  # GPU-seconds of service in finished runs
+    work_done_s: Mapped[float] = mapped_column(default=0.0)  # emulated: isolated seconds done in finished runs
+    progress: Mapped[float] = mapped_column(default=0.0)  # fraction done, as the workers last reported
+    predicted_slowdown: Mapped[float | None]
+    pending_reason: Mapped[str | None] = mapped_column(Text)
+    exit_code: Mapped[int | None]
+    error: Mapped[str | None] = mapped_column(Text)
+
+    user: Mapped[User] = relationship()
+    allocations: Mapped[list[Allocation]] = relationship(
+        back_populates="job", order_by="Allocation.id", cascade="all, delete-orphan"
+    )
+    events: Mapped[list[JobEvent]] = relationship(
+        back_populates="job", order_by="JobEvent.id", cascade="all, delete-orphan"
+    )
+
+
+class JobEvent(Base):
+    """Every state change of a job, in order: the timeline the API and dashboard show."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[float]
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+    job: Mapped[Job] = relationship(back_populates="events")
+
+
+class Allocation(Base):
+    """One GPU (or share of one) held by one run of a job. Open while `released_at` is null."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (Index("ix_allocations_open", "released_at", "gpu"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int]
+    rank: Mapped[int]  # the worker (one per node of the placement) that drives this GPU
+    node: Mapped[str] = mapped_column(String(64))
+    gpu: Mapped[int]  # cluster-wide GPU index (the cluster model's numbering)
+    local_gpu: Mapped[int]  # index on its node: what CUDA_VISIBLE_DEVICES names
+    share: Mapped[float]
+    allocated_at: Mapped[float]
+    released_at: Mapped[float | None]
+
+    job: Mapped[Job] = relationship(back_populates="allocations")
+
+
+class Decision(Base):
+    """A policy decision with the candidates it weighed and their predicted slowdowns (for explanations and for
+    retraining from history)."""
+
+    __tablename__ = "decisions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[float]
+    policy: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(16))  # place | preempt | wait
+    reason: Mapped[str] = mapped_column(Text, default="")
+    gpus: Mapped[list[Any]] = mapped_column(default=list)
+    share: Mapped[float | None]
+    predicted_slowdown: Mapped[float | None]
+    candidates: Mapped[list[Any]] = mapped_column(default=list)  # [{gpus, share, slowdown, others_added}]
+    latency_ms: Mapped[float] = mapped_column(default=0.0)  # the policy call that produced it
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    index: Mapped[int]  # position in the cluster model
+    preset: Mapped[str] = mapped_column(String(64))
+    alive: Mapped[bool] = mapped_column(Boolean, default=True)
+    ray_node_id: Mapped[str | None] = mapped_column(String(64))
+    address: Mapped[str | None] = mapped_column(String(64))
+    updated_at: Mapped[float]
+
+    gpus: Mapped[list[Gpu]] = relationship(back_populates="node", order_by="Gpu.index", cascade="all, delete-orphan")
+
+
+class Gpu(Base):
+    __tablename__ = "gpus"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(unique=True)  # cluster-wide
+    local_index: Mapped[int]
+    gpu_type: Mapped[str] = mapped_column(String(64))
+    mem_gb: Mapped[float]
+
+    node: Mapped[Node] = relationship(back_populates="gpus")
+
+
+class PolicyVersion(Base):
+    """A policy the controller can run (`tiresias`, `rl:default`, a trained agent's path). One is active."""
+
+    __tablename__ = "policy_versions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(300), unique=True)
+    active: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float]
+    activated_at: Mapped[float | None]
+    activated_by: Mapped[str | None] = mapped_column(String(64))
+    info: Mapped[dict[str, Any]] = mapped_column(default=dict)  # e.g. a trained agent's sidecar metadata

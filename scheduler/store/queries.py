@@ -1,0 +1,202 @@
+"""The units of work the API, the CLI and the controller share: users and tokens, submission, cancellation, listing.
+
+Each function takes an open session and leaves committing to the caller (`Store.session()` commits on success), so a
+request that fails validation half-way stores nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from scheduler.store.models import (
+    Allocation,
+    ApiToken,
+    Decision,
+    Job,
+    JobEvent,
+    JobState,
+    Node,
+    PolicyVersion,
+    User,
+)
+
+TOKEN_PREFIX = "corral_"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def ensure_user(s: Session, name: str, *, admin: bool = False) -> User:
+    """The user called `name`, created if new; `admin=True` promotes an existing user (never demotes)."""
+    user = s.scalars(select(User).where(User.name == name)).one_or_none()
+    if user is None:
+        user = User(name=name, admin=admin, created_at=time.time())
+        s.add(user)
+        s.flush()
+    elif admin and not user.admin:
+        user.admin = True
+    return user
+
+
+def create_token(s: Session, user_name: str, *, admin: bool = False) -> str:
+    """A new bearer token for `user_name` (created if new). Only its hash is stored: show the token once."""
+    user = ensure_user(s, user_name, admin=admin)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    s.add(ApiToken(user_id=user.id, token_hash=hash_token(token), prefix=token[: len(TOKEN_PREFIX) + 6],
+                   created_at=time.time()))
+    return token
+
+
+def user_for_token(s: Session, token: str) -> User | None:
+    return s.scalars(
+        select(User).join(ApiToken).where(ApiToken.token_hash == hash_token(token), ApiToken.revoked.is_(False))
+    ).one_or_none()
+
+
+def add_event(s: Session, job_id: int, kind: str, message: str = "", *, at: float | None = None,
+              **data: Any) -> None:
+    s.add(JobEvent(job_id=job_id, at=time.time() if at is None else at, kind=kind, message=message, data=data))
+
+
+def submit(s: Session, user: User, fields: dict[str, Any]) -> tuple[Job, bool]:
+    """Store a validated submission. Returns (job, created): a retry with the same `client_token` returns the job the
+    first attempt stored, and stores nothing new."""
+    token = fields.get("client_token")
+    if token is not None:
+        existing = s.scalars(select(Job).where(Job.user_id == user.id, Job.client_token == token)).one_or_none()
+        if existing is not None:
+            return existing, False
+    now = time.time()
+    job = Job(user_id=user.id, submitted_at=now, queued_since=now, state=JobState.PENDING, **fields)
+    try:
+        with s.begin_nested():  # a concurrent retry may insert the same client_token first: then return its job
+            s.add(job)
+            s.flush()
+    except IntegrityError:
+        if token is None:
+            raise
+        return s.scalars(select(Job).where(Job.user_id == user.id, Job.client_token == token)).one(), False
+    add_event(s, job.id, "submitted", f"submitted by {user.name}", at=now)
+    return job, True
+
+
+def cancel(s: Session, job: Job) -> Job:
+    """Cancel a job. A pending job is cancelled here and now (unless the controller placed it a moment ago: the
+    conditional update decides the race); a running one is flagged, and the controller stops its workers."""
+    if JobState(job.state).terminal:
+        return job
+    now = time.time()
+    done = s.execute(
+        update(Job).where(Job.id == job.id, Job.state == JobState.PENDING)
+        .values(state=JobState.CANCELLED, finished_at=now, cancel_requested=True, pending_reason=None)
+    ).rowcount
+    if done:
+        add_event(s, job.id, "cancelled", "cancelled while pending", at=now)
+    else:
+        s.execute(update(Job).where(Job.id == job.id).values(cancel_requested=True))
+        add_event(s, job.id, "cancel_requested", "cancel requested; stopping its workers", at=now)
+    s.refresh(job)
+    return job
+
+
+def list_jobs(s: Session, *, state: str | None = None, user_id: int | None = None, limit: int = 100,
+              offset: int = 0) -> tuple[Sequence[Job], int]:
+    """One page of jobs, newest first, and how many match in all."""
+    q = select(Job)
+    if state is not None:
+        q = q.where(Job.state == state)
+    if user_id is not None:
+        q = q.where(Job.user_id == user_id)
+    total = s.scalar(select(func.count()).select_from(q.subquery())) or 0
+    jobs = s.scalars(q.order_by(Job.id.desc()).limit(limit).offset(offset)).all()
+    return jobs, total
+
+
+# ---- reads and writes for the API ---------------------------------------------------------------------------------
+
+
+def user_names(s: Session, user_ids: Collection[int]) -> dict[int, str]:
+    """Names by id in one query, so a page of jobs does not load its users one by one."""
+    if not user_ids:
+        return {}
+    return {uid: name for uid, name in s.execute(select(User.id, User.name).where(User.id.in_(set(user_ids))))}
+
+
+def user_by_name(s: Session, name: str) -> User | None:
+    return s.scalars(select(User).where(User.name == name)).one_or_none()
+
+
+def current_allocations(s: Session, jobs: Sequence[Job]) -> dict[int, list[Allocation]]:
+    """The open allocations of each job's current attempt, by job id (jobs without any are absent)."""
+    if not jobs:
+        return {}
+    attempts = {j.id: j.attempt for j in jobs}
+    rows = s.scalars(
+        select(Allocation).where(Allocation.job_id.in_(attempts), Allocation.released_at.is_(None))
+        .order_by(Allocation.job_id, Allocation.rank, Allocation.gpu)
+    ).all()
+    found: dict[int, list[Allocation]] = {}
+    for a in rows:
+        if a.attempt == attempts[a.job_id]:
+            found.setdefault(a.job_id, []).append(a)
+    return found
+
+
+def attempt_ranks(s: Session, job_id: int, attempt: int) -> list[int]:
+    """The worker ranks a run had (open or released allocations)."""
+    return list(s.scalars(
+        select(Allocation.rank).where(Allocation.job_id == job_id, Allocation.attempt == attempt).distinct()
+        .order_by(Allocation.rank)
+    ).all())
+
+
+def recent_decisions(s: Session, job_id: int, limit: int = 10) -> list[Decision]:
+    """A job's latest decisions, oldest first."""
+    rows = s.scalars(
+        select(Decision).where(Decision.job_id == job_id).order_by(Decision.id.desc()).limit(limit)
+    ).all()
+    return list(reversed(rows))
+
+
+def count_by_state(s: Session) -> dict[str, int]:
+    return {state: n for state, n in s.execute(select(Job.state, func.count()).group_by(Job.state))}
+
+
+def open_allocations_with_jobs(s: Session) -> list[tuple[Allocation, Job, str]]:
+    """Every open allocation with its job and the job's user name: who sits on which GPU now."""
+    rows = s.execute(
+        select(Allocation, Job, User.name).join(Job, Allocation.job_id == Job.id).join(User, Job.user_id == User.id)
+        .where(Allocation.released_at.is_(None)).order_by(Allocation.gpu, Allocation.job_id)
+    )
+    return [(alloc, job, name) for alloc, job, name in rows]
+
+
+def nodes_with_gpus(s: Session) -> list[Node]:
+    return list(s.scalars(select(Node).options(selectinload(Node.gpus)).order_by(Node.index)).all())
+
+
+def active_policy(s: Session) -> str | None:
+    return s.scalars(select(PolicyVersion.name).where(PolicyVersion.active.is_(True))).first()
+
+
+def activate_policy(s: Session, name: str, *, by: str) -> PolicyVersion:
+    """Make `name` the one active policy (created if new). The caller validates the name first."""
+    now = time.time()
+    s.execute(update(PolicyVersion).where(PolicyVersion.active.is_(True), PolicyVersion.name != name)
+              .values(active=False))
+    row = s.scalars(select(PolicyVersion).where(PolicyVersion.name == name)).one_or_none()
+    if row is None:
+        row = PolicyVersion(name=name, created_at=now)
+        s.add(row)
+    row.active, row.activated_at, row.activated_by = True, now, by
+    s.flush()
+    return row

@@ -1,0 +1,468 @@
+"""The REST API through Flask's test client, on SQLite and on PostgreSQL (the `store` fixture): authentication,
+validation (each bad field refused by name, nothing stored), idempotent submission, listing, ownership, cancel, logs,
+the cluster view, models, policies and the OpenAPI document."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import func, select, update
+
+from scheduler.paths import log_path
+from scheduler.store import JobState, Store
+from scheduler.store.models import Allocation, ApiToken, Decision, Gpu, Job, Node, PolicyVersion
+from scheduler.store.queries import create_token
+from scheduler.workloads import catalog
+from web import create_app
+
+API = "/api/v1"
+EMULATED = {"name": "resnet", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 2, "duration_s": 120}
+COMMAND = {"name": "train", "kind": "command", "model": "Transformer-XL", "num_gpus": 0.5,
+           "entrypoint": "python train.py --epochs 3", "workdir": "/data", "env": {"SEED": "1"}}
+
+
+@dataclass
+class Env:
+    client: FlaskClient
+    store: Store
+    tokens: dict[str, str]
+    notified: list[float] = field(default_factory=list)
+
+    def auth(self, who: str = "alice") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"}
+
+    def get(self, path: str, who: str = "alice", **kw: Any) -> Any:
+        return self.client.get(API + path, headers=self.auth(who), **kw)
+
+    def post(self, path: str, body: Any = None, who: str = "alice") -> Any:
+        return self.client.post(API + path, json=body, headers=self.auth(who))
+
+    def put(self, path: str, body: Any, who: str = "alice") -> Any:
+        return self.client.put(API + path, json=body, headers=self.auth(who))
+
+    def submit(self, who: str = "alice", **overrides: Any) -> dict[str, Any]:
+        resp = self.post("/jobs", EMULATED | overrides, who)
+        assert resp.status_code == 201, resp.json
+        return resp.json  # type: ignore[no-any-return]
+
+    def job_count(self) -> int:
+        with self.store.session() as s:
+            return s.scalar(select(func.count()).select_from(Job)) or 0
+
+
+def make_env(store: Store, **config: Any) -> Env:
+    with store.session() as s:
+        tokens = {"alice": create_token(s, "alice"), "bob": create_token(s, "bob"),
+                  "root": create_token(s, "root", admin=True)}
+    env = Env(client=None, store=store, tokens=tokens)  # type: ignore[arg-type]
+    app = create_app(store, notify=lambda: env.notified.append(time.time()), config=config)
+    env.client = app.test_client()
+    return env
+
+
+@pytest.fixture
+def env(store: Store, corral_home: Path) -> Env:
+    return make_env(store)
+
+
+def field_errors(resp: Any) -> dict[str, Any]:
+    return resp.json["errors"]["json"]  # type: ignore[no-any-return]
+
+
+# ---- health, auth, documentation --------------------------------------------------------------------------------
+
+
+def test_health_needs_no_token(env: Env) -> None:
+    resp = env.client.get(f"{API}/health")
+    assert resp.status_code == 200
+    assert resp.json["status"] == "ok" and resp.json["database"] == "ok"
+
+
+@pytest.mark.parametrize("header", [None, "Bearer", "Bearer corral_not-a-token", "Basic dXNlcjpwYXNz"])
+def test_protected_routes_refuse_missing_or_bad_tokens(env: Env, header: str | None) -> None:
+    headers = {"Authorization": header} if header else {}
+    for method, path in [("GET", "/jobs"), ("POST", "/jobs"), ("GET", "/jobs/1"), ("GET", "/cluster"),
+                         ("GET", "/models"), ("GET", "/policies"), ("PUT", "/policies/active")]:
+        resp = env.client.open(API + path, method=method, headers=headers, json=EMULATED)
+        assert resp.status_code == 401, (method, path)
+        assert resp.is_json and resp.json["message"]
+        assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+    assert env.job_count() == 0
+
+
+def test_revoked_token_is_refused_once_the_cache_entry_expires(store: Store, corral_home: Path) -> None:
+    cached, uncached = make_env(store), make_env(store, CORRAL_TOKEN_TTL_S=0)
+    for e in (cached, uncached):
+        assert e.get("/jobs").status_code == 200  # warms the cache
+    with store.session() as s:
+        s.execute(update(ApiToken).values(revoked=True))
+    assert cached.get("/jobs").status_code == 200  # within the 30 s the cache trusts
+    assert uncached.get("/jobs").status_code == 401
+
+
+def test_openapi_document_lists_every_path_with_bearer_auth(env: Env) -> None:
+    resp = env.client.get(f"{API}/openapi.json")
+    assert resp.status_code == 200
+    spec = resp.json
+    assert spec["openapi"].startswith("3.")
+    assert {f"{API}{p}" for p in ("/health", "/jobs", "/jobs/{job_id}", "/jobs/{job_id}/cancel",
+                                  "/jobs/{job_id}/logs", "/cluster", "/models", "/policies",
+                                  "/policies/active")} <= set(spec["paths"])
+    assert spec["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http", "scheme": "bearer", "description": spec["components"]["securitySchemes"]["bearerAuth"][
+            "description"]}
+    assert spec["security"] == [{"bearerAuth": []}]
+    assert spec["paths"][f"{API}/health"]["get"]["security"] == []
+    body = spec["paths"][f"{API}/jobs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["$ref"].endswith("JobSubmit")
+    docs = env.client.get("/api/docs")
+    assert docs.status_code == 200 and b"swagger-ui" in docs.data
+
+
+def test_unknown_route_is_a_json_error(env: Env) -> None:
+    resp = env.get("/nope")
+    assert resp.status_code == 404 and resp.is_json
+
+
+# ---- submission --------------------------------------------------------------------------------------------------
+
+
+def test_submit_emulated_and_command_jobs(env: Env) -> None:
+    a = env.post("/jobs", EMULATED)
+    assert a.status_code == 201
+    assert a.json["id"] > 0 and a.json["state"] == "pending" and a.json["user"] == "alice"
+    assert a.json["num_gpus"] == 2 and isinstance(a.json["num_gpus"], int)
+    assert a.json["allocation"] == [] and a.json["restart_policy"] == "requeue" and a.json["max_restarts"] == 3
+
+    c = env.post("/jobs", COMMAND)
+    assert c.status_code == 201
+    assert c.json["num_gpus"] == 0.5 and c.json["duration_s"] == 3600  # the default estimate
+    assert c.json["entrypoint"] == COMMAND["entrypoint"] and c.json["env"] == {"SEED": "1"}
+
+    with env.store.session() as s:
+        stored = {j.id: j for j in s.scalars(select(Job)).all()}
+        assert set(stored) == {a.json["id"], c.json["id"]}
+        cmd = stored[c.json["id"]]
+        assert (cmd.kind, cmd.model, cmd.num_gpus, cmd.workdir, cmd.state) == (
+            "command", "Transformer-XL", 0.5, "/data", JobState.PENDING)
+        assert [e.kind for e in cmd.events] == ["submitted"]
+    assert len(env.notified) == 2
+
+
+@pytest.mark.parametrize(("field", "body"), [
+    ("name", {"name": ""}),
+    ("name", {"name": "x" * 201}),
+    ("name", {"name": None}),
+    ("kind", {"kind": "gpu"}),
+    ("model", {"model": "NoSuchNet"}),
+    ("num_gpus", {"num_gpus": 1.5}),
+    ("num_gpus", {"num_gpus": 0}),
+    ("num_gpus", {"num_gpus": -1}),
+    ("num_gpus", {"num_gpus": "x"}),
+    ("num_gpus", {"num_gpus": True}),
+    ("num_gpus", {"num_gpus": 1.0000001}),
+    ("duration_s", {"duration_s": 0}),
+    ("duration_s", {"duration_s": -5}),
+    ("duration_s", {"duration_s": None}),
+    ("entrypoint", {"entrypoint": "sleep 1"}),
+    ("entrypoint", {"kind": "command"}),
+    ("entrypoint", {"kind": "command", "entrypoint": "   "}),
+    ("env", {"env": {"A": 1}}),
+    ("env", {"env": ["A=1"]}),
+    ("priority", {"priority": "high"}),
+    ("priority", {"priority": 1.5}),
+    ("client_token", {"client_token": "t" * 201}),
+    ("slo_ms", {"slo_ms": 0}),
+    ("restart_policy", {"restart_policy": "never"}),
+    ("max_restarts", {"max_restarts": 101}),
+    ("max_restarts", {"max_restarts": -1}),
+    ("gpus", {"gpus": 2}),  # unknown fields are refused, not ignored
+])
+def test_invalid_field_is_refused_by_name_and_nothing_is_stored(env: Env, field: str, body: dict[str, Any]) -> None:
+    payload = {k: v for k, v in (EMULATED | body).items() if v is not None}
+    resp = env.post("/jobs", payload)
+    assert resp.status_code == 422, resp.json
+    assert field in field_errors(resp), resp.json
+    assert field in resp.json["message"]
+    assert env.job_count() == 0
+    assert env.notified == []
+
+
+def test_unknown_model_error_lists_the_choices(env: Env) -> None:
+    resp = env.post("/jobs", EMULATED | {"model": "NoSuchNet"})
+    assert "ResNet-50-bs64" in " ".join(field_errors(resp)["model"])
+
+
+def test_missing_required_fields_are_each_named(env: Env) -> None:
+    resp = env.post("/jobs", {})
+    assert resp.status_code == 422
+    assert {"name", "kind", "model", "num_gpus"} <= set(field_errors(resp))
+
+
+def test_malformed_json_is_400(env: Env) -> None:
+    resp = env.client.post(f"{API}/jobs", data=b'{"name": "x",', headers=env.auth() | {
+        "Content-Type": "application/json"})
+    assert resp.status_code == 400 and resp.is_json
+    assert env.job_count() == 0
+
+
+def test_body_over_one_mebibyte_is_413(env: Env) -> None:
+    big = json.dumps(EMULATED | {"env": {"PAD": "x" * (1024 * 1024)}})
+    resp = env.client.post(f"{API}/jobs", data=big, headers=env.auth() | {"Content-Type": "application/json"})
+    assert resp.status_code == 413 and resp.is_json and resp.json["message"]
+    assert env.job_count() == 0
+
+
+def test_client_token_makes_submission_idempotent(env: Env) -> None:
+    first = env.post("/jobs", EMULATED | {"client_token": "run-42"})
+    again = env.post("/jobs", EMULATED | {"client_token": "run-42", "name": "changed"})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json["id"] == first.json["id"] and again.json["name"] == "resnet"
+    assert env.job_count() == 1
+    assert len(env.notified) == 1
+    # Client tokens are per user: bob's "run-42" is another job.
+    other = env.post("/jobs", EMULATED | {"client_token": "run-42"}, who="bob")
+    assert other.status_code == 201 and other.json["id"] != first.json["id"]
+    assert env.job_count() == 2
+
+
+# ---- listing, showing, ownership ----------------------------------------------------------------------------------
+
+
+def test_list_filters_paginates_and_counts(env: Env) -> None:
+    mine = [env.submit(name=f"a{i}")["id"] for i in range(5)]
+    theirs = [env.submit("bob", name=f"b{i}")["id"] for i in range(2)]
+    env.post(f"/jobs/{mine[1]}/cancel")
+
+    page = env.get("/jobs?limit=2").json
+    assert page["total"] == 5 and [j["id"] for j in page["jobs"]] == [mine[4], mine[3]]
+    page = env.get("/jobs?limit=2&offset=4").json
+    assert page["total"] == 5 and [j["id"] for j in page["jobs"]] == [mine[0]]
+    page = env.get("/jobs?state=cancelled").json
+    assert page["total"] == 1 and page["jobs"][0]["id"] == mine[1]
+    page = env.get("/jobs?state=pending&user=alice").json
+    assert page["total"] == 4 and all(j["user"] == "alice" for j in page["jobs"])
+
+    assert env.get("/jobs?user=bob").status_code == 403  # another user's list: admins only
+    everyone = env.get("/jobs", who="root").json
+    assert everyone["total"] == 7 and {j["id"] for j in everyone["jobs"]} == set(mine + theirs)
+    assert {j["id"] for j in env.get("/jobs?user=bob", who="root").json["jobs"]} == set(theirs)
+    assert env.get("/jobs?user=nobody", who="root").json == {"jobs": [], "total": 0}
+
+
+@pytest.mark.parametrize(("query", "field"), [("state=sleeping", "state"), ("limit=0", "limit"),
+                                              ("limit=1001", "limit"), ("offset=-1", "offset"),
+                                              ("limit=many", "limit")])
+def test_list_refuses_bad_filters(env: Env, query: str, field: str) -> None:
+    resp = env.get(f"/jobs?{query}")
+    assert resp.status_code == 422
+    assert field in resp.json["errors"]["query"]
+
+
+def test_unknown_job_is_404_naming_it(env: Env) -> None:
+    for path in ("/jobs/9999", "/jobs/9999/logs"):
+        resp = env.get(path)
+        assert resp.status_code == 404 and "9999" in resp.json["message"]
+    assert env.post("/jobs/9999/cancel").status_code == 404
+
+
+def test_other_users_job_is_403_unless_admin(env: Env) -> None:
+    job = env.submit()
+    for path in (f"/jobs/{job['id']}", f"/jobs/{job['id']}/logs"):
+        assert env.get(path, who="bob").status_code == 403
+        assert env.get(path, who="root").status_code == 200
+    assert env.post(f"/jobs/{job['id']}/cancel", who="bob").status_code == 403
+    assert env.get(f"/jobs/{job['id']}").json["state"] == "pending"  # bob's attempt changed nothing
+    assert env.post(f"/jobs/{job['id']}/cancel", who="root").json["state"] == "cancelled"
+
+
+def _run(store: Store, job_id: int, allocs: list[tuple[int, str, int, int, float]], attempt: int = 1) -> None:
+    """Put a job in the state the controller leaves a running one: attempt, started, open allocations."""
+    now = time.time()
+    with store.session() as s:
+        job = s.get(Job, job_id)
+        assert job is not None
+        job.state, job.attempt, job.started_at, job.first_started_at = JobState.RUNNING, attempt, now, now
+        job.progress, job.predicted_slowdown = 0.25, 1.12
+        for rank, node, gpu, local, share in allocs:
+            s.add(Allocation(job_id=job_id, attempt=attempt, rank=rank, node=node, gpu=gpu, local_gpu=local,
+                             share=share, allocated_at=now))
+
+
+def test_show_includes_placement_events_and_decisions(env: Env) -> None:
+    job = env.submit()
+    _run(env.store, job["id"], [(0, "node-0", 0, 0, 1.0), (0, "node-0", 1, 1, 1.0)])
+    with env.store.session() as s:
+        for i in range(12):
+            s.add(Decision(job_id=job["id"], at=time.time() + i, policy="tiresias", action="place",
+                           reason=f"r{i}", gpus=[0, 1], share=1.0, predicted_slowdown=1.1,
+                           candidates=[{"gpus": [0, 1], "share": 1.0, "slowdown": 1.1}]))
+    body = env.get(f"/jobs/{job['id']}").json
+    assert body["state"] == "running" and body["progress"] == 0.25
+    assert body["allocation"] == [{"rank": 0, "node": "node-0", "gpu": 0, "local_gpu": 0, "share": 1.0},
+                                  {"rank": 0, "node": "node-0", "gpu": 1, "local_gpu": 1, "share": 1.0}]
+    assert [e["kind"] for e in body["events"]] == ["submitted"]
+    assert set(body["events"][0]) == {"at", "kind", "message", "data"}
+    assert [d["reason"] for d in body["decisions"]] == [f"r{i}" for i in range(2, 12)]  # the latest, in order
+    assert body["decisions"][-1]["candidates"] == [{"gpus": [0, 1], "share": 1.0, "slowdown": 1.1}]
+    listed = env.get("/jobs").json["jobs"][0]
+    assert listed["allocation"] == body["allocation"]
+
+
+# ---- cancel ------------------------------------------------------------------------------------------------------
+
+
+def test_cancel_pending_job_cancels_it_with_an_event(env: Env) -> None:
+    job = env.submit()
+    env.notified.clear()
+    resp = env.post(f"/jobs/{job['id']}/cancel")
+    assert resp.status_code == 200
+    assert resp.json["state"] == "cancelled" and resp.json["finished_at"] is not None
+    assert len(env.notified) == 1
+    kinds = [e["kind"] for e in env.get(f"/jobs/{job['id']}").json["events"]]
+    assert kinds == ["submitted", "cancelled"]
+    # Cancelling again changes nothing and does not wake the controller.
+    assert env.post(f"/jobs/{job['id']}/cancel").json["state"] == "cancelled"
+    assert len(env.notified) == 1
+
+
+def test_cancel_running_job_flags_it_for_the_controller(env: Env) -> None:
+    job = env.submit()
+    _run(env.store, job["id"], [(0, "node-0", 0, 0, 1.0)])
+    resp = env.post(f"/jobs/{job['id']}/cancel")
+    assert resp.json["state"] == "running" and resp.json["cancel_requested"] is True
+    assert env.get(f"/jobs/{job['id']}").json["events"][-1]["kind"] == "cancel_requested"
+
+
+# ---- logs --------------------------------------------------------------------------------------------------------
+
+
+def test_logs_read_worker_files_under_corral_home(env: Env, corral_home: Path) -> None:
+    job = env.submit()
+    jid = job["id"]
+    _run(env.store, jid, [(0, "node-0", 0, 0, 1.0), (1, "node-1", 4, 0, 1.0), (2, "node-2", 8, 0, 1.0)], attempt=2)
+    for rank in (0, 1):
+        path = log_path(jid, 2, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"rank {rank} line {i}\n" for i in range(500)))
+    old = log_path(jid, 1, 0)
+    old.parent.mkdir(parents=True, exist_ok=True)
+    old.write_text("first attempt\n")
+    assert str(log_path(jid, 2, 0)).startswith(str(corral_home))
+
+    res = env.get(f"/jobs/{jid}/logs?tail=3").json
+    assert res["job_id"] == jid and res["attempt"] == 2
+    assert [entry["rank"] for entry in res["logs"]] == [0, 1, 2]
+    assert res["logs"][1]["text"] == "rank 1 line 497\nrank 1 line 498\nrank 1 line 499\n"
+    assert res["logs"][1]["path"] == str(log_path(jid, 2, 1))
+    assert res["logs"][2]["text"] == ""  # an allocated rank that wrote nothing yet
+    assert env.get(f"/jobs/{jid}/logs").json["logs"][0]["text"].count("\n") == 200  # the default tail
+
+    only = env.get(f"/jobs/{jid}/logs?rank=1&tail=1").json["logs"]
+    assert only == [{"rank": 1, "path": str(log_path(jid, 2, 1)), "text": "rank 1 line 499\n"}]
+    # An earlier run: no allocation rows for it, but its files are found.
+    first = env.get(f"/jobs/{jid}/logs?attempt=1").json
+    assert first["attempt"] == 1 and first["logs"] == [{"rank": 0, "path": str(old), "text": "first attempt\n"}]
+    assert env.get(f"/jobs/{jid}/logs?tail=0").status_code == 422
+
+
+def test_logs_of_a_job_that_never_ran_are_empty(env: Env) -> None:
+    job = env.submit()
+    assert env.get(f"/jobs/{job['id']}/logs").json == {"job_id": job["id"], "attempt": 0, "logs": []}
+
+
+# ---- cluster, models, policies ------------------------------------------------------------------------------------
+
+
+def test_cluster_reports_nodes_gpus_tenants_and_totals(env: Env) -> None:
+    now = time.time()
+    with env.store.session() as s:
+        for n in range(2):
+            node = Node(name=f"node-{n}", index=n, preset="dgx-v100", alive=n == 0, address=f"10.0.0.{n}",
+                        updated_at=now)
+            node.gpus = [Gpu(index=n * 2 + i, local_index=i, gpu_type="V100-32GB", mem_gb=32.0) for i in range(2)]
+            s.add(node)
+    whole, half_a, half_b, done = (env.submit(name=n)["id"] for n in ("whole", "half-a", "half-b", "done"))
+    env.submit("bob", name="waiting")
+    _run(env.store, whole, [(0, "node-0", 0, 0, 1.0)])
+    _run(env.store, half_a, [(0, "node-0", 1, 1, 0.5)])
+    _run(env.store, half_b, [(0, "node-0", 1, 1, 0.25)])
+    _run(env.store, done, [(0, "node-1", 2, 0, 1.0)])
+    with env.store.session() as s:  # a released allocation holds nothing
+        s.execute(update(Allocation).where(Allocation.job_id == done).values(released_at=now))
+        s.execute(update(Job).where(Job.id == done).values(state=JobState.SUCCEEDED))
+        s.add(PolicyVersion(name="tiresias", active=True, created_at=now, activated_at=now))
+
+    c = env.get("/cluster").json
+    assert [n["name"] for n in c["nodes"]] == ["node-0", "node-1"]
+    n0, n1 = c["nodes"]
+    assert (n0["alive"], n1["alive"], n0["preset"], n0["address"]) == (True, False, "dgx-v100", "10.0.0.0")
+    g0, g1 = n0["gpus"]
+    assert g0["tenants"] == [{"job_id": whole, "name": "whole", "share": 1.0, "user": "alice"}]
+    assert g0["free_share"] == 0
+    assert [t["job_id"] for t in g1["tenants"]] == [half_a, half_b] and g1["free_share"] == 0.25
+    assert all(g["tenants"] == [] and g["free_share"] == 1 for g in n1["gpus"])
+    assert (g1["index"], g1["local_index"], g1["gpu_type"], g1["mem_gb"]) == (1, 1, "V100-32GB", 32.0)
+    assert c["totals"] == {"nodes": 2, "gpus": 4, "gpus_allocated": 2, "gpus_shared": 1, "share_allocated": 1.75}
+    assert c["queue"] == {"pending": 1, "running": 3}
+    assert c["active_policy"] == "tiresias"
+
+
+def test_models_lists_the_catalog(env: Env) -> None:
+    models = env.get("/models").json["models"]
+    assert [m["name"] for m in models] == list(catalog())
+    resnet = next(m for m in models if m["name"] == "ResNet-50-bs64")
+    profile = catalog()["ResNet-50-bs64"]
+    assert resnet["kind"] == profile.kind.value and resnet["compute_ms"] == profile.compute_ms
+    assert set(resnet) == {"name", "kind", "compute_ms", "sm", "membw", "mem_gb", "grad_mb", "overlap",
+                           "latency_ms", "slo_ms", "source"}
+
+
+def test_policies_list_and_switch(env: Env) -> None:
+    got = env.get("/policies").json
+    assert {"tiresias", "contention-greedy", "rl:default", "deepshare:deepshare"} <= set(got["available"])
+    assert not any(n.endswith(":NAME") for n in got["available"])
+    assert got["active"] is None
+
+    resp = env.put("/policies/active", {"name": "tiresias"})
+    assert resp.status_code == 403
+    for bad in ("no-such-policy", "rl:no-such-agent"):
+        resp = env.put("/policies/active", {"name": bad}, who="root")
+        assert resp.status_code == 422 and "name" in field_errors(resp), resp.json
+        assert bad in resp.json["message"]
+    assert env.put("/policies/active", {}, who="root").status_code == 422
+    assert env.notified == []
+
+    for name in ("tiresias", "fifo"):
+        resp = env.put("/policies/active", {"name": name}, who="root")
+        assert resp.status_code == 200 and resp.json == {"active": name}
+        assert env.get("/policies").json["active"] == name
+    assert len(env.notified) == 2
+    with env.store.session() as s:
+        rows = {p.name: p for p in s.scalars(select(PolicyVersion)).all()}
+        assert {n: p.active for n, p in rows.items()} == {"tiresias": False, "fifo": True}
+        assert rows["fifo"].activated_by == "root" and rows["fifo"].activated_at is not None
+    assert env.get("/cluster").json["active_policy"] == "fifo"
+
+
+def test_concurrent_submissions_all_land_and_a_shared_client_token_makes_one_job(env: Env) -> None:
+    app = env.client.application
+
+    def post(body: dict[str, Any]) -> tuple[int, int]:
+        resp = app.test_client().post(f"{API}/jobs", json=body, headers=env.auth())
+        return resp.status_code, resp.json["id"]
+
+    with ThreadPoolExecutor(8) as pool:
+        distinct = list(pool.map(post, [EMULATED | {"name": f"j{i}"} for i in range(40)]))
+        same = list(pool.map(post, [EMULATED | {"client_token": "once"}] * 16))
+    assert [code for code, _ in distinct] == [201] * 40 and len({i for _, i in distinct}) == 40
+    assert sorted(code for code, _ in same) == [200] * 15 + [201]
+    assert len({i for _, i in same}) == 1
+    assert env.job_count() == 41

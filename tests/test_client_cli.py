@@ -1,0 +1,247 @@
+"""The `corral` client commands against the real app served over HTTP from a background thread (SQLite under
+CORRAL_HOME, the same database `corral token create` opens): every command's output, and one clear line on stderr
+with exit status 1 for each failure."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import select
+from werkzeug.serving import WSGIRequestHandler, make_server
+
+from scheduler.cli import main
+from scheduler.client import ClientError, CorralClient
+from scheduler.paths import log_path
+from scheduler.store import JobState, Store
+from scheduler.store.models import Allocation, Gpu, Job, Node
+from scheduler.store.queries import create_token
+from web import create_app
+
+
+@dataclass
+class Server:
+    url: str
+    store: Store
+    token: str  # alice's
+
+
+class QuietHandler(WSGIRequestHandler):
+    def log_request(self, *args: object, **kwargs: object) -> None:
+        pass  # the access log would land on the stderr the tests inspect
+
+
+@pytest.fixture
+def server(corral_home: Path) -> Iterator[Server]:
+    store = Store.open()  # CORRAL_HOME's SQLite: what `corral token create` opens too
+    with store.session() as s:
+        token = create_token(s, "alice")
+    http = make_server("127.0.0.1", 0, create_app(store), threaded=True, request_handler=QuietHandler)
+    thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield Server(f"http://127.0.0.1:{http.server_port}", store, token)
+    http.shutdown()
+    thread.join(5)
+    store.close()
+
+
+def corral(server: Server | None, *args: str, token: str | None = None, url: str | None = None) -> Result:
+    env = {"CORRAL_URL": url or (server.url if server else ""), "CORRAL_TOKEN": token or (server.token if server
+                                                                                               else "")}
+    result = CliRunner().invoke(main, list(args), env=env)
+    assert "Traceback" not in result.output
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def ok(server: Server, *args: str, **kw: str) -> str:
+    result = corral(server, *args, **kw)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def failure(result: Result, code: int = 1) -> str:
+    """The error line: exit status `code`, nothing on stdout, one line on stderr."""
+    assert result.exit_code == code, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 or code == 2, result.stderr  # click's usage errors add a usage line
+    return result.stderr
+
+
+def submit(server: Server, *extra: str) -> int:
+    out = ok(server, "submit", "--name", "resnet", "--model", "ResNet-50-bs64", "--gpus", "2", "--duration", "60",
+             *extra)
+    assert out.startswith("submitted job ") and out.rstrip().endswith("(pending)")
+    return int(out.split()[2])
+
+
+def test_token_create_prints_only_a_token_that_authenticates(server: Server) -> None:
+    result = CliRunner().invoke(main, ["token", "create", "--user", "carol", "--admin"])
+    assert result.exit_code == 0, result.output
+    token = result.stdout.strip()
+    assert result.stdout == token + "\n" and " " not in token and token.startswith("corral_")
+    jobs = CorralClient(server.url, token).jobs()  # carol is an admin: she sees alice's job too
+    assert jobs["total"] == 0
+    submit(server)
+    assert CorralClient(server.url, token).jobs()["total"] == 1
+    out = ok(server, "jobs", token=token)
+    assert "alice" in out
+
+
+def test_submit_flags_file_and_client_token(server: Server, tmp_path: Path) -> None:
+    jid = submit(server)
+    out = ok(server, "submit", "--kind", "command", "--name", "train", "--model", "Transformer-XL", "--gpus", "0.5",
+             "--entrypoint", "python train.py", "--workdir", "/data", "--env", "A=1", "--env", "B=x=y",
+             "--priority", "3", "--restart-policy", "fail", "--max-restarts", "1", "--json")
+    cmd = json.loads(out)
+    assert (cmd["kind"], cmd["num_gpus"], cmd["env"], cmd["priority"], cmd["restart_policy"]) == (
+        "command", 0.5, {"A": "1", "B": "x=y"}, 3, "fail")
+
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"name": "from-file", "kind": "emulated", "model": "MoE", "num_gpus": 4,
+                                "duration_s": 30, "env": {"K": "v"}}))
+    from_file = json.loads(ok(server, "submit", "--file", str(spec), "--gpus", "1", "--env", "L=w", "--json"))
+    assert (from_file["name"], from_file["num_gpus"], from_file["env"]) == ("from-file", 1, {"K": "v", "L": "w"})
+
+    first = submit(server, "--client-token", "retry-me")
+    again = ok(server, "submit", "--name", "resnet", "--model", "ResNet-50-bs64", "--gpus", "2", "--duration", "60",
+               "--client-token", "retry-me")
+    assert again.startswith(f"job {first} was already submitted")
+    with server.store.session() as s:
+        assert sorted(s.scalars(select(Job.id)).all()) == sorted({jid, cmd["id"], from_file["id"], first})
+
+
+def test_jobs_table_filters_and_json(server: Server) -> None:
+    a, b = submit(server), submit(server)
+    ok(server, "cancel", str(a))
+    with server.store.session() as s:
+        s.add(Allocation(job_id=b, attempt=1, rank=0, node="node-3", gpu=13, local_gpu=1, share=0.5,
+                         allocated_at=time.time()))
+        job = s.get(Job, b)
+        assert job is not None
+        job.state, job.attempt, job.progress = JobState.RUNNING, 1, 0.42
+    out = ok(server, "jobs")
+    lines = out.splitlines()
+    assert lines[0].split()[:6] == ["id", "name", "user", "state", "gpus", "model"]
+    row_b = next(ln for ln in lines if ln.split()[0] == str(b))
+    assert "running" in row_b and "42%" in row_b and "node-3[1×0.5]" in row_b and "alice" in row_b
+    assert any(ln.split()[0] == str(a) and "cancelled" in ln for ln in lines[1:-1])
+    assert "1-2 of 2 jobs" in lines[-1]
+
+    only = json.loads(ok(server, "jobs", "--state", "cancelled", "--json"))
+    assert only["total"] == 1 and only["jobs"][0]["id"] == a
+    assert json.loads(ok(server, "jobs", "--limit", "1", "--offset", "1", "--json"))["jobs"][0]["id"] == a
+    err = failure(corral(server, "jobs", "--user", "bob"))
+    assert "HTTP 403" in err and "admin" in err
+
+
+def test_show_and_cancel(server: Server) -> None:
+    jid = submit(server, "--env", "SEED=7")
+    out = ok(server, "show", str(jid))
+    assert f"job {jid} resnet" in out and "pending" in out and "SEED=7" in out
+    assert "submitted" in out and "submitted by alice" in out
+    assert json.loads(ok(server, "show", str(jid), "--json"))["events"][0]["kind"] == "submitted"
+
+    assert ok(server, "cancel", str(jid)).strip() == f"job {jid}: cancelled"
+    out = ok(server, "show", str(jid))
+    assert "cancelled while pending" in out
+    err = failure(corral(server, "show", "4242"))
+    assert "HTTP 404" in err and "4242" in err
+
+
+def test_logs_prints_worker_output(server: Server) -> None:
+    jid = submit(server)
+    with server.store.session() as s:
+        job = s.get(Job, jid)
+        assert job is not None
+        job.state, job.attempt = JobState.RUNNING, 1
+        for rank in (0, 1):
+            s.add(Allocation(job_id=jid, attempt=1, rank=rank, node=f"node-{rank}", gpu=rank, local_gpu=0, share=1.0,
+                             allocated_at=time.time()))
+    for rank in (0, 1):
+        path = log_path(jid, 1, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"r{rank} step {i}\n" for i in range(10)))
+    out = ok(server, "logs", str(jid), "--rank", "1", "--tail", "2")
+    assert out == "r1 step 8\nr1 step 9\n"
+    out = ok(server, "logs", str(jid), "--tail", "1")
+    assert out.splitlines() == [f"==> rank 0 ({log_path(jid, 1, 0)}) <==", "r0 step 9",
+                                f"==> rank 1 ({log_path(jid, 1, 1)}) <==", "r1 step 9"]
+    result = corral(server, "logs", str(jid), "--attempt", "5")
+    assert result.exit_code == 0 and result.stdout == "" and "no logs" in result.stderr
+
+
+def test_cluster_table(server: Server) -> None:
+    now = time.time()
+    jid = submit(server)
+    with server.store.session() as s:
+        node = Node(name="node-a", index=0, preset="dgx-v100", alive=True, updated_at=now)
+        node.gpus = [Gpu(index=i, local_index=i, gpu_type="V100-32GB", mem_gb=32.0) for i in range(2)]
+        s.add(node)
+        s.add(Allocation(job_id=jid, attempt=1, rank=0, node="node-a", gpu=1, local_gpu=1, share=0.5,
+                         allocated_at=now))
+        job = s.get(Job, jid)
+        assert job is not None
+        job.state, job.attempt = JobState.RUNNING, 1
+    out = ok(server, "cluster")
+    assert "node-a (dgx-v100, alive)" in out
+    gpu1 = next(ln for ln in out.splitlines() if ln.split()[:2] == ["1", "1"])
+    assert f"job {jid} resnet (alice) ×0.5" in gpu1 and "0.5" in gpu1.split()
+    assert "1 nodes, 2 GPUs: 1 allocated (0 shared)" in out and "0 pending, 1 running" in out
+    assert json.loads(ok(server, "cluster", "--json"))["totals"]["share_allocated"] == 0.5
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (("--gpus", "1.5"), "num_gpus"),
+    (("--gpus", "0"), "num_gpus"),
+    (("--model", "NoSuchNet"), "model"),
+    (("--duration", "-1"), "duration_s"),
+    (("--entrypoint", "sleep 1"), "entrypoint"),
+])
+def test_bad_field_exits_1_naming_it(server: Server, args: tuple[str, ...], field: str) -> None:
+    base = {"--name": "x", "--model": "ResNet-50-bs64", "--gpus": "1", "--duration": "10"}
+    base[args[0]] = args[1]
+    err = failure(corral(server, "submit", *[x for kv in base.items() for x in kv]))
+    assert "HTTP 422" in err and f"{field}:" in err
+    with server.store.session() as s:
+        assert s.scalars(select(Job)).first() is None
+
+
+def test_usage_errors_exit_2(server: Server) -> None:
+    err = failure(corral(server, "submit", "--name", "x", "--model", "MoE", "--gpus", "many"), code=2)
+    assert "--gpus" in err and "'many' is not a number" in err
+    assert "--env" in failure(corral(server, "submit", "--env", "NOEQUALS"), code=2)
+
+
+def test_unreachable_server_and_missing_or_bad_token(server: Server) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    err = failure(corral(server, "jobs", url=url))
+    assert url in err and "CORRAL_URL" in err
+    err = failure(CliRunner().invoke(main, ["jobs"], env={"CORRAL_URL": server.url, "CORRAL_TOKEN": ""}))
+    assert "CORRAL_TOKEN" in err and "corral token create" in err
+    err = failure(corral(server, "cluster", token="corral_wrong"))
+    assert "HTTP 401" in err and "invalid" in err
+
+
+def test_client_error_carries_status_and_field_errors(server: Server) -> None:
+    client = CorralClient(server.url, server.token)
+    with pytest.raises(ClientError) as info:
+        client.submit({"name": "", "kind": "emulated", "model": "MoE", "num_gpus": 1.5, "duration_s": 1})
+    assert info.value.status == 422 and set(info.value.errors) == {"name", "num_gpus"}
+    job, created = client.submit({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1, "duration_s": 1,
+                                  "client_token": "k"})
+    again, created_again = client.submit({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1,
+                                          "duration_s": 1, "client_token": "k"})
+    assert (created, created_again, again["id"]) == (True, False, job["id"])

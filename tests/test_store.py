@@ -1,0 +1,86 @@
+"""The store on SQLite and PostgreSQL: migrations agree with the models, units of work are atomic, tokens are
+stored hashed, idempotent submission and the cancel race behave."""
+
+from __future__ import annotations
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import func, select, text
+
+from scheduler.store import JobState, Store, queries
+from scheduler.store.models import ApiToken, Base, Job, JobEvent
+
+EMULATED = {"name": "a", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 10.0}
+
+
+def count(store: Store, model: type) -> int:
+    with store.session() as s:
+        return int(s.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_migrations_create_exactly_the_models(store: Store) -> None:
+    with store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diff == []
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+    with store.engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+    store.close()
+
+
+def test_a_failed_unit_of_work_stores_nothing(store: Store) -> None:
+    with store.session() as s:
+        user = queries.ensure_user(s, "alice")
+    with pytest.raises(RuntimeError), store.session() as s:
+        user = queries.ensure_user(s, "alice")
+        job, created = queries.submit(s, user, dict(EMULATED, client_token="t1"))
+        assert created and job.id is not None
+        raise RuntimeError("the request failed after the insert")
+    assert count(store, Job) == 0 and count(store, JobEvent) == 0
+
+
+def test_client_token_makes_retries_idempotent(store: Store) -> None:
+    with store.session() as s:
+        user = queries.ensure_user(s, "alice")
+        first, created = queries.submit(s, user, dict(EMULATED, client_token="retry-me"))
+    with store.session() as s:
+        user = queries.ensure_user(s, "alice")
+        again, created_again = queries.submit(s, user, dict(EMULATED, client_token="retry-me"))
+        other = queries.ensure_user(s, "bob")
+        theirs, created_theirs = queries.submit(s, other, dict(EMULATED, client_token="retry-me"))
+    assert created and not created_again and again.id == first.id
+    assert created_theirs and theirs.id != first.id  # tokens are per user
+    assert count(store, Job) == 2
+
+
+def test_tokens_are_stored_hashed_and_authenticate(store: Store) -> None:
+    with store.session() as s:
+        token = queries.create_token(s, "carol", admin=True)
+    with store.session() as s:
+        stored = s.scalars(select(ApiToken)).one()
+        assert token not in (stored.token_hash, stored.prefix) and stored.token_hash == queries.hash_token(token)
+        user = queries.user_for_token(s, token)
+        assert user is not None and user.name == "carol" and user.admin
+        assert queries.user_for_token(s, token + "x") is None
+
+
+def test_cancel_loses_the_race_to_a_placement(store: Store) -> None:
+    """The API cancels a pending job only if it is still pending when the update runs: a job the controller has just
+    placed is flagged instead, and the controller stops it."""
+    with store.session() as s:
+        job, _ = queries.submit(s, queries.ensure_user(s, "alice"), dict(EMULATED))
+    with store.session() as s:
+        row = s.get(Job, job.id)
+        assert row is not None
+        s.execute(text("UPDATE jobs SET state = 'running' WHERE id = :i"), {"i": job.id})  # the controller won
+        out = queries.cancel(s, row)
+        assert out.state == JobState.RUNNING and out.cancel_requested
+    with store.session() as s:
+        job2, _ = queries.submit(s, queries.ensure_user(s, "alice"), dict(EMULATED, name="b"))
+        assert queries.cancel(s, job2).state == JobState.CANCELLED
+        kinds = [e.kind for e in s.scalars(select(JobEvent).where(JobEvent.job_id == job2.id))]
+        assert kinds == ["submitted", "cancelled"]

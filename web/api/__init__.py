@@ -1,0 +1,15 @@
+"""The REST API's blueprints, all under `/api/v1`. Each module builds a fresh blueprint per app (the app-factory
+pattern), so tests can create many apps without the blueprints remembering the previous one."""
+
+from __future__ import annotations
+
+from flask_smorest import Api
+
+from web.api import catalog, cluster, health, jobs, policies
+
+PREFIX = "/api/v1"
+
+
+def register_blueprints(api: Api) -> None:
+    for module in (health, jobs, cluster, catalog, policies):
+        api.register_blueprint(module.blueprint(PREFIX))

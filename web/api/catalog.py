@@ -1,0 +1,23 @@
+"""`GET /models`: the model catalog a submission's `model` must name, with the profile the contention model uses."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from flask_smorest import Blueprint
+
+from scheduler.workloads import catalog
+from web.auth import protect
+from web.schemas import ModelsSchema
+
+
+def blueprint(prefix: str) -> Blueprint:
+    blp = protect(Blueprint("models", __name__, url_prefix=prefix, description="The model catalog"))
+
+    @blp.route("/models")
+    @blp.response(200, ModelsSchema)
+    def models() -> Any:
+        return {"models": [asdict(p) | {"kind": p.kind.value} for p in catalog().values()]}
+
+    return blp

@@ -1,0 +1,60 @@
+"""`GET /cluster`: nodes, GPUs and who holds them, read from the database only, so the API answers even while the
+controller (the only writer of placements) is down."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from flask_smorest import Blueprint
+
+from scheduler.store import JobState
+from scheduler.store import queries as q
+from web.api.context import store
+from web.auth import protect
+from web.schemas import ClusterSchema
+
+
+def cluster_json() -> dict[str, Any]:
+    with store().session() as s:
+        nodes = q.nodes_with_gpus(s)
+        tenants: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for alloc, job, user in q.open_allocations_with_jobs(s):
+            tenants[alloc.gpu].append({"job_id": job.id, "name": job.name, "share": alloc.share, "user": user})
+        counts = q.count_by_state(s)
+        active = q.active_policy(s)
+        out_nodes = []
+        gpus = allocated = shared = 0
+        share_total = 0.0
+        for node in nodes:
+            out_gpus = []
+            for gpu in node.gpus:
+                held = tenants.get(gpu.index, [])
+                used = sum(t["share"] for t in held)
+                gpus += 1
+                allocated += bool(held)
+                shared += len(held) > 1
+                share_total += used
+                out_gpus.append({"index": gpu.index, "local_index": gpu.local_index, "gpu_type": gpu.gpu_type,
+                                 "mem_gb": gpu.mem_gb, "free_share": round(max(0.0, 1.0 - used), 6),
+                                 "tenants": held})
+            out_nodes.append({"name": node.name, "index": node.index, "preset": node.preset, "alive": node.alive,
+                              "address": node.address, "gpus": out_gpus})
+    return {
+        "nodes": out_nodes,
+        "totals": {"nodes": len(out_nodes), "gpus": gpus, "gpus_allocated": allocated, "gpus_shared": shared,
+                   "share_allocated": round(share_total, 6)},
+        "queue": {"pending": counts.get(JobState.PENDING, 0), "running": counts.get(JobState.RUNNING, 0)},
+        "active_policy": active,
+    }
+
+
+def blueprint(prefix: str) -> Blueprint:
+    blp = protect(Blueprint("cluster", __name__, url_prefix=prefix, description="Nodes, GPUs and their tenants"))
+
+    @blp.route("/cluster")
+    @blp.response(200, ClusterSchema)
+    def cluster() -> Any:
+        return cluster_json()
+
+    return blp

@@ -1,0 +1,173 @@
+"""Jobs: submit, list, show, cancel, read logs. The API writes only submissions and cancel requests; placements and
+state changes belong to the controller, which `notify()` wakes."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from flask_smorest import Blueprint, abort
+from sqlalchemy.orm import Session
+
+from scheduler.paths import log_path
+from scheduler.store import JobState, JobType
+from scheduler.store import queries as q
+from scheduler.store.models import Allocation, Job, User
+from web.api.context import notify, store, write_session
+from web.auth import caller, protect, require_owner
+from web.schemas import (
+    DEFAULT_COMMAND_DURATION_S,
+    JobDetailSchema,
+    JobListArgs,
+    JobListSchema,
+    JobSchema,
+    JobSubmitSchema,
+    LogsArgs,
+    LogsSchema,
+)
+
+JOB_COLUMNS = (
+    "id", "name", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority", "slo_ms",
+    "client_token", "restart_policy", "max_restarts", "state", "cancel_requested", "submitted_at", "queued_since",
+    "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
+    "predicted_slowdown", "pending_reason", "exit_code", "error",
+)
+RECENT_DECISIONS = 10
+RANK_LOG = re.compile(r"rank-(\d+)\.log")
+TAIL_BLOCK = 64 * 1024
+
+
+def job_json(job: Job, user: str, allocations: Sequence[Allocation] = ()) -> dict[str, Any]:
+    body = {c: getattr(job, c) for c in JOB_COLUMNS}
+    body["user"] = user
+    body["allocation"] = [
+        {"rank": a.rank, "node": a.node, "gpu": a.gpu, "local_gpu": a.local_gpu, "share": a.share} for a in allocations
+    ]
+    return body
+
+
+def _job_or_404(s: Session, job_id: int) -> Job:
+    job = s.get(Job, job_id)
+    if job is None:
+        abort(404, message=f"job {job_id} not found")
+    require_owner(job_id, job.user_id)
+    return job
+
+
+def _full_json(s: Session, job: Job) -> dict[str, Any]:
+    allocs = q.current_allocations(s, [job]).get(job.id, [])
+    return job_json(job, q.user_names(s, [job.user_id])[job.user_id], allocs)
+
+
+def tail_lines(path: Path, lines: int) -> str:
+    """The last `lines` lines of a file, reading backwards from its end (worker logs can grow to gigabytes)."""
+    try:
+        with path.open("rb") as f:
+            pos = f.seek(0, os.SEEK_END)
+            chunks: list[bytes] = []
+            newlines = 0
+            while pos > 0 and newlines <= lines:  # one newline more than wanted: the first line is then whole
+                step = min(TAIL_BLOCK, pos)
+                pos -= step
+                f.seek(pos)
+                chunks.append(f.read(step))
+                newlines += chunks[-1].count(b"\n")
+    except FileNotFoundError:
+        return ""
+    kept = b"".join(reversed(chunks)).splitlines(keepends=True)[-lines:]
+    return b"".join(kept).decode("utf-8", errors="replace")
+
+
+def blueprint(prefix: str) -> Blueprint:
+    blp = protect(Blueprint("jobs", __name__, url_prefix=prefix, description="Submit, list, inspect and cancel jobs"))
+
+    @blp.route("/jobs", methods=["POST"])
+    @blp.arguments(JobSubmitSchema())  # an instance: webargs would build one per request from a class
+    @blp.response(201, JobSchema, description="the new job")
+    @blp.alt_response(200, schema=JobSchema, description="a retry with a known client_token: the first job")
+    def submit(fields: dict[str, Any]) -> Any:
+        if fields["kind"] == JobType.COMMAND and fields["duration_s"] is None:
+            fields["duration_s"] = DEFAULT_COMMAND_DURATION_S
+        who = caller()
+        # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
+        # query per submission, which the token cache exists to avoid.
+        user = User(id=who.id, name=who.name, admin=who.admin)
+        with write_session() as s:
+            job, created = q.submit(s, user, fields)
+            body = job_json(job, user.name) if created else _full_json(s, job)
+        if created:
+            notify()
+        return body, 201 if created else 200
+
+    @blp.route("/jobs", methods=["GET"])
+    @blp.arguments(JobListArgs(), location="query")
+    @blp.response(200, JobListSchema)
+    def list_jobs(args: dict[str, Any]) -> Any:
+        who = caller()
+        wanted = args.get("user")
+        with store().session() as s:
+            if not who.admin:
+                if wanted is not None and wanted != who.name:
+                    abort(403, message=f"only admins may list another user's jobs ({wanted!r})")
+                user_id: int | None = who.id
+            elif wanted is not None:
+                user = q.user_by_name(s, wanted)
+                if user is None:
+                    return {"jobs": [], "total": 0}
+                user_id = user.id
+            else:
+                user_id = None
+            jobs, total = q.list_jobs(s, state=args.get("state"), user_id=user_id, limit=args["limit"],
+                                      offset=args["offset"])
+            names = q.user_names(s, [j.user_id for j in jobs])
+            allocs = q.current_allocations(s, [j for j in jobs if j.state == JobState.RUNNING])
+            return {"jobs": [job_json(j, names[j.user_id], allocs.get(j.id, [])) for j in jobs], "total": total}
+
+    @blp.route("/jobs/<int:job_id>", methods=["GET"])
+    @blp.response(200, JobDetailSchema)
+    def show(job_id: int) -> Any:
+        with store().session() as s:
+            job = _job_or_404(s, job_id)
+            body = _full_json(s, job)
+            body["events"] = [{"at": e.at, "kind": e.kind, "message": e.message, "data": e.data} for e in job.events]
+            body["decisions"] = [
+                {"at": d.at, "policy": d.policy, "action": d.action, "reason": d.reason, "gpus": d.gpus,
+                 "share": d.share, "predicted_slowdown": d.predicted_slowdown, "candidates": d.candidates}
+                for d in q.recent_decisions(s, job_id, RECENT_DECISIONS)
+            ]
+            return body
+
+    @blp.route("/jobs/<int:job_id>/cancel", methods=["POST"])
+    @blp.response(200, JobSchema, description="the job after the cancel: cancelled if it was pending, else flagged")
+    def cancel(job_id: int) -> Any:
+        with write_session() as s:
+            job = _job_or_404(s, job_id)
+            was_live = not JobState(job.state).terminal
+            job = q.cancel(s, job)
+            body = _full_json(s, job)
+        if was_live:
+            notify()
+        return body
+
+    @blp.route("/jobs/<int:job_id>/logs", methods=["GET"])
+    @blp.arguments(LogsArgs(), location="query")
+    @blp.response(200, LogsSchema)
+    def logs(args: dict[str, Any], job_id: int) -> Any:
+        with store().session() as s:
+            job = _job_or_404(s, job_id)
+            attempt = args.get("attempt", job.attempt)
+            ranks = set(q.attempt_ranks(s, job_id, attempt))
+        # Ranks with a file but no allocation row (a run whose rows were cleaned up) still have logs worth showing.
+        folder = log_path(job_id, attempt, 0).parent
+        if folder.is_dir():
+            ranks |= {int(m.group(1)) for p in folder.iterdir() if (m := RANK_LOG.fullmatch(p.name))}
+        if "rank" in args:
+            ranks = {args["rank"]}
+        out = [{"rank": r, "path": str(log_path(job_id, attempt, r)),
+                "text": tail_lines(log_path(job_id, attempt, r), args["tail"])} for r in sorted(ranks)]
+        return {"job_id": job_id, "attempt": attempt, "logs": out}
+
+    return blp

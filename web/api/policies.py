@@ -1,0 +1,65 @@
+"""Placement policies: which exist, which is active, and switching (admins only). A name is validated by building the
+policy, so a missing or incompatible agent is refused here rather than crashing the controller later."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask_smorest import Blueprint, abort
+
+from policies import available, make_policy
+from policies.agent_files import PREFIX_OF, ZOO, metadata_path
+from scheduler.model import SpecError
+from scheduler.store import queries as q
+from web.api.context import notify, store, write_session
+from web.auth import protect, require_admin
+from web.schemas import ActivePolicyArgs, ActivePolicySchema, PoliciesSchema
+
+
+def zoo_agents() -> list[str]:
+    """`PREFIX:NAME` for every agent in agents/zoo, the prefix read from its sidecar's formulation."""
+    names = []
+    for path in sorted(ZOO.glob("*.zip")):
+        try:
+            formulation = json.loads(metadata_path(path).read_text()).get("formulation", "corral")
+        except (OSError, ValueError):
+            formulation = "corral"  # make_policy will explain what is wrong with it if someone picks it
+        names.append(f"{PREFIX_OF.get(formulation, 'rl')}:{path.stem}")
+    return names
+
+
+def policy_names() -> list[str]:
+    # available() lists prefixes as `rl:NAME` placeholders; the concrete agents replace them.
+    names = [n for n in available() if not n.endswith(":NAME")] + zoo_agents()
+    if "rl:default" not in names:
+        names.append("rl:default")
+    return names
+
+
+def blueprint(prefix: str) -> Blueprint:
+    blp = protect(Blueprint("policies", __name__, url_prefix=prefix, description="Placement policies"))
+
+    @blp.route("/policies", methods=["GET"])
+    @blp.response(200, PoliciesSchema)
+    def list_policies() -> Any:
+        with store().session() as s:
+            active = q.active_policy(s)
+        return {"available": policy_names(), "active": active}
+
+    @blp.route("/policies/active", methods=["PUT"])
+    @blp.arguments(ActivePolicyArgs())
+    @blp.response(200, ActivePolicySchema)
+    def set_active(args: dict[str, Any]) -> Any:
+        who = require_admin()
+        name = args["name"].strip()
+        try:
+            make_policy(name)
+        except (SpecError, ValueError) as exc:
+            abort(422, message=f"name: {exc}", errors={"json": {"name": [str(exc)]}})
+        with write_session() as s:
+            q.activate_policy(s, name, by=who.name)
+        notify()
+        return {"active": name}
+
+    return blp

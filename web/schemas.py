@@ -1,0 +1,265 @@
+"""Marshmallow schemas: what the API accepts and returns. They validate every request before anything is stored, and
+flask-smorest turns them into the OpenAPI document, so the spec and the checks cannot drift apart."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+
+from scheduler.store.models import JobState, JobType, RestartPolicy
+from scheduler.workloads import catalog
+
+DEFAULT_COMMAND_DURATION_S = 3600.0  # a command job's run-time estimate when the user gives none
+
+
+class GpuCount(fields.Field):
+    """A whole number of GPUs (>= 1), or a share of one GPU strictly between 0 and 1 (MPS). 1.5 GPUs means nothing a
+    placement can give, so it is refused rather than rounded. Dumped as an int when whole, so clients see `2`."""
+
+    default_error_messages: ClassVar[dict[str, str]] = {
+        "invalid": "Not a number.",
+        "range": "Must be a whole number of GPUs >= 1, or a fraction strictly between 0 and 1.",
+    }
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.make_error("invalid")
+        x = float(value)
+        if not math.isfinite(x) or not (0 < x < 1 or (x >= 1 and x.is_integer())):
+            raise self.make_error("range")
+        return x
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> int | float | None:
+        if value is None:
+            return None
+        x = float(value)
+        return int(x) if x.is_integer() else x
+
+
+def _positive(**kw: Any) -> fields.Float:
+    return fields.Float(validate=validate.Range(min=0, min_inclusive=False), allow_nan=False, **kw)
+
+
+# ---- requests ------------------------------------------------------------------------------------------------------
+
+
+class JobSubmitSchema(Schema):
+    """A submission. Unknown fields are refused (marshmallow's default), so a misspelt field is an error, not
+    silently ignored."""
+
+    name = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    kind = fields.String(required=True, validate=validate.OneOf([k.value for k in JobType]))
+    # The error lists the choices, so a typo is fixed without a second request to /models.
+    model = fields.String(required=True, validate=validate.OneOf(list(catalog())))
+    num_gpus = GpuCount(required=True)
+    duration_s = _positive(load_default=None, metadata={
+        "description": "emulated: required run time in isolation; command: optional estimate (default 3600)"})
+    entrypoint = fields.String(load_default=None, metadata={"description": "command jobs only: the shell command"})
+    workdir = fields.String(load_default=None, validate=validate.Length(max=4096))
+    env = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
+    priority = fields.Integer(strict=True, load_default=0)
+    client_token = fields.String(load_default=None, validate=validate.Length(min=1, max=200), metadata={
+        "description": "idempotency key: a retry with the same token returns the first job (200) and stores nothing"})
+    slo_ms = _positive(load_default=None)
+    restart_policy = fields.String(load_default=RestartPolicy.REQUEUE.value,
+                                   validate=validate.OneOf([r.value for r in RestartPolicy]))
+    max_restarts = fields.Integer(strict=True, load_default=3, validate=validate.Range(min=0, max=100))
+
+    @validates_schema
+    def _kind_rules(self, data: dict[str, Any], **kwargs: Any) -> None:
+        kind = data.get("kind")
+        errors: dict[str, list[str]] = {}
+        if kind == JobType.EMULATED:
+            if data.get("duration_s") is None:
+                errors["duration_s"] = ["Required for emulated jobs (their run time in isolation)."]
+            if data.get("entrypoint") is not None:
+                errors["entrypoint"] = ["Not allowed for emulated jobs: they run no command."]
+        elif kind == JobType.COMMAND and not (data.get("entrypoint") or "").strip():
+            errors["entrypoint"] = ["Required (non-empty) for command jobs."]
+        if errors:
+            raise ValidationError(errors)
+
+
+class JobListArgs(Schema):
+    state = fields.String(validate=validate.OneOf([s.value for s in JobState]))
+    user = fields.String(validate=validate.Length(min=1, max=64))
+    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
+    offset = fields.Integer(load_default=0, validate=validate.Range(min=0))
+
+
+class LogsArgs(Schema):
+    attempt = fields.Integer(validate=validate.Range(min=0), metadata={"description": "default: the current run"})
+    rank = fields.Integer(validate=validate.Range(min=0), metadata={"description": "default: every rank"})
+    tail = fields.Integer(load_default=200, validate=validate.Range(min=1, max=100_000),
+                          metadata={"description": "last lines per rank"})
+
+
+class ActivePolicyArgs(Schema):
+    name = fields.String(required=True, validate=validate.Length(min=1, max=300))
+
+
+# ---- responses -----------------------------------------------------------------------------------------------------
+
+
+class AllocationSchema(Schema):
+    rank = fields.Integer()
+    node = fields.String()
+    gpu = fields.Integer()
+    local_gpu = fields.Integer()
+    share = fields.Float()
+
+
+class JobSchema(Schema):
+    id = fields.Integer()
+    name = fields.String()
+    user = fields.String()
+    kind = fields.String()
+    model = fields.String()
+    num_gpus = GpuCount()
+    duration_s = fields.Float()
+    entrypoint = fields.String(allow_none=True)
+    workdir = fields.String(allow_none=True)
+    env = fields.Dict(keys=fields.String(), values=fields.String())
+    priority = fields.Integer()
+    slo_ms = fields.Float(allow_none=True)
+    client_token = fields.String(allow_none=True)
+    restart_policy = fields.String()
+    max_restarts = fields.Integer()
+    state = fields.String()
+    cancel_requested = fields.Boolean()
+    submitted_at = fields.Float()
+    queued_since = fields.Float()
+    started_at = fields.Float(allow_none=True)
+    first_started_at = fields.Float(allow_none=True)
+    finished_at = fields.Float(allow_none=True)
+    attempt = fields.Integer()
+    restarts = fields.Integer()
+    preemptions = fields.Integer()
+    progress = fields.Float()
+    predicted_slowdown = fields.Float(allow_none=True)
+    pending_reason = fields.String(allow_none=True)
+    exit_code = fields.Integer(allow_none=True)
+    error = fields.String(allow_none=True)
+    allocation = fields.List(fields.Nested(AllocationSchema), metadata={
+        "description": "open allocations of the current run; empty unless running"})
+
+
+class EventSchema(Schema):
+    at = fields.Float()
+    kind = fields.String()
+    message = fields.String()
+    data = fields.Dict()
+
+
+class DecisionSchema(Schema):
+    at = fields.Float()
+    policy = fields.String()
+    action = fields.String()
+    reason = fields.String()
+    gpus = fields.List(fields.Raw())
+    share = fields.Float(allow_none=True)
+    predicted_slowdown = fields.Float(allow_none=True)
+    candidates = fields.List(fields.Raw())
+
+
+class JobDetailSchema(JobSchema):
+    events = fields.List(fields.Nested(EventSchema))
+    decisions = fields.List(fields.Nested(DecisionSchema), metadata={"description": "the latest decisions, oldest first"})
+
+
+class JobListSchema(Schema):
+    jobs = fields.List(fields.Nested(JobSchema))
+    total = fields.Integer(metadata={"description": "jobs matching the filters, all pages"})
+
+
+class RankLogSchema(Schema):
+    rank = fields.Integer()
+    path = fields.String()
+    text = fields.String()
+
+
+class LogsSchema(Schema):
+    job_id = fields.Integer()
+    attempt = fields.Integer()
+    logs = fields.List(fields.Nested(RankLogSchema))
+
+
+class TenantSchema(Schema):
+    job_id = fields.Integer()
+    name = fields.String()
+    share = fields.Float()
+    user = fields.String()
+
+
+class GpuSchema(Schema):
+    index = fields.Integer()
+    local_index = fields.Integer()
+    gpu_type = fields.String()
+    mem_gb = fields.Float()
+    free_share = fields.Float()
+    tenants = fields.List(fields.Nested(TenantSchema))
+
+
+class NodeSchema(Schema):
+    name = fields.String()
+    index = fields.Integer()
+    preset = fields.String()
+    alive = fields.Boolean()
+    address = fields.String(allow_none=True)
+    gpus = fields.List(fields.Nested(GpuSchema))
+
+
+class TotalsSchema(Schema):
+    nodes = fields.Integer()
+    gpus = fields.Integer()
+    gpus_allocated = fields.Integer(metadata={"description": "GPUs with any tenant"})
+    gpus_shared = fields.Integer(metadata={"description": "GPUs with more than one tenant"})
+    share_allocated = fields.Float(metadata={"description": "sum of the tenants' shares, in GPUs"})
+
+
+class QueueSchema(Schema):
+    pending = fields.Integer()
+    running = fields.Integer()
+
+
+class ClusterSchema(Schema):
+    nodes = fields.List(fields.Nested(NodeSchema))
+    totals = fields.Nested(TotalsSchema)
+    queue = fields.Nested(QueueSchema)
+    active_policy = fields.String(allow_none=True)
+
+
+class ModelSchema(Schema):
+    name = fields.String()
+    kind = fields.String()
+    compute_ms = fields.Float()
+    sm = fields.Float()
+    membw = fields.Float()
+    mem_gb = fields.Float()
+    grad_mb = fields.Float()
+    overlap = fields.Float()
+    latency_ms = fields.Float()
+    slo_ms = fields.Float()
+    source = fields.String()
+
+
+class ModelsSchema(Schema):
+    models = fields.List(fields.Nested(ModelSchema))
+
+
+class PoliciesSchema(Schema):
+    available = fields.List(fields.String())
+    active = fields.String(allow_none=True)
+
+
+class ActivePolicySchema(Schema):
+    active = fields.String()
+
+
+class HealthSchema(Schema):
+    status = fields.String()
+    database = fields.String()
+    version = fields.String()
+    time = fields.Float()
