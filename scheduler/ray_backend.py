@@ -293,8 +293,9 @@ class RayBackend:
         """Kill Corral workers whose names are not in `keep` (runs a crashed controller launched but never recorded
         as running, or stopped but never reaped)."""
         killed = []
-        for name in ray.util.list_named_actors():  # this namespace's live named actors (no dashboard needed)
-            if name.startswith("corral-") and name not in keep:
+        for actor in ray.util.list_named_actors(all_namespaces=True):  # live named actors (no dashboard needed)
+            name = actor["name"]
+            if actor["namespace"] == NAMESPACE and name.startswith("corral-") and name not in keep:
                 try:
                     self._kill(ray.get_actor(name, namespace=NAMESPACE))
                     killed.append(name)

@@ -124,6 +124,10 @@ def test_openapi_document_lists_every_path_with_bearer_auth(env: Env) -> None:
     assert body["$ref"].endswith("JobSubmit")
     docs = env.client.get("/api/docs")
     assert docs.status_code == 200 and b"swagger-ui" in docs.data
+    # Its assets are served by Corral itself (no CDN: the docs must work offline).
+    assert b"/api/docs/assets/swagger-ui-bundle.js" in docs.data and b"https://" not in docs.data
+    asset = env.client.get("/api/docs/assets/swagger-ui-bundle.js")
+    assert asset.status_code == 200 and len(asset.data) > 100_000
 
 
 def test_unknown_route_is_a_json_error(env: Env) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import requests
+from conftest import drop_postgres_schema, postgres_schema_url
 from sqlalchemy import select
 
 from scheduler.runs import NAMESPACE, node_resources
@@ -27,7 +28,6 @@ from scheduler.store import Store, queries
 from scheduler.store.models import Allocation, Gpu, JobEvent
 from scheduler.store.models import Job as JobRow
 from scheduler.workloads import catalog
-from conftest import drop_postgres_schema, postgres_schema_url
 
 ray = pytest.importorskip("ray")
 

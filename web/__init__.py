@@ -21,7 +21,9 @@ from web.api.context import NOTIFY_KEY, STORE_KEY, WRITE_LOCK_KEY, init_app_writ
 from web.schemas import GpuCount
 
 MAX_BODY_BYTES = 1024 * 1024
-SWAGGER_UI_CDN = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/"
+# Swagger UI's assets come from the swagger-ui-bundle package (Apache-2.0, as Swagger UI), served by Corral itself:
+# the docs work on a machine with no internet.
+SWAGGER_UI_ASSETS = "/api/docs/assets/"
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "MAX_CONTENT_LENGTH": MAX_BODY_BYTES,
@@ -33,7 +35,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "OPENAPI_URL_PREFIX": "/api",
     "OPENAPI_JSON_PATH": "v1/openapi.json",
     "OPENAPI_SWAGGER_UI_PATH": "docs",
-    "OPENAPI_SWAGGER_UI_URL": SWAGGER_UI_CDN,
+    "OPENAPI_SWAGGER_UI_URL": SWAGGER_UI_ASSETS,
     "API_SPEC_OPTIONS": {
         "info": {"description": "Submit and watch GPU jobs; see where the scheduler placed them and why."},
         "security": [{auth.SECURITY_SCHEME: []}],
@@ -83,4 +85,14 @@ def create_app(store: Store | None = None, *, notify: Callable[[], None] | None 
     api = CorralApi(app)
     api.register_field(GpuCount, "number", None)
     register_blueprints(api)
+    _serve_swagger_assets(app)
     return app
+
+
+def _serve_swagger_assets(app: Flask) -> None:
+    from flask import send_from_directory
+    from swagger_ui_bundle import swagger_ui_path
+
+    @app.get(SWAGGER_UI_ASSETS + "<path:filename>")
+    def swagger_ui_asset(filename: str) -> Any:
+        return send_from_directory(swagger_ui_path, filename)
