@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 10_000  # policy calls at one instant before we call the policy broken
 STARTING_TICK_S = 0.02  # the loop's period while a launched gang waits for its workers
-MIN_PASS_INTERVAL_S = 0.005
+MIN_PASS_INTERVAL_S = 0.05  # under a burst of events, one pass per 50 ms takes them all
 FULL_SYNC_S = 5.0  # a full scan of the pending jobs at least this often
 
 

@@ -77,14 +77,16 @@ def submit(s: Session, user: User, fields: dict[str, Any]) -> tuple[Job, bool]:
             return existing, False
     now = time.time()
     job = Job(user_id=user.id, submitted_at=now, queued_since=now, state=JobState.PENDING, **fields)
-    try:
-        with s.begin_nested():  # a concurrent retry may insert the same client_token first: then return its job
-            s.add(job)
-            s.flush()
-    except IntegrityError:
-        if token is None:
-            raise
-        return s.scalars(select(Job).where(Job.user_id == user.id, Job.client_token == token)).one(), False
+    if token is None:
+        s.add(job)
+        s.flush()
+    else:
+        try:
+            with s.begin_nested():  # a concurrent retry may insert the same client_token first: then return its job
+                s.add(job)
+                s.flush()
+        except IntegrityError:
+            return s.scalars(select(Job).where(Job.user_id == user.id, Job.client_token == token)).one(), False
     add_event(s, job.id, "submitted", f"submitted by {user.name}", at=now)
     return job, True
 
