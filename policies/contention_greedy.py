@@ -29,6 +29,7 @@ from policies.base import Decision, Place, Wait
 from policies.heuristics import wait_reason
 from policies.placement import PassedOver, Planner
 from policies.registry import register
+from scheduler.decisions import Candidate
 from scheduler.model import Job, JobKind, JobSpec, Placement
 from scheduler.state import ClusterView
 
@@ -60,6 +61,17 @@ class ContentionGreedy:
             cost += self.fragmentation_weight * (1.0 - spec.share)
         return cost
 
+    @staticmethod
+    def _weighed(view: ClusterView, spec: JobSpec, cands: list[Placement], costs: list[float],
+                 keep: int = 6) -> tuple[Candidate, ...]:
+        """The cheapest few candidates with their predictions, for the controller to explain the choice."""
+        order = sorted(range(len(cands)), key=lambda i: (round(costs[i], 9), i))[:keep]
+        out = []
+        for i in order:
+            pred = view.predict(spec, cands[i])
+            out.append(Candidate(cands[i], pred.slowdown, pred.others_added))
+        return tuple(out)
+
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         blocked = self._passed.refresh(view, now)
         planner = Planner(view)
@@ -73,7 +85,7 @@ class ContentionGreedy:
                 costs = [self.cost(view, spec, p) for p in cands]
                 best = min(range(len(cands)), key=lambda i: (round(costs[i], 9), i))
                 why = f"least added slowdown ({costs[best]:.3f} GPUs' worth) of {len(cands)} candidates"
-                return [Place(job.id, cands[best], why)]
+                return [Place(job.id, cands[best], why, self._weighed(view, spec, cands, costs))]
             blocked.add(job.id)
             if first_wait is None:
                 first_wait = Wait(job.id, wait_reason(planner, spec))

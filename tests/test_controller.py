@@ -181,3 +181,21 @@ def test_recovery_requeues_lost_runs_and_kills_orphans(cluster: Any, store: Stor
     assert "corral-9999-1-0" not in names
     run_until(restarted, store, [victim], {"succeeded"})
     assert job(store, victim).attempt == 2
+
+
+def test_decisions_are_stored_with_their_candidates(cluster: Any, store: Store) -> None:
+    from scheduler.store.models import Decision
+
+    ctl = controller(store, make_policy("contention-greedy"))
+    first = submit(store, name="first", num_gpus=1, duration_s=1.0)
+    second = submit(store, name="second", num_gpus=0.5, duration_s=1.0)
+    run_until(ctl, store, [first, second], {"succeeded"})
+    with store.session() as s:
+        rows = s.scalars(select(Decision).where(Decision.action == "place").order_by(Decision.id)).all()
+        assert [r.job_id for r in rows] == [first, second]
+        for r in rows:
+            assert r.candidates, "contention-greedy says what it weighed"
+            chosen = [c for c in r.candidates if c["gpus"] == r.gpus and c["share"] == r.share]
+            assert chosen and abs(chosen[0]["slowdown"] - r.predicted_slowdown) < 1e-9
+            assert all(c["slowdown"] >= 1.0 - 1e-9 for c in r.candidates)
+            assert r.latency_ms > 0
