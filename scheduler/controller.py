@@ -84,8 +84,18 @@ class Controller:
         self.tick_s = tick_s
         self.preset = preset
         self.profiles = profiles if profiles is not None else catalog()
-        self.state = ClusterState(cluster, self.profiles)
-        self.contention = ContentionModel(cluster, self.profiles, params)
+        self.params = params
+        self._forget_memory()
+        self._in_sync = True  # memory matches the store (false after a failed pass, until rebuilt)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error = ""
+
+    def _forget_memory(self) -> None:
+        """Empty in-memory state: `recover()` rebuilds it from the store (at start, and after a failed pass)."""
+        self.state = ClusterState(self.cluster, self.profiles)
+        self.contention = ContentionModel(self.cluster, self.profiles, self.params)
         self.running: dict[int, Job] = {}
         self.pending: dict[int, Job] = {}  # submission order
         self.view = ClusterView(self.state, self.contention, self.running)
@@ -95,15 +105,11 @@ class Controller:
         self._reasons: dict[int, str] = {}
         self._wake_at = float("inf")
         self._down: set[int] = set()  # nodes whose Ray node is gone
-        self._starting = False  # some launched run's workers are not all up yet
+        self._starting = True  # some launched run's workers may not all be up yet
         self._last_poll = 0.0
         self._last_sync = 0.0
         self._last_full_sync = 0.0
         self._max_seen = 0  # highest job id taken in
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.last_error = ""
 
     # ---- building jobs from rows ---------------------------------------------------------------------------------
 
@@ -148,6 +154,7 @@ class Controller:
 
     def recover(self) -> None:
         """Rebuild the state from the store and reconcile it with the workers Ray still runs."""
+        self._forget_memory()
         now = time.time()
         self._register_nodes(now)
         keep: set[str] = set()
@@ -173,6 +180,16 @@ class Controller:
                     lost.append(row.id)
             for job_id in lost:
                 self._lose(s, job_id, "its workers were gone when the controller restarted", now)
+            # Nodes Ray reports dead leave the model; a run adopted there a moment ago cannot be alive either.
+            for i in self._down:
+                for job_id in [j for j, job in self.running.items() if job.placement is not None
+                               and i in job.placement.nodes(self.cluster)]:
+                    job = self.running[job_id]
+                    keep.difference_update(actor_name(job_id, self._attempt[job_id], r.rank)
+                                           for r in self._placement(job))
+                    self.backend.stop(job_id)
+                    self._lose(s, job_id, f"node {self.node_names[i]} is down", now)
+                self.state.cordon(list(self.cluster.node_gpus(i)))
             for row in s.scalars(select(JobRow).where(JobRow.state == S.PENDING).order_by(JobRow.id)):
                 self.pending[row.id] = self._job(row)
         self.backend.reap_orphans(keep)
@@ -206,8 +223,6 @@ class Controller:
                                   gpu_type=c.gpu_types[int(c.gpu_type[g])].name, mem_gb=float(c.gpu_mem[g])))
             for stale in existing.values():  # a smaller cluster than last time: its nodes are gone
                 stale.alive = False
-        for i in self._down:
-            self.state.cordon(list(c.node_gpus(i)))
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 
@@ -233,11 +248,15 @@ class Controller:
             self._wake.wait(min(tick, max(0.0, self._wake_at - time.time())))
             self._wake.clear()
             try:
+                if not self._in_sync:  # a pass failed half-way: memory may disagree with the store, the truth
+                    self.recover()
+                    self._in_sync = True
                 self.step()
                 self.last_error = ""
-            except Exception as exc:  # keep serving: a bad pass is logged and retried on the next tick
+            except Exception as exc:  # keep serving (e.g. the database restarting): log, rebuild, carry on
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("controller pass failed")
+                self._in_sync = False
+                log.exception("controller pass failed; its state will be rebuilt from the store")
                 time.sleep(self.tick_s)
             # Under a burst of submissions, let them gather for a moment: one pass then takes them all.
             time.sleep(MIN_PASS_INTERVAL_S)
@@ -249,7 +268,8 @@ class Controller:
         now = time.time()
         self.view.now = now
         statuses: list[JobStatus] = []
-        if self._starting or now - self._last_poll >= self.tick_s * 0.5:
+        polled = self._starting or now - self._last_poll >= self.tick_s * 0.5
+        if polled:
             statuses = self.backend.poll()
             self._last_poll = now
             self._starting = any(st.phase == "starting" for st in statuses)
@@ -258,7 +278,7 @@ class Controller:
             self._sync_submissions(s, now)
             self._sync_cancels(s, now)
             self._collect(s, statuses, now, stats)
-            if statuses:
+            if polled:
                 self._check_nodes(s, now)
             if self.pending and self.policy is not None:
                 self._wake_at = float("inf")
@@ -362,6 +382,7 @@ class Controller:
             if row is None:
                 continue
             if row.duration_s > 0 and row.kind == "emulated":
+                row.work_done_s = st.done_s
                 row.progress = min(1.0, st.done_s / row.duration_s)
             if st.phase in ("running", "succeeded", "failed") and row.started_at is None:
                 started = [t for t in st.started_at if t is not None]

@@ -199,3 +199,35 @@ def test_decisions_are_stored_with_their_candidates(cluster: Any, store: Store) 
             assert chosen and abs(chosen[0]["slowdown"] - r.predicted_slowdown) < 1e-9
             assert all(c["slowdown"] >= 1.0 - 1e-9 for c in r.candidates)
             assert r.latency_ms > 0
+
+
+class FailsOnce:
+    """Tiresias, except that its first call raises: a pass that fails half-way."""
+
+    name = "fails-once"
+    oracle = False
+
+    def __init__(self) -> None:
+        self.inner = Tiresias()
+        self.failed = False
+
+    def schedule(self, view: Any, queue: Any, now: float) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the policy broke")
+        return self.inner.schedule(view, queue, now)
+
+
+def test_a_failed_pass_is_logged_and_the_loop_carries_on(cluster: Any, store: Store) -> None:
+    policy = FailsOnce()
+    ctl = controller(store, policy)
+    ctl.start()
+    try:
+        job_id = submit(store, name="survivor", num_gpus=1, duration_s=1.0)
+        ctl.wake()
+        deadline = time.time() + 60
+        while job(store, job_id).state != "succeeded" and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        ctl.stop()
+    assert policy.failed and job(store, job_id).state == "succeeded"
