@@ -102,6 +102,8 @@ class Controller:
         self.policy: Policy | None = None
         self.policy_name = ""
         self._attempt: dict[int, int] = {}  # running job -> its current attempt
+        self._started: dict[int, bool] = {}  # running job -> its workers have started
+        self._slow_track: dict[int, tuple[float, float, float]] = {}  # (integral so far, slowdown now, since)
         self._reasons: dict[int, str] = {}
         self._wake_at = float("inf")
         self._down: set[int] = set()  # nodes whose Ray node is gone
@@ -173,6 +175,9 @@ class Controller:
                 self._start_in_memory(job, placement, row.attempt, now)
                 if row.started_at is not None:
                     job.start_s = row.started_at
+                    self._started[row.id] = True
+                    # What ran before the crash is counted at the slowdown last recorded.
+                    self._slow_track[row.id] = (0.0, row.predicted_slowdown or 1.0, row.started_at)
                 if self.backend.adopt(self._launch_spec(row, job, row.attempt)):
                     keep.update(actor_name(row.id, row.attempt, r.rank) for r in self._placement(job))
                     queries.add_event(s, row.id, "adopted", "the restarted controller found its workers running")
@@ -390,6 +395,9 @@ class Controller:
                 if row.first_started_at is None:
                     row.first_started_at = row.started_at
                 job.start_s = row.started_at
+                self._started[row.id] = True
+                integral, slow, _ = self._slow_track.get(row.id, (0.0, 1.0, row.started_at))
+                self._slow_track[row.id] = (integral, slow, row.started_at)
                 queries.add_event(s, row.id, "started", f"{len(started)} worker(s) started", at=row.started_at,
                                   attempt=st.attempt, ranks_started_at=st.started_at)
             if st.phase == "succeeded":
@@ -424,11 +432,20 @@ class Controller:
 
     def _end_run(self, s: Session, row: JobRow, now: float) -> Job:
         """Take a run off its GPUs: close its allocations, account its service, and re-rate its neighbours."""
+        slow_integral, _, _ = self._advance_slowdown(row.id, now)
+        del self._slow_track[row.id]
+        self._started.pop(row.id, None)
         job = self.running.pop(row.id)
         attempt = self._attempt.pop(row.id)
         self.state.release(row.id)
         if job.start_s is not None:
             row.attained_gpu_s += max(0.0, now - job.start_s) * job.spec.gpu_demand
+        if row.started_at is not None:  # the workers ran: account the run and what the model expected of it
+            ran = max(0.0, now - row.started_at)
+            before = (row.predicted_slowdown_avg or 0.0) * row.run_s
+            row.run_s += ran
+            if row.run_s > 0:
+                row.predicted_slowdown_avg = (before + slow_integral) / row.run_s
         s.execute(update(Allocation).where(Allocation.job_id == row.id, Allocation.attempt == attempt,
                                            Allocation.released_at.is_(None)).values(released_at=now))
         job.placement = None
@@ -446,6 +463,8 @@ class Controller:
         row.state, row.finished_at, row.exit_code, row.error = state, now, code, error or None
         if state is S.SUCCEEDED:
             row.progress = 1.0
+            if row.run_s > 0:
+                row.observed_slowdown = row.run_s / row.duration_s
         queries.add_event(s, row.id, str(state), error or f"exit code {code}", at=now, exit_code=code,
                           attempt=row.attempt, ranks_ended_at=ranks_ended_at)
 
@@ -476,8 +495,19 @@ class Controller:
 
     # ---- deciding ------------------------------------------------------------------------------------------------
 
+    def _advance_slowdown(self, job_id: int, now: float) -> tuple[float, float, float]:
+        """Integrate the job's predicted slowdown over the time its workers have run, up to `now`."""
+        integral, slow, since = self._slow_track.get(job_id, (0.0, 1.0, now))
+        started = self.running[job_id].start_s if job_id in self.running else None
+        if started is not None and self._started.get(job_id):
+            integral += slow * max(0.0, now - max(since, started))
+        self._slow_track[job_id] = (integral, slow, now)
+        return integral, slow, now
+
     def _set_rate(self, job: Job, s: Session | None = None) -> None:
         slow = self.contention.slowdown(job.id)
+        integral, _, now = self._advance_slowdown(job.id, time.time())
+        self._slow_track[job.id] = (integral, slow, now)
         job.rate = 1.0 if job.spec.kind is JobKind.INFERENCE else 1.0 / slow
         self.backend.set_rate(job.id, job.rate)
         if s is not None:

@@ -231,3 +231,18 @@ def test_a_failed_pass_is_logged_and_the_loop_carries_on(cluster: Any, store: St
     finally:
         ctl.stop()
     assert policy.failed and job(store, job_id).state == "succeeded"
+
+
+def test_finished_jobs_record_run_time_and_slowdowns(cluster: Any, store: Store) -> None:
+    """What `corral calibrate` and `corral train --from-history` read: the wall time a job's workers ran, the
+    slowdown the model predicted over it, and the slowdown observed (run time over isolated duration)."""
+    ctl = controller(store, make_policy("contention-greedy"))
+    a = submit(store, name="a", num_gpus=0.5, duration_s=2.0, model="Transformer-XL")
+    b = submit(store, name="b", num_gpus=0.5, duration_s=2.0, model="Transformer-XL")
+    run_until(ctl, store, [a, b], {"succeeded"})
+    for job_id in (a, b):
+        row = job(store, job_id)
+        assert row.run_s >= 2.0 and row.predicted_slowdown_avg is not None and row.observed_slowdown is not None
+        assert abs(row.observed_slowdown - row.run_s / row.duration_s) < 1e-9
+        # An emulated job runs at the predicted rate, so what it observed is what was predicted, up to polling.
+        assert row.observed_slowdown == pytest.approx(row.predicted_slowdown_avg, rel=0.35)

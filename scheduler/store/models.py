@@ -106,6 +106,11 @@ class Job(Base):
     work_done_s: Mapped[float] = mapped_column(default=0.0)  # emulated: isolated seconds done in finished runs
     progress: Mapped[float] = mapped_column(default=0.0)  # fraction done, as the workers last reported
     predicted_slowdown: Mapped[float | None]
+    run_s: Mapped[float] = mapped_column(default=0.0, server_default="0")  # wall seconds its workers ran, over all finished runs
+    # Time-weighted mean of the predicted slowdown over its runs (what the contention model expected) and, once it
+    # succeeds, run_s / duration_s (what happened): `corral calibrate` compares the two.
+    predicted_slowdown_avg: Mapped[float | None]
+    observed_slowdown: Mapped[float | None]
     pending_reason: Mapped[str | None] = mapped_column(Text)
     exit_code: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
