@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from scheduler import paths
 from scheduler.contention import ContentionModel, ContentionParams
 from scheduler.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.explain import capacity_reason
 from scheduler.model import Cluster, Job, JobKind, JobSpec, Placement
 from scheduler.runs import Backend, JobStatus, Launch, RankSpec, actor_name
 from scheduler.state import ClusterState, ClusterView
@@ -104,7 +105,9 @@ class Controller:
         self._attempt: dict[int, int] = {}  # running job -> its current attempt
         self._started: dict[int, bool] = {}  # running job -> its workers have started
         self._slow_track: dict[int, tuple[float, float, float]] = {}  # (integral so far, slowdown now, since)
-        self._reasons: dict[int, str] = {}
+        self._reasons: dict[int, str] = {}  # pending job -> the reason last written to the store
+        self._policy_said: set[int] = set()  # pending jobs the policy gave a reason for since the last explanation
+        self._reasons_key: tuple[object, ...] = ()
         self._wake_at = float("inf")
         self._down: set[int] = set()  # nodes whose Ray node is gone
         self._starting = True  # some launched run's workers may not all be up yet
@@ -288,6 +291,7 @@ class Controller:
             if self.pending and self.policy is not None:
                 self._wake_at = float("inf")
                 launches = self._schedule(s, now, stats)
+                self._explain_waits(s)
         for launch in launches:  # only after the placements are committed (see the module docstring)
             self.backend.launch(launch)
         if launches:
@@ -309,6 +313,7 @@ class Controller:
             self.policy = self.make_policy(name)
             self.policy_name = name
             self._reasons.clear()
+            self._reasons_key = ()
             log.info("active policy: %s", name)
 
     def _sync_submissions(self, s: Session, now: float) -> None:
@@ -563,13 +568,29 @@ class Controller:
                 if self._place(s, d, now, ms, launches):
                     stats.placed += 1
                     acted = True
-            elif isinstance(d, Wait):
-                if self._reasons.get(d.job_id) != d.reason and d.job_id in self.pending:
-                    self._reasons[d.job_id] = d.reason
-                    s.execute(update(JobRow).where(JobRow.id == d.job_id).values(pending_reason=d.reason))
+            elif isinstance(d, Wait) and d.job_id in self.pending:
+                self._policy_said.add(d.job_id)
+                self._set_reason(s, d.job_id, d.reason)
             elif isinstance(d, WakeAt):
                 self._wake_at = min(self._wake_at, d.time)
         return acted
+
+    def _set_reason(self, s: Session, job_id: int, reason: str) -> None:
+        if self._reasons.get(job_id) != reason:
+            self._reasons[job_id] = reason
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(pending_reason=reason))
+
+    def _explain_waits(self, s: Session) -> None:
+        """Give every job still pending a reason: the policy's own words where it said why (a `Wait`), else what the
+        cluster lacks for it. Recomputed only when free capacity, the policy or the queue changed."""
+        key = (self.state.free_whole, round(self.state.allocated_share, 6), self.policy_name, len(self.pending))
+        if key == self._reasons_key:
+            return
+        self._reasons_key = key
+        for job_id, job in self.pending.items():
+            if job_id not in self._policy_said:
+                self._set_reason(s, job_id, capacity_reason(self.view, job.spec, self.policy_name))
+        self._policy_said.clear()
 
     def _place(self, s: Session, d: Place, now: float, ms: float, launches: dict[int, Launch]) -> bool:
         job = self.pending.get(d.job_id)

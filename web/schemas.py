@@ -138,8 +138,16 @@ class JobSchema(Schema):
     restarts = fields.Integer()
     preemptions = fields.Integer()
     progress = fields.Float()
-    predicted_slowdown = fields.Float(allow_none=True)
+    predicted_slowdown = fields.Float(allow_none=True, metadata={
+        "description": "what the contention model predicts for it now (running) or at its last placement"})
+    predicted_slowdown_avg = fields.Float(allow_none=True, metadata={
+        "description": "the predicted slowdown averaged over the time its workers ran"})
+    observed_slowdown = fields.Float(allow_none=True, metadata={
+        "description": "succeeded jobs: wall time run over isolated duration"})
+    run_s = fields.Float(metadata={"description": "wall seconds its workers ran, over finished runs"})
     pending_reason = fields.String(allow_none=True)
+    queue_position = fields.Integer(allow_none=True, metadata={
+        "description": "pending jobs: place in the queue, 1 first, in submission order"})
     exit_code = fields.Integer(allow_none=True)
     error = fields.String(allow_none=True)
     allocation = fields.List(fields.Nested(AllocationSchema), metadata={
@@ -263,3 +271,57 @@ class HealthSchema(Schema):
     database = fields.String()
     version = fields.String()
     time = fields.Float()
+
+
+# ---- explanations --------------------------------------------------------------------------------------------------
+
+
+class CandidateSchema(Schema):
+    gpus = fields.List(fields.Integer())
+    share = fields.Float()
+    slowdown = fields.Float(metadata={"description": "the job's own predicted slowdown there"})
+    others_added = fields.Float(metadata={"description": "slowdown it would add to the jobs already there"})
+    chosen = fields.Boolean()
+
+
+class ExplainDecisionSchema(Schema):
+    policy = fields.String()
+    at = fields.Float()
+    action = fields.String()
+    reason = fields.String()
+    gpus = fields.List(fields.Integer())
+    share = fields.Float(allow_none=True)
+    predicted_slowdown = fields.Float(allow_none=True)
+    latency_ms = fields.Float()
+    candidates = fields.List(fields.Nested(CandidateSchema))
+
+
+class ExplainPlacementSchema(Schema):
+    gpus = fields.List(fields.Integer())
+    nodes = fields.List(fields.String())
+    share = fields.Float()
+    predicted_slowdown = fields.Float(allow_none=True)
+
+
+class NeighbourSchema(Schema):
+    job_id = fields.Integer()
+    name = fields.String()
+    gpus = fields.List(fields.Integer(), metadata={"description": "the GPUs it shares with the job"})
+    predicted_slowdown = fields.Float(allow_none=True)
+
+
+class ExplainSchema(Schema):
+    job_id = fields.Integer()
+    name = fields.String()
+    state = fields.String()
+    queue_position = fields.Integer(allow_none=True)
+    pending_reason = fields.String(allow_none=True)
+    start_estimate_s = fields.Float(allow_none=True, metadata={
+        "description": "about how long until enough GPUs free up (aggregate capacity, submission order)"})
+    placement = fields.Nested(ExplainPlacementSchema, allow_none=True)
+    observed_slowdown = fields.Float(allow_none=True)
+    predicted_slowdown_avg = fields.Float(allow_none=True)
+    decision = fields.Nested(ExplainDecisionSchema, allow_none=True, metadata={
+        "description": "the latest placement decision, with the candidates the policy weighed"})
+    neighbours = fields.List(fields.Nested(NeighbourSchema))
+    summary = fields.String()

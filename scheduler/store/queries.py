@@ -202,3 +202,10 @@ def activate_policy(s: Session, name: str, *, by: str) -> PolicyVersion:
     row.active, row.activated_at, row.activated_by = True, now, by
     s.flush()
     return row
+
+
+def queue_positions(s: Session) -> dict[int, int]:
+    """Every pending job's place in the queue, 1 first, in submission order (the controller's queue order; a policy
+    may still start a later job first, e.g. a smaller one that fits)."""
+    ids = s.scalars(select(Job.id).where(Job.state == JobState.PENDING).order_by(Job.submitted_at, Job.id))
+    return {job_id: i for i, job_id in enumerate(ids, start=1)}

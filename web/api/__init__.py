@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from flask_smorest import Api
 
-from web.api import catalog, cluster, health, jobs, policies
+from web.api import catalog, cluster, explain, health, jobs, policies
 
 PREFIX = "/api/v1"
 
 
 def register_blueprints(api: Api) -> None:
-    for module in (health, jobs, cluster, catalog, policies):
+    for module in (health, jobs, explain, cluster, catalog, policies):
         api.register_blueprint(module.blueprint(PREFIX))

@@ -33,16 +33,19 @@ JOB_COLUMNS = (
     "id", "name", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority", "slo_ms",
     "client_token", "restart_policy", "max_restarts", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
-    "predicted_slowdown", "pending_reason", "exit_code", "error",
+    "predicted_slowdown", "predicted_slowdown_avg", "observed_slowdown", "run_s", "pending_reason", "exit_code",
+    "error",
 )
 RECENT_DECISIONS = 10
 RANK_LOG = re.compile(r"rank-(\d+)\.log")
 TAIL_BLOCK = 64 * 1024
 
 
-def job_json(job: Job, user: str, allocations: Sequence[Allocation] = ()) -> dict[str, Any]:
+def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (),
+             positions: dict[int, int] | None = None) -> dict[str, Any]:
     body = {c: getattr(job, c) for c in JOB_COLUMNS}
     body["user"] = user
+    body["queue_position"] = (positions or {}).get(job.id)
     body["allocation"] = [
         {"rank": a.rank, "node": a.node, "gpu": a.gpu, "local_gpu": a.local_gpu, "share": a.share} for a in allocations
     ]
@@ -59,7 +62,8 @@ def _job_or_404(s: Session, job_id: int) -> Job:
 
 def _full_json(s: Session, job: Job) -> dict[str, Any]:
     allocs = q.current_allocations(s, [job]).get(job.id, [])
-    return job_json(job, q.user_names(s, [job.user_id])[job.user_id], allocs)
+    positions = q.queue_positions(s) if job.state == JobState.PENDING else None
+    return job_json(job, q.user_names(s, [job.user_id])[job.user_id], allocs, positions)
 
 
 def tail_lines(path: Path, lines: int) -> str:
@@ -124,7 +128,9 @@ def blueprint(prefix: str) -> Blueprint:
                                       offset=args["offset"])
             names = q.user_names(s, [j.user_id for j in jobs])
             allocs = q.current_allocations(s, [j for j in jobs if j.state == JobState.RUNNING])
-            return {"jobs": [job_json(j, names[j.user_id], allocs.get(j.id, [])) for j in jobs], "total": total}
+            positions = q.queue_positions(s) if any(j.state == JobState.PENDING for j in jobs) else None
+            return {"jobs": [job_json(j, names[j.user_id], allocs.get(j.id, []), positions) for j in jobs],
+                    "total": total}
 
     @blp.route("/jobs/<int:job_id>", methods=["GET"])
     @blp.response(200, JobDetailSchema)

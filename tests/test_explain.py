@@ -1,0 +1,104 @@
+"""Explanations: the pending reasons and start estimates of `scheduler.explain`, and `GET /jobs/{id}/explain` and
+`queue_position` through the API on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from conftest import small_cluster
+from test_api import Env, make_env
+
+from scheduler.contention import ContentionModel
+from scheduler.explain import Demand, capacity_reason, start_estimate
+from scheduler.model import JobSpec, Placement
+from scheduler.state import ClusterState, ClusterView
+from scheduler.store import Store
+from scheduler.store.models import Allocation, Decision, Gpu, Job, Node
+from scheduler.workloads import catalog
+
+
+def view_with(placed: list[tuple[float, tuple[int, ...]]]) -> ClusterView:
+    cluster = small_cluster(nodes=2, gpus=4)
+    state = ClusterState(cluster, catalog())
+    contention = ContentionModel(cluster, catalog())
+    for i, (gpus, where) in enumerate(placed):
+        spec = JobSpec(f"j{i}", 0.0, gpus, 100.0, "ResNet-50-bs64")
+        placement = Placement(where, spec.share)
+        state.allocate(i, spec, placement)
+        contention.add(i, spec, placement)
+    return ClusterView(state, contention, {})
+
+
+def spec(gpus: float) -> JobSpec:
+    return JobSpec("x", 0.0, gpus, 10.0, "ResNet-50-bs64")
+
+
+def test_capacity_reasons_say_what_is_missing() -> None:
+    busy = view_with([(4, (0, 1, 2, 3)), (2, (4, 5))])  # 2 GPUs free, both on node 1
+    assert capacity_reason(busy, spec(4), "tiresias") == "waiting for 4 GPUs (2 free)"
+    assert capacity_reason(busy, spec(2), "rl:default") == "fits now: rl:default chose to wait"
+    assert capacity_reason(busy, spec(0.5), "p") == "fits now: p chose to wait"
+    spread = view_with([(2, (0, 1)), (2, (4, 5))])  # 2 free on each node
+    assert "at most 2 free on one" in capacity_reason(spread, spec(4), "p")
+    full = view_with([(4, (0, 1, 2, 3)), (4, (4, 5, 6, 7))])
+    assert capacity_reason(full, spec(0.25), "p").startswith("waiting for a GPU with a 0.25 share")
+
+
+def test_start_estimate_replays_ends_and_the_jobs_ahead() -> None:
+    running = [Demand(4, 50.0), Demand(4, 100.0)]  # 8 GPUs, all busy
+    assert start_estimate(8, running, [], 4) == 50.0
+    assert start_estimate(8, running, [], 8) == 100.0
+    # A 4-GPU job ahead takes the first 4 GPUs freed (at 50 s) for 30 s; it ends at 80 s, before the second running
+    # job (100 s), so ours starts at 80 s.
+    assert start_estimate(8, running, [Demand(4, 30.0)], 4) == 80.0
+    assert start_estimate(8, running, [], 16) is None
+    assert start_estimate(8, [], [], 2) == 0.0
+
+
+def add_cluster(store: Store) -> None:
+    now = time.time()
+    with store.session() as s:
+        for n in range(2):
+            node = Node(name=f"node{n}", index=n, preset="dgx-a100", updated_at=now)
+            s.add(node)
+            s.flush()
+            for g in range(2):
+                s.add(Gpu(node_id=node.id, index=n * 2 + g, local_index=g, gpu_type="A100-80GB", mem_gb=80.0))
+
+
+def test_explain_quotes_the_decision_and_its_candidates(store: Store, corral_home: Path) -> None:
+    env: Env = make_env(store)
+    add_cluster(store)
+    a, b, waiting = env.submit(num_gpus=0.5), env.submit(num_gpus=0.5, name="neighbour"), env.submit(num_gpus=4)
+    now = time.time()
+    with store.session() as s:
+        for job_id, slow in ((a["id"], 1.3), (b["id"], 1.2)):
+            row = s.get(Job, job_id)
+            assert row is not None
+            row.state, row.attempt, row.predicted_slowdown, row.progress = "running", 1, slow, 0.5
+            s.add(Allocation(job_id=job_id, attempt=1, rank=0, node="node0", gpu=0, local_gpu=0, share=0.5,
+                             allocated_at=now))
+        s.add(Decision(job_id=a["id"], at=now, policy="rl:default", action="place", reason="chose candidate 0",
+                       gpus=[0], share=0.5, predicted_slowdown=1.3, latency_ms=1.0, candidates=[
+                           {"gpus": [0], "share": 0.5, "slowdown": 1.3, "others_added": 0.2},
+                           {"gpus": [1], "share": 0.5, "slowdown": 1.0, "others_added": 0.0}]))
+        s.get(Job, waiting["id"]).pending_reason = "waiting for 4 GPUs (3 free)"  # type: ignore[union-attr]
+    body = env.get(f"/jobs/{a['id']}/explain").json
+    assert body["placement"] == {"gpus": [0], "nodes": ["node0"], "share": 0.5, "predicted_slowdown": 1.3}
+    assert [c["chosen"] for c in body["decision"]["candidates"]] == [True, False]
+    assert body["neighbours"] == [{"job_id": b["id"], "name": "neighbour", "gpus": [0], "predicted_slowdown": 1.2}]
+    assert "predicted slowdown 1.30" in body["summary"] and "of 2 candidates" in body["summary"]
+    assert body["queue_position"] is None
+
+    pending = env.get(f"/jobs/{waiting['id']}/explain").json
+    assert pending["queue_position"] == 1 and pending["pending_reason"] == "waiting for 4 GPUs (3 free)"
+    # 4 GPUs in all, 1 held (two halves): it needs all 4, so it waits for both runs to end: 60 s x slowdown 1.3.
+    assert pending["start_estimate_s"] == pytest.approx(60.0 * 1.3)
+    assert pending["summary"].startswith("#1 in the queue: waiting for 4 GPUs")
+    assert env.get(f"/jobs/{waiting['id']}").json["queue_position"] == 1
+    listed = {j["id"]: j["queue_position"] for j in env.get("/jobs").json["jobs"]}
+    assert listed == {waiting["id"]: 1, a["id"]: None, b["id"]: None}
+    assert env.get(f"/jobs/{a['id']}/explain", who="bob").status_code == 403
+    assert env.get("/jobs/99999/explain").status_code == 404

@@ -1,0 +1,110 @@
+"""`GET /jobs/{id}/explain`: why a job is pending or why it was put where it is, from what the store recorded.
+
+Every placement is stored with the candidates the policy weighed and the contention model's predictions, so the
+answer quotes the decision itself rather than guessing after the fact. The start estimate for a pending job is the
+rough one of `scheduler.explain.start_estimate` (aggregate capacity, submission order): shown as "about".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask_smorest import Blueprint, abort
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from scheduler.explain import Demand, start_estimate
+from scheduler.store import JobState
+from scheduler.store import queries as q
+from scheduler.store.models import Decision, Gpu, Job
+from web.api.context import store
+from web.auth import protect, require_owner
+from web.schemas import ExplainSchema
+
+
+def _remaining_s(job: Job) -> float:
+    """Wall seconds a running job has left: isolated work left, stretched by its predicted slowdown."""
+    return max(0.0, job.duration_s * (1.0 - job.progress)) * (job.predicted_slowdown or 1.0)
+
+
+def _estimate(s: Session, job: Job) -> float | None:
+    total = float(len(s.scalars(select(Gpu.id)).all()))
+    running = s.scalars(select(Job).where(Job.state == JobState.RUNNING)).all()
+    ahead = s.scalars(select(Job).where(Job.state == JobState.PENDING, (Job.submitted_at < job.submitted_at) | (
+        (Job.submitted_at == job.submitted_at) & (Job.id < job.id))).order_by(Job.submitted_at, Job.id)).all()
+    return start_estimate(total, [Demand(j.num_gpus, _remaining_s(j)) for j in running],
+                          [Demand(j.num_gpus, j.duration_s) for j in ahead], job.num_gpus)
+
+
+def _decision_json(d: Decision) -> dict[str, Any]:
+    candidates = [dict(c, chosen=(c["gpus"] == d.gpus and abs(c["share"] - (d.share or 0.0)) < 1e-9))
+                  for c in d.candidates]
+    return {"policy": d.policy, "at": d.at, "action": d.action, "reason": d.reason, "gpus": d.gpus,
+            "share": d.share, "predicted_slowdown": d.predicted_slowdown, "latency_ms": d.latency_ms,
+            "candidates": candidates}
+
+
+def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, estimate: float | None) -> str:
+    if job.state == JobState.PENDING:
+        where = f"#{position} in the queue" if position else "queued"
+        when = f"; about {estimate / 60:.0f} min until enough GPUs free up" if estimate else ""
+        return f"{where}: {job.pending_reason or 'waiting for the controller'}{when}"
+    if decision is None:
+        return f"{job.state}; no placement was recorded"
+    cands = decision["candidates"]
+    chosen = next((c for c in cands if c["chosen"]), None)
+    text = (f"placed by {decision['policy']} on GPUs {decision['gpus']} x {decision['share']:g}, predicted slowdown "
+            f"{decision['predicted_slowdown']:.2f}")
+    if chosen is not None and len(cands) > 1:
+        best_own = min(c["slowdown"] for c in cands)
+        least_harm = min(c["others_added"] for c in cands)
+        why = []
+        if chosen["slowdown"] <= best_own + 1e-9:
+            why.append("the lowest slowdown for the job itself")
+        if chosen["others_added"] <= least_harm + 1e-9:
+            why.append("the least slowdown added to its neighbours")
+        text += f"; of {len(cands)} candidates it had " + (" and ".join(why) if why else "the policy's preference")
+    if decision["reason"]:
+        text += f" ({decision['reason']})"
+    return text
+
+
+def blueprint(prefix: str) -> Blueprint:
+    blp = protect(Blueprint("explain", __name__, url_prefix=prefix, description="Why a job waits or sits where"))
+
+    @blp.route("/jobs/<int:job_id>/explain")
+    @blp.response(200, ExplainSchema)
+    def explain(job_id: int) -> Any:
+        with store().session() as s:
+            job = s.get(Job, job_id)
+            if job is None:
+                abort(404, message=f"job {job_id} not found")
+            require_owner(job_id, job.user_id)
+            placed = s.scalars(select(Decision).where(Decision.job_id == job_id, Decision.action == "place")
+                               .order_by(Decision.id.desc()).limit(1)).first()
+            decision = _decision_json(placed) if placed is not None else None
+            position = q.queue_positions(s).get(job_id) if job.state == JobState.PENDING else None
+            estimate = _estimate(s, job) if job.state == JobState.PENDING else None
+            placement = None
+            neighbours: list[dict[str, Any]] = []
+            allocs = q.current_allocations(s, [job]).get(job_id, [])
+            if allocs:
+                placement = {"gpus": [a.gpu for a in allocs], "nodes": sorted({a.node for a in allocs}),
+                             "share": allocs[0].share, "predicted_slowdown": job.predicted_slowdown}
+                mine = {a.gpu for a in allocs}
+                shared: dict[int, dict[str, Any]] = {}
+                for alloc, other, _ in q.open_allocations_with_jobs(s):
+                    if other.id != job_id and alloc.gpu in mine:
+                        entry = shared.setdefault(other.id, {"job_id": other.id, "name": other.name, "gpus": [],
+                                                             "predicted_slowdown": other.predicted_slowdown})
+                        entry["gpus"].append(alloc.gpu)
+                neighbours = list(shared.values())
+            return {
+                "job_id": job.id, "name": job.name, "state": job.state, "queue_position": position,
+                "pending_reason": job.pending_reason if job.state == JobState.PENDING else None,
+                "start_estimate_s": estimate, "placement": placement, "observed_slowdown": job.observed_slowdown,
+                "predicted_slowdown_avg": job.predicted_slowdown_avg, "decision": decision,
+                "neighbours": neighbours, "summary": _summary(job, decision, position, estimate),
+            }
+
+    return blp
