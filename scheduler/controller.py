@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from scheduler import paths
+from scheduler import metrics, paths
 from scheduler.contention import ContentionModel, ContentionParams
 from scheduler.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.explain import capacity_reason
@@ -470,6 +470,7 @@ class Controller:
             row.progress = 1.0
             if row.run_s > 0:
                 row.observed_slowdown = row.run_s / row.duration_s
+                metrics.OBSERVED_SLOWDOWN.observe(row.observed_slowdown)
         queries.add_event(s, row.id, str(state), error or f"exit code {code}", at=now, exit_code=code,
                           attempt=row.attempt, ranks_ended_at=ranks_ended_at)
 
@@ -535,6 +536,7 @@ class Controller:
             t0 = time.perf_counter()
             decisions = self.policy.schedule(self.view, self.pending.values(), now)
             latency = time.perf_counter() - t0
+            metrics.DECISION_LATENCY.observe(latency)
             stats.policy_calls += 1
             stats.policy_s += latency
             if not self._apply(s, decisions, now, latency, stats, launches):
@@ -561,14 +563,17 @@ class Controller:
                 s.add(DecisionRow(job_id=d.job_id, at=now, policy=self.policy_name, action="preempt", reason=d.reason,
                                   latency_ms=ms))
                 queries.add_event(s, d.job_id, "preempted", d.reason or "preempted by the policy", at=now)
+                metrics.DECISIONS.labels("preempt").inc()
                 stats.preempted += 1
                 acted = True
         for d in decisions:
             if isinstance(d, Place):
                 if self._place(s, d, now, ms, launches):
+                    metrics.DECISIONS.labels("place").inc()
                     stats.placed += 1
                     acted = True
             elif isinstance(d, Wait) and d.job_id in self.pending:
+                metrics.DECISIONS.labels("wait").inc()
                 self._policy_said.add(d.job_id)
                 self._set_reason(s, d.job_id, d.reason)
             elif isinstance(d, WakeAt):
@@ -597,6 +602,7 @@ class Controller:
         if job is None:
             raise RuntimeError(f"{self.policy_name} placed job {d.job_id}, which is not pending")
         predicted = self.view.predict(job.spec, d.placement)
+        metrics.PREDICTED_SLOWDOWN.observe(predicted.slowdown)
         row = s.get(JobRow, d.job_id)
         assert row is not None
         attempt = row.attempt + 1

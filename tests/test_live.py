@@ -233,6 +233,16 @@ def test_twenty_emulated_jobs_all_succeed_without_overcommit(live: Service) -> N
     assert any(a.share < 1 for a in allocs), "no fractional placement"
     wait_until("finished jobs' workers to be reaped", lambda: not corral_actors(), timeout=30)
 
+    # The controller's own metrics, scraped from the service: at least one placement per job, each timed.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(requests.get(f"{live.url.removesuffix('/api/v1')}/metrics",
+                                                                    timeout=10).text) for s in f.samples}
+    assert samples[("corral_decisions_total", (("action", "place"),))] >= len(MIX)
+    assert samples[("corral_decision_latency_seconds_count", ())] >= 1
+    assert samples[("corral_observed_slowdown_count", ())] >= len(MIX)
+
 
 def test_command_job_sees_its_gpus_share_and_rank(live: Service) -> None:
     dump = "env | grep -E '^(CUDA_|MASTER_|WORLD_SIZE|RANK|LOCAL_WORLD_SIZE|CORRAL_)' | sort"

@@ -15,7 +15,7 @@ from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
 
 from scheduler.store import Store
-from web import auth
+from web import auth, metrics
 from web.api import register_blueprints
 from web.api.context import NOTIFY_KEY, STORE_KEY, WRITE_LOCK_KEY, init_app_writes
 from web.schemas import GpuCount
@@ -86,6 +86,7 @@ def create_app(store: Store | None = None, *, notify: Callable[[], None] | None 
     api.register_field(GpuCount, "number", None)
     register_blueprints(api)
     _serve_swagger_assets(app)
+    metrics.init_app(app, app.extensions[STORE_KEY])  # GET /metrics for Prometheus (no token)
     return app
 
 
