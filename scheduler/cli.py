@@ -230,13 +230,28 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
               show_default=True, help="Clone this teacher (in the agent's frame) before PPO fine-tunes it.")
 @click.option("--warm-start-samples", type=int, default=40_000, show_default=True)
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
-def train(algo: str | None, formulation: str, timesteps: int, cluster: str, workloads: tuple[str, ...], window: int,
-          load: str, n_envs: int, seed: int, out: Path, tensorboard: Path | None, eval_freq: int,
-          eval_scenarios: int, eval_window: int, warm_start: str, warm_start_samples: int, no_progress: bool) -> None:
+@click.option("--from-history", is_flag=True,
+              help="Fine-tune the store's active policy on the jobs the live service recorded, replayed on the live "
+                   "cluster's shape (default --out agents/zoo/history.zip).")
+@click.option("--db", "db_url", default=None, metavar="URL",
+              help="With --from-history: the store (default: DATABASE_URL, or the SQLite file under CORRAL_HOME).")
+@click.pass_context
+def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int, cluster: str,
+          workloads: tuple[str, ...], window: int, load: str, n_envs: int, seed: int, out: Path,
+          tensorboard: Path | None, eval_freq: int, eval_scenarios: int, eval_window: int, warm_start: str,
+          warm_start_samples: int, no_progress: bool, from_history: bool, db_url: str | None) -> None:
     """Train a placement agent and evaluate it against tiresias and contention-greedy on held-out windows."""
     from agents.train import make_config, parse_cluster_range, parse_range
     from agents.train import train as run_training
 
+    if from_history:
+        _train_from_history(ctx, db_url, out, no_progress, algo=algo or "maskable-ppo", timesteps=timesteps,
+                            window=window, load=load, n_envs=n_envs, seed=seed, tensorboard=tensorboard,
+                            eval_freq=eval_freq, eval_scenarios=eval_scenarios, eval_window=eval_window,
+                            warm_start=warm_start, warm_start_samples=warm_start_samples)
+        return
+    if db_url is not None:
+        raise click.UsageError("--db: only with --from-history")
     try:
         presets, nodes = parse_cluster_range(cluster)
         cfg = make_config(
@@ -249,6 +264,148 @@ def train(algo: str | None, formulation: str, timesteps: int, cluster: str, work
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     run_training(cfg, progress=not no_progress, log=lambda msg: click.echo(msg, err=True))
+
+
+def _train_from_history(ctx: click.Context, db_url: str | None, out: Path, no_progress: bool, load: str,
+                        **kwargs: Any) -> None:
+    from click.core import ParameterSource
+
+    from agents.history import DEFAULT_OUT, train_from_history
+    from agents.train import parse_range
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+
+    for name, flag in (("cluster", "--cluster"), ("workloads", "--workload"), ("formulation", "--formulation")):
+        if given(name):
+            raise click.UsageError(f"{flag}: not with --from-history (the history is the workload, the live cluster "
+                                   "recorded in the store its cluster, and the formulation the active agent's)")
+    try:
+        train_from_history(db_url, out if given("out") else DEFAULT_OUT, progress=not no_progress,
+                           log=lambda msg: click.echo(msg, err=True), load=parse_range("--load", load), **kwargs)
+    except SpecError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@main.command()
+@click.option("--db", "db_url", default=None, metavar="URL",
+              help="The store (default: DATABASE_URL, or the SQLite file under CORRAL_HOME).")
+@click.option("--kind", type=click.Choice(["all", "command", "emulated"]), default="all", show_default=True,
+              help="Jobs to report and fit on.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Write every job's figures, the summaries and the fit as JSON here.")
+@click.option("--plot", "plot_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Predicted vs observed slowdown scatter (before and after the refit), as PNG.")
+@click.option("--write", "write_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Save the refitted ContentionParams as JSON here.")
+@click.option("--max-rows", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Jobs listed in the per-job table (all of them go to --json).")
+def calibrate(db_url: str | None, kind: str, json_out: Path | None, plot_out: Path | None, write_out: Path | None,
+              max_rows: int) -> None:
+    """Predicted vs observed slowdown of the jobs the live service ran, and a refit of the contention parameters."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from scheduler.history import MIN_JOBS_CALIBRATE, fit_params, params_dict, read_history, summary
+    from scheduler.store import Store
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    try:
+        store = Store.open(db_url)
+        try:
+            history = read_history(store)
+        finally:
+            store.close()
+        records = [r for r in history.records if kind == "all" or r.kind == kind]
+        history.records = records
+        history.require(MIN_JOBS_CALIBRATE, "calibrate")
+        fit = fit_params(history)
+    except SpecError as exc:
+        raise click.ClickException(str(exc)) from None
+    console.print(f"[bold]{history.url}[/]: {len(records)} succeeded jobs with an observed slowdown "
+                  f"({history.finished} succeeded in all) over {format_duration(history.span_s)}, live cluster "
+                  f"{history.preset} x {len(history.gpus_by_node)} nodes")
+
+    def num(v: float | None, fmt: str = "{:.3f}") -> str:
+        return "-" if v is None or not math.isfinite(v) else fmt.format(v)
+
+    jobs = Table(title="Per job: recorded prediction (time-averaged), recomputed (old -> refitted params), observed")
+    for col in ("job", "kind", "model", "GPUs", "share", "co-tenants", "run", "predicted", "recomputed", "refitted",
+                "observed"):
+        jobs.add_column(col, justify="left" if col in ("job", "kind", "model") else "right")
+    for i, r in enumerate(records[:max_rows]):
+        jobs.add_row(f"{r.job_id} {r.name}", r.kind, r.model, ",".join(map(str, r.gpus)), f"{r.share:g}",
+                     ",".join(map(str, r.co_tenants)) or "-", format_duration(r.run_s), num(r.predicted_slowdown_avg),
+                     num(fit.predicted_before[i]), num(fit.predicted_after[i]), num(r.observed_slowdown))
+    if len(records) > max_rows:
+        jobs.caption = f"{len(records) - max_rows} more jobs not listed (--max-rows; all in --json)"
+    console.print(jobs)
+    summ = summary(records)
+    agg = Table(title="Recorded predicted vs observed slowdown")
+    for col in ("group", "jobs", "mean predicted", "mean observed", "mean abs error", "correlation"):
+        agg.add_column(col, justify="left" if col == "group" else "right")
+    groups = [("all jobs", summ["all"])] + [(f"kind {k}", v) for k, v in summ["by_kind"].items()] + \
+        [(m, v) for m, v in summ["by_model"].items()]
+    for label, st in groups:
+        agg.add_row(label, str(st["count"]), num(st["mean_predicted"]), num(st["mean_observed"]), num(st["mae"]),
+                    num(st["correlation"], "{:.2f}"))
+    console.print(agg)
+    params = Table(title="ContentionParams refit (least squares on log predicted / observed slowdown)")
+    for col in ("parameter", "old", "new", "status"):
+        params.add_column(col, justify="left" if col in ("parameter", "status") else "right")
+    old, new = params_dict(fit.old), params_dict(fit.new)
+    for name in old:
+        status = "fitted" if name in fit.fitted else "no signal in this history: kept"
+        params.add_row(name, f"{old[name]:.4g}", f"{new[name]:.4g}", status)
+    params.caption = (f"RMS log error {fit.rmse_log_before:.4f} -> {fit.rmse_log_after:.4f}; mean abs error "
+                      f"{fit.mae_before:.4f} -> {fit.mae_after:.4f} ({fit.evaluations} model evaluations)")
+    console.print(params)
+    counts = {k: sum(r.kind == k for r in records) for k in ("emulated", "command")}
+    console.print(
+        f"[yellow]Note[/]: emulated jobs ({counts['emulated']} here) run at the rate the contention model predicts, "
+        "so their observed slowdowns only measure scheduling and polling overhead around the model's own numbers; "
+        f"command jobs ({counts['command']} here) carry the real signal (their observed slowdown is run time / the "
+        "submitted duration, so it is only as good as that estimate of the isolated run time). Fit on real jobs "
+        "with --kind command before trusting new parameters.")
+    result = {"history": history.describe(), "summary": summ, "fit": fit.as_dict(),
+              "jobs": [r.as_dict() | {"recomputed": fit.predicted_before[i], "refitted": fit.predicted_after[i]}
+                       for i, r in enumerate(records)]}
+    if json_out is not None:
+        json_out.write_text(json.dumps(result, indent=1) + "\n")
+        console.print(f"report written to {json_out}")
+    if write_out is not None:
+        write_out.write_text(json.dumps(new | {"source": f"corral calibrate on {len(records)} jobs of {history.url}"},
+                                        indent=2) + "\n")
+        console.print(f"fitted parameters written to {write_out}")
+    if plot_out is not None:
+        plot_calibration(records, fit, plot_out)
+        console.print(f"scatter written to {plot_out}")
+
+
+def plot_calibration(records: list[Any], fit: Any, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    obs = [r.observed_slowdown for r in records]
+    fig, ax = plt.subplots(figsize=(6, 5))
+    recorded = [(r.predicted_slowdown_avg, r.observed_slowdown) for r in records if r.predicted_slowdown_avg]
+    if recorded:
+        ax.scatter(*zip(*recorded), s=18, marker="x", color="grey", label="recorded prediction")
+    ax.scatter(fit.predicted_before, obs, s=18, label="recomputed, old params")
+    ax.scatter(fit.predicted_after, obs, s=18, label="recomputed, refitted params")
+    values = [v for v in obs + fit.predicted_before + fit.predicted_after if math.isfinite(v)]
+    lo, hi = min(values + [1.0]), max(values + [1.0])
+    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
+    ax.set_xlabel("predicted slowdown")
+    ax.set_ylabel("observed slowdown (run time / duration)")
+    ax.set_title(f"Contention model vs the live service ({len(records)} jobs)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
 
 
 @main.command()

@@ -7,6 +7,7 @@ embedded SQLite store and against PostgreSQL (skipped with the reason when Postg
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -335,3 +336,23 @@ def test_sigkill_restart_loses_and_duplicates_nothing(live: Service) -> None:
     store.close()
     check_no_overcommit(live.db_url)
     wait_until("finished jobs' workers to be reaped", lambda: not corral_actors(), timeout=30)
+
+
+def test_retraining_and_calibration_run_on_the_recorded_history(live: Service, tmp_path: Path) -> None:
+    """`corral calibrate` and `corral train --from-history` on the history the tests above recorded through the real
+    service (its store, while it runs)."""
+    env = {**os.environ, "CORRAL_HOME": str(live.home)}
+    report = tmp_path / "calibration.json"
+    calib = subprocess.run([str(CORRAL), "calibrate", "--db", live.db_url, "--json", str(report)], env=env,
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert calib.returncode == 0, calib.stderr + calib.stdout
+    data = report.read_text()
+    assert "observed" in data and "predicted" in data
+    out = tmp_path / "from-history.zip"
+    train = subprocess.run([str(CORRAL), "train", "--from-history", "--db", live.db_url, "--out", str(out),
+                            "--timesteps", "512", "--n-envs", "1", "--window", "10", "--eval-window", "10",
+                            "--eval-scenarios", "1", "--eval-freq", "512", "--no-progress"],
+                           env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert train.returncode == 0, train.stderr[-3000:] + train.stdout[-3000:]
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["trained_from_history"]["jobs"] >= len(MIX)
