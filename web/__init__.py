@@ -87,6 +87,8 @@ def create_app(store: Store | None = None, *, notify: Callable[[], None] | None 
     register_blueprints(api)
     _serve_swagger_assets(app)
     metrics.init_app(app, app.extensions[STORE_KEY])  # GET /metrics for Prometheus (no token)
+    from web import dashboard  # the dashboard at / (its page and assets need no token)
+    dashboard.init_app(app)
     return app
 
 

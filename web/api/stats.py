@@ -1,0 +1,242 @@
+"""`GET /stats`: job completion time, queueing delay, queue length and GPU share allocated over a recent window, and
+`GET /stats/network`: each node's NIC demand, approximated from the running multi-node jobs.
+
+Both are computed from the store alone (jobs' timestamps and allocation intervals), so they answer while the
+controller is down and need no bookkeeping of their own. The dashboard's metrics page and cluster map plot them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_right
+from collections import defaultdict
+from typing import Any
+
+from flask_smorest import Blueprint
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+from sqlalchemy import func, or_, select
+
+from scheduler.model import PRESETS
+from scheduler.store import JobState
+from scheduler.store.models import Allocation, Gpu, Job, Node
+from scheduler.workloads import catalog
+from web.api.context import store
+from web.auth import protect
+
+MAX_BUCKETS = 2000
+MAX_WINDOW_S = 30 * 86400.0
+
+
+class StatsArgs(Schema):
+    window_s = fields.Float(load_default=3600.0, validate=validate.Range(min=10.0, max=MAX_WINDOW_S))
+    bucket_s = fields.Float(load_default=60.0, validate=validate.Range(min=1.0, max=MAX_WINDOW_S))
+
+    @validates_schema
+    def _bucket_fits(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if data["bucket_s"] > data["window_s"]:
+            raise ValidationError({"bucket_s": ["Must not exceed window_s."]})
+        if data["window_s"] / data["bucket_s"] > MAX_BUCKETS:
+            least = data["window_s"] / MAX_BUCKETS
+            raise ValidationError({"bucket_s": [f"At most {MAX_BUCKETS} buckets: use a bucket of at least {least:g} s."]})
+
+
+class BucketSchema(Schema):
+    start = fields.Float(metadata={"description": "bucket start, Unix seconds"})
+    end = fields.Float()
+    finished = fields.Integer(metadata={"description": "jobs that reached a terminal state in the bucket"})
+    succeeded = fields.Integer()
+    avg_jct_s = fields.Float(allow_none=True, metadata={"description": "mean submit-to-finish of jobs that "
+                                                        "succeeded in the bucket"})
+    max_jct_s = fields.Float(allow_none=True)
+    started = fields.Integer(metadata={"description": "jobs whose first run started in the bucket"})
+    avg_queue_s = fields.Float(allow_none=True, metadata={"description": "mean submit-to-first-placement of jobs "
+                                                          "first placed in the bucket"})
+    pending = fields.Integer(metadata={"description": "jobs waiting at the bucket's end"})
+    running = fields.Integer(metadata={"description": "jobs holding GPUs at the bucket's end"})
+    share_allocated = fields.Float(metadata={"description": "GPUs allocated (sum of shares), time-averaged"})
+    utilisation = fields.Float(allow_none=True, metadata={"description": "share_allocated / GPUs in the cluster"})
+
+
+class StatsSchema(Schema):
+    now = fields.Float()
+    window_s = fields.Float()
+    bucket_s = fields.Float()
+    gpus = fields.Integer()
+    buckets = fields.List(fields.Nested(BucketSchema))
+    summary = fields.Dict(metadata={"description": "the same quantities over the whole window"})
+
+
+class NodeNetSchema(Schema):
+    node = fields.String()
+    preset = fields.String()
+    nic_gbps = fields.Float(allow_none=True)
+    demand_gbps = fields.Float()
+    load = fields.Float(allow_none=True, metadata={"description": "demand / NIC capacity (may exceed 1)"})
+    jobs = fields.List(fields.Integer(), metadata={"description": "the multi-node jobs crossing this NIC"})
+
+
+class NetworkSchema(Schema):
+    approximate = fields.Boolean()
+    method = fields.String()
+    nodes = fields.List(fields.Nested(NodeNetSchema))
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping [start, end) intervals merged (a job's GPUs share one run's interval)."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def compute_stats(window_s: float, bucket_s: float, now: float | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    n = max(1, math.ceil(window_s / bucket_s - 1e-9))
+    t0 = now - n * bucket_s
+    edges = [t0 + i * bucket_s for i in range(n + 1)]
+    with store().session() as s:
+        gpus = s.scalar(select(func.count()).select_from(Gpu)) or 0
+        jobs = s.execute(
+            select(Job.id, Job.state, Job.submitted_at, Job.first_started_at, Job.finished_at)
+            .where(Job.submitted_at <= now, or_(Job.finished_at.is_(None), Job.finished_at >= t0))
+        ).all()
+        allocs = s.execute(
+            select(Allocation.job_id, Allocation.gpu, Allocation.share, Allocation.allocated_at, Allocation.released_at)
+            .where(Allocation.allocated_at <= now, or_(Allocation.released_at.is_(None), Allocation.released_at >= t0))
+        ).all()
+
+    def bucket_of(t: float) -> int | None:
+        if t < t0 or t > now:
+            return None
+        return min(n - 1, int((t - t0) // bucket_s))
+
+    jct: list[list[float]] = [[] for _ in range(n)]
+    queue: list[list[float]] = [[] for _ in range(n)]
+    finished = [0] * n
+    succeeded = [0] * n
+    for job in jobs:
+        if job.finished_at is not None and (b := bucket_of(job.finished_at)) is not None:
+            finished[b] += 1
+            if job.state == JobState.SUCCEEDED:
+                succeeded[b] += 1
+                jct[b].append(job.finished_at - job.submitted_at)
+        if job.first_started_at is not None and (b := bucket_of(job.first_started_at)) is not None:
+            queue[b].append(max(0.0, job.first_started_at - job.submitted_at))
+
+    # Who holds GPUs when, and how much share is allocated in each bucket (time-weighted).
+    share = [0.0] * n
+    held: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for a in allocs:
+        start, end = a.allocated_at, a.released_at if a.released_at is not None else math.inf
+        held[a.job_id].append((start, end))
+        lo, hi = max(start, t0), min(end, now)
+        if hi <= lo:
+            continue
+        for b in range(max(0, int((lo - t0) // bucket_s)), min(n, int((hi - t0) // bucket_s) + 1)):
+            overlap = min(hi, edges[b + 1]) - max(lo, edges[b])
+            if overlap > 0:
+                share[b] += a.share * overlap / bucket_s
+
+    # Jobs alive (submitted, not finished) and jobs holding GPUs at each bucket's end, by counting interval ends.
+    submits = sorted(job.submitted_at for job in jobs)
+    finishes = sorted(job.finished_at for job in jobs if job.finished_at is not None)
+    run_starts: list[float] = []
+    run_ends: list[float] = []
+    for spans in held.values():
+        for start, end in _merge(spans):
+            run_starts.append(start)
+            run_ends.append(end)
+    run_starts.sort()
+    run_ends.sort()
+    pending = [0] * n
+    running = [0] * n
+    for b in range(n):
+        t = min(edges[b + 1], now)
+        alive = bisect_right(submits, t) - bisect_right(finishes, t)
+        running[b] = bisect_right(run_starts, t) - bisect_right(run_ends, t)
+        pending[b] = max(0, alive - running[b])  # alive and holding no GPU: queued (first time or requeued)
+
+    buckets = [{
+        "start": edges[b], "end": edges[b + 1], "finished": finished[b], "succeeded": succeeded[b],
+        "avg_jct_s": _mean(jct[b]), "max_jct_s": max(jct[b]) if jct[b] else None, "started": len(queue[b]),
+        "avg_queue_s": _mean(queue[b]), "pending": pending[b], "running": running[b],
+        "share_allocated": round(share[b], 6), "utilisation": round(share[b] / gpus, 6) if gpus else None,
+    } for b in range(n)]
+    all_jct = [x for xs in jct for x in xs]
+    all_queue = [x for xs in queue for x in xs]
+    summary = {
+        "finished": sum(finished), "succeeded": sum(succeeded), "avg_jct_s": _mean(all_jct),
+        "avg_queue_s": _mean(all_queue), "started": len(all_queue),
+        "avg_utilisation": _mean([b["utilisation"] for b in buckets if b["utilisation"] is not None]),
+        "pending_now": pending[-1], "running_now": running[-1],
+    }
+    return {"now": now, "window_s": n * bucket_s, "bucket_s": bucket_s, "gpus": gpus, "buckets": buckets,
+            "summary": summary}
+
+
+NETWORK_METHOD = (
+    "approximate: for each running job spanning k > 1 nodes, each of its nodes sends 2(k-1)/k x the model's gradient "
+    "per iteration (hierarchical ring all-reduce), an iteration lasting the model's catalog compute time x the job's "
+    "predicted slowdown; summed per node and divided by the preset's NIC capacity. Single-node jobs use no NIC."
+)
+
+
+def network_json() -> dict[str, Any]:
+    profiles = catalog()
+    with store().session() as s:
+        nodes = s.execute(select(Node.name, Node.preset).order_by(Node.index)).all()
+        rows = s.execute(
+            select(Job.id, Job.model, Job.predicted_slowdown, Allocation.node)
+            .join(Allocation, Allocation.job_id == Job.id)
+            .where(Allocation.released_at.is_(None), Job.state == JobState.RUNNING)
+        ).all()
+    spans: dict[int, set[str]] = defaultdict(set)
+    info: dict[int, tuple[str, float | None]] = {}
+    for job_id, model, slowdown, node in rows:
+        spans[job_id].add(node)
+        info[job_id] = (model, slowdown)
+    demand: dict[str, float] = defaultdict(float)
+    crossing: dict[str, list[int]] = defaultdict(list)
+    for job_id, where in spans.items():
+        k = len(where)
+        profile = profiles.get(info[job_id][0])
+        if k < 2 or profile is None or profile.compute_ms <= 0:
+            continue
+        iteration_s = profile.compute_ms / 1000.0 * max(1.0, info[job_id][1] or 1.0)
+        gbps = 2.0 * (k - 1) / k * profile.grad_gb * 8.0 / iteration_s
+        for node in where:
+            demand[node] += gbps
+            crossing[node].append(job_id)
+    out = []
+    for name, preset in nodes:
+        nic = PRESETS[preset].nic_gbps if preset in PRESETS else None
+        d = demand.get(name, 0.0)
+        out.append({"node": name, "preset": preset, "nic_gbps": nic, "demand_gbps": round(d, 3),
+                    "load": round(d / nic, 6) if nic else None, "jobs": sorted(crossing.get(name, []))})
+    return {"approximate": True, "method": NETWORK_METHOD, "nodes": out}
+
+
+def blueprint(prefix: str) -> Blueprint:
+    blp = protect(Blueprint("stats", __name__, url_prefix=prefix,
+                            description="Time series of JCT, queueing and utilisation; approximate NIC load"))
+
+    @blp.route("/stats")
+    @blp.arguments(StatsArgs(), location="query")
+    @blp.response(200, StatsSchema)
+    def stats(args: dict[str, Any]) -> Any:
+        return compute_stats(args["window_s"], args["bucket_s"])
+
+    @blp.route("/stats/network")
+    @blp.response(200, NetworkSchema)
+    def network() -> Any:
+        return network_json()
+
+    return blp

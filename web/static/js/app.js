@@ -1,0 +1,99 @@
+// Corral dashboard: the router. `#/VIEW/ARG` picks a view from views.js; the open view refreshes every few seconds
+// (paused while the tab is hidden). Without a token, or after a 401, every route leads to the sign-in page.
+"use strict";
+
+(() => {
+  const C = Corral;
+  const POLL_MS = Number(document.body.dataset.pollMs) || 2000;
+  const viewEl = document.getElementById("view");
+  const banner = document.getElementById("banner");
+  const statusEl = document.getElementById("status");
+  const signout = document.getElementById("signout");
+  let current = null, timer = null, busy = false, generation = 0;
+
+  function parse() {
+    const [name, arg] = location.hash.replace(/^#\/?/, "").split("/");
+    const [path, query] = (arg || "").split("?");
+    return { name: name || "map", arg: decodeURIComponent(path || ""), query: new URLSearchParams(query || "") };
+  }
+
+  function showBanner(text) {
+    banner.hidden = !text;
+    banner.textContent = text || "";
+  }
+
+  let signinMessage = "";
+  C.onUnauthorized = (err) => {
+    C.setToken("");
+    signinMessage = `Your token was refused (401 Unauthorized: ${err.message}). Sign in again.`;
+    if (parse().name !== "signin") location.hash = "#/signin";  // the hashchange renders it, with the message
+  };
+
+  async function tick() {
+    if (!current || current.static || busy || document.hidden) return;
+    busy = true;
+    const mine = generation;
+    try {
+      await current.refresh();
+      if (mine === generation) showBanner("");
+      await refreshStatus();
+    } catch (err) {
+      if (mine === generation && err.status !== 401) {
+        showBanner(`Could not refresh: ${err.status ? `HTTP ${err.status}: ` : ""}${err.message}`);
+      }
+    } finally {
+      busy = false;
+    }
+  }
+
+  async function refreshStatus() {
+    const c = await C.request("/cluster");
+    statusEl.textContent = `${c.active_policy || "no policy"} · ${c.queue.running} running · ${c.queue.pending} ` +
+      `pending · ${c.totals.gpus_allocated}/${c.totals.gpus} GPUs in use`;
+  }
+
+  function route() {
+    generation++;
+    clearInterval(timer);
+    const r = parse();
+    const signedIn = Boolean(C.token());
+    signout.hidden = !signedIn;
+    if (!signedIn && r.name !== "signin") { location.hash = "#/signin"; return; }
+    if (!signedIn) statusEl.textContent = "";
+    document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("on", a.dataset.view === r.name));
+    showBanner("");
+    const views = {
+      signin: () => Views.signin(viewEl, { message: signinMessage }),
+      map: () => Views.map(viewEl),
+      queue: () => Views.queue(viewEl),
+      job: () => Views.job(viewEl, { id: r.arg }),
+      metrics: () => Views.metrics(viewEl),
+      policies: () => Views.policies(viewEl, { name: r.arg }),
+      submit: () => Views.submit(viewEl),
+    };
+    const make = views[r.name];
+    if (!make) { C.mount(viewEl, C.html`<p class="error">No page ${r.name}.</p>`); return; }
+    document.title = `Corral · ${r.name}`;
+    current = make();
+    viewEl.dataset.view = r.name;
+    if (r.name !== "signin") signinMessage = "";  // kept across the re-renders several parallel 401s cause
+    busy = false;
+    if (current.static) { if (signedIn) refreshStatus().catch(() => {}); return; }
+    tick();
+    timer = setInterval(tick, POLL_MS);
+  }
+
+  signout.addEventListener("click", () => {
+    C.setToken("");
+    location.hash = "#/signin";
+  });
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) tick(); });
+  // Hovering a job's band lights up every GPU it holds.
+  viewEl.addEventListener("mouseover", (ev) => {
+    const t = ev.target.closest("[data-job-id].tenant");
+    viewEl.querySelectorAll(".tenant.hl").forEach((x) => x.classList.remove("hl"));
+    if (t) viewEl.querySelectorAll(`.tenant[data-job-id="${t.dataset.jobId}"]`).forEach((x) => x.classList.add("hl"));
+  });
+  window.addEventListener("hashchange", route);
+  route();
+})();
