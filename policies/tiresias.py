@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import ClassVar
 
@@ -89,6 +90,9 @@ class Tiresias:
             bisect.insort(self._by_level[level], (job.spec.submit_s, job.id))
         if level < len(self.thresholds):
             cross = now + (self.thresholds[level] - attained) / job.spec.gpu_demand
+            # Attained service can land a rounding step below a threshold, so that `cross` == `now`: `_sync` would
+            # then pop and re-push this entry forever. Keep it strictly ahead.
+            cross = max(cross, math.nextafter(now, math.inf))
             heapq.heappush(self._demote, (cross, job.id, level))
 
     def _sync(self, view: ClusterView, now: float) -> None:

@@ -7,6 +7,9 @@ time, and contention raises its latency instead (an SLO miss while latency x slo
 
 Rates change only when placements change, and then only for the jobs the contention model reports as affected, so a
 job's end event is rescheduled lazily (stale events carry an old version and are dropped).
+
+A run may start from a cluster that is already busy (`initial`: jobs holding their placements at t=0 with some
+isolated work left, e.g. a snapshot of the live cluster for a what-if): they take the ids after the trace's jobs.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 
 from scheduler.contention import ContentionModel, ContentionParams
 from scheduler.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
-from scheduler.model import Cluster, Job, JobKind, JobSpec, JobState
+from scheduler.model import Cluster, Job, JobKind, JobSpec, JobState, Placement
 from scheduler.state import ClusterState, ClusterView
 from scheduler.workloads import ModelProfile, catalog
 
@@ -32,6 +35,17 @@ MAX_ROUNDS = 100_000  # scheduling rounds at one instant before we call the poli
 
 class SimulationError(RuntimeError):
     """The policy broke the rules (an invalid decision, or it left an idle cluster with a queue forever)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A job already running when the simulation starts: it holds `placement` from t=0 with `work_left` isolated
+    seconds to go (wall seconds for an inference service) and `attained_gpu_s` of service so far (Tiresias)."""
+
+    spec: JobSpec
+    placement: Placement
+    work_left: float
+    attained_gpu_s: float = 0.0
 
 
 @dataclass
@@ -59,9 +73,14 @@ class Simulator:
         params: ContentionParams | None = None,
         preempt_overhead_s: float = 30.0,
         progress: Callable[[int], None] | None = None,
+        initial: Sequence[Placed | tuple[JobSpec, Placement, float]] = (),
     ) -> None:
+        """`initial`: jobs running from t=0 on the given placements (validated like any placement: PlacementError if
+        they overlap or do not fit), each with its isolated work left. Their specs must have `submit_s <= 0`; they get
+        the ids after the trace's jobs, in the given order. The default (none) is the empty cluster."""
         self.cluster = cluster
         self.specs = sorted(jobs, key=lambda s: s.submit_s)
+        placed = [p if isinstance(p, Placed) else Placed(*p) for p in initial]
         self.policy = policy
         self.profiles = profiles if profiles is not None else catalog()
         self.contention = ContentionModel(cluster, self.profiles, params, enabled=contention)
@@ -69,6 +88,8 @@ class Simulator:
         self.preempt_overhead_s = preempt_overhead_s
         self.progress = progress
         self.jobs = [Job(i, s, s.duration_s) for i, s in enumerate(self.specs)]
+        self.jobs += [Job(len(self.specs) + k, p.spec, p.work_left) for k, p in enumerate(placed)]
+        self._arrivals = len(self.specs)  # jobs [0, _arrivals) arrive from the trace; the rest start placed
         self.running: dict[int, Job] = {}
         self.pending: dict[int, Job] = {}  # arrival order
         self.view = ClusterView(self.state, self.contention, self.running)
@@ -77,14 +98,25 @@ class Simulator:
         self._seq = 0
         self._version = [0] * len(self.jobs)
         self._slow = np.ones(len(self.jobs))  # current predicted slowdown of each running job
-        self._slo_ms = [self._slo(s) for s in self.specs]
-        self._latency_ms = [self.profiles[s.model].latency_ms for s in self.specs]
+        self._slo_ms = [self._slo(j.spec) for j in self.jobs]
+        self._latency_ms = [self.profiles[j.spec.model].latency_ms for j in self.jobs]
         self._events = 0
         self._next_arrival = 0
         self._wakes: set[float] = set()
         self._finished = 0
         self._busy_share_s = 0.0
         self.pending_reasons: dict[int, str] = {}
+        for k, p in enumerate(placed):
+            self._place_initial(self.jobs[self._arrivals + k], p)
+
+    def _place_initial(self, job: Job, p: Placed) -> None:
+        if p.spec.submit_s > 0:
+            raise ValueError(f"initial job {p.spec.name}: submit_s must be <= 0 (it is running at t=0)")
+        if not p.work_left > 0:
+            raise ValueError(f"initial job {p.spec.name}: work_left must be positive, got {p.work_left}")
+        job.attained_gpu_s = p.attained_gpu_s
+        self.pending[job.id] = job  # _start takes it from the queue, checking the placement like any other
+        self._start(job, Place(job.id, p.placement))
 
     @property
     def _who(self) -> str:
@@ -232,10 +264,10 @@ class Simulator:
     @property
     def done(self) -> bool:
         """Every job has arrived and nothing is left to happen."""
-        return self._next_arrival >= len(self.jobs) and not self._heap
+        return self._next_arrival >= self._arrivals and not self._heap
 
     def next_event_time(self) -> float:
-        t_arr = self.specs[self._next_arrival].submit_s if self._next_arrival < len(self.jobs) else float("inf")
+        t_arr = self.specs[self._next_arrival].submit_s if self._next_arrival < self._arrivals else float("inf")
         return min(t_arr, self._heap[0][0] if self._heap else float("inf"))
 
     def advance(self) -> bool:
@@ -253,7 +285,7 @@ class Simulator:
                 self._finish(self.jobs[job_id])
             elif kind == _WAKE:
                 self._wakes.discard(self.now)
-        n = len(self.jobs)
+        n = self._arrivals
         while self._next_arrival < n and self.specs[self._next_arrival].submit_s <= self.now:
             self._arrive(self.jobs[self._next_arrival])
             self._events += 1
@@ -317,7 +349,7 @@ class Simulator:
         end = np.array([j.end_s for j in done], dtype=float)
         jct = end - submit
         run = np.array([j.run_time for j in done])
-        makespan = float(end.max() - min(s.submit_s for s in self.specs))
+        makespan = float(end.max() - min(j.spec.submit_s for j in self.jobs))
         run_total = float(run.sum())
         infer = [j for j in done if self._slo_ms[j.id]]
         p50, p95, p99 = np.percentile(jct, [50, 95, 99])

@@ -143,3 +143,26 @@ def test_contention_greedy_avoids_the_contended_gpu() -> None:
     assert g_a.end_s == pytest.approx(101.0)  # alone on the other GPU: no slowdown
     assert p_a.end_s > 101.0  # packed onto the heavy job's GPU: slowed by MPS sharing
     assert greedy.metrics["avg_jct_s"] < packed.metrics["avg_jct_s"]
+
+
+
+def test_tiresias_does_not_spin_on_a_threshold_rounding_step() -> None:
+    """A what-if of 100 queued jobs under tiresias: one job's attained service lands a rounding step below a queue
+    threshold, which once made Tiresias re-arm the same demotion at `now` forever (a hang, not a wrong answer)."""
+    import random
+    import threading
+
+    from policies import make_policy
+    from scheduler.whatif import LiveJob, LiveNode, Snapshot, WhatIfRequest, evaluate
+
+    nodes = [LiveNode(f"n{i}", "dgx-a100", tuple(range(8 * i, 8 * i + 8))) for i in range(4)]
+    rng = random.Random(1)
+    pending = [LiveJob(i, f"p{i}", "ResNet-50-bs64", rng.choice([0.5, 1, 2, 4, 8]), rng.uniform(60, 3600))
+               for i in range(100)]
+    done: list[bool] = []
+    worker = threading.Thread(target=lambda: done.append(bool(evaluate(
+        Snapshot(nodes, [], pending, "fifo"), WhatIfRequest.parse({"policy": "tiresias", "seeds": 1}), make_policy))),
+        daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert done == [True], "the what-if did not finish within 60 s"

@@ -1,0 +1,465 @@
+"""What-if: replay the live cluster's present under another policy, with more nodes or extra jobs, in the simulator.
+
+A request (`WhatIfRequest`, every field optional) is answered in three steps:
+
+1. `snapshot(store)` reads the store once: the alive nodes (their preset and GPUs, giving the same cluster model the
+   controller builds), the running jobs with their GPUs, share and remaining isolated work
+   (`duration_s * (1 - progress)`), the pending jobs in submission order and the active policy.
+2. `evaluate(snap, request, make_policy)` builds, per seed, a simulation that starts *now* (t=0): running jobs keep
+   their placements at t=0 (`Simulator(initial=...)`), pending jobs arrive at t=0 in their order, hypothetical jobs
+   at `submit_in_s`. With `trace`, the trace's jobs replace the live ones (on the live cluster plus extra nodes).
+3. The per-seed metrics become distributions (mean, min, max and the per-seed values).
+
+**Times count from now.** A job's JCT and queueing delay are measured from the moment of the request: what pending
+jobs waited before it is not included, and a running job's JCT is its remaining time.
+
+**What seeds mean.** Nobody knows how long jobs will really run: `duration_s` is an estimate. Each seed draws every
+job's true remaining work as the estimate times a log-normal factor `exp(SIGMA * z - SIGMA**2 / 2)` with z ~ N(0, 1)
+from `numpy.random.default_rng(seed)` (SIGMA = 0.3: the estimate is the factor's mean; about two thirds of the draws
+fall within -26%..+35% of it), and seeds the policy. The spread between seeds is the uncertainty the answer reports.
+Draws are paired: the live (or trace) jobs get the same draws with and without the hypothetical jobs, so the
+`baseline` (same seeds, active policy, no hypothetical jobs, no extra nodes) differs from the scenario only by the
+change asked about.
+
+This module is core: it takes `make_policy` as an argument rather than importing the policies package.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from scheduler.decisions import Policy
+from scheduler.model import PRESETS, Cluster, ClusterSpec, JobSpec, JobState, NodeGroupSpec, Placement, SpecError
+from scheduler.model import build_cluster as build_cluster_model
+from scheduler.simulator import Placed, SimulationError, Simulator
+from scheduler.state import PlacementError
+from scheduler.workloads import ModelProfile, catalog
+
+SIGMA = 0.3  # log-normal spread of a job's true remaining work around its estimate
+MAX_SEEDS = 20
+MAX_EXTRA_NODES = 1024
+MAX_HYPOTHETICAL = 1000
+MAX_JOBS = 20_000  # jobs in one simulation (live or trace, plus hypothetical): the request runs synchronously
+MIN_WORK_S = 1.0  # a running job reported (almost) done still has this much left: it has not finished yet
+DEFAULT_POLICY = "rl:default"
+METRICS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "gpu_util", "makespan_s",
+           "jobs_completed", "jobs_rejected", "jobs_unfinished")
+TIME_ORIGIN = ("t=0 is the moment of the request: JCT and queueing delay count from then, not from submission "
+               "(a running job's JCT is its remaining time)")
+
+
+class WhatIfError(SpecError):
+    """A request that cannot be answered. `field` names the request field at fault (dotted, e.g. `jobs.0.model`), or
+    is None when the live state is the problem (e.g. no nodes registered yet)."""
+
+    def __init__(self, field: str | None, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.reason = message
+
+
+# ---- the request ---------------------------------------------------------------------------------------------------
+
+
+class HypotheticalJob(BaseModel):
+    """A job that does not exist yet: would it fit, and how long would it take?"""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, min_length=1, max_length=200)
+    model: str
+    num_gpus: float
+    duration_s: float = Field(gt=0, allow_inf_nan=False, description="isolated run time (an estimate, as any job's)")
+    submit_in_s: float = Field(0.0, ge=0, allow_inf_nan=False, description="arrival, seconds from now")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        if v not in catalog():
+            raise ValueError(f"unknown model {v!r}; choose one of {', '.join(catalog())}")
+        return v
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _gpu_count(cls, v: float) -> float:
+        if not (math.isfinite(v) and (0 < v < 1 or (v >= 1 and float(v).is_integer()))):
+            raise ValueError("must be a whole number of GPUs >= 1, or a fraction strictly between 0 and 1")
+        return float(v)
+
+
+class WhatIfRequest(BaseModel):
+    """Every field is optional: the empty request asks how the present queue plays out under the active policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str | None = Field(None, min_length=1, max_length=300, description="default: the active policy")
+    extra_nodes: int = Field(0, ge=0, le=MAX_EXTRA_NODES, description="nodes like the last live node, added now")
+    jobs: list[HypotheticalJob] = Field(default_factory=list, max_length=MAX_HYPOTHETICAL)
+    trace: str | None = Field(None, min_length=1, description="replay this trace instead of the live jobs")
+    limit: int | None = Field(None, ge=1, le=MAX_JOBS, description="the trace's first N jobs")
+    seeds: int = Field(5, ge=1, le=MAX_SEEDS)
+    horizon_s: float | None = Field(None, gt=0, allow_inf_nan=False, description="stop simulating at this time")
+
+    @classmethod
+    def parse(cls, data: dict[str, Any]) -> WhatIfRequest:
+        """Validate, raising WhatIfError naming the first bad field."""
+        try:
+            req = cls.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"]) or None
+            raise WhatIfError(loc, err["msg"].removeprefix("Value error, ")) from None
+        if req.limit is not None and req.trace is None:
+            raise WhatIfError("limit", "applies to a trace: give trace too")
+        return req
+
+
+# ---- the live state ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveNode:
+    name: str
+    preset: str
+    gpus: tuple[int, ...]  # the store's cluster-wide GPU indices, in local order
+
+
+@dataclass(frozen=True)
+class LiveJob:
+    id: int
+    name: str
+    model: str
+    num_gpus: float
+    work_left: float  # isolated seconds still to run, by the estimate
+    user: str = ""
+    priority: int = 0
+    slo_ms: float | None = None
+    attained_gpu_s: float = 0.0
+    gpus: tuple[int, ...] = ()  # the store's GPU indices it holds (running jobs only)
+    share: float = 1.0
+
+
+@dataclass
+class Snapshot:
+    nodes: list[LiveNode]
+    running: list[LiveJob]
+    pending: list[LiveJob]
+    active_policy: str | None
+    taken_at: float = field(default_factory=time.time)
+
+
+def snapshot(store: Any) -> Snapshot:
+    """Read the present from the store (a `scheduler.store.Store`) in one session."""
+    from sqlalchemy import select
+
+    from scheduler.store import queries as q
+    from scheduler.store.models import Job as JobRow
+    from scheduler.store.models import JobState as S
+
+    with store.session() as s:
+        nodes = [LiveNode(n.name, n.preset, tuple(g.index for g in sorted(n.gpus, key=lambda g: g.local_index)))
+                 for n in q.nodes_with_gpus(s) if n.alive]
+        running_rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
+        allocs = q.current_allocations(s, running_rows)
+        pending_rows = s.scalars(select(JobRow).where(JobRow.state == S.PENDING)
+                                 .order_by(JobRow.submitted_at, JobRow.id)).all()
+        names = q.user_names(s, [r.user_id for r in [*running_rows, *pending_rows]])
+        running = []
+        pending = []
+        for r in running_rows:
+            if r.cancel_requested:
+                continue  # its workers are being stopped: its GPUs are as good as free
+            held = allocs.get(r.id, [])
+            work = max(r.duration_s * (1.0 - min(max(r.progress, 0.0), 1.0)), MIN_WORK_S)
+            running.append(LiveJob(
+                r.id, r.name, r.model, r.num_gpus, work, names.get(r.user_id, ""), r.priority, r.slo_ms,
+                r.attained_gpu_s, tuple(sorted(a.gpu for a in held)), held[0].share if held else 1.0))
+        for r in pending_rows:
+            if r.cancel_requested:
+                continue
+            pending.append(LiveJob(r.id, r.name, r.model, r.num_gpus, max(r.duration_s - r.work_done_s, MIN_WORK_S),
+                                   names.get(r.user_id, ""), r.priority, r.slo_ms, r.attained_gpu_s))
+        return Snapshot(nodes, running, pending, q.active_policy(s))
+
+
+# ---- the model of the cluster --------------------------------------------------------------------------------------
+
+
+def live_cluster(nodes: Sequence[tuple[str, int]]) -> Cluster:
+    """The cluster model of (preset, GPUs) nodes in order: with one preset, exactly what `corral serve` builds."""
+    from scheduler.serve import build_live_cluster, node_type  # the helpers live in the composition root's module
+
+    presets = {p for p, _ in nodes}
+    if len(presets) == 1:
+        return build_live_cluster(presets.pop(), [g for _, g in nodes])
+    groups: list[NodeGroupSpec] = []
+    last: tuple[str, int] | None = None
+    for preset, gpus in nodes:
+        if last == (preset, gpus):
+            groups[-1].count += 1
+        else:
+            groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus)))
+        last = (preset, gpus)
+    return build_cluster_model(ClusterSpec(name="live-" + "+".join(sorted(presets)), groups=groups))
+
+
+@dataclass
+class _World:
+    """Everything one request simulates, ready to be drawn per seed."""
+
+    cluster: Cluster
+    base_cluster: Cluster
+    initial: list[tuple[JobSpec, Placement, float]]  # running jobs: spec (estimate), placement, work left
+    arrivals: list[JobSpec]  # pending (at 0) or trace jobs
+    hypothetical: list[JobSpec]
+    attained: dict[int, float]  # index into arrivals -> attained GPU-seconds (requeued jobs)
+    notes: list[str]
+
+
+def _spec(name: str, model: str, num_gpus: float, work: float, profiles: dict[str, ModelProfile], *,
+          submit_s: float = 0.0, user: str = "", priority: int = 0, slo_ms: float | None = None) -> JobSpec:
+    return JobSpec(name=name, submit_s=submit_s, num_gpus=num_gpus, duration_s=work, model=model,
+                   kind=profiles[model].kind, user=user, priority=priority, slo_ms=slo_ms)
+
+
+def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]) -> _World:
+    notes = [TIME_ORIGIN]
+    if not snap.nodes:
+        raise WhatIfError(None, "no live nodes are registered: start `corral serve` (the controller registers them)")
+    for n in snap.nodes:
+        if n.preset not in PRESETS:
+            raise WhatIfError(None, f"node {n.name} has unknown preset {n.preset!r}")
+    shape = [(n.preset, len(n.gpus)) for n in snap.nodes]
+    base_cluster = live_cluster(shape)
+    cluster = live_cluster(shape + [shape[-1]] * req.extra_nodes) if req.extra_nodes else base_cluster
+    if req.extra_nodes:
+        notes.append(f"{req.extra_nodes} extra {shape[-1][0]} node(s) of {shape[-1][1]} GPUs join at t=0")
+
+    model_gpu: dict[int, int] = {}  # store GPU index -> model GPU index (dead nodes are left out, so they differ)
+    for k, n in enumerate(snap.nodes):
+        first = int(base_cluster.node_first_gpu[k])
+        model_gpu.update({g: first + i for i, g in enumerate(n.gpus)})
+
+    initial: list[tuple[JobSpec, Placement, float]] = []
+    arrivals: list[JobSpec] = []
+    attained: dict[int, float] = {}
+    unknown = sorted({j.model for j in [*snap.running, *snap.pending]} - set(profiles))
+    if unknown:
+        raise WhatIfError(None, f"live jobs use models the catalog does not know: {', '.join(unknown)}")
+    if req.trace is None:
+        requeued: list[LiveJob] = []
+        for j in snap.running:
+            gpus = tuple(model_gpu.get(g, -1) for g in j.gpus)
+            if not gpus or -1 in gpus:
+                requeued.append(j)  # placed on a node that is gone (or not yet placed): the controller requeues it
+                continue
+            spec = _spec(f"{j.name}#{j.id}", j.model, j.num_gpus, j.work_left, profiles, user=j.user,
+                         priority=j.priority, slo_ms=j.slo_ms)
+            initial.append((spec, Placement(tuple(sorted(gpus)), j.share), j.work_left))
+        if requeued:
+            notes.append(f"{len(requeued)} running job(s) hold GPUs of nodes that are down: they queue again at t=0")
+        for j in [*requeued, *snap.pending]:
+            attained[len(arrivals)] = j.attained_gpu_s
+            arrivals.append(_spec(f"{j.name}#{j.id}", j.model, j.num_gpus, j.work_left, profiles, user=j.user,
+                                  priority=j.priority, slo_ms=j.slo_ms))
+        notes.append(f"{len(initial)} running job(s) keep their GPUs at t=0; {len(arrivals)} pending job(s) arrive "
+                     "at t=0 in submission order")
+    else:
+        from scheduler.traces import load_trace
+
+        try:
+            trace = load_trace(req.trace, limit=min(req.limit or MAX_JOBS + 1, MAX_JOBS + 1))
+        except SpecError as exc:
+            raise WhatIfError("trace", str(exc)) from None
+        if len(trace.jobs) > MAX_JOBS:
+            raise WhatIfError("limit", f"the trace has more than {MAX_JOBS} jobs: give limit <= {MAX_JOBS}")
+        arrivals = list(trace.jobs)
+        notes.append(f"the trace's {len(arrivals)} job(s) replace the live jobs, on the live cluster; the first "
+                     "arrives at t=0")
+
+    hypothetical = []
+    for i, h in enumerate(req.jobs):
+        if int(max(1, h.num_gpus)) > cluster.num_gpus:
+            raise WhatIfError(f"jobs.{i}.num_gpus", f"needs {h.num_gpus:g} GPUs, the cluster has {cluster.num_gpus}"
+                              + (" with the extra nodes" if req.extra_nodes else ""))
+        mem = profiles[h.model].mem_gb
+        if mem > float(cluster.gpu_mem.max()):
+            raise WhatIfError(f"jobs.{i}.model", f"{h.model} needs {mem:g} GB per GPU, the largest GPU has "
+                                                 f"{float(cluster.gpu_mem.max()):g} GB")
+        hypothetical.append(_spec(h.name or f"what-if-{i}", h.model, h.num_gpus, h.duration_s, profiles,
+                                  submit_s=h.submit_in_s, user="what-if"))
+    if len(initial) + len(arrivals) + len(hypothetical) > MAX_JOBS:
+        raise WhatIfError(None, f"more than {MAX_JOBS} jobs to simulate")
+    return _World(cluster, base_cluster, initial, arrivals, hypothetical, attained, notes)
+
+
+# ---- running it ----------------------------------------------------------------------------------------------------
+
+
+def draw_factors(seed: int, n_base: int, n_hypothetical: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean-one log-normal factors for the base jobs (running, then pending or trace) and the hypothetical ones: the
+    base draws come first, so they are the same whether or not hypothetical jobs are asked about."""
+    rng = np.random.default_rng(seed)
+    base = np.exp(SIGMA * rng.standard_normal(n_base) - SIGMA**2 / 2)
+    hypo = np.exp(SIGMA * rng.standard_normal(n_hypothetical) - SIGMA**2 / 2)
+    return base, hypo
+
+
+@dataclass
+class _Run:
+    metrics: dict[str, float]
+    hypothetical_jct: list[float | None]
+    hypothetical_queue: list[float | None]
+
+
+def _simulate(world: _World, cluster: Cluster, policy: Policy, seed: int, *, with_hypothetical: bool,
+              horizon_s: float | None, profiles: dict[str, ModelProfile]) -> _Run:
+    n_init, n_arr = len(world.initial), len(world.arrivals)
+    base, hypo = draw_factors(seed, n_init + n_arr, len(world.hypothetical))
+    initial = []
+    for (spec, placement, work), f in zip(world.initial, base[:n_init], strict=True):
+        initial.append(Placed(replace(spec, duration_s=work * f), placement, work * f))
+    # The drawn work is the truth the simulation runs; only oracle policies (sjf) read duration_s, and they are
+    # oracles: they may know it.
+    arrivals = [replace(s, duration_s=s.duration_s * f) for s, f in zip(world.arrivals, base[n_init:], strict=True)]
+    extra = ([replace(s, duration_s=s.duration_s * f) for s, f in zip(world.hypothetical, hypo, strict=True)]
+             if with_hypothetical else [])
+    try:
+        sim = Simulator(cluster, [*arrivals, *extra], policy, profiles=profiles, initial=initial)
+    except PlacementError as exc:
+        raise WhatIfError(None, f"the store's allocations are inconsistent: {exc}") from None
+    by_spec = {id(j.spec): j for j in sim.jobs}
+    for i, gpu_s in world.attained.items():
+        by_spec[id(arrivals[i])].attained_gpu_s = gpu_s
+    try:
+        if horizon_s is None:
+            sim.run()
+        else:
+            while not sim.done and sim.next_event_time() <= horizon_s:
+                sim.advance()
+                sim.schedule()
+                if sim.idle_forever():
+                    raise SimulationError(f"{policy.name} left {len(sim.pending)} job(s) queued on an idle cluster")
+    except SimulationError as exc:
+        raise WhatIfError("policy", f"{policy.name} failed in the simulation: {exc}") from None
+    jobs = [by_spec[id(s)] for s in extra]
+    return _Run(
+        run_metrics(sim, horizon_s),
+        [float(j.end_s) - j.spec.submit_s if j.state is JobState.DONE else None for j in jobs],  # type: ignore[arg-type]
+        [float(j.end_s) - j.spec.submit_s - j.run_time if j.state is JobState.DONE else None  # type: ignore[arg-type]
+         for j in jobs],
+    )
+
+
+def run_metrics(sim: Simulator, horizon_s: float | None = None) -> dict[str, float]:
+    """The simulator's headline metrics, also for a run stopped at `horizon_s` (then over the jobs done by then; GPU
+    utilisation over [0, horizon] counts the work of jobs still running). Run to the end, they equal
+    `sim.metrics()`."""
+    done = [j for j in sim.jobs if j.state is JobState.DONE]
+    rejected = sum(j.state is JobState.REJECTED for j in sim.jobs)
+    unfinished = len(sim.jobs) - len(done) - rejected
+    out: dict[str, float] = dict.fromkeys(METRICS, 0.0)
+    out |= {"jobs_completed": len(done), "jobs_rejected": rejected, "jobs_unfinished": unfinished}
+    if not sim.jobs:
+        return out
+    t0 = min(j.spec.submit_s for j in sim.jobs)
+    end = max((float(j.end_s) for j in done), default=t0)  # type: ignore[arg-type]
+    t_end = horizon_s if unfinished and horizon_s is not None else end
+    busy = sum(j.run_time * j.spec.gpu_demand for j in done)
+    busy += sum((j.run_time + max(t_end - j.last_update, 0.0)) * j.spec.gpu_demand for j in sim.running.values())
+    span = t_end - t0
+    out["makespan_s"] = span
+    out["gpu_util"] = busy / (sim.cluster.num_gpus * span) if span > 0 else 0.0
+    if done:
+        jct = np.array([float(j.end_s) - j.spec.submit_s for j in done])  # type: ignore[arg-type]
+        run = np.array([j.run_time for j in done])
+        p50, p95, p99 = np.percentile(jct, [50, 95, 99])
+        out |= {"avg_jct_s": float(jct.mean()), "p50_jct_s": float(p50), "p95_jct_s": float(p95),
+                "p99_jct_s": float(p99), "avg_queue_s": float((jct - run).mean())}
+    return out
+
+
+def _distribution(values: list[float]) -> dict[str, Any]:
+    return {"mean": float(np.mean(values)), "min": float(min(values)), "max": float(max(values)),
+            "per_seed": [float(v) for v in values]}
+
+
+def _distributions(runs: list[_Run]) -> dict[str, dict[str, Any]]:
+    return {m: _distribution([r.metrics[m] for r in runs]) for m in METRICS}
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return float(np.mean(got)) if got else None
+
+
+def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int], Policy], *,
+             default_policy: str = DEFAULT_POLICY, profiles: dict[str, ModelProfile] | None = None) -> dict[str, Any]:
+    """Answer `req` about `snap` (see the module docstring); the result is plain JSON-able data."""
+    wall0 = time.perf_counter()
+    profiles = profiles if profiles is not None else catalog()
+    active = snap.active_policy or default_policy
+    name = req.policy.strip() if req.policy is not None else active
+
+    def policy(policy_name: str, seed: int) -> Policy:
+        try:
+            return make_policy(policy_name, seed)
+        except (SpecError, ValueError) as exc:
+            raise WhatIfError("policy", str(exc)) from None
+
+    policy(name, 0)  # an unknown name is refused before anything is built
+    world = _world(snap, req, profiles)
+    seeds = list(range(req.seeds))
+    runs = [_simulate(world, world.cluster, policy(name, s), s, with_hypothetical=True, horizon_s=req.horizon_s,
+                      profiles=profiles) for s in seeds]
+    changed = name != active or req.extra_nodes > 0 or bool(world.hypothetical)
+    baseline = delta = None
+    if changed:
+        base_runs = [_simulate(world, world.base_cluster, policy(active, s), s, with_hypothetical=False,
+                               horizon_s=req.horizon_s, profiles=profiles) for s in seeds]
+        baseline = {"policy": active, "extra_nodes": 0, "hypothetical_jobs": 0, "metrics": _distributions(base_runs)}
+        delta = {m: _distribution([r.metrics[m] - b.metrics[m] for r, b in zip(runs, base_runs, strict=True)])
+                 for m in METRICS}
+    hypothetical = []
+    for i, (h, spec) in enumerate(zip(req.jobs, world.hypothetical, strict=True)):
+        jcts = [r.hypothetical_jct[i] for r in runs]
+        hypothetical.append({
+            "name": spec.name, "model": h.model, "num_gpus": h.num_gpus, "duration_s": h.duration_s,
+            "submit_in_s": h.submit_in_s, "jct_s": _mean_or_none(jcts),
+            "queue_s": _mean_or_none([r.hypothetical_queue[i] for r in runs]),
+            "jct_s_per_seed": jcts, "completed_in": sum(v is not None for v in jcts),
+        })
+    if req.horizon_s is not None:
+        world.notes.append(f"simulated up to t={req.horizon_s:g} s: JCT and queueing cover the jobs done by then")
+    return {
+        "policy": name,
+        "active_policy": active,
+        "seeds": seeds,
+        "sigma": SIGMA,
+        "time_origin": "now",
+        "snapshot_at": snap.taken_at,
+        "cluster": {"nodes": world.cluster.num_nodes, "gpus": world.cluster.num_gpus,
+                    "extra_nodes": req.extra_nodes, "name": world.cluster.name},
+        "jobs": {"running": len(world.initial), "pending": 0 if req.trace else len(world.arrivals),
+                 "trace": len(world.arrivals) if req.trace else 0, "hypothetical": len(world.hypothetical)},
+        "metrics": _distributions(runs),
+        "hypothetical": hypothetical,
+        "baseline": baseline,
+        "delta": delta,
+        "notes": world.notes,
+        "wall_s": time.perf_counter() - wall0,
+    }
+
+
+def what_if(store: Any, request: WhatIfRequest | dict[str, Any], make_policy: Callable[[str, int], Policy], *,
+            default_policy: str = DEFAULT_POLICY) -> dict[str, Any]:
+    """Snapshot `store` and answer `request` (a dict is validated first). Raises WhatIfError naming the bad field."""
+    req = request if isinstance(request, WhatIfRequest) else WhatIfRequest.parse(request)
+    return evaluate(snapshot(store), req, make_policy, default_policy=default_policy)
