@@ -332,3 +332,20 @@ def test_metrics_and_policies_pages(page: Any, service: Service) -> None:
     page.click("button[data-activate='rl:default']")
     page.wait_for_function("document.querySelector('#policy-message').textContent.includes('rl:default is now')")
     assert service.get("/policies")["active"] == "rl:default"
+
+
+def test_whatif_page_compares_a_scenario_with_the_present(page: Any, service: Service) -> None:
+    sign_in(page, service)
+    page.goto(f"{service.base}/#/whatif")
+    page.wait_for_selector("#f-policy option[value='fifo']", state="attached")
+    page.select_option("#f-policy", "fifo")
+    page.fill("#f-extra_nodes", "2")
+    page.fill("#f-seeds", "2")
+    page.fill("#f-job_gpus", "4")
+    page.click("#whatif-form button[type=submit]")
+    page.wait_for_selector("#whatif-result table.whatif", timeout=120_000)
+    result = page.inner_text("#whatif-result")
+    assert "fifo on 48 GPUs" in result  # 32 live GPUs plus two 8-GPU nodes
+    assert "as it is (" in result and "average JCT" in result  # the baseline column: the present, unchanged
+    assert "The added job (4 GPUs) would finish in about" in result
+    shoot(page, "whatif")

@@ -70,6 +70,7 @@
       metrics: () => Views.metrics(viewEl),
       policies: () => Views.policies(viewEl, { name: r.arg }),
       submit: () => Views.submit(viewEl),
+      whatif: () => Views.whatif(viewEl),
     };
     const make = views[r.name];
     if (!make) { C.mount(viewEl, C.html`<p class="error">No page ${r.name}.</p>`); return; }

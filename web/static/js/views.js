@@ -492,11 +492,92 @@ const Views = (() => {
     return { refresh() {}, static: true };
   }
 
+  // ---- what-if -----------------------------------------------------------------------------------------------------
+  // Ask POST /whatif how the present queue would play out under another policy, with more nodes or an extra job.
+  const WHATIF_ROWS = [
+    ["avg_jct_s", "average JCT (from now)", "dur"], ["p95_jct_s", "p95 JCT", "dur"],
+    ["avg_queue_s", "average queueing", "dur"], ["gpu_util", "GPU utilisation", "pct"],
+    ["makespan_s", "makespan", "dur"],
+  ];
+
+  function whatifCell(d, kind) {
+    if (!d) return "–";
+    const f = kind === "pct" ? (x) => C.pct(x, 1) : (x) => C.duration(x);
+    return html`${f(d.mean)} <small class="muted">(${f(d.min)} – ${f(d.max)})</small>`;
+  }
+
+  function whatif(el) {
+    mount(el, html`<section class="card narrow wide-form"><h1>What if…</h1>
+      <p class="muted">Simulates the present cluster and queue from now, several times (each seed draws the jobs' true
+        remaining work around its estimate), and compares with the active policy as it is. Nothing changes.</p>
+      <form id="whatif-form" novalidate>
+        ${field("policy", "Policy", html`<select id="f-policy" name="policy"><option value="">the active one</option>
+          </select>`)}
+        ${field("extra_nodes", "Extra nodes", html`<input id="f-extra_nodes" name="extra_nodes" type="number" min="0"
+          step="1" value="0">`, "like the last node of the cluster")}
+        ${field("seeds", "Seeds", html`<input id="f-seeds" name="seeds" type="number" min="1" max="20" step="1"
+          value="5">`)}
+        ${field("job_gpus", "Add a job: GPUs", html`<input id="f-job_gpus" name="job_gpus" type="number" step="any"
+          min="0" placeholder="none">`, "optional: a hypothetical ResNet-50 job arriving now")}
+        ${field("job_duration", "… its duration (s)", html`<input id="f-job_duration" name="job_duration"
+          type="number" step="any" min="0" value="3600">`)}
+        <p class="field-error" data-error-for="_schema"></p>
+        <button type="submit">Simulate</button> <span id="whatif-message"></span>
+      </form></section><section id="whatif-result"></section>`);
+    const form = el.querySelector("#whatif-form"), msg = el.querySelector("#whatif-message");
+    const out = el.querySelector("#whatif-result");
+    C.request("/policies").then((r) => {
+      mount(form.querySelector("#f-policy"), [html`<option value="">the active one (${r.active || "none"})</option>`,
+        ...r.available.filter((n) => !n.endsWith(":NAME")).map((n) => html`<option value="${n}">${n}</option>`)]);
+    }).catch((err) => { msg.className = "error"; msg.textContent = err.message; });
+
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      form.querySelectorAll(".field-error").forEach((e) => { e.textContent = ""; });
+      const v = (n) => form.elements[n].value.trim();
+      const body = { extra_nodes: Number(v("extra_nodes") || 0), seeds: Number(v("seeds") || 5) };
+      if (v("policy")) body.policy = v("policy");
+      if (v("job_gpus")) {
+        body.jobs = [{ name: "what-if job", model: "ResNet-50-bs64", num_gpus: Number(v("job_gpus")),
+          duration_s: Number(v("job_duration")) }];
+      }
+      msg.className = "muted";
+      msg.textContent = "Simulating…";
+      try {
+        const r = await C.request("/whatif", { method: "POST", body });
+        msg.className = "ok";
+        msg.textContent = `${r.seeds.length} seeds, ${r.jobs.running} running and ${r.jobs.pending} pending jobs.`;
+        const base = r.baseline;
+        mount(out, html`<div class="card"><h2>${r.policy} on ${r.cluster.gpus} GPUs</h2>
+          <table class="whatif"><thead><tr><th></th><th>this scenario: mean (min – max)</th>
+            ${base ? html`<th>as it is (${base.policy}, no changes)</th>` : ""}</tr></thead><tbody>
+          ${WHATIF_ROWS.map(([k, label, kind]) => html`<tr><td>${label}</td><td>${whatifCell(r.metrics[k], kind)}</td>
+            ${base ? html`<td>${whatifCell(base.metrics[k], kind)}</td>` : ""}</tr>`)}
+          </tbody></table>
+          ${r.hypothetical.map((j) => html`<p>The added job (${C.gpus(j.num_gpus)}) would finish in about
+            <strong>${j.jct_s === null ? "–" : C.duration(j.jct_s)}</strong>, after waiting
+            ${j.queue_s === null ? "–" : C.duration(j.queue_s)}.</p>`)}
+          <p class="muted">JCT and queueing count from now. ${base ? "" : "Nothing was changed, so there is no baseline."}
+          </p></div>`);
+      } catch (err) {
+        msg.className = "error";
+        const errors = (err.body && err.body.errors && err.body.errors.json) || {};
+        const names = { jobs: "job_gpus" };
+        for (const [name, msgs] of Object.entries(errors)) {
+          const slot = form.querySelector(`[data-error-for="${CSS.escape(names[name] || name)}"]`);
+          if (slot) slot.textContent = JSON.stringify(msgs);
+        }
+        msg.textContent = err.message;
+      }
+    });
+    return { refresh() {}, static: true };
+  }
+
   function field(name, label, control, help) {
     return html`<div class="field" data-field="${name}"><label for="f-${name}">${label}</label>${control}
       ${help ? html`<small class="muted">${help}</small>` : ""}<div class="field-error" data-error-for="${name}"></div>
       </div>`;
   }
 
-  return { signin, map, queue, job, metrics, policies, submit, errorBox };
+  return { signin, map, queue, job, metrics, policies, submit, whatif, errorBox };
 })();
