@@ -172,6 +172,10 @@ class ContentionModel:
         view.flags.writeable = False
         return view
 
+    def link_jobs(self, link: int) -> tuple[int, ...]:
+        """The jobs whose collective traffic crosses `link`."""
+        return tuple(sorted(self._link_jobs.get(link, ())))
+
     def slowdown(self, job_id: int) -> float:
         return self._slowdown[job_id]
 

@@ -1,5 +1,5 @@
 """The dashboard's endpoints on a hand-made store: `GET /stats` (JCT, queueing, queue length, share allocated per
-bucket), `GET /stats/network` (approximate NIC load) and a zoo agent's report and learning curve."""
+bucket), `GET /stats/network` (NIC and uplink load from the contention model) and a zoo agent's report and learning curve."""
 
 from __future__ import annotations
 
@@ -81,16 +81,28 @@ def test_stats_refuses_bad_windows(env: tuple[Any, dict[str, str], Store]) -> No
     assert client.get("/api/v1/stats?window_s=86400&bucket_s=1", headers=auth).status_code == 422
 
 
-def test_network_load_is_approximated_from_multi_node_jobs(env: tuple[Any, dict[str, str], Store]) -> None:
+def test_network_load_is_the_contention_models(env: tuple[Any, dict[str, str], Store]) -> None:
+    """NIC and uplink load come from the contention model itself, rebuilt from the running placements: the same
+    numbers the controller placed by."""
+    from scheduler.contention import ContentionModel
+    from scheduler.model import JobSpec, Placement
+    from scheduler.serve import build_live_cluster
+
     client, auth, store = env
     seed(store, time.time())
     body = client.get("/api/v1/stats/network", headers=auth).json
-    assert body["approximate"] is True and "approximate" in body["method"]
+    assert body["approximate"] is False and "contention model" in body["method"]
     by_node = {n["node"]: n for n in body["nodes"]}
     assert set(by_node) == {"node0", "node1"}
-    for n in by_node.values():
-        assert n["jobs"] == [2] and n["demand_gbps"] > 0 and n["nic_gbps"] == 200.0
-        assert n["load"] == pytest.approx(n["demand_gbps"] / 200.0, rel=1e-2)
+    cluster = build_live_cluster("dgx-a100", [2, 2])
+    model = ContentionModel(cluster)
+    model.add(2, JobSpec("gang", 0.0, 4, 100.0, "ResNet-50-bs64"), Placement((0, 1, 2, 3)))
+    for i, n in enumerate(("node0", "node1")):
+        expected = float(model.link_load[int(cluster.node_nic[i])])
+        assert expected > 0 and by_node[n]["load"] == pytest.approx(expected, abs=1e-6)
+        assert by_node[n]["jobs"] == [2] and by_node[n]["nic_gbps"] == pytest.approx(200.0)
+    # Both nodes sit in one rack: nothing crosses its uplink.
+    assert body["uplinks"] == [{"rack": 0, "load": 0.0, "jobs": []}]
 
 
 def test_agent_reports_and_curves(env: tuple[Any, dict[str, str], Store]) -> None:

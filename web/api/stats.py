@@ -17,9 +17,11 @@ from flask_smorest import Blueprint
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 from sqlalchemy import func, or_, select
 
-from scheduler.model import PRESETS
+from scheduler import whatif
+from scheduler.contention import ContentionModel
+from scheduler.model import JobSpec, Placement
 from scheduler.store import JobState
-from scheduler.store.models import Allocation, Gpu, Job, Node
+from scheduler.store.models import Allocation, Gpu, Job
 from scheduler.workloads import catalog
 from web.api.context import store
 from web.auth import protect
@@ -72,14 +74,22 @@ class NodeNetSchema(Schema):
     preset = fields.String()
     nic_gbps = fields.Float(allow_none=True)
     demand_gbps = fields.Float()
-    load = fields.Float(allow_none=True, metadata={"description": "demand / NIC capacity (may exceed 1)"})
+    load = fields.Float(allow_none=True, metadata={"description": "sum of the duty cycles of the jobs crossing the "
+                                                   "NIC (may exceed 1: they contend)"})
     jobs = fields.List(fields.Integer(), metadata={"description": "the multi-node jobs crossing this NIC"})
+
+
+class UplinkSchema(Schema):
+    rack = fields.Integer()
+    load = fields.Float()
+    jobs = fields.List(fields.Integer())
 
 
 class NetworkSchema(Schema):
     approximate = fields.Boolean()
     method = fields.String()
     nodes = fields.List(fields.Nested(NodeNetSchema))
+    uplinks = fields.List(fields.Nested(UplinkSchema))
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -183,50 +193,40 @@ def compute_stats(window_s: float, bucket_s: float, now: float | None = None) ->
 
 
 NETWORK_METHOD = (
-    "approximate: for each running job spanning k > 1 nodes, each of its nodes sends 2(k-1)/k x the model's gradient "
-    "per iteration (hierarchical ring all-reduce), an iteration lasting the model's catalog compute time x the job's "
-    "predicted slowdown; summed per node and divided by the preset's NIC capacity. Single-node jobs use no NIC."
+    "the contention model's own link loads (the one the controller places with): every running job's placement is "
+    "added to a ContentionModel of the live cluster, and each NIC's and rack uplink's load is the sum of the duty "
+    "cycles of the jobs whose all-reduce crosses it (1.0: busy all the time at line rate; above 1 the jobs contend)"
 )
 
 
 def network_json() -> dict[str, Any]:
-    profiles = catalog()
-    with store().session() as s:
-        nodes = s.execute(select(Node.name, Node.preset).order_by(Node.index)).all()
-        rows = s.execute(
-            select(Job.id, Job.model, Job.predicted_slowdown, Allocation.node)
-            .join(Allocation, Allocation.job_id == Job.id)
-            .where(Allocation.released_at.is_(None), Job.state == JobState.RUNNING)
-        ).all()
-    spans: dict[int, set[str]] = defaultdict(set)
-    info: dict[int, tuple[str, float | None]] = {}
-    for job_id, model, slowdown, node in rows:
-        spans[job_id].add(node)
-        info[job_id] = (model, slowdown)
-    demand: dict[str, float] = defaultdict(float)
-    crossing: dict[str, list[int]] = defaultdict(list)
-    for job_id, where in spans.items():
-        k = len(where)
-        profile = profiles.get(info[job_id][0])
-        if k < 2 or profile is None or profile.compute_ms <= 0:
-            continue
-        iteration_s = profile.compute_ms / 1000.0 * max(1.0, info[job_id][1] or 1.0)
-        gbps = 2.0 * (k - 1) / k * profile.grad_gb * 8.0 / iteration_s
-        for node in where:
-            demand[node] += gbps
-            crossing[node].append(job_id)
-    out = []
-    for name, preset in nodes:
-        nic = PRESETS[preset].nic_gbps if preset in PRESETS else None
-        d = demand.get(name, 0.0)
-        out.append({"node": name, "preset": preset, "nic_gbps": nic, "demand_gbps": round(d, 3),
-                    "load": round(d / nic, 6) if nic else None, "jobs": sorted(crossing.get(name, []))})
-    return {"approximate": True, "method": NETWORK_METHOD, "nodes": out}
+    """NIC and rack-uplink load now, from the contention model rebuilt from the store's running placements."""
+    snap = whatif.snapshot(store())
+    if not snap.nodes:
+        return {"approximate": False, "method": NETWORK_METHOD, "nodes": [], "uplinks": []}
+    cluster = whatif.live_cluster([(n.preset, len(n.gpus)) for n in snap.nodes])
+    # The store numbers GPUs cluster-wide over every node; the model numbers those of the live nodes, in order.
+    to_model = {g: int(cluster.node_first_gpu[i]) + k for i, n in enumerate(snap.nodes) for k, g in enumerate(n.gpus)}
+    model = ContentionModel(cluster, catalog())
+    for job in snap.running:
+        if job.model in model.profiles and job.gpus and all(g in to_model for g in job.gpus):
+            spec = JobSpec(job.name, 0.0, job.num_gpus, max(job.work_left, 1.0), job.model)
+            model.add(job.id, spec, Placement(tuple(to_model[g] for g in job.gpus), job.share))
+    load = model.link_load
+    nodes = []
+    for i, n in enumerate(snap.nodes):
+        nic = int(cluster.node_nic[i])
+        gbps = float(cluster.link_capacity[nic]) * 8.0  # link capacities are GB/s
+        nodes.append({"node": n.name, "preset": n.preset, "nic_gbps": gbps, "load": round(float(load[nic]), 6),
+                      "demand_gbps": round(float(load[nic]) * gbps, 3), "jobs": list(model.link_jobs(nic))})
+    uplinks = [{"rack": r, "load": round(float(load[int(link)]), 6), "jobs": list(model.link_jobs(int(link)))}
+               for r, link in enumerate(cluster.rack_uplink)]
+    return {"approximate": False, "method": NETWORK_METHOD, "nodes": nodes, "uplinks": uplinks}
 
 
 def blueprint(prefix: str) -> Blueprint:
     blp = protect(Blueprint("stats", __name__, url_prefix=prefix,
-                            description="Time series of JCT, queueing and utilisation; approximate NIC load"))
+                            description="Time series of JCT, queueing and utilisation; NIC and uplink load"))
 
     @blp.route("/stats")
     @blp.arguments(StatsArgs(), location="query")

@@ -68,9 +68,9 @@ const Views = (() => {
   function nicBar(net) {
     if (!net) return html`<span class="nic muted">NIC: –</span>`;
     const load = net.load || 0;
-    const tip = `≈ ${C.num(net.demand_gbps, 1)} Gb/s of ${net.nic_gbps || "?"} Gb/s from ${net.jobs.length} ` +
-      "multi-node job(s); approximate (gradient size / predicted iteration time)";
-    return html`<span class="nic" title="${tip}">NIC ≈ ${C.pct(load)}
+    const tip = `${C.num(net.demand_gbps, 1)} Gb/s of ${net.nic_gbps || "?"} Gb/s on average from ` +
+      `${net.jobs.length} multi-node job(s): the contention model's duty cycles (above 100%, they contend)`;
+    return html`<span class="nic" title="${tip}">NIC ${C.pct(load)}
       <span class="meter"><i style="width:${Math.min(100, 100 * load)}%;
         background:${load > 1 ? "#d1495b" : load > 0.7 ? "#edae49" : "#3c8dbc"}"></i></span>
       <small>${net.jobs.length} job${net.jobs.length === 1 ? "" : "s"} across nodes</small></span>`;
@@ -86,7 +86,7 @@ const Views = (() => {
       <div id="map-summary" class="summary"></div>
       <div id="map-nodes"><p class="muted">Loading the cluster…</p></div>
       <p class="muted small">Each GPU stacks its tenants, one band per job, as tall as its MPS share. NIC load is
-        <b>approximate</b>: estimated per node from the running multi-node jobs' gradient traffic.</p></section>`);
+        the contention model's: the running multi-node jobs' all-reduce duty cycles on each node's NIC.</p></section>`);
     const nodesEl = el.querySelector("#map-nodes");
     return {
       async refresh() {
