@@ -256,5 +256,5 @@ def train_from_history(db_url: str | None, out: Path = DEFAULT_OUT, progress: bo
     if rows:
         plot_curve(paths["curve"], rows)
     log(f"saved {cfg.out} ({cfg.out.stat().st_size / 1024:.0f} KiB) in {wall / 60:.1f} min; report {paths['eval']}, "
-        f"curve {paths['curve']}; make it active with PUT /api/v1/policies/active {{\"active\": \"rl:{cfg.out}\"}}")
+        f"curve {paths['curve']}; make it active with PUT /api/v1/policies/active {{\"name\": \"rl:{cfg.out}\"}}")
     return meta
