@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 
 from scheduler.model import Cluster, ClusterSpec, JobKind, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
 from scheduler.store import Store
@@ -99,3 +106,65 @@ def corral_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CORRAL_HOME", str(home))
     monkeypatch.delenv("DATABASE_URL", raising=False)
     return home
+
+
+# ---- a real `corral serve` process, for the end-to-end and browser tests -------------------------------------------
+
+CORRAL = Path(sys.executable).with_name("corral")
+
+
+def wait_until(what: str, pred: Callable[[], Any], timeout: float = 90.0, every: float = 0.2) -> Any:
+    """Poll `pred` until it returns something truthy (and return that), or fail saying what never happened."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServeProcess:
+    """`corral serve ARGS --port P` in the background, its output in HOME/serve.log."""
+
+    def __init__(self, home: Path, args: list[str], env: dict[str, str]) -> None:
+        self.home = home
+        self.port = free_port()
+        self.api = f"http://127.0.0.1:{self.port}/api/v1"
+        self._log = (home / "serve.log").open("ab")
+        self.proc = subprocess.Popen([str(CORRAL), "serve", *args, "--port", str(self.port)], env=env,
+                                     stdout=self._log, stderr=self._log)
+
+        def healthy() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"corral serve exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                return requests.get(f"{self.api}/health", timeout=2).status_code == 200
+            except requests.ConnectionError:
+                return False
+
+        wait_until("corral serve to answer /health", healthy, timeout=180)
+
+    def log_tail(self) -> str:
+        return (self.home / "serve.log").read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self._log.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self._log.close()

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from conftest import ServeProcess, wait_until
 
 from scheduler.store import Store, queries
 
@@ -28,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
-CORRAL = Path(sys.executable).with_name("corral")
 NODES, GPUS = 4, 8
 TEXT_SUFFIXES = {".html", ".js", ".css", ".svg", ".json", ".txt", ".map"}
 
@@ -75,59 +71,18 @@ def test_nothing_is_fetched_from_another_site(client: Any) -> None:
 # ---- in a browser, against a real `corral serve` -----------------------------------------------------------------
 
 
-def wait_until(what: str, pred: Callable[[], Any], timeout: float = 90.0, every: float = 0.3) -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-class Service:
+class Service(ServeProcess):
     """`corral serve` with its own local Ray cluster of 4 virtual nodes x 8 virtual GPUs, SQLite under CORRAL_HOME."""
 
     def __init__(self, home: Path) -> None:
-        self.home = home
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.api = f"{self.base}/api/v1"
         store = Store.open(f"sqlite:///{home / 'corral.db'}")
         with store.session() as s:
             self.token = queries.create_token(s, "alice", admin=True)
         store.close()
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RAY_ADDRESS")}
         env |= {"CORRAL_HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
-        self.log = (home / "serve.log").open("ab")
-        self.proc = subprocess.Popen(
-            [str(CORRAL), "serve", "--nodes", str(NODES), "--gpus-per-node", str(GPUS), "--port", str(self.port),
-             "--tick", "0.2"], env=env, stdout=self.log, stderr=self.log)
-
-        def healthy() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"corral serve exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                return requests.get(f"{self.api}/health", timeout=2).status_code == 200
-            except requests.ConnectionError:
-                return False
-
-        wait_until("corral serve to answer /health", healthy, timeout=180)
-
-    def log_tail(self) -> str:
-        return (self.home / "serve.log").read_text(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        self.log.close()
+        super().__init__(home, ["--nodes", str(NODES), "--gpus-per-node", str(GPUS), "--tick", "0.2"], env)
+        self.base = self.api.removesuffix("/api/v1")
 
     def get(self, path: str) -> Any:
         r = requests.get(f"{self.api}{path}", headers={"Authorization": f"Bearer {self.token}"}, timeout=10)

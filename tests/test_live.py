@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from conftest import drop_postgres_schema, postgres_schema_url
+from conftest import CORRAL, ServeProcess, drop_postgres_schema, postgres_schema_url, wait_until
 from sqlalchemy import select
 
 from scheduler.runs import NAMESPACE, node_resources
@@ -34,17 +31,6 @@ ray = pytest.importorskip("ray")
 
 NODES, GPUS = 4, 4  # 16 virtual GPUs: small enough that 20 jobs queue, share GPUs and span nodes
 TERMINAL = {"succeeded", "failed", "cancelled"}
-CORRAL = Path(sys.executable).with_name("corral")
-
-
-def wait_until(what: str, pred: Callable[[], Any], timeout: float = 90.0, every: float = 0.2) -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -69,52 +55,30 @@ class Service:
     address: str
     db_url: str
     home: Path
-    port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
     token: str = ""
     other_token: str = ""
+    server: ServeProcess | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/api/v1"
+        assert self.server is not None
+        return self.server.api
 
     def start(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
         env = {**os.environ, "DATABASE_URL": self.db_url, "CORRAL_HOME": str(self.home)}
-        log = (self.home / "serve.log").open("ab")
-        self.proc = subprocess.Popen(
-            [str(CORRAL), "serve", "--ray-address", self.address, "--port", str(self.port), "--tick", "0.2"],
-            env=env, stdout=log, stderr=log,
-        )
-
-        def healthy() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"corral serve exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                return requests.get(f"{self.url}/health", timeout=2).status_code == 200
-            except requests.ConnectionError:
-                return False
-
-        wait_until("corral serve to answer /health", healthy, timeout=120)
+        self.server = ServeProcess(self.home, ["--ray-address", self.address, "--tick", "0.2"], env)
 
     def log_tail(self) -> str:
-        return (self.home / "serve.log").read_text()[-4000:]
+        assert self.server is not None
+        return self.server.log_tail()
 
     def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
+        assert self.server is not None
+        self.server.kill()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        if self.server is not None:
+            self.server.stop()
 
     def headers(self, token: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {token or self.token}"}
