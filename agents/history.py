@@ -41,8 +41,8 @@ from agents.train import (
     env_kwargs,
     make_config,
     make_eval_callback,
-    plot_curve,
     report_paths,
+    save_reports,
     write_eval,
 )
 from scheduler.history import MIN_JOBS_TRAIN, History, HistoryError, read_history, write_trace_csv
@@ -251,10 +251,6 @@ def train_from_history(db_url: str | None, out: Path = DEFAULT_OUT, progress: bo
         "eval_report": paths["eval"].name,
         "learning_curve": paths["curve"].name,
     }
-    paths["meta"].write_text(json.dumps(meta, indent=2) + "\n")
-    write_eval(paths["eval"], cfg, scenarios, baselines, rows)
-    if rows:
-        plot_curve(paths["curve"], rows)
-    log(f"saved {cfg.out} ({cfg.out.stat().st_size / 1024:.0f} KiB) in {wall / 60:.1f} min; report {paths['eval']}, "
-        f"curve {paths['curve']}; make it active with PUT /api/v1/policies/active {{\"name\": \"rl:{cfg.out}\"}}")
+    save_reports(cfg, paths, meta, scenarios, baselines, rows, wall, log,
+                 f"; make it active with PUT /api/v1/policies/active {{\"name\": \"rl:{cfg.out}\"}}")
     return meta

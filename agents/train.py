@@ -356,13 +356,19 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
         "eval_report": paths["eval"].name,
         "learning_curve": paths["curve"].name,
     }
+    save_reports(cfg, paths, meta, scenarios, baselines, rows, wall, log)
+    return meta
+
+
+def save_reports(cfg: TrainConfig, paths: dict[str, Path], meta: dict[str, Any], scenarios: Any, baselines: Any,
+                 rows: list[dict[str, Any]], wall: float, log: Callable[[str], None], hint: str = "") -> None:
+    """What every training run leaves beside its agent: the sidecar, the held-out report and the learning curve."""
     paths["meta"].write_text(json.dumps(meta, indent=2) + "\n")
     write_eval(paths["eval"], cfg, scenarios, baselines, rows)
     if rows:
         plot_curve(paths["curve"], rows)
     log(f"saved {cfg.out} ({cfg.out.stat().st_size / 1024:.0f} KiB) in {wall / 60:.1f} min; "
-        f"report {paths['eval']}, curve {paths['curve']}")
-    return meta
+        f"report {paths['eval']}, curve {paths['curve']}{hint}")
 
 
 def warm_start(cfg: TrainConfig, model: Any, log: Callable[[str], None]) -> dict[str, float]:
