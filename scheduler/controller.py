@@ -33,7 +33,7 @@ from scheduler.runs import Backend, JobStatus, Launch, RankSpec, actor_name
 from scheduler.state import ClusterState, ClusterView
 from scheduler.store import queries
 from scheduler.store.db import Store
-from scheduler.store.models import Allocation, Gpu, Node, PolicyVersion, RestartPolicy
+from scheduler.store.models import Allocation, Gpu, Node, RestartPolicy
 from scheduler.store.models import Decision as DecisionRow
 from scheduler.store.models import Job as JobRow
 from scheduler.store.models import JobState as S
@@ -301,14 +301,10 @@ class Controller:
     # ---- reading the store ---------------------------------------------------------------------------------------
 
     def _load_policy(self, s: Session) -> None:
-        name = s.scalar(select(PolicyVersion.name).where(PolicyVersion.active.is_(True)))
+        name = queries.active_policy(s)
         if name is None:
             name = self.default_policy
-            row = s.scalars(select(PolicyVersion).where(PolicyVersion.name == name)).one_or_none()
-            if row is None:
-                row = PolicyVersion(name=name, created_at=time.time())
-                s.add(row)
-            row.active, row.activated_at, row.activated_by = True, time.time(), "controller (default)"
+            queries.activate_policy(s, name, by="controller (default)")
         if name != self.policy_name:
             self.policy = self.make_policy(name)
             self.policy_name = name

@@ -74,28 +74,12 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Con
                       tick_s=cfg.tick_s, preset=cfg.preset)
 
 
-def activate_policy(store: Store, name: str, by: str) -> None:
-    import time
-
-    from sqlalchemy import select, update
-
-    from scheduler.store.models import PolicyVersion
-
-    with store.session() as s:
-        s.execute(update(PolicyVersion).values(active=False))
-        row = s.scalars(select(PolicyVersion).where(PolicyVersion.name == name)).one_or_none()
-        if row is None:
-            row = PolicyVersion(name=name, created_at=time.time())
-            s.add(row)
-        row.active, row.activated_at, row.activated_by = True, time.time(), by
-
-
 def serve(cfg: ServeConfig) -> None:
     from waitress import create_server
 
     from policies import make_policy
     from scheduler.ray_backend import RayBackend
-    from scheduler.store import Store, database_url
+    from scheduler.store import Store, database_url, queries
     from web import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -105,7 +89,8 @@ def serve(cfg: ServeConfig) -> None:
     url = database_url()
     store = Store.open(url)
     if cfg.policy is not None:
-        activate_policy(store, cfg.policy, "corral serve --policy")
+        with store.session() as s:
+            queries.activate_policy(s, cfg.policy, by="corral serve --policy")
     if cfg.ray_address:
         log.info("joining the Ray cluster at %s", cfg.ray_address)
         backend = RayBackend.connect(cfg.ray_address)
