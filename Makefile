@@ -4,13 +4,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run simulate test bench venv clean
+.PHONY: run simulate test bench venv clean lock
 
-$(STAMP): pyproject.toml
+LOCK := requirements.lock
+UV := uv==0.13.9
+
+# Installs exactly the versions in the lock file (every transitive package pinned with its hashes), then Corral itself
+# without resolving anything: a fresh machine gets what the tests ran on. pyproject.toml keeps ranges for library users.
+$(STAMP): $(LOCK) pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# Refresh the lock after changing a dependency in pyproject.toml (commit both). Linux x86_64, CPython 3.11: torch is
+# the CPU build (2.13.0+cpu) that pip finds in the machine's local wheel folder.
+lock:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet $(UV)
+	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 \
+		--python-platform x86_64-manylinux_2_28 --find-links /opt/wheels --custom-compile-command "make lock" \
+		-o $(LOCK)
 
 venv: $(STAMP)
 

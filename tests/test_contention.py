@@ -430,7 +430,14 @@ def test_defaults_and_catalog_are_the_fit(shared: Path) -> None:
     from scheduler.calibrate import calibrate
 
     cal = calibrate(shared)
-    assert cal.params == ContentionParams()
+    # Precision: scipy's least_squares stops when the cost changes by less than ftol=1e-8 (relative), and the
+    # weakly identified parameters (ring_straggler, mps_interference) lie in flat valleys of the cost, so a different
+    # numpy/scipy/BLAS build lands up to about 1% away (ring_straggler 0.0322 vs 0.0324 seen with numpy 2.4 / scipy
+    # 1.17). The shipped constants are the fit to within 2% relative, the tolerance used for the profiles below.
+    shipped_params = ContentionParams()
+    for f in ("mps_overhead", "mps_interference", "ring_straggler"):
+        a, b = getattr(cal.params, f), getattr(shipped_params, f)
+        assert math.isclose(a, b, rel_tol=2e-2, abs_tol=1e-4), (f, a, b)
     cat = catalog()
     assert list(cal.profiles) == list(cat)
     for name, fitted in cal.profiles.items():
