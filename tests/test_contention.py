@@ -426,22 +426,40 @@ def test_fast_replica_matches_contention_model(shared: Path) -> None:
 
 
 def test_defaults_and_catalog_are_the_fit(shared: Path) -> None:
-    """ContentionParams defaults and the committed catalog are what `python -m scheduler.calibrate` fits today."""
-    from scheduler.calibrate import calibrate
+    """ContentionParams defaults and the committed catalog are what `python -m scheduler.calibrate` fits today.
 
-    cal = calibrate(shared)
-    # Precision: scipy's least_squares stops when the cost changes by less than ftol=1e-8 (relative), and the
-    # weakly identified parameters (ring_straggler, mps_interference) lie in flat valleys of the cost, so a different
-    # numpy/scipy/BLAS build lands up to about 1% away (ring_straggler 0.0322 vs 0.0324 seen with numpy 2.4 / scipy
-    # 1.17). The shipped constants are the fit to within 2% relative, the tolerance used for the profiles below.
-    shipped_params = ContentionParams()
-    for f in ("mps_overhead", "mps_interference", "ring_straggler"):
-        a, b = getattr(cal.params, f), getattr(shipped_params, f)
-        assert math.isclose(a, b, rel_tol=2e-2, abs_tol=1e-4), (f, a, b)
+    Precision. least_squares stops when the cost moves by less than ftol=1e-8 (relative), so the *predictions* of a
+    fit are pinned down tightly, but parameters the data barely identify are not: the overlap of communication-bound
+    models, the gradient size of GraphSage (0.55 MB, hidden under compute) and ring_straggler sit in flat valleys of
+    the cost and land a few percent apart with another numpy/scipy/BLAS build (ring_straggler 0.0322 vs 0.0324,
+    GraphSage grad_mb 0.553 vs 0.542 with numpy 2.4 / scipy 1.17; the lock file pins the build the tests run on).
+    So the test asks what the fit determines: every calibration case predicted within 0.01 of the refit's prediction
+    (the model's own error against the measurements is about 0.1), the parameters the data identify within 2%, and
+    the flat-valley ones within 15%.
+    """
+    from scheduler import calibrate as cb
+
+    cal = cb.calibrate(shared)
     cat = catalog()
     assert list(cal.profiles) == list(cat)
+    for refit_pred, shipped_pred in (
+        (cb.deepshare_pair_predictions(shared, cal.profiles, cal.params)[0], cb.deepshare_pair_predictions(shared)[0]),
+        (cb.deepshare_spread_predictions(shared, cal.profiles, cal.params)[1],
+         cb.deepshare_spread_predictions(shared)[1]),
+        (cb.gavel_pair_predictions(shared, cal.profiles, cal.params)[0], cb.gavel_pair_predictions(shared)[0]),
+        (cb.gavel_spread_predictions(shared, cal.profiles, cal.params)[1], cb.gavel_spread_predictions(shared)[1]),
+    ):
+        assert len(refit_pred) == len(shipped_pred) > 0
+        assert float(np.max(np.abs(np.asarray(refit_pred) - np.asarray(shipped_pred)))) < 0.01
+
+    shipped_params = ContentionParams()
+    for f, rel in (("mps_overhead", 2e-2), ("mps_interference", 2e-2), ("ring_straggler", 0.15)):
+        a, b = getattr(cal.params, f), getattr(shipped_params, f)
+        assert math.isclose(a, b, rel_tol=rel, abs_tol=1e-4), (f, a, b)
     for name, fitted in cal.profiles.items():
         shipped = cat[name]
-        for f in ("compute_ms", "sm", "membw", "mem_gb", "grad_mb", "overlap", "latency_ms", "slo_ms"):
+        for f, rel, tiny in (("compute_ms", 2e-2, 0.0), ("sm", 2e-2, 2e-3), ("membw", 2e-2, 2e-3),
+                             ("mem_gb", 2e-2, 0.0), ("latency_ms", 2e-2, 0.0), ("slo_ms", 2e-2, 0.0),
+                             ("grad_mb", 0.15, 0.0), ("overlap", 0.15, 0.01)):
             a, b = getattr(fitted, f), getattr(shipped, f)
-            assert math.isclose(a, b, rel_tol=2e-2, abs_tol=2e-3), (name, f, a, b)
+            assert math.isclose(a, b, rel_tol=rel, abs_tol=tiny), (name, f, a, b)
