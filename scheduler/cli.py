@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from scheduler.model import Cluster, SpecError, parse_cluster
+from scheduler.errors import SpecError
 
 if TYPE_CHECKING:
+    from scheduler.model import Cluster
     from scheduler.simulator import SimResult
     from scheduler.traces import Trace
 
@@ -55,6 +56,7 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def _parse_cluster_option(ctx: click.Context, param: click.Parameter, value: str) -> Cluster:
+    from scheduler.model import parse_cluster
     try:
         return parse_cluster(value)
     except SpecError as exc:

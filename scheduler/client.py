@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -51,9 +52,23 @@ class ClientError(Exception):
         return self.message
 
 
+def check_url(url: str) -> str:
+    """The server's base URL without a trailing slash, or ClientError saying what is wrong with it."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ClientError(f"server URL {url!r} (CORRAL_URL or --url) is not an http(s) URL: write it like "
+                          f"{DEFAULT_URL}")
+    path = parts.path.rstrip("/")
+    if path.endswith(API_PREFIX):
+        base = url.strip().rstrip("/").removesuffix(API_PREFIX)
+        raise ClientError(f"server URL {url!r} (CORRAL_URL or --url) ends with {API_PREFIX}: give the server's base "
+                          f"URL ({base}); the client adds {API_PREFIX} itself")
+    return url.strip().rstrip("/")
+
+
 class CorralClient:
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout_s: float = READ_TIMEOUT_S) -> None:
-        self.url = (url or os.environ.get("CORRAL_URL") or DEFAULT_URL).rstrip("/")
+        self.url = check_url(url or os.environ.get("CORRAL_URL") or DEFAULT_URL)
         self.token = token if token is not None else os.environ.get("CORRAL_TOKEN")
         self.timeout = (CONNECT_TIMEOUT_S, timeout_s)
         self.http = requests.Session()

@@ -8,7 +8,9 @@ and exits 1 (2 for usage errors, as click does).
 from __future__ import annotations
 
 import json
+import re
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from scheduler.client import DEFAULT_URL, ClientError, CorralClient
-from scheduler.store.models import JobState, JobType, RestartPolicy
+from scheduler.states import JobState, JobType, RestartPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
 RECENT_EVENTS = 20
@@ -45,7 +47,10 @@ def client(url: str, token: str | None) -> CorralClient:
     if not token:
         raise click.ClickException("no API token: set CORRAL_TOKEN (or --token); an admin creates one with "
                                    "`corral token create --user NAME`")
-    return CorralClient(url, token)
+    try:
+        return CorralClient(url, token)
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @contextmanager
@@ -79,6 +84,25 @@ def placement(allocation: list[dict[str, Any]]) -> str:
 
 def when(ts: float | None) -> str:
     return "-" if ts is None else datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def start_text(job: dict[str, Any]) -> str:
+    """A pending job's start estimate, as the rough figure it is."""
+    est = job.get("start_estimate_s")
+    if est is None:
+        return "unknown"
+    if est < 1:
+        return "now"
+    return "in ~" + (f"{est:.0f} s" if est < 90 else f"{est / 60:.0f} min" if est < 5400 else f"{est / 3600:.1f} h")
+
+
+def reason_text(job: dict[str, Any]) -> str:
+    """Why a job is where it is: the pending reason, or what a failed job died of."""
+    if job["state"] == JobState.PENDING:
+        return job["pending_reason"] or ""
+    if job["state"] == JobState.FAILED:
+        return job["error"] or (f"exit code {job['exit_code']}" if job["exit_code"] is not None else "failed")
+    return ""
 
 
 STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "cyan", JobState.SUCCEEDED: "green",
@@ -172,12 +196,15 @@ def jobs(state: str | None, user: str | None, limit: int, offset: int, as_json: 
         print_json(page)
         return
     table = Table(box=None, header_style="bold")
-    for col in ("id", "name", "user", "state", "gpus", "model", "progress", "placement", "pending reason"):
-        table.add_column(col, justify="right" if col in ("id", "gpus", "progress") else "left")
+    for col in ("id", "name", "user", "state", "gpus", "model", "progress", "queue", "starts", "preempted",
+                "placement", "reason"):
+        table.add_column(col, justify="right" if col in ("id", "gpus", "progress", "queue", "preempted") else "left")
     for j in page["jobs"]:
         table.add_row(str(j["id"]), escape(j["name"]), escape(j["user"]), state_text(j["state"]),
                       gpus_text(j["num_gpus"]), escape(j["model"]), f"{j['progress']:.0%}",
-                      escape(placement(j["allocation"])), escape(j["pending_reason"] or ""))
+                      f"#{j['queue_position']}" if j.get("queue_position") else "",
+                      start_text(j) if j["state"] == JobState.PENDING else "", str(j["preemptions"] or ""),
+                      escape(placement(j["allocation"])), escape(reason_text(j)))
     out = console()
     out.print(table)
     shown = len(page["jobs"])
@@ -203,13 +230,16 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         ("duration", f"{j['duration_s']:g}s"), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
         ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None), ("priority", j["priority"]),
         ("slo", f"{j['slo_ms']:g} ms" if j["slo_ms"] else None),
+        ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
+        ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
         ("restarts", f"{j['restarts']}/{j['max_restarts']} ({j['restart_policy']}), preemptions {j['preemptions']}"),
         ("attempt", j["attempt"]), ("progress", f"{j['progress']:.1%}"), ("submitted", when(j["submitted_at"])),
         ("started", j["started_at"] and when(j["started_at"])),
         ("finished", j["finished_at"] and when(j["finished_at"])),
         ("placement", placement(j["allocation"]) or None),
         ("predicted slowdown", f"{j['predicted_slowdown']:.3f}" if j["predicted_slowdown"] is not None else None),
-        ("pending reason", j["pending_reason"]), ("exit code", j["exit_code"]), ("error", j["error"]),
+        ("pending reason", j["pending_reason"] if j["state"] == JobState.PENDING else None),
+        ("exit code", j["exit_code"]), ("failure reason", reason_text(j) if j["state"] == JobState.FAILED else None),
     ]
     for key, value in rows:
         if value is not None and value != "":
@@ -231,7 +261,12 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
 def cancel(job_id: int, url: str, token: str | None) -> None:
     """Cancel a job: a pending one at once, a running one once the controller stops its workers."""
     with api_errors():
-        j = client(url, token).cancel(job_id)
+        api = client(url, token)
+        before = api.job(job_id)
+        if JobState(before["state"]).terminal:  # nothing to cancel: say so, and fail, so scripts notice
+            raise click.ClickException(f"job {job_id} already {before['state']} at {when(before['finished_at'])}; "
+                                       "nothing to cancel")
+        j = api.cancel(job_id)
     if j["state"] == JobState.RUNNING:
         click.echo(f"job {job_id}: cancel requested; the controller is stopping its workers")
     else:
@@ -286,31 +321,141 @@ def cluster(as_json: bool, url: str, token: str | None) -> None:
               f"policy: {c['active_policy'] or '(controller default)'}")
 
 
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def models(as_json: bool, url: str, token: str | None) -> None:
+    """The model catalog: what `submit --model` accepts, with each model's kind and isolated demands."""
+    with api_errors():
+        catalog = client(url, token).models()
+    if as_json:
+        print_json(catalog)
+        return
+    table = Table(box=None, header_style="bold")
+    keys = [k for k in ("name", "kind", "compute_ms", "mem_gb", "grad_mb", "latency_ms", "slo_ms", "source")
+            if any(k in m for m in catalog)]
+    for k in keys:
+        table.add_column(k, justify="left" if k in ("name", "kind") else "right")
+    for m in catalog:
+        table.add_row(*(escape(str(m[k])) if m.get(k) is not None else "-" for k in keys))
+    console().print(table)
+
+
+@click.command()
+@click.argument("name", required=False)
+@connection
+def policy(name: str | None, url: str, token: str | None) -> None:
+    """Show the active placement policy and the available ones; with NAME, switch to it (admins only)."""
+    with api_errors():
+        api = client(url, token)
+        if name is not None:
+            click.echo(f"active policy: {api.set_policy(name)}")
+            return
+        info = api.policies()
+    out = console()
+    out.print(f"active policy: {escape(info['active'] or '(the controller default)')}")
+    out.print("available: " + ", ".join(escape(n) for n in info["available"]))
+
+
+DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+DURATION_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _expiry(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """`--expires 30d` (s, m, h, d or w) as a wall-clock expiry time."""
+    if value is None:
+        return None
+    match = DURATION.fullmatch(value.strip())
+    if match is None or float(match[1]) <= 0:
+        raise click.BadParameter(f"{value!r}: give a positive duration such as 12h, 30d or 1w", ctx, param)
+    return time.time() + float(match[1]) * DURATION_UNIT_S[match[2]]
+
+
+def _user_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from scheduler.store.queries import check_user_name  # noqa: PLC0415 (only the token commands need the store)
+
+    try:
+        return check_user_name(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 @click.group()
 def token() -> None:
     """API tokens (opens the database directly: DATABASE_URL, or SQLite under CORRAL_HOME)."""
 
 
 @token.command("create")
-@click.option("--user", "user_name", required=True, help="The user (created if new).")
+@click.option("--user", "user_name", required=True, callback=_user_name,
+              help="The user (created if new): letters, digits, '.', '_' or '-'.")
 @click.option("--admin", is_flag=True, help="Make the user an admin (sees and manages every job).")
-def token_create(user_name: str, admin: bool) -> None:
+@click.option("--expires", "expires_at", callback=_expiry, metavar="DURATION",
+              help="Expire the token after this long (e.g. 12h, 30d, 1w); default: never.")
+def token_create(user_name: str, admin: bool, expires_at: float | None) -> None:
     """Create a token and print it alone on stdout (store it now: only its hash is kept)."""
-    from scheduler.store import Store  # alembic and the migrations: only this command needs them
+    from scheduler.store import Store  # alembic and the migrations: only the token commands need them
     from scheduler.store.queries import create_token
 
-    if not 1 <= len(user_name) <= 64:
-        raise click.BadParameter("must be 1 to 64 characters", param_hint="--user")
     store = Store.open()
     try:
         with store.session() as s:
-            tok = create_token(s, user_name, admin=admin)
+            tok = create_token(s, user_name, admin=admin, expires_at=expires_at)
     finally:
         store.close()
     click.echo(tok)
 
 
-COMMANDS = (submit, jobs, show, cancel, logs, cluster, token)
+@token.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def token_list(as_json: bool) -> None:
+    """Every token: its id, first characters, user, creation, expiry and revocation (never the token itself)."""
+    from scheduler.store import Store
+    from scheduler.store.queries import list_tokens, token_usable
+
+    store = Store.open()
+    try:
+        with store.session() as s:
+            rows = [{"id": t.id, "prefix": t.prefix, "user": t.user.name, "admin": t.user.admin,
+                     "created_at": t.created_at, "expires_at": t.expires_at, "revoked": t.revoked,
+                     "revoked_at": t.revoked_at} for t in list_tokens(s)]
+    finally:
+        store.close()
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(box=None)
+    for col in ("id", "prefix", "user", "created", "expires", "status"):
+        table.add_column(col)
+    for r in rows:
+        status = ("revoked " + when(r["revoked_at"])) if r["revoked"] else (
+            "active" if token_usable(False, r["expires_at"]) else "expired")
+        table.add_row(str(r["id"]), r["prefix"], escape(r["user"]) + (" (admin)" if r["admin"] else ""),
+                      when(r["created_at"]), when(r["expires_at"]) if r["expires_at"] else "never", status)
+    console().print(table)
+
+
+@token.command("revoke")
+@click.argument("key", metavar="ID|PREFIX")
+def token_revoke(key: str) -> None:
+    """Revoke a token by its id or prefix (as `corral token list` shows them). It stops working at once."""
+    from scheduler.store import Store
+    from scheduler.store.queries import find_tokens, revoke_token
+
+    store = Store.open()
+    try:
+        with store.session() as s:
+            found = find_tokens(s, key)
+            if not found:
+                raise click.ClickException(f"no token {key!r}: `corral token list` shows ids and prefixes")
+            if len(found) > 1:
+                raise click.ClickException(f"{len(found)} tokens start with {key!r}: revoke one by its id")
+            tok = revoke_token(s, found[0])
+            click.echo(f"revoked token {tok.id} ({tok.prefix}…) of {tok.user.name}")
+    finally:
+        store.close()
+
+
+COMMANDS = (submit, jobs, show, cancel, logs, cluster, models, policy, token)
 
 
 def register_client_commands(group: click.Group) -> None:

@@ -49,24 +49,32 @@ class Demand:
     seconds: float  # how long it holds them: the time left for a running job, the expected run for a queued one
 
 
-def start_estimate(total_gpus: float, running: Sequence[Demand], ahead: Sequence[Demand], need: float) -> float | None:
-    """Seconds until `need` GPUs may be free for a job behind `ahead` (first come, first served on aggregate
-    capacity), or None if it can never fit."""
-    if need > total_gpus + EPS:
-        return None
+def start_estimates(total_gpus: float, running: Sequence[Demand], queue: Sequence[Demand]) -> list[float | None]:
+    """Seconds until each job of `queue` (first come, first served on aggregate capacity) may start, in one pass:
+    entry i is None if job i can never fit."""
     free = total_gpus - sum(d.gpus for d in running)
     ends = [(d.seconds, d.gpus) for d in running]
     heapq.heapify(ends)
     now = 0.0
-    for job in (*ahead, Demand(need, 0.0)):
+    out: list[float | None] = []
+    for job in queue:
         if job.gpus > total_gpus + EPS:
+            out.append(None)
             continue  # it can never start; it does not hold anyone up
-        while free < job.gpus - EPS:
-            if not ends:  # nothing will free capacity
-                return None
+        while free < job.gpus - EPS and ends:
             now, gpus = heapq.heappop(ends)
             free += gpus
+        if free < job.gpus - EPS:  # nothing will free capacity: neither this job nor any behind it starts
+            out.extend([None] * (len(queue) - len(out)))
+            return out
+        out.append(now)
         if job.seconds > 0:
             free -= job.gpus
             heapq.heappush(ends, (now + job.seconds, job.gpus))
-    return now
+    return out
+
+
+def start_estimate(total_gpus: float, running: Sequence[Demand], ahead: Sequence[Demand], need: float) -> float | None:
+    """Seconds until `need` GPUs may be free for a job behind `ahead` (first come, first served on aggregate
+    capacity), or None if it can never fit."""
+    return start_estimates(total_gpus, running, [*ahead, Demand(need, 0.0)])[-1]

@@ -13,8 +13,8 @@ Everything the hot path touches is a flat numpy array indexed by GPU, node or li
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -22,10 +22,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-
-class SpecError(ValueError):
-    """A cluster spec, trace or flag that cannot be used; the message names what and where."""
-
+from scheduler.errors import SpecError
 
 # --------------------------------------------------------------------------------------------------------------------
 # Hardware catalog

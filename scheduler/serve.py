@@ -6,9 +6,12 @@ only kind of module in `scheduler/` allowed to reach up into `policies` and `web
 from __future__ import annotations
 
 import logging
+import shlex
+import shutil
 import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scheduler.model import PRESETS, Cluster, ClusterSpec, NodeGroupSpec, NodeTypeSpec, SpecError, build_cluster
@@ -74,6 +77,42 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Con
                       tick_s=cfg.tick_s, preset=cfg.preset)
 
 
+def corral_command() -> str:
+    """How to run `corral` from the user's shell: plain `corral` if that is on PATH and is this installation, else
+    the absolute path of this installation's script (a venv's bin is usually not on PATH)."""
+    here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    if here is None or here.name != "corral":
+        here = Path(sys.executable).with_name("corral")
+    on_path = shutil.which("corral")
+    if on_path and here.exists() and Path(on_path).resolve() == here:
+        return "corral"
+    return shlex.quote(str(here))
+
+
+def gpus_text(cluster: Cluster) -> str:
+    """'4 nodes x 8 GPUs (32 GPUs)', or the per-node counts of a mixed cluster."""
+    per_node = [int((cluster.gpu_node == n).sum()) for n in range(cluster.num_nodes)]
+    if len(set(per_node)) == 1:
+        return f"{cluster.num_nodes} nodes x {per_node[0]} GPUs ({cluster.num_gpus} GPUs)"
+    return f"{cluster.num_nodes} nodes with {'+'.join(map(str, per_node))} GPUs ({cluster.num_gpus} GPUs)"
+
+
+def banner(cluster: Cluster, cfg: ServeConfig, policy: str, where: str, db_url: str, ray_address: str) -> str:
+    """What `corral serve` prints once it is up: where everything is, and the exact next commands."""
+    from scheduler.history import redact
+
+    corral = corral_command()
+    return (
+        f"\nCorral is serving {gpus_text(cluster)} ({cfg.preset}) with policy {policy}\n"
+        f"  dashboard: {where}/\n"
+        f"  API:       {where}/api/v1  (OpenAPI {where}/api/v1/openapi.json, Swagger UI {where}/api/docs)\n"
+        f"  database:  {redact(db_url)}\n  Ray:       {ray_address}\n"
+        f"  a token:   {corral} token create --user \"$(whoami)\" --admin\n"
+        f"  then:      export CORRAL_URL={where} CORRAL_TOKEN=<the token>; {corral} submit --name demo "
+        "--model ResNet-50-bs64 --gpus 1 --duration 60\n"
+    )
+
+
 def serve(cfg: ServeConfig) -> None:
     from waitress import create_server
 
@@ -108,16 +147,8 @@ def serve(cfg: ServeConfig) -> None:
 
         signal.signal(signal.SIGTERM, _terminate)
         where = f"http://{cfg.host}:{server.effective_port}"  # type: ignore[union-attr]
-        print(
-            f"\nCorral is serving {controller.cluster.num_nodes} nodes x {controller.cluster.num_gpus} GPUs "
-            f"({cfg.preset}) with policy {controller.policy_name}\n"
-            f"  API:       {where}/api/v1  (OpenAPI {where}/api/v1/openapi.json, Swagger UI {where}/api/docs)\n"
-            f"  database:  {url}\n  Ray:       {backend.address}\n"
-            f"  a token:   corral token create --user $USER --admin\n"
-            f"  then:      export CORRAL_URL={where} CORRAL_TOKEN=<the token>; corral submit --model ResNet-50-bs64 "
-            "--gpus 1 --duration 60\n",
-            file=sys.stderr, flush=True,
-        )
+        print(banner(controller.cluster, cfg, controller.policy_name, where, url, backend.address), file=sys.stderr,
+              flush=True)
         server.run()  # type: ignore[union-attr]
     except KeyboardInterrupt:
         log.info("shutting down")

@@ -5,6 +5,7 @@ the cluster view, models, policies and the OpenAPI document."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -16,8 +17,8 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 
 from scheduler.paths import log_path
-from scheduler.store import JobState, Store
-from scheduler.store.models import Allocation, ApiToken, Decision, Gpu, Job, Node, PolicyVersion
+from scheduler.store import JobState, Store, queries
+from scheduler.store.models import Allocation, Decision, Gpu, Job, Node, PolicyVersion
 from scheduler.store.queries import create_token
 from scheduler.workloads import catalog
 from web import create_app
@@ -97,14 +98,50 @@ def test_protected_routes_refuse_missing_or_bad_tokens(env: Env, header: str | N
     assert env.job_count() == 0
 
 
-def test_revoked_token_is_refused_once_the_cache_entry_expires(store: Store, corral_home: Path) -> None:
-    cached, uncached = make_env(store), make_env(store, CORRAL_TOKEN_TTL_S=0)
-    for e in (cached, uncached):
-        assert e.get("/jobs").status_code == 200  # warms the cache
+def test_a_revoked_token_is_refused_at_once_although_cached(store: Store, corral_home: Path) -> None:
+    """Two servers on one database (replicas, or the API and `corral token revoke`): a revocation written by either
+    stops the token on both at the next request, despite the token cache."""
+    one = make_env(store)
+    other = make_env(store)
+    other.tokens = one.tokens
+    for e in (one, other):
+        assert e.get("/jobs", "bob").status_code == 200  # warms both caches
     with store.session() as s:
-        s.execute(update(ApiToken).values(revoked=True))
-    assert cached.get("/jobs").status_code == 200  # within the 30 s the cache trusts
-    assert uncached.get("/jobs").status_code == 401
+        (tok,) = queries.find_tokens(s, one.tokens["bob"][: len(queries.TOKEN_PREFIX) + 6])
+        queries.revoke_token(s, tok)  # what `corral token revoke` does, on the database
+    assert one.get("/jobs", "bob").status_code == 401 and other.get("/jobs", "bob").status_code == 401
+    assert one.get("/jobs", "alice").status_code == 200  # nobody else's token is affected
+
+
+def test_admins_list_and_revoke_tokens_through_the_api(env: Env) -> None:
+    assert env.get("/tokens", "alice").status_code == 403
+    listing = env.get("/tokens", "root")
+    assert listing.status_code == 200
+    rows = listing.json["tokens"]
+    assert [r["user"] for r in rows] == ["alice", "bob", "root"] and rows[2]["admin"]
+    for token in env.tokens.values():  # never the token itself, only its first characters
+        assert token not in listing.get_data(as_text=True)
+    bob = rows[1]
+    assert env.get("/jobs", "bob").status_code == 200  # cached from here on
+    assert env.client.delete(f"{API}/tokens/{bob['id']}", headers=env.auth("alice")).status_code == 403
+    resp = env.client.delete(f"{API}/tokens/{bob['id']}", headers=env.auth("root"))
+    assert resp.status_code == 200 and resp.json["revoked"] and resp.json["revoked_at"] is not None
+    assert env.get("/jobs", "bob").status_code == 401
+    assert env.client.delete(f"{API}/tokens/99999", headers=env.auth("root")).status_code == 404
+
+
+def test_no_token_ever_reaches_a_log_line(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with env.store.session() as s:
+        fresh = create_token(s, "erin")
+    env.get("/jobs", "alice")
+    env.client.get(f"{API}/jobs", headers={"Authorization": f"Bearer {fresh}x"})  # a wrong one
+    env.client.get(f"{API}/jobs", headers={"Authorization": f"Bearer {fresh}"})
+    env.client.delete(f"{API}/tokens/1", headers=env.auth("root"))
+    env.get("/jobs", "alice")  # refused now
+    text = caplog.text
+    for token in (*env.tokens.values(), fresh):
+        assert token not in text and token[len(queries.TOKEN_PREFIX):] not in text
 
 
 def test_openapi_document_lists_every_path_with_bearer_auth(env: Env) -> None:

@@ -1,8 +1,10 @@
-"""`corral simulate` end to end: output, JSON keys, plot, and one clear error (no traceback) for each bad input."""
+"""`corral simulate` end to end: output, JSON keys, plot, and one clear error (no traceback) for each bad input; and
+the banner `corral serve` prints."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,30 @@ def test_bad_traces_name_the_file_and_line(tmp_path: Path, body: str, message: s
 def test_missing_trace_file(tmp_path: Path) -> None:
     code, output = run("simulate", "--trace", str(tmp_path / "nope.csv"), "--cluster", "dgx-a100:1")
     assert code == 1 and "nope.csv" in output
+
+
+# ---- corral serve's banner ----------------------------------------------------------------------------------------
+
+
+def test_serve_banner_counts_gpus_per_node_and_gives_working_commands(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler.serve import ServeConfig, banner, build_live_cluster
+
+    script = tmp_path / "venv" / "bin" / "corral"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "serve"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the venv's bin is not on PATH, as after `make run`
+    text = banner(build_live_cluster("dgx-a100", [8, 8, 8, 8]), ServeConfig(), "rl:default", "http://127.0.0.1:8080",
+                  "postgresql+psycopg://corral:s3cret@db/corral", "10.0.0.1:6379")
+    assert "4 nodes x 8 GPUs (32 GPUs) (dgx-a100)" in text
+    assert "dashboard: http://127.0.0.1:8080/\n" in text
+    assert f"a token:   {script} token create --user \"$(whoami)\" --admin" in text
+    assert f"{script} submit" in text
+    assert "s3cret" not in text and "corral:***@db" in text
+
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin")  # now plain `corral` is this installation
+    mixed = banner(build_live_cluster("dgx-a100", [8, 4]), ServeConfig(), "tiresias", "http://h:1", "sqlite:///x.db",
+                   "local")
+    assert "2 nodes with 8+4 GPUs (12 GPUs)" in mixed and "a token:   corral token create" in mixed

@@ -21,7 +21,7 @@ from scheduler.cli import main
 from scheduler.client import ClientError, CorralClient
 from scheduler.paths import log_path
 from scheduler.store import JobState, Store
-from scheduler.store.models import Allocation, Gpu, Job, Node
+from scheduler.store.models import Allocation, Gpu, Job, Node, User
 from scheduler.store.queries import create_token
 from web import create_app
 
@@ -245,3 +245,125 @@ def test_client_error_carries_status_and_field_errors(server: Server) -> None:
     again, created_again = client.submit({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1,
                                           "duration_s": 1, "client_token": "k"})
     assert (created, created_again, again["id"]) == (True, False, job["id"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["--user", "--admin"],  # `--user $USER --admin` with USER unset: click would take "--admin" as the name
+    ["--user", ""],
+    ["--user", "-rf"],
+    ["--user", "a b"],
+    ["--user", "<script>"],
+])
+def test_token_create_refuses_bad_user_names(server: Server, argv: list[str]) -> None:
+    err = failure(CliRunner().invoke(main, ["token", "create", *argv]), code=2)
+    assert "--user" in err
+    with server.store.session() as s:
+        assert [u.name for u in s.scalars(select(User))] == ["alice"]  # the fixture's user, nobody new
+
+
+def test_token_list_revoke_and_expiry(server: Server) -> None:
+    runner = CliRunner()
+    carol = runner.invoke(main, ["token", "create", "--user", "carol.k_1", "--expires", "1h"]).stdout.strip()
+    assert CorralClient(server.url, carol).jobs()["total"] == 0  # authenticates, and is now in the server's cache
+    listing = runner.invoke(main, ["token", "list"])
+    assert listing.exit_code == 0 and "carol.k_1" in listing.stdout and "active" in listing.stdout
+    assert carol not in listing.stdout and server.token not in listing.stdout  # prefixes only
+    rows = json.loads(runner.invoke(main, ["token", "list", "--json"]).stdout)
+    mine = next(r for r in rows if r["user"] == "carol.k_1")
+    assert mine["expires_at"] == pytest.approx(time.time() + 3600, abs=60) and carol.startswith(mine["prefix"])
+
+    revoked = runner.invoke(main, ["token", "revoke", mine["prefix"]])
+    assert revoked.exit_code == 0 and f"revoked token {mine['id']}" in revoked.stdout
+    with pytest.raises(ClientError) as info:  # at once, although the server had cached it
+        CorralClient(server.url, carol).jobs()
+    assert info.value.status == 401
+    assert "revoked" in runner.invoke(main, ["token", "list"]).stdout
+    assert "no token 'corral_nope'" in failure(runner.invoke(main, ["token", "revoke", "corral_nope"]))
+    assert "--expires" in failure(runner.invoke(main, ["token", "create", "--user", "x", "--expires", "soon"]), 2)
+
+    expired = runner.invoke(main, ["token", "create", "--user", "dan", "--expires", "1s"]).stdout.strip()
+    time.sleep(1.2)
+    with pytest.raises(ClientError) as info:
+        CorralClient(server.url, expired).jobs()
+    assert info.value.status == 401 and "expired" in str(info.value)
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("localhost:8080", "is not an http(s) URL"),
+    ("127.0.0.1:8080", "is not an http(s) URL"),
+    ("http://127.0.0.1:8080/api/v1", "ends with /api/v1: give the server's base URL (http://127.0.0.1:8080)"),
+])
+def test_a_malformed_server_url_is_one_line(url: str, says: str) -> None:
+    err = failure(CliRunner().invoke(main, ["jobs"], env={"CORRAL_URL": url, "CORRAL_TOKEN": "t"}))
+    assert says in err
+
+
+def test_cancel_of_a_finished_job_fails_saying_so(server: Server) -> None:
+    jid = submit(server)
+    with server.store.session() as s:
+        job = s.get(Job, jid)
+        assert job is not None
+        job.state, job.finished_at = JobState.SUCCEEDED, time.time()
+    err = failure(corral(server, "cancel", str(jid)))
+    assert f"job {jid} already succeeded" in err
+    with server.store.session() as s:  # nothing was requested of the controller
+        job = s.get(Job, jid)
+        assert job is not None and not job.cancel_requested and job.state == JobState.SUCCEEDED
+
+
+def test_jobs_and_show_give_queue_position_start_estimate_preemptions_and_failure(server: Server) -> None:
+    now = time.time()
+    with server.store.session() as s:
+        node = Node(name="node-a", index=0, preset="dgx-v100", alive=True, updated_at=now)
+        node.gpus = [Gpu(index=i, local_index=i, gpu_type="V100-32GB", mem_gb=32.0) for i in range(2)]
+        s.add(node)
+    running = submit(server)  # 2 GPUs for 60 s: the whole cluster
+    waiting = submit(server)
+    failed = submit(server)
+    with server.store.session() as s:
+        job = s.get(Job, running)
+        assert job is not None
+        job.state, job.attempt, job.progress, job.predicted_slowdown, job.preemptions = (
+            JobState.RUNNING, 1, 0.5, 1.0, 2)
+        gone = s.get(Job, failed)
+        assert gone is not None
+        gone.state, gone.finished_at, gone.error = JobState.FAILED, now, "node node-a was lost (restart policy fail)"
+    table = ok(server, "jobs")
+    header = table.splitlines()[0].split()
+    assert header[7:10] == ["queue", "starts", "preempted"]
+    row = next(ln for ln in table.splitlines() if ln.split()[0] == str(waiting))
+    assert "#1" in row and "in ~30 s" in row  # behind the running job's remaining 30 s
+    assert " 2 " in next(ln for ln in table.splitlines() if ln.split()[0] == str(running))
+    assert "node node-a was lost" in next(ln for ln in table.splitlines() if ln.split()[0] == str(failed))
+
+    shown = ok(server, "show", str(waiting))
+    assert "queue position     #1" in shown and "start estimate     in ~30 s" in shown
+    assert "preemptions 2" in ok(server, "show", str(running))
+    assert "failure reason     node node-a was lost" in ok(server, "show", str(failed))
+
+
+def test_models_and_policy(server: Server) -> None:
+    out = ok(server, "models")
+    assert "ResNet-50-bs64" in out and "BERT" in out
+    assert {m["name"] for m in json.loads(ok(server, "models", "--json"))} >= {"ResNet-50-bs64", "MoE"}
+    shown = ok(server, "policy")
+    assert "active policy: (the controller default)" in shown and "tiresias" in shown
+    err = failure(corral(server, "policy", "tiresias"))  # alice is not an admin
+    assert "HTTP 403" in err
+    with server.store.session() as s:
+        root = create_token(s, "root", admin=True)
+    assert ok(server, "policy", "tiresias", token=root).strip() == "active policy: tiresias"
+    assert "active policy: tiresias" in ok(server, "policy")
+    assert "name:" in failure(corral(server, "policy", "no-such-policy", token=root))
+
+
+def test_client_commands_import_no_database_or_numerics() -> None:
+    """`corral jobs` and friends only talk HTTP: importing the CLI must not pull in SQLAlchemy, Alembic, numpy, torch
+    or Ray (they cost ~1.8 s of CPU per call)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, scheduler.cli; heavy = {'sqlalchemy', 'alembic', 'numpy', 'torch', 'ray', 'scipy', "
+            "'pydantic', 'flask'}; print(sorted({m.split('.')[0] for m in sys.modules} & heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

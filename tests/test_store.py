@@ -3,13 +3,15 @@ stored hashed, idempotent submission and the cancel race behave."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, select, text
 
 from scheduler.store import JobState, Store, queries
-from scheduler.store.models import ApiToken, Base, Job, JobEvent
+from scheduler.store.models import ApiToken, Base, Job, JobEvent, User
 
 EMULATED = {"name": "a", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 10.0}
 
@@ -63,9 +65,34 @@ def test_tokens_are_stored_hashed_and_authenticate(store: Store) -> None:
     with store.session() as s:
         stored = s.scalars(select(ApiToken)).one()
         assert token not in (stored.token_hash, stored.prefix) and stored.token_hash == queries.hash_token(token)
-        user = queries.user_for_token(s, token)
-        assert user is not None and user.name == "carol" and user.admin
+        found = queries.user_for_token(s, token)
+        assert found is not None and found[0].name == "carol" and found[0].admin and found[1] is None
         assert queries.user_for_token(s, token + "x") is None
+
+
+@pytest.mark.parametrize("name", ["", "--admin", "-x", "a b", "al/ice", "<b>", "x" * 65])
+def test_bad_user_names_are_refused_and_create_nothing(store: Store, name: str) -> None:
+    with pytest.raises(ValueError, match="must not be empty|starts with '-'|letters, digits"):
+        with store.session() as s:
+            queries.create_token(s, name, admin=True)
+    assert count(store, User) == 0 and count(store, ApiToken) == 0
+
+
+def test_revoked_and_expired_tokens_do_not_authenticate(store: Store) -> None:
+    with store.session() as s:
+        live = queries.create_token(s, "dave", expires_at=time.time() + 3600)
+        expired = queries.create_token(s, "dave", expires_at=time.time() - 1)
+        revoked = queries.create_token(s, "dave")
+    with store.session() as s:
+        (tok,) = queries.find_tokens(s, revoked[: len(queries.TOKEN_PREFIX) + 6])
+        queries.revoke_token(s, tok)
+    with store.session() as s:
+        assert queries.user_for_token(s, live) is not None
+        assert queries.user_for_token(s, expired) is None
+        assert queries.user_for_token(s, revoked) is None
+        listed = queries.list_tokens(s)
+        assert [t.revoked for t in listed] == [False, False, True] and listed[2].revoked_at is not None
+        assert all(t.user.name == "dave" for t in listed)
 
 
 def test_cancel_loses_the_race_to_a_placement(store: Store) -> None:

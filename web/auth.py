@@ -2,7 +2,10 @@
 
 Every protected blueprint runs `authenticate` before its views. Token lookups are cached in memory for `TOKEN_TTL_S`:
 a submission then costs one write and no token query, which is what lets SQLite take hundreds of submissions a second.
-The price is that a revoked token keeps working for up to that long in a running server.
+Revocation still takes effect at once: each request first reads how many tokens are revoked and the newest revocation
+time (one single-row aggregate over the small token table: no join, no ORM), and the cache is dropped when either
+changed. A token revoked with `corral token revoke`, through the API or through another replica stops working on the
+next request. An expired token is refused on the first request after its expiry, cached or not.
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ from dataclasses import dataclass
 
 from flask import Flask, current_app, g, request
 from flask_smorest import Blueprint, abort
+from sqlalchemy import func, select
 
 from scheduler.store import Store
+from scheduler.store.models import ApiToken
 from scheduler.store.queries import hash_token, user_for_token
 
 TOKEN_TTL_S = 30.0
+REVOCATION_POLL_S = 0.0  # check on every request; raise it to trade revocation delay for one query less
 CACHE_KEY = "corral.token_cache"
 SECURITY_SCHEME = "bearerAuth"
 
@@ -29,25 +35,31 @@ class Principal:
     id: int
     name: str
     admin: bool
+    expires_at: float | None = None  # the token's expiry (wall clock), None if it never expires
 
 
 class TokenCache:
     """Token hash → (expiry, principal). Unknown tokens are not cached, so a token created a moment ago works at once."""
 
-    def __init__(self, ttl_s: float = TOKEN_TTL_S) -> None:
+    def __init__(self, ttl_s: float = TOKEN_TTL_S, poll_s: float = REVOCATION_POLL_S) -> None:
         self.ttl_s = ttl_s
+        self.poll_s = poll_s
         self._entries: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()
+        self._polled_at = -float("inf")
+        self._last_revocation: tuple[object, ...] | None = None
 
     def get(self, token_hash: str) -> Principal | None:
         with self._lock:
             entry = self._entries.get(token_hash)
             if entry is None:
                 return None
-            if entry[0] < time.monotonic():
+            principal = entry[1]
+            expired = principal.expires_at is not None and principal.expires_at <= time.time()
+            if entry[0] < time.monotonic() or expired:
                 del self._entries[token_hash]
                 return None
-            return entry[1]
+            return principal
 
     def put(self, token_hash: str, principal: Principal) -> None:
         with self._lock:
@@ -56,6 +68,20 @@ class TokenCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+    def sync_revocations(self, store: Store) -> None:
+        """Drop every cached token when the store's revocations changed (checked at most every `poll_s`)."""
+        now = time.monotonic()
+        if now - self._polled_at < self.poll_s:
+            return
+        with store.engine.connect() as conn:  # how many are revoked, and when the last was: either moves on a revoke
+            newest = tuple(conn.execute(select(func.count(), func.max(ApiToken.revoked_at))
+                                        .where(ApiToken.revoked.is_(True))).one())
+        with self._lock:
+            self._polled_at = now
+            if newest != self._last_revocation:
+                self._last_revocation = newest
+                self._entries.clear()
 
 
 def init_app(app: Flask, ttl_s: float = TOKEN_TTL_S) -> None:
@@ -68,16 +94,18 @@ def _unauthorized(message: str) -> None:
 
 def lookup(token: str) -> Principal | None:
     cache: TokenCache = current_app.extensions[CACHE_KEY]
+    store: Store = current_app.extensions["corral.store"]
+    cache.sync_revocations(store)
     key = hash_token(token)
     principal = cache.get(key)
     if principal is not None:
         return principal
-    store: Store = current_app.extensions["corral.store"]
     with store.session() as s:
-        user = user_for_token(s, token)
-        if user is None:
+        found = user_for_token(s, token)
+        if found is None:
             return None
-        principal = Principal(user.id, user.name, user.admin)
+        user, expires_at = found
+        principal = Principal(user.id, user.name, user.admin, expires_at)
     cache.put(key, principal)
     return principal
 
@@ -90,7 +118,7 @@ def authenticate() -> None:
         _unauthorized("missing bearer token: send 'Authorization: Bearer TOKEN' (create one with `corral token create`)")
     principal = lookup(token)
     if principal is None:
-        _unauthorized("invalid or revoked token")
+        _unauthorized("invalid, revoked or expired token")
     g.principal = principal
 
 

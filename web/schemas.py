@@ -148,6 +148,9 @@ class JobSchema(Schema):
     pending_reason = fields.String(allow_none=True)
     queue_position = fields.Integer(allow_none=True, metadata={
         "description": "pending jobs: place in the queue, 1 first, in submission order"})
+    start_estimate_s = fields.Float(allow_none=True, metadata={
+        "description": "pending jobs: about how many seconds until enough GPUs free up (first come, first served on "
+                       "aggregate capacity; a rough estimate), null if unknown or it can never fit"})
     exit_code = fields.Integer(allow_none=True)
     error = fields.String(allow_none=True)
     allocation = fields.List(fields.Nested(AllocationSchema), metadata={
@@ -264,6 +267,23 @@ class PoliciesSchema(Schema):
 
 class ActivePolicySchema(Schema):
     active = fields.String()
+
+
+class TokenSchema(Schema):
+    """A token as listings show it: never the token itself (only its hash is stored), its first characters instead."""
+
+    id = fields.Integer()
+    prefix = fields.String(metadata={"description": "the token's first characters, as `corral token list` prints"})
+    user = fields.String()
+    admin = fields.Boolean(metadata={"description": "whether the token's user is an admin"})
+    created_at = fields.Float()
+    expires_at = fields.Float(allow_none=True)
+    revoked = fields.Boolean()
+    revoked_at = fields.Float(allow_none=True)
+
+
+class TokenListSchema(Schema):
+    tokens = fields.List(fields.Nested(TokenSchema))
 
 
 class HealthSchema(Schema):

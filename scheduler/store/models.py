@@ -8,39 +8,16 @@ tables; `tests/test_store.py` checks the two agree.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from scheduler.states import JobState, JobType, RestartPolicy  # noqa: F401 (re-exported: the store's vocabulary)
+
 
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON, float: Float(precision=53)}
-
-
-class JobState(StrEnum):
-    """A live job's state, as the API reports it (the simulator's `scheduler.model.JobState` has no failures)."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-
-class JobType(StrEnum):
-    EMULATED = "emulated"  # runs for the time the contention model predicts for its placement (demos, tests)
-    COMMAND = "command"  # a real entrypoint, run by a shell
-
-
-class RestartPolicy(StrEnum):
-    REQUEUE = "requeue"  # a lost or preempted run goes back to the queue (up to max_restarts losses)
-    FAIL = "fail"  # a lost run fails the job
 
 
 class User(Base):
@@ -65,6 +42,8 @@ class ApiToken(Base):
     prefix: Mapped[str] = mapped_column(String(16))  # the first characters, to tell tokens apart in listings
     created_at: Mapped[float]
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    revoked_at: Mapped[float | None]
+    expires_at: Mapped[float | None]  # None: never expires
 
     user: Mapped[User] = relationship(back_populates="tokens")
 

@@ -7,6 +7,7 @@ request that fails validation half-way stores nothing.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 from collections.abc import Collection, Sequence
@@ -35,11 +36,27 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+# Letters, digits, `.`, `_` and `-`, not starting with `-`: a name can never be mistaken for a command-line flag
+# (`--user $USER --admin` with USER unset would otherwise create a user called "--admin").
+USER_NAME = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,63}")
+
+
+def check_user_name(name: str) -> str:
+    """`name` if it is a valid user name, else ValueError saying what is wrong with it."""
+    if not name:
+        raise ValueError("must not be empty")
+    if name.startswith("-"):
+        raise ValueError(f"{name!r} starts with '-': is a shell variable unset before a flag?")
+    if not USER_NAME.fullmatch(name):
+        raise ValueError(f"{name!r}: use 1 to 64 letters, digits, '.', '_' or '-'")
+    return name
+
+
 def ensure_user(s: Session, name: str, *, admin: bool = False) -> User:
     """The user called `name`, created if new; `admin=True` promotes an existing user (never demotes)."""
     user = s.scalars(select(User).where(User.name == name)).one_or_none()
     if user is None:
-        user = User(name=name, admin=admin, created_at=time.time())
+        user = User(name=check_user_name(name), admin=admin, created_at=time.time())
         s.add(user)
         s.flush()
     elif admin and not user.admin:
@@ -47,19 +64,50 @@ def ensure_user(s: Session, name: str, *, admin: bool = False) -> User:
     return user
 
 
-def create_token(s: Session, user_name: str, *, admin: bool = False) -> str:
+def create_token(s: Session, user_name: str, *, admin: bool = False, expires_at: float | None = None) -> str:
     """A new bearer token for `user_name` (created if new). Only its hash is stored: show the token once."""
     user = ensure_user(s, user_name, admin=admin)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     s.add(ApiToken(user_id=user.id, token_hash=hash_token(token), prefix=token[: len(TOKEN_PREFIX) + 6],
-                   created_at=time.time()))
+                   created_at=time.time(), expires_at=expires_at))
     return token
 
 
-def user_for_token(s: Session, token: str) -> User | None:
-    return s.scalars(
-        select(User).join(ApiToken).where(ApiToken.token_hash == hash_token(token), ApiToken.revoked.is_(False))
+def token_usable(revoked: bool, expires_at: float | None, now: float | None = None) -> bool:
+    return not revoked and (expires_at is None or expires_at > (time.time() if now is None else now))
+
+
+def user_for_token(s: Session, token: str) -> tuple[User, float | None] | None:
+    """(the token's user, the token's expiry) if the token exists, is not revoked and has not expired."""
+    row = s.execute(
+        select(User, ApiToken.revoked, ApiToken.expires_at).join(ApiToken)
+        .where(ApiToken.token_hash == hash_token(token))
     ).one_or_none()
+    if row is None or not token_usable(row.revoked, row.expires_at):
+        return None
+    return row.User, row.expires_at
+
+
+def list_tokens(s: Session, *, user_id: int | None = None) -> list[ApiToken]:
+    """Every token (never the token itself: only its prefix), oldest first, with its user loaded."""
+    query = select(ApiToken).options(selectinload(ApiToken.user)).order_by(ApiToken.id)
+    if user_id is not None:
+        query = query.where(ApiToken.user_id == user_id)
+    return list(s.scalars(query))
+
+
+def find_tokens(s: Session, key: str) -> list[ApiToken]:
+    """Tokens named by `key`: a numeric id, or a prefix as `corral token list` prints it (`corral_AbC123`)."""
+    if key.isdigit():
+        return [t for t in [s.get(ApiToken, int(key))] if t is not None]
+    return list(s.scalars(select(ApiToken).where(ApiToken.prefix == key).options(selectinload(ApiToken.user))))
+
+
+def revoke_token(s: Session, token: ApiToken) -> ApiToken:
+    if not token.revoked:
+        token.revoked = True
+        token.revoked_at = time.time()
+    return token
 
 
 def add_event(s: Session, job_id: int, kind: str, message: str = "", *, at: float | None = None,

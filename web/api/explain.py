@@ -13,7 +13,7 @@ from flask_smorest import Blueprint, abort
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.explain import Demand, start_estimate
+from scheduler.explain import Demand, start_estimates
 from scheduler.store import JobState
 from scheduler.store import queries as q
 from scheduler.store.models import Decision, Gpu, Job
@@ -27,13 +27,15 @@ def _remaining_s(job: Job) -> float:
     return max(0.0, job.duration_s * (1.0 - job.progress)) * (job.predicted_slowdown or 1.0)
 
 
-def _estimate(s: Session, job: Job) -> float | None:
+def queue_start_estimates(s: Session) -> dict[int, float | None]:
+    """Every pending job's start estimate (seconds from now, None if it can never start), in one pass over the queue
+    in submission order."""
     total = float(len(s.scalars(select(Gpu.id)).all()))
     running = s.scalars(select(Job).where(Job.state == JobState.RUNNING)).all()
-    ahead = s.scalars(select(Job).where(Job.state == JobState.PENDING, (Job.submitted_at < job.submitted_at) | (
-        (Job.submitted_at == job.submitted_at) & (Job.id < job.id))).order_by(Job.submitted_at, Job.id)).all()
-    return start_estimate(total, [Demand(j.num_gpus, _remaining_s(j)) for j in running],
-                          [Demand(j.num_gpus, j.duration_s) for j in ahead], job.num_gpus)
+    queue = s.scalars(select(Job).where(Job.state == JobState.PENDING).order_by(Job.submitted_at, Job.id)).all()
+    starts = start_estimates(total, [Demand(j.num_gpus, _remaining_s(j)) for j in running],
+                             [Demand(j.num_gpus, j.duration_s) for j in queue])
+    return {j.id: start for j, start in zip(queue, starts, strict=True)}
 
 
 def _decision_json(d: Decision) -> dict[str, Any]:
@@ -84,7 +86,7 @@ def blueprint(prefix: str) -> Blueprint:
                                .order_by(Decision.id.desc()).limit(1)).first()
             decision = _decision_json(placed) if placed is not None else None
             position = q.queue_positions(s).get(job_id) if job.state == JobState.PENDING else None
-            estimate = _estimate(s, job) if job.state == JobState.PENDING else None
+            estimate = queue_start_estimates(s).get(job.id) if job.state == JobState.PENDING else None
             placement = None
             neighbours: list[dict[str, Any]] = []
             allocs = q.current_allocations(s, [job]).get(job_id, [])

@@ -17,6 +17,7 @@ from scheduler.store import JobState, JobType
 from scheduler.store import queries as q
 from scheduler.store.models import Allocation, Job, User
 from web.api.context import notify, store, write_session
+from web.api.explain import queue_start_estimates
 from web.auth import caller, protect, require_owner
 from web.schemas import (
     DEFAULT_COMMAND_DURATION_S,
@@ -41,11 +42,12 @@ RANK_LOG = re.compile(r"rank-(\d+)\.log")
 TAIL_BLOCK = 64 * 1024
 
 
-def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (),
-             positions: dict[int, int] | None = None) -> dict[str, Any]:
+def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (), positions: dict[int, int] | None = None,
+             estimates: dict[int, float | None] | None = None) -> dict[str, Any]:
     body = {c: getattr(job, c) for c in JOB_COLUMNS}
     body["user"] = user
     body["queue_position"] = (positions or {}).get(job.id)
+    body["start_estimate_s"] = (estimates or {}).get(job.id)
     body["allocation"] = [
         {"rank": a.rank, "node": a.node, "gpu": a.gpu, "local_gpu": a.local_gpu, "share": a.share} for a in allocations
     ]
@@ -62,8 +64,9 @@ def _job_or_404(s: Session, job_id: int) -> Job:
 
 def _full_json(s: Session, job: Job) -> dict[str, Any]:
     allocs = q.current_allocations(s, [job]).get(job.id, [])
-    positions = q.queue_positions(s) if job.state == JobState.PENDING else None
-    return job_json(job, q.user_names(s, [job.user_id])[job.user_id], allocs, positions)
+    pending = job.state == JobState.PENDING
+    return job_json(job, q.user_names(s, [job.user_id])[job.user_id], allocs,
+                    q.queue_positions(s) if pending else None, queue_start_estimates(s) if pending else None)
 
 
 def tail_lines(path: Path, lines: int) -> str:
@@ -128,8 +131,10 @@ def blueprint(prefix: str) -> Blueprint:
                                       offset=args["offset"])
             names = q.user_names(s, [j.user_id for j in jobs])
             allocs = q.current_allocations(s, [j for j in jobs if j.state == JobState.RUNNING])
-            positions = q.queue_positions(s) if any(j.state == JobState.PENDING for j in jobs) else None
-            return {"jobs": [job_json(j, names[j.user_id], allocs.get(j.id, []), positions) for j in jobs],
+            pending = any(j.state == JobState.PENDING for j in jobs)
+            positions = q.queue_positions(s) if pending else None
+            estimates = queue_start_estimates(s) if pending else None
+            return {"jobs": [job_json(j, names[j.user_id], allocs.get(j.id, []), positions, estimates) for j in jobs],
                     "total": total}
 
     @blp.route("/jobs/<int:job_id>", methods=["GET"])

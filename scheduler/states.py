@@ -1,0 +1,30 @@
+"""A live job's state, kind and restart policy: plain enums shared by the store, the API and the command line. They
+live apart from the store's tables so that the HTTP client commands can use them without importing SQLAlchemy."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    """A live job's state, as the API reports it (the simulator's `scheduler.model.JobState` has no failures)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class JobType(StrEnum):
+    EMULATED = "emulated"  # runs for the time the contention model predicts for its placement (demos, tests)
+    COMMAND = "command"  # a real entrypoint, run by a shell
+
+
+class RestartPolicy(StrEnum):
+    REQUEUE = "requeue"  # a lost or preempted run goes back to the queue (up to max_restarts losses)
+    FAIL = "fail"  # a lost run fails the job
