@@ -36,6 +36,7 @@ from agents.scenarios import Scenario, scale_to_load, trace_jobs
 from agents.train import (
     BASELINES,
     TrainConfig,
+    activation_hint,
     baseline_metrics,
     command_line,
     env_kwargs,
@@ -43,6 +44,7 @@ from agents.train import (
     make_eval_callback,
     report_paths,
     save_reports,
+    training_logger,
     write_eval,
 )
 from scheduler.history import MIN_JOBS_TRAIN, History, HistoryError, read_history, write_trace_csv
@@ -51,7 +53,6 @@ from scheduler.serve import build_live_cluster
 from scheduler.store import Store
 from scheduler.traces import window, window_starts
 
-DEFAULT_OUT = Path("agents/zoo/history.zip")  # never the shipped default.zip unless asked for
 TRAIN_SCENARIOS = 64
 
 
@@ -173,7 +174,7 @@ def _start_from(cfg: TrainConfig, model: Any, base: str | None, train_scenarios:
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
-def train_from_history(db_url: str | None, out: Path = DEFAULT_OUT, progress: bool = True,
+def train_from_history(db_url: str | None, out: Path, progress: bool = True,
                        log: Callable[[str], None] = print, **train_kwargs: Any) -> dict[str, Any]:
     """Fine-tune the active policy on the store's history; returns the sidecar metadata written next to the agent."""
     import torch
@@ -214,8 +215,9 @@ def train_from_history(db_url: str | None, out: Path = DEFAULT_OUT, progress: bo
     model = MaskablePPO(
         "MlpPolicy", env, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps, batch_size=cfg.batch_size,
         gamma=cfg.gamma, ent_coef=cfg.ent_coef, clip_range=cfg.clip_range, seed=cfg.seed, device="cpu",
-        tensorboard_log=str(cfg.tensorboard) if cfg.tensorboard else None, policy_kwargs={"net_arch": [64, 64]},
+        policy_kwargs={"net_arch": [64, 64]},
     )
+    model.set_logger(training_logger(cfg))
     try:
         start = _start_from(cfg, model, base, train_scenarios, log)
         best_dir = cfg.out.parent / f".{cfg.out.stem}.best"
@@ -251,6 +253,5 @@ def train_from_history(db_url: str | None, out: Path = DEFAULT_OUT, progress: bo
         "eval_report": paths["eval"].name,
         "learning_curve": paths["curve"].name,
     }
-    save_reports(cfg, paths, meta, scenarios, baselines, rows, wall, log,
-                 f"; make it active with PUT /api/v1/policies/active {{\"name\": \"rl:{cfg.out}\"}}")
+    save_reports(cfg, paths, meta, scenarios, baselines, rows, wall, log, activation_hint(cfg.out))
     return meta

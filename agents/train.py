@@ -30,6 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agents.scenarios import SYNTHETIC, Scenario, check_workloads, held_out
+from policies.agent_files import sha256_of
 from scheduler.model import PRESETS, SpecError
 from scheduler.simulator import Simulator
 
@@ -51,7 +52,7 @@ class TrainConfig(BaseModel):
     load: tuple[float, float] = (0.6, 1.0)
     n_envs: int = Field(2, ge=1, le=64)
     seed: int = Field(0, ge=0, le=2**31 - 1)
-    out: Path = Path("agents/zoo/default.zip")
+    out: Path = Field(default_factory=lambda: default_out("corral"))
     tensorboard: Path | None = None
     eval_freq: int = Field(0, ge=0)  # timesteps between evaluations; 0 = a tenth of the run
     eval_scenarios: int = Field(3, ge=1, le=100)  # held-out scenarios per workload
@@ -282,6 +283,44 @@ def report_paths(out: Path) -> dict[str, Path]:
     return {"meta": out.with_suffix(".json"), "eval": Path(f"{stem}.eval.json"), "curve": Path(f"{stem}.curve.png")}
 
 
+def training_logger(cfg: TrainConfig) -> Any:
+    """The model's logger: TensorBoard files under `--tensorboard` when asked for, else none at all. (Left to itself,
+    stable-baselines3 makes a `SB3-<date>` folder in the system's temporary directory on every `learn()`.)"""
+    from stable_baselines3.common.logger import Logger, configure
+
+    if cfg.tensorboard is not None:
+        return configure(str(cfg.tensorboard / cfg.out.stem), ["tensorboard"])
+    return Logger(folder=None, output_formats=[])
+
+
+def default_out(kind: str) -> Path:
+    """A new agent's path when `--out` is not given: `$CORRAL_HOME/agents/KIND-YYYYmmdd-HHMMSS.zip`, never the shipped
+    agents/zoo (a training run must not replace the agent the service runs unless someone asks for exactly that)."""
+    from scheduler.paths import agents_dir
+
+    return agents_dir() / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.zip"
+
+
+def activation_hint(out: Path, prefix: str = "rl") -> str:
+    """How to make the saved agent the live service's policy: the API takes agents by name, from the agent
+    directories only."""
+    from policies.agent_files import agent_dirs
+
+    name = f"{prefix}:{out.stem}"
+    if out.resolve().parent in [d.resolve() for d in agent_dirs()]:
+        return f"; make it active with `corral policy {name}` (or PUT /api/v1/policies/active {{\"name\": \"{name}\"}})"
+    return (f"; to serve it, an admin copies {out} and its .json into {agent_dirs()[-1]} and runs "
+            f"`corral policy {name}`")
+
+
+def check_out(out: Path, force: bool) -> None:
+    """Refuse to overwrite an existing agent (its archive or any file of its report) unless `force`."""
+    taken = [p for p in (out, *report_paths(out).values()) if p.exists()]
+    if taken and not force:
+        raise SpecError(f"--out {out}: {', '.join(str(p) for p in taken)} already exist(s); pass --force to "
+                        "overwrite, or choose another --out")
+
+
 def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train, evaluate, save the best agent and its report. Returns the metadata written next to the model."""
     import torch
@@ -321,9 +360,9 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     model = algo_cls(
         "MlpPolicy", env, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps, batch_size=cfg.batch_size,
         gamma=cfg.gamma, ent_coef=cfg.ent_coef, clip_range=cfg.clip_range, seed=cfg.seed, device="cpu",
-        tensorboard_log=str(cfg.tensorboard) if cfg.tensorboard else None,
         policy_kwargs={"net_arch": [64, 64]},
     )
+    model.set_logger(training_logger(cfg))
     warm: dict[str, float] | None = None
     if cfg.warm_start != "none":
         warm = warm_start(cfg, model, log)
@@ -356,13 +395,15 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
         "eval_report": paths["eval"].name,
         "learning_curve": paths["curve"].name,
     }
-    save_reports(cfg, paths, meta, scenarios, baselines, rows, wall, log)
+    save_reports(cfg, paths, meta, scenarios, baselines, rows, wall, log,
+                 activation_hint(cfg.out, "rl" if cfg.formulation == "corral" else "deepshare"))
     return meta
 
 
 def save_reports(cfg: TrainConfig, paths: dict[str, Path], meta: dict[str, Any], scenarios: Any, baselines: Any,
                  rows: list[dict[str, Any]], wall: float, log: Callable[[str], None], hint: str = "") -> None:
     """What every training run leaves beside its agent: the sidecar, the held-out report and the learning curve."""
+    meta["sha256"] = sha256_of(cfg.out)  # what the server checks before it loads the agent by name
     paths["meta"].write_text(json.dumps(meta, indent=2) + "\n")
     write_eval(paths["eval"], cfg, scenarios, baselines, rows)
     if rows:

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.agent_files import AgentFormat, load
+from policies.agent_files import AgentFormat, load, safe_objects
 from policies.base import Decision, Place
 from policies.placement import PassedOver, Planner
 from policies.registry import register_prefix
@@ -315,8 +315,10 @@ def load_deepshare_agent(arg: str) -> tuple[Any, dict[str, Any]]:
 
     def load_model(path: Path) -> Any:
         from stable_baselines3 import PPO
+        from stable_baselines3.common.buffers import RolloutBuffer
+        from stable_baselines3.common.policies import ActorCriticPolicy
 
-        return PPO.load(path, device="cpu")
+        return PPO.load(path, device="cpu", custom_objects=safe_objects(FORMAT, ActorCriticPolicy, RolloutBuffer))
 
     return load(FORMAT, arg, load_model)
 

@@ -1,8 +1,9 @@
 """`rl:NAME` / `rl:PATH`: a trained MaskablePPO agent acting through the shared encoding (`policies.rl_encoding`).
 
-`rl:default` is the agent shipped in `agents/zoo/default.zip`; `rl:NAME` looks for `agents/zoo/NAME.zip`; anything
-ending in `.zip` is a path. `policies.agent_files` checks the agent's sidecar (formulation, encoding version) and
-refuses a missing, corrupt or incompatible agent with one message saying which and how to retrain.
+`rl:default` is the agent shipped in `agents/zoo/default.zip`; `rl:NAME` looks for `NAME.zip` in agents/zoo, then in
+`$CORRAL_HOME/agents`; anything ending in `.zip` is a path (offline tools only: the API takes names). `policies.
+agent_files` checks the agent's sidecar (formulation, encoding version, SHA-256), loads it without unpickling, and
+refuses a missing, corrupt, altered or incompatible agent with one message saying which and how to retrain.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from policies.agent_files import AgentFormat, load
+from policies.agent_files import AgentFormat, load, safe_objects
 from policies.base import Decision, Place, WakeAt
 from policies.placement import PassedOver
 from policies.registry import register_prefix
@@ -30,8 +31,11 @@ def load_agent(arg: str) -> tuple[Any, dict[str, Any]]:
 
     def load_model(path: Path) -> Any:
         from sb3_contrib import MaskablePPO
+        from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer
+        from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 
-        return MaskablePPO.load(path, device="cpu")
+        safe = safe_objects(FORMAT, MaskableActorCriticPolicy, MaskableRolloutBuffer)
+        return MaskablePPO.load(path, device="cpu", custom_objects=safe)
 
     return load(FORMAT, arg, load_model)
 

@@ -221,8 +221,10 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
 @click.option("--load", default="0.6-1.0", show_default=True, metavar="LO-HI", help="Offered load range to draw.")
 @click.option("--n-envs", type=int, default=2, show_default=True, help="Parallel environments (processes).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("agents/zoo/default.zip"),
-              show_default=True, help="Where the best agent goes; its report lands next to it.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where the best agent goes; its report lands next to it. Default: a new file under "
+                   "$CORRAL_HOME/agents (loadable by name as rl:NAME), never the shipped agents/zoo.")
+@click.option("--force", is_flag=True, help="Overwrite an existing agent at --out (and its report).")
 @click.option("--tensorboard", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write TensorBoard logs here.")
 @click.option("--eval-freq", type=int, default=0, help="Timesteps between held-out evaluations (0: a tenth).")
@@ -234,18 +236,24 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @click.option("--from-history", is_flag=True,
               help="Fine-tune the store's active policy on the jobs the live service recorded, replayed on the live "
-                   "cluster's shape (default --out agents/zoo/history.zip).")
+                   "cluster's shape.")
 @click.option("--db", "db_url", default=None, metavar="URL",
               help="With --from-history: the store (default: DATABASE_URL, or the SQLite file under CORRAL_HOME).")
 @click.pass_context
 def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int, cluster: str,
-          workloads: tuple[str, ...], window: int, load: str, n_envs: int, seed: int, out: Path,
+          workloads: tuple[str, ...], window: int, load: str, n_envs: int, seed: int,
           tensorboard: Path | None, eval_freq: int, eval_scenarios: int, eval_window: int, warm_start: str,
-          warm_start_samples: int, no_progress: bool, from_history: bool, db_url: str | None) -> None:
+          warm_start_samples: int, no_progress: bool, from_history: bool, db_url: str | None,
+          out: Path | None, force: bool) -> None:
     """Train a placement agent and evaluate it against tiresias and contention-greedy on held-out windows."""
-    from agents.train import make_config, parse_cluster_range, parse_range
+    from agents.train import check_out, default_out, make_config, parse_cluster_range, parse_range
     from agents.train import train as run_training
 
+    out = out or default_out("history" if from_history else formulation)
+    try:
+        check_out(out, force)
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from None
     if from_history:
         _train_from_history(ctx, db_url, out, no_progress, algo=algo or "maskable-ppo", timesteps=timesteps,
                             window=window, load=load, n_envs=n_envs, seed=seed, tensorboard=tensorboard,
@@ -272,7 +280,7 @@ def _train_from_history(ctx: click.Context, db_url: str | None, out: Path, no_pr
                         **kwargs: Any) -> None:
     from click.core import ParameterSource
 
-    from agents.history import DEFAULT_OUT, train_from_history
+    from agents.history import train_from_history
     from agents.train import parse_range
 
     def given(name: str) -> bool:
@@ -283,7 +291,7 @@ def _train_from_history(ctx: click.Context, db_url: str | None, out: Path, no_pr
             raise click.UsageError(f"{flag}: not with --from-history (the history is the workload, the live cluster "
                                    "recorded in the store its cluster, and the formulation the active agent's)")
     try:
-        train_from_history(db_url, out if given("out") else DEFAULT_OUT, progress=not no_progress,
+        train_from_history(db_url, out, progress=not no_progress,
                            log=lambda msg: click.echo(msg, err=True), load=parse_range("--load", load), **kwargs)
     except SpecError as exc:
         raise click.ClickException(str(exc)) from None

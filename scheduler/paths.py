@@ -1,10 +1,20 @@
-"""Where a live job's files go under `CORRAL_HOME` (a shared volume when Ray workers run on other machines)."""
+"""Where Corral's files go under `CORRAL_HOME` (default `~/.corral`; a shared volume when Ray workers run on other
+machines): the SQLite store, live jobs' logs and checkpoints, and agents trained on this machine."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from scheduler.store.db import corral_home
+
+def corral_home() -> Path:
+    return Path(os.environ.get("CORRAL_HOME") or Path.home() / ".corral").expanduser()
+
+
+def agents_dir() -> Path:
+    """Where `corral train` saves agents unless told otherwise, and where the server looks for `rl:NAME` after the
+    shipped agents/zoo (both writable by admins only)."""
+    return corral_home() / "agents"
 
 
 def logs_dir(job_id: int) -> Path:

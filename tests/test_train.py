@@ -4,6 +4,7 @@ the same seed trains the same agent, and the environment's evaluation is what th
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,9 @@ from click.testing import CliRunner
 from agents.env import PlacementEnv
 from agents.evaluate import build_cases, ci95, evaluate
 from agents.scenarios import Scenario, held_out
-from agents.train import make_config, train
+from agents.train import default_out, make_config, train
 from policies import make_policy
+from policies.agent_files import ZOO, sha256_of
 from policies.rl_encoding import ENCODING_VERSION
 from scheduler.cli import main
 from scheduler.model import SpecError
@@ -77,9 +79,49 @@ def test_a_short_run_leaves_a_loadable_agent_and_its_report(trained: tuple[Path,
 
 def test_same_seed_same_agent(trained: tuple[Path, dict], tmp_path: Path) -> None:
     _, meta = trained
+    sb3_dirs = set(Path(tempfile.gettempdir()).glob("SB3-*"))
     again = train(make_config(out=tmp_path / "tiny.zip", **TINY), progress=False, log=lambda _: None)
     assert again["best_eval"] == meta["best_eval"]
     assert again["warm_start"]["agreement"] == meta["warm_start"]["agreement"]
+    # stable-baselines3's default logger makes a SB3-<date> folder in the system's temporary directory per run
+    assert set(Path(tempfile.gettempdir()).glob("SB3-*")) == sb3_dirs
+
+
+def test_the_sidecar_records_the_agents_sha256(trained: tuple[Path, dict]) -> None:
+    out, meta = trained
+    assert meta["sha256"] == json.loads(out.with_suffix(".json").read_text())["sha256"] == sha256_of(out)
+
+
+def test_train_never_writes_into_the_shipped_zoo_unless_asked(corral_home: Path) -> None:
+    out = default_out("corral")
+    assert out.parent == corral_home / "agents" and ZOO not in out.parents and out.suffix == ".zip"
+    assert default_out("history").name.startswith("history-")
+
+
+def test_train_refuses_to_overwrite_an_agent_without_force(tmp_path: Path) -> None:
+    shipped = tmp_path / "default.zip"
+    shipped.write_bytes(b"the shipped agent")
+    result = CliRunner().invoke(main, ["train", "--out", str(shipped), "--timesteps", "512"])
+    assert result.exit_code == 2 and "--out" in result.output and "--force" in result.output
+    assert str(shipped) in result.output and shipped.read_bytes() == b"the shipped agent"
+    shipped.unlink()
+    (tmp_path / "default.curve.png").write_bytes(b"png")  # any file of an agent's report counts too
+    result = CliRunner().invoke(main, ["train", "--out", str(shipped), "--timesteps", "512"])
+    assert result.exit_code == 2 and "default.curve.png" in result.output
+    result = CliRunner().invoke(main, ["train", "--from-history", "--out", str(tmp_path / "default.zip")])
+    assert result.exit_code == 2 and "--force" in result.output  # the same rule with --from-history
+    assert (tmp_path / "default.curve.png").read_bytes() == b"png"
+
+
+def test_train_without_out_saves_under_corral_home(corral_home: Path) -> None:
+    result = CliRunner().invoke(main, [
+        "train", "--timesteps", "512", "--n-envs", "1", "--window", "40", "--eval-window", "40",
+        "--eval-scenarios", "1", "--eval-freq", "512", "--warm-start", "none", "--cluster", "pcie-v100:2-3",
+        "--no-progress"])
+    assert result.exit_code == 0, result.output
+    (agent,) = (corral_home / "agents").glob("corral-*.zip")
+    assert f"saved {agent}" in result.output and f"corral policy rl:{agent.stem}" in result.output
+    assert make_policy(f"rl:{agent.stem}").name == f"rl:{agent.stem}"  # by name, as the API would
 
 
 def test_environment_evaluation_is_what_the_policy_does_in_the_simulator(trained: tuple[Path, dict]) -> None:

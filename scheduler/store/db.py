@@ -17,11 +17,9 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from scheduler.paths import corral_home
+
 MIGRATIONS = Path(__file__).with_name("migrations")
-
-
-def corral_home() -> Path:
-    return Path(os.environ.get("CORRAL_HOME") or Path.home() / ".corral").expanduser()
 
 
 def database_url() -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from flask_smorest import Blueprint, abort
 
 from policies import available, make_policy
-from policies.agent_files import PREFIX_OF, ZOO, metadata_path
+from policies.agent_files import PREFIX_OF, agent_dirs, check_api_name, metadata_path
 from scheduler.model import SpecError
 from scheduler.store import queries as q
 from web.api.context import notify, store, write_session
@@ -18,14 +18,18 @@ from web.schemas import ActivePolicyArgs, ActivePolicySchema, PoliciesSchema
 
 
 def zoo_agents() -> list[str]:
-    """`PREFIX:NAME` for every agent in agents/zoo, the prefix read from its sidecar's formulation."""
+    """`PREFIX:NAME` for every agent in the agent directories (agents/zoo, then $CORRAL_HOME/agents), the prefix read
+    from its sidecar's formulation."""
     names = []
-    for path in sorted(ZOO.glob("*.zip")):
+    paths = [p for folder in agent_dirs() for p in sorted(folder.glob("*.zip"))]
+    for path in paths:
         try:
             formulation = json.loads(metadata_path(path).read_text()).get("formulation", "corral")
         except (OSError, ValueError):
             formulation = "corral"  # make_policy will explain what is wrong with it if someone picks it
-        names.append(f"{PREFIX_OF.get(formulation, 'rl')}:{path.stem}")
+        name = f"{PREFIX_OF.get(formulation, 'rl')}:{path.stem}"
+        if name not in names:  # the first directory's agent is the one a name loads
+            names.append(name)
     return names
 
 
@@ -54,6 +58,7 @@ def blueprint(prefix: str) -> Blueprint:
         who = require_admin()
         name = args["name"].strip()
         try:
+            check_api_name(name)
             make_policy(name)
         except (SpecError, ValueError) as exc:
             abort(422, message=f"name: {exc}", errors={"json": {"name": [str(exc)]}})

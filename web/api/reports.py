@@ -1,21 +1,19 @@
 """A trained agent's training record: `GET /policies/{name}/report` (its `.json` sidecar, its `.eval.json` evaluation
 report and a summary of both) and `GET /policies/{name}/curve.png` (its learning curve), for `rl:NAME` and
-`deepshare:NAME` agents in agents/zoo. Other policies have no report: 404, saying so."""
+`deepshare:NAME` agents in agents/zoo and $CORRAL_HOME/agents. Other policies have no report: 404, saying so."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from flask import send_file
 from flask_smorest import Blueprint, abort
 
-from policies.agent_files import PREFIX_OF, ZOO, metadata_path
+from policies.agent_files import AGENT_NAME, PREFIX_OF, metadata_path, resolve
 from web.auth import protect
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
 SUMMARY_METRICS = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "avg_slowdown", "avg_contention_slowdown",
                    "gpu_util", "preemptions", "slo_violation_frac")
 
@@ -35,15 +33,15 @@ def agent_files(name: str) -> tuple[Path, dict[str, Any]]:
     prefix, sep, stem = name.partition(":")
     if not sep or prefix not in PREFIX_OF.values():
         abort(404, message=f"policy {name!r} has no training report: only trained agents (rl:NAME, deepshare:NAME) do")
-    if not NAME.fullmatch(stem) or stem.endswith(".zip"):
-        abort(404, message=f"{name!r} does not name an agent in agents/zoo (reports cover zoo agents only)")
-    model = ZOO / f"{stem}.zip"
+    if not AGENT_NAME.fullmatch(stem) or len(stem) > 100:
+        abort(404, message=f"{name!r} does not name an agent (agents are named, never given by path)")
+    model = resolve(stem)  # agents/zoo, then $CORRAL_HOME/agents
     meta = _read_json(metadata_path(model))
     if not model.is_file() or meta is None:
-        abort(404, message=f"no agent {stem!r} in agents/zoo")
+        abort(404, message=f"no agent {stem!r} in agents/zoo or $CORRAL_HOME/agents")
     formulation = meta.get("formulation", "corral")
     if PREFIX_OF.get(formulation, "rl") != prefix:
-        abort(404, message=f"agents/zoo/{stem}.zip is a {formulation} agent: ask for "
+        abort(404, message=f"{stem}.zip is a {formulation} agent: ask for "
                            f"{PREFIX_OF.get(formulation, 'rl')}:{stem}")
     return model, meta
 
@@ -87,8 +85,8 @@ def blueprint(prefix: str) -> Blueprint:
                                    "curve (URL or null)}")
     def report(name: str) -> Any:
         model, meta = agent_files(name)
-        evaluation = _read_json(ZOO / Path(str(meta.get("eval_report") or f"{model.stem}.eval.json")).name)
-        curve = ZOO / Path(str(meta.get("learning_curve") or f"{model.stem}.curve.png")).name
+        evaluation = _read_json(model.parent / Path(str(meta.get("eval_report") or f"{model.stem}.eval.json")).name)
+        curve = model.parent / Path(str(meta.get("learning_curve") or f"{model.stem}.curve.png")).name
         return {
             "name": name, "metadata": meta, "evaluation": evaluation, "summary": summarize(meta, evaluation, name),
             "scenarios": [s.get("label") for s in (evaluation or {}).get("scenarios", []) if isinstance(s, dict)],
@@ -99,9 +97,9 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.response(200, description="the learning curve (PNG)", content_type="image/png")
     def curve(name: str) -> Any:
         model, meta = agent_files(name)
-        path = ZOO / Path(str(meta.get("learning_curve") or f"{model.stem}.curve.png")).name
+        path = model.parent / Path(str(meta.get("learning_curve") or f"{model.stem}.curve.png")).name
         if not path.is_file():
-            abort(404, message=f"{name} has no learning curve in agents/zoo")
+            abort(404, message=f"{name} has no learning curve")
         return send_file(path, mimetype="image/png", max_age=60)
 
     return blp

@@ -8,6 +8,7 @@ from typing import Any
 from flask_smorest import Blueprint, abort
 
 from policies import make_policy
+from policies.agent_files import AgentLoadError, check_api_name
 from scheduler.whatif import DEFAULT_POLICY, WhatIfError, WhatIfRequest, what_if
 from web.api.context import store
 from web.auth import caller, protect
@@ -25,6 +26,11 @@ def blueprint(prefix: str) -> Blueprint:
         trace = args.get("trace")
         if trace is not None and not trace.startswith("synthetic:") and not caller().admin:
             abort(403, message="trace: only admins may replay a file on the server; others may use synthetic:N,...")
+        if args.get("policy") is not None:
+            try:
+                check_api_name(args["policy"].strip(), "policy")
+            except AgentLoadError as exc:
+                abort(422, message=str(exc), errors={"json": {"policy": [str(exc)]}})
         try:
             req = WhatIfRequest.parse(args)
             return what_if(store(), req, make_policy, default_policy=DEFAULT_POLICY)
