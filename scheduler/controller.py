@@ -461,7 +461,9 @@ class Controller:
                 ranks_ended_at: list[float | None]) -> None:
         self.backend.forget(row.id)
         self._end_run(s, row, now)
-        row.state, row.finished_at, row.exit_code, row.error = state, now, code, error or None
+        # A failed job always says why (the worker's error, or at least its exit code): users read it in `corral jobs`.
+        reason = error or (f"exit code {code}" if state is S.FAILED else "")
+        row.state, row.finished_at, row.exit_code, row.error = state, now, code, reason or None
         if state is S.SUCCEEDED:
             row.progress = 1.0
             if row.run_s > 0:

@@ -236,6 +236,25 @@ def test_invalid_field_is_refused_by_name_and_nothing_is_stored(env: Env, field:
     assert env.notified == []
 
 
+def test_a_job_the_cluster_can_never_hold_is_refused_at_submit(env: Env) -> None:
+    """Once the controller has recorded the cluster (here 2 nodes x 4 GPUs of 12 GB), a job that could never be placed
+    is a 422 naming the field and the cluster's size, not a 201 followed by a failure."""
+    with env.store.session() as s:
+        for n in range(2):
+            node = Node(name=f"node{n}", index=n, preset="pcie-t4", alive=True, updated_at=time.time())
+            node.gpus = [Gpu(index=4 * n + i, local_index=i, gpu_type="K80", mem_gb=12.0) for i in range(4)]
+            s.add(node)
+    resp = env.post("/jobs", EMULATED | {"num_gpus": 16})
+    assert resp.status_code == 422
+    assert field_errors(resp)["num_gpus"] == ["16 GPUs asked, the cluster has 8 (2 nodes)"]
+    big = max(catalog().values(), key=lambda m: m.mem_gb)
+    assert big.mem_gb > 12
+    resp = env.post("/jobs", EMULATED | {"num_gpus": 1, "model": big.name})
+    assert resp.status_code == 422 and "the largest GPU has 12 GB" in field_errors(resp)["model"][0]
+    assert env.job_count() == 0
+    assert env.post("/jobs", EMULATED | {"num_gpus": 8}).status_code == 201  # the whole cluster is fine
+
+
 def test_unknown_model_error_lists_the_choices(env: Env) -> None:
     resp = env.post("/jobs", EMULATED | {"model": "NoSuchNet"})
     assert "ResNet-50-bs64" in " ".join(field_errors(resp)["model"])

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from flask_smorest import Blueprint, abort
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from scheduler.paths import log_path
 from scheduler.store import JobState, JobType
 from scheduler.store import queries as q
-from scheduler.store.models import Allocation, Job, User
+from scheduler.store.models import Allocation, Gpu, Job, Node, User
+from scheduler.workloads import catalog
 from web.api.context import notify, store, write_session
 from web.api.explain import queue_start_estimates
 from web.auth import caller, protect, require_owner
@@ -88,6 +90,22 @@ def tail_lines(path: Path, lines: int) -> str:
     return b"".join(kept).decode("utf-8", errors="replace")
 
 
+def capacity_problem(s: Session, fields: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, why) when the job can never run on the cluster the controller recorded (too many GPUs, a model too big
+    for any GPU); None when it could, or when no cluster is recorded yet (the controller then decides)."""
+    total, largest = s.execute(select(func.count(Gpu.id), func.max(Gpu.mem_gb))).one()
+    if not total:
+        return None
+    workers = max(1, int(fields["num_gpus"]))
+    if workers > total:
+        nodes = s.scalar(select(func.count(Node.id))) or 0
+        return "num_gpus", f"{workers} GPUs asked, the cluster has {total} ({nodes} nodes)"
+    need = catalog()[fields["model"]].mem_gb
+    if need > largest:
+        return "model", f"{fields['model']} needs {need:g} GB per GPU, the largest GPU has {largest:g} GB"
+    return None
+
+
 def blueprint(prefix: str) -> Blueprint:
     blp = protect(Blueprint("jobs", __name__, url_prefix=prefix, description="Submit, list, inspect and cancel jobs"))
 
@@ -102,6 +120,11 @@ def blueprint(prefix: str) -> Blueprint:
         # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
         # query per submission, which the token cache exists to avoid.
         user = User(id=who.id, name=who.name, admin=who.admin)
+        with store().session() as s:
+            problem = capacity_problem(s, fields)
+        if problem is not None:
+            field, message = problem
+            abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
         with write_session() as s:
             job, created = q.submit(s, user, fields)
             body = job_json(job, user.name) if created else _full_json(s, job)
