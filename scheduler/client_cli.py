@@ -398,7 +398,7 @@ def token_create(user_name: str, admin: bool, expires_at: float | None) -> None:
 
     store = Store.open()
     try:
-        with store.session() as s:
+        with store.session(write=True) as s:
             tok = create_token(s, user_name, admin=admin, expires_at=expires_at)
     finally:
         store.close()
@@ -443,7 +443,7 @@ def token_revoke(key: str) -> None:
 
     store = Store.open()
     try:
-        with store.session() as s:
+        with store.session(write=True) as s:
             found = find_tokens(s, key)
             if not found:
                 raise click.ClickException(f"no token {key!r}: `corral token list` shows ids and prefixes")

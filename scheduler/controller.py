@@ -157,14 +157,17 @@ class Controller:
 
     # ---- start-up ------------------------------------------------------------------------------------------------
 
-    def recover(self) -> None:
-        """Rebuild the state from the store and reconcile it with the workers Ray still runs."""
+    def recover(self, *, after_failure: bool = False) -> None:
+        """Rebuild the state from the store and reconcile it with the workers Ray still runs: at start (`corral serve`
+        restarted: its workers are adopted) or, `after_failure`, in this same process after a pass failed half-way
+        (nothing restarted: a job this controller was already running and still is gets no event)."""
+        tracked = set(self.running) if after_failure else set()
         self._forget_memory()
         now = time.time()
         self._register_nodes(now)
         keep: set[str] = set()
         lost: list[int] = []
-        with self.store.session() as s:
+        with self.store.session(write=True) as s:
             self._load_policy(s)
             rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
             for row in rows:
@@ -183,11 +186,15 @@ class Controller:
                     self._slow_track[row.id] = (0.0, row.predicted_slowdown or 1.0, row.started_at)
                 if self.backend.adopt(self._launch_spec(row, job, row.attempt)):
                     keep.update(actor_name(row.id, row.attempt, r.rank) for r in self._placement(job))
-                    queries.add_event(s, row.id, "adopted", "the restarted controller found its workers running")
+                    if row.id not in tracked:
+                        queries.add_event(s, row.id, "adopted", "the controller, resynchronising after a failed "
+                                          "pass, found its workers running" if after_failure else
+                                          "the restarted controller found its workers running")
                 else:
                     lost.append(row.id)
             for job_id in lost:
-                self._lose(s, job_id, "its workers were gone when the controller restarted", now)
+                self._lose(s, job_id, "its workers were gone when the controller resynchronised after a failed pass"
+                           if after_failure else "its workers were gone when the controller restarted", now)
             # Nodes Ray reports dead leave the model; a run adopted there a moment ago cannot be alive either.
             for i in self._down:
                 for job_id in [j for j, job in self.running.items() if job.placement is not None
@@ -209,7 +216,7 @@ class Controller:
         """Write the cluster model's nodes and GPUs to the store (the API's cluster map reads them)."""
         ray_nodes = {n.name: n for n in self.backend.nodes()}
         c = self.cluster
-        with self.store.session() as s:
+        with self.store.session(write=True) as s:
             existing = {n.name: n for n in s.scalars(select(Node))}
             for i, name in enumerate(self.node_names):
                 info = ray_nodes.get(name)
@@ -257,7 +264,7 @@ class Controller:
             self._wake.clear()
             try:
                 if not self._in_sync:  # a pass failed half-way: memory may disagree with the store, the truth
-                    self.recover()
+                    self.recover(after_failure=True)
                     self._in_sync = True
                 self.step()
                 self.last_error = ""
@@ -281,7 +288,7 @@ class Controller:
             statuses = self.backend.poll()
             self._last_poll = now
             self._starting = any(st.phase == "starting" for st in statuses)
-        with self.store.session() as s:
+        with self.store.session(write=True) as s:
             self._load_policy(s)
             self._sync_submissions(s, now)
             self._sync_cancels(s, now)

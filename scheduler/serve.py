@@ -128,7 +128,7 @@ def serve(cfg: ServeConfig) -> None:
     url = database_url()
     store = Store.open(url)
     if cfg.policy is not None:
-        with store.session() as s:
+        with store.session(write=True) as s:
             queries.activate_policy(s, cfg.policy, by="corral serve --policy")
     if cfg.ray_address:
         log.info("joining the Ray cluster at %s", cfg.ray_address)

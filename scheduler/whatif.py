@@ -47,6 +47,9 @@ MAX_SEEDS = 20
 MAX_EXTRA_NODES = 1024
 MAX_HYPOTHETICAL = 1000
 MAX_JOBS = 20_000  # jobs in one simulation (live or trace, plus hypothetical): the request runs synchronously
+# Jobs x seeds a non-admin request may simulate (the server's default; CORRAL_WHATIF_BUDGET overrides it). A
+# 1,000-job trace x 10 seeds held a server thread for 72 s; 2,500 job-seeds is a few seconds under rl:default.
+DEFAULT_BUDGET = 2_500
 MIN_WORK_S = 1.0  # a running job reported (almost) done still has this much left: it has not finished yet
 DEFAULT_POLICY = "rl:default"
 METRICS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "gpu_util", "makespan_s",
@@ -400,9 +403,24 @@ def _mean_or_none(values: list[float | None]) -> float | None:
     return float(np.mean(got)) if got else None
 
 
+def check_budget(n_jobs: int, req: WhatIfRequest, budget: int | None) -> None:
+    """Refuse a request that would simulate more than `budget` jobs x seeds (None: no bound). The field named is the
+    one to lower: `seeds` when one seed fits, else what brought the jobs (`limit` for a trace, else `jobs`)."""
+    if budget is None or n_jobs * req.seeds <= budget:
+        return
+    if n_jobs <= budget:
+        raise WhatIfError("seeds", f"{n_jobs} jobs x {req.seeds} seeds exceeds the budget of {budget} jobs x seeds "
+                                   f"for non-admins: use at most {budget // n_jobs} seeds")
+    field = "limit" if req.trace is not None else "jobs"
+    raise WhatIfError(field, f"{n_jobs} jobs exceed the budget of {budget} jobs x seeds for non-admins even with one "
+                             "seed" + (": give a smaller limit" if req.trace is not None else ""))
+
+
 def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int], Policy], *,
-             default_policy: str = DEFAULT_POLICY, profiles: dict[str, ModelProfile] | None = None) -> dict[str, Any]:
-    """Answer `req` about `snap` (see the module docstring); the result is plain JSON-able data."""
+             default_policy: str = DEFAULT_POLICY, profiles: dict[str, ModelProfile] | None = None,
+             budget: int | None = None) -> dict[str, Any]:
+    """Answer `req` about `snap` (see the module docstring); the result is plain JSON-able data. With `budget`, a
+    request simulating more than that many jobs x seeds is refused (WhatIfError) before any simulation runs."""
     wall0 = time.perf_counter()
     profiles = profiles if profiles is not None else catalog()
     active = snap.active_policy or default_policy
@@ -416,6 +434,7 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
 
     policy(name, 0)  # an unknown name is refused before anything is built
     world = _world(snap, req, profiles)
+    check_budget(len(world.initial) + len(world.arrivals) + len(world.hypothetical), req, budget)
     seeds = list(range(req.seeds))
     runs = [_simulate(world, world.cluster, policy(name, s), s, with_hypothetical=True, horizon_s=req.horizon_s,
                       profiles=profiles) for s in seeds]
@@ -459,7 +478,7 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
 
 
 def what_if(store: Any, request: WhatIfRequest | dict[str, Any], make_policy: Callable[[str, int], Policy], *,
-            default_policy: str = DEFAULT_POLICY) -> dict[str, Any]:
+            default_policy: str = DEFAULT_POLICY, budget: int | None = None) -> dict[str, Any]:
     """Snapshot `store` and answer `request` (a dict is validated first). Raises WhatIfError naming the bad field."""
     req = request if isinstance(request, WhatIfRequest) else WhatIfRequest.parse(request)
-    return evaluate(snapshot(store), req, make_policy, default_policy=default_policy)
+    return evaluate(snapshot(store), req, make_policy, default_policy=default_policy, budget=budget)

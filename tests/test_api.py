@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -526,3 +527,40 @@ def test_concurrent_submissions_all_land_and_a_shared_client_token_makes_one_job
     assert sorted(code for code, _ in same) == [200] * 15 + [201]
     assert len({i for _, i in same}) == 1
     assert env.job_count() == 41
+
+
+def test_idempotency_holds_under_a_burst_of_retries(env: Env) -> None:
+    """400 concurrent submissions over 50 client tokens (eight retries each, interleaved), while another process's
+    connections (the controller's, a replica's) keep committing writes: never an error, one job per token, and every
+    retry answers with the first job. (On SQLite a submission that read before another connection's commit used to
+    fail its insert with "database is locked", which no busy timeout waits out.)"""
+    app = env.client.application
+    tokens = [f"retry-{i}" for i in range(50)]
+    bodies = [EMULATED | {"name": f"j-{t}", "client_token": t} for _ in range(8) for t in tokens]
+    other = Store.open(env.store.url, migrate=False)
+    stop = threading.Event()
+
+    def controller_like_writes() -> None:
+        while not stop.is_set():
+            with other.session(write=True) as s:
+                s.execute(update(Job).where(Job.state == JobState.PENDING).values(pending_reason="waiting"))
+
+    def post(body: dict[str, Any]) -> tuple[str, int, int]:
+        resp = app.test_client().post(f"{API}/jobs", json=body, headers=env.auth())
+        return body["client_token"], resp.status_code, (resp.json or {}).get("id", -1)
+
+    writer = threading.Thread(target=controller_like_writes)
+    writer.start()
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(post, bodies))
+    finally:
+        stop.set()
+        writer.join(30)
+        other.close()
+    assert sorted({code for _, code, _ in results}) == [200, 201]
+    by_token: dict[str, set[int]] = {}
+    for token, _, job_id in results:
+        by_token.setdefault(token, set()).add(job_id)
+    assert all(len(ids) == 1 for ids in by_token.values())
+    assert sum(code == 201 for _, code, _ in results) == 50 and env.job_count() == 50

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -231,6 +233,39 @@ def test_a_failed_pass_is_logged_and_the_loop_carries_on(cluster: Any, store: St
     finally:
         ctl.stop()
     assert policy.failed and job(store, job_id).state == "succeeded"
+
+
+def test_an_in_process_rebuild_is_not_reported_as_a_restart(cluster: Any, store: Store) -> None:
+    """After a failed pass the controller rebuilds its state from the store; a job it was running and still runs
+    gets no "adopted ... restarted" event (nothing restarted), and the job carries on to the end."""
+    ctl = controller(store)
+    job_id = submit(store, name="steady", num_gpus=1, duration_s=3.0)
+    run_until(ctl, store, [job_id], {"running"})
+    before = kinds(job(store, job_id))
+    ctl.recover(after_failure=True)
+    assert kinds(job(store, job_id)) == before and "adopted" not in before
+    assert job_id in ctl.running
+    run_until(ctl, store, [job_id], {"succeeded"})
+    assert kinds(job(store, job_id)).count("started") == 1
+
+
+def test_a_writer_holding_the_database_delays_a_pass_instead_of_failing_it(cluster: Any, store: Store) -> None:
+    """SQLite admits one writer: a pass that meets another connection's write transaction waits for it (busy
+    timeout, and the pass takes the write lock first) rather than failing with "database is locked"."""
+    ctl = controller(store)
+    job_id = submit(store, name="patient", num_gpus=1, duration_s=1.0)
+    blocker = sqlite3.connect(store.url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(1.0, lambda: blocker.execute("COMMIT"))
+    released.start()
+    t0 = time.time()
+    try:
+        ctl.step()  # waits for the lock, then takes the job in
+    finally:
+        released.join()
+        blocker.close()
+    assert time.time() - t0 >= 0.9
+    run_until(ctl, store, [job_id], {"succeeded"})
 
 
 def test_finished_jobs_record_run_time_and_slowdowns(cluster: Any, store: Store) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from scheduler.store.models import Job as JobRow
 from scheduler.store.queries import create_token
 from scheduler.traces import synthetic
 from web import create_app, schemas
+from web.api import whatif as whatif_api
 
 API = "/api/v1"
 MODEL = "ResNet-50-bs64"
@@ -130,11 +132,12 @@ def test_duration_draws_are_mean_one_lognormal_and_paired() -> None:
 
 
 class Env:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, config: dict[str, Any] | None = None) -> None:
         self.store = store
         with store.session() as s:
             self.tokens = {"alice": create_token(s, "alice"), "root": create_token(s, "root", admin=True)}
-        self.client = create_app(store).test_client()
+        self.app = create_app(store, config=config)
+        self.client = self.app.test_client()
         self.cluster = build_live_cluster("dgx-a100", [8, 8])
         with store.session() as s:
             self.alice = s.scalars(select(User.id).where(User.name == "alice")).one()
@@ -380,6 +383,50 @@ def test_trace_files_are_for_admins_and_must_exist(env: Env, tmp_path: Path) -> 
 def test_no_nodes_is_a_conflict(store: Store, corral_home: Path) -> None:
     resp = Env(store).post({})
     assert resp.status_code == 409 and "no live nodes" in resp.json["message"]
+
+
+def test_non_admins_are_held_to_a_jobs_x_seeds_budget(store: Store, corral_home: Path) -> None:
+    env = Env(store, config={"CORRAL_WHATIF_BUDGET": 100})
+    env.register_nodes()
+    env.activate("fifo")
+    body = {"trace": "synthetic:30,iat=20", "seeds": 4}  # 30 jobs x 4 seeds = 120 > 100
+    resp = env.post(body, who="alice")
+    assert resp.status_code == 422, resp.json
+    assert "at most 3 seeds" in resp.json["errors"]["json"]["seeds"][0] and resp.json["message"].startswith("seeds:")
+    too_many = env.post({"trace": "synthetic:200,iat=20", "seeds": 1}, who="alice")  # over budget even with 1 seed
+    assert too_many.status_code == 422 and "limit" in too_many.json["errors"]["json"]
+    assert env.post({**body, "seeds": 3}, who="alice").status_code == 200  # 90 job-seeds fit
+    admin = env.post(body, who="root")
+    assert admin.status_code == 200 and admin.json["metrics"]["jobs_completed"]["per_seed"] == [30] * 4
+
+
+def test_a_full_worker_pool_answers_429_with_retry_after(store: Store, corral_home: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    env = Env(store, config={"CORRAL_WHATIF_WORKERS": 1})
+    env.register_nodes()
+    env.activate("fifo")
+    started, release = threading.Event(), threading.Event()
+    real = whatif_api.what_if
+
+    def held(*args: Any, **kwargs: Any) -> dict[str, Any]:  # the real what-if, once the test lets it go
+        started.set()
+        assert release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(whatif_api, "what_if", held)
+    first: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: first.update(resp=env.post({"seeds": 1})))
+    worker.start()
+    try:
+        assert started.wait(30)  # the only worker is busy with the first request
+        busy = env.post({"seeds": 1}, who="root")  # admins wait their turn too
+        assert busy.status_code == 429 and int(busy.headers["Retry-After"]) > 0
+        assert "busy" in busy.json["message"]
+    finally:
+        release.set()
+        worker.join(60)
+    assert first["resp"].status_code == 200
+    assert env.post({"seeds": 1}).status_code == 200  # the worker is free again
 
 
 def test_whatif_needs_a_token(env: Env) -> None:

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from scheduler.paths import corral_home
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+BEGIN_OPTION = "corral_sqlite_begin"
 
 
 def database_url() -> str:
@@ -55,7 +56,11 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _begin(conn) -> None:  # type: ignore[no-untyped-def]
-            conn.exec_driver_sql("BEGIN")
+            # A unit of work that will write starts with BEGIN IMMEDIATE (`Store.session(write=True)`): a deferred
+            # transaction that reads and then writes fails at once with "database is locked" (SQLITE_BUSY_SNAPSHOT,
+            # which no busy timeout waits out) whenever another connection committed in between. Taking the write
+            # lock first makes it wait its turn instead. Readers keep plain BEGIN and never block.
+            conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get(BEGIN_OPTION, 'DEFERRED')}")
 
         return engine
     return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
@@ -75,6 +80,8 @@ class Store:
         self.url = url
         self.engine = engine
         self.sessions = sessionmaker(engine, expire_on_commit=False)
+        self.write_sessions = sessionmaker(engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"}),
+                                           expire_on_commit=False)
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate: bool = True) -> Store:
@@ -85,9 +92,11 @@ class Store:
         return cls(url, engine)
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        """A session in a transaction: committed on success, rolled back on an exception."""
-        with self.sessions() as s, s.begin():
+    def session(self, *, write: bool = False) -> Iterator[Session]:
+        """A session in a transaction: committed on success, rolled back on an exception. Pass `write=True` for a
+        unit of work that writes: on SQLite it then holds the write lock from its first statement (see `_begin`),
+        so it waits for other writers instead of failing half-way; elsewhere it changes nothing."""
+        with (self.write_sessions if write else self.sessions)() as s, s.begin():
             yield s
 
     def close(self) -> None:

@@ -36,7 +36,7 @@ def write_session() -> Iterator[Session]:
     locked sleeps in SQLite's busy handler for milliseconds at a time: with 8 request threads submitting, that halves
     throughput. Queuing this process's writers on a Python lock instead hands the database over at once."""
     lock: threading.Lock | None = current_app.extensions[WRITE_LOCK_KEY]
-    with lock or nullcontext(), store().session() as s:
+    with lock or nullcontext(), store().session(write=True) as s:
         yield s
 
 

@@ -1,18 +1,70 @@
 """`POST /whatif`: how would the present queue play out under another policy, with more nodes or extra jobs? It
-snapshots the store and runs the simulator synchronously for several seeds (`scheduler.whatif`); it writes nothing."""
+snapshots the store and runs the simulator for several seeds (`scheduler.whatif`); it writes nothing.
+
+A what-if can take seconds of CPU, so it never runs on an unbounded number of request threads: each app has a small
+worker pool (`CORRAL_WHATIF_WORKERS`, default 2) and a request that finds every worker busy is answered 429 with
+Retry-After at once, rather than queued behind the others. The request thread waits for its own answer (the API
+stays synchronous for the client). Non-admins are also bounded in size: at most `CORRAL_WHATIF_BUDGET` jobs x seeds
+(422 naming the field to lower); admins are not."""
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from flask import Flask, current_app
 from flask_smorest import Blueprint, abort
 
 from policies import make_policy
 from policies.agent_files import AgentLoadError, check_api_name
-from scheduler.whatif import DEFAULT_POLICY, WhatIfError, WhatIfRequest, what_if
+from scheduler.whatif import DEFAULT_BUDGET, DEFAULT_POLICY, WhatIfError, WhatIfRequest, what_if
 from web.api.context import store
 from web.auth import caller, protect
 from web.schemas import WhatIfArgs, WhatIfSchema
+
+POOL_KEY = "corral.whatif_pool"
+DEFAULT_WORKERS = 2
+RETRY_AFTER_S = 5  # a typical what-if takes a few seconds; the client may try again then
+_pool_lock = threading.Lock()
+
+
+class WhatIfPool:
+    """At most `workers` what-ifs at a time; `try_submit` returns None at once when all of them are busy. The
+    semaphore counts running *and* handed-over work, so the executor's own queue never holds anything."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"CORRAL_WHATIF_WORKERS: must be >= 1, got {workers}")
+        self._slots = threading.BoundedSemaphore(workers)
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corral-whatif")
+
+    def try_submit(self, fn: Callable[[], dict[str, Any]]) -> Future[dict[str, Any]] | None:
+        if not self._slots.acquire(blocking=False):
+            return None
+        future = self._executor.submit(fn)
+        future.add_done_callback(lambda _: self._slots.release())
+        return future
+
+
+def setting(app: Flask, name: str, default: int) -> int:
+    """An integer from the app's config, else the environment (`corral serve` passes no config), else `default`."""
+    raw = app.config.get(name, os.environ.get(name, default))
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: must be an integer, got {raw!r}") from None
+
+
+def pool(app: Flask) -> WhatIfPool:
+    """The app's pool, made on first use (so tests can set CORRAL_WHATIF_WORKERS in the app's config)."""
+    with _pool_lock:
+        if POOL_KEY not in app.extensions:
+            app.extensions[POOL_KEY] = WhatIfPool(setting(app, "CORRAL_WHATIF_WORKERS", DEFAULT_WORKERS))
+        p: WhatIfPool = app.extensions[POOL_KEY]
+        return p
 
 
 def blueprint(prefix: str) -> Blueprint:
@@ -22,9 +74,11 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/whatif", methods=["POST"])
     @blp.arguments(WhatIfArgs())
     @blp.response(200, WhatIfSchema, description="distributions over the seeds of JCT, queueing and utilisation")
+    @blp.alt_response(429, description="every what-if worker is busy: try again after Retry-After seconds")
     def whatif(args: dict[str, Any]) -> Any:
         trace = args.get("trace")
-        if trace is not None and not trace.startswith("synthetic:") and not caller().admin:
+        admin = caller().admin
+        if trace is not None and not trace.startswith("synthetic:") and not admin:
             abort(403, message="trace: only admins may replay a file on the server; others may use synthetic:N,...")
         if args.get("policy") is not None:
             try:
@@ -33,10 +87,29 @@ def blueprint(prefix: str) -> Blueprint:
                 abort(422, message=str(exc), errors={"json": {"policy": [str(exc)]}})
         try:
             req = WhatIfRequest.parse(args)
-            return what_if(store(), req, make_policy, default_policy=DEFAULT_POLICY)
         except WhatIfError as exc:
-            if exc.field is None:
-                abort(409, message=str(exc))
-            abort(422, message=str(exc), errors={"json": {exc.field: [exc.reason]}})
+            _refuse(exc)
+        app = current_app._get_current_object()  # type: ignore[attr-defined]
+        budget = None if admin else setting(app, "CORRAL_WHATIF_BUDGET", DEFAULT_BUDGET)
+        st = store()  # the worker has no app context: hand it the store itself
+
+        def run() -> dict[str, Any]:
+            return what_if(st, req, make_policy, default_policy=DEFAULT_POLICY, budget=budget)
+
+        future = pool(app).try_submit(run)
+        if future is None:
+            abort(429, message=f"every what-if worker is busy; try again in {RETRY_AFTER_S} s",
+                  headers={"Retry-After": str(RETRY_AFTER_S)})
+        try:
+            return future.result()
+        except WhatIfError as exc:
+            _refuse(exc)
 
     return blp
+
+
+def _refuse(exc: WhatIfError) -> None:
+    """409 when the live state is at fault (no nodes), else 422 naming the request's field."""
+    if exc.field is None:
+        abort(409, message=str(exc))
+    abort(422, message=str(exc), errors={"json": {exc.field: [exc.reason]}})
