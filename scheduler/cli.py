@@ -433,35 +433,54 @@ def plot_calibration(records: list[Any], fit: Any, out: Path) -> None:
 @click.option("--load", type=click.FloatRange(min=0.05, max=3.0), default=None,
               help="Resize the cluster (PRESET:NODES) so each case's offered load is nearest this.")
 @click.option("--no-contention", is_flag=True, help="Every job runs at its isolated speed.")
+@click.option("--baseline", default="tiresias", show_default=True, metavar="POLICY",
+              help="Every policy is compared with this one case by case (it runs too if not in --policy).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None)
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
-              help="Bar charts of average and p99 JCT with 95% intervals, as PNG.")
+              help="Bar charts of average and p99 JCT as ratios to the baseline with 95% intervals, as PNG.")
 def evaluate(policies: list[str], traces: tuple[str, ...], cluster: str, seeds: int, window: int | None, part: str,
-             load: float | None, no_contention: bool, json_out: Path | None, plot_out: Path | None) -> None:
-    """Every policy on the same cases over several seeds: mean and 95% interval of every metric."""
+             load: float | None, no_contention: bool, baseline: str, json_out: Path | None,
+             plot_out: Path | None) -> None:
+    """Every policy on the same cases over several seeds, each compared with --baseline on the same case and seed:
+    geometric mean ratio (times, utilisation) or mean difference (counts) with a 95% Student's t interval."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agents.evaluate import build_cases
+    from agents.evaluate import MIN_SEEDS, build_cases
     from agents.evaluate import evaluate as run_evaluation
     from agents.evaluate import plot as plot_evaluation
     from scheduler.simulator import SimulationError
 
     console = Console(width=None if sys.stdout.isatty() else 160)
+    baseline = baseline.strip()
     _build_policies(policies, 0)  # refuse bad names and unloadable agents before any work
+    try:
+        _build_policies([baseline], 0)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="--baseline") from None
     try:
         cases = build_cases(traces, cluster, seeds, window, part, load)
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
+    if seeds < MIN_SEEDS:
+        why = ("one case per trace gives no interval at all" if seeds == 1 else
+               f"{seeds} cases per trace give very wide 95% intervals (Student's t with {seeds - 1} degree(s) of "
+               f"freedom: t = {_t975(seeds - 1):.1f})")
+        console.print(f"[yellow]warning: only {seeds} seed(s): {why}; use --seeds {MIN_SEEDS} or more to compare "
+                      "policies[/]")
+    runs = len(cases) * (len(policies) + (baseline not in policies))
     with Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
-        task = progress.add_task("runs", total=len(cases) * len(policies))
+        task = progress.add_task("runs", total=runs)
         try:
-            result = run_evaluation(cases, policies, not no_contention, lambda: progress.advance(task))
+            result = run_evaluation(cases, policies, not no_contention, lambda: progress.advance(task),
+                                    baseline=baseline)
         except SimulationError as exc:
             raise click.ClickException(str(exc)) from None
     for trace, res in result.items():
         console.print(evaluation_table(trace, res))
+        for note in evaluation_notes(res):
+            console.print(f"[yellow]note:[/] {note}")
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=1) + "\n")
         console.print(f"results written to {json_out}")
@@ -474,27 +493,69 @@ EVAL_ROWS = [(k, h, f) for k, h, f in METRIC_COLUMNS if k != "wall_s"] + [("slo_
 
 
 def evaluation_table(trace: str, res: dict[str, Any]) -> Any:
+    """One row per metric: the baseline's mean and range over the cases; every other policy's mean and, below it,
+    its paired comparison with the baseline (x ratio or ± difference, with the 95% interval or why there is none)."""
     from rich.table import Table
 
-    cases = res["cases"]
+    cases, base = res["cases"], res["baseline"]
     loads = [c["offered_load"] for c in cases]
-    table = Table(title=f"{Path(trace).stem}: mean ± 95% CI over {len(cases)} seeds "
-                        f"(clusters {', '.join(sorted({c['cluster'] for c in cases}))}; "
-                        f"offered load {min(loads):.2f}-{max(loads):.2f})")
+    table = Table(title=f"{Path(trace).stem}: {len(cases)} case(s), each policy against {base} on the same case and "
+                        f"seed (clusters {', '.join(sorted({c['cluster'] for c in cases}))}; offered load "
+                        f"{min(loads):.2f}-{max(loads):.2f})",
+                  caption="value: mean over the cases \\[min-max]; x: geometric mean ratio to the baseline, +/-: mean "
+                          "difference, each with its 95% Student's t interval")
     table.add_column("metric", style="bold", no_wrap=True)
     pols = res["policies"]
     for name in pols:
-        table.add_column(name, justify="right")
-    best = min(p["avg_jct_s"]["mean"] for p in pols.values())
+        table.add_column(f"{name} (baseline)" if name == base else name, justify="right")
     for key, header, fmt in EVAL_ROWS:
+        fmt = "{:.1f}" if fmt == "{:d}" else fmt  # counts average to fractions
         cells = []
-        for p in pols.values():
+        for name, p in pols.items():
             m = p[key]
-            fmt = "{:.1f}" if fmt == "{:d}" else fmt  # counts average to fractions
-            cell = f"{_cell(m['mean'], fmt)} ± {_cell(m['ci95'], fmt)}"
-            cells.append(f"[green]{cell}[/]" if key == "avg_jct_s" and m["mean"] == best else cell)
+            cell = f"{_cell(m['mean'], fmt)} [{_cell(m['min'], fmt)}-{_cell(m['max'], fmt)}]" if name == base \
+                else _cell(m["mean"], fmt)
+            if m["vs_baseline"] is not None:
+                cell += "\n" + _comparison_cell(m["vs_baseline"], key, fmt)
+            cells.append(cell)
         table.add_row(header, *cells)
     return table
+
+
+def _t975(df: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, df))
+
+
+def _comparison_cell(cmp: dict[str, Any], key: str, fmt: str) -> str:
+    """"0.87x [0.80-0.95]" (green when the interval lies below 1 for a time, red above), "+1.5 [-0.3, 3.3]"."""
+    if cmp["kind"] == "ratio":
+        text = f"{cmp['estimate']:.3g}x"
+        if cmp["low"] is None:
+            return f"{text} (no interval)"
+        text += f" [{cmp['low']:.3g}-{cmp['high']:.3g}]"
+        lower_is_better = key != "gpu_util"
+        if cmp["high"] < 1 or cmp["low"] > 1:
+            good = (cmp["high"] < 1) == lower_is_better
+            return f"[{'green' if good else 'red'}]{text}[/]"
+        return text
+    diff_fmt = "dur" if fmt == "dur" else fmt
+    sign = "+" if cmp["estimate"] >= 0 else "-"
+    text = f"{sign}{_cell(abs(cmp['estimate']), diff_fmt)}"
+    if cmp["low"] is None:
+        return f"{text} (no interval)"
+    return f"{text} [{_signed(cmp['low'], diff_fmt)}, {_signed(cmp['high'], diff_fmt)}]"
+
+
+def _signed(value: float, fmt: str) -> str:
+    return f"{'-' if value < 0 else '+'}{_cell(abs(value), fmt)}"
+
+
+def evaluation_notes(res: dict[str, Any]) -> list[str]:
+    """What the table cannot say in a cell: undefined ratios and intervals wider than the metric allows."""
+    return [f"{name} {key}: {m['vs_baseline']['note']}" for name, p in res["policies"].items()
+            for key, m in p.items() if m["vs_baseline"] is not None and m["vs_baseline"]["note"]]
 
 
 @main.command()

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from agents.env import PlacementEnv
-from agents.evaluate import build_cases, ci95, evaluate
+from agents.evaluate import build_cases, ci95, compare, evaluate
 from agents.scenarios import Scenario, held_out
 from agents.train import default_out, make_config, train
 from policies import make_policy
@@ -187,16 +187,72 @@ def test_evaluate_resizes_the_cluster_to_the_load() -> None:
         build_cases(["synthetic:10"], "dgx-a100:1,pcie-v100:1", seeds=1, load=0.8)
 
 
+def test_compare_pairs_cases_so_case_to_case_spread_does_not_widen_the_interval() -> None:
+    # Cases of very different sizes (e.g. clusters resized to a load) where the policy is always 20% faster: the
+    # unpaired interval of the raw values is mostly the cases' spread; the paired ratio is exactly 0.8.
+    base, pol = [1000.0, 100.0, 10_000.0], [800.0, 80.0, 8000.0]
+    assert ci95(pol) > 5000
+    r = compare(pol, base, "ratio")
+    assert r["kind"] == "ratio" and r["n"] == 3 and r["note"] is None
+    assert r["estimate"] == pytest.approx(0.8) and r["low"] == pytest.approx(0.8) and r["high"] == pytest.approx(0.8)
+    assert r["per_case"] == pytest.approx([0.8, 0.8, 0.8])
+
+
+def test_compare_ratio_interval_is_students_t_on_log_ratios() -> None:
+    from scipy import stats
+
+    base, pol = [100.0, 200.0, 400.0], [90.0, 210.0, 300.0]
+    logs = np.log(np.array(pol) / np.array(base))
+    half = stats.t.ppf(0.975, 2) * logs.std(ddof=1) / np.sqrt(3)
+    r = compare(pol, base, "ratio")
+    assert r["estimate"] == pytest.approx(np.exp(logs.mean()))
+    assert (r["low"], r["high"]) == pytest.approx((np.exp(logs.mean() - half), np.exp(logs.mean() + half)))
+    assert 0 < r["low"] < r["estimate"] < r["high"]  # positive bounds, never clipped to get there
+
+
+def test_compare_says_when_a_bound_is_meaningless_or_a_ratio_undefined() -> None:
+    # Two cases of utilisation: the t interval (t = 12.7) reaches far beyond what a difference of fractions can be.
+    r = compare([0.0, 0.3], [0.1, 0.1], "ratio", upper=1.0)
+    assert r["kind"] == "difference" and "ratio undefined" in r["note"]
+    assert r["low"] < -1 and "beyond the possible differences" in r["note"]  # reported as computed, not clipped
+    assert r["estimate"] == pytest.approx(0.05)
+    one = compare([3.0], [1.0], "difference")
+    assert one["low"] is None and one["high"] is None and "no interval" in one["note"]
+
+
+def test_evaluate_reports_every_policy_against_the_baseline_case_by_case() -> None:
+    cases = build_cases(["synthetic:300,iat=20"], "dgx-a100:1", seeds=3, load=0.8)  # clusters differ in size
+    result = evaluate(cases, ["fifo", "sjf"], baseline="tiresias")["synthetic:300,iat=20"]
+    assert result["baseline"] == "tiresias" and set(result["policies"]) == {"fifo", "sjf", "tiresias"}
+    assert result["policies"]["tiresias"]["avg_jct_s"]["vs_baseline"] is None
+    base = result["policies"]["tiresias"]["avg_jct_s"]["values"]
+    for name in ("fifo", "sjf"):
+        m = result["policies"][name]["avg_jct_s"]
+        assert m["vs_baseline"]["per_case"] == pytest.approx([v / b for v, b in zip(m["values"], base, strict=True)])
+        assert m["min"] <= m["mean"] <= m["max"]
+    assert result["policies"]["sjf"]["preemptions"]["vs_baseline"]["kind"] == "difference"
+
+
 def test_cli_evaluate_prints_a_table_and_writes_json_and_plot(tmp_path: Path) -> None:
     out, png = tmp_path / "e.json", tmp_path / "e.png"
     result = CliRunner().invoke(main, ["evaluate", "--policy", "fifo,tiresias", "--trace", "synthetic:100,iat=60",
-                                       "--cluster", "pcie-v100:2", "--seeds", "2", "--json", str(out),
-                                       "--plot", str(png)])
+                                       "--cluster", "pcie-v100:2", "--seeds", "2", "--baseline", "sjf",
+                                       "--json", str(out), "--plot", str(png)])
     assert result.exit_code == 0, result.output
-    assert "mean ± 95% CI over 2 seeds" in result.output
-    data = json.loads(out.read_text())
-    assert set(data["synthetic:100,iat=60"]["policies"]) == {"fifo", "tiresias"}
+    assert "warning: only 2 seed(s)" in result.output and "t = 12.7" in result.output
+    assert "against sjf on the same case and seed" in result.output and "sjf (baseline)" in result.output
+    assert "[min-max]" in result.output
+    data = json.loads(out.read_text())["synthetic:100,iat=60"]
+    assert set(data["policies"]) == {"fifo", "tiresias", "sjf"} and data["baseline"] == "sjf"
+    cmp = data["policies"]["fifo"]["avg_jct_s"]["vs_baseline"]
+    assert cmp["kind"] == "ratio" and cmp["n"] == 2 and 0 < cmp["low"] <= cmp["estimate"] <= cmp["high"]
     assert png.stat().st_size > 10_000
+    three = CliRunner().invoke(main, ["evaluate", "--policy", "fifo", "--trace", "synthetic:30,iat=60",
+                                      "--cluster", "pcie-v100:2", "--seeds", "3"])
+    assert three.exit_code == 0 and "warning" not in three.output and "tiresias (baseline)" in three.output
+    bad_base = CliRunner().invoke(main, ["evaluate", "--policy", "fifo", "--trace", "synthetic:10",
+                                         "--cluster", "pcie-v100:2", "--baseline", "nope"])
+    assert bad_base.exit_code == 2 and "--baseline" in bad_base.output
     bad = CliRunner().invoke(main, ["evaluate", "--policy", "rl:nope", "--trace", "synthetic:10",
                                     "--cluster", "pcie-v100:2"])
     assert bad.exit_code == 2 and "no trained agent" in bad.output
