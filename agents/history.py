@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -40,9 +39,11 @@ from agents.train import (
     baseline_metrics,
     command_line,
     env_kwargs,
+    keep_best,
     make_config,
     make_eval_callback,
     report_paths,
+    run_ppo,
     save_reports,
     training_logger,
     write_eval,
@@ -179,7 +180,6 @@ def train_from_history(db_url: str | None, out: Path, progress: bool = True,
     """Fine-tune the active policy on the store's history; returns the sidecar metadata written next to the agent."""
     import torch
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.utils import set_random_seed
 
     from policies.rl_encoding import ENCODING_VERSION
@@ -221,19 +221,13 @@ def train_from_history(db_url: str | None, out: Path, progress: bool = True,
     try:
         start = _start_from(cfg, model, base, train_scenarios, log)
         best_dir = cfg.out.parent / f".{cfg.out.stem}.best"
-        callback = CallbackList([make_eval_callback(cfg, scenarios, baselines, best_dir, on_eval)])
-        model.learn(total_timesteps=cfg.timesteps, callback=callback, progress_bar=progress, tb_log_name=cfg.out.stem)
+        run_ppo(cfg, model, make_eval_callback(cfg, scenarios, baselines, best_dir, on_eval), progress, log)
     finally:
         env.close()
-    best = best_dir / "best_model.zip"
-    if best.is_file():
-        shutil.move(str(best), cfg.out)
-    else:
-        model.save(cfg.out)
-    shutil.rmtree(best_dir, ignore_errors=True)
+    started = None if start["method"] == "none" else f"{start['method']}" + (f" ({start['from']})" if start["from"]
+                                                                              else "")
+    best_row, kept = keep_best(cfg, model, best_dir, rows, started, log)
     wall = time.perf_counter() - wall0
-
-    best_row = max(rows, key=lambda r: r["mean_reward"]) if rows else None
     meta = {
         "formulation": "corral",
         "encoding_version": ENCODING_VERSION,
@@ -241,7 +235,9 @@ def train_from_history(db_url: str | None, out: Path, progress: bool = True,
         "command": command_line(cfg),
         "config": json.loads(cfg.model_dump_json()),
         "train_wall_s": round(wall, 1),
-        "timesteps": cfg.timesteps,
+        "timesteps": int(model.num_timesteps),  # what ran: --timesteps rounded up to whole rollouts
+        "timesteps_asked": cfg.timesteps,
+        "kept": kept,
         "warm_start": start,
         "trained_from_history": {
             **history.describe(),

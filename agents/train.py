@@ -321,12 +321,102 @@ def check_out(out: Path, force: bool) -> None:
                         "overwrite, or choose another --out")
 
 
-def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+# ---- progress and what was kept ---------------------------------------------------------------------------------------
+
+
+def planned_timesteps(cfg: TrainConfig) -> int:
+    """The timesteps PPO really runs. A timestep is one environment step, i.e. one placement decision, summed over the
+    `n_envs` environments; PPO only stops between whole rollouts of `n_steps x n_envs` of them, so `--timesteps`
+    rounds up to a multiple of that (3,000 with 2 x 1,024 is 4,096: stable-baselines3's own bar read "4,082/3,000")."""
+    rollout = cfg.n_steps * cfg.n_envs
+    return -(-cfg.timesteps // rollout) * rollout
+
+
+def make_progress_callback(total: int, console: Any = None) -> Any:
+    """A rich progress bar whose count is the model's own `num_timesteps`, the unit `total` is in (SB3's bar adds
+    n_envs per step towards `--timesteps`, which the last rollout overshoots)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class TimestepProgress(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.total = total
+            self.bar = Progress(TextColumn("training (timesteps = decisions, all envs)"), BarColumn(),
+                                MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                                console=console or Console(stderr=True))
+            self.task = self.bar.add_task("timesteps", total=total)
+
+        @property
+        def completed(self) -> int:
+            return int(self.bar.tasks[0].completed)
+
+        def _on_training_start(self) -> None:
+            self.bar.start()
+
+        def _on_step(self) -> bool:
+            self.bar.update(self.task, completed=self.num_timesteps)
+            return True
+
+        def _on_training_end(self) -> None:
+            self.bar.update(self.task, completed=self.num_timesteps)
+            self.bar.stop()
+
+    return TimestepProgress()
+
+
+def kept_checkpoint(best_saved: bool, best_row: dict[str, Any] | None, start: str | None,
+                    final_timesteps: int) -> dict[str, Any]:
+    """Which weights were saved: the best held-out evaluation, or the last weights when no evaluation ran. `start`
+    describes the warm start (the policy before any PPO update, e.g. one cloned from a heuristic), None without one;
+    the evaluation at timestep 0 is that policy, so a best row at 0 means PPO never beat it."""
+    if best_saved and best_row is not None:
+        at = int(best_row["timesteps"])
+        is_warm = start is not None and at == 0
+        what = (f"the warm start ({start}, before PPO: no PPO update beat it on the held-out scenarios)" if is_warm
+                else f"the best held-out evaluation, at {at:,} timesteps")
+        return {"checkpoint": "best", "timesteps": at, "warm_start": is_warm, "description": what}
+    return {"checkpoint": "last", "timesteps": final_timesteps, "warm_start": False,
+            "description": f"the last weights, at {final_timesteps:,} timesteps (no held-out evaluation ran)"}
+
+
+def run_ppo(cfg: TrainConfig, model: Any, eval_callback: Any, progress: bool, log: Callable[[str], None],
+            console: Any = None) -> None:
+    """`model.learn` for `--timesteps`, saying first how many timesteps really run, with a bar in that unit."""
+    from stable_baselines3.common.callbacks import CallbackList
+
+    planned = planned_timesteps(cfg)
+    if planned != cfg.timesteps:
+        log(f"PPO runs whole rollouts of n_steps x n_envs = {cfg.n_steps * cfg.n_envs:,} timesteps (decisions, "
+            f"summed over the environments): --timesteps {cfg.timesteps:,} runs {planned:,}")
+    callbacks = [eval_callback] + ([make_progress_callback(planned, console)] if progress else [])
+    model.learn(total_timesteps=cfg.timesteps, callback=CallbackList(callbacks), tb_log_name=cfg.out.stem)
+
+
+def keep_best(cfg: TrainConfig, model: Any, best_dir: Path, rows: list[dict], start: str | None,
+              log: Callable[[str], None]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Save the best evaluated weights (or the last ones) as `cfg.out`; returns the best row and what was kept."""
+    best = best_dir / "best_model.zip"
+    best_saved = best.is_file()
+    if best_saved:
+        shutil.move(str(best), cfg.out)
+    else:  # no evaluation ran (a very short run): keep the final weights
+        model.save(cfg.out)
+    shutil.rmtree(best_dir, ignore_errors=True)
+    best_row = max(rows, key=lambda r: r["mean_reward"]) if rows else None  # the first best: the one the callback saved
+    kept = kept_checkpoint(best_saved, best_row, start, int(model.num_timesteps))
+    log(f"kept {kept['description']}")
+    return best_row, kept
+
+
+def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = print,
+          console: Any = None) -> dict[str, Any]:
     """Train, evaluate, save the best agent and its report. Returns the metadata written next to the model."""
     import torch
     from sb3_contrib import MaskablePPO
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.utils import set_random_seed
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
@@ -367,21 +457,14 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     if cfg.warm_start != "none":
         warm = warm_start(cfg, model, log)
     best_dir = cfg.out.parent / f".{cfg.out.stem}.best"
-    callback = CallbackList([make_eval_callback(cfg, scenarios, baselines, best_dir, on_eval)])
     try:
-        model.learn(total_timesteps=cfg.timesteps, callback=callback, progress_bar=progress,
-                    tb_log_name=cfg.out.stem)
+        run_ppo(cfg, model, make_eval_callback(cfg, scenarios, baselines, best_dir, on_eval), progress, log, console)
     finally:
         env.close()
-    best = best_dir / "best_model.zip"
-    if best.is_file():
-        shutil.move(str(best), cfg.out)
-    else:  # no evaluation ran (a very short run): keep the final weights
-        model.save(cfg.out)
-    shutil.rmtree(best_dir, ignore_errors=True)
+    start = f"the policy cloned from {cfg.warm_start}" if warm else None
+    best_row, kept = keep_best(cfg, model, best_dir, rows, start, log)
     wall = time.perf_counter() - wall0
 
-    best_row = max(rows, key=lambda r: r["mean_reward"]) if rows else None  # the one the callback saved
     meta = {
         "formulation": cfg.formulation,
         "encoding_version": ENCODING_VERSION if cfg.formulation == "corral" else deepshare_version(),
@@ -389,7 +472,9 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
         "command": command_line(cfg),
         "config": json.loads(cfg.model_dump_json()),
         "train_wall_s": round(wall, 1),
-        "timesteps": cfg.timesteps,
+        "timesteps": int(model.num_timesteps),  # what ran: --timesteps rounded up to whole rollouts
+        "timesteps_asked": cfg.timesteps,
+        "kept": kept,
         "warm_start": {"teacher": cfg.warm_start, **warm} if warm else None,
         "best_eval": {k: v for k, v in best_row.items() if k != "scenarios"} if best_row else None,
         "eval_report": paths["eval"].name,

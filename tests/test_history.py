@@ -241,6 +241,14 @@ def test_train_from_history_fine_tunes_the_active_agent(history_db: str, tmp_pat
     assert hist["jobs"] == 2 * len(PAIRS) + len(SOLOS) and hist["span_s"] > 0
     assert hist["db"].startswith("sqlite:///") and hist["cluster"] == {"preset": PRESET, "gpus_by_node": GPUS_BY_NODE}
     assert meta["warm_start"]["from"] == "rl:default"
+    # The end says which weights were kept, and whether they are the starting point (the active agent's weights).
+    kept = meta["kept"]
+    assert f"kept {kept['description']}" in result.output and kept["checkpoint"] == "best"
+    assert kept["warm_start"] == (kept["timesteps"] == 0)
+    assert not kept["warm_start"] or "weights of the active agent (rl:default)" in kept["description"]
+    # PPO runs whole rollouts (n_steps 1024 x 1 env): the run and the sidecar say 1,024 timesteps ran, not 512.
+    assert meta["timesteps"] == 1024 and meta["timesteps_asked"] == 512
+    assert "--timesteps 512 runs 1,024" in result.output
     for suffix in (".eval.json", ".curve.png", ".history.csv"):
         assert Path(f"{out.with_suffix('')}{suffix}").is_file(), suffix
     report = json.loads(Path(f"{out.with_suffix('')}.eval.json").read_text())

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from agents.env import PlacementEnv
 from agents.evaluate import build_cases, ci95, compare, evaluate
 from agents.scenarios import Scenario, held_out
-from agents.train import default_out, make_config, train
+from agents.train import default_out, kept_checkpoint, make_config, planned_timesteps, train
 from policies import make_policy
 from policies.agent_files import ZOO, sha256_of
 from policies.rl_encoding import ENCODING_VERSION
@@ -85,6 +85,41 @@ def test_same_seed_same_agent(trained: tuple[Path, dict], tmp_path: Path) -> Non
     assert again["warm_start"]["agreement"] == meta["warm_start"]["agreement"]
     # stable-baselines3's default logger makes a SB3-<date> folder in the system's temporary directory per run
     assert set(Path(tempfile.gettempdir()).glob("SB3-*")) == sb3_dirs
+
+
+def test_the_progress_bar_counts_the_timesteps_ppo_runs_and_the_end_says_what_was_kept(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    # 600 timesteps with rollouts of 256 x 1 env: PPO runs whole rollouts, 768 timesteps. SB3's own bar totalled
+    # --timesteps and counted past it ("4,082/3,000").
+    cfg = make_config(out=tmp_path / "bar.zip", **{**TINY, "timesteps": 600})
+    assert planned_timesteps(cfg) == 768
+    assert planned_timesteps(make_config(out=tmp_path / "x.zip", timesteps=3000, n_envs=2, n_steps=1024)) == 4096
+    screen, logs = io.StringIO(), []
+    meta = train(cfg, progress=True, log=logs.append, console=Console(file=screen, width=200))
+    assert "768/768" in screen.getvalue() and "/600" not in screen.getvalue()
+    assert meta["timesteps"] == 768 and meta["timesteps_asked"] == 600
+    assert any("--timesteps 600 runs 768" in line for line in logs)
+    kept = meta["kept"]
+    assert f"kept {kept['description']}" in logs
+    assert json.loads((tmp_path / "bar.json").read_text())["kept"] == kept
+    report = json.loads((tmp_path / "bar.eval.json").read_text())["evaluations"]
+    best = max(report, key=lambda r: r["mean_reward"])  # the first of the best, as the callback keeps it
+    assert kept["checkpoint"] == "best" and kept["timesteps"] == best["timesteps"]
+    assert kept["warm_start"] == (best["timesteps"] == 0)  # evaluation at 0 is the warm start, before any PPO update
+
+
+def test_kept_checkpoint_names_the_warm_start_only_when_it_is_one() -> None:
+    start = "the policy cloned from contention-greedy"
+    warm = kept_checkpoint(True, {"timesteps": 0}, start, 768)
+    assert warm["warm_start"] is True and start in warm["description"] and "before PPO" in warm["description"]
+    later = kept_checkpoint(True, {"timesteps": 512}, start, 768)
+    assert later["warm_start"] is False and "512" in later["description"]
+    assert kept_checkpoint(True, {"timesteps": 0}, None, 768)["warm_start"] is False  # no warm start: random init
+    last = kept_checkpoint(False, None, start, 768)
+    assert last["checkpoint"] == "last" and last["timesteps"] == 768
 
 
 def test_the_sidecar_records_the_agents_sha256(trained: tuple[Path, dict]) -> None:
