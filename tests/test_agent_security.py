@@ -92,7 +92,8 @@ def test_the_api_refuses_agent_paths(store: Store, corral_home: Path, tmp_path: 
         resp = client.put(f"{API}/policies/active", json={"name": f"rl:{evil}"}, headers=auth)
         assert resp.status_code in (403, 422)  # alice is no admin; root gets the refusal by name
         if who == "root":
-            assert "never by path" in resp.json["message"]
+            assert "never by path" in resp.json["errors"]["json"]["name"][0]
+            assert resp.json["message"].startswith("name: ") and not resp.json["message"].startswith("name: name:")
     assert not marker.exists()
 
 
@@ -105,6 +106,28 @@ def test_a_named_agent_must_match_its_recorded_sha256(corral_home: Path, marker:
     plant(agents, "unrecorded", marker, sidecar_sha=None)
     with pytest.raises(AgentLoadError, match="records no SHA-256"):
         make_policy("rl:unrecorded")
+    assert not marker.exists()
+
+
+def test_the_api_refuses_a_named_agent_without_its_recorded_sha256(store: Store, corral_home: Path,
+                                                                  marker: Path) -> None:
+    """A planted archive inside an agent directory, named as the API wants (by name): the sidecar records another
+    archive's hash, or none at all. Both the what-if and the policy switch refuse it, naming the field."""
+    agents = corral_home / "agents"
+    plant(agents, "swapped", marker, sidecar_sha=json.loads((ZOO / "default.json").read_text())["sha256"])
+    plant(agents, "unrecorded", marker, sidecar_sha=None)
+    with store.session() as s:
+        root = create_token(s, "root", admin=True)
+    client = create_app(store).test_client()
+    auth = {"Authorization": f"Bearer {root}"}
+    for name, why in (("rl:swapped", "does not have the SHA-256 its sidecar records"),
+                      ("rl:unrecorded", "records no SHA-256")):
+        resp = client.post(f"{API}/whatif", json={"policy": name, "seeds": 1}, headers=auth)
+        assert resp.status_code == 422 and why in resp.json["errors"]["json"]["policy"][0], resp.json
+        resp = client.put(f"{API}/policies/active", json={"name": name}, headers=auth)
+        assert resp.status_code == 422 and why in resp.json["errors"]["json"]["name"][0], resp.json
+        assert resp.json["message"].startswith("name: ") and not resp.json["message"].startswith("name: name:")
+    assert client.get(f"{API}/policies", headers=auth).json["active"] != "rl:swapped"
     assert not marker.exists()
 
 

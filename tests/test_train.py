@@ -148,6 +148,20 @@ def test_train_refuses_to_overwrite_an_agent_without_force(tmp_path: Path) -> No
     assert (tmp_path / "default.curve.png").read_bytes() == b"png"
 
 
+def test_train_with_force_overwrites_the_agent_and_its_report(tmp_path: Path) -> None:
+    agent = tmp_path / "mine.zip"
+    agent.write_bytes(b"an old agent")
+    (tmp_path / "mine.curve.png").write_bytes(b"old curve")
+    result = CliRunner().invoke(main, [
+        "train", "--out", str(agent), "--force", "--timesteps", "512", "--n-envs", "1", "--window", "40",
+        "--eval-window", "40", "--eval-scenarios", "1", "--eval-freq", "512", "--warm-start", "none",
+        "--cluster", "pcie-v100:2-3", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert agent.read_bytes() != b"an old agent" and make_policy(f"rl:{agent}").name == f"rl:{agent}"
+    assert (tmp_path / "mine.curve.png").stat().st_size > 10_000  # the report was rewritten too
+    assert json.loads(agent.with_suffix(".json").read_text())["sha256"] == sha256_of(agent)
+
+
 def test_train_without_out_saves_under_corral_home(corral_home: Path) -> None:
     result = CliRunner().invoke(main, [
         "train", "--timesteps", "512", "--n-envs", "1", "--window", "40", "--eval-window", "40",

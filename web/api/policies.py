@@ -61,7 +61,8 @@ def blueprint(prefix: str) -> Blueprint:
             check_api_name(name)
             make_policy(name)
         except (SpecError, ValueError) as exc:
-            abort(422, message=f"name: {exc}", errors={"json": {"name": [str(exc)]}})
+            text = str(exc).removeprefix("name: ")  # check_api_name already names the field
+            abort(422, message=f"name: {text}", errors={"json": {"name": [text]}})
         with write_session() as s:
             q.activate_policy(s, name, by=who.name)
         notify()
