@@ -5,6 +5,7 @@ the deepshare: loader refuses missing, corrupt, foreign and too-large cases with
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -263,9 +264,14 @@ def test_loader_errors(tmp_path: Path) -> None:
 
 def test_ppo_learns_a_few_steps_and_acts_in_the_simulator(tmp_path: Path) -> None:
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import configure
 
     model = PPO("MlpPolicy", DeepShareEnv(window=40), n_steps=128, batch_size=64, seed=0, device="cpu")
+    # SB3's default logger would make a SB3-<date> folder in the system's temporary directory: keep it in tmp_path.
+    model.set_logger(configure(str(tmp_path / "sb3-log"), []))
+    sb3_dirs = set(Path(tempfile.gettempdir()).glob("SB3-*"))
     model.learn(total_timesteps=256)
+    assert set(Path(tempfile.gettempdir()).glob("SB3-*")) == sb3_dirs
     path = tmp_path / "smoke.zip"
     model.save(path)
     (tmp_path / "smoke.json").write_text(json.dumps({"formulation": "deepshare",

@@ -4,6 +4,7 @@ refuses missing, corrupt and foreign-version agents with one clear message."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import gymnasium as gym
@@ -87,13 +88,18 @@ def test_rl_loader_errors(tmp_path: Path) -> None:
 
 def test_maskable_ppo_learns_a_few_steps_and_acts_in_the_simulator(tmp_path: Path) -> None:
     from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.logger import configure
 
     from scheduler.model import parse_cluster
     from scheduler.simulator import Simulator
     from scheduler.traces import synthetic
 
     model = MaskablePPO("MlpPolicy", PlacementEnv(window=40), n_steps=128, batch_size=64, seed=0, device="cpu")
+    # SB3's default logger would make a SB3-<date> folder in the system's temporary directory: keep it in tmp_path.
+    model.set_logger(configure(str(tmp_path / "sb3-log"), []))
+    sb3_dirs = set(Path(tempfile.gettempdir()).glob("SB3-*"))
     model.learn(total_timesteps=256)
+    assert set(Path(tempfile.gettempdir()).glob("SB3-*")) == sb3_dirs
     path = tmp_path / "smoke.zip"
     model.save(path)
     (tmp_path / "smoke.json").write_text(json.dumps({"encoding_version": ENCODING_VERSION}))
