@@ -249,11 +249,14 @@ def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int
     from agents.train import check_out, default_out, make_config, parse_cluster_range, parse_range
     from agents.train import train as run_training
 
+    defaulted = out is None
     out = out or default_out("history" if from_history else formulation)
     try:
         check_out(out, force)
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
+    if defaulted:  # say where before a run of minutes, not only at its end
+        click.echo(f"no --out: the agent will be saved as {out}", err=True)
     if from_history:
         _train_from_history(ctx, db_url, out, no_progress, algo=algo or "maskable-ppo", timesteps=timesteps,
                             window=window, load=load, n_envs=n_envs, seed=seed, tensorboard=tensorboard,

@@ -169,6 +169,7 @@ def test_train_without_out_saves_under_corral_home(corral_home: Path) -> None:
         "--no-progress"])
     assert result.exit_code == 0, result.output
     (agent,) = (corral_home / "agents").glob("corral-*.zip")
+    assert f"no --out: the agent will be saved as {agent}" in result.output
     assert f"saved {agent}" in result.output and f"corral policy rl:{agent.stem}" in result.output
     assert make_policy(f"rl:{agent.stem}").name == f"rl:{agent.stem}"  # by name, as the API would
 
