@@ -81,8 +81,9 @@ class Worker:
         with self._lock:
             if self.phase != "ready":  # a restarted controller may say go twice
                 return self.started_at or 0.0
-            self.phase = "running"
+            # started_at before phase: `status` may run on another thread, and "running" must come with its time
             self.started_at = time.time()
+            self.phase = "running"
         target = self._emulate if self.launch.kind == "emulated" else self._command
         threading.Thread(target=target, args=(env,), daemon=True, name=f"corral-rank-{self.rank}").start()
         return self.started_at
