@@ -2,8 +2,11 @@
 (Playwright on Debian's /usr/bin/chromium) against a real `corral serve --nodes 4 --gpus-per-node 8` on a local Ray
 cluster: sign in, submit from the form, find the job on the cluster map and its explanation, and a 32-GPU, 50-job map.
 
-Screenshots go to tests/screenshots/ (gitignored). The browser tests skip, saying why, without chromium or playwright
-(`make test` installs both; never `playwright install`: it downloads a browser of its own).
+Screenshots go to the service's CORRAL_HOME under pytest's temporary directory (`screenshots/`), never the repo.
+The browser tests skip, saying why, without chromium or playwright (`make test` installs both; never `playwright
+install`: it downloads a browser of its own). Then issue 10's dashboard items: the Jobs page (filters, pages, failure
+reasons), a missing job's 404, chart labels inside the chart, a phone-width navigation, inference SLOs, explanation
+figures with their time and neighbours, and HTML/JS payloads in every free-text field rendered as text.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from scheduler.store import Store, queries
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
-SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
 NODES, GPUS = 4, 8
 TEXT_SUFFIXES = {".html", ".js", ".css", ".svg", ".json", ".txt", ".map"}
@@ -89,11 +91,22 @@ class Service(ServeProcess):
         assert r.status_code == 200, r.text
         return r.json()
 
+    def post(self, path: str, body: Any = None) -> requests.Response:
+        return requests.post(f"{self.api}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"},
+                             timeout=10)
+
     def submit(self, **fields: Any) -> dict[str, Any]:
-        r = requests.post(f"{self.api}/jobs", json=fields, headers={"Authorization": f"Bearer {self.token}"},
-                          timeout=10)
+        r = self.post("/jobs", fields)
         assert r.status_code == 201, r.text
         return r.json()  # type: ignore[no-any-return]
+
+    def cancel_all(self) -> None:
+        """Cancel every live job and wait until none runs: the next test gets the whole cluster."""
+        for state in ("pending", "running"):
+            for j in self.get(f"/jobs?state={state}&limit=1000")["jobs"]:
+                self.post(f"/jobs/{j['id']}/cancel")
+        wait_until("every job to stop", lambda: self.get("/jobs?state=running&limit=1")["total"] == 0
+                   and self.get("/jobs?state=pending&limit=1")["total"] == 0, timeout=60)
 
 
 def browser_or_skip() -> Any:
@@ -136,9 +149,10 @@ def page(browser: Any, service: Service) -> Iterator[Any]:
     assert not errors, f"JavaScript errors on the page: {errors}"
 
 
-def shoot(pg: Any, name: str) -> Path:
-    SCREENSHOTS.mkdir(exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
+def shoot(pg: Any, service: Service, name: str) -> Path:
+    folder = service.home / "screenshots"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{name}.png"
     pg.screenshot(path=str(path), full_page=True)
     return path
 
@@ -179,7 +193,7 @@ def test_submit_from_the_form_and_find_the_job_on_the_map(page: Any, service: Se
     page.click("#submit-form button[type=submit]")
     page.wait_for_function("document.querySelector('[data-error-for=num_gpus]').textContent.length > 0")
     assert "whole number" in page.inner_text("[data-error-for=num_gpus]")
-    shoot(page, "submit-422")
+    shoot(page, service, "submit-422")
     page.fill("#f-num_gpus", "2")
     page.click("#submit-form button[type=submit]")
     page.wait_for_url(re.compile(r".*#/job/\d+$"))
@@ -208,7 +222,7 @@ def test_job_page_shows_placement_explanation_timeline_and_logs(page: Any, servi
     assert "submitted" in page.inner_text("#timeline")
     page.wait_for_selector("#logs-body pre.log, #logs-body.muted")
     assert "×" in page.inner_text("#job-slowdown")  # a predicted slowdown is shown
-    shoot(page, "job")
+    shoot(page, service, "job")
 
 
 # 62 GPUs asked of 32: fractional (MPS) jobs share GPUs, a 12-GPU gang spans nodes, and some jobs must queue.
@@ -252,7 +266,7 @@ def test_map_of_32_gpus_with_50_jobs(page: Any, service: Service) -> None:
     assert min(heights) >= 14, f"a tenant band is {min(heights):.1f} px tall"
     assert page.locator(".nic").count() == NODES
     page.mouse.move(0, 0)  # no hover highlight in the picture
-    path = shoot(page, "map-32gpu-50jobs")
+    path = shoot(page, service, "map-32gpu-50jobs")
     assert path.stat().st_size > 20_000
 
     page.goto(f"{service.base}/#/queue")
@@ -261,7 +275,7 @@ def test_map_of_32_gpus_with_50_jobs(page: Any, service: Service) -> None:
         page.wait_for_selector("#queue-table tbody tr")
         assert page.locator("#queue-table tbody tr").count() == len(pending)
         assert pending[0]["pending_reason"] in page.inner_text("#queue-table") or page.locator(".reason").count()
-    shoot(page, "queue")
+    shoot(page, service, "queue")
 
 
 def test_metrics_and_policies_pages(page: Any, service: Service) -> None:
@@ -271,7 +285,7 @@ def test_metrics_and_policies_pages(page: Any, service: Service) -> None:
     page.wait_for_function("document.querySelector('#metrics-summary').textContent.includes('running')")
     page.click("#windows button:has-text('15 min')")
     page.wait_for_timeout(500)
-    shoot(page, "metrics")
+    shoot(page, service, "metrics")
 
     page.goto(f"{service.base}/#/policies/rl:default")
     page.wait_for_selector("#policies tr.active")
@@ -279,7 +293,7 @@ def test_metrics_and_policies_pages(page: Any, service: Service) -> None:
     page.wait_for_selector("#curve img.curve")
     assert page.eval_on_selector("#curve img.curve", "img => img.complete && img.naturalWidth > 0")
     assert "tiresias" in page.inner_text("#report-table")
-    shoot(page, "policies")
+    shoot(page, service, "policies")
     # Switch the active policy as admin, and back.
     page.click("button[data-activate='contention-greedy']")
     page.wait_for_function("document.querySelector('#policy-message').textContent.includes('now the active')")
@@ -303,4 +317,258 @@ def test_whatif_page_compares_a_scenario_with_the_present(page: Any, service: Se
     assert "fifo on 48 GPUs" in result  # 32 live GPUs plus two 8-GPU nodes
     assert "as it is (" in result and "average JCT" in result  # the baseline column: the present, unchanged
     assert "The added job (4 GPUs) would finish in about" in result
-    shoot(page, "whatif")
+    shoot(page, service, "whatif")
+
+
+# ---- issue 10 item 8: the jobs page, errors, the chart's axis, phones, SLOs, explanation timing --------------------
+
+
+def fresh_page(browser: Any, service: Service, **context: Any) -> tuple[Any, Any, list[str]]:
+    """A signed-in page in a context of its own (viewport etc.), and the list its JavaScript errors land in."""
+    ctx = browser.new_context(**({"viewport": {"width": 1600, "height": 1000}} | context))
+    ctx.add_init_script(f"localStorage.setItem('corral.token', {service.token!r})")
+    pg = ctx.new_page()
+    pg.set_default_timeout(30_000)
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    return ctx, pg, errors
+
+
+def test_jobs_page_filters_pages_and_shows_failure_reasons(page: Any, service: Service) -> None:
+    service.cancel_all()  # frees the cluster so the failing job runs at once; cancelled jobs are listed too
+    failing = service.submit(name="exits-3", kind="command", model="ResNet-50-bs64", num_gpus=1,
+                             entrypoint="echo about to fail; exit 3")
+    failed = wait_until("the command job to fail", lambda: (j := service.get(f"/jobs/{failing['id']}"))["state"]
+                        == "failed" and j, timeout=60)
+    assert failed["error"], "a failed job carries a reason"
+    total = service.get("/jobs?limit=1")["total"]
+    assert total > 50, "the tests above submitted over 50 jobs: enough for a second page"
+
+    page.goto(f"{service.base}/#/jobs")
+    page.wait_for_selector("#jobs-table tbody tr")
+    assert page.locator("#jobs-table tbody tr").count() == 50
+    assert page.inner_text("#jobs-page") == f"1–50 of {total}"
+    assert page.locator("#nav a.on").inner_text() == "Jobs"
+    # Older jobs are on the next page: the ids continue where the first page stopped (newest first).
+    first_ids = page.eval_on_selector_all("#jobs-table tbody tr", "rows => rows.map(r => +r.dataset.jobId)")
+    page.click("#jobs-next")
+    page.wait_for_function("document.querySelector('#jobs-page').textContent.startsWith('51–')")
+    page.wait_for_selector("#jobs-table tbody tr")
+    second_ids = page.eval_on_selector_all("#jobs-table tbody tr", "rows => rows.map(r => +r.dataset.jobId)")
+    assert second_ids and max(second_ids) < min(first_ids), (first_ids[-3:], second_ids[:3])
+    assert page.url.endswith("#/jobs?page=2")
+
+    # Filter by state: the failed job's row gives its reason and links to its page.
+    page.select_option("#jobs-state", "failed")
+    page.wait_for_url(re.compile(r".*#/jobs\?state=failed$"))
+    row = page.wait_for_selector(f"#jobs-table tr[data-job-id='{failing['id']}']")
+    assert failed["error"] in row.inner_text()
+    assert page.eval_on_selector_all("#jobs-table tbody tr", "rows => rows.map(r => r.dataset.state)") == \
+        ["failed"] * page.locator("#jobs-table tbody tr").count()
+    # Filter by user: alice owns them all; nobody owns none.
+    page.fill("#jobs-user", "alice")
+    page.click("#jobs-filter button")
+    page.wait_for_url(re.compile(r".*#/jobs\?state=failed&user=alice$"))
+    page.wait_for_selector(f"#jobs-table tr[data-job-id='{failing['id']}']")
+    page.goto(f"{service.base}/#/jobs?user=nobody")
+    page.wait_for_function("document.querySelector('#jobs-body').textContent.includes('No job of nobody')")
+    shoot(page, service, "jobs")
+
+    # The job page says why it failed, and so does the queue for a requeued job's earlier failure (same cell).
+    page.goto(f"{service.base}/#/job/{failing['id']}")
+    page.wait_for_selector("#job-failure")
+    assert f"Failed: {failed['error']}" in " ".join(page.inner_text("#job-failure").split())
+
+
+def test_a_missing_job_says_404_instead_of_loading(page: Any, service: Service) -> None:
+    page.goto(f"{service.base}/#/job/9999")
+    page.wait_for_selector("#job-error")
+    text = page.inner_text("#job-error")
+    assert "No job 9999" in text and "HTTP 404" in text and "job 9999 not found" in text, text
+    assert "Loading" not in page.inner_text("#view")
+    page.goto(f"{service.base}/#/job/abc")
+    page.wait_for_selector("#job-error")
+    assert "No job abc" in page.inner_text("#job-error")
+
+
+TICKS_INSIDE = """svg => {
+  const box = svg.getBoundingClientRect();
+  return [...svg.querySelectorAll('text.tick')].map(t => {
+    const r = t.getBoundingClientRect();
+    return {text: t.textContent, inside: r.left >= box.left - 0.5 && r.right <= box.right + 0.5};
+  });
+}"""
+
+
+def test_chart_axis_labels_lie_inside_the_chart(page: Any, service: Service) -> None:
+    page.goto(f"{service.base}/#/metrics")
+    page.wait_for_selector("#charts svg.chart")
+    # Durations up to 6,100 s give the longest labels ("2 h 13 min"): drawn by the page's own chart code.
+    labels = page.evaluate("""() => {
+      const now = Date.now() / 1000, box = document.createElement('div');
+      box.style.width = '400px';
+      document.querySelector('#view').appendChild(box);
+      Corral.mount(box, Charts.line({t0: now - 3600, t1: now, yFormat: Corral.duration,
+        series: [{name: 'jct', colour: '#000', points: [[now - 3000, 5000], [now - 100, 6100]]}]}));
+      return box.querySelectorAll('svg text.tick').length;
+    }""")
+    assert labels == 5 + 6, labels
+    svg = page.locator("#view > div:last-child svg.chart")
+    ticks = svg.evaluate(TICKS_INSIDE)
+    assert any("h" in t["text"] for t in ticks), ticks
+    assert all(t["inside"] for t in ticks), [t for t in ticks if not t["inside"]]
+    for chart in page.locator("#charts svg.chart").all():  # and the page's own charts
+        ticks = chart.evaluate(TICKS_INSIDE)
+        assert ticks and all(t["inside"] for t in ticks), ticks
+
+
+def test_navigation_fits_a_phone(browser: Any, service: Service) -> None:
+    ctx, pg, errors = fresh_page(browser, service, viewport={"width": 390, "height": 844}, is_mobile=True)
+    try:
+        for route, ready in [("map", ".node .gpu"), ("queue", "#queue-body :not(.muted), #queue-body p"),
+                             ("jobs", "#jobs-table, #jobs-body p"), ("metrics", "#charts svg.chart"),
+                             ("policies", "#policies"), ("submit", "#submit-form"), ("whatif", "#whatif-form")]:
+            pg.goto(f"{service.base}/#/{route}")
+            pg.wait_for_selector(ready)
+            width = pg.evaluate("document.documentElement.scrollWidth")
+            outside = pg.eval_on_selector_all("#nav a, .topbar .brand", """els => els.filter(e => {
+                const r = e.getBoundingClientRect(); return r.left < 0 || r.right > innerWidth; })
+              .map(e => e.textContent)""")
+            assert width <= 390 and not outside, (route, width, outside)
+        shoot(pg, service, "phone-metrics")
+    finally:
+        ctx.close()
+    assert not errors, errors
+
+
+def test_inference_jobs_show_their_slo_and_whether_it_is_at_risk(page: Any, service: Service) -> None:
+    model = next(m for m in service.get("/models")["models"] if m["kind"] == "inference")
+    tight = service.submit(name="tight-slo", kind="emulated", model=model["name"], num_gpus=0.25, duration_s=600,
+                           slo_ms=model["latency_ms"] * 0.5)  # slower than its SLO even alone
+    loose = service.submit(name="loose-slo", kind="emulated", model=model["name"], num_gpus=0.25, duration_s=600,
+                           slo_ms=model["latency_ms"] * 100)
+    try:
+        page.goto(f"{service.base}/#/job/{tight['id']}")
+        line = page.wait_for_selector("#job-slo")
+        text = line.inner_text()
+        assert f"SLO {tight['slo_ms']:.0f} ms" in text and "at risk" in text, text
+        assert f"{model['latency_ms']:.1f} ms alone" in text, text
+        page.goto(f"{service.base}/#/job/{loose['id']}")
+        page.wait_for_function("document.querySelector('#job-slo') && "
+                               "document.querySelector('#job-slo').textContent.includes('within')")
+        assert "at risk" not in page.inner_text("#job-slo")
+        page.goto(f"{service.base}/#/jobs")
+        page.wait_for_selector(f"#jobs-table tr[data-job-id='{tight['id']}'] .slo.at-risk")
+        assert page.locator(f"#jobs-table tr[data-job-id='{loose['id']}'] .slo.ok").count() == 1
+        assert page.locator("#jobs-table .slo").count() == 2  # training jobs have none
+    finally:
+        service.cancel_all()
+
+
+def test_explanation_says_when_and_beside_whom(page: Any, service: Service) -> None:
+    placed = service.submit(name="explained", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=600)
+    wait_until("the job to run", lambda: service.get(f"/jobs/{placed['id']}")["state"] == "running", timeout=60)
+    ex = service.get(f"/jobs/{placed['id']}/explain")
+    page.goto(f"{service.base}/#/job/{placed['id']}")
+    page.wait_for_selector("#explain-timing")
+    clock = page.evaluate("at => Corral.clock(at)", ex["decision"]["at"])
+    text = page.inner_text("#explain-timing")
+    assert f"at decision time {clock}" in text and "; now" in text, text
+
+    # The figures as the server records them (`computed_at`, neighbour job ids on the candidates and on the present
+    # prediction) are shown as given: the page never puts a decision-time figure next to a present one unlabelled.
+    def with_timing(route: Any) -> None:
+        response = route.fetch()
+        body = response.json()
+        decision = body["decision"]
+        decision |= {"computed_at": decision["at"], "neighbour_job_ids": [4, 7]}
+        for c in decision["candidates"]:
+            c |= {"computed_at": decision["at"], "neighbour_job_ids": [4, 7] if c["chosen"] else []}
+        body["placement"] |= {"computed_at": decision["at"] + 61, "neighbour_job_ids": []}
+        route.fulfill(response=response, json=body)
+
+    page.route(re.compile(rf".*/api/v1/jobs/{placed['id']}/explain$"), with_timing)
+    try:
+        page.reload()
+        page.wait_for_function("document.querySelector('#explain-timing') && "
+                               "document.querySelector('#explain-timing').textContent.includes('beside jobs')")
+        text = " ".join(page.inner_text("#explain-timing").split())
+        now_clock = page.evaluate("at => Corral.clock(at)", ex["decision"]["at"] + 61)
+        assert f"at decision time {clock}, beside jobs #4, #7:" in text, text
+        assert f"now (computed {now_clock}), alone:" in text, text
+        if page.locator("#candidates").count():
+            assert "#4, #7" in page.inner_text("#candidates tr.chosen")
+    finally:
+        page.unroute(re.compile(rf".*/api/v1/jobs/{placed['id']}/explain$"))
+        service.cancel_all()
+
+
+# ---- issue 10 security 7: data is text, never markup -------------------------------------------------------------
+
+PAYLOADS = ["<img src=x onerror=alert(1)>", "<script>alert(1)</script>", '"><svg onload=alert(1)>',
+            "javascript:alert(1)"]
+PAYLOAD = " ".join(PAYLOADS)
+
+
+def test_payloads_in_job_fields_render_as_text_on_every_page(browser: Any, service: Service) -> None:
+    service.cancel_all()
+    # Fields that are not free text refuse the payload, naming the field: the catalog's models, the user filter.
+    r = service.post("/jobs", {"name": "x", "kind": "emulated", "model": PAYLOADS[0], "num_gpus": 1, "duration_s": 9})
+    assert r.status_code == 422 and "model" in r.json()["errors"]["json"], r.text
+    # Free text holds them: the name of a running and of two queued jobs, a command job's entrypoint and env.
+    running = service.submit(name=f"run {PAYLOAD}", kind="emulated", model="ResNet-50-bs64", num_gpus=0.5,
+                             duration_s=3600)
+    queued = [service.submit(name=f"q{i} {PAYLOAD}", kind="emulated", model="ResNet-50-bs64", num_gpus=NODES * GPUS,
+                             duration_s=60) for i in range(2)]
+    command = service.submit(name=f"cmd {PAYLOAD}", kind="command", model="ResNet-50-bs64", num_gpus=1,
+                             entrypoint=f"true # {PAYLOAD}", env={"PAYLOAD": PAYLOAD})
+    wait_until("the payload jobs to settle", lambda: service.get(f"/jobs/{running['id']}")["state"] == "running"
+               and service.get(f"/jobs/{command['id']}")["state"] == "succeeded", timeout=60)
+
+    ctx, pg, errors = fresh_page(browser, service)
+    dialogs: list[str] = []
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    requested: list[str] = []
+    pg.on("request", lambda req: requested.append(req.url))
+    try:
+        pages = [("map", ".node .gpu", f"run {PAYLOAD}"),
+                 ("queue", "#queue-table", f"q0 {PAYLOAD}"),
+                 ("jobs", "#jobs-table", f"cmd {PAYLOAD}"),
+                 (f"job/{running['id']}", "#job-head h1", f"run {PAYLOAD}"),
+                 (f"job/{queued[0]['id']}", "#job-head h1", f"q0 {PAYLOAD}"),
+                 (f"job/{command['id']}", "#job-command", f"true # {PAYLOAD}"),
+                 (f"job/{command['id']}", "#job-env", f"PAYLOAD={PAYLOAD}"),
+                 # a user filter is free text in the URL: the API finds no such user and the page says so, as text
+                 (f"jobs?user={requests.utils.quote(PAYLOADS[0])}", "#jobs-body p", f"No job of {PAYLOADS[0]}"),
+                 ("metrics", "#charts svg.chart", None), ("policies", "#policies", None),
+                 ("whatif", "#whatif-form", None), ("submit", "#submit-form", None)]
+        for route, ready, literal in pages:
+            pg.goto(f"{service.base}/#/{route}")
+            pg.wait_for_selector(ready)
+            if literal is not None:
+                pg.wait_for_function("t => document.querySelector('#view').innerText.includes(t)", arg=literal)
+            pg.wait_for_timeout(300)  # a poll's worth for any onerror/onload to fire
+            injected = pg.evaluate("""() => ({
+              elements: document.querySelectorAll('#view img:not(.curve), #view script, #view svg:not(.chart), ' +
+                '#view [onerror], #view [onload]').length,
+              links: [...document.querySelectorAll('a[href]')]
+                .filter(a => /^\\s*javascript:/i.test(a.href)).length})""")
+            assert injected == {"elements": 0, "links": 0}, (route, injected)
+        # The submit form: a payload name goes in and comes back on the job's page as the same text.
+        pg.fill("#f-name", PAYLOAD)
+        pg.fill("#f-duration_s", "5")
+        pg.click("#submit-form button[type=submit]")
+        pg.wait_for_url(re.compile(r".*#/job/\d+$"))
+        pg.wait_for_function("t => document.querySelector('#job-head h1') && "
+                             "document.querySelector('#job-head h1').innerText.includes(t)", arg=PAYLOAD)
+        pg.goto(f"{service.base}/#/map")
+        pg.wait_for_selector(f".tenant[data-job-id='{running['id']}']")
+        assert PAYLOAD in pg.get_attribute(f".tenant[data-job-id='{running['id']}']", "title")
+        shoot(pg, service, "payloads-map")
+    finally:
+        ctx.close()
+        service.cancel_all()
+    assert not dialogs, dialogs
+    assert not errors, errors
+    assert not [u for u in requested if u.rstrip("/").endswith("/x")], "an injected <img src=x> was fetched"

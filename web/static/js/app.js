@@ -12,9 +12,10 @@
   let current = null, timer = null, busy = false, generation = 0;
 
   function parse() {
-    const [name, arg] = location.hash.replace(/^#\/?/, "").split("/");
-    const [path, query] = (arg || "").split("?");
-    return { name: name || "map", arg: decodeURIComponent(path || ""), query: new URLSearchParams(query || "") };
+    // The query belongs to the whole route (`#/jobs?state=failed`, `#/job/7?x=1`), so split it off first.
+    const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
+    const [name, arg] = path.split("/");
+    return { name: name || "map", arg: decodeURIComponent(arg || ""), query: new URLSearchParams(query || "") };
   }
 
   function showBanner(text) {
@@ -60,12 +61,14 @@
     signout.hidden = !signedIn;
     if (!signedIn && r.name !== "signin") { location.hash = "#/signin"; return; }
     if (!signedIn) statusEl.textContent = "";
-    document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("on", a.dataset.view === r.name));
+    const section = r.name === "job" ? "jobs" : r.name;  // a job's page belongs under Jobs in the navigation
+    document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("on", a.dataset.view === section));
     showBanner("");
     const views = {
       signin: () => Views.signin(viewEl, { message: signinMessage }),
       map: () => Views.map(viewEl),
       queue: () => Views.queue(viewEl),
+      jobs: () => Views.jobs(viewEl, { query: r.query }),
       job: () => Views.job(viewEl, { id: r.arg }),
       metrics: () => Views.metrics(viewEl),
       policies: () => Views.policies(viewEl, { name: r.arg }),

@@ -4,7 +4,16 @@
 
 const Charts = (() => {
   const { html, raw } = Corral;
-  const W = 640, H = 220, M = { l: 56, r: 12, t: 12, b: 28 };
+  const W = 640, H = 220, MARGIN = { r: 12, t: 12, b: 28 };
+  const TICK_PX = 11, TICK_GAP = 6;  // .chart .tick's font size (user units), and the labels' distance from the axis
+
+  // How wide a tick label is drawn: the left margin is sized to the widest y label, so "1 h 40 min" is not clipped.
+  let measurer = null;
+  function textWidth(text) {
+    measurer = measurer || document.createElement("canvas").getContext("2d");
+    measurer.font = `${TICK_PX}px ${getComputedStyle(document.body).fontFamily}`;
+    return measurer.measureText(text).width;
+  }
 
   function niceMax(v) {
     if (!(v > 0)) return 1;
@@ -17,13 +26,15 @@ const Charts = (() => {
   function line({ series, t0, t1, yFormat = (v) => String(v), yMax = null, empty = "no data in this window" }) {
     const values = series.flatMap((s) => s.points.map((p) => p[1]).filter((v) => v !== null && isFinite(v)));
     const top = yMax !== null ? yMax : niceMax(Math.max(0, ...values));
+    const yLabels = [0, 1, 2, 3, 4].map((i) => [(top * i) / 4, yFormat((top * i) / 4)]);
+    const M = { ...MARGIN, l: Math.ceil(Math.max(...yLabels.map(([, text]) => textWidth(text)))) + TICK_GAP + 4 };
     const x = (t) => M.l + ((t - t0) / Math.max(1e-9, t1 - t0)) * (W - M.l - M.r);
     const y = (v) => H - M.b - (v / top) * (H - M.t - M.b);
     const parts = [];
-    for (let i = 0; i <= 4; i++) {  // horizontal grid and y labels
-      const v = (top * i) / 4;
+    for (const [v, text] of yLabels) {  // horizontal grid and y labels
       parts.push(`<line class="grid" x1="${M.l}" x2="${W - M.r}" y1="${y(v)}" y2="${y(v)}"/>`);
-      parts.push(`<text class="tick" x="${M.l - 6}" y="${y(v) + 4}" text-anchor="end">${Corral.esc(yFormat(v))}</text>`);
+      parts.push(`<text class="tick" x="${M.l - TICK_GAP}" y="${y(v) + 4}" text-anchor="end">${Corral.esc(text)}` +
+        "</text>");
     }
     for (let i = 0; i <= 5; i++) {  // x labels: clock times
       const t = t0 + ((t1 - t0) * i) / 5;

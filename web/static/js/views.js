@@ -10,6 +10,54 @@ const Views = (() => {
   const errorBox = (err) => html`<p class="error">${err.status ? `HTTP ${err.status}: ` : ""}${err.message}</p>`;
   const jobLink = (id, text) => html`<a href="#/job/${id}">${text !== undefined ? text : `#${id}`}</a>`;
 
+  // The model catalog (GET /models), fetched once per page load: inference models carry their isolated latency.
+  let catalogPromise = null;
+  function catalog() {
+    catalogPromise = catalogPromise || C.request("/models")
+      .then((r) => new Map(r.models.map((m) => [m.name, m])))
+      .catch((err) => { catalogPromise = null; throw err; });
+    return catalogPromise;
+  }
+
+  // An inference job's SLO against the latency the contention model predicts for it: the model's isolated latency
+  // times the job's predicted slowdown (now if it runs, else averaged over its run, else alone), the simulator's rule
+  // for an SLO violation. Null for jobs without an SLO.
+  function sloStatus(j, model) {
+    if (j.slo_ms === null || j.slo_ms === undefined) return null;
+    const alone = model && model.latency_ms ? model.latency_ms : null;
+    if (alone === null) return { slo: j.slo_ms, predicted: null, risk: null, basis: "" };
+    const [slowdown, basis] = j.state === "running" && j.predicted_slowdown ? [j.predicted_slowdown, "now"]
+      : j.predicted_slowdown_avg ? [j.predicted_slowdown_avg, "averaged over its run"] : [1, "alone"];
+    const predicted = alone * slowdown;
+    return { slo: j.slo_ms, alone, slowdown, predicted, basis, risk: predicted > j.slo_ms };
+  }
+
+  function sloText(st) {
+    if (!st) return "";
+    if (st.predicted === null) return `SLO ${C.num(st.slo, 0)} ms (no isolated latency known for this model)`;
+    return `SLO ${C.num(st.slo, 0)} ms: predicted ${C.num(st.predicted, 1)} ms (${C.num(st.alone, 1)} ms alone × ` +
+      `${C.slow(st.slowdown)}, ${st.basis}) — ${st.risk ? "at risk" : "within"}`;
+  }
+
+  const sloBadge = (st) => (st ? html`<span class="slo ${st.risk ? "at-risk" : st.risk === false ? "ok" : ""}"
+    title="${sloText(st)}">${st.risk ? "SLO at risk" : `SLO ${C.num(st.slo, 0)} ms`}</span>` : "");
+
+  // Why a job waits or failed: the controller's pending reason, and the failure reason (`error`) of a failed job or
+  // of a requeued job's last run.
+  function reasonCell(j) {
+    const parts = [];
+    if (j.state === "pending") {
+      parts.push(j.pending_reason ? html`<span>${j.pending_reason}</span>` :
+        html`<span class="muted">waiting for the controller</span>`);
+    }
+    if (j.error) {
+      parts.push(html`<span class="error-text">${j.state === "failed" ? "" : "last run failed: "}${j.error}</span>`);
+    } else if (j.state === "failed") {
+      parts.push(html`<span class="error-text">failed (no reason recorded)</span>`);
+    }
+    return parts.map((x, i) => html`${i ? html`<br>` : ""}${x}`);
+  }
+
   // ---- sign in -----------------------------------------------------------------------------------------------------
   function signin(el, params) {
     mount(el, html`
@@ -146,11 +194,85 @@ const Views = (() => {
           <tbody>${jobs.map((j, i) => html`<tr data-job-id="${j.id}">
             <td>${hasPos ? j.queue_position : i + 1}</td><td>${jobLink(j.id, `#${j.id} ${j.name}`)}</td>
             <td>${j.user}</td><td>${j.num_gpus}</td><td>${j.model}</td><td>${C.duration(Date.now() / 1000 -
-              j.queued_since)}</td><td class="reason">${j.pending_reason || html`<span class="muted">waiting for
-              the controller</span>`}</td>
+              j.queued_since)}</td><td class="reason">${reasonCell(j)}</td>
             <td>${estimates.has(j.id) && estimates.get(j.id) !== null ? `≈ ${C.duration(estimates.get(j.id))}` :
               html`<span class="muted">–</span>`}</td></tr>`)}</tbody></table>
           ${hasPos ? "" : html`<p class="muted small">Positions by arrival order (the API gives none).</p>`}`);
+      },
+    };
+  }
+
+  // ---- all jobs ----------------------------------------------------------------------------------------------------
+  // Every job, newest first, filtered by state and user and paged (GET /jobs?state&user&limit&offset), so finished
+  // jobs can be found. The filters live in the URL (`#/jobs?state=failed&user=bob&page=2`): a view can be shared.
+  const JOB_STATES = ["pending", "running", "succeeded", "failed", "cancelled"];
+  const PAGE_SIZE = 50;
+
+  function jobs(el, params) {
+    const q = params.query;
+    const state = JOB_STATES.includes(q.get("state")) ? q.get("state") : "";
+    const user = (q.get("user") || "").trim();
+    const page = Math.max(1, Math.floor(Number(q.get("page"))) || 1);
+    const go = (changes) => {
+      const next = new URLSearchParams({ state, user, page: String(page), ...changes });
+      [...next.keys()].forEach((k) => { if (!next.get(k) || (k === "page" && next.get(k) === "1")) next.delete(k); });
+      const qs = next.toString();
+      location.hash = `#/jobs${qs ? `?${qs}` : ""}`;
+    };
+    mount(el, html`<section><h1>Jobs</h1>
+      <form id="jobs-filter" class="row filters">
+        <label>State <select id="jobs-state" name="state"><option value="">any</option>
+          ${JOB_STATES.map((st) => html`<option value="${st}" ${st === state ? "selected" : ""}>${st}</option>`)}
+          </select></label>
+        <label>User <input id="jobs-user" name="user" value="${user}" placeholder="any" size="12"></label>
+        <button type="submit">Filter</button>
+      </form>
+      <div id="jobs-body"><p class="muted">Loading…</p></div>
+      <div class="row pager"><button type="button" id="jobs-prev" disabled>← Newer</button>
+        <span id="jobs-page" class="muted"></span>
+        <button type="button" id="jobs-next" disabled>Older →</button></div></section>`);
+    el.querySelector("#jobs-filter").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const value = (sel) => el.querySelector(sel).value.trim();
+      go({ state: value("#jobs-state"), user: value("#jobs-user"), page: "1" });
+    });
+    el.querySelector("#jobs-state").addEventListener("change", () => el.querySelector("#jobs-filter").requestSubmit());
+    el.querySelector("#jobs-prev").addEventListener("click", () => go({ page: String(page - 1) }));
+    el.querySelector("#jobs-next").addEventListener("click", () => go({ page: String(page + 1) }));
+    const body = el.querySelector("#jobs-body");
+    return {
+      async refresh() {
+        const args = new URLSearchParams({ limit: String(PAGE_SIZE), offset: String((page - 1) * PAGE_SIZE) });
+        if (state) args.set("state", state);
+        if (user) args.set("user", user);
+        let data;
+        try { data = await C.request(`/jobs?${args}`); } catch (err) {
+          // A refused filter (another user's jobs without admin, a malformed name) is this page's answer, not a
+          // failed refresh: say it where the table would be.
+          if (err.status === 401) throw err;
+          mount(body, errorBox(err));
+          el.querySelector("#jobs-page").textContent = "";
+          return;
+        }
+        const models = await catalog().catch(() => new Map());
+        const first = data.total ? (page - 1) * PAGE_SIZE + 1 : 0, last = (page - 1) * PAGE_SIZE + data.jobs.length;
+        el.querySelector("#jobs-page").textContent = `${first}–${last} of ${data.total}`;
+        el.querySelector("#jobs-prev").disabled = page <= 1;
+        el.querySelector("#jobs-next").disabled = last >= data.total;
+        if (!data.jobs.length) {
+          mount(body, html`<p class="muted">No job${state ? ` ${state}` : ""}${user ? ` of ${user}` : ""}${page > 1 ?
+            " on this page" : ""}.</p>`);
+          return;
+        }
+        mount(body, html`<div class="scroll-x"><table class="table" id="jobs-table">
+          <thead><tr><th>Job</th><th>State</th><th>User</th><th>GPUs</th><th>Model</th><th>Submitted</th>
+            <th>Finished</th><th>Reason</th></tr></thead>
+          <tbody>${data.jobs.map((j) => html`<tr data-job-id="${j.id}" data-state="${j.state}">
+            <td>${jobLink(j.id, `#${j.id} ${j.name}`)}</td><td>${C.stateBadge(j.state)}</td><td>${j.user}</td>
+            <td>${j.num_gpus}</td><td>${j.model} ${sloBadge(sloStatus(j, models.get(j.model)))}</td>
+            <td title="${C.stamp(j.submitted_at)}">${C.ago(j.submitted_at)}</td>
+            <td title="${C.stamp(j.finished_at)}">${j.finished_at ? C.ago(j.finished_at) : "–"}</td>
+            <td class="reason">${reasonCell(j)}</td></tr>`)}</tbody></table></div>`);
       },
     };
   }
@@ -169,23 +291,69 @@ const Views = (() => {
     };
   }
 
-  function explainSection(ex) {
+  // The job ids a figure was computed beside, from the explanation's neighbour fields (ids, or objects with job_id),
+  // under whichever name the server uses; null when the server does not say (older servers).
+  function besideIds(x) {
+    if (!x) return null;
+    const v = x.neighbour_job_ids ?? x.neighbour_ids ?? x.neighbours;
+    if (!Array.isArray(v)) return null;
+    return v.map((n) => (n !== null && typeof n === "object" ? n.job_id ?? n.id : n))
+      .filter((n) => n !== null && n !== undefined);
+  }
+
+  const besideWords = (ids) => (ids === null ? "" : ids.length ?
+    html`, beside job${ids.length === 1 ? "" : "s"} ${ids.map((n, i) => html`${i ? ", " : ""}${jobLink(n)}`)}` :
+    ", alone");
+
+  // Each slowdown figure with when it was computed and against which neighbours, so the decision's figure and the
+  // present one read as two moments, not a contradiction ("at decision time 12:01:03 beside jobs 4, 7: 1.56×; now,
+  // alone: 1.00×"). Works without the timing fields: then the decision's time and today's GPU sharers are used.
+  function timingLine(ex, j) {
+    const d = ex.decision;
+    if (!d) return "";
+    const chosen = (d.candidates || []).find((c) => c.chosen);
+    const then = chosen ? chosen.slowdown : d.predicted_slowdown;
+    const thenAt = (chosen && chosen.computed_at) ?? d.computed_at ?? d.at;
+    const thenBeside = besideIds(chosen) ?? besideIds(d);
+    const parts = [html`at decision time <time title="${C.stamp(thenAt)}">${C.clock(thenAt)}</time>${
+      besideWords(thenBeside)}: <b>${C.slow(then)}</b>`];
+    const nowFig = ex.now || ex.placement;
+    if (j.state === "running" && nowFig) {
+      const nowAt = nowFig.computed_at ?? (ex.placement && ex.placement.computed_at);
+      const nowBeside = besideIds(ex.now) ?? besideIds(ex.placement) ??
+        (ex.neighbours || []).map((n) => n.job_id);
+      const nowValue = nowFig.predicted_slowdown ?? j.predicted_slowdown;
+      parts.push(html`now${nowAt ? html` (computed <time title="${C.stamp(nowAt)}">${C.clock(nowAt)}</time>)` : ""}${
+        besideWords(nowBeside)}: <b>${C.slow(nowValue)}</b>`);
+    }
+    return html`<p id="explain-timing">Predicted slowdown ${parts.map((x, i) => html`${i ? "; " : ""}${x}`)}.</p>`;
+  }
+
+  function explainSection(ex, j) {
     const d = ex.decision;
     const cands = d ? d.candidates || [] : [];
     const best = cands.length ? Math.min(...cands.map((c) => c.slowdown + c.others_added)) : null;
+    const besides = cands.map((c) => besideIds(c));
+    const showBeside = besides.some((b) => b !== null);
+    const scoredAt = d ? (cands.find((c) => c.computed_at) || {}).computed_at ?? d.computed_at ?? d.at : null;
     return html`<h2>Why here</h2>
       <p class="summary-text">${ex.summary}</p>
+      ${timingLine(ex, j)}
       ${ex.start_estimate_s ? html`<p>Approximate start: in ≈ ${C.duration(ex.start_estimate_s)}.</p>` : ""}
       ${d ? html`<p class="muted">Decision by <b>${d.policy}</b> at ${C.stamp(d.at)}: ${d.action}${d.reason ?
         ` — ${d.reason}` : ""}.</p>` : ""}
-      ${cands.length ? html`<table class="table candidates" id="candidates">
-        <thead><tr><th></th><th>GPUs</th><th>Share</th><th>Its slowdown</th><th>Added to others</th><th>Sum</th>
-        </tr></thead><tbody>${cands.map((c) => html`<tr class="${c.chosen ? "chosen" : ""}">
+      ${cands.length ? html`<div class="scroll-x"><table class="table candidates" id="candidates">
+        <caption class="muted small">Candidates as scored at decision time, ${C.stamp(scoredAt)}</caption>
+        <thead><tr><th></th><th>GPUs</th><th>Share</th>${showBeside ? html`<th>Beside</th>` : ""}<th>Its slowdown</th>
+        <th>Added to others</th><th>Sum</th></tr></thead><tbody>${cands.map((c, ci) => html`<tr
+          class="${c.chosen ? "chosen" : ""}">
           <td>${c.chosen ? html`<b>chosen</b>` : ""}</td><td>${c.gpus.join(", ")}</td><td>${c.share}</td>
+          ${showBeside ? html`<td>${besides[ci] === null ? "–" : besides[ci].length ?
+            besides[ci].map((n, i) => html`${i ? ", " : ""}${jobLink(n)}`) : "alone"}</td>` : ""}
           <td><span class="chip" style="background:${C.slowdownColour(c.slowdown)}">${C.slow(c.slowdown)}</span></td>
           <td>+${C.num(c.others_added, 3)}</td>
           <td>${C.num(c.slowdown + c.others_added, 3)}${Math.abs(c.slowdown + c.others_added - best) < 1e-9 ?
-            " (lowest)" : ""}</td></tr>`)}</tbody></table>`
+            " (lowest)" : ""}</td></tr>`)}</tbody></table></div>`
         : d ? html`<p class="muted">The policy recorded no alternative candidates.</p>` : ""}
       ${ex.neighbours && ex.neighbours.length ? html`<p>Shares GPUs with: ${ex.neighbours.map((n) =>
         html`${jobLink(n.job_id, `#${n.job_id} ${n.name}`)} (GPUs ${n.gpus.join(", ")}) `)}</p>` : ""}`;
@@ -193,6 +361,11 @@ const Views = (() => {
 
   function job(el, params) {
     const id = Number(params.id);
+    if (!Number.isInteger(id) || id < 0) {
+      mount(el, html`<section class="job"><p class="error" id="job-error">No job ${params.id}: a job id is a whole
+        number (as in #/job/12).</p></section>`);
+      return { refresh() {}, static: true };
+    }
     mount(el, html`<section class="job" data-job-id="${id}">
       <div id="job-head"><p class="muted">Loading job ${id}…</p></div>
       <div class="cols">
@@ -211,7 +384,17 @@ const Views = (() => {
     }
     return {
       async refresh() {
-        const j = await C.request(`/jobs/${id}`);
+        let j;
+        try { j = await C.request(`/jobs/${id}`); } catch (err) {
+          if (err.status === 401) throw err;  // back to sign in
+          // The page's answer is the error itself (404: no such job; 403: another user's), never "Loading…".
+          mount(el.querySelector("#job-head"), html`<p class="error" id="job-error">${err.status === 404 ?
+            `No job ${id}` : `Could not load job ${id}`} (${err.status ? `HTTP ${err.status}: ` : ""}${err.message}).
+            ${err.status === 404 ? html`<a href="#/jobs">All jobs</a>` : ""}</p>`);
+          el.querySelectorAll(".card").forEach((c) => { c.hidden = true; });
+          return;
+        }
+        el.querySelectorAll(".card").forEach((c) => { c.hidden = false; });
         let ex = null;
         if (explainWorks) {
           try { ex = await C.request(`/jobs/${id}/explain`); } catch (err) {
@@ -220,6 +403,8 @@ const Views = (() => {
         }
         ex = ex || explanationFromJob(j);
         const pos = j.queue_position ?? ex.queue_position;
+        const slo = j.slo_ms !== null && j.slo_ms !== undefined ?
+          sloStatus(j, (await catalog().catch(() => new Map())).get(j.model)) : null;
         mount(el.querySelector("#job-head"), html`<div class="row between"><h1>#${j.id} ${j.name}
             ${C.stateBadge(j.state)}</h1>
           ${TERMINAL.has(j.state) ? "" : html`<button id="cancel" type="button" class="danger">Cancel job</button>`}
@@ -233,8 +418,14 @@ const Views = (() => {
             <span>attempt ${j.attempt}</span></p>
           <div class="progress" title="progress"><i style="width:${100 * (j.progress || 0)}%"></i>
             <span>${C.pct(j.progress || 0)}</span></div>
+          ${j.entrypoint ? html`<pre class="cmd" id="job-command">${j.entrypoint}</pre>` : ""}
+          ${j.env && Object.keys(j.env).length ? html`<pre class="cmd" id="job-env" title="environment">${
+            Object.entries(j.env).map(([k, v]) => `${k}=${v}\n`)}</pre>` : ""}
+          ${slo ? html`<p id="job-slo" class="slo-line ${slo.risk ? "at-risk" : ""}">${sloText(slo)}</p>` : ""}
           ${j.pending_reason ? html`<p class="reason">Pending: ${j.pending_reason}</p>` : ""}
-          ${j.error ? html`<p class="error">${j.error}</p>` : ""}`);
+          ${j.error ? html`<p class="error" id="job-failure">${j.state === "failed" ? "Failed" : "Last run failed"}:
+            ${j.error}</p>` : j.state === "failed" ? html`<p class="error" id="job-failure">Failed (no reason
+            recorded).</p>` : ""}`);
         const btn = el.querySelector("#cancel");
         if (btn) btn.addEventListener("click", cancel);
 
@@ -254,7 +445,7 @@ const Views = (() => {
           <p class="muted small">1.00× is the job alone on its GPUs. Observed = wall time run / isolated duration
             (once it succeeds).</p>`);
 
-        mount(el.querySelector("#explain"), explainSection(ex));
+        mount(el.querySelector("#explain"), explainSection(ex, j));
 
         mount(el.querySelector("#job-events"), html`<h2>Timeline</h2><ol class="timeline" id="timeline">
           ${(j.events || []).map((e) => html`<li><time title="${C.stamp(e.at)}">${C.clock(e.at)}</time>
@@ -579,5 +770,5 @@ const Views = (() => {
       </div>`;
   }
 
-  return { signin, map, queue, job, metrics, policies, submit, whatif, errorBox };
+  return { signin, map, queue, jobs, job, metrics, policies, submit, whatif, errorBox };
 })();
