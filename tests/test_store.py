@@ -93,6 +93,10 @@ def test_revoked_and_expired_tokens_do_not_authenticate(store: Store) -> None:
         listed = queries.list_tokens(s)
         assert [t.revoked for t in listed] == [False, False, True] and listed[2].revoked_at is not None
         assert all(t.user.name == "dave" for t in listed)
+        # the 401 says which, so the holder knows to ask for a new token
+        assert queries.token_refusal(s, expired).startswith("token expired at ")
+        assert queries.token_refusal(s, revoked) == "token revoked"
+        assert queries.token_refusal(s, live + "x") == "invalid token"
 
 
 def test_cancel_loses_the_race_to_a_placement(store: Store) -> None:

@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 
 from scheduler.store import Store
 from scheduler.store.models import ApiToken
-from scheduler.store.queries import hash_token, user_for_token
+from scheduler.store.queries import hash_token, token_refusal, user_for_token
 
 TOKEN_TTL_S = 30.0
 REVOCATION_POLL_S = 0.0  # check on every request; raise it to trade revocation delay for one query less
@@ -118,7 +118,9 @@ def authenticate() -> None:
         _unauthorized("missing bearer token: send 'Authorization: Bearer TOKEN' (create one with `corral token create`)")
     principal = lookup(token)
     if principal is None:
-        _unauthorized("invalid, revoked or expired token")
+        with current_app.extensions["corral.store"].session() as s:  # only refusals pay for this second query
+            reason = token_refusal(s, token)
+        _unauthorized(f"{reason}: create a new one with `corral token create`")
     g.principal = principal
 
 

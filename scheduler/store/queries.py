@@ -88,6 +88,21 @@ def user_for_token(s: Session, token: str) -> tuple[User, float | None] | None:
     return row.User, row.expires_at
 
 
+def token_refusal(s: Session, token: str, now: float | None = None) -> str:
+    """Why `token` does not authenticate, for the 401's message. Saying "expired" or "revoked" tells nothing to a
+    guesser: only the holder of the (unguessable) token can learn it, and it tells them to ask for a new one."""
+    row = s.execute(select(ApiToken.revoked, ApiToken.expires_at).where(ApiToken.token_hash == hash_token(token))
+                    ).one_or_none()
+    if row is None:
+        return "invalid token"
+    if row.revoked:
+        return "token revoked"
+    if row.expires_at is not None and row.expires_at <= (time.time() if now is None else now):
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(row.expires_at))
+        return f"token expired at {when}"
+    return "invalid token"
+
+
 def list_tokens(s: Session, *, user_id: int | None = None) -> list[ApiToken]:
     """Every token (never the token itself: only its prefix), oldest first, with its user loaded."""
     query = select(ApiToken).options(selectinload(ApiToken.user)).order_by(ApiToken.id)

@@ -35,7 +35,8 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/tokens/<int:token_id>", methods=["DELETE"])
     @blp.response(200, TokenSchema)
     def revoke(token_id: int) -> Any:
-        """Revoke a token: it stops working at once on this server, and within a second on every other one."""
+        """Revoke a token: it stops working on the next request, on this server and on every other one
+        sharing the database (they compare the revocations on each request before trusting their token cache)."""
         require_admin()
         with write_session() as s:
             token = s.get(ApiToken, token_id) if token_id <= MAX_TOKEN_ID else None
