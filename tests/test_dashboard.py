@@ -335,6 +335,7 @@ def fresh_page(browser: Any, service: Service, **context: Any) -> tuple[Any, Any
 
 
 def test_jobs_page_filters_pages_and_shows_failure_reasons(page: Any, service: Service) -> None:
+    sign_in(page, service)
     service.cancel_all()  # frees the cluster so the failing job runs at once; cancelled jobs are listed too
     failing = service.submit(name="exits-3", kind="command", model="ResNet-50-bs64", num_gpus=1,
                              entrypoint="echo about to fail; exit 3")
@@ -381,6 +382,7 @@ def test_jobs_page_filters_pages_and_shows_failure_reasons(page: Any, service: S
 
 
 def test_a_missing_job_says_404_instead_of_loading(page: Any, service: Service) -> None:
+    sign_in(page, service)
     page.goto(f"{service.base}/#/job/9999")
     page.wait_for_selector("#job-error")
     text = page.inner_text("#job-error")
@@ -401,6 +403,7 @@ TICKS_INSIDE = """svg => {
 
 
 def test_chart_axis_labels_lie_inside_the_chart(page: Any, service: Service) -> None:
+    sign_in(page, service)
     page.goto(f"{service.base}/#/metrics")
     page.wait_for_selector("#charts svg.chart")
     # Durations up to 6,100 s give the longest labels ("2 h 13 min"): drawn by the page's own chart code.
@@ -442,6 +445,7 @@ def test_navigation_fits_a_phone(browser: Any, service: Service) -> None:
 
 
 def test_inference_jobs_show_their_slo_and_whether_it_is_at_risk(page: Any, service: Service) -> None:
+    sign_in(page, service)
     model = next(m for m in service.get("/models")["models"] if m["kind"] == "inference")
     tight = service.submit(name="tight-slo", kind="emulated", model=model["name"], num_gpus=0.25, duration_s=600,
                            slo_ms=model["latency_ms"] * 0.5)  # slower than its SLO even alone
@@ -466,6 +470,7 @@ def test_inference_jobs_show_their_slo_and_whether_it_is_at_risk(page: Any, serv
 
 
 def test_explanation_says_when_and_beside_whom(page: Any, service: Service) -> None:
+    sign_in(page, service)
     placed = service.submit(name="explained", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=600)
     wait_until("the job to run", lambda: service.get(f"/jobs/{placed['id']}")["state"] == "running", timeout=60)
     ex = service.get(f"/jobs/{placed['id']}/explain")
