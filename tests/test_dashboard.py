@@ -438,7 +438,7 @@ def test_navigation_fits_a_phone(browser: Any, service: Service) -> None:
                 const r = e.getBoundingClientRect(); return r.left < 0 || r.right > innerWidth; })
               .map(e => e.textContent)""")
             assert width <= 390 and not outside, (route, width, outside)
-        shoot(pg, service, "phone-metrics")
+        shoot(pg, service, "phone-whatif")
     finally:
         ctx.close()
     assert not errors, errors
