@@ -520,6 +520,13 @@ def test_payloads_in_job_fields_render_as_text_on_every_page(browser: Any, servi
     # Fields that are not free text refuse the payload, naming the field: the catalog's models, the user filter.
     r = service.post("/jobs", {"name": "x", "kind": "emulated", "model": PAYLOADS[0], "num_gpus": 1, "duration_s": 9})
     assert r.status_code == 422 and "model" in r.json()["errors"]["json"], r.text
+    store = Store.open(f"sqlite:///{service.home / 'corral.db'}")
+    try:
+        for payload in PAYLOADS:  # a job's user is its token's, and no user (hence no token) may be named so
+            with pytest.raises(ValueError, match="letters, digits"), store.session() as s:
+                queries.create_token(s, payload)
+    finally:
+        store.close()
     # Free text holds them: the name of a running and of two queued jobs, a command job's entrypoint and env.
     running = service.submit(name=f"run {PAYLOAD}", kind="emulated", model="ResNet-50-bs64", num_gpus=0.5,
                              duration_s=3600)
