@@ -295,7 +295,8 @@ const Views = (() => {
   // under whichever name the server uses; null when the server does not say (older servers).
   function besideIds(x) {
     if (!x) return null;
-    const v = x.neighbour_job_ids ?? x.neighbour_ids ?? x.neighbours;
+    const v = x.neighbour_job_ids ?? x.neighbour_ids ?? x.neighbours ?? x.neighbor_job_ids ?? x.neighbors ??
+      x.beside_job_ids ?? x.beside;
     if (!Array.isArray(v)) return null;
     return v.map((n) => (n !== null && typeof n === "object" ? n.job_id ?? n.id : n))
       .filter((n) => n !== null && n !== undefined);
