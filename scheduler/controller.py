@@ -33,7 +33,7 @@ from scheduler.runs import Backend, JobStatus, Launch, RankSpec, actor_name
 from scheduler.state import ClusterState, ClusterView
 from scheduler.store import queries
 from scheduler.store.db import Store
-from scheduler.store.models import Allocation, Gpu, Node, RestartPolicy
+from scheduler.store.models import Allocation, Gpu, JobType, Node, RestartPolicy
 from scheduler.store.models import Decision as DecisionRow
 from scheduler.store.models import Job as JobRow
 from scheduler.store.models import JobState as S
@@ -473,7 +473,9 @@ class Controller:
         row.state, row.finished_at, row.exit_code, row.error = state, now, code, reason or None
         if state is S.SUCCEEDED:
             row.progress = 1.0
-            if row.run_s > 0:
+            # Only an emulated job's duration_s is its isolated run time; a command job's is the user's estimate, and
+            # "1 s over an estimate of 10 s" is no slowdown (calibration infers theirs from the predictions instead).
+            if row.run_s > 0 and row.kind == JobType.EMULATED:
                 row.observed_slowdown = row.run_s / row.duration_s
                 metrics.OBSERVED_SLOWDOWN.observe(row.observed_slowdown)
         queries.add_event(s, row.id, str(state), error or f"exit code {code}", at=now, exit_code=code,

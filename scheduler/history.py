@@ -236,7 +236,12 @@ def read_history(store: Store) -> History:
     records = []
     for j in succeeded:
         job_runs = sorted(runs_of.get(j.id, []), key=lambda r: r.attempt)
-        if j.observed_slowdown is None or not job_runs or j.model not in profiles:
+        # A command job shows no observed slowdown (its duration_s is only an estimate), but calibration may still
+        # compare its wall time with that estimate when asked to (`corral calibrate --kind command`).
+        observed = j.observed_slowdown
+        if observed is None and j.kind == "command" and j.run_s > 0 and j.duration_s > 0:
+            observed = j.run_s / j.duration_s
+        if observed is None or not job_runs or j.model not in profiles:
             continue
         last = job_runs[-1]
         tenants, near = set(), set()
@@ -251,7 +256,7 @@ def read_history(store: Store) -> History:
         records.append(CalibrationRecord(
             job_id=j.id, name=j.name, kind=j.kind, model=j.model, num_gpus=float(j.num_gpus),
             duration_s=float(j.duration_s), run_s=float(j.run_s), predicted_slowdown_avg=j.predicted_slowdown_avg,
-            observed_slowdown=float(j.observed_slowdown), gpus=last.gpus, share=last.share, nodes=last.nodes,
+            observed_slowdown=float(observed), gpus=last.gpus, share=last.share, nodes=last.nodes,
             runs=tuple(job_runs), co_tenants=tuple(sorted(tenants)), neighbours=tuple(sorted(near)),
         ))
     finished_at = [j.finished_at for j, _ in kept if j.finished_at is not None]

@@ -49,6 +49,24 @@ def _share_resource(share: float) -> float:
 # ---- the worker -------------------------------------------------------------------------------------------------
 
 
+class ProgressLog:
+    """When an emulated worker's log gets a progress line: when its rate changes (a neighbour came or went) and every
+    `step` of progress, not on every tick (a 200-line log of "progress 24.7%" says nothing a few lines would not)."""
+
+    def __init__(self, step: float = 0.05) -> None:
+        self.step = step
+        self._logged_at = -1.0
+        self._logged_rate: float | None = None
+
+    def line(self, frac: float, rate: float) -> str | None:
+        changed = self._logged_rate is None or abs(rate - self._logged_rate) > 1e-3
+        if not changed and frac < self._logged_at + self.step:
+            return None
+        why = "" if self._logged_rate is None or not changed else f" (rate was {self._logged_rate:.3f})"
+        self._logged_at, self._logged_rate = frac, rate
+        return f"progress {frac:6.1%} rate {rate:.3f}{why}"
+
+
 class Worker:
     """One rank of a run. Its methods return at once; the work happens in a thread (emulated) or a child process
     group (command), so `status` and `stop` answer while it runs."""
@@ -140,16 +158,19 @@ class Worker:
                 out.write(f"[corral] {k}={env[k]}\n")
             out.flush()
             last = time.time()
-            last_report = last
+            last_checkpoint = last
+            progress = ProgressLog()
             while self.done_s < work and not self._stop.is_set():
                 self._stop.wait(min(0.05, max(0.0, (work - self.done_s) / max(self.rate, 1e-9))))
                 now = time.time()
                 self.done_s = min(work, self.done_s + (now - last) * self.rate)
                 last = now
-                if now - last_report >= 1.0:
-                    last_report = now
-                    out.write(f"progress {self.done_s / work:6.1%} rate {self.rate:.3f}\n")
+                line = progress.line(self.done_s / work, self.rate)
+                if line:
+                    out.write(line + "\n")
                     out.flush()
+                if now - last_checkpoint >= 1.0:
+                    last_checkpoint = now
                     self._write_checkpoint()
             self._write_checkpoint()
             stopped = self._stop.is_set() and self.done_s < work
