@@ -11,14 +11,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Flask
-from flask_smorest import Api
+from flask_smorest import Api, abort
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing import IntegerConverter
 
 from scheduler.store import Store
 from web import auth, metrics
 from web.api import register_blueprints
 from web.api.context import NOTIFY_KEY, STORE_KEY, WRITE_LOCK_KEY, init_app_writes
-from web.schemas import GpuCount
+from web.schemas import DB_INT_MAX, GpuCount
 
 MAX_BODY_BYTES = 1024 * 1024
 # Swagger UI's assets come from the swagger-ui-bundle package (Apache-2.0, as Swagger UI), served by Corral itself:
@@ -69,11 +70,34 @@ class CorralApi(Api):
         return payload, code, headers
 
 
+class StoreIdConverter(IntegerConverter):
+    """`<int:...>` in every route: an id as the store holds it. The spec documents the bound; a larger number still
+    matches the route (werkzeug would answer a bare 404) so that `_refuse_huge_ids` can answer 422 naming the field."""
+
+    def __init__(self, map: Any, *args: Any, **kwargs: Any) -> None:  # noqa: A002 (werkzeug's name)
+        super().__init__(map, *args, **kwargs)
+        self.max = DB_INT_MAX  # read by flask-smorest for the parameter's `maximum`
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+
+def _refuse_huge_ids(endpoint: str | None, values: dict[str, Any] | None) -> None:
+    """A path integer beyond the store's columns (e.g. /jobs/2**64) is a 422 naming the parameter, not a driver
+    OverflowError (500) or a lookup that cannot mean anything."""
+    for name, value in (values or {}).items():
+        if isinstance(value, int) and value > DB_INT_MAX:
+            abort(422, message=f"{name}: must be at most {DB_INT_MAX}.", errors={"path": {name: [
+                f"Must be at most {DB_INT_MAX}."]}})
+
+
 def create_app(store: Store | None = None, *, notify: Callable[[], None] | None = None,
                config: dict[str, Any] | None = None) -> Flask:
     """The API app on `store` (default: `Store.open()`, i.e. DATABASE_URL or SQLite under CORRAL_HOME). `notify` is
     called after every change the controller must react to: a submission, a cancel, a policy switch."""
     app = Flask(__name__)
+    app.url_map.converters["int"] = StoreIdConverter  # before any route is registered
+    app.url_value_preprocessor(_refuse_huge_ids)
     app.config.update(DEFAULT_CONFIG)
     app.config.update(config or {})
     app.json.sort_keys = False  # type: ignore[attr-defined]  # keep the schemas' field order: easier to read

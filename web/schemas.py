@@ -12,6 +12,9 @@ from scheduler.store.models import JobState, JobType, RestartPolicy
 from scheduler.workloads import catalog
 
 DEFAULT_COMMAND_DURATION_S = 3600.0  # a command job's run-time estimate when the user gives none
+# The store's Integer columns (ids included) are 32-bit on PostgreSQL, 64-bit on SQLite: a larger number in a request
+# would reach the driver and fail there as a 500, so every integer a request carries is bounded to what both hold.
+DB_INT_MAX = 2**31 - 1
 
 
 class GpuCount(fields.Field):
@@ -38,6 +41,11 @@ class GpuCount(fields.Field):
         return int(x) if x.is_integer() else x
 
 
+def _db_int(minimum: int = 0, maximum: int = DB_INT_MAX, **kw: Any) -> fields.Integer:
+    """An integer the store can hold (see DB_INT_MAX): out of range is a 422 naming the field, not a driver error."""
+    return fields.Integer(validate=validate.Range(min=minimum, max=maximum), **kw)
+
+
 def _positive(**kw: Any) -> fields.Float:
     return fields.Float(validate=validate.Range(min=0, min_inclusive=False), allow_nan=False, **kw)
 
@@ -59,7 +67,7 @@ class JobSubmitSchema(Schema):
     entrypoint = fields.String(load_default=None, metadata={"description": "command jobs only: the shell command"})
     workdir = fields.String(load_default=None, validate=validate.Length(max=4096))
     env = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
-    priority = fields.Integer(strict=True, load_default=0)
+    priority = _db_int(-DB_INT_MAX, strict=True, load_default=0)
     client_token = fields.String(load_default=None, validate=validate.Length(min=1, max=200), metadata={
         "description": "idempotency key: a retry with the same token returns the first job (200) and stores nothing"})
     slo_ms = _positive(load_default=None)
@@ -86,12 +94,12 @@ class JobListArgs(Schema):
     state = fields.String(validate=validate.OneOf([s.value for s in JobState]))
     user = fields.String(validate=validate.Length(min=1, max=64))
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
-    offset = fields.Integer(load_default=0, validate=validate.Range(min=0))
+    offset = _db_int(load_default=0)
 
 
 class LogsArgs(Schema):
-    attempt = fields.Integer(validate=validate.Range(min=0), metadata={"description": "default: the current run"})
-    rank = fields.Integer(validate=validate.Range(min=0), metadata={"description": "default: every rank"})
+    attempt = _db_int(metadata={"description": "default: the current run"})
+    rank = _db_int(metadata={"description": "default: every rank"})
     tail = fields.Integer(load_default=200, validate=validate.Range(min=1, max=100_000),
                           metadata={"description": "last lines per rank"})
 
