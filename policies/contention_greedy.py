@@ -66,11 +66,7 @@ class ContentionGreedy:
                  keep: int = 6) -> tuple[Candidate, ...]:
         """The cheapest few candidates with their predictions, for the controller to explain the choice."""
         order = sorted(range(len(cands)), key=lambda i: (round(costs[i], 9), i))[:keep]
-        out = []
-        for i in order:
-            pred = view.predict(spec, cands[i])
-            out.append(Candidate(cands[i], pred.slowdown, pred.others_added))
-        return tuple(out)
+        return tuple(Candidate.scored(view, spec, cands[i]) for i in order)
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         blocked = self._passed.refresh(view, now)

@@ -60,7 +60,8 @@ class RLPolicy:
         passed = self._passed.refresh(view, now)
         for point in decision_points(view, queue, now, passed):
             action = self.act(point.obs, point.mask)
-            decisions = point.decisions(action, f"rl:{self.label} chose candidate {action} (queue {point.level})")
+            decisions = point.decisions(action, f"rl:{self.label} chose candidate {action + 1} of "
+                                                f"{len(point.candidates)} (Tiresias queue {point.level})")
             if decisions:
                 return self._with_candidates(view, point.job, point.candidates, decisions)
             passed.add(point.job.id)
@@ -73,10 +74,7 @@ class RLPolicy:
     def _with_candidates(view: ClusterView, job: Job, cands: list[Placement], decisions: list[Decision]) -> list[Decision]:
         """Attach what the agent chose between, with the contention model's predictions, to its placement (the
         controller stores them to explain the decision)."""
-        weighed = []
-        for p in cands:
-            pred = view.predict(job.spec, p)
-            weighed.append(Candidate(p, pred.slowdown, pred.others_added))
+        weighed = [Candidate.scored(view, job.spec, p) for p in cands]
         return [replace(d, candidates=tuple(weighed)) if isinstance(d, Place) else d for d in decisions]
 
 

@@ -631,8 +631,11 @@ class Controller:
         s.add(DecisionRow(
             job_id=row.id, at=now, policy=self.policy_name, action="place", reason=d.reason,
             gpus=list(d.placement.gpus), share=d.placement.share, predicted_slowdown=predicted.slowdown,
+            # Each figure with when and against whom it was computed: the policy scored them at this pass's start,
+            # before any preemption the same pass applied, so "now" may differ without contradicting them.
             candidates=[{"gpus": list(c.placement.gpus), "share": c.placement.share, "slowdown": c.slowdown,
-                         "others_added": c.others_added} for c in d.candidates],
+                         "others_added": c.others_added, "neighbour_job_ids": list(c.neighbours),
+                         "computed_at": self.view.now} for c in d.candidates],
             latency_ms=ms,
         ))
         nodes = ", ".join(r.node for r in self._placement(job))

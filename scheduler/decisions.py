@@ -10,7 +10,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
-from scheduler.model import Job, Placement
+from scheduler.model import Job, JobSpec, Placement
 from scheduler.state import ClusterView
 
 
@@ -21,6 +21,13 @@ class Candidate:
     placement: Placement
     slowdown: float  # the job's own predicted slowdown there
     others_added: float  # extra slowdown it would inflict on the jobs already there
+    neighbours: tuple[int, ...] = ()  # the jobs the prediction was made against (sharing its GPUs or links)
+
+    @classmethod
+    def scored(cls, view: ClusterView, spec: JobSpec, placement: Placement) -> Candidate:
+        """`placement` with the contention model's prediction for `spec` there, now, and whom it was made against."""
+        pred = view.predict(spec, placement)
+        return cls(placement, pred.slowdown, pred.others_added, tuple(sorted(pred.others_before)))
 
 
 @dataclass(frozen=True, slots=True)

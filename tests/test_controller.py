@@ -201,6 +201,13 @@ def test_decisions_are_stored_with_their_candidates(cluster: Any, store: Store) 
             assert chosen and abs(chosen[0]["slowdown"] - r.predicted_slowdown) < 1e-9
             assert all(c["slowdown"] >= 1.0 - 1e-9 for c in r.candidates)
             assert r.latency_ms > 0
+            # when and against whom each figure was computed (issue 10 item 6)
+            assert all(abs(c["computed_at"] - r.at) < 5.0 and c["computed_at"] <= r.at for c in r.candidates)
+            assert all(isinstance(c["neighbour_job_ids"], list) for c in r.candidates)
+        first_gpus = set(rows[0].gpus)
+        beside_first = [c for c in rows[1].candidates if set(c["gpus"]) & first_gpus]
+        assert all(first in c["neighbour_job_ids"] for c in beside_first)
+        assert all(c["neighbour_job_ids"] == [] for c in rows[0].candidates)  # the first one found the cluster empty
 
 
 class FailsOnce:

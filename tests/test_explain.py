@@ -86,7 +86,8 @@ def test_explain_quotes_the_decision_and_its_candidates(store: Store, corral_hom
                            {"gpus": [1], "share": 0.5, "slowdown": 1.0, "others_added": 0.0}]))
         s.get(Job, waiting["id"]).pending_reason = "waiting for 4 GPUs (3 free)"  # type: ignore[union-attr]
     body = env.get(f"/jobs/{a['id']}/explain").json
-    assert body["placement"] == {"gpus": [0], "nodes": ["node0"], "share": 0.5, "predicted_slowdown": 1.3}
+    assert body["placement"] == {"gpus": [0], "nodes": ["node0"], "share": 0.5, "predicted_slowdown": 1.3,
+                                 "neighbour_job_ids": [b["id"]]}
     assert [c["chosen"] for c in body["decision"]["candidates"]] == [True, False]
     assert body["neighbours"] == [{"job_id": b["id"], "name": "neighbour", "gpus": [0], "predicted_slowdown": 1.2}]
     assert "predicted slowdown 1.30" in body["summary"] and "of 2 candidates" in body["summary"]
@@ -102,3 +103,36 @@ def test_explain_quotes_the_decision_and_its_candidates(store: Store, corral_hom
     assert listed == {waiting["id"]: 1, a["id"]: None, b["id"]: None}
     assert env.get(f"/jobs/{a['id']}/explain", who="bob").status_code == 403
     assert env.get("/jobs/99999/explain").status_code == 404
+
+
+def test_an_explanation_says_when_and_beside_whom_each_figure_was_computed(store: Store, corral_home: Path) -> None:
+    """The case of issue 10: the policy scored its candidates beside a job it then preempted, so the chosen figure
+    (1.81x) and the present one (1.00x, alone) differ. The page must show both as two moments, and say what the
+    choice traded in the same words for an rl: policy as for a heuristic."""
+    env: Env = make_env(store)
+    add_cluster(store)
+    job = env.submit(num_gpus=0.25, name="graphsage")
+    now = time.time()
+    with store.session() as s:
+        row = s.get(Job, job["id"])
+        assert row is not None
+        row.state, row.attempt, row.predicted_slowdown, row.progress = "running", 1, 1.0, 0.1
+        s.add(Allocation(job_id=job["id"], attempt=1, rank=0, node="node1", gpu=3, local_gpu=1, share=0.25,
+                         allocated_at=now))
+        s.add(Decision(job_id=job["id"], at=now - 60, policy="rl:default", action="place",
+                       reason="rl:default chose candidate 1 of 2 (Tiresias queue 0)", gpus=[3], share=0.25,
+                       predicted_slowdown=1.81, latency_ms=1.0, candidates=[
+                           {"gpus": [3], "share": 0.25, "slowdown": 1.81, "others_added": 0.54,
+                            "neighbour_job_ids": [7], "computed_at": now - 60},
+                           {"gpus": [2], "share": 0.25, "slowdown": 1.0, "others_added": 0.0,
+                            "neighbour_job_ids": [], "computed_at": now - 60}]))
+    body = env.get(f"/jobs/{job['id']}/explain").json
+    chosen = next(c for c in body["decision"]["candidates"] if c["chosen"])
+    assert chosen["neighbour_job_ids"] == [7] and chosen["computed_at"] == pytest.approx(now - 60)
+    assert body["placement"]["neighbour_job_ids"] == [] and body["placement"]["predicted_slowdown"] == 1.0
+    summary = body["summary"]
+    assert "predicted slowdown 1.81 beside job 7" in summary
+    assert ("it chose slowdown 1.81x, adding 0.54 to its neighbours, over 1.00x, adding 0.00 to its neighbours on "
+            "GPUs [2]") in summary
+    assert "policy's preference" not in summary
+    assert summary.endswith("; now 1.00 alone")

@@ -309,6 +309,10 @@ class CandidateSchema(Schema):
     share = fields.Float()
     slowdown = fields.Float(metadata={"description": "the job's own predicted slowdown there"})
     others_added = fields.Float(metadata={"description": "slowdown it would add to the jobs already there"})
+    neighbour_job_ids = fields.List(fields.Integer(), metadata={
+        "description": "the jobs the prediction was made against (sharing its GPUs or network links then)"})
+    computed_at = fields.Float(allow_none=True, metadata={
+        "description": "when the policy scored it (the start of the controller pass that placed the job)"})
     chosen = fields.Boolean()
 
 
@@ -328,7 +332,10 @@ class ExplainPlacementSchema(Schema):
     gpus = fields.List(fields.Integer())
     nodes = fields.List(fields.String())
     share = fields.Float()
-    predicted_slowdown = fields.Float(allow_none=True)
+    predicted_slowdown = fields.Float(allow_none=True, metadata={
+        "description": "now: the controller recomputes it whenever a job joins or leaves its GPUs or links"})
+    neighbour_job_ids = fields.List(fields.Integer(), metadata={
+        "description": "the running jobs on its GPUs or nodes now, which that prediction is made against"})
 
 
 class NeighbourSchema(Schema):

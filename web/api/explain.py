@@ -7,6 +7,7 @@ rough one of `scheduler.explain.start_estimate` (aggregate capacity, submission 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from flask_smorest import Blueprint, abort
@@ -41,12 +42,45 @@ def queue_start_estimates(s: Session) -> dict[int, float | None]:
 def _decision_json(d: Decision) -> dict[str, Any]:
     candidates = [dict(c, chosen=(c["gpus"] == d.gpus and abs(c["share"] - (d.share or 0.0)) < 1e-9))
                   for c in d.candidates]
+    for c in candidates:  # decisions stored before these were recorded
+        c.setdefault("neighbour_job_ids", None)
+        c.setdefault("computed_at", d.at)
     return {"policy": d.policy, "at": d.at, "action": d.action, "reason": d.reason, "gpus": d.gpus,
             "share": d.share, "predicted_slowdown": d.predicted_slowdown, "latency_ms": d.latency_ms,
             "candidates": candidates}
 
 
-def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, estimate: float | None) -> str:
+def _beside(ids: list[int] | None) -> str:
+    if ids is None:
+        return ""
+    return f" beside job{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}" if ids else " alone"
+
+
+def trade_words(chosen: dict[str, Any], cands: list[dict[str, Any]]) -> str:
+    """What the choice traded, in the same words for every policy, heuristic or learned: which figure it was best
+    at, or what it gave up against the candidate that was (e.g. "it chose slowdown 1.81x, adding 0.54 to its
+    neighbours, over 1.00x, adding 0.00, on GPUs [5]")."""
+    own = min(cands, key=lambda c: (c["slowdown"], c["others_added"]))
+    harm = min(cands, key=lambda c: (c["others_added"], c["slowdown"]))
+    best_own = chosen["slowdown"] <= own["slowdown"] + 1e-9
+    least_harm = chosen["others_added"] <= harm["others_added"] + 1e-9
+    if best_own and least_harm:
+        return "the lowest slowdown for the job itself and the least added to its neighbours"
+
+    def fig(c: dict[str, Any]) -> str:
+        return f"{c['slowdown']:.2f}x, adding {c['others_added']:.2f} to its neighbours"
+
+    if best_own:
+        return (f"the lowest slowdown for the job itself ({fig(chosen)}) rather than the least harm to its "
+                f"neighbours ({fig(harm)} on GPUs {harm['gpus']})")
+    if least_harm:
+        return (f"the least slowdown added to its neighbours ({fig(chosen)}) rather than the lowest for the job "
+                f"itself ({fig(own)} on GPUs {own['gpus']})")
+    return f"it chose slowdown {fig(chosen)}, over {fig(own)} on GPUs {own['gpus']}"
+
+
+def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, estimate: float | None,
+             placement: dict[str, Any] | None) -> str:
     if job.state == JobState.PENDING:
         where = f"#{position} in the queue" if position else "queued"
         when = f"; about {estimate / 60:.0f} min until enough GPUs free up" if estimate else ""
@@ -55,19 +89,17 @@ def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, es
         return f"{job.state}; no placement was recorded"
     cands = decision["candidates"]
     chosen = next((c for c in cands if c["chosen"]), None)
-    text = (f"placed by {decision['policy']} on GPUs {decision['gpus']} x {decision['share']:g}, predicted slowdown "
-            f"{decision['predicted_slowdown']:.2f}")
+    at = time.strftime("%H:%M:%S", time.localtime(decision["at"]))
+    then = chosen["slowdown"] if chosen is not None else decision["predicted_slowdown"]
+    text = (f"placed by {decision['policy']} at {at} on GPUs {decision['gpus']} x {decision['share']:g}, predicted "
+            f"slowdown {then:.2f}" + (_beside(chosen.get("neighbour_job_ids")) if chosen is not None else ""))
     if chosen is not None and len(cands) > 1:
-        best_own = min(c["slowdown"] for c in cands)
-        least_harm = min(c["others_added"] for c in cands)
-        why = []
-        if chosen["slowdown"] <= best_own + 1e-9:
-            why.append("the lowest slowdown for the job itself")
-        if chosen["others_added"] <= least_harm + 1e-9:
-            why.append("the least slowdown added to its neighbours")
-        text += f"; of {len(cands)} candidates it had " + (" and ".join(why) if why else "the policy's preference")
+        text += f"; of {len(cands)} candidates it had " + trade_words(chosen, cands)
     if decision["reason"]:
         text += f" ({decision['reason']})"
+    now = placement["predicted_slowdown"] if placement is not None else None
+    if now is not None and abs(now - then) > 5e-3:  # the neighbours changed since: say so, with both figures
+        text += f"; now {now:.2f}{_beside(placement['neighbour_job_ids'])}"
     return text
 
 
@@ -94,19 +126,26 @@ def blueprint(prefix: str) -> Blueprint:
                 placement = {"gpus": [a.gpu for a in allocs], "nodes": sorted({a.node for a in allocs}),
                              "share": allocs[0].share, "predicted_slowdown": job.predicted_slowdown}
                 mine = {a.gpu for a in allocs}
+                my_nodes = set(placement["nodes"])
                 shared: dict[int, dict[str, Any]] = {}
+                near: set[int] = set()
                 for alloc, other, _ in q.open_allocations_with_jobs(s):
-                    if other.id != job_id and alloc.gpu in mine:
+                    if other.id == job_id:
+                        continue
+                    if alloc.node in my_nodes:
+                        near.add(other.id)
+                    if alloc.gpu in mine:
                         entry = shared.setdefault(other.id, {"job_id": other.id, "name": other.name, "gpus": [],
                                                              "predicted_slowdown": other.predicted_slowdown})
                         entry["gpus"].append(alloc.gpu)
                 neighbours = list(shared.values())
+                placement["neighbour_job_ids"] = sorted(near)
             return {
                 "job_id": job.id, "name": job.name, "state": job.state, "queue_position": position,
                 "pending_reason": job.pending_reason if job.state == JobState.PENDING else None,
                 "start_estimate_s": estimate, "placement": placement, "observed_slowdown": job.observed_slowdown,
                 "predicted_slowdown_avg": job.predicted_slowdown_avg, "decision": decision,
-                "neighbours": neighbours, "summary": _summary(job, decision, position, estimate),
+                "neighbours": neighbours, "summary": _summary(job, decision, position, estimate, placement),
             }
 
     return blp
