@@ -256,6 +256,28 @@ def test_a_job_the_cluster_can_never_hold_is_refused_at_submit(env: Env) -> None
     assert env.post("/jobs", EMULATED | {"num_gpus": 8}).status_code == 201  # the whole cluster is fine
 
 
+def test_a_gang_larger_than_the_alive_nodes_is_refused_at_submit(env: Env) -> None:
+    """The controller's model drops dead nodes and would reject such a job at once: the API says so first, counting
+    only the alive nodes' GPUs, and says how many nodes are down."""
+    with env.store.session() as s:
+        for n, alive in enumerate([True, True, False]):
+            node = Node(name=f"node{n}", index=n, preset="pcie-t4", alive=alive, updated_at=time.time())
+            node.gpus = [Gpu(index=4 * n + i, local_index=i, gpu_type="A100-80GB", mem_gb=80.0) for i in range(4)]
+            s.add(node)
+    resp = env.post("/jobs", EMULATED | {"num_gpus": 12})
+    assert resp.status_code == 422
+    assert field_errors(resp)["num_gpus"] == ["12 GPUs asked, the cluster has 8 (2 of 3 nodes alive)"]
+    assert env.job_count() == 0
+    assert env.post("/jobs", EMULATED | {"num_gpus": 8}).status_code == 201
+
+
+@pytest.mark.parametrize("num_gpus", [1.5, 2.25, 0.0, -1])
+def test_a_gpu_count_that_no_placement_gives_is_refused(env: Env, num_gpus: float) -> None:
+    resp = env.post("/jobs", EMULATED | {"num_gpus": num_gpus})
+    assert resp.status_code == 422 and "whole number of GPUs" in field_errors(resp)["num_gpus"][0]
+    assert env.job_count() == 0
+
+
 def test_unknown_model_error_lists_the_choices(env: Env) -> None:
     resp = env.post("/jobs", EMULATED | {"model": "NoSuchNet"})
     assert "ResNet-50-bs64" in " ".join(field_errors(resp)["model"])
@@ -564,3 +586,15 @@ def test_idempotency_holds_under_a_burst_of_retries(env: Env) -> None:
         by_token.setdefault(token, set()).add(job_id)
     assert all(len(ids) == 1 for ids in by_token.values())
     assert sum(code == 201 for _, code, _ in results) == 50 and env.job_count() == 50
+
+
+def test_admins_can_keep_command_jobs_to_themselves(store: Store, corral_home: Path) -> None:
+    """`corral serve --command-jobs admins`: a user's command job is a 403 naming `kind`, nothing stored; emulated
+    jobs and admins' command jobs are unaffected."""
+    env = make_env(store, CORRAL_COMMAND_JOBS="admins")
+    resp = env.post("/jobs", COMMAND, "alice")
+    assert resp.status_code == 403 and resp.json["message"].startswith("kind: command jobs")
+    assert env.job_count() == 0
+    assert env.post("/jobs", EMULATED, "alice").status_code == 201
+    assert env.post("/jobs", COMMAND, "root").status_code == 201
+    assert make_env(store).post("/jobs", COMMAND, "bob").status_code == 201  # the default: everyone

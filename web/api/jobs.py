@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from flask import current_app
 from flask_smorest import Blueprint, abort
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -91,15 +92,20 @@ def tail_lines(path: Path, lines: int) -> str:
 
 
 def capacity_problem(s: Session, fields: dict[str, Any]) -> tuple[str, str] | None:
-    """(field, why) when the job can never run on the cluster the controller recorded (too many GPUs, a model too big
-    for any GPU); None when it could, or when no cluster is recorded yet (the controller then decides)."""
-    total, largest = s.execute(select(func.count(Gpu.id), func.max(Gpu.mem_gb))).one()
+    """(field, why) when the job cannot run on the cluster the controller recorded (more GPUs than the alive nodes
+    hold, a model too big for any of their GPUs); None when it could, or when no alive node is recorded yet (the
+    controller then decides). Only alive nodes count because the controller's model drops dead ones: it would reject
+    the job at once, so a 422 now says the same thing before anything is stored."""
+    alive = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).where(Node.alive.is_(True)).subquery()
+    total, largest = s.execute(select(func.count(alive.c.id), func.max(alive.c.mem_gb))).one()
     if not total:
         return None
     workers = max(1, int(fields["num_gpus"]))
     if workers > total:
         nodes = s.scalar(select(func.count(Node.id))) or 0
-        return "num_gpus", f"{workers} GPUs asked, the cluster has {total} ({nodes} nodes)"
+        up = s.scalar(select(func.count(Node.id)).where(Node.alive.is_(True))) or 0
+        where = f"{up} nodes" if up == nodes else f"{up} of {nodes} nodes alive"
+        return "num_gpus", f"{workers} GPUs asked, the cluster has {total} ({where})"
     need = catalog()[fields["model"]].mem_gb
     if need > largest:
         return "model", f"{fields['model']} needs {need:g} GB per GPU, the largest GPU has {largest:g} GB"
@@ -117,6 +123,10 @@ def blueprint(prefix: str) -> Blueprint:
         if fields["kind"] == JobType.COMMAND and fields["duration_s"] is None:
             fields["duration_s"] = DEFAULT_COMMAND_DURATION_S
         who = caller()
+        if fields["kind"] == JobType.COMMAND and not who.admin and \
+                current_app.config.get("CORRAL_COMMAND_JOBS", "all") == "admins":
+            abort(403, message="kind: command jobs run code on the cluster's machines, and this server takes them from "
+                               "admins only (corral serve --command-jobs admins); submit an emulated job instead")
         # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
         # query per submission, which the token cache exists to avoid.
         user = User(id=who.id, name=who.name, admin=who.admin)
