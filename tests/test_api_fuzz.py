@@ -28,6 +28,7 @@ from scheduler.store import Store
 from scheduler.store.models import Gpu, Node
 from scheduler.store.queries import create_token
 from web import create_app
+from web.schemas import DB_INT_MAX
 
 API = "/api/v1"
 MAX_EXAMPLES = 60  # per operation and mode: about a minute for the four runs (2 databases x positive/negative)
@@ -123,3 +124,15 @@ def test_a_zero_gpu_command_job_is_a_422(api: Api) -> None:
     body = {"name": "x", "kind": "command", "model": "ResNet-50-bs64", "num_gpus": 0.0, "entrypoint": "true"}
     resp = api.app.test_client().post(f"{API}/jobs", json=body, headers=api.headers("/jobs"))
     assert resp.status_code == 422 and "num_gpus" in resp.json["errors"]["json"]
+
+
+def test_the_spec_states_the_integer_bounds_and_the_refusal_says_them(api: Api) -> None:
+    """Clients (and the fuzzer's valid cases) learn the bound from the spec; a request past it is told the bound."""
+    spec = api.app.test_client().get(f"{API}/openapi.json").json
+    job_id = next(p for p in spec["paths"]["/api/v1/jobs/{job_id}"]["parameters"] if p["name"] == "job_id")
+    assert job_id["schema"]["maximum"] == DB_INT_MAX
+    offset = next(p for p in spec["paths"]["/api/v1/jobs"]["get"]["parameters"] if p["name"] == "offset")
+    assert offset["schema"]["maximum"] == DB_INT_MAX
+    resp = api.app.test_client().get(f"{API}/jobs/{HUGE}", headers=api.headers("/jobs"))
+    assert resp.status_code == 422
+    assert resp.json["message"] == f"job_id: must be at most {DB_INT_MAX}."
