@@ -575,15 +575,21 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
               help="Make this policy active (default: keep the store's active one; rl:default on a new store).")
 @click.option("--tick", default=0.5, show_default=True, type=click.FloatRange(0.05, 60),
               help="Seconds between the controller's periodic passes (events wake it sooner).")
+@click.option("--job-user", default=None, metavar="USER",
+              help="Run command jobs as this unprivileged OS user (the server must run as root); default: the "
+                   "server's own user, which lets jobs read what the server can.")
+@click.option("--command-jobs", type=click.Choice(["all", "admins"]), default="all", show_default=True,
+              help="Who may submit command jobs (admins: other users get 403 and may submit emulated jobs only).")
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
-          policy: str | None, tick: float) -> None:
+          policy: str | None, tick: float, job_user: str | None, command_jobs: str) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL)."""
     from scheduler.serve import ServeConfig
     from scheduler.serve import serve as run_service
 
     try:
         run_service(ServeConfig(host=host, port=port, nodes=nodes, gpus_per_node=gpus_per_node, preset=preset,
-                                ray_address=ray_address, policy=policy, tick_s=tick))
+                                ray_address=ray_address, policy=policy, tick_s=tick, job_user=job_user,
+                                command_jobs=command_jobs))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
 

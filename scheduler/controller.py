@@ -72,6 +72,7 @@ class Controller:
         profiles: Mapping[str, ModelProfile] | None = None,
         params: ContentionParams | None = None,
         preset: str = "",
+        job_user: str | None = None,
     ) -> None:
         if len(node_names) != cluster.num_nodes:
             raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
@@ -84,6 +85,7 @@ class Controller:
         self.default_policy = default_policy
         self.tick_s = tick_s
         self.preset = preset
+        self.job_user = job_user  # the OS user command jobs run as (see README, Security)
         self.profiles = profiles if profiles is not None else catalog()
         self.params = params
         self._forget_memory()
@@ -153,6 +155,7 @@ class Controller:
             work_s=row.duration_s, rate=job.rate, log_dir=str(paths.log_path(row.id, attempt, 0).parent),
             checkpoint_dir=str(paths.checkpoint_dir(row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
             env={str(k): str(v) for k, v in (row.env or {}).items()},
+            run_as=self.job_user if row.kind == JobType.COMMAND else None,
         )
 
     # ---- start-up ------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import re
 import signal
 import socket
@@ -47,6 +48,20 @@ def _share_resource(share: float) -> float:
 
 
 # ---- the worker -------------------------------------------------------------------------------------------------
+
+
+# What a command job inherits from the worker's environment: what a shell needs, nothing of the server's own
+# configuration (DATABASE_URL may carry a password; CORRAL_HOME, tokens and cloud credentials are none of its business).
+INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
+
+
+def command_env(job_env: dict[str, str], user: str | None, workdir: str) -> dict[str, str]:
+    """A command job's environment: a few inherited variables, its user and home, then the job's own (rank, GPUs,
+    MPS limits, CORRAL_* and what the submitter set)."""
+    base = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+    base.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    who = user or pwd.getpwuid(os.getuid()).pw_name
+    return {**base, "HOME": workdir, "USER": who, "LOGNAME": who, **job_env}
 
 
 class ProgressLog:
@@ -86,6 +101,10 @@ class Worker:
         self._lock = threading.Lock()
         Path(launch.log_dir).mkdir(parents=True, exist_ok=True)
         Path(launch.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        if launch.run_as is not None:  # the job's own folder: its user's alone (logs stay the server's)
+            pw = pwd.getpwnam(launch.run_as)
+            os.chown(launch.checkpoint_dir, pw.pw_uid, pw.pw_gid)
+            os.chmod(launch.checkpoint_dir, 0o700)
         self._log_path = Path(launch.log_dir) / f"rank-{rank}.log"
 
     def ready(self) -> tuple[str, int]:
@@ -185,14 +204,20 @@ class Worker:
         tmp.replace(self._checkpoint_file())  # atomic: a crash never leaves half a checkpoint
 
     def _command(self, env: dict[str, str]) -> None:
-        full_env = {**os.environ, **env}
-        workdir = self.launch.workdir or str(Path.home())
+        user = self.launch.run_as
+        workdir = self.launch.workdir or self.launch.checkpoint_dir
+        full_env = command_env(env, user, workdir)
+        as_user: dict[str, Any] = {}
+        if user is not None:  # drop to the job's OS user: it cannot read the store, other jobs' logs, the agents
+            pw = pwd.getpwnam(user)
+            as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
         try:
             with self._log_path.open("ab") as out:
                 self._proc = subprocess.Popen(
                     ["/bin/sh", "-c", self.launch.entrypoint or "true"], cwd=workdir, env=full_env,
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True,  # its own process group: stop() signals the whole tree
+                    **as_user,
                 )
                 code = self._proc.wait()
         except OSError as exc:  # e.g. the working directory does not exist

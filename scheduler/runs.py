@@ -53,6 +53,7 @@ class Launch:
     entrypoint: str | None = None
     workdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    run_as: str | None = None  # command jobs: the OS user their process runs as (None: the worker's own user)
 
 
 @dataclass(slots=True)

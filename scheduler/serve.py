@@ -6,6 +6,7 @@ only kind of module in `scheduler/` allowed to reach up into `policies` and `web
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import shutil
 import signal
@@ -35,6 +36,8 @@ class ServeConfig:
     policy: str | None = None  # None: keep the store's active policy (rl:default on a new store)
     tick_s: float = 0.5
     threads: int = 16
+    job_user: str | None = None  # the OS user command jobs run as (None: the server's own user)
+    command_jobs: str = "all"  # who may submit command jobs: "all" or "admins"
 
 
 def node_type(preset: str, gpus_per_node: int) -> NodeTypeSpec:
@@ -74,7 +77,34 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Con
 
     names, cluster = discover(backend, cfg)
     return Controller(store, backend, cluster, names, make_policy, default_policy=cfg.policy or "rl:default",
-                      tick_s=cfg.tick_s, preset=cfg.preset)
+                      tick_s=cfg.tick_s, preset=cfg.preset, job_user=cfg.job_user)
+
+
+def check_job_user(user: str | None, home: Path) -> None:
+    """Refuse a `--job-user` that cannot work: it must exist, the server must be root to switch to it, and it must be
+    able to reach its checkpoint folder under CORRAL_HOME (every folder above it passable by others)."""
+    if user is None:
+        return
+    import pwd
+
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise SpecError(f"--job-user: no OS user {user!r} on this machine (create it, e.g. `useradd --system "
+                        f"--no-create-home {user}`)") from None
+    if os.geteuid() != 0:
+        raise SpecError("--job-user: switching command jobs to another OS user needs the server to run as root")
+    for folder in home.parents:  # (CORRAL_HOME itself is opened to passing by `secure_home`)
+        if folder.exists() and not folder.stat().st_mode & 0o001:
+            raise SpecError(f"--job-user: {folder} is closed to other users, so {user!r} cannot reach its "
+                            f"checkpoint folder under CORRAL_HOME={home}; put CORRAL_HOME under a passable path "
+                            "such as /var/lib/corral")
+
+
+def pwd_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 def corral_command() -> str:
@@ -117,6 +147,7 @@ def serve(cfg: ServeConfig) -> None:
     from waitress import create_server
 
     from policies import make_policy
+    from scheduler.paths import corral_home, secure_home
     from scheduler.ray_backend import RayBackend
     from scheduler.store import Store, database_url, queries
     from web import create_app
@@ -125,8 +156,16 @@ def serve(cfg: ServeConfig) -> None:
     node_type(cfg.preset, cfg.gpus_per_node)  # refuse bad flags before anything starts
     if cfg.policy is not None:
         make_policy(cfg.policy)  # an unknown name or a broken agent fails here, not in the controller thread
+    home = corral_home()
+    check_job_user(cfg.job_user, home)
+    os.umask(0o077)  # the store, logs and agents the server writes are its own user's alone
+    secure_home(home)
+    if cfg.job_user is None:
+        log.warning("command jobs run as this server's OS user (%s) and can read what it can; see README, Security "
+                    "(--job-user, --command-jobs admins)", pwd_name())
     url = database_url()
     store = Store.open(url)
+    secure_home(home)  # again: the database file exists now
     if cfg.policy is not None:
         with store.session(write=True) as s:
             queries.activate_policy(s, cfg.policy, by="corral serve --policy")
@@ -139,7 +178,7 @@ def serve(cfg: ServeConfig) -> None:
     controller = build_controller(store, backend, cfg)
     try:
         controller.start()
-        app = create_app(store, notify=controller.wake)
+        app = create_app(store, notify=controller.wake, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs})
         server = create_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads)
 
         def _terminate(signum: int, _frame: object) -> None:
