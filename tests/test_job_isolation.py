@@ -32,13 +32,18 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is 
 
 
 @pytest.fixture(scope="module")
-def job_user() -> str:
+def job_user() -> Iterator[str]:
+    """An unprivileged OS user for the jobs, created for these tests and removed after (if they created it)."""
     try:
         pwd.getpwnam(JOB_USER)
+        created = False
     except KeyError:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", JOB_USER],
                        check=True)
-    return JOB_USER
+        created = True
+    yield JOB_USER
+    if created:
+        subprocess.run(["userdel", JOB_USER], check=False)
 
 
 @pytest.fixture
