@@ -136,3 +136,17 @@ def test_the_spec_states_the_integer_bounds_and_the_refusal_says_them(api: Api) 
     resp = api.app.test_client().get(f"{API}/jobs/{HUGE}", headers=api.headers("/jobs"))
     assert resp.status_code == 422
     assert resp.json["message"] == f"job_id: must be at most {DB_INT_MAX}."
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/whatif", {"jobs": [{"model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 1e300}]}, "duration_s"),
+    ("/whatif", {"jobs": [{"model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 60, "submit_in_s": 1e300}]},
+     "submit_in_s"),
+    ("/jobs", {"name": "x", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 1e300},
+     "duration_s"),
+])
+def test_seconds_near_the_float_limit_are_a_422(api: Api, path: str, body: dict[str, Any], field: str) -> None:
+    """The fuzzer's find: a what-if job of 1e300 s overflowed the simulation into NaN, answered as null metrics."""
+    resp = api.app.test_client().post(API + path, json=body, headers=api.headers(path))
+    assert resp.status_code == 422, resp.get_data(as_text=True)[:300]
+    assert field in resp.get_data(as_text=True)

@@ -46,8 +46,13 @@ def _db_int(minimum: int = 0, maximum: int = DB_INT_MAX, **kw: Any) -> fields.In
     return fields.Integer(validate=validate.Range(min=minimum, max=maximum), **kw)
 
 
+# Durations, SLOs and horizons are capped far beyond any real job (about 32 years): a number near the float limit
+# overflows the simulator's arithmetic into inf/NaN, which the API would then return as null where it documents numbers.
+MAX_SECONDS = 1e9
+
+
 def _positive(**kw: Any) -> fields.Float:
-    return fields.Float(validate=validate.Range(min=0, min_inclusive=False), allow_nan=False, **kw)
+    return fields.Float(validate=validate.Range(min=0, min_inclusive=False, max=MAX_SECONDS), allow_nan=False, **kw)
 
 
 # ---- requests ------------------------------------------------------------------------------------------------------
@@ -378,7 +383,7 @@ class WhatIfJobArgs(Schema):
     model = fields.String(required=True, validate=validate.OneOf(list(catalog())))
     num_gpus = GpuCount(required=True)
     duration_s = _positive(required=True, metadata={"description": "isolated run time (an estimate)"})
-    submit_in_s = fields.Float(load_default=0.0, validate=validate.Range(min=0), allow_nan=False,
+    submit_in_s = fields.Float(load_default=0.0, validate=validate.Range(min=0, max=MAX_SECONDS), allow_nan=False,
                                metadata={"description": "arrival, seconds from now"})
 
 
