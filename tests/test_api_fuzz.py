@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
@@ -49,6 +50,15 @@ class Api:
     def headers(self, path: str) -> dict[str, str]:
         token = self.user if path.endswith("/whatif") else self.admin
         return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(autouse=True)
+def hypothesis_home(tmp_path: Path) -> Iterator[None]:
+    """Hypothesis keeps caches (constants, unicode data) under ./.hypothesis even with no example database: here
+    they go to tmp_path, like every other artefact of the tests."""
+    set_hypothesis_home_dir(tmp_path / "hypothesis")
+    yield
+    set_hypothesis_home_dir(None)
 
 
 @pytest.fixture
