@@ -160,3 +160,21 @@ def test_seconds_near_the_float_limit_are_a_422(api: Api, path: str, body: dict[
     resp = api.app.test_client().post(API + path, json=body, headers=api.headers(path))
     assert resp.status_code == 422, resp.get_data(as_text=True)[:300]
     assert field in resp.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field"), [
+    ("GET", "/jobs?user=%00", None, "user"),
+    ("GET", "/jobs?state=failed&user=a%00b", None, "user"),
+    ("POST", "/jobs", {"name": "a\x00b", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1,
+                       "duration_s": 10}, "name"),
+    ("POST", "/jobs", {"name": "a", "kind": "command", "model": "ResNet-50-bs64", "num_gpus": 1,
+                       "entrypoint": "true", "env": {"K\x00": "v"}}, "env"),
+    ("PUT", "/policies/active", {"name": "tiresias\x00"}, "name"),
+])
+def test_a_nul_byte_in_any_string_is_a_422_naming_the_field(api: Api, method: str, path: str, body: Any,
+                                                             field: str) -> None:
+    """Found by the fuzzer on PostgreSQL (text cannot hold NUL): GET /jobs?user=%00 was a 500."""
+    resp = api.app.test_client().open(API + path, method=method, json=body, headers=api.headers(path))
+    assert resp.status_code == 422, resp.get_data(as_text=True)[:300]
+    location = "query" if "?" in path else "json"
+    assert field in resp.json["errors"][location]

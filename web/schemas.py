@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 from scheduler.store.models import JobState, JobType, RestartPolicy
 from scheduler.workloads import catalog
@@ -58,7 +58,38 @@ def _positive(**kw: Any) -> fields.Float:
 # ---- requests ------------------------------------------------------------------------------------------------------
 
 
-class JobSubmitSchema(Schema):
+def _nul_fields(data: Any, path: str = "") -> list[str]:
+    """The dotted names of every string (key or value) holding a NUL byte, anywhere in `data`."""
+    found = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            name = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and "\x00" in key:
+                found.append(name)
+            found += _nul_fields(value, name)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            found += _nul_fields(value, f"{path}.{i}" if path else str(i))
+    elif isinstance(data, str) and "\x00" in data:
+        found.append(path or "_schema")
+    return found
+
+
+class RequestSchema(Schema):
+    """What every request schema shares: no string may hold a NUL byte (PostgreSQL's text cannot store one, and no
+    name, command or path needs it), refused as a 422 naming the field before anything reads it."""
+
+    @pre_load
+    def _no_nul_bytes(self, data: Any, **kwargs: Any) -> Any:
+        # Query strings arrive as a (proxy of a) MultiDict: look at every value, but hand on the data unchanged.
+        seen = {k: data.getlist(k) for k in data} if hasattr(data, "getlist") else data
+        bad = _nul_fields(seen)
+        if bad:
+            raise ValidationError({name.split(".")[0]: ["Must not contain a NUL byte."] for name in bad})
+        return data
+
+
+class JobSubmitSchema(RequestSchema):
     """A submission. Unknown fields are refused (marshmallow's default), so a misspelt field is an error, not
     silently ignored."""
 
@@ -95,21 +126,21 @@ class JobSubmitSchema(Schema):
             raise ValidationError(errors)
 
 
-class JobListArgs(Schema):
+class JobListArgs(RequestSchema):
     state = fields.String(validate=validate.OneOf([s.value for s in JobState]))
     user = fields.String(validate=validate.Length(min=1, max=64))
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
     offset = _db_int(load_default=0)
 
 
-class LogsArgs(Schema):
+class LogsArgs(RequestSchema):
     attempt = _db_int(metadata={"description": "default: the current run"})
     rank = _db_int(metadata={"description": "default: every rank"})
     tail = fields.Integer(load_default=200, validate=validate.Range(min=1, max=100_000),
                           metadata={"description": "last lines per rank"})
 
 
-class ActivePolicyArgs(Schema):
+class ActivePolicyArgs(RequestSchema):
     name = fields.String(required=True, validate=validate.Length(min=1, max=300))
 
 
@@ -376,7 +407,7 @@ WHATIF_MAX_HYPOTHETICAL = 1000
 WHATIF_MAX_JOBS = 20_000
 
 
-class WhatIfJobArgs(Schema):
+class WhatIfJobArgs(RequestSchema):
     """A hypothetical job: it does not exist, the simulation adds it."""
 
     name = fields.String(load_default=None, validate=validate.Length(min=1, max=200))
@@ -387,7 +418,7 @@ class WhatIfJobArgs(Schema):
                                metadata={"description": "arrival, seconds from now"})
 
 
-class WhatIfArgs(Schema):
+class WhatIfArgs(RequestSchema):
     """Every field is optional: `{}` asks how the present queue plays out under the active policy."""
 
     policy = fields.String(load_default=None, validate=validate.Length(min=1, max=300),

@@ -25,12 +25,13 @@ from scheduler.store.models import Allocation, Gpu, Job
 from scheduler.workloads import catalog
 from web.api.context import store
 from web.auth import protect
+from web.schemas import RequestSchema
 
 MAX_BUCKETS = 2000
 MAX_WINDOW_S = 30 * 86400.0
 
 
-class StatsArgs(Schema):
+class StatsArgs(RequestSchema):
     window_s = fields.Float(load_default=3600.0, validate=validate.Range(min=10.0, max=MAX_WINDOW_S))
     bucket_s = fields.Float(load_default=60.0, validate=validate.Range(min=1.0, max=MAX_WINDOW_S))
 
