@@ -31,6 +31,11 @@ def checkpoint_dir(job_id: int) -> Path:
     return corral_home() / "checkpoints" / f"job-{job_id}"
 
 
+def traces_dir() -> Path:
+    """Trace files the what-if API may replay, by name (an admin puts them here; the API never takes a path)."""
+    return corral_home() / "traces"
+
+
 def secure_home(home: Path | None = None) -> Path:
     """Make `CORRAL_HOME` private to the server's user before anything is written there: the home and the
     checkpoints folder may be passed through (mode 0711, so a command job running as another user reaches its own

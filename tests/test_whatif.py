@@ -372,12 +372,22 @@ def test_checks_against_the_cluster_name_the_field(env: Env) -> None:
     assert ok.status_code == 200  # 32 GPUs fit once two nodes join
 
 
-def test_trace_files_are_for_admins_and_must_exist(env: Env, tmp_path: Path) -> None:
-    missing = str(tmp_path / "nope.csv")
-    resp = env.post({"trace": missing}, who="alice")
-    assert resp.status_code == 403
-    resp = env.post({"trace": missing}, who="root")
+def test_trace_files_are_for_admins_by_name_and_must_exist(env: Env, tmp_path: Path, corral_home: Path) -> None:
+    """No API field names a file: an admin replays a trace by its name in CORRAL_HOME/traces, never by path."""
+    path = tmp_path / "mine.csv"
+    path.write_text("job_id,submit_s,num_gpus,duration_s,kind,model\na,0,1,60,training,\nb,5,2,30,training,\n")
+    for who in ("alice", "root"):
+        resp = env.post({"trace": str(path)}, who=who)
+        assert resp.status_code == (403 if who == "alice" else 422)
+    assert "the API never opens a path" in resp.json["errors"]["json"]["trace"][0]
+    assert env.post({"trace": "../mine.csv"}, who="root").status_code == 422
+    resp = env.post({"trace": "nope.csv"}, who="root")
     assert resp.status_code == 422 and "does not exist" in resp.json["errors"]["json"]["trace"][0]
+    (corral_home / "traces").mkdir(parents=True)
+    (corral_home / "traces" / "mine.csv").write_text(path.read_text())
+    resp = env.post({"trace": "mine.csv", "seeds": 1}, who="root")
+    assert resp.status_code == 200, resp.json
+    assert resp.json["jobs"]["trace"] == 2
 
 
 def test_no_nodes_is_a_conflict(store: Store, corral_home: Path) -> None:

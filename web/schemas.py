@@ -429,8 +429,8 @@ class WhatIfArgs(RequestSchema):
     jobs = fields.List(fields.Nested(WhatIfJobArgs), load_default=list,
                        validate=validate.Length(max=WHATIF_MAX_HYPOTHETICAL))
     trace = fields.String(load_default=None, validate=validate.Length(min=1, max=4096), metadata={
-        "description": "replay this trace (a server-side file: admins only; or `synthetic:N,...`) instead of the "
-                       "live jobs, on the live cluster"})
+        "description": "replay this trace (`synthetic:N,...`, or for admins a file by name in $CORRAL_HOME/traces) "
+                       "instead of the live jobs, on the live cluster"})
     limit = fields.Integer(strict=True, load_default=None, validate=validate.Range(min=1, max=WHATIF_MAX_JOBS),
                            metadata={"description": "the trace's first N jobs"})
     seeds = fields.Integer(strict=True, load_default=5, validate=validate.Range(min=1, max=WHATIF_MAX_SEEDS),

@@ -10,9 +10,11 @@ stays synchronous for the client). Non-admins are also bounded in size: at most 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from flask import Flask, current_app
@@ -20,6 +22,7 @@ from flask_smorest import Blueprint, abort
 
 from policies import make_policy
 from policies.agent_files import AgentLoadError, check_api_name
+from scheduler.paths import traces_dir
 from scheduler.whatif import DEFAULT_BUDGET, DEFAULT_POLICY, WhatIfError, WhatIfRequest, what_if
 from web.api.context import store
 from web.auth import caller, protect
@@ -67,6 +70,19 @@ def pool(app: Flask) -> WhatIfPool:
         return p
 
 
+TRACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*")
+
+
+def trace_file(name: str) -> Path:
+    """The trace `name` in CORRAL_HOME/traces, or 422: the API takes traces by name, never a path to open."""
+    folder = traces_dir()
+    if not TRACE_NAME.fullmatch(name) or len(name) > 200:
+        message = (f"{name!r}: give a trace file's name in {folder} (an admin puts traces there), or synthetic:N,...; "
+                   "the API never opens a path")
+        abort(422, message=f"trace: {message}", errors={"json": {"trace": [message]}})
+    return folder / name
+
+
 def blueprint(prefix: str) -> Blueprint:
     blp = protect(Blueprint("whatif", __name__, url_prefix=prefix,
                             description="Simulate the present queue under another policy, more nodes or extra jobs"))
@@ -78,8 +94,10 @@ def blueprint(prefix: str) -> Blueprint:
     def whatif(args: dict[str, Any]) -> Any:
         trace = args.get("trace")
         admin = caller().admin
-        if trace is not None and not trace.startswith("synthetic:") and not admin:
-            abort(403, message="trace: only admins may replay a file on the server; others may use synthetic:N,...")
+        if trace is not None and not trace.startswith("synthetic:"):
+            if not admin:
+                abort(403, message="trace: only admins may replay a trace file; others may use synthetic:N,...")
+            args = dict(args, trace=str(trace_file(trace)))
         if args.get("policy") is not None:
             try:
                 check_api_name(args["policy"].strip(), "policy")
