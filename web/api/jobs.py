@@ -91,13 +91,17 @@ def tail_lines(path: Path, lines: int) -> str:
     return b"".join(kept).decode("utf-8", errors="replace")
 
 
+# Built once: this runs on every submission (a hot path), and building the statement cost more than running it.
+_ALIVE_GPUS = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).where(Node.alive.is_(True)).subquery()
+ALIVE_CAPACITY = select(func.count(_ALIVE_GPUS.c.id), func.max(_ALIVE_GPUS.c.mem_gb))
+
+
 def capacity_problem(s: Session, fields: dict[str, Any]) -> tuple[str, str] | None:
     """(field, why) when the job cannot run on the cluster the controller recorded (more GPUs than the alive nodes
     hold, a model too big for any of their GPUs); None when it could, or when no alive node is recorded yet (the
     controller then decides). Only alive nodes count because the controller's model drops dead ones: it would reject
     the job at once, so a 422 now says the same thing before anything is stored."""
-    alive = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).where(Node.alive.is_(True)).subquery()
-    total, largest = s.execute(select(func.count(alive.c.id), func.max(alive.c.mem_gb))).one()
+    total, largest = s.execute(ALIVE_CAPACITY).one()
     if not total:
         return None
     workers = max(1, int(fields["num_gpus"]))
@@ -130,12 +134,11 @@ def blueprint(prefix: str) -> Blueprint:
         # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
         # query per submission, which the token cache exists to avoid.
         user = User(id=who.id, name=who.name, admin=who.admin)
-        with store().session() as s:
+        with write_session() as s:  # one transaction: the check, then the insert (an abort rolls back, stores nothing)
             problem = capacity_problem(s, fields)
-        if problem is not None:
-            field, message = problem
-            abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
-        with write_session() as s:
+            if problem is not None:
+                field, message = problem
+                abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
             job, created = q.submit(s, user, fields)
             body = job_json(job, user.name) if created else _full_json(s, job)
         if created:
