@@ -3,7 +3,9 @@
 A case is a trace (or a window of one) with one model assignment on one cluster. Seed `s` draws the trace's model
 assignment with `s` and, when `window` is set, the window's start from `default_rng(s)` within the chosen part of
 the trace (`test`, the hold-out no training run draws from, by default). With `load` set, the cluster keeps its
-preset and gets the node count that puts the case's offered load nearest `load` (`scheduler.traces.offered_load`).
+preset and gets the node count that puts the case's offered load nearest `load` (`scheduler.traces.offered_load`);
+where no node count gets within 5%, arrivals are compressed or stretched as well (`scheduler.traces.fit_load`), and
+each case says which was done.
 Every policy runs on exactly the same cases, so their differences are paired.
 
 **How policies are compared.** Cases differ a lot from one another (with `load`, even their clusters' sizes differ),
@@ -34,7 +36,7 @@ from scipy import stats
 from policies import make_policy
 from scheduler.model import PRESETS, Cluster, JobSpec, SpecError, parse_cluster
 from scheduler.simulator import Simulator
-from scheduler.traces import load_trace, nodes_for_load, offered_load, window, window_starts
+from scheduler.traces import fit_load, load_trace, offered_load, window, window_starts
 
 RATIO_METRICS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "avg_slowdown",
                  "avg_contention_slowdown", "gpu_util", "makespan_s")
@@ -52,6 +54,7 @@ class Case:
     start: int
     cluster: Cluster
     jobs: list[JobSpec]
+    how: str = ""  # how the case was brought to the target load, if one was asked for
 
     @property
     def label(self) -> str:
@@ -74,10 +77,11 @@ def build_cases(traces: Sequence[str], cluster: str, seeds: int, window_size: in
                 lo, hi = window_starts(len(jobs), window_size, part)
                 start = int(np.random.default_rng(seed).integers(lo, hi))
                 jobs = window(jobs, start, window_size)
-            c = base
+            c, how = base, ""
             if load is not None:
-                c = parse_cluster(f"{preset}:{nodes_for_load(jobs, PRESETS[preset].gpus_per_node, load)}")
-            out.append(Case(path, seed, start, c, jobs))
+                fit = fit_load(jobs, PRESETS[preset].gpus_per_node, load)
+                c, jobs, how = parse_cluster(f"{preset}:{fit.nodes}"), fit.jobs, fit.how
+            out.append(Case(path, seed, start, c, jobs, how))
     return out
 
 
@@ -142,6 +146,7 @@ def evaluate(cases: Sequence[Case], policies: Sequence[str], contention: bool = 
         info.setdefault(case.trace, []).append({
             "seed": case.seed, "start": case.start, "jobs": len(case.jobs), "cluster": case.cluster.name,
             "offered_load": round(offered_load(case.jobs, case.cluster.num_gpus), 3),
+            **({"load_fit": case.how} if case.how else {}),
         })
         for name in names:
             # A fresh policy per case: policies keep per-run memos, and a seed must not leak into the next case.

@@ -6,13 +6,13 @@ trace before `scheduler.traces.HOLDOUT_FROM` when training and from the part aft
 figure is always on jobs the agent never saw.
 
 Load is `scheduler.traces.offered_load` (GPUs busy during the window's arrivals if every job started on arrival):
-a trace window gets the node count that brings it nearest the target; a synthetic window keeps its node count and has
-its arrival times stretched or compressed until it reaches the target.
+a trace window gets the node count that brings it nearest the target, and its arrivals are compressed or stretched
+where no node count gets within 5% (`scheduler.traces.fit_load`: Alibaba's 8-GPU pods keep small clusters from
+shrinking further); a synthetic window keeps its node count and has its arrival times rescaled to the target.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -22,7 +22,18 @@ from typing import Any
 import numpy as np
 
 from scheduler.model import PRESETS, Cluster, JobSpec, parse_cluster
-from scheduler.traces import TraceError, load_trace, nodes_for_load, offered_load, synthetic, window, window_starts
+from scheduler.traces import (
+    TraceError,
+    fit_load,
+    load_trace,
+    offered_load,
+    scale_to_load,
+    synthetic,
+    window,
+    window_starts,
+)
+
+__all__ = ["SYNTHETIC", "Scenario", "ScenarioSource", "draw", "held_out", "scale_to_load", "trace_jobs"]
 
 SYNTHETIC = "synthetic"
 MODEL_SEEDS = 4  # model assignments drawn for trace windows in training (each seed a different mix of models)
@@ -31,25 +42,6 @@ MODEL_SEEDS = 4  # model assignments drawn for trace windows in training (each s
 @cache
 def trace_jobs(path: str, seed: int) -> tuple[JobSpec, ...]:
     return tuple(load_trace(path, seed=seed).jobs)
-
-
-def scale_to_load(jobs: Sequence[JobSpec], num_gpus: int, load: float) -> list[JobSpec]:
-    """Stretch or compress arrival times (not durations) until the offered load on `num_gpus` GPUs is `load`."""
-    submit = np.array([j.submit_s for j in jobs])
-    dur = np.array([j.duration_s for j in jobs])
-    demand = np.array([j.gpu_demand for j in jobs])
-
-    def load_at(factor: float) -> float:
-        s = submit * factor
-        span = max(s[-1] - s[0], 1.0)
-        return float((np.minimum(s + dur, s[-1]) - s).clip(min=0) @ demand) / (span * num_gpus)
-
-    lo, hi = 1e-4, 1e4  # load falls as arrivals are stretched: bisect the factor in log space
-    for _ in range(60):
-        mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if load_at(mid) > load else (lo, mid)
-    factor = (lo * hi) ** 0.5
-    return [dataclasses.replace(j, submit_s=j.submit_s * factor) for j in jobs]
 
 
 @dataclass(frozen=True)
@@ -79,9 +71,8 @@ class Scenario:
             biggest = max(j.workers for j in jobs)
             nodes = max(nodes, -(-biggest // gpn))
             return parse_cluster(f"{self.preset}:{nodes}"), scale_to_load(jobs, nodes * gpn, self.load)
-        jobs = window(trace_jobs(self.workload, self.seed), self.start, self.window)
-        nodes = nodes_for_load(jobs, gpn, self.load)
-        return parse_cluster(f"{self.preset}:{nodes}"), jobs
+        fit = fit_load(window(trace_jobs(self.workload, self.seed), self.start, self.window), gpn, self.load)
+        return parse_cluster(f"{self.preset}:{fit.nodes}"), fit.jobs
 
     def realised_load(self) -> float:
         cluster, jobs = self.build()

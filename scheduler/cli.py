@@ -506,7 +506,7 @@ def evaluation_table(trace: str, res: dict[str, Any]) -> Any:
                         f"seed (clusters {', '.join(sorted({c['cluster'] for c in cases}))}; offered load "
                         f"{min(loads):.2f}-{max(loads):.2f})",
                   caption="value: mean over the cases \\[min-max]; x: geometric mean ratio to the baseline, +/-: mean "
-                          "difference, each with its 95% Student's t interval")
+                          "difference, each with its 95% Student's t interval" + _load_fits(cases))
     table.add_column("metric", style="bold", no_wrap=True)
     pols = res["policies"]
     for name in pols:
@@ -523,6 +523,12 @@ def evaluation_table(trace: str, res: dict[str, Any]) -> Any:
             cells.append(cell)
         table.add_row(header, *cells)
     return table
+
+
+def _load_fits(cases: list[dict[str, Any]]) -> str:
+    """How the cases were brought to --load (resized, or arrivals rescaled where resizing could not), for the caption."""
+    fits = sorted({c["load_fit"] for c in cases if "load_fit" in c})
+    return ("\nload: " + "; ".join(fits)) if fits else ""
 
 
 def _t975(df: int) -> float:

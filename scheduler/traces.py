@@ -725,3 +725,57 @@ def nodes_for_load(jobs: Sequence[JobSpec], gpus_per_node: int, load: float, min
     ideal = busy / (load * gpus_per_node)
     lo = max(need, int(ideal))
     return min((lo, lo + 1), key=lambda n: abs(busy / (n * gpus_per_node) - load))
+
+
+def scale_to_load(jobs: Sequence[JobSpec], num_gpus: int, load: float) -> list[JobSpec]:
+    """Stretch or compress arrival times (not durations) until the offered load on `num_gpus` GPUs is `load`."""
+    submit = np.array([j.submit_s for j in jobs])
+    dur = np.array([j.duration_s for j in jobs])
+    demand = np.array([j.gpu_demand for j in jobs])
+
+    def load_at(factor: float) -> float:
+        s = submit * factor
+        span = max(s[-1] - s[0], 1.0)
+        return float((np.minimum(s + dur, s[-1]) - s).clip(min=0) @ demand) / (span * num_gpus)
+
+    lo, hi = 1e-4, 1e4  # load falls as arrivals are stretched: bisect the factor in log space
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if load_at(mid) > load else (lo, mid)
+    factor = (lo * hi) ** 0.5
+    return [replace(j, submit_s=j.submit_s * factor) for j in jobs]
+
+
+@dataclass(frozen=True)
+class LoadFit:
+    """How a window was brought to a target offered load: the node count, the (possibly rescaled) jobs, and what
+    was done, in words, for reports."""
+
+    nodes: int
+    jobs: list[JobSpec]
+    load: float  # the offered load reached
+    how: str
+
+
+LOAD_TOLERANCE = 0.05  # resizing alone is accepted when it lands within 5% of the target
+
+
+def fit_load(jobs: Sequence[JobSpec], gpus_per_node: int, load: float) -> LoadFit:
+    """Bring `jobs` to offered load `load` on nodes of `gpus_per_node` GPUs: resize the cluster where that gets
+    within `LOAD_TOLERANCE`, else rescale arrival times (durations unchanged) on the nearest node count.
+
+    Resizing cannot always get there: a cluster cannot shrink below the node count its largest gang needs (Alibaba's
+    8-GPU pods keep a pcie-t4 cluster at 2 nodes or more), and a few nodes are coarse steps (2 or 3 nodes is 1.5x).
+    Then arrivals are compressed (or stretched) until the window asks for `load` of that cluster."""
+    nodes = nodes_for_load(jobs, gpus_per_node, load)
+    reached = offered_load(jobs, nodes * gpus_per_node)
+    if reached > 0 and abs(reached / load - 1.0) <= LOAD_TOLERANCE:
+        return LoadFit(nodes, list(jobs), reached, f"cluster resized to {nodes} nodes")
+    scaled = scale_to_load(jobs, nodes * gpus_per_node, load)
+    span, new_span = jobs[-1].submit_s - jobs[0].submit_s, scaled[-1].submit_s - scaled[0].submit_s
+    factor = span / new_span if new_span > 0 else 1.0
+    floor = -(-max(j.workers for j in jobs) // gpus_per_node)
+    why = "its largest job's floor" if nodes == floor and reached < load else "the nearest size"
+    verb = "compressed" if factor >= 1.0 else "stretched"
+    return LoadFit(nodes, scaled, offered_load(scaled, nodes * gpus_per_node),
+                   f"{nodes} nodes ({why}), arrivals {verb} {max(factor, 1 / factor):.2f}x")

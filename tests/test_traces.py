@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler.model import JobKind, SpecError
+from scheduler.model import JobKind, JobSpec, SpecError
 from scheduler.traces import (
+    fit_load,
+    offered_load,
     HEAVY_GRAD_MB,
     SMALLEST_GPU_GB,
     Trace,
@@ -432,3 +434,37 @@ def test_real_alibaba_slice() -> None:
     d = trace.describe()
     assert d["fractional"] > 0 and d["inference"] > 0
     assert all(j.num_gpus < 1 for j in trace.jobs if j.kind is JobKind.INFERENCE)
+
+
+def _jobs(rows: list[tuple[float, float, float]]) -> list[JobSpec]:
+    return [JobSpec(f"j{i}", submit, gpus, dur, "resnet50") for i, (submit, gpus, dur) in enumerate(rows)]
+
+
+def test_fit_load_resizes_when_a_node_count_gets_close() -> None:
+    # 40 one-GPU jobs, one every 100 s, each 800 s long: offered load 0.91 on 8 GPUs, 0.455 on 16, 0.30 on 24.
+    jobs = _jobs([(100.0 * i, 1.0, 800.0) for i in range(40)])
+    fit = fit_load(jobs, 8, 0.47)
+    assert fit.nodes == 2 and fit.jobs == jobs
+    assert fit.how == "cluster resized to 2 nodes"
+    assert fit.load == pytest.approx(0.455, abs=0.001)
+
+
+def test_fit_load_compresses_arrivals_at_the_largest_jobs_floor() -> None:
+    # A 16-GPU gang keeps the cluster at 4 nodes of 4 GPUs; the window is light, so only arrivals can raise the load.
+    jobs = _jobs([(1000.0 * i, 16.0 if i == 0 else 1.0, 500.0) for i in range(30)])
+    before = offered_load(jobs, 16)
+    fit = fit_load(jobs, 4, 1.5)
+    assert fit.nodes == 4 and before < 0.2
+    assert abs(offered_load(fit.jobs, 16) - 1.5) < 0.01
+    assert [j.duration_s for j in fit.jobs] == [j.duration_s for j in jobs]  # only arrivals move
+    assert "largest job's floor" in fit.how and "compressed" in fit.how
+    factor = float(fit.how.split("compressed ")[1].rstrip("x"))
+    span = jobs[-1].submit_s / fit.jobs[-1].submit_s
+    assert factor == pytest.approx(span, rel=0.01)
+
+
+def test_fit_load_stretches_a_window_too_heavy_for_its_smallest_cluster() -> None:
+    jobs = _jobs([(10.0 * i, 4.0, 5000.0) for i in range(30)])  # ~4 x 30 GPUs busy at the end on one 4-GPU node
+    fit = fit_load(jobs, 4, 1.0)
+    assert "stretched" in fit.how or fit.nodes > 1
+    assert abs(fit.load - 1.0) <= 0.05
