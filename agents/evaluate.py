@@ -36,7 +36,16 @@ from scipy import stats
 from policies import make_policy
 from scheduler.model import PRESETS, Cluster, JobSpec, SpecError, parse_cluster
 from scheduler.simulator import Simulator
-from scheduler.traces import fit_load, load_trace, offered_load, window, window_starts
+from scheduler.traces import (
+    fit_load,
+    load_trace,
+    offered_load,
+    parse_synthetic_spec,
+    scale_to_load,
+    synthetic,
+    window,
+    window_starts,
+)
 
 RATIO_METRICS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "avg_slowdown",
                  "avg_contention_slowdown", "gpu_util", "makespan_s")
@@ -62,7 +71,9 @@ class Case:
 
 
 def build_cases(traces: Sequence[str], cluster: str, seeds: int, window_size: int | None = None,
-                part: str = "test", load: float | None = None) -> list[Case]:
+                part: str = "test", load: float | None = None, first_seed: int = 0) -> list[Case]:
+    """`seeds` cases per trace, seeds `first_seed` .. `first_seed + seeds - 1` (a benchmark on held-out cases starts
+    at `agents.scenarios.MODEL_SEEDS`, past the model assignments training draws)."""
     base = parse_cluster(cluster)
     if load is not None:
         preset, sep, _ = cluster.partition(":")
@@ -70,7 +81,7 @@ def build_cases(traces: Sequence[str], cluster: str, seeds: int, window_size: in
             raise SpecError(f"--load resizes a single-preset cluster (PRESET:NODES); got --cluster {cluster!r}")
     out = []
     for path in traces:
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             jobs = load_trace(path, seed=seed).jobs
             start = 0
             if window_size is not None and window_size < len(jobs):
@@ -82,6 +93,57 @@ def build_cases(traces: Sequence[str], cluster: str, seeds: int, window_size: in
                 fit = fit_load(jobs, PRESETS[preset].gpus_per_node, load)
                 c, jobs, how = parse_cluster(f"{preset}:{fit.nodes}"), fit.jobs, fit.how
             out.append(Case(path, seed, start, c, jobs, how))
+    return out
+
+
+# Synthetic mixes: keyword arguments of `scheduler.traces.synthetic` on top of a `synthetic:N[,...]` spec. Each skews
+# one thing the default (Philly-like) mix has a little of, so a policy is seen where that thing dominates.
+SYNTHETIC_MIXES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "short": {"median_duration_s": 120.0, "duration_sigma": 2.5},  # most jobs minutes long, a heavy tail
+    "long": {"median_duration_s": 4 * 3600.0, "duration_sigma": 1.0},  # hours-long jobs, a narrower spread
+    "fractional": {"frac_share": 0.6, "inference_share": 0.1},  # most jobs take a GPU share (MPS)
+    "multinode": {"sizes": {1: 0.45, 2: 0.1, 4: 0.1, 8: 0.15, 16: 0.15, 32: 0.05}},  # gangs spanning servers
+}
+SYNTHETIC_HELD_OUT_SEED = 2**31  # training draws synthetic seeds below this (agents.scenarios.draw)
+
+
+def build_synthetic_cases(spec: str, cluster: str, seeds: int, load: float | None = None,
+                          first_seed: int = SYNTHETIC_HELD_OUT_SEED, mix: str = "default",
+                          name: str | None = None) -> list[Case]:
+    """`seeds` synthetic cases (`spec` is `synthetic:N[,iat=S][,frac=F][,inference=F]`, `mix` a key of
+    `SYNTHETIC_MIXES` whose settings override the spec's), seeds `first_seed` onwards (by default a range training
+    never draws), on a fixed cluster `PRESET:NODES`.
+
+    With `load`, the node count stays (grown only if the largest job does not fit) and arrival times are compressed
+    or stretched until the offered load is `load` (`scheduler.traces.scale_to_load`), as `agents.scenarios` builds
+    synthetic episodes; each case says so. The cases' `trace` is `name` (default: the spec, plus the mix unless it is
+    the default), which `evaluate` groups by."""
+    if mix not in SYNTHETIC_MIXES:
+        raise SpecError(f"unknown synthetic mix {mix!r}; choose from {', '.join(SYNTHETIC_MIXES)}")
+    n, kwargs = parse_synthetic_spec(spec)
+    kwargs = {**kwargs, **SYNTHETIC_MIXES[mix]}
+    base = parse_cluster(cluster)
+    preset, sep, _ = cluster.partition(":")
+    if load is not None and (not sep or preset not in PRESETS or "," in cluster):
+        raise SpecError(f"a synthetic load keeps a single-preset cluster's size (PRESET:NODES); got {cluster!r}")
+    label = name or (spec if mix == "default" else f"{spec} ({mix})")
+    out = []
+    for seed in range(first_seed, first_seed + seeds):
+        jobs = synthetic(n, seed=seed, **kwargs).jobs
+        c, how = base, ""
+        if load is not None:
+            gpn = PRESETS[preset].gpus_per_node
+            nodes = max(base.num_nodes, -(-max(j.workers for j in jobs) // gpn))
+            c = parse_cluster(f"{preset}:{nodes}")
+            scaled = scale_to_load(jobs, nodes * gpn, load)
+            span, new_span = jobs[-1].submit_s - jobs[0].submit_s, scaled[-1].submit_s - scaled[0].submit_s
+            factor = span / new_span if new_span > 0 else 1.0
+            verb = "compressed" if factor >= 1.0 else "stretched"
+            grown = "" if nodes == base.num_nodes else " (grown for its largest job)"
+            how = f"{nodes} nodes{grown}, arrivals {verb} {max(factor, 1 / factor):.2f}x"
+            jobs = scaled
+        out.append(Case(label, seed, 0, c, jobs, how))
     return out
 
 
