@@ -1,6 +1,6 @@
 """Placement policies: one protocol (`policies.base.Policy`), a registry, heuristics and learned policies."""
 
-from policies import contention_greedy, deepshare, heuristics, rl, tiresias  # noqa: F401  (importing registers them)
+from policies import contention_greedy, deepshare, gittins, heuristics, rl, tiresias  # noqa: F401  (importing registers them)
 from policies.base import Decision, Place, Policy, Preempt, Wait, WakeAt
 from policies.registry import available, make_policy
 

@@ -11,12 +11,17 @@ service counts from zero again, as in Tiresias' simulator, so it is not demoted 
 
 Running jobs are indexed by queue incrementally (a demotion heap, per-queue lists in arrival order), so a scheduling
 call costs the queue's length plus the victims it actually examines, not the number of running jobs.
+
+Options (`tiresias:KEY=VALUE,...`, parsed by `parse_options`): `thresholds=60,600,3600` sets the queue thresholds
+(GPU-seconds, positive, strictly increasing; one queue more than thresholds), `starvation=F` the starvation factor.
+E.g. `tiresias:thresholds=60,600,6000,starvation=8`. Plain `tiresias` keeps the defaults.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import ClassVar
@@ -24,10 +29,9 @@ from typing import ClassVar
 from policies.base import Decision, Place, Preempt, Wait, WakeAt
 from policies.heuristics import wait_reason
 from policies.placement import Planner
-from policies.registry import register
+from policies.registry import UnknownPolicyError, register, register_prefix
 from scheduler.model import Job, JobSpec, Placement
 from scheduler.state import ClusterView
-
 
 # Queue thresholds in GPU-seconds of attained service: one GPU-hour and ten GPU-hours.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
@@ -80,16 +84,22 @@ class Tiresias:
             if i < len(lst) and lst[i][1] == job_id:
                 del lst[i]
 
+    def level_and_next(self, spec: JobSpec, attained: float) -> tuple[int, float | None]:
+        """The queue of a job with this much attained service, and the attained service at which a running job next
+        changes queue (None: never). Subclasses with other queue rules (`policies.gittins`) override this."""
+        level = bisect.bisect_right(self.thresholds, attained)
+        return level, (self.thresholds[level] if level < len(self.thresholds) else None)
+
     def _index(self, view: ClusterView, job: Job, now: float) -> None:
         self._unindex(job.id)
         attained = self.attained(view, job)
-        level = bisect.bisect_right(self.thresholds, attained)
+        level, next_attained = self.level_and_next(job.spec, attained)
         self._level[job.id] = level
         self._submit[job.id] = job.spec.submit_s
         if level:
             bisect.insort(self._by_level[level], (job.spec.submit_s, job.id))
-        if level < len(self.thresholds):
-            cross = now + (self.thresholds[level] - attained) / job.spec.gpu_demand
+        if next_attained is not None:
+            cross = now + (next_attained - attained) / job.spec.gpu_demand
             # Attained service can land a rounding step below a threshold, so that `cross` == `now`: `_sync` would
             # then pop and re-push this entry forever. Keep it strictly ahead.
             cross = max(cross, math.nextafter(now, math.inf))
@@ -217,27 +227,111 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
     gang fits in one (so no GPUs are freed where they cannot help), else anywhere until enough capacity is free.
     Empty if no set does."""
     cluster = view.cluster
-    if spec.num_gpus >= 1 and spec.workers <= cluster.max_gpus_per_node:
+    workers = spec.workers
+    if spec.num_gpus >= 1 and workers <= cluster.max_gpus_per_node:
+        gpu_node, node_gpus = cluster.gpu_node, cluster.node_num_gpus
+        free_share, node_free = planner.free_share, planner.node_free
         freed: dict[int, int] = {}
         on_node: dict[int, list[Job]] = {}
         for v in victims:
             p = view.placement(v.id)
-            for node in p.nodes(cluster):
-                if cluster.node_num_gpus[node] < spec.workers:
-                    continue
+            gains: dict[int, int] = {}  # GPUs of each of its nodes it frees
+            for g in p.gpus:
+                node = int(gpu_node[g])
                 # Shared GPUs free up only if the victim was their last tenant.
-                gain = sum(1 for g in p.gpus if cluster.gpu_node[g] == node
-                           and planner.free_share[g] + p.share >= 1.0 - 1e-9)
-                freed[node] = freed.get(node, 0) + gain
+                gains[node] = gains.get(node, 0) + int(free_share[g] + p.share >= 1.0 - 1e-9)
+            for node in sorted(gains):
+                if node_gpus[node] < workers:
+                    continue
+                freed[node] = freed.get(node, 0) + gains[node]
                 on_node.setdefault(node, []).append(v)
-                if int(planner.node_free[node]) + freed[node] >= spec.workers:
+                if int(node_free[node]) + freed[node] >= workers:
                     return on_node[node]
         return []
+    # Free capacity is a float sum of shares (6.999999999999998 for 7 GPUs): compare with a tolerance, or the last
+    # GPU needed is never found and a gang that must span nodes starves until the cluster empties.
     need = spec.gpu_demand - planner.free_capacity
     chosen = []
     for v in victims:
-        if need <= 0:
+        if need <= _CAPACITY_EPS:
             break
         chosen.append(v)
         need -= v.spec.gpu_demand
-    return chosen if need <= 0 else []
+    return chosen if need <= _CAPACITY_EPS else []
+
+
+_CAPACITY_EPS = 1e-6
+
+
+# ---- options: `tiresias:thresholds=60,600,3600,starvation=8` ---------------------------------------------------------
+
+
+def parse_options(name: str, arg: str, lists: Collection[str] = (),
+                  numbers: Collection[str] = ()) -> dict[str, list[float]]:
+    """`KEY=VALUE,...` options of policy `name` (given as `name:arg`): keys in `lists` take one or more comma-separated
+    numbers (`thresholds=60,600,3600`), keys in `numbers` exactly one. Every value must be a finite number. Raises
+    `UnknownPolicyError` (a `SpecError`) naming the option and the problem."""
+    where = f"policy '{name}:{arg}'"
+    keys = [*lists, *numbers]
+    choices = ", ".join(f"{k}=N,N,..." if k in lists else f"{k}=N" for k in keys)
+    if not arg.strip():
+        raise UnknownPolicyError(f"{where}: no options given; use {name} alone, or {name}:{choices}")
+    out: dict[str, list[float]] = {}
+    key: str | None = None
+    for token in arg.split(","):
+        token = token.strip()
+        if "=" in token:
+            key, _, token = (part.strip() for part in token.partition("="))
+            if key not in keys:
+                raise UnknownPolicyError(f"{where}: unknown option {key!r}; choose from {choices}")
+            if key in out:
+                raise UnknownPolicyError(f"{where}: option {key!r} given twice")
+            out[key] = []
+        elif key is None:
+            raise UnknownPolicyError(f"{where}: expected KEY=VALUE, got {token!r}; choose from {choices}")
+        elif key not in lists:
+            raise UnknownPolicyError(f"{where}: option {key!r} takes one number, got another value {token!r}")
+        if not token:
+            raise UnknownPolicyError(f"{where}: option {key!r} has an empty value")
+        try:
+            value = float(token)
+        except ValueError:
+            raise UnknownPolicyError(f"{where}: option {key!r}: {token!r} is not a number") from None
+        if not math.isfinite(value):
+            raise UnknownPolicyError(f"{where}: option {key!r}: {token!r} is not a finite number")
+        out[key].append(value)
+    return out
+
+
+def check_thresholds(name: str, arg: str, values: Sequence[float], unit: str = "GPU-seconds") -> tuple[float, ...]:
+    """Queue thresholds must be positive and strictly increasing (one queue per interval)."""
+    where = f"policy '{name}:{arg}': option 'thresholds'"
+    for v in values:
+        if not v > 0:
+            raise UnknownPolicyError(f"{where}: {v:g} is not positive (thresholds are {unit})")
+    for lo, hi in itertools.pairwise(values):
+        if not hi > lo:
+            raise UnknownPolicyError(f"{where}: {hi:g} after {lo:g} is not increasing (thresholds must strictly "
+                                     "increase)")
+    return tuple(values)
+
+
+def format_thresholds(values: Sequence[float]) -> str:
+    return ",".join(f"{v:g}" for v in values)
+
+
+def make_tiresias(arg: str, seed: int = 0) -> Tiresias:
+    """`tiresias:thresholds=60,600,3600` and/or `starvation=F`; the instance reports its canonical name."""
+    opts = parse_options("tiresias", arg, lists=("thresholds",), numbers=("starvation",))
+    thresholds = check_thresholds("tiresias", arg, opts.get("thresholds", list(DEFAULT_THRESHOLDS)))
+    starvation = opts["starvation"][0] if "starvation" in opts else None
+    if starvation is not None and not starvation > 0:
+        raise UnknownPolicyError(f"policy 'tiresias:{arg}': option 'starvation': {starvation:g} is not positive")
+    policy = Tiresias(seed=seed, thresholds=thresholds, starvation_factor=starvation)
+    parts = [f"thresholds={format_thresholds(thresholds)}"] if "thresholds" in opts else []
+    parts += [f"starvation={starvation:g}"] if starvation is not None else []
+    policy.name = "tiresias:" + ",".join(parts)  # type: ignore[misc]  # instances report the name they were asked for
+    return policy
+
+
+register_prefix("tiresias", make_tiresias)

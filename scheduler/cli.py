@@ -616,5 +616,69 @@ from scheduler.client_cli import register_client_commands
 register_client_commands(main)
 
 
+# ---- corral tune: Tiresias' queue thresholds picked on training windows (agents.tune) ------------------------------
+
+
+@main.command("tune")
+@click.option("--workload", "workloads", multiple=True, metavar="synthetic|PATH",
+              help="Repeatable: synthetic or a trace file. Default: synthetic and the dev traces in ../shared/traces.")
+@click.option("--scenarios", type=click.IntRange(min=1, max=1000), default=24, show_default=True,
+              help="Training windows in all, drawn from the workloads in turn (loads 0.8-2.2).")
+@click.option("--window", type=click.IntRange(min=10), default=500, show_default=True, help="Jobs per window.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the scenario draw.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+              help="Write every candidate's comparison and the choice as JSON.")
+def tune_cmd(workloads: tuple[str, ...], scenarios: int, window: int, seed: int, json_out: Path | None) -> None:
+    """Pick Tiresias' queue thresholds on training windows (first three quarters of each trace): every candidate of a
+    small grid against default tiresias, case by case (geometric-mean avg JCT ratio, 95% interval); prints the chosen
+    policy name, e.g. tiresias:thresholds=60,600,6000."""
+    from dataclasses import asdict
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from agents.scenarios import check_workloads
+    from agents.tune import DEFAULT_GRID, LOAD, default_workloads, policy_name, training_scenarios
+    from agents.tune import tune as run_tune
+    from scheduler.simulator import SimulationError
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    chosen_workloads = list(workloads) or default_workloads()
+    try:
+        check_workloads(chosen_workloads)
+        cases = training_scenarios(chosen_workloads, scenarios, seed, window)
+    except SpecError as exc:
+        raise click.UsageError(str(exc)) from None
+    names = list(dict.fromkeys(["tiresias", *(policy_name(t) for t in DEFAULT_GRID)]))
+    console.print(f"tuning tiresias on {len(cases)} training window(s) of {window} jobs from "
+                  f"{', '.join(Path(w).name for w in chosen_workloads)}, loads {LOAD[0]:g}-{LOAD[1]:g}, "
+                  f"{len(names)} candidates")
+    with Progress(TextColumn("tuning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("runs", total=len(cases) * len(names))
+        try:
+            result = run_tune(cases, progress=lambda: progress.advance(task))
+        except SimulationError as exc:
+            raise click.ClickException(str(exc)) from None
+    table = Table(title=f"avg JCT against default tiresias on the same {len(cases)} training window(s)",
+                  caption="x: geometric mean of the per-window ratios, with its 95% Student's t interval")
+    table.add_column("candidate", style="bold", no_wrap=True)
+    table.add_column("thresholds (GPU-s)", justify="right")
+    table.add_column("avg JCT ratio", justify="right")
+    table.add_column("95% interval", justify="right")
+    for row in sorted(result.candidates, key=lambda r: r["estimate"]):
+        interval = "-" if row["low"] is None else f"{row['low']:.3f}-{row['high']:.3f}"
+        mark = " (chosen)" if row["name"] == result.chosen else ""
+        table.add_row(row["name"] + mark, ",".join(f"{t:g}" for t in row["thresholds"]),
+                      f"{row['estimate']:.3f}x", interval)
+    console.print(table)
+    console.print(f"chosen: {result.chosen}")
+    if json_out is not None:
+        json_out.write_text(json.dumps({"chosen": result.chosen, "candidates": result.candidates,
+                                        "scenarios": [asdict(sc) for sc in result.scenarios]}, indent=1) + "\n")
+        console.print(f"results written to {json_out}")
+
+
 if __name__ == "__main__":
     main()
