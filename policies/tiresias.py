@@ -166,7 +166,10 @@ class Tiresias:
         for level, jobs in enumerate(buckets):
             can_preempt = self._has_victims_below(level)
             if not can_preempt and planner.full():
-                break  # nothing fits and nobody below can be preempted, for this level and every later one
+                # Nothing fits and nobody below can be preempted, for this level and every later one: they wait,
+                # and must be looked at again when a running job drops to a lower queue (it may become a victim).
+                blocked = True
+                break
             # Within a level, victims only get scarcer and free capacity only shrinks (what preemption frees, the
             # preempting job takes), so once preempting for a demand failed, larger demands fail too.
             no_victims_from = float("inf")

@@ -87,7 +87,8 @@ def test_bad_initial_placements_are_refused(tiny_cluster) -> None:
 
 def test_attained_service_of_initial_jobs_reaches_tiresias(tiny_cluster) -> None:
     # A job that has already had 100,000 GPU-seconds sits in Tiresias' lowest queue: a new job preempts it at once.
-    # Fresh (no attained service), it shares the new job's queue and is not preempted.
+    # Fresh (no attained service), it shares the new job's queue and is not preempted until it has attained one
+    # GPU-hour (900 s on its 4 GPUs from t=0) and drops a queue: then the waiting job preempts it.
     def short_jct(attained: float) -> float:
         initial = [Placed(job("long", 0, 4, 10_000), Placement((0, 1, 2, 3)), 5_000.0, attained)]
         result = Simulator(tiny_cluster, [job("short", 10, 4, 100)], make_policy("tiresias"), contention=False,
@@ -96,7 +97,7 @@ def test_attained_service_of_initial_jobs_reaches_tiresias(tiny_cluster) -> None
         return float(short.end_s) - short.spec.submit_s
 
     assert short_jct(100_000.0) == pytest.approx(100.0)
-    assert short_jct(0.0) > 4_000.0
+    assert short_jct(0.0) == pytest.approx(900.0 - 10.0 + 100.0, abs=1.0)  # waits 890 s, runs 100 s
 
 
 def test_without_initial_jobs_nothing_changes() -> None:
