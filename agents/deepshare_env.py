@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from agents.scenarios import SYNTHETIC, Scenario, ScenarioSource, scale_to_load
+from agents.scenarios import SYNTHETIC, Scenario, ScenarioSource, is_synthetic, scale_to_load
 from policies.deepshare import (
     MAX_NODES,
     N_ACTIONS,
@@ -121,7 +121,7 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
         if "cluster" in options:  # a fixed cluster: synthetic arrivals are rescaled to the scenario's load on it
             cluster = parse_cluster(options["cluster"])
             check_cluster(cluster)  # a cluster the caller chose is refused, not silently shrunk
-            if scenario.workload == SYNTHETIC:
+            if is_synthetic(scenario.workload):
                 jobs = scale_to_load(jobs, cluster.num_gpus, scenario.load)
             return cluster, jobs, None
         if cluster.num_nodes <= MAX_NODES:
@@ -129,7 +129,7 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
         capped = parse_cluster(f"{scenario.preset}:{MAX_NODES}")
         note = (f"{cluster.num_nodes} nodes capped at {MAX_NODES} (DeepShare's grid): offered load above the "
                 f"{scenario.load:.2f} asked")
-        if scenario.workload == SYNTHETIC:  # synthetic arrivals can be rescaled to the load on the smaller cluster
+        if is_synthetic(scenario.workload):  # synthetic arrivals can be rescaled to the load on the smaller cluster
             jobs = scale_to_load(jobs, capped.num_gpus, scenario.load)
             note = f"{cluster.num_nodes} nodes capped at {MAX_NODES} (DeepShare's grid), arrivals rescaled"
         return capped, jobs, note

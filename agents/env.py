@@ -9,8 +9,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from agents.scenarios import SYNTHETIC, Scenario, ScenarioSource, scale_to_load
-from policies.placement import PassedOver
+from agents.scenarios import SYNTHETIC, Scenario, ScenarioSource, is_synthetic, scale_to_load
+from policies.gittins import SizeDistribution, default_sizes
 from policies.rl_encoding import (
     N_ACTIONS,
     OBS_HIGH,
@@ -18,7 +18,7 @@ from policies.rl_encoding import (
     OBS_SIZE,
     WAIT,
     DecisionPoint,
-    decision_points,
+    decision_point,
     next_demotion,
 )
 from scheduler.decisions import WakeAt
@@ -27,31 +27,35 @@ from scheduler.simulator import Simulator
 
 
 class PlacementEnv(gym.Env[np.ndarray, np.int64]):
-    """Place the pending jobs of a replayed workload, one decision at a time, so as to minimise average JCT.
+    """Start the pending jobs of a replayed workload, one decision at a time, so as to minimise average JCT.
 
     ## Description
     Each episode replays a window of jobs (a synthetic workload, or a random window of the training part of a real
-    trace) on a cluster sized for an offered load drawn from a range (`agents.scenarios`), through the same simulator
-    and contention model `corral simulate` uses. Pending jobs are visited in Tiresias' 2D-LAS order; whenever one can
-    start (preempting lower-priority jobs if it must), the agent decides for it: one of its candidate placements, or
-    wait. The encoding is `policies.rl_encoding`, shared with the `rl:` policy, so a trained agent acts identically in
-    the simulator and the live controller.
+    trace) on a cluster brought to an offered load drawn from a range (`agents.scenarios`), through the same simulator
+    and contention model `corral simulate` uses. Whenever a pending job can start (preempting lower-priority jobs if
+    it must), the agent decides which of a few candidate jobs (the heads of several queue orders) starts, on which of
+    its candidate placements, or waits. The encoding is `policies.rl_encoding`, shared with the `rl:` policy, so a
+    trained agent acts identically in the simulator and the live controller.
 
     ## Action Space
-    `Discrete(7)`: candidate placements 0..5 (fewer may exist), 6 = wait (the job is passed over until the next event,
-    and any preemption it needed does not happen). `action_masks()` gives the valid ones, for MaskablePPO; waiting is
-    masked on an idle cluster. An invalid action is not an error: it is taken as wait (or, where wait is masked, as
-    candidate 0) and reported in `info`.
+    `Discrete(33)`: action `j * 4 + k` starts the job of slot `j` (0..7, one per queue order, the last two
+    preempting) on its placement `k` (0..3), preempting the slot's victims if it has any; 32 = wait (nothing more
+    starts until the next event). `action_masks()` gives the valid ones, for MaskablePPO; waiting is offered only when
+    every start would preempt (so it declines a preemption; it never idles GPUs a job could use). An invalid action is
+    not an error: it is taken as wait (or, where wait is masked, as the first valid action) and reported in `info`.
 
     ## Observation Space
-    `Box(0, 8, (63,), float32)`: per candidate slot its predicted slowdowns, spread, link load, fragmentation and
-    sharing; the job's size, share, kind, gradient volume, wait, attained service, LAS queue and the preemption it
-    needs; cluster and queue summaries. Nothing depends on the cluster's size.
+    `Box(0, 8, (432,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
+    wait, attained service, queue, Gittins index, expected remaining service and the preemption it needs, and per
+    placement slot its predicted slowdowns, spread, link load, fragmentation and sharing; cluster and queue summaries.
+    Nothing depends on the cluster's or the queue's size.
 
     ## Rewards
-    Minus the number of jobs in the system times the time until the next decision, in units of `reward_scale_s`
-    job-seconds (its sum over an episode is minus the total JCT), minus `slo_weight` times the number of inference
-    services over their latency SLO times that time.
+    Minus the number of jobs in the system times the time until the next decision, minus `slo_weight` times the
+    number of inference services over their latency SLO times that time, in units of `reward_scale_s` job-seconds;
+    by default (`reward_scale_s=None`) the unit is the episode's total isolated run time, so an episode's return is
+    minus its total JCT over the least it could be (about minus the mean slowdown) whatever the window's size, load
+    or job lengths: returns of different regimes are on one scale.
 
     ## Starting State and Episode End
     The episode starts at the first decision and terminates when every job of the window has completed; it is
@@ -73,10 +77,10 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         presets: Sequence[str] = ("dgx-a100", "pcie-v100"),
         nodes: tuple[int, int] = (2, 8),
         window: int = 200,
-        load: tuple[float, float] = (0.6, 1.0),
+        load: tuple[float, float] = (0.6, 2.5),
         part: str = "train",
         scenarios: Sequence[Scenario] | None = None,
-        reward_scale_s: float = 36_000.0,
+        reward_scale_s: float | None = None,
         slo_weight: float = 1.0,
         max_decisions: int = 50_000,
     ) -> None:
@@ -90,8 +94,10 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.sim: Simulator | None = None
         self.scenario: Scenario | None = None
         self._point: DecisionPoint | None = None
-        self._passed = PassedOver()  # as in the rl: policy: jobs told to wait at this instant
+        self._waited: tuple[float, int] | None = None  # as in the rl: policy: the instant the agent chose to wait
+        self._scale = 1.0
         self._decisions = 0
+        self.sizes: SizeDistribution = default_sizes()
 
     # ---- episode set-up ---------------------------------------------------------------------------------------------
 
@@ -106,11 +112,12 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         cluster, jobs = scenario.build()
         if "cluster" in options:  # a fixed cluster: synthetic arrivals are rescaled to the scenario's load on it
             cluster = parse_cluster(options["cluster"])
-            if scenario.workload == SYNTHETIC:
+            if is_synthetic(scenario.workload):
                 jobs = scale_to_load(jobs, cluster.num_gpus, scenario.load)
         self.scenario = scenario
         self.sim = Simulator(cluster, jobs, None)
-        self._passed = PassedOver()
+        self._waited = None
+        self._scale = self.reward_scale_s or max(sum(j.duration_s for j in jobs), 1.0)
         self._decisions = 0
         self._advance()
         info = {"cluster": cluster.name, "scenario": scenario.label, "jobs": len(jobs)}
@@ -134,9 +141,8 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         assert sim is not None
         reward = 0.0
         while True:
-            if sim.pending:
-                passed = self._passed.refresh(sim.view, sim.now)
-                point = next(decision_points(sim.view, sim.pending.values(), sim.now, passed), None)
+            if sim.pending and self._waited != (sim.now, len(sim.running)):
+                point = decision_point(sim.view, sim.pending.values(), sim.now, self.sizes)
                 if point is not None:
                     self._point = point
                     return reward
@@ -146,7 +152,7 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
             if not sim.advance():
                 self._point = None
                 return reward
-            reward -= (in_system + self.slo_weight * late) * (sim.now - t0) / self.reward_scale_s
+            reward -= (in_system + self.slo_weight * late) * (sim.now - t0) / self._scale
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._point is None or self.sim is None:
@@ -156,12 +162,12 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         info: dict[str, Any] = {}
         if not (0 <= action < N_ACTIONS and point.mask[action]):
             info["invalid_action"] = action
-            action = WAIT if point.mask[WAIT] else 0
+            action = WAIT if point.mask[WAIT] else int(np.flatnonzero(point.mask)[0])
         decisions = point.decisions(action, "rl")
         if decisions:
             self.sim.apply(decisions)
         else:
-            self._passed.ids.add(point.job.id)
+            self._waited = (self.sim.now, len(self.sim.running))
         self._decisions += 1
         reward = self._advance()
         terminated = self._point is None

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from agents.scenarios import SYNTHETIC_MIXES
 from policies import make_policy
 from scheduler.model import PRESETS, Cluster, JobSpec, SpecError, parse_cluster
 from scheduler.simulator import Simulator
@@ -98,13 +99,6 @@ def build_cases(traces: Sequence[str], cluster: str, seeds: int, window_size: in
 
 # Synthetic mixes: keyword arguments of `scheduler.traces.synthetic` on top of a `synthetic:N[,...]` spec. Each skews
 # one thing the default (Philly-like) mix has a little of, so a policy is seen where that thing dominates.
-SYNTHETIC_MIXES: dict[str, dict[str, Any]] = {
-    "default": {},
-    "short": {"median_duration_s": 120.0, "duration_sigma": 2.5},  # most jobs minutes long, a heavy tail
-    "long": {"median_duration_s": 4 * 3600.0, "duration_sigma": 1.0},  # hours-long jobs, a narrower spread
-    "fractional": {"frac_share": 0.6, "inference_share": 0.1},  # most jobs take a GPU share (MPS)
-    "multinode": {"sizes": {1: 0.45, 2: 0.1, 4: 0.1, 8: 0.15, 16: 0.15, 32: 0.05}},  # gangs spanning servers
-}
 SYNTHETIC_HELD_OUT_SEED = 2**31  # training draws synthetic seeds below this (agents.scenarios.draw)
 
 

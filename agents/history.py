@@ -160,17 +160,22 @@ def _start_from(cfg: TrainConfig, model: Any, base: str | None, train_scenarios:
         log("warm start: none (--warm-start none): PPO from scratch")
         return {"from": None, "method": "none"}
     from agents.env import PlacementEnv
-    from agents.imitation import clone, collect
+    from agents.imitation import Teachers, clone, collect
+    from policies import make_policy
 
+    # The active heuristic teaches itself (the frame represents every choice it makes); otherwise --warm-start's
+    # teacher ("best" has no regime table for a history: tiresias).
+    heuristic = bool(base) and not base.startswith(("rl:", "deepshare:")) and not make_policy(base).oracle
+    teacher = base if heuristic else ("tiresias" if cfg.warm_start == "best" else cfg.warm_start)
     t0 = time.perf_counter()
     env = PlacementEnv(**(env_kwargs(cfg) | {"scenarios": train_scenarios}))
-    demos = collect(env, cfg.warm_start_samples, seed=cfg.seed + 1_000_000)
+    demos = collect(env, cfg.warm_start_samples, seed=cfg.seed + 1_000_000, teachers=Teachers(teacher))
     stats = clone(model, demos, seed=cfg.seed)
-    note = "" if base == cfg.warm_start else (
-        f" (the active policy {base or '(none)'} has no imitation teacher; cloned {cfg.warm_start} instead)")
-    log(f"warm start: cloned {cfg.warm_start} on {len(demos):,} decisions of the history in "
+    note = "" if base == teacher else (
+        f" (the active policy {base or '(none)'} has no imitation teacher; cloned {teacher} instead)")
+    log(f"warm start: cloned {teacher} on {len(demos):,} decisions of the history in "
         f"{time.perf_counter() - t0:.0f} s (agrees with it on {stats['agreement']:.1%}){note}")
-    return {"from": base, "method": f"behaviour cloning of {cfg.warm_start}", "teacher": cfg.warm_start,
+    return {"from": base, "method": f"behaviour cloning of {teacher}", "teacher": teacher,
             "samples": len(demos), **{k: round(v, 4) for k, v in stats.items()},
             "wall_s": round(time.perf_counter() - t0, 1)}
 

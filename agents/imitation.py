@@ -1,31 +1,84 @@
-"""Warm start: behaviour cloning of a teacher in the agent's own decision frame, before PPO fine-tunes it.
+"""Warm start: behaviour cloning of the best heuristic in the agent's own decision frame, before PPO fine-tunes it.
 
 PPO from scratch learns slowly here: an episode is hundreds of decisions whose rewards (minus jobs in system x time)
 arrive long after the decision that caused them, so in a training budget of minutes the advantage estimates stay
 noisy, and the greedy (deterministic) policy it leaves can be worse than any heuristic. Starting from a teacher's
 behaviour, with the value head fitted to the teacher's returns-to-go, PPO begins where a good heuristic is and spends
-its budget on what the teacher does not know (when waiting, or skipping a preemption, pays).
+its budget on what the teacher does not know.
 
-The teacher acts in the same frame and encoding (`policies.rl_encoding`): 2D-LAS order with Tiresias' preemption,
-and for each job the candidate with the least predicted lost progress (`contention-greedy`'s cost). It never waits.
+The teacher is a heuristic policy, asked at every decision point what it would do now; its first placement is
+mapped into the frame (`DecisionPoint.action_of`): the slot holding that job, the candidate with the same GPUs (else
+the job's first). No single heuristic is best everywhere (Tiresias' default queues suit Philly, finer ones or a
+Gittins order suit Alibaba's short jobs), so the teacher may depend on the scenario (`Teachers`): the best heuristic
+for its workload and load, chosen beforehand on training windows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from agents.env import PlacementEnv
-from policies.contention_greedy import ContentionGreedy
-from policies.rl_encoding import DecisionPoint
+from agents.scenarios import SYNTHETIC, Scenario, is_synthetic
+from policies import make_policy
+from policies.base import Place, Preempt
+from policies.rl_encoding import WAIT, DecisionPoint
+from scheduler.simulator import Simulator
 
 
-def teacher_action(env: PlacementEnv, point: DecisionPoint, cost: ContentionGreedy) -> int:
-    assert env.sim is not None
-    costs = [cost.cost(env.sim.view, point.job.spec, p) for p in point.candidates]
-    return min(range(len(costs)), key=lambda i: (round(costs[i], 9), i))
+def teacher_action(sim: Simulator, point: DecisionPoint, teacher: str) -> tuple[int, bool]:
+    """The action standing for what `teacher` would do now, and whether it was representable exactly (its job is
+    a candidate here). A fresh policy each time: heuristics keep per-run memos that assume their decisions were
+    all applied, and here only the first one is."""
+    decisions = make_policy(teacher).schedule(sim.view, sim.pending.values(), sim.now)
+    place = next((d for d in decisions if isinstance(d, Place)), None)
+    if place is None:
+        return point.quiet_action(), bool(point.mask[WAIT])
+    preempts = any(isinstance(d, Preempt) for d in decisions[:decisions.index(place)])
+    action = point.action_of(place.job_id, place.placement.gpus, preempts)
+    if action is None:
+        return point.quiet_action(), False
+    return action, True
+
+
+@dataclass(frozen=True)
+class Teachers:
+    """Which heuristic teaches on which scenario: by workload kind and offered load (the first band whose upper end
+    is at least the load), else `default`."""
+
+    default: str = "tiresias"
+    bands: Mapping[str, Sequence[tuple[float, str]]] = field(default_factory=dict)  # kind -> [(load up to, name)]
+
+    @staticmethod
+    def kind(scenario: Scenario) -> str:
+        if is_synthetic(scenario.workload):
+            return SYNTHETIC
+        return scenario.workload.rsplit("/", 1)[-1].split("_")[0]
+
+    def for_scenario(self, scenario: Scenario) -> str:
+        for upto, name in self.bands.get(self.kind(scenario), ()):
+            if scenario.load <= upto:
+                return name
+        return self.default
+
+    def names(self) -> list[str]:
+        return sorted({self.default, *(n for bands in self.bands.values() for _, n in bands)})
+
+
+# The teachers `corral train` clones by default, read off `python benchmarks/teachers.py` (training windows only:
+# first three quarters of each trace, model seeds 0-3, 4 windows of 300 jobs per workload and load): Alibaba's jobs
+# are mostly under a GPU-hour, so a finer first queue lets short ones overtake (0.99, 0.84 and 0.81 x tiresias at
+# loads 0.8, 1.3 and 2.2 with a first threshold of 300 GPU-s); on Philly tiresias' own queues are best or within 2%;
+# the synthetic mix gains from the finer queue at low load only (0.975 x at 0.8). Gittins' order wins on Philly at load
+# 2.2 (0.94 x), but its preemptions (queues of Gittins rank) are not actions of the frame, and a teacher whose choices
+# the frame cannot represent teaches the agent to wait: it is a baseline, not a teacher.
+FINE_TEACHER = "tiresias:thresholds=300,3600,36000"
+BEST = Teachers("tiresias", {
+    "alibaba": [(99.0, FINE_TEACHER)],
+    SYNTHETIC: [(1.0, FINE_TEACHER)],
+})
 
 
 @dataclass
@@ -34,24 +87,32 @@ class Demonstrations:
     masks: np.ndarray  # [n, N_ACTIONS]
     actions: np.ndarray  # [n]
     returns: np.ndarray  # [n] undiscounted return-to-go (the value the critic should predict)
+    exact: float = 1.0  # fraction of the teacher's choices the frame could represent exactly
 
     def __len__(self) -> int:
         return len(self.actions)
 
 
-def collect(env: PlacementEnv, samples: int, seed: int, progress: Callable[[int], None] | None = None) -> Demonstrations:
+def collect(env: PlacementEnv, samples: int, seed: int, teachers: Teachers | str = "tiresias",
+            progress: Callable[[int], None] | None = None) -> Demonstrations:
     """Roll the teacher out in `env` (drawing training scenarios) until `samples` decisions are recorded."""
-    cost = ContentionGreedy()
+    if isinstance(teachers, str):
+        teachers = Teachers(teachers)
     obs_l, mask_l, act_l, ret_l = [], [], [], []
+    exact = total = 0
     episode = 0
     while sum(map(len, act_l)) < samples:
         obs, _ = env.reset(seed=seed + episode)
         episode += 1
+        assert env.scenario is not None
+        teacher = teachers.for_scenario(env.scenario)
         o, m, a, r = [], [], [], []
         while True:
-            point = env._point
-            assert point is not None
-            action = teacher_action(env, point, cost)
+            point, sim = env._point, env.sim
+            assert point is not None and sim is not None
+            action, ok = teacher_action(sim, point, teacher)
+            exact += ok
+            total += 1
             o.append(obs)
             m.append(env.action_masks())
             a.append(action)
@@ -65,7 +126,8 @@ def collect(env: PlacementEnv, samples: int, seed: int, progress: Callable[[int]
         ret_l.append(np.cumsum(np.array(r, dtype=np.float64)[::-1])[::-1].astype(np.float32))
         if progress is not None:
             progress(len(a))
-    return Demonstrations(np.concatenate(obs_l), np.concatenate(mask_l), np.concatenate(act_l), np.concatenate(ret_l))
+    return Demonstrations(np.concatenate(obs_l), np.concatenate(mask_l), np.concatenate(act_l),
+                          np.concatenate(ret_l), exact / max(total, 1))
 
 
 def clone(model, demos: Demonstrations, epochs: int = 8, batch_size: int = 256, lr: float = 1e-3,
@@ -101,4 +163,5 @@ def clone(model, demos: Demonstrations, epochs: int = 8, batch_size: int = 256, 
         dist = policy.get_distribution(obs, action_masks=masks)
         greedy = dist.distribution.probs.argmax(dim=1)
     stats["agreement"] = float((greedy == actions).float().mean())
+    stats["teacher_exact"] = demos.exact
     return stats

@@ -33,9 +33,31 @@ from scheduler.traces import (
     window_starts,
 )
 
-__all__ = ["SYNTHETIC", "Scenario", "ScenarioSource", "draw", "held_out", "scale_to_load", "trace_jobs"]
+__all__ = ["SYNTHETIC", "SYNTHETIC_MIXES", "Scenario", "ScenarioSource", "draw", "held_out", "is_synthetic", "scale_to_load", "trace_jobs"]
 
 SYNTHETIC = "synthetic"
+# Synthetic mixes (`synthetic:MIX` as a workload): settings of `scheduler.traces.synthetic` for the regimes a learned
+# policy must not lose in. Training draws them; `benchmarks/decision_quality.py` evaluates on unseen seeds of each.
+SYNTHETIC_MIXES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "short": {"median_duration_s": 120.0, "duration_sigma": 2.5},  # most jobs minutes long, a heavy tail
+    "long": {"median_duration_s": 4 * 3600.0, "duration_sigma": 1.0},  # hours-long jobs, a narrower spread
+    "fractional": {"frac_share": 0.6, "inference_share": 0.1},  # most jobs take a GPU share (MPS)
+    "multinode": {"sizes": {1: 0.45, 2: 0.1, 4: 0.1, 8: 0.15, 16: 0.15, 32: 0.05}},  # gangs spanning servers
+}
+
+
+def is_synthetic(workload: str) -> bool:
+    return workload == SYNTHETIC or workload.startswith(SYNTHETIC + ":")
+
+
+def synthetic_mix(workload: str) -> dict[str, Any]:
+    """The generator settings of `synthetic` or `synthetic:MIX`; TraceError naming the mixes for an unknown one."""
+    mix = workload.partition(":")[2] or "default"
+    if mix not in SYNTHETIC_MIXES:
+        raise TraceError(f"--workload: unknown synthetic mix {mix!r}; choose synthetic or synthetic:MIX with MIX one "
+                         f"of {', '.join(SYNTHETIC_MIXES)}")
+    return SYNTHETIC_MIXES[mix]
 MODEL_SEEDS = 4  # model assignments drawn for trace windows in training (each seed a different mix of models)
 
 
@@ -59,15 +81,15 @@ class Scenario:
 
     @property
     def label(self) -> str:
-        name = SYNTHETIC if self.workload == SYNTHETIC else Path(self.workload).stem
-        where = f"seed {self.seed}" if self.workload == SYNTHETIC else f"jobs {self.start}+{self.window}, seed {self.seed}"
+        name = self.workload if is_synthetic(self.workload) else Path(self.workload).stem
+        where = f"seed {self.seed}" if is_synthetic(self.workload) else f"jobs {self.start}+{self.window}, seed {self.seed}"
         return f"{name} ({where}) on {self.preset}, target load {self.load:.2f}"
 
     def build(self) -> tuple[Cluster, list[JobSpec]]:
         gpn = PRESETS[self.preset].gpus_per_node
-        if self.workload == SYNTHETIC:
+        if is_synthetic(self.workload):
             nodes = max(self.nodes, 1)
-            jobs = synthetic(self.window, seed=self.seed).jobs
+            jobs = synthetic(self.window, seed=self.seed, **synthetic_mix(self.workload)).jobs
             biggest = max(j.workers for j in jobs)
             nodes = max(nodes, -(-biggest // gpn))
             return parse_cluster(f"{self.preset}:{nodes}"), scale_to_load(jobs, nodes * gpn, self.load)
@@ -87,7 +109,7 @@ def draw(
     workload = workloads[int(rng.integers(len(workloads)))]
     preset = presets[int(rng.integers(len(presets)))]
     target = float(rng.uniform(*load))
-    if workload == SYNTHETIC:
+    if is_synthetic(workload):
         return Scenario(workload, preset, target, window_size, int(rng.integers(2**31)),
                         nodes=int(rng.integers(nodes[0], nodes[1] + 1)))
     seed = int(rng.integers(MODEL_SEEDS))
@@ -133,23 +155,28 @@ class ScenarioSource:
 
 def held_out(
     workloads: Sequence[str], presets: Sequence[str], window_size: int, load: tuple[float, float], count: int,
-    seed: int = 0, nodes: tuple[int, int] = (4, 8),
+    seed: int = 0, nodes: tuple[int, int] = (4, 8), part: str = "test",
 ) -> list[Scenario]:
-    """`count` scenarios per workload that training never draws: trace windows from the hold-out part with model
-    seeds beyond the training ones, synthetic draws from a seed range training's generator does not reach."""
-    rng = np.random.default_rng(10_000 + seed)
+    """`count` scenarios per workload that training never draws: trace windows from `part` with model seeds beyond
+    the training ones, synthetic draws from a seed range training's generator does not reach.
+
+    `part="test"` (the hold-out, last quarter) is for reporting; `part="train"` gives validation windows for choosing
+    among checkpoints: from the part training may see, with model assignments and synthetic seeds it never draws,
+    so choosing on them never looks at the hold-out."""
+    rng = np.random.default_rng(10_000 + seed + (0 if part == "test" else 777))
+    synthetic_base = 2**31 + (0 if part == "test" else 500_000)
     out = []
     for workload in workloads:
         for k in range(count):
             preset = presets[k % len(presets)]
             target = float(rng.uniform(*load))
-            if workload == SYNTHETIC:
-                out.append(Scenario(workload, preset, target, window_size, 2**31 + 1000 * seed + k,
+            if is_synthetic(workload):
+                out.append(Scenario(workload, preset, target, window_size, synthetic_base + 1000 * seed + k,
                                     nodes=int(rng.integers(nodes[0], nodes[1] + 1))))
                 continue
             model_seed = MODEL_SEEDS + k
             n = len(trace_jobs(workload, model_seed))
-            lo, hi = window_starts(n, window_size, "test")
+            lo, hi = window_starts(n, window_size, part)
             out.append(Scenario(workload, preset, target, min(window_size, n), model_seed,
                                 start=int(rng.integers(lo, hi))))
     return out
@@ -160,7 +187,9 @@ def check_workloads(workloads: Sequence[str]) -> None:
     if not workloads:
         raise TraceError("--workload: give at least one (synthetic or a trace path)")
     for w in workloads:
-        if w != SYNTHETIC:
+        if is_synthetic(w):
+            synthetic_mix(w)
+        else:
             if not Path(w).is_file():
                 raise TraceError(f"--workload: {w} is neither 'synthetic' nor an existing trace file")
             trace_jobs(w, 0)

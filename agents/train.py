@@ -1,16 +1,18 @@
-"""`corral train`: fit a placement agent with stable-baselines3, evaluate it against heuristics on held-out windows.
+"""`corral train`: fit a placement agent with stable-baselines3, evaluate it against heuristics on validation windows.
 
 What a run leaves next to `--out NAME.zip`:
 
-* `NAME.zip` the best agent by held-out evaluation (`MaskableEvalCallback` saves it), loadable as `rl:NAME.zip`;
+* `NAME.zip` the best agent by validation evaluation (`MaskableEvalCallback` saves it), loadable as `rl:NAME.zip`;
 * `NAME.json` its metadata: encoding version (the loader checks it), the command and configuration, wall time;
-* `NAME.eval.json` the evaluation table: every held-out scenario, the baselines' metrics on it (`tiresias`,
+* `NAME.eval.json` the evaluation table: every validation scenario, the baselines' metrics on it (`tiresias`,
   `contention-greedy`), and the agent's metrics at every evaluation;
-* `NAME.curve.png` the learning curve: held-out average JCT relative to `tiresias`, and the training return.
+* `NAME.curve.png` the learning curve: validation average JCT relative to `tiresias`, and the training return.
 
-Held-out scenarios come from `agents.scenarios.held_out`: windows of the traces' hold-out part with model
-assignments training never draws, and synthetic seeds training never draws. The agent is evaluated in its
-environment; `tests/test_train.py` checks that this gives the very metrics the `rl:` policy gets in the simulator.
+Validation scenarios come from `agents.scenarios.held_out(part="train")`: windows of the part of each trace training
+may see, with model assignments and synthetic seeds training never draws. The best checkpoint is chosen on them, so
+they are never the hold-out (the last quarter), which only reports measure (`benchmarks/decision_quality.py`,
+`corral evaluate`). The agent is evaluated in its environment; `tests/test_train.py` checks that this gives the very
+metrics the `rl:` policy gets in the simulator.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from policies.agent_files import sha256_of
 from scheduler.model import PRESETS, SpecError
 from scheduler.simulator import Simulator
 
-BASELINES = ("tiresias", "contention-greedy")
+BASELINES = ("tiresias", "contention-greedy", "gittins")
 
 
 class TrainConfig(BaseModel):
@@ -49,16 +51,18 @@ class TrainConfig(BaseModel):
     nodes: tuple[int, int] = (2, 8)
     workloads: list[str] = Field(default_factory=lambda: [SYNTHETIC], min_length=1)
     window: int = Field(300, ge=10, le=20_000)
-    load: tuple[float, float] = (0.6, 1.0)
+    load: tuple[float, float] = (0.6, 2.5)
     n_envs: int = Field(2, ge=1, le=64)
     seed: int = Field(0, ge=0, le=2**31 - 1)
     out: Path = Field(default_factory=lambda: default_out("corral"))
     tensorboard: Path | None = None
     eval_freq: int = Field(0, ge=0)  # timesteps between evaluations; 0 = a tenth of the run
-    eval_scenarios: int = Field(3, ge=1, le=100)  # held-out scenarios per workload
+    eval_scenarios: int = Field(3, ge=1, le=100)  # validation scenarios per workload
     eval_window: int = Field(500, ge=10, le=20_000)
-    eval_load: tuple[float, float] = (0.7, 0.9)
-    warm_start: Literal["contention-greedy", "none"] = "contention-greedy"  # behaviour cloning before PPO
+    eval_load: tuple[float, float] = (0.8, 2.2)
+    # Behaviour cloning before PPO: "best" (the best heuristic per workload and load, `agents.imitation.BEST`), a
+    # heuristic's name, or "none".
+    warm_start: str = "best"
     warm_start_samples: int = Field(40_000, ge=100, le=10_000_000)
     learning_rate: float = Field(1e-4, gt=0, le=1)
     n_steps: int = Field(1024, ge=16, le=65_536)  # per environment, per rollout
@@ -89,6 +93,20 @@ class TrainConfig(BaseModel):
     def _load_range(cls, v: tuple[float, float]) -> tuple[float, float]:
         if not 0.05 <= v[0] <= v[1] <= 3.0:
             raise ValueError(f"load range {v[0]}-{v[1]} must satisfy 0.05 <= low <= high <= 3")
+        return v
+
+    @field_validator("warm_start")
+    @classmethod
+    def _teacher(cls, v: str) -> str:
+        if v in ("best", "none"):
+            return v
+        from policies import make_policy
+
+        if v.startswith(("rl:", "deepshare:")):
+            raise ValueError(f"{v!r}: the teacher is a heuristic (or best, or none)")
+        policy = make_policy(v)  # UnknownPolicyError lists the names
+        if policy.oracle:
+            raise ValueError(f"{v!r} reads job durations no scheduler knows: it cannot teach a deployable agent")
         return v
 
     @field_validator("out")
@@ -183,8 +201,9 @@ def env_kwargs(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def eval_scenarios(cfg: TrainConfig) -> list[Scenario]:
+    # Validation windows, not the hold-out: the best checkpoint is chosen on them, and choosing is tuning.
     scenarios = held_out(cfg.workloads, cfg.presets, cfg.eval_window, cfg.eval_load, cfg.eval_scenarios, cfg.seed,
-                         nodes=cfg.nodes)
+                         nodes=cfg.nodes, part="train")
     if cfg.formulation == "deepshare":
         # DeepShare's grid is fixed: a scenario whose cluster it cannot describe would be run on a capped cluster,
         # and comparing that with baselines on the full one would be meaningless.
@@ -192,7 +211,7 @@ def eval_scenarios(cfg: TrainConfig) -> list[Scenario]:
 
         scenarios = [sc for sc in scenarios if grid_problem(sc.build()[0]) is None]
         if not scenarios:
-            raise SpecError("--workload: no held-out scenario fits DeepShare's 16-node grid; add synthetic or "
+            raise SpecError("--workload: no validation scenario fits DeepShare's 16-node grid; add synthetic or "
                             "smaller traces")
     return scenarios
 
@@ -218,13 +237,13 @@ def make_eval_callback(cfg: TrainConfig, scenarios: list[Scenario], baselines: d
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    # An agent that keeps passing jobs over would make a held-out episode run to 50,000 decisions; 20 per job is
+    # An agent that keeps passing jobs over would make a validation episode run to 50,000 decisions; 20 per job is
     # far beyond what any sensible agent needs, and such an episode is reported as truncated.
     eval_env = DummyVecEnv([lambda: Monitor(env_class(cfg)(**env_kwargs(cfg), scenarios=scenarios,
                                                            max_decisions=20 * cfg.eval_window))])
 
     class HeldOutEval(MaskableEvalCallback):
-        """MaskableEvalCallback that also keeps each held-out episode's simulator metrics, in scenario order."""
+        """MaskableEvalCallback that also keeps each validation episode's simulator metrics, in scenario order."""
 
         def __init__(self) -> None:
             super().__init__(eval_env, n_eval_episodes=len(scenarios), eval_freq=max(cfg.eval_every // cfg.n_envs, 1),
@@ -261,7 +280,7 @@ def make_eval_callback(cfg: TrainConfig, scenarios: list[Scenario], baselines: d
 
 
 def evaluation_row(timesteps: int, metrics: list[dict], baselines: dict[str, list[dict]]) -> dict[str, Any]:
-    """The agent's held-out figures at one evaluation, with its ratios to each baseline (mean over scenarios)."""
+    """The agent's validation figures at one evaluation, with its ratios to each baseline (mean over scenarios)."""
     # Truncated episodes (the agent hit max_decisions) only measured the jobs that finished: they are counted, and
     # left out of the means and ratios rather than flatter them.
     complete = [i for i, m in enumerate(metrics) if not m.get("truncated")]
@@ -336,8 +355,14 @@ def make_progress_callback(total: int, console: Any = None) -> Any:
     """A rich progress bar whose count is the model's own `num_timesteps`, the unit `total` is in (SB3's bar adds
     n_envs per step towards `--timesteps`, which the last rollout overshoots)."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     from stable_baselines3.common.callbacks import BaseCallback
 
     class TimestepProgress(BaseCallback):
@@ -369,17 +394,17 @@ def make_progress_callback(total: int, console: Any = None) -> Any:
 
 def kept_checkpoint(best_saved: bool, best_row: dict[str, Any] | None, start: str | None,
                     final_timesteps: int) -> dict[str, Any]:
-    """Which weights were saved: the best held-out evaluation, or the last weights when no evaluation ran. `start`
+    """Which weights were saved: the best validation evaluation, or the last weights when no evaluation ran. `start`
     describes the warm start (the policy before any PPO update, e.g. one cloned from a heuristic), None without one;
     the evaluation at timestep 0 is that policy, so a best row at 0 means PPO never beat it."""
     if best_saved and best_row is not None:
         at = int(best_row["timesteps"])
         is_warm = start is not None and at == 0
-        what = (f"the warm start ({start}, before PPO: no PPO update beat it on the held-out scenarios)" if is_warm
-                else f"the best held-out evaluation, at {at:,} timesteps")
+        what = (f"the warm start ({start}, before PPO: no PPO update beat it on the validation scenarios)" if is_warm
+                else f"the best validation evaluation, at {at:,} timesteps")
         return {"checkpoint": "best", "timesteps": at, "warm_start": is_warm, "description": what}
     return {"checkpoint": "last", "timesteps": final_timesteps, "warm_start": False,
-            "description": f"the last weights, at {final_timesteps:,} timesteps (no held-out evaluation ran)"}
+            "description": f"the last weights, at {final_timesteps:,} timesteps (no validation evaluation ran)"}
 
 
 def run_ppo(cfg: TrainConfig, model: Any, eval_callback: Any, progress: bool, log: Callable[[str], None],
@@ -424,7 +449,7 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     from policies.rl_encoding import ENCODING_VERSION
 
     wall0 = time.perf_counter()
-    # The held-out evaluation runs in-process while training environments may be subprocesses: intended.
+    # The validation evaluation runs in-process while training environments may be subprocesses: intended.
     warnings.filterwarnings("ignore", message="Training and eval env are not of the same type")
     torch.set_num_threads(1)  # small networks: threads cost more than they save, and env workers want the cores
     set_random_seed(cfg.seed)
@@ -432,7 +457,7 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     paths = report_paths(cfg.out)
 
     scenarios = eval_scenarios(cfg)
-    log(f"held-out evaluation: {len(scenarios)} scenarios; running baselines {', '.join(BASELINES)} on them")
+    log(f"validation evaluation: {len(scenarios)} scenarios; running baselines {', '.join(BASELINES)} on them")
     baselines = baseline_metrics(scenarios)
     rows: list[dict] = []
 
@@ -487,7 +512,7 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
 
 def save_reports(cfg: TrainConfig, paths: dict[str, Path], meta: dict[str, Any], scenarios: Any, baselines: Any,
                  rows: list[dict[str, Any]], wall: float, log: Callable[[str], None], hint: str = "") -> None:
-    """What every training run leaves beside its agent: the sidecar, the held-out report and the learning curve."""
+    """What every training run leaves beside its agent: the sidecar, the validation report and the learning curve."""
     meta["sha256"] = sha256_of(cfg.out)  # what the server checks before it loads the agent by name
     paths["meta"].write_text(json.dumps(meta, indent=2) + "\n")
     write_eval(paths["eval"], cfg, scenarios, baselines, rows)
@@ -497,18 +522,27 @@ def save_reports(cfg: TrainConfig, paths: dict[str, Path], meta: dict[str, Any],
         f"report {paths['eval']}, curve {paths['curve']}{hint}")
 
 
-def warm_start(cfg: TrainConfig, model: Any, log: Callable[[str], None]) -> dict[str, float]:
+def warm_start(cfg: TrainConfig, model: Any, log: Callable[[str], None]) -> dict[str, Any]:
     from agents.env import PlacementEnv
-    from agents.imitation import clone, collect
+    from agents.imitation import BEST, Teachers, clone, collect
 
     t0 = time.perf_counter()
-    demos = collect(PlacementEnv(**env_kwargs(cfg)), cfg.warm_start_samples, seed=cfg.seed + 1_000_000)
-    stats = clone(model, demos, seed=cfg.seed)
+    teachers = BEST if cfg.warm_start == "best" else Teachers(cfg.warm_start)
+    log(f"warm start: cloning {teacher_words(teachers)} on {cfg.warm_start_samples:,} decisions")
+    demos = collect(PlacementEnv(**env_kwargs(cfg)), cfg.warm_start_samples, seed=cfg.seed + 1_000_000,
+                    teachers=teachers)
+    stats: dict[str, Any] = clone(model, demos, seed=cfg.seed)
     stats = {"samples": len(demos), **{k: round(v, 4) for k, v in stats.items()}, "wall_s": round(
-        time.perf_counter() - t0, 1)}
-    log(f"warm start: cloned {cfg.warm_start} on {len(demos):,} decisions in {stats['wall_s']:.0f} s "
-        f"(agrees with it on {stats['agreement']:.1%})")
+        time.perf_counter() - t0, 1), "teachers": teacher_words(teachers)}
+    log(f"warm start: cloned on {len(demos):,} decisions in {stats['wall_s']:.0f} s (agrees with the teacher on "
+        f"{stats['agreement']:.1%}; the frame represented {stats['teacher_exact']:.1%} of its choices exactly)")
     return stats
+
+
+def teacher_words(teachers: Any) -> str:
+    bands = "; ".join(f"{kind}: " + ", ".join(f"{name} up to load {upto:g}" for upto, name in rows)
+                      for kind, rows in teachers.bands.items())
+    return f"{teachers.default}" + (f" (by regime: {bands}; else {teachers.default})" if bands else "")
 
 
 def deepshare_version() -> int:
@@ -540,12 +574,12 @@ def plot_curve(path: Path, rows: list[dict]) -> None:
 
     steps = [r["timesteps"] for r in rows]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, style in zip(BASELINES, ("-", "--")):
+    for name, style in zip(BASELINES, ("-", "--", ":")):
         ax.plot(steps, [r[f"avg_jct_s_vs_{name}"] for r in rows], style, marker="o", label=f"agent / {name}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("training timesteps")
     ax.set_ylabel("average JCT ratio (lower is better)")
-    ax.set_title("Held-out windows: agent vs baselines")
+    ax.set_title("Validation windows: agent vs baselines")
     ax.legend()
     ax.grid(alpha=0.3)
     train = [(s, r["train_return"]) for s, r in zip(steps, rows) if r.get("train_return") is not None]

@@ -1,9 +1,10 @@
-"""RL benchmarks: the issue's targets on held-out windows of the real traces, decision latency of a trained agent
-against contention-greedy on a 2,048-GPU cluster with a deep queue, and the agent's recorded training wall time.
+"""RL benchmarks: held-out windows of the real traces at load 0.8, decision latency of a trained agent against
+contention-greedy on a 2,048-GPU cluster with a deep queue, environment steps per second, and the agent's recorded
+training wall time. (Every policy across loads 0.8-2.2, with paired intervals: `benchmarks/decision_quality.py`.)
 
-    python benchmarks/rl.py [--policy rl:default] [--seeds 5] [--jobs 6000]
+    python benchmarks/rl.py [--policy rl:default] [--seeds 5] [--jobs 6000] [--skip-targets]
 
-Targets: windows of 500 jobs from the hold-out part of each trace (the last quarter; training never draws there),
+Load 0.8: windows of 500 jobs from the hold-out part of each trace (the last quarter; training never draws there),
 model assignments per seed, each on a cluster sized so the offered load is nearest 0.8: Philly on pcie-v100 nodes,
 Alibaba on pcie-t4 nodes (its windows ask for ~10 GPUs, so 8-GPU nodes cannot land in 70-90%). Reported with the
 lower bound no policy can beat: the mean isolated duration (every job started on arrival, alone, packed).
@@ -63,6 +64,26 @@ def latency(name: str, jobs: int, min_queue: int, seed: int) -> dict[str, float]
             "p99_ms": float(np.percentile(deep, 99)), "max_ms": float(deep.max())}
 
 
+def env_throughput(steps: int, seed: int) -> dict[str, float]:
+    """Environment steps per second (one step = one decision) under the teacher-free loop PPO runs: random valid
+    actions on freshly drawn training scenarios (synthetic, loads 0.6-2.5)."""
+    from agents.env import PlacementEnv
+
+    env = PlacementEnv(window=300, load=(0.6, 2.5))
+    rng = np.random.default_rng(seed)
+    env.reset(seed=seed)
+    done = episodes = 0
+    t0 = time.perf_counter()
+    while done < steps:
+        _, _, terminated, truncated, _ = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
+        done += 1
+        if terminated or truncated:
+            episodes += 1
+            env.reset()
+    wall = time.perf_counter() - t0
+    return {"steps": done, "episodes": episodes, "steps_per_s": done / wall}
+
+
 TARGET_CASES = (  # (trace, cluster preset:nodes before resizing)
     ("../shared/traces/philly_day60.csv", "pcie-v100:1"),
     ("../shared/traces/alibaba_openb_before_day130.csv", "pcie-t4:1"),
@@ -102,6 +123,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=5, help="held-out cases per trace for the targets")
     ap.add_argument("--skip-targets", action="store_true")
+    ap.add_argument("--env-steps", type=int, default=5000, help="environment steps to time")
     args = ap.parse_args()
     if not args.skip_targets:
         print("targets on held-out windows of the real traces (offered load nearest 0.8)")
@@ -111,6 +133,9 @@ def main() -> None:
         r = latency(name, args.jobs, args.min_queue, args.seed)
         print(f"  {name:>20}: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.1f} ms "
               f"over {r['calls']:,} decisions (median queue {r['median_queue']:.0f})")
+    r = env_throughput(args.env_steps, args.seed)
+    print(f"environment: {r['steps_per_s']:,.0f} steps/s in one process ({r['steps']:,} steps, {r['episodes']} "
+          f"episodes of 300 synthetic jobs, random valid actions)")
     if args.policy.startswith("rl:"):
         from policies.agent_files import metadata_path, resolve
 

@@ -15,9 +15,16 @@ from typing import Any, ClassVar
 
 from policies.agent_files import AgentFormat, load, safe_objects
 from policies.base import Decision, Place, WakeAt
-from policies.placement import PassedOver
+from policies.gittins import SizeDistribution, default_sizes
 from policies.registry import register_prefix
-from policies.rl_encoding import ENCODING_VERSION, N_ACTIONS, OBS_SIZE, decision_points, next_demotion
+from policies.rl_encoding import (
+    ENCODING_VERSION,
+    MAX_CANDIDATES,
+    N_ACTIONS,
+    OBS_SIZE,
+    decision_point,
+    next_demotion,
+)
 from scheduler.decisions import Candidate
 from scheduler.model import Job, Placement
 from scheduler.state import ClusterView
@@ -41,34 +48,40 @@ def load_agent(arg: str) -> tuple[Any, dict[str, Any]]:
 
 
 class RLPolicy:
-    """Visits pending jobs in LAS order; the agent picks each one's placement (preempting if it must) or wait."""
+    """At each decision point the agent picks which pending job starts, where, and whether to preempt for it, or
+    waits (`policies.rl_encoding`)."""
 
     name: ClassVar[str] = "rl"
     oracle: ClassVar[bool] = False
 
-    def __init__(self, model: Any, label: str) -> None:
+    def __init__(self, model: Any, label: str, sizes: SizeDistribution | None = None) -> None:
         self.model = model
         self.label = label
-        self._passed = PassedOver()
+        self.sizes = sizes or default_sizes()
+        self._waited: tuple[float, int] | None = None  # (instant, running jobs) at which the agent chose to wait
 
     def act(self, obs: Any, mask: Any) -> int:
         action, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
         return int(action)
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        # As in the environment: a job told to wait is passed over until the clock moves (or capacity frees up).
-        passed = self._passed.refresh(view, now)
-        for point in decision_points(view, queue, now, passed):
-            action = self.act(point.obs, point.mask)
-            decisions = point.decisions(action, f"rl:{self.label} chose candidate {action + 1} of "
-                                                f"{len(point.candidates)} (Tiresias queue {point.level})")
-            if decisions:
-                return self._with_candidates(view, point.job, point.candidates, decisions)
-            passed.add(point.job.id)
+        # As in the environment: after a wait, nothing more starts until something changes (the clock moves or a
+        # job leaves).
+        if self._waited != (now, len(view.running)):
+            point = decision_point(view, queue, now, self.sizes)
+            if point is not None:
+                action = self.act(point.obs, point.mask)
+                chosen = point.choice(action)
+                if chosen is not None:
+                    slot, _ = chosen
+                    why = (f"rl:{self.label} chose {slot.job.spec.name} (heads {', '.join(slot.heads)}), candidate "
+                           f"{action % MAX_CANDIDATES + 1} of {len(slot.candidates)}"
+                           + (f", preempting {len(slot.victims)}" if slot.victims else ""))
+                    return self._with_candidates(view, slot.job, slot.candidates, point.decisions(action, why))
+                self._waited = (now, len(view.running))
         # Someone waits: look again when a running job drops to a lower queue and may be preempted.
         wake = next_demotion(view, now) if queue else None
         return [WakeAt(wake)] if wake is not None else []
-
 
     @staticmethod
     def _with_candidates(view: ClusterView, job: Job, cands: list[Placement], decisions: list[Decision]) -> list[Decision]:

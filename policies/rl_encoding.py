@@ -1,95 +1,183 @@
 """The one encoding shared by the RL environment and the RL policy: observation, action mask, action -> decisions.
 
-Decisions are made inside Tiresias' frame: pending jobs are visited in two-dimensional least-attained-service order
-(queue by attained GPU-seconds, then arrival), and a job that fits nowhere may preempt running jobs of strictly
-lower-priority queues, chosen by Tiresias' rule. For each job that can start (with or without preemption) the agent
-picks one of up to `MAX_CANDIDATES` candidate placements (the generators of `policies.placement.Planner.candidates`:
-best fit, worst fit, least-loaded NICs for gangs; packed, alone, or beside each of the least-loaded tenants for GPU
-shares) or waits (the job is passed over until something changes; a preemption it would have needed does not
-happen). Jobs that cannot start at all are passed over without asking. The order is LAS because on the Philly and
-Alibaba traces queue order decides average JCT far more than placement does (Tiresias beats every arrival-order
-policy 2-3x under load); the agent's levers are where each job goes, whether it waits, and whether to preempt.
+At each decision point the agent picks **which pending job starts next, where, and whether to preempt for it**, or
+waits. Which job: one slot per queue order (`ORDERS`), holding the first job in that order that can start now on
+free GPUs:
 
-Observation (`OBS_SIZE` floats, independent of the cluster's size):
-* per candidate slot (`CANDIDATE_FEATURES`): valid, log of its own predicted slowdown, slowdown it adds to the jobs it
-  joins (per GPU of the job), nodes beyond the fewest possible, busiest NIC load among its nodes, whether it breaks
-  into a wholly free node, the GPU share it strands, tenants already on its GPUs;
-* the job (`JOB_FEATURES`): gang size, GPU share, inference or not, gradient volume, time waited, attained service,
-  LAS queue, GPUs it would preempt (per GPU it asks for) and the service those victims have attained;
+* `las`: Tiresias' two-dimensional least attained service with its default queues (1 and 10 GPU-hours), then
+  arrival;
+* `las-fine`: the same with finer queues (`FINE_THRESHOLDS`), which let short jobs overtake on traces where almost
+  every job stays under one GPU-hour;
+* `gittins`: the highest Gittins index of attained service under the job-size distribution for the job's class
+  (`policies.gittins`): the size-aware order that needs no duration from the user;
+* `remaining`: the least expected remaining GPU-seconds under the same distribution;
+* `fifo`: the oldest;
+* `smallest`: the fewest GPUs, then arrival;
+
+and two preemption slots, `preempt-las` and `preempt-fine`: the first job in that LAS order that fits nowhere but
+would fit once running jobs of strictly lower-priority queues (default or fine) are preempted, chosen by Tiresias'
+rule (lowest priority, then latest arrival, first). Choosing such a slot preempts them; choosing another or waiting
+does not. The default queues are among the fine ones, so every preemption Tiresias makes is offered. One job may
+head several orders; the slot count never depends on the queue's or the cluster's size.
+
+Where: each slot's job comes with up to `MAX_CANDIDATES` placements (the generators of
+`policies.placement.Planner.candidates`), minus any placement another one beats on both the job's own predicted
+slowdown and the slowdown it adds to its neighbours (`non_dominated`): no learned policy may choose a placement no
+user would accept. Wait: nothing more starts until the next event (an arrival, a completion, or a running job
+crossing into a lower queue); it is offered only when every start would preempt, so waiting means declining to
+preempt, and the agent never holds GPUs idle while a job fits.
+
+Observation (`OBS_SIZE` floats in [`OBS_LOW`, `OBS_HIGH`], independent of the cluster's and the queue's size):
+* per job slot (`JOB_FEATURES`): valid, which orders its job heads, gang size, GPU share, inference or not, gradient
+  volume, time waited, attained service, fine queue, log Gittins index, log expected remaining GPU-seconds, GPUs it
+  would preempt (per GPU it asks for) and the service those victims attained; then per placement slot
+  (`CANDIDATE_FEATURES`): valid, log of its own predicted slowdown, slowdown it adds to the jobs it joins (per GPU of
+  the job), nodes beyond the fewest possible, busiest NIC load among its nodes, whether it breaks into a wholly free
+  node, the GPU share it strands, tenants already on its GPUs;
 * the cluster and queue (`CLUSTER_FEATURES`): free whole GPUs, free capacity, wholly free nodes, queue length, GPUs
-  the queue asks for, GPUs shared through MPS.
+  the queue asks for, GPUs shared through MPS, running jobs per GPU, the queue's fraction of fractional jobs.
+
+Action `j * MAX_CANDIDATES + k` starts job slot `j` on its placement `k`; `WAIT` (the last) waits.
 
 Bump `ENCODING_VERSION` whenever any of this changes: trained agents record it and refuse to load across versions.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Collection, Iterator, Sequence
+import operator
+import weakref
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from policies.base import Decision, Place, Preempt
+from policies.gittins import SizeDistribution, default_sizes
 from policies.placement import Planner
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
-from scheduler.model import Job, JobKind, Placement
+from scheduler.contention import Prediction
+from scheduler.model import Job, JobKind, JobSpec, Placement
 from scheduler.state import EPS, ClusterView
 
-ENCODING_VERSION = 2
-MAX_CANDIDATES = 6
-WAIT = MAX_CANDIDATES  # the last action
-N_ACTIONS = MAX_CANDIDATES + 1
+ENCODING_VERSION = 3
+ORDERS = ("las", "las-fine", "gittins", "remaining", "fifo", "smallest", "preempt-las", "preempt-fine")
+MAX_JOBS = len(ORDERS)  # job slots: one per order
+MAX_CANDIDATES = 4  # placement slots per job
+WAIT = MAX_JOBS * MAX_CANDIDATES  # the last action
+N_ACTIONS = WAIT + 1
 CANDIDATE_FEATURES = 8
-JOB_FEATURES = 9
-CLUSTER_FEATURES = 6
-OBS_SIZE = MAX_CANDIDATES * CANDIDATE_FEATURES + JOB_FEATURES + CLUSTER_FEATURES
+JOB_FEATURES = 1 + len(ORDERS) + 12
+SLOT_SIZE = JOB_FEATURES + MAX_CANDIDATES * CANDIDATE_FEATURES
+CLUSTER_FEATURES = 8
+OBS_SIZE = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES
 OBS_LOW, OBS_HIGH = 0.0, 8.0  # every feature is clipped into this range
-THRESHOLDS = DEFAULT_THRESHOLDS
+THRESHOLDS = DEFAULT_THRESHOLDS  # the `las` order's queues
+# Preemption queues: finer than Tiresias' and containing its thresholds, so every preemption Tiresias would make (a
+# victim in a strictly lower default queue) is one this frame offers too.
+# Not finer than 300 GPU-s: with 60 (tried), jobs crossing the first threshold were preempted at once and preempted
+# others in turn, a round robin whose 30-s restarts cost more than it saved (thousands of preemptions a window).
+FINE_THRESHOLDS: tuple[float, ...] = (300.0, 3600.0, 36000.0)
+PREEMPT_LADDERS = {"preempt-las": tuple(THRESHOLDS), "preempt-fine": FINE_THRESHOLDS}
+# A preemption slot looks at most this many jobs (that fit nowhere) deep into its order: a bound on the decision's
+# cost on a deep queue. Tiresias scans the whole queue; past the first few dozen blocked jobs, the ones behind rarely
+# find victims the ones ahead did not.
+PREEMPT_SCAN = 32
+TOLERANCE = 1e-6  # predictions closer than this are ties for dominance
+
+
+@dataclass(frozen=True)
+class JobSlot:
+    job: Job
+    candidates: list[Placement]
+    victims: tuple[int, ...]  # running jobs to preempt before any candidate can start
+    level: int  # the job's fine queue
+    heads: tuple[str, ...]  # the orders this job heads
 
 
 @dataclass(frozen=True)
 class DecisionPoint:
-    job: Job
-    candidates: list[Placement]
+    slots: list[JobSlot | None]  # one per order in `ORDERS`; None where no job of that order can start
     obs: np.ndarray  # float32 [OBS_SIZE]
     mask: np.ndarray  # bool [N_ACTIONS]
-    level: int = 0  # the job's LAS queue
-    victims: tuple[int, ...] = ()  # running jobs to preempt before any candidate can start
 
-    def placement(self, action: int) -> Placement | None:
-        """The placement an action stands for; None for wait. Invalid actions are the caller's to refuse."""
+    def choice(self, action: int) -> tuple[JobSlot, Placement] | None:
+        """The job and placement an action stands for; None for wait. Invalid actions are the caller's to refuse."""
         if action == WAIT:
             return None
-        return self.candidates[action]
+        slot = self.slots[action // MAX_CANDIDATES]
+        assert slot is not None, f"action {action} is masked"
+        return slot, slot.candidates[action % MAX_CANDIDATES]
+
+    def action_of(self, job_id: int, gpus: tuple[int, ...] | None = None, preempts: bool = False) -> int | None:
+        """The action that starts `job_id` (on `gpus` if that is one of its candidates, else on its first), from a
+        slot that preempts or not as asked, or None if the job is not a candidate so."""
+        for j, slot in enumerate(self.slots):
+            if slot is not None and slot.job.id == job_id and bool(slot.victims) == preempts:
+                k = next((i for i, p in enumerate(slot.candidates) if p.gpus == gpus), 0)
+                return j * MAX_CANDIDATES + k
+        return None
+
+    def quiet_action(self) -> int:
+        """A safe default: wait where allowed, else the first start that preempts nobody, else the first valid."""
+        if self.mask[WAIT]:
+            return WAIT
+        for j, slot in enumerate(self.slots):
+            if slot is not None and not slot.victims:
+                return j * MAX_CANDIDATES
+        return int(np.flatnonzero(self.mask)[0])
 
     def decisions(self, action: int, reason: str) -> list[Decision]:
         """What taking `action` means for the simulator or the controller (empty for wait)."""
-        placement = self.placement(action)
-        if placement is None:
+        chosen = self.choice(action)
+        if chosen is None:
             return []
-        why = f"preempted for {self.job.spec.name} (queue {self.level})"
-        return [*(Preempt(v, why) for v in self.victims), Place(self.job.id, placement, reason)]
+        slot, placement = chosen
+        why = f"preempted for {slot.job.spec.name} (queue {slot.level})"
+        return [*(Preempt(v, why) for v in slot.victims), Place(slot.job.id, placement, reason)]
 
 
-def queue_summary(view: ClusterView, queue: Collection[Job]) -> tuple[int, float]:
-    """(jobs queued, GPUs they ask for): computed once per instant, shared by every decision in it."""
-    return len(queue), float(sum(j.spec.gpu_demand for j in queue))
+# ---- placements no one would choose ---------------------------------------------------------------------------------
 
 
-def las_order(queue: Collection[Job], thresholds: Sequence[float] = THRESHOLDS) -> Iterator[tuple[int, Job]]:
-    """(queue level, job) in 2D-LAS order. A pending job's attained service is frozen, so bucketing the arrival-
-    ordered queue by level gives (level, arrival) order without a sort."""
-    buckets: list[list[Job]] = [[] for _ in range(len(thresholds) + 1)]
-    for job in queue:
-        buckets[las_level(job.attained_gpu_s, thresholds)].append(job)
-    for level, jobs in enumerate(buckets):
-        for job in jobs:
-            yield level, job
+def non_dominated(preds: Sequence[Prediction]) -> list[int]:
+    """Indices of the placements no other one beats on both the job's own slowdown and the slowdown added to its
+    neighbours (at least as good on both, better on one), in their original order. Of exact ties, the first stays."""
+    keep = []
+    for i, p in enumerate(preds):
+        dominated = False
+        for j, q in enumerate(preds):
+            if j == i:
+                continue
+            le = q.slowdown <= p.slowdown + TOLERANCE and q.others_added <= p.others_added + TOLERANCE
+            lt = q.slowdown < p.slowdown - TOLERANCE or q.others_added < p.others_added - TOLERANCE
+            if le and (lt or j < i):  # strictly better somewhere, or an exact tie that comes first
+                dominated = True
+                break
+        if not dominated:
+            keep.append(i)
+    return keep
 
 
-def cluster_features(view: ClusterView, queued: tuple[int, float]) -> np.ndarray:
+# ---- features -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    """What every decision at one instant shares: computed once per decision point."""
+
+    length: int
+    gpus: float
+    fractional: float
+
+
+def queue_summary(queue: Collection[Job]) -> QueueSummary:
+    n = len(queue)
+    frac = sum(1 for j in queue if j.spec.num_gpus < 1)
+    return QueueSummary(n, float(sum(j.spec.gpu_demand for j in queue)), frac / n if n else 0.0)
+
+
+def cluster_features(view: ClusterView, queued: QueueSummary) -> np.ndarray:
     c = view.cluster
     free = np.asarray(view.free_share)
     shared = float(np.count_nonzero((free > EPS) & (free < 1.0 - EPS))) / c.num_gpus
@@ -98,36 +186,45 @@ def cluster_features(view: ClusterView, queued: tuple[int, float]) -> np.ndarray
         view.free_whole / c.num_gpus,
         view.free_capacity / c.num_gpus,
         whole_nodes,
-        math.log1p(queued[0]) / 4.0,
-        queued[1] / c.num_gpus,
+        math.log1p(queued.length) / 4.0,
+        queued.gpus / c.num_gpus,
         shared,
+        len(view.running) / c.num_gpus,
+        queued.fractional,
     ], dtype=np.float32)
 
 
-def job_features(view: ClusterView, job: Job, now: float, level: int, victims: Sequence[Job]) -> np.ndarray:
+def job_features(view: ClusterView, sizes: SizeDistribution, job: Job, now: float, level: int,
+                 heads: Sequence[str], victims: Sequence[Job]) -> np.ndarray:
     spec = job.spec
     prof = view.profile(spec)
+    attained = view.attained_gpu_s(job)
     victim_gpus = sum(v.spec.gpu_demand for v in victims)
     victim_service = sum(view.attained_gpu_s(v) for v in victims)
     return np.array([
+        1.0,
+        *(1.0 if o in heads else 0.0 for o in ORDERS),
         math.log2(spec.workers) / 4.0,
         spec.share,
         1.0 if spec.kind is JobKind.INFERENCE else 0.0,
         math.log10(1.0 + prof.grad_mb * spec.compression) / 2.0,
         math.log1p(max(0.0, now - job.queued_since) / 60.0) / 4.0,
-        math.log1p(view.attained_gpu_s(job) / 3600.0) / 4.0,
-        level / 2.0,
+        math.log1p(attained / 3600.0) / 4.0,
+        level / len(FINE_THRESHOLDS),
+        # The index is a completion rate (per GPU-second): its log, shifted so typical values land in [0, 8].
+        (math.log10(max(sizes.index(attained, spec), 1e-12)) + 9.0) / 2.0,
+        math.log1p(sizes.expected_remaining(attained, spec) / 3600.0) / 4.0,
         victim_gpus / spec.gpu_demand,
         math.log1p(victim_service / 3600.0) / 4.0,
+        1.0 if victims else 0.0,
     ], dtype=np.float32)
 
 
-def candidate_features(view: ClusterView, job: Job, placement: Placement, partial_fit: bool) -> np.ndarray:
+def candidate_features(view: ClusterView, job: Job, placement: Placement, pred: Prediction,
+                       partial_fit: bool) -> np.ndarray:
     """`partial_fit`: some partly used node could hold the whole gang (so breaking into a free node is a choice)."""
     spec = job.spec
     c = view.cluster
-    pred = view.predict(spec, placement)
-    added = sum(after - pred.others_before[j] for j, after in pred.others_after.items())
     nodes = placement.nodes(c)
     fewest = -(-spec.workers // c.max_gpus_per_node)
     nic_load = float(np.max(np.asarray(view.link_load)[c.node_nic[nodes]]))
@@ -137,88 +234,277 @@ def candidate_features(view: ClusterView, job: Job, placement: Placement, partia
     tenants = sum(len(view.tenants(g)) for g in placement.gpus) / len(placement.gpus)
     return np.array([
         1.0,
-        math.log(max(pred.slowdown, 1e-3)) + 1.0,
-        added / spec.gpu_demand,
+        # Clipped before the log: a prediction can be huge (a service far over its SLO) or, fuzzed, not finite.
+        math.log(min(max(pred.slowdown, 1e-3), 1e3)) + 1.0,
+        min(pred.others_added, 1e3) / spec.gpu_demand,
         (len(nodes) - fewest) / 4.0,
-        nic_load,
+        min(nic_load, 1e3),
         1.0 if breaks_node else 0.0,
         stranded,
         tenants / 4.0,
     ], dtype=np.float32)
 
 
-def encode(
-    view: ClusterView, planner: Planner, job: Job, now: float, queued: tuple[int, float], wait_allowed: bool = True,
-    level: int = 0, victims: Sequence[Job] = (),
+# ---- the decision point ---------------------------------------------------------------------------------------------
+
+
+Choice = tuple[list[Placement], list[Prediction], list[Job]]  # candidates, their predictions, victims
+
+_START = operator.attrgetter("start_s")
+
+
+class _RunningIndex:
+    """Running jobs as arrays (the job, its service when it started, start time, GPUs, arrival), kept per view and
+    patched as jobs come and go instead of rebuilt: on 2,048 GPUs rebuilding them was most of a decision's time."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job | None] = []
+        self.row: dict[int, int] = {}  # job id -> index into the arrays
+        self.base = np.zeros(0)
+        self.start = np.zeros(0)
+        self.rate = np.zeros(0)
+        self.submit = np.zeros(0)
+        self.alive = np.zeros(0, dtype=bool)
+
+    def _append(self, jobs: list[Job], now: float) -> None:
+        for r in jobs:
+            self.row[r.id] = len(self.jobs)
+            self.jobs.append(r)
+        self.base = np.concatenate([self.base, [r.attained_gpu_s for r in jobs]])
+        self.start = np.concatenate([self.start, [r.start_s if r.start_s is not None else now for r in jobs]])
+        self.rate = np.concatenate([self.rate, [r.spec.gpu_demand for r in jobs]])
+        self.submit = np.concatenate([self.submit, [r.spec.submit_s for r in jobs]])
+        self.alive = np.concatenate([self.alive, np.ones(len(jobs), dtype=bool)])
+
+    def sync(self, view: ClusterView) -> None:
+        running = view.running
+        gone = self.row.keys() - running.keys()
+        for i in gone:
+            k = self.row.pop(i)
+            self.jobs[k] = None
+            self.alive[k] = False
+        if len(self.jobs) > 2 * len(running) + 64:  # mostly dead rows: compact
+            keep = [r for r in self.jobs if r is not None]
+            self.__init__()  # type: ignore[misc]
+            self._append(keep, view.now)
+        new = running.keys() - self.row.keys()
+        if new:
+            self._append([running[i] for i in new], view.now)
+        # A job preempted and restarted between two calls keeps its id but has a new start: refresh those rows.
+        live = np.flatnonzero(self.alive)
+        starts = np.fromiter(map(_START, map(self.jobs.__getitem__, live)), float, len(live))
+        for k in live[starts != self.start[live]]:
+            r = self.jobs[k]
+            self.base[k], self.start[k] = r.attained_gpu_s, r.start_s  # type: ignore[union-attr]
+
+
+_SERVICE: weakref.WeakKeyDictionary[ClusterView, _RunningIndex] = weakref.WeakKeyDictionary()
+
+
+def running_service(view: ClusterView) -> tuple[Sequence[Job], np.ndarray, np.ndarray]:
+    """Running jobs with their attained service now and their arrival, as arrays.
+
+    Evaluated for `now` with the very arithmetic of `ClusterView.attained_gpu_s` (service at start + (now - start) x
+    GPUs): a job exactly at a queue threshold must land in the same queue here as there, or a pending job and the job
+    it preempted can preempt each other back and forth at one instant (seen, when this was computed otherwise).
+    """
+    index = _SERVICE.get(view)
+    if index is None:
+        index = _SERVICE[view] = _RunningIndex()
+    index.sync(view)
+    live = np.flatnonzero(index.alive)
+    attained = index.base[live] + (view.now - index.start[live]) * index.rate[live]
+    return _Rows(index.jobs, live), attained, index.submit[live]
+
+
+class _Rows(Sequence[Job]):
+    """`jobs[rows[i]]` without building the list: callers read a few of thousands."""
+
+    def __init__(self, jobs: list[Job | None], rows: np.ndarray) -> None:
+        self._jobs, self._rows = jobs, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+        if isinstance(i, slice):
+            return [self._jobs[k] for k in self._rows[i]]
+        return self._jobs[self._rows[i]]
+
+
+class _Frame:
+    """One decision point's working state: the planner, and which jobs can start (with which victims)."""
+
+    def __init__(self, view: ClusterView, preempt: bool) -> None:
+        self.view = view
+        self.planner = Planner(view)
+        self.preempt = preempt and bool(view.running)
+        self._running: tuple[Sequence[Job], np.ndarray, np.ndarray] | None = None  # jobs, attained, submit
+        self._by_ladder: dict[tuple[float, ...], tuple[np.ndarray, np.ndarray]] = {}  # levels, order: lowest first
+        self._no_victims_from: dict[tuple[tuple[float, ...], int], float] = {}  # smallest demand that found none
+        self.scanned = 0  # preemption attempts at this decision point (bounded by PREEMPT_SCAN per order)
+
+    def _scored(self, spec: JobSpec, cands: list[Placement], victims: list[Job]) -> Choice:
+        # The prediction counts the victims' contention still (the view does not know they would leave), which
+        # errs on the side of caution.
+        preds = [self.view.predict(spec, p) for p in cands]
+        keep = non_dominated(preds)[:MAX_CANDIDATES]
+        return [cands[i] for i in keep], [preds[i] for i in keep], victims
+
+    def fits(self, job: Job) -> Choice | None:
+        """The job's non-dominated candidate placements on free capacity, or None if it fits nowhere now."""
+        spec = job.spec
+        cands = self.planner.candidates(spec) if self.planner.may_fit(spec) else []
+        return self._scored(spec, cands, []) if cands else None
+
+    def _ranked(self, thresholds: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Running jobs lowest priority first (highest queue, then latest arrival), as indices into
+        `running_service`'s jobs, and their queues in that order."""
+        if thresholds not in self._by_ladder:
+            if self._running is None:
+                self._running = running_service(self.view)
+            _, attained, submit = self._running
+            levels = np.searchsorted(np.asarray(thresholds), attained, side="right")
+            order = np.lexsort((-submit, -levels))  # level descending, then submit descending
+            self._by_ladder[thresholds] = levels[order], order
+        return self._by_ladder[thresholds]
+
+    def preempting(self, job: Job, thresholds: tuple[float, ...]) -> Choice | None:
+        """Candidates once running jobs of strictly lower-priority queues (under `thresholds`) are preempted, chosen
+        by Tiresias' rule; None if no such set makes room."""
+        view, planner, spec = self.view, self.planner, job.spec
+        level = las_level(view.attained_gpu_s(job), thresholds)
+        if not self.preempt or spec.num_gpus >= self._no_victims_from.get((thresholds, level), math.inf):
+            return None
+        levels, order = self._ranked(thresholds)
+        count = int(np.count_nonzero(levels > level))
+        running = self._running[0]  # type: ignore[index]
+        # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands.
+        victims = pick_victims(view, planner, spec, (running[k] for k in order[:count])) if count else []
+        if not victims:
+            # Within a level victims are the same set, so a larger demand finds none either.
+            self._no_victims_from[(thresholds, level)] = spec.num_gpus
+            return None
+        for v in victims:
+            planner.give_back(v)
+        cands = planner.candidates(spec)
+        for v in victims:  # the planner stays as it is now: other jobs' candidates must not count these GPUs
+            planner.take(v.spec, view.placement(v.id))
+        return self._scored(spec, cands, victims) if cands else None  # none: fragmentation, preempting won't help
+
+
+_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, dict[int, tuple[float, float, float]]] = \
+    weakref.WeakKeyDictionary()  # job id -> (attained, Gittins index, expected remaining) under that distribution
+
+
+def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> dict[str, np.ndarray]:
+    """Each order as indices into `jobs` (which are in arrival order, so a stable sort breaks ties by arrival)."""
+    n = len(jobs)
+    attained = np.fromiter((j.attained_gpu_s for j in jobs), float, n)  # a pending job's service is frozen
+    demand = np.fromiter((j.spec.gpu_demand for j in jobs), float, n)
+    known = _SIZE_KEYS.setdefault(sizes, {})
+    if len(known) > 2 * n + 1024:
+        known.clear()
+    rows = []
+    for j in jobs:
+        row = known.get(j.id)
+        if row is None or row[0] != j.attained_gpu_s:  # computed once per job and service level, not per decision
+            a = j.attained_gpu_s
+            row = known[j.id] = (a, sizes.index(a, j.spec), sizes.expected_remaining(a, j.spec))
+        rows.append(row)
+    index = np.fromiter((r[1] for r in rows), float, n)
+    remaining = np.fromiter((r[2] for r in rows), float, n)
+    coarse = np.argsort(np.searchsorted(np.asarray(THRESHOLDS), attained, side="right"), kind="stable")
+    fine = np.argsort(np.searchsorted(np.asarray(FINE_THRESHOLDS), attained, side="right"), kind="stable")
+    return {
+        "las": coarse,
+        "las-fine": fine,
+        "gittins": np.argsort(-index, kind="stable"),
+        "remaining": np.argsort(remaining, kind="stable"),  # already GPU-seconds
+        "fifo": np.arange(n),
+        "smallest": np.argsort(demand, kind="stable"),
+        "preempt-las": coarse,
+        "preempt-fine": fine,
+    }
+
+
+def decision_point(
+    view: ClusterView, queue: Collection[Job], now: float, sizes: SizeDistribution | None = None,
+    preempt: bool = True,
 ) -> DecisionPoint | None:
-    """The decision for `job` against the planner's free capacity, or None if it has no candidate placement.
+    """The agent's choice at this instant, or None if no pending job can start (even by preempting).
 
-    With `victims`, the planner already counts their GPUs as free (their predicted contention is still counted: the
-    view does not know they are leaving, which errs on the side of caution).
+    `queue` holds the pending jobs in arrival order. Waiting is not offered on an idle cluster: nothing would ever
+    change.
     """
-    cands = planner.candidates(job.spec)[:MAX_CANDIDATES] if planner.may_fit(job.spec) else []
-    if not cands:
+    jobs = list(queue)
+    if not jobs:
         return None
+    sizes = sizes or default_sizes()
+    frame = _Frame(view, preempt)
+    orders = _orders(view, sizes, jobs)
+    fits: dict[int, Choice | None] = {}
+    heads: dict[str, tuple[int, Choice]] = {}
+    for name in ORDERS:
+        ladder = PREEMPT_LADDERS.get(name)
+        if ladder is not None and not frame.preempt:
+            continue
+        attempts = 0
+        for i in orders[name]:
+            i = int(i)
+            if i not in fits:
+                fits[i] = frame.fits(jobs[i])
+            if ladder is None and fits[i] is not None:
+                heads[name] = (i, fits[i])  # type: ignore[assignment]
+                break
+            if ladder is not None and fits[i] is None:
+                choice = frame.preempting(jobs[i], ladder)
+                if choice is not None:
+                    heads[name] = (i, choice)
+                    break
+                attempts += 1
+                if attempts >= PREEMPT_SCAN:
+                    break
+    if not heads:
+        return None
+    headed: dict[int, list[str]] = {}
+    for name, (i, _) in heads.items():
+        headed.setdefault(i, []).append(name)
     c = view.cluster
-    node_free = planner.node_free
-    partial_fit = job.spec.num_gpus >= 1 and bool(
-        np.any((node_free >= job.spec.workers) & (node_free < c.node_num_gpus)))
+    partial: dict[int, bool] = {}
     obs = np.zeros(OBS_SIZE, dtype=np.float32)
-    for i, p in enumerate(cands):
-        obs[i * CANDIDATE_FEATURES:(i + 1) * CANDIDATE_FEATURES] = candidate_features(view, job, p, partial_fit)
-    base = MAX_CANDIDATES * CANDIDATE_FEATURES
-    obs[base:base + JOB_FEATURES] = job_features(view, job, now, level, victims)
-    obs[base + JOB_FEATURES:] = cluster_features(view, queued)
-    np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
     mask = np.zeros(N_ACTIONS, dtype=bool)
-    mask[: len(cands)] = True
-    mask[WAIT] = wait_allowed
-    return DecisionPoint(job, cands, obs, mask, level, tuple(v.id for v in victims))
-
-
-def decision_points(
-    view: ClusterView, queue: Collection[Job], now: float, passed: set[int], preempt: bool = True
-) -> Iterator[DecisionPoint]:
-    """The pending jobs, in LAS order, that can start now (preempting if they must) and were not passed over at
-    this instant.
-
-    Points are encoded against the state when the generator started: after acting on one, start a new one. Waiting
-    is not offered on an idle cluster: nothing would ever change.
-    """
-    queued = queue_summary(view, queue)
-    planner = Planner(view)
-    wait_allowed = bool(view.running)
-    running: list[tuple[int, float, int]] | None = None  # (level, submit, id), lowest priority first
-    no_victims_from: dict[int, float] = {}  # per level, the smallest demand preemption could not serve
-    for level, job in las_order(queue):
-        if job.id in passed:
+    slots: list[JobSlot | None] = []
+    for j, name in enumerate(ORDERS):
+        if name not in heads:
+            slots.append(None)
             continue
-        point = encode(view, planner, job, now, queued, wait_allowed, level)
-        if point is None and preempt and view.running and job.spec.num_gpus < no_victims_from.get(level, math.inf):
-            if running is None:
-                running = sorted(((las_level(view.attained_gpu_s(r), THRESHOLDS), r.spec.submit_s, r.id)
-                                  for r in view.running.values()), reverse=True)
-            below = (view.running[i] for lv, _, i in itertools.takewhile(lambda e, lv=level: e[0] > lv, running))
-            victims = pick_victims(view, planner, job.spec, below)
-            if not victims:
-                no_victims_from[level] = job.spec.num_gpus
-                continue
-            for v in victims:
-                planner.give_back(v)
-            point = encode(view, planner, job, now, queued, wait_allowed, level, victims)
-            if point is None:  # fragmentation: preempting would not help
-                for v in victims:
-                    planner.take(v.spec, view.placement(v.id))
-                continue
-            yield point
-            for v in victims:  # passed over: the victims keep running
-                planner.take(v.spec, view.placement(v.id))
-            continue
-        if point is not None:
-            yield point
+        i, (cands, preds, victims) = heads[name]
+        job = jobs[i]
+        level = las_level(view.attained_gpu_s(job), FINE_THRESHOLDS)
+        base = j * SLOT_SIZE
+        obs[base:base + JOB_FEATURES] = job_features(view, sizes, job, now, level, headed[i], victims)
+        workers = job.spec.workers
+        if workers not in partial:
+            node_free = frame.planner.node_free
+            partial[workers] = job.spec.num_gpus >= 1 and bool(
+                np.any((node_free >= workers) & (node_free < c.node_num_gpus)))
+        for k, (p, pred) in enumerate(zip(cands, preds)):
+            at = base + JOB_FEATURES + k * CANDIDATE_FEATURES
+            obs[at:at + CANDIDATE_FEATURES] = candidate_features(view, job, p, pred, partial[workers])
+            mask[j * MAX_CANDIDATES + k] = True
+        slots.append(JobSlot(job, cands, tuple(v.id for v in victims), level, tuple(headed[i])))
+    obs[MAX_JOBS * SLOT_SIZE:] = cluster_features(view, queue_summary(jobs))
+    np.nan_to_num(obs, copy=False, nan=OBS_LOW, posinf=OBS_HIGH, neginf=OBS_LOW)
+    np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
+    # Waiting declines preemption; it is not offered while a job can start on free GPUs (holding GPUs idle for a
+    # better moment lengthened average JCT on both real traces, for contention-greedy and for version 2's agent, and
+    # an agent that may idle GPUs can starve the cluster), nor on an idle cluster, where nothing would ever change.
+    mask[WAIT] = bool(view.running) and all(slot is None or slot.victims for slot in slots)
+    return DecisionPoint(slots, obs, mask)
 
 
-def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = THRESHOLDS) -> float | None:
+def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = FINE_THRESHOLDS) -> float | None:
     """When the next running job crosses into a lower-priority queue (and may become a victim): a wake-up time."""
     best = math.inf
     for r in view.running.values():

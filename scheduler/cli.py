@@ -216,9 +216,11 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
               help="Presets to draw clusters from, with the node range of synthetic clusters (default 2-8); "
                    "trace windows get the node count that matches the drawn load.")
 @click.option("--workload", "workloads", multiple=True, default=["synthetic"], show_default=True,
-              metavar="synthetic|PATH", help="Repeatable. Trace windows are drawn from the part before the hold-out.")
+              metavar="synthetic[:MIX]|PATH", help="Repeatable. Trace windows are drawn from the part before the hold-out; "
+              "MIX is one of default, short, long, fractional, multinode.")
 @click.option("--window", type=int, default=300, show_default=True, help="Jobs per training episode.")
-@click.option("--load", default="0.6-1.0", show_default=True, metavar="LO-HI", help="Offered load range to draw.")
+@click.option("--load", default="0.6-2.5", show_default=True, metavar="LO-HI",
+              help="Offered load range to draw (clusters are resized, or arrivals rescaled where they cannot be).")
 @click.option("--n-envs", type=int, default=2, show_default=True, help="Parallel environments (processes).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -227,11 +229,14 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
 @click.option("--force", is_flag=True, help="Overwrite an existing agent at --out (and its report).")
 @click.option("--tensorboard", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write TensorBoard logs here.")
-@click.option("--eval-freq", type=int, default=0, help="Timesteps between held-out evaluations (0: a tenth).")
-@click.option("--eval-scenarios", type=int, default=3, show_default=True, help="Held-out windows per workload.")
-@click.option("--eval-window", type=int, default=500, show_default=True, help="Jobs per held-out window.")
-@click.option("--warm-start", type=click.Choice(["contention-greedy", "none"]), default="contention-greedy",
-              show_default=True, help="Clone this teacher (in the agent's frame) before PPO fine-tunes it.")
+@click.option("--eval-freq", type=int, default=0, help="Timesteps between validation evaluations (0: a tenth).")
+@click.option("--eval-scenarios", type=int, default=3, show_default=True,
+              help="Validation windows per workload (the training part, model seeds and synthetic seeds training "
+                   "never draws; the best checkpoint is chosen on them).")
+@click.option("--eval-window", type=int, default=500, show_default=True, help="Jobs per validation window.")
+@click.option("--warm-start", default="best", show_default=True, metavar="best|HEURISTIC|none",
+              help="Clone this teacher (in the agent's frame) before PPO fine-tunes it: best = the best heuristic "
+                   "for each training window's workload and load (agents/imitation.py), or one heuristic's name.")
 @click.option("--warm-start-samples", type=int, default=40_000, show_default=True)
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @click.option("--from-history", is_flag=True,

@@ -141,3 +141,8 @@ def test_corral_evaluate_runs_with_the_default_agent(tmp_path: Path) -> None:
     data = json.loads(out.read_text())["synthetic:120,iat=40"]["policies"]
     assert len(data["rl:default"]["avg_jct_s"]["values"]) == 2
     assert data["rl:default"]["avg_jct_s"]["mean"] > 0
+
+
+def test_the_docstring_states_the_real_spaces() -> None:
+    doc = PlacementEnv.__doc__ or ""
+    assert f"`Discrete({N_ACTIONS})`" in doc and f"({OBS_SIZE},)" in doc and f"{WAIT} = wait" in doc

@@ -111,7 +111,7 @@ def test_agent_reports_and_curves(env: tuple[Any, dict[str, str], Store]) -> Non
     assert r.status_code == 200, r.json
     body = r.json
     assert body["metadata"]["formulation"] == "corral" and body["evaluation"]["baselines"]
-    assert body["summary"]["columns"][1:] == ["tiresias", "contention-greedy"]
+    assert body["summary"]["columns"][1:] == ["tiresias", "contention-greedy", "gittins"]
     assert any(row["metric"] == "avg_jct_s" for row in body["summary"]["rows"])
     png = client.get(body["curve"], headers=auth)
     assert png.status_code == 200 and png.mimetype == "image/png" and png.data[:4] == b"\x89PNG"

@@ -11,13 +11,13 @@ import pytest
 
 from scheduler.model import JobKind, JobSpec, SpecError
 from scheduler.traces import (
-    fit_load,
-    offered_load,
     HEAVY_GRAD_MB,
     SMALLEST_GPU_GB,
     Trace,
     TraceError,
+    fit_load,
     load_trace,
+    offered_load,
     parse_synthetic_spec,
     synthetic,
 )

@@ -34,6 +34,8 @@ TINY = dict(timesteps=512, n_envs=1, n_steps=256, batch_size=64, window=40, eval
     ({"load": (0.9, 0.5)}, "--load"),
     ({"out": "agent.pt"}, "--out"),
     ({"workloads": ["no/such/trace.csv"]}, "--workload"),
+    ({"warm_start": "sjf"}, "--warm-start"),
+    ({"warm_start": "no-such-policy"}, "--warm-start"),
     ({"batch_size": 4096, "n_steps": 64, "n_envs": 1}, "batch_size"),
 ])
 def test_bad_training_flags_are_refused_by_name(kwargs: dict, flag: str) -> None:
@@ -66,7 +68,8 @@ def test_a_short_run_leaves_a_loadable_agent_and_its_report(trained: tuple[Path,
     assert sidecar["warm_start"]["agreement"] > 0.5  # the clone learned its teacher
     report = json.loads((out.parent / "tiny.eval.json").read_text())
     assert len(report["scenarios"]) == 1
-    assert set(report["baselines"]) == {"tiresias", "contention-greedy"}
+    assert set(report["baselines"]) == {"tiresias", "contention-greedy", "gittins"}
+    assert sidecar["warm_start"]["teacher_exact"] == 1.0  # every choice of the teachers was an action
     steps = [row["timesteps"] for row in report["evaluations"]]
     assert steps[0] == 0 and steps[-1] >= 512  # the starting point and the end are both evaluated
     row = report["evaluations"][-1]
@@ -306,3 +309,16 @@ def test_cli_evaluate_prints_a_table_and_writes_json_and_plot(tmp_path: Path) ->
     bad = CliRunner().invoke(main, ["evaluate", "--policy", "rl:nope", "--trace", "synthetic:10",
                                     "--cluster", "pcie-v100:2"])
     assert bad.exit_code == 2 and "no trained agent" in bad.output
+
+
+def test_training_draws_synthetic_mixes_and_refuses_unknown_ones() -> None:
+    from agents.scenarios import Scenario, check_workloads
+
+    short = Scenario("synthetic:short", "pcie-v100", 1.0, 200, 3, nodes=2).build()[1]
+    long = Scenario("synthetic:long", "pcie-v100", 1.0, 200, 3, nodes=2).build()[1]
+    assert np.median([j.duration_s for j in short]) * 20 < np.median([j.duration_s for j in long])
+    frac = Scenario("synthetic:fractional", "pcie-v100", 1.0, 200, 3, nodes=2).build()[1]
+    assert np.mean([j.num_gpus < 1 for j in frac]) > 0.4
+    check_workloads(["synthetic:multinode"])
+    with pytest.raises(SpecError, match="unknown synthetic mix 'bogus'"):
+        check_workloads(["synthetic:bogus"])

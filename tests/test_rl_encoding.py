@@ -1,0 +1,232 @@
+"""The shared RL encoding (version 3): which jobs the agent may start, where, whom it may preempt, and what it may
+never choose."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agents.env import PlacementEnv
+from agents.imitation import Teachers, teacher_action
+from agents.scenarios import Scenario
+from policies.rl_encoding import (
+    MAX_CANDIDATES,
+    N_ACTIONS,
+    OBS_HIGH,
+    OBS_LOW,
+    OBS_SIZE,
+    ORDERS,
+    WAIT,
+    decision_point,
+    non_dominated,
+)
+from scheduler.contention import Prediction
+from scheduler.model import Job, JobKind, JobSpec, Placement, parse_cluster
+from scheduler.simulator import Simulator
+
+
+def _sim(cluster: str, specs: list[JobSpec]) -> Simulator:
+    return Simulator(parse_cluster(cluster), specs, None)
+
+
+def _start(sim: Simulator, index: int, gpus: tuple[int, ...], share: float = 1.0) -> None:
+    from policies.base import Place
+
+    sim.apply([Place(sim.jobs[index].id, Placement(gpus, share))])
+
+
+def _arrive_all(sim: Simulator) -> None:
+    """Let every job arrive (the simulator's first events) without placing any."""
+    while any(j.spec.submit_s > sim.now for j in sim.jobs) or not sim.pending:
+        if not sim.advance():
+            break
+
+
+def test_non_dominated_keeps_the_pareto_front_in_order() -> None:
+    p = [Prediction(1.81, {7: 1.0}, {7: 1.54}),  # worse on both than the next one
+         Prediction(1.00, {}, {}),
+         Prediction(1.00, {}, {}),  # an exact tie with the one before: the first stays
+         Prediction(0.90, {7: 1.0}, {7: 1.3})]  # better for itself, worse for its neighbour: a real trade-off
+    assert non_dominated(p) == [1, 3]
+
+
+def test_graphsage_beside_bert_cannot_be_chosen() -> None:
+    """The placement seen live: a 0.25-GPU GraphSage job beside a BERT inference service (1.81x for itself, the
+    service slowed too) while an empty GPU offered 1.00x and nothing added. No action may choose it."""
+    bert = JobSpec("bert", 0.0, 0.5, 50_000.0, "BERT-base-serve", kind=JobKind.INFERENCE)
+    graphsage = JobSpec("graphsage", 1.0, 0.25, 3_600.0, "GraphSage")
+    sim = _sim("pcie-v100:1", [bert, graphsage])
+    sim.advance()
+    _start(sim, 0, (0,), 0.5)
+    _arrive_all(sim)
+    beside = Placement((0,), 0.25)
+    pred = sim.view.predict(graphsage, beside)
+    assert pred.slowdown > 1.05 and pred.others_added > 0.0  # the situation: sharing hurts both
+    point = decision_point(sim.view, sim.pending.values(), sim.now)
+    assert point is not None
+    offered = [(slot.job.spec.name, p.gpus) for slot in point.slots if slot is not None for p in slot.candidates]
+    assert ("graphsage", (0,)) not in offered
+    assert any(name == "graphsage" for name, _ in offered)
+    for action in np.flatnonzero(point.mask):
+        chosen = point.choice(int(action))
+        if chosen is not None:
+            assert chosen[1].gpus != (0,)
+    # The same candidate generator does produce it: it is the dominance rule that took it out.
+    from policies.placement import Planner
+
+    assert beside.gpus in [p.gpus for p in Planner(sim.view).candidates(graphsage)]
+
+
+def test_slots_hold_the_heads_of_their_orders() -> None:
+    specs = [
+        JobSpec("old-big", 0.0, 4.0, 100.0, "ResNet-50-bs64"),
+        JobSpec("small", 1.0, 0.5, 100.0, "ResNet-18-bs32"),
+        JobSpec("mid", 2.0, 2.0, 100.0, "ResNet-50-bs64"),
+    ]
+    sim = _sim("pcie-v100:1", specs)
+    _arrive_all(sim)
+    point = decision_point(sim.view, sim.pending.values(), sim.now)
+    assert point is not None
+    by_order = {name: (slot.job.spec.name if slot else None) for name, slot in zip(ORDERS, point.slots)}
+    assert by_order["fifo"] == "old-big" and by_order["las"] == "old-big"
+    assert by_order["smallest"] == "small"
+    assert by_order["preempt-las"] is None and by_order["preempt-fine"] is None  # nothing runs: no victims
+    assert not point.mask[WAIT]  # nothing runs: waiting would wait forever
+    assert point.obs.shape == (OBS_SIZE,) and point.obs.min() >= OBS_LOW and point.obs.max() <= OBS_HIGH
+    # Each valid action starts the job of its slot on one of that job's placements.
+    for action in np.flatnonzero(point.mask):
+        slot, placement = point.choice(int(action))
+        assert slot is point.slots[action // MAX_CANDIDATES] and placement in slot.candidates
+
+
+def test_preemption_slot_names_its_victims_and_acting_preempts_them() -> None:
+    long_run = JobSpec("long", 0.0, 8.0, 100_000.0, "ResNet-50-bs64")
+    newcomer = JobSpec("new", 5_000.0, 8.0, 100.0, "ResNet-50-bs64")
+    sim = _sim("pcie-v100:1", [long_run, newcomer])
+    sim.advance()
+    _start(sim, 0, tuple(range(8)))
+    while sim.now < 5_000.0:  # the long job attains 8 x 5,000 GPU-s: a lower queue than the newcomer's
+        sim.advance()
+    point = decision_point(sim.view, sim.pending.values(), sim.now)
+    assert point is not None
+    slots = dict(zip(ORDERS, point.slots))
+    assert slots["fifo"] is None  # it fits nowhere without preempting
+    pre = slots["preempt-las"]
+    assert pre is not None and pre.job.spec.name == "new" and pre.victims == (sim.jobs[0].id,)
+    action = ORDERS.index("preempt-las") * MAX_CANDIDATES
+    sim.apply(point.decisions(action, "test"))
+    assert sim.jobs[0].id in sim.pending and sim.jobs[1].id in sim.running
+    assert point.mask[WAIT]  # declining to preempt is a choice
+
+
+def test_observation_size_does_not_depend_on_the_cluster() -> None:
+    sizes = set()
+    for cluster in ("pcie-v100:1", "dgx-a100:16"):
+        sim = _sim(cluster, [JobSpec(f"j{i}", float(i), 1.0, 100.0, "ResNet-18-bs32") for i in range(5)])
+        _arrive_all(sim)
+        point = decision_point(sim.view, sim.pending.values(), sim.now)
+        assert point is not None
+        sizes.add(point.obs.shape)
+    assert sizes == {(OBS_SIZE,)} and N_ACTIONS == len(ORDERS) * MAX_CANDIDATES + 1
+
+
+@pytest.mark.parametrize("teacher", ["tiresias", "tiresias:thresholds=300,3600,36000", "contention-greedy", "fifo-backfill"])
+def test_every_choice_of_the_teachers_is_an_action(teacher: str) -> None:
+    """The frame can represent what each heuristic does (the warm start clones them exactly), so the agent's
+    starting point is the heuristic itself."""
+    env = PlacementEnv(window=120)
+    env.reset(options={"scenario": Scenario("synthetic", "dgx-a100", 1.3, 120, 5, nodes=2)})
+    exact = total = 0
+    while True:
+        assert env._point is not None and env.sim is not None
+        action, ok = teacher_action(env.sim, env._point, teacher)
+        exact += ok
+        total += 1
+        _, _, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            break
+    assert total > 100 and exact == total
+    assert info["metrics"]["jobs_completed"] == 120
+
+
+def test_teachers_by_workload_and_load() -> None:
+    teachers = Teachers("tiresias", {"alibaba": [(1.2, "gittins"), (9.9, "tiresias:thresholds=60,600")]})
+    ali = "../shared/traces/alibaba_openb_before_day130.csv"
+    assert teachers.for_scenario(Scenario(ali, "pcie-t4", 1.0, 100, 0)) == "gittins"
+    assert teachers.for_scenario(Scenario(ali, "pcie-t4", 2.0, 100, 0)) == "tiresias:thresholds=60,600"
+    assert teachers.for_scenario(Scenario("synthetic", "pcie-t4", 2.0, 100, 0)) == "tiresias"
+
+
+def test_jobs_are_never_started_twice_or_lost_by_any_action_sequence() -> None:
+    """Random valid actions (including waits and preemptions) still finish every job exactly once."""
+    env = PlacementEnv(window=80, load=(1.5, 2.0))
+    env.reset(seed=11)
+    rng = np.random.default_rng(0)
+    while True:
+        mask = env.action_masks()
+        _, _, terminated, truncated, info = env.step(int(rng.choice(np.flatnonzero(mask))))
+        if terminated or truncated:
+            break
+    assert info["metrics"]["jobs_completed"] + info["metrics"]["jobs_rejected"] == 80
+    assert all(isinstance(j, Job) and j.end_s is not None for j in env.sim.jobs if j.state.value == "done")
+
+
+def test_waiting_is_offered_only_to_decline_a_preemption() -> None:
+    """The agent never holds GPUs idle while a job fits: wait is masked whenever some job can start on free GPUs."""
+    running = JobSpec("running", 0.0, 4.0, 100_000.0, "ResNet-50-bs64")
+    fits = JobSpec("fits", 10.0, 2.0, 100.0, "ResNet-50-bs64")
+    sim = _sim("pcie-v100:1", [running, fits])
+    sim.advance()
+    _start(sim, 0, (0, 1, 2, 3))
+    _arrive_all(sim)
+    point = decision_point(sim.view, sim.pending.values(), sim.now)
+    assert point is not None and sim.view.running
+    assert dict(zip(ORDERS, point.slots))["fifo"] is not None
+    assert not point.mask[WAIT]
+
+
+def test_validation_windows_are_never_the_hold_out() -> None:
+    from agents.scenarios import MODEL_SEEDS, held_out
+    from scheduler.traces import HOLDOUT_FROM
+
+    trace = "../shared/traces/philly_day60.csv"
+    from pathlib import Path
+
+    if not Path(trace).is_file():
+        pytest.skip("needs ../shared/traces (the dev traces) next to the project")
+    from agents.scenarios import trace_jobs
+
+    val = held_out([trace, "synthetic"], ["pcie-v100"], 200, (0.8, 2.2), 3, part="train")
+    test = held_out([trace, "synthetic"], ["pcie-v100"], 200, (0.8, 2.2), 3, part="test")
+    for sc in val:
+        if sc.workload == "synthetic":
+            assert sc.seed >= 2**31 and sc.seed not in {t.seed for t in test}
+        else:
+            n = len(trace_jobs(trace, sc.seed))
+            assert sc.start + sc.window <= int(n * HOLDOUT_FROM) + 1 and sc.seed >= MODEL_SEEDS
+
+
+def test_running_service_is_bitwise_the_views_attained_service() -> None:
+    """Victims are ranked from `running_service`'s cached rows; a job exactly at a queue threshold must land in the
+    same queue there as in `ClusterView.attained_gpu_s`, or two jobs can preempt each other back and forth at one
+    instant (seen with an algebraically equal but differently rounded formula)."""
+    from policies import make_policy
+    from policies.rl_encoding import running_service
+    from scheduler.traces import synthetic
+
+    class Checking:
+        name, oracle = "checking", False
+
+        def __init__(self) -> None:
+            self.inner = make_policy("tiresias")
+            self.checked = 0
+
+        def schedule(self, view, queue, now):  # type: ignore[no-untyped-def]
+            jobs, attained, _ = running_service(view)
+            assert attained.tolist() == [view.attained_gpu_s(j) for j in jobs]
+            self.checked += len(jobs)
+            return self.inner.schedule(view, queue, now)
+
+    policy = Checking()
+    Simulator(parse_cluster("dgx-a100:2"), synthetic(200, seed=3, mean_interarrival_s=20).jobs, policy).run()
+    assert policy.checked > 1000
