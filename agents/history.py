@@ -34,6 +34,7 @@ import numpy as np
 from agents.scenarios import Scenario, scale_to_load, trace_jobs
 from agents.train import (
     BASELINES,
+    NET_ARCH,
     TrainConfig,
     activation_hint,
     baseline_metrics,
@@ -220,7 +221,7 @@ def train_from_history(db_url: str | None, out: Path, progress: bool = True,
     model = MaskablePPO(
         "MlpPolicy", env, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps, batch_size=cfg.batch_size,
         gamma=cfg.gamma, ent_coef=cfg.ent_coef, clip_range=cfg.clip_range, seed=cfg.seed, device="cpu",
-        policy_kwargs={"net_arch": [64, 64]},
+        policy_kwargs={"net_arch": list(NET_ARCH)},
     )
     model.set_logger(training_logger(cfg))
     try:

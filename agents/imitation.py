@@ -130,7 +130,7 @@ def collect(env: PlacementEnv, samples: int, seed: int, teachers: Teachers | str
                           np.concatenate(ret_l), exact / max(total, 1))
 
 
-def clone(model, demos: Demonstrations, epochs: int = 8, batch_size: int = 256, lr: float = 1e-3,
+def clone(model, demos: Demonstrations, epochs: int = 20, batch_size: int = 256, lr: float = 1e-3,
           seed: int = 0) -> dict[str, float]:
     """Fit the policy to the teacher's actions (cross-entropy under the action mask) and the value head to the
     returns-to-go. Returns the final loss terms and the agent's agreement with the teacher."""

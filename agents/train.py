@@ -37,6 +37,9 @@ from scheduler.model import PRESETS, SpecError
 from scheduler.simulator import Simulator
 
 BASELINES = ("tiresias", "contention-greedy", "gittins")
+# Policy and value networks. 64 x 64 cloned the teachers' rarer choices poorly (declining or taking a preemption by
+# the finer queues: 85% agreement, against 92% with 128 x 128 and 20 epochs, on 30,000 training decisions).
+NET_ARCH = (128, 128)
 
 
 class TrainConfig(BaseModel):
@@ -475,7 +478,7 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     model = algo_cls(
         "MlpPolicy", env, learning_rate=cfg.learning_rate, n_steps=cfg.n_steps, batch_size=cfg.batch_size,
         gamma=cfg.gamma, ent_coef=cfg.ent_coef, clip_range=cfg.clip_range, seed=cfg.seed, device="cpu",
-        policy_kwargs={"net_arch": [64, 64]},
+        policy_kwargs={"net_arch": list(NET_ARCH)},
     )
     model.set_logger(training_logger(cfg))
     warm: dict[str, float] | None = None
