@@ -288,3 +288,23 @@ def test_finished_jobs_record_run_time_and_slowdowns(cluster: Any, store: Store)
         assert abs(row.observed_slowdown - row.run_s / row.duration_s) < 1e-9
         # An emulated job runs at the predicted rate, so what it observed is what was predicted, up to polling.
         assert row.observed_slowdown == pytest.approx(row.predicted_slowdown_avg, rel=0.35)
+
+
+def test_the_shipped_agent_schedules_the_live_cluster(cluster: Any, store: Store) -> None:
+    """rl:default (encoding 3) runs in the live controller: it picks which job starts and where, never a dominated
+    placement, and every decision is stored with what it weighed."""
+    from scheduler.store.models import Decision
+
+    ctl = controller(store, make_policy("rl:default"))
+    ids = [submit(store, name=f"j{i}", num_gpus=n, duration_s=1.0) for i, n in enumerate((1, 0.5, 2, 0.25))]
+    run_until(ctl, store, ids, {"succeeded"})
+    with store.session() as s:
+        rows = s.scalars(select(Decision).where(Decision.action == "place").order_by(Decision.id)).all()
+        assert sorted(r.job_id for r in rows) == sorted(ids)
+        for r in rows:
+            assert "rl:default chose" in r.reason
+            assert r.candidates and any(c["gpus"] == r.gpus for c in r.candidates)
+            # No candidate it weighed is beaten on both its own slowdown and what it adds to its neighbours.
+            for c in r.candidates:
+                assert not any(o["slowdown"] < c["slowdown"] - 1e-6 and o["others_added"] < c["others_added"] - 1e-6
+                               for o in r.candidates)
