@@ -38,14 +38,14 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     trained agent acts identically in the simulator and the live controller.
 
     ## Action Space
-    `Discrete(33)`: action `j * 4 + k` starts the job of slot `j` (0..7, one per queue order, the last two
-    preempting) on its placement `k` (0..3), preempting the slot's victims if it has any; 32 = wait (nothing more
+    `Discrete(37)`: action `j * 4 + k` starts the job of slot `j` (0..8, one per queue order, the last three
+    preempting) on its placement `k` (0..3), preempting the slot's victims if it has any; 36 = wait (nothing more
     starts until the next event). `action_masks()` gives the valid ones, for MaskablePPO; waiting is offered only when
     every start would preempt (so it declines a preemption; it never idles GPUs a job could use). An invalid action is
     not an error: it is taken as wait (or, where wait is masked, as the first valid action) and reported in `info`.
 
     ## Observation Space
-    `Box(0, 8, (432,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
+    `Box(0, 8, (494,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
     wait, attained service, queue, Gittins index, expected remaining service and the preemption it needs, and per
     placement slot its predicted slowdowns, spread, link load, fragmentation and sharing; cluster and queue summaries.
     Nothing depends on the cluster's or the queue's size.

@@ -1,32 +1,59 @@
-"""Which heuristic teaches the agent in which regime: tiresias, gittins and tiresias with other queues on TRAINING
-windows only (first three quarters of each dev trace, model seeds 0-3; synthetic seeds training draws), 4 windows of
-300 jobs per workload and load. Prints each policy's geometric-mean avg JCT ratio to tiresias; `agents.imitation.BEST`
-was read off its output.
+"""Which heuristic teaches the agent in which regime: tiresias, gittins and tiresias with a finer first queue, on
+TRAINING windows only (first three quarters of each dev trace, model seeds 0-3; synthetic seeds training draws), 4
+windows of 300 jobs per workload and load. Prints each policy's geometric-mean avg JCT ratio to tiresias;
+`agents.imitation.BEST` was read off its output.
 
-    python benchmarks/teachers.py
+    python benchmarks/teachers.py [--loads 0.8,1.3,2.2] [--windows 4]
 """
 
+from __future__ import annotations
+
+import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agents.scenarios import draw
-from policies import make_policy
-from scheduler.simulator import Simulator
 
-W = {'alibaba': '../shared/traces/alibaba_openb_before_day130.csv', 'philly': '../shared/traces/philly_day60.csv', 'synthetic': 'synthetic'}
-P = {'alibaba': 'pcie-t4', 'philly': 'pcie-v100', 'synthetic': 'dgx-a100'}
-pols = ['tiresias', 'gittins', 'tiresias:thresholds=60,600,3600', 'tiresias:thresholds=300,3600,36000', 'tiresias:thresholds=600,3600,36000']
-for w, path in W.items():
-    for load in (0.8, 1.3, 2.2):
-        rng = np.random.default_rng(7)
-        res = {p: [] for p in pols}
-        for k in range(4):
-            sc = draw(rng, [path], [P[w]], (3, 6), 300, (load, load), 'train')
-            c, jobs = sc.build()
-            for p in pols:
-                res[p].append(Simulator(c, jobs, make_policy(p)).run().metrics['avg_jct_s'])
-        base = np.array(res['tiresias'])
-        print(w, load, {p: round(float(np.exp(np.mean(np.log(np.array(v) / base)))), 3) for p, v in res.items()}, flush=True)
+from agents.scenarios import draw  # noqa: E402
+from policies import make_policy  # noqa: E402
+from scheduler.simulator import Simulator  # noqa: E402
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+WORKLOADS = {  # workload -> the preset it is evaluated on (benchmarks/decision_quality.py)
+    str(TRACES / "alibaba_openb_before_day130.csv"): "pcie-t4",
+    str(TRACES / "philly_day60.csv"): "pcie-v100",
+    "synthetic": "dgx-a100",
+    "synthetic:short": "dgx-a100",
+    "synthetic:long": "dgx-a100",
+    "synthetic:fractional": "dgx-a100",
+    "synthetic:multinode": "dgx-a100",
+}
+POLICIES = ("tiresias", "gittins", "tiresias:thresholds=300,3600,36000")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--loads", default="0.8,1.3,2.2")
+    ap.add_argument("--windows", type=int, default=4)
+    args = ap.parse_args()
+    for workload, preset in WORKLOADS.items():
+        if not workload.startswith("synthetic") and not Path(workload).is_file():
+            print(f"{workload}: not found (needs ../shared/traces next to the project); skipped")
+            continue
+        for load in (float(x) for x in args.loads.split(",")):
+            rng = np.random.default_rng(7)
+            res: dict[str, list[float]] = {p: [] for p in POLICIES}
+            for _ in range(args.windows):
+                cluster, jobs = draw(rng, [workload], [preset], (3, 6), 300, (load, load), "train").build()
+                for p in POLICIES:
+                    res[p].append(Simulator(cluster, jobs, make_policy(p)).run().metrics["avg_jct_s"])
+            base = np.array(res["tiresias"])
+            ratios = {p: round(float(np.exp(np.mean(np.log(np.array(v) / base)))), 3) for p, v in res.items()}
+            print(f"{Path(workload).stem if not workload.startswith('synthetic') else workload} {load}: {ratios}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

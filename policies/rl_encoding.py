@@ -14,11 +14,13 @@ free GPUs:
 * `fifo`: the oldest;
 * `smallest`: the fewest GPUs, then arrival;
 
-and two preemption slots, `preempt-las` and `preempt-fine`: the first job in that LAS order that fits nowhere but
-would fit once running jobs of strictly lower-priority queues (default or fine) are preempted, chosen by Tiresias'
-rule (lowest priority, then latest arrival, first). Choosing such a slot preempts them; choosing another or waiting
-does not. The default queues are among the fine ones, so every preemption Tiresias makes is offered. One job may
-head several orders; the slot count never depends on the queue's or the cluster's size.
+and three preemption slots, `preempt-las`, `preempt-fine` and `preempt-gittins`: the first job in that order (LAS
+by the default or the fine queues, or Gittins') that fits nowhere but would fit once running jobs of strictly
+lower-priority queues (of attained service, or of Gittins rank as the `gittins` policy keeps them) are preempted,
+chosen by Tiresias' rule (lowest priority, then latest arrival, first). Choosing such a slot preempts them; choosing
+another or waiting does not. So every choice of `tiresias`, of Tiresias with the fine queues and of `gittins` is an
+action (the warm start clones them). One job may head several orders; the slot count never depends on the queue's or
+the cluster's size.
 
 Where: each slot's job comes with up to `MAX_CANDIDATES` placements (the generators of
 `policies.placement.Planner.candidates`), minus any placement another one beats on both the job's own predicted
@@ -53,15 +55,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.base import Decision, Place, Preempt
-from policies.gittins import SizeDistribution, default_sizes
+from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.contention import Prediction
 from scheduler.model import Job, JobKind, JobSpec, Placement
 from scheduler.state import EPS, ClusterView
 
-ENCODING_VERSION = 3
-ORDERS = ("las", "las-fine", "gittins", "remaining", "fifo", "smallest", "preempt-las", "preempt-fine")
+ENCODING_VERSION = 4
+ORDERS = ("las", "las-fine", "gittins", "remaining", "fifo", "smallest", "preempt-las", "preempt-fine",
+          "preempt-gittins")
 MAX_JOBS = len(ORDERS)  # job slots: one per order
 MAX_CANDIDATES = 4  # placement slots per job
 WAIT = MAX_JOBS * MAX_CANDIDATES  # the last action
@@ -78,7 +81,9 @@ THRESHOLDS = DEFAULT_THRESHOLDS  # the `las` order's queues
 # Not finer than 300 GPU-s: with 60 (tried), jobs crossing the first threshold were preempted at once and preempted
 # others in turn, a round robin whose 30-s restarts cost more than it saved (thousands of preemptions a window).
 FINE_THRESHOLDS: tuple[float, ...] = (300.0, 3600.0, 36000.0)
-PREEMPT_LADDERS = {"preempt-las": tuple(THRESHOLDS), "preempt-fine": FINE_THRESHOLDS}
+GITTINS = "gittins"  # the ladder of Gittins' queues: bands of rank (1 / index) per job class (`policies.gittins`)
+PREEMPT_LADDERS: dict[str, tuple[float, ...] | str] = {
+    "preempt-las": tuple(THRESHOLDS), "preempt-fine": FINE_THRESHOLDS, "preempt-gittins": GITTINS}
 # A preemption slot looks at most this many jobs (that fit nowhere) deep into its order: a bound on the decision's
 # cost on a deep queue. Tiresias scans the whole queue; past the first few dozen blocked jobs, the ones behind rarely
 # find victims the ones ahead did not.
@@ -265,6 +270,17 @@ class _RunningIndex:
         self.rate = np.zeros(0)
         self.submit = np.zeros(0)
         self.alive = np.zeros(0, dtype=bool)
+        self.glevel = np.zeros(0, dtype=np.int64)  # Gittins queue, valid while attained < gnext
+        self.gnext = np.zeros(0)  # attained service at which the Gittins queue changes (-inf: not computed)
+
+    def gittins_levels(self, live: np.ndarray, attained: np.ndarray, queues: Gittins) -> np.ndarray:
+        stale = live[self.gnext[live] <= attained]
+        if stale.size:
+            at = dict(zip(live.tolist(), attained.tolist()))
+            for k in stale.tolist():
+                level, nxt = queues.level_and_next(self.jobs[k].spec, at[k])  # type: ignore[union-attr]
+                self.glevel[k], self.gnext[k] = level, (math.inf if nxt is None else nxt)
+        return self.glevel[live]
 
     def _append(self, jobs: list[Job], now: float) -> None:
         for r in jobs:
@@ -275,6 +291,8 @@ class _RunningIndex:
         self.rate = np.concatenate([self.rate, [r.spec.gpu_demand for r in jobs]])
         self.submit = np.concatenate([self.submit, [r.spec.submit_s for r in jobs]])
         self.alive = np.concatenate([self.alive, np.ones(len(jobs), dtype=bool)])
+        self.glevel = np.concatenate([self.glevel, np.zeros(len(jobs), dtype=np.int64)])
+        self.gnext = np.concatenate([self.gnext, np.full(len(jobs), -math.inf)])
 
     def sync(self, view: ClusterView) -> None:
         running = view.running
@@ -296,6 +314,7 @@ class _RunningIndex:
         for k in live[starts != self.start[live]]:
             r = self.jobs[k]
             self.base[k], self.start[k] = r.attained_gpu_s, r.start_s  # type: ignore[union-attr]
+            self.gnext[k] = -math.inf
 
 
 _SERVICE: weakref.WeakKeyDictionary[ClusterView, _RunningIndex] = weakref.WeakKeyDictionary()
@@ -317,6 +336,20 @@ def running_service(view: ClusterView) -> tuple[Sequence[Job], np.ndarray, np.nd
     return _Rows(index.jobs, live), attained, index.submit[live]
 
 
+def started_now(view: ClusterView) -> np.ndarray:
+    """Which running jobs started at this very instant, in `running_service`'s order (call that first)."""
+    index = _SERVICE[view]
+    return index.start[np.flatnonzero(index.alive)] >= view.now
+
+
+def gittins_levels(view: ClusterView, queues: Gittins) -> np.ndarray:
+    """The Gittins queue of each running job, in `running_service`'s order (call that first, at the same instant)."""
+    index = _SERVICE[view]
+    live = np.flatnonzero(index.alive)
+    attained = index.base[live] + (view.now - index.start[live]) * index.rate[live]
+    return index.gittins_levels(live, attained, queues)
+
+
 class _Rows(Sequence[Job]):
     """`jobs[rows[i]]` without building the list: callers read a few of thousands."""
 
@@ -335,13 +368,14 @@ class _Rows(Sequence[Job]):
 class _Frame:
     """One decision point's working state: the planner, and which jobs can start (with which victims)."""
 
-    def __init__(self, view: ClusterView, preempt: bool) -> None:
+    def __init__(self, view: ClusterView, preempt: bool, queues: Gittins) -> None:
         self.view = view
+        self.queues = queues
         self.planner = Planner(view)
         self.preempt = preempt and bool(view.running)
         self._running: tuple[Sequence[Job], np.ndarray, np.ndarray] | None = None  # jobs, attained, submit
-        self._by_ladder: dict[tuple[float, ...], tuple[np.ndarray, np.ndarray]] = {}  # levels, order: lowest first
-        self._no_victims_from: dict[tuple[tuple[float, ...], int], float] = {}  # smallest demand that found none
+        self._by_ladder: dict[tuple[float, ...] | str, tuple[np.ndarray, np.ndarray]] = {}  # levels, order
+        self._no_victims_from: dict[tuple[tuple[float, ...] | str, int], float] = {}  # smallest demand found none
         self.scanned = 0  # preemption attempts at this decision point (bounded by PREEMPT_SCAN per order)
 
     def _scored(self, spec: JobSpec, cands: list[Placement], victims: list[Job]) -> Choice:
@@ -357,33 +391,45 @@ class _Frame:
         cands = self.planner.candidates(spec) if self.planner.may_fit(spec) else []
         return self._scored(spec, cands, []) if cands else None
 
-    def _ranked(self, thresholds: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
+    def level(self, job: Job, ladder: tuple[float, ...] | str) -> int:
+        if ladder == GITTINS:
+            return self.queues.level_and_next(job.spec, self.view.attained_gpu_s(job))[0]
+        return las_level(self.view.attained_gpu_s(job), ladder)  # type: ignore[arg-type]
+
+    def _ranked(self, ladder: tuple[float, ...] | str) -> tuple[np.ndarray, np.ndarray]:
         """Running jobs lowest priority first (highest queue, then latest arrival), as indices into
         `running_service`'s jobs, and their queues in that order."""
-        if thresholds not in self._by_ladder:
+        if ladder not in self._by_ladder:
             if self._running is None:
                 self._running = running_service(self.view)
             _, attained, submit = self._running
-            levels = np.searchsorted(np.asarray(thresholds), attained, side="right")
+            if ladder == GITTINS:
+                levels = gittins_levels(self.view, self.queues)
+            else:
+                levels = np.searchsorted(np.asarray(ladder), attained, side="right")
+            # A job started at this instant is nobody's victim at it: with three ladders, a job preempted by one
+            # rule may outrank its preemptor by another, and the two would preempt each other back and forth
+            # without the clock moving (seen with a first-valid-action policy).
+            levels = np.where(started_now(self.view), -1, levels)
             order = np.lexsort((-submit, -levels))  # level descending, then submit descending
-            self._by_ladder[thresholds] = levels[order], order
-        return self._by_ladder[thresholds]
+            self._by_ladder[ladder] = levels[order], order
+        return self._by_ladder[ladder]
 
-    def preempting(self, job: Job, thresholds: tuple[float, ...]) -> Choice | None:
-        """Candidates once running jobs of strictly lower-priority queues (under `thresholds`) are preempted, chosen
-        by Tiresias' rule; None if no such set makes room."""
+    def preempting(self, job: Job, ladder: tuple[float, ...] | str) -> Choice | None:
+        """Candidates once running jobs of strictly lower-priority queues (of attained service under the thresholds
+        `ladder`, or of Gittins rank) are preempted, chosen by Tiresias' rule; None if no such set makes room."""
         view, planner, spec = self.view, self.planner, job.spec
-        level = las_level(view.attained_gpu_s(job), thresholds)
-        if not self.preempt or spec.num_gpus >= self._no_victims_from.get((thresholds, level), math.inf):
+        level = self.level(job, ladder)
+        if not self.preempt or spec.num_gpus >= self._no_victims_from.get((ladder, level), math.inf):
             return None
-        levels, order = self._ranked(thresholds)
+        levels, order = self._ranked(ladder)
         count = int(np.count_nonzero(levels > level))
         running = self._running[0]  # type: ignore[index]
         # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands.
         victims = pick_victims(view, planner, spec, (running[k] for k in order[:count])) if count else []
         if not victims:
             # Within a level victims are the same set, so a larger demand finds none either.
-            self._no_victims_from[(thresholds, level)] = spec.num_gpus
+            self._no_victims_from[(ladder, level)] = spec.num_gpus
             return None
         for v in victims:
             planner.give_back(v)
@@ -393,8 +439,8 @@ class _Frame:
         return self._scored(spec, cands, victims) if cands else None  # none: fragmentation, preempting won't help
 
 
-_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, dict[int, tuple[float, float, float]]] = \
-    weakref.WeakKeyDictionary()  # job id -> (attained, Gittins index, expected remaining) under that distribution
+_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, dict[int, tuple[JobSpec, float, float, float]]] = \
+    weakref.WeakKeyDictionary()  # job id -> (spec, attained, Gittins index, expected remaining) under that distribution
 
 
 def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> dict[str, np.ndarray]:
@@ -408,24 +454,38 @@ def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> dict
     rows = []
     for j in jobs:
         row = known.get(j.id)
-        if row is None or row[0] != j.attained_gpu_s:  # computed once per job and service level, not per decision
+        # Computed once per job and service level, not per decision. Ids repeat across simulations (every episode
+        # numbers its jobs from 0), so a row is only this job's if it holds this very spec.
+        if row is None or row[0] is not j.spec or row[1] != j.attained_gpu_s:
             a = j.attained_gpu_s
-            row = known[j.id] = (a, sizes.index(a, j.spec), sizes.expected_remaining(a, j.spec))
+            row = known[j.id] = (j.spec, a, sizes.index(a, j.spec), sizes.expected_remaining(a, j.spec))
         rows.append(row)
-    index = np.fromiter((r[1] for r in rows), float, n)
-    remaining = np.fromiter((r[2] for r in rows), float, n)
+    index = np.fromiter((r[2] for r in rows), float, n)
+    remaining = np.fromiter((r[3] for r in rows), float, n)
     coarse = np.argsort(np.searchsorted(np.asarray(THRESHOLDS), attained, side="right"), kind="stable")
+    gittins = np.argsort(-index, kind="stable")
     fine = np.argsort(np.searchsorted(np.asarray(FINE_THRESHOLDS), attained, side="right"), kind="stable")
     return {
         "las": coarse,
         "las-fine": fine,
-        "gittins": np.argsort(-index, kind="stable"),
+        "gittins": gittins,
         "remaining": np.argsort(remaining, kind="stable"),  # already GPU-seconds
         "fifo": np.arange(n),
         "smallest": np.argsort(demand, kind="stable"),
         "preempt-las": coarse,
         "preempt-fine": fine,
+        "preempt-gittins": gittins,
     }
+
+
+_QUEUES: weakref.WeakKeyDictionary[SizeDistribution, Gittins] = weakref.WeakKeyDictionary()
+
+
+def _gittins_queues(sizes: SizeDistribution) -> Gittins:
+    """Gittins' queue rule for these sizes (the `gittins` policy's own, so its preemptions are actions here)."""
+    if sizes not in _QUEUES:
+        _QUEUES[sizes] = Gittins(sizes=sizes)
+    return _QUEUES[sizes]
 
 
 def decision_point(
@@ -441,7 +501,7 @@ def decision_point(
     if not jobs:
         return None
     sizes = sizes or default_sizes()
-    frame = _Frame(view, preempt)
+    frame = _Frame(view, preempt, _gittins_queues(sizes))
     orders = _orders(view, sizes, jobs)
     fits: dict[int, Choice | None] = {}
     heads: dict[str, tuple[int, Choice]] = {}
@@ -505,13 +565,21 @@ def decision_point(
 
 
 def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = FINE_THRESHOLDS) -> float | None:
-    """When the next running job crosses into a lower-priority queue (and may become a victim): a wake-up time."""
-    best = math.inf
-    for r in view.running.values():
-        attained = view.attained_gpu_s(r)
-        level = las_level(attained, thresholds)
-        if level < len(thresholds):
-            best = min(best, now + (thresholds[level] - attained) / r.spec.gpu_demand)
+    """When the next running job crosses into a lower-priority queue (and may become a victim): a wake-up time.
+
+    Over `running_service`'s arrays (a loop over the running jobs here was the largest cost of a decision on 2,048
+    GPUs). `now` is the view's clock."""
+    if not view.running:
+        return None
+    _, attained, _ = running_service(view)
+    index = _SERVICE[view]
+    rate = index.rate[np.flatnonzero(index.alive)]
+    th = np.asarray(thresholds, dtype=float)
+    level = np.searchsorted(th, attained, side="right")
+    crossing = level < len(th)
+    if not crossing.any():
+        return None
+    best = float(np.min(now + (th[level[crossing]] - attained[crossing]) / rate[crossing]))
     # At least a second ahead: a job a rounding error short of its threshold would otherwise ask for wake-ups a
     # microsecond apart, forever.
-    return max(best, now + 1.0) if best < math.inf else None
+    return max(best, now + 1.0)

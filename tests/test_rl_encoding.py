@@ -130,7 +130,8 @@ def test_observation_size_does_not_depend_on_the_cluster() -> None:
     assert sizes == {(OBS_SIZE,)} and N_ACTIONS == len(ORDERS) * MAX_CANDIDATES + 1
 
 
-@pytest.mark.parametrize("teacher", ["tiresias", "tiresias:thresholds=300,3600,36000", "contention-greedy", "fifo-backfill"])
+@pytest.mark.parametrize("teacher", ["tiresias", "tiresias:thresholds=300,3600,36000", "gittins", "contention-greedy",
+                                     "fifo-backfill"])
 def test_every_choice_of_the_teachers_is_an_action(teacher: str) -> None:
     """The frame can represent what each heuristic does (the warm start clones them exactly), so the agent's
     starting point is the heuristic itself."""
@@ -230,3 +231,51 @@ def test_running_service_is_bitwise_the_views_attained_service() -> None:
     policy = Checking()
     Simulator(parse_cluster("dgx-a100:2"), synthetic(200, seed=3, mean_interarrival_s=20).jobs, policy).run()
     assert policy.checked > 1000
+
+
+def test_size_features_follow_the_job_not_its_id_across_simulations() -> None:
+    """Every episode numbers its jobs from 0; the Gittins index and expected remaining service cached for job 0 of one
+    simulation must not be read for job 0 of the next (it was, before the cache held the spec)."""
+    from policies import rl_encoding
+
+    big = [JobSpec("big", 0.0, 8.0, 100_000.0, "ResNet-50-bs64"), JobSpec("other", 1.0, 1.0, 100.0, "ResNet-18-bs32")]
+    small = [JobSpec("small", 0.0, 0.5, 100.0, "ResNet-18-bs32"), JobSpec("other", 1.0, 1.0, 100.0, "ResNet-18-bs32")]
+
+    def obs(specs: list[JobSpec]) -> np.ndarray:
+        sim = _sim("dgx-a100:2", specs)
+        _arrive_all(sim)
+        point = decision_point(sim.view, sim.pending.values(), sim.now)
+        assert point is not None
+        return point.obs
+
+    rl_encoding._SIZE_KEYS.clear()
+    alone = obs(small)
+    rl_encoding._SIZE_KEYS.clear()
+    obs(big)  # caches job 0 as the 8-GPU job
+    assert np.array_equal(obs(small), alone)
+
+
+def test_the_default_teachers_are_per_regime_and_every_choice_is_an_action() -> None:
+    from agents.imitation import BEST, FINE_TEACHER, collect
+
+    assert BEST.for_scenario(Scenario("synthetic:short", "dgx-a100", 2.0, 100, 0)) == FINE_TEACHER
+    assert BEST.for_scenario(Scenario("synthetic:long", "dgx-a100", 2.0, 100, 0)) == "gittins"
+    assert BEST.for_scenario(Scenario("synthetic:long", "dgx-a100", 1.0, 100, 0)) == "tiresias"
+    env = PlacementEnv(workloads=["synthetic", "synthetic:long", "synthetic:short"], window=100, load=(1.0, 2.4))
+    demos = collect(env, 1500, seed=3, teachers=BEST)
+    assert len(demos) >= 1500 and demos.exact == 1.0
+
+
+def test_next_demotion_is_the_earliest_queue_crossing() -> None:
+    from policies.rl_encoding import FINE_THRESHOLDS, next_demotion
+
+    specs = [JobSpec("a", 0.0, 2.0, 10_000.0, "ResNet-50-bs64"), JobSpec("b", 0.0, 1.0, 10_000.0, "ResNet-18-bs32")]
+    sim = _sim("pcie-v100:1", specs)
+    sim.advance()
+    _start(sim, 0, (0, 1))
+    _start(sim, 1, (2,))
+    # a attains 2 GPU-s per second: it crosses 300 GPU-s at t=150; b (1 GPU/s) at t=300.
+    assert next_demotion(sim.view, sim.now) == pytest.approx(150.0)
+    assert FINE_THRESHOLDS[0] == 300.0
+    sim.view.now = 200.0
+    assert next_demotion(sim.view, 200.0) == pytest.approx(300.0)  # a is past 300 (next at 3,600: t=1,800)
