@@ -1,4 +1,4 @@
-"""The shared RL encoding (version 3): which jobs the agent may start, where, whom it may preempt, and what it may
+"""The shared RL encoding (`ENCODING_VERSION`): which jobs the agent may start, where, whom it may preempt, and what it may
 never choose."""
 
 from __future__ import annotations
