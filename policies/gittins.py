@@ -59,7 +59,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.base import Decision, Place, Wait, WakeAt
+from policies.base import Decision, Wait, WakeAt
 from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, register, register_prefix
@@ -448,19 +448,14 @@ class Gittins(Tiresias):
                     decisions.append(Wait(job.id, wait_reason(planner, spec)))
                 blocked = True
                 break
-            placement = planner.best_fit(spec) if planner.may_fit(spec) else None
-            if placement is None and can_preempt and spec.num_gpus < no_victims_from:
-                placement = self._preempt_for(view, planner, spec, level, preempted, decisions)
-                if placement is None:
-                    no_victims_from = spec.num_gpus
+            placement, no_victims_from = self._fit_or_preempt(view, planner, job, level, can_preempt,
+                                                              no_victims_from, preempted, decisions)
             if placement is None:
                 if not blocked:
                     decisions.append(Wait(job.id, wait_reason(planner, spec)))
                 blocked = True
                 continue
-            planner.take(spec, placement)
-            self._placed.append(job.id)
-            decisions.append(Place(job.id, placement, f"queue {level}, Gittins rank {rank:.3g} GPU-s"))
+            self._start(planner, job, placement, f"queue {level}, Gittins rank {rank:.3g} GPU-s", decisions)
         if blocked and self._demote:
             decisions.append(WakeAt(self._demote[0][0] + 1e-6))
         return decisions

@@ -263,6 +263,9 @@ class _RunningIndex:
     patched as jobs come and go instead of rebuilt: on 2,048 GPUs rebuilding them was most of a decision's time."""
 
     def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
         self.jobs: list[Job | None] = []
         self.row: dict[int, int] = {}  # job id -> index into the arrays
         self.base = np.zeros(0)
@@ -303,7 +306,7 @@ class _RunningIndex:
             self.alive[k] = False
         if len(self.jobs) > 2 * len(running) + 64:  # mostly dead rows: compact
             keep = [r for r in self.jobs if r is not None]
-            self.__init__()  # type: ignore[misc]
+            self.clear()
             self._append(keep, view.now)
         new = running.keys() - self.row.keys()
         if new:

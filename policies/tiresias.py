@@ -174,23 +174,36 @@ class Tiresias:
             # preempting job takes), so once preempting for a demand failed, larger demands fail too.
             no_victims_from = float("inf")
             for job in jobs:
-                spec = job.spec
-                placement = planner.best_fit(spec) if planner.may_fit(spec) else None
-                if placement is None and can_preempt and spec.num_gpus < no_victims_from:
-                    placement = self._preempt_for(view, planner, spec, level, preempted, decisions)
-                    if placement is None:
-                        no_victims_from = spec.num_gpus
+                placement, no_victims_from = self._fit_or_preempt(view, planner, job, level, can_preempt,
+                                                                  no_victims_from, preempted, decisions)
                 if placement is None:
                     if not blocked:
-                        decisions.append(Wait(job.id, wait_reason(planner, spec)))
+                        decisions.append(Wait(job.id, wait_reason(planner, job.spec)))
                     blocked = True
                     continue
-                planner.take(spec, placement)
-                self._placed.append(job.id)
-                decisions.append(Place(job.id, placement, f"queue {level}"))
+                self._start(planner, job, placement, f"queue {level}", decisions)
         if blocked and self._demote:
             decisions.append(WakeAt(self._demote[0][0] + 1e-6))
         return decisions
+
+    def _fit_or_preempt(
+        self, view: ClusterView, planner: Planner, job: Job, level: int, can_preempt: bool, no_victims_from: float,
+        preempted: set[int], decisions: list[Decision],
+    ) -> tuple[Placement | None, float]:
+        """Where `job` starts (best fit on free GPUs, else preempting lower queues), and the smallest demand known
+        to find no victims at this level (updated when preempting failed)."""
+        spec = job.spec
+        placement = planner.best_fit(spec) if planner.may_fit(spec) else None
+        if placement is None and can_preempt and spec.num_gpus < no_victims_from:
+            placement = self._preempt_for(view, planner, spec, level, preempted, decisions)
+            if placement is None:
+                no_victims_from = spec.num_gpus
+        return placement, no_victims_from
+
+    def _start(self, planner: Planner, job: Job, placement: Placement, reason: str, decisions: list[Decision]) -> None:
+        planner.take(job.spec, placement)
+        self._placed.append(job.id)
+        decisions.append(Place(job.id, placement, reason))
 
     def _preempt_for(
         self, view: ClusterView, planner: Planner, spec: JobSpec, level: int, preempted: set[int],
