@@ -3,7 +3,8 @@ TRAINING windows only (first three quarters of each dev trace, model seeds 0-3; 
 windows of 300 jobs per workload and load. Prints each policy's geometric-mean avg JCT ratio to tiresias;
 `agents.imitation.BEST` was read off its output.
 
-    python benchmarks/teachers.py [--loads 0.8,1.3,2.2] [--windows 4]
+    python benchmarks/teachers.py [--loads 0.8,1.3,2.2] [--windows 4] [--window 300] [--nodes 3,6]
+                                  [--workloads synthetic:multinode,alibaba_openb_before_day130]
 """
 
 from __future__ import annotations
@@ -37,8 +38,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--loads", default="0.8,1.3,2.2")
     ap.add_argument("--windows", type=int, default=4)
+    ap.add_argument("--window", type=int, default=300, help="jobs per window")
+    ap.add_argument("--nodes", default="3,6", help="synthetic cluster sizes drawn from, LO,HI")
+    ap.add_argument("--workloads", default="", help="comma-separated subset of the workloads (default: all)")
     args = ap.parse_args()
+    nodes = tuple(int(x) for x in args.nodes.split(","))
+    only = {w for w in args.workloads.split(",") if w}
     for workload, preset in WORKLOADS.items():
+        if only and workload not in only and Path(workload).stem not in only:
+            continue
         if not workload.startswith("synthetic") and not Path(workload).is_file():
             print(f"{workload}: not found (needs ../shared/traces next to the project); skipped")
             continue
@@ -46,7 +54,8 @@ def main() -> None:
             rng = np.random.default_rng(7)
             res: dict[str, list[float]] = {p: [] for p in POLICIES}
             for _ in range(args.windows):
-                cluster, jobs = draw(rng, [workload], [preset], (3, 6), 300, (load, load), "train").build()
+                cluster, jobs = draw(rng, [workload], [preset], (nodes[0], nodes[-1]), args.window, (load, load),
+                                       "train").build()
                 for p in POLICIES:
                     res[p].append(Simulator(cluster, jobs, make_policy(p)).run().metrics["avg_jct_s"])
             base = np.array(res["tiresias"])

@@ -258,7 +258,8 @@ def test_size_features_follow_the_job_not_its_id_across_simulations() -> None:
 def test_the_default_teachers_are_per_regime_and_every_choice_is_an_action() -> None:
     from agents.imitation import BEST, FINE_TEACHER, collect
 
-    assert BEST.for_scenario(Scenario("synthetic:short", "dgx-a100", 2.0, 100, 0)) == FINE_TEACHER
+    assert BEST.for_scenario(Scenario("synthetic:short", "dgx-a100", 1.7, 100, 0)) == FINE_TEACHER
+    assert BEST.for_scenario(Scenario("synthetic:multinode", "dgx-a100", 1.0, 100, 0)) == "gittins"
     assert BEST.for_scenario(Scenario("synthetic:long", "dgx-a100", 2.0, 100, 0)) == "gittins"
     assert BEST.for_scenario(Scenario("synthetic:long", "dgx-a100", 1.0, 100, 0)) == "tiresias"
     env = PlacementEnv(workloads=["synthetic", "synthetic:long", "synthetic:short"], window=100, load=(1.0, 2.4))
