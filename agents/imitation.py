@@ -100,12 +100,23 @@ class Demonstrations:
     def __len__(self) -> int:
         return len(self.actions)
 
+    def __add__(self, other: Demonstrations) -> Demonstrations:
+        n, k = len(self), len(other)
+        return Demonstrations(np.concatenate([self.obs, other.obs]), np.concatenate([self.masks, other.masks]),
+                              np.concatenate([self.actions, other.actions]),
+                              np.concatenate([self.returns, other.returns]), (self.exact * n + other.exact * k) / (n + k))
+
 
 def collect(env: PlacementEnv, samples: int, seed: int, teachers: Teachers | str = "tiresias",
-            progress: Callable[[int], None] | None = None) -> Demonstrations:
-    """Roll the teacher out in `env` (drawing training scenarios) until `samples` decisions are recorded."""
+            progress: Callable[[int], None] | None = None,
+            actor: Callable[[np.ndarray, np.ndarray], int] | None = None, beta: float = 1.0) -> Demonstrations:
+    """Roll out in `env` (drawing training scenarios) until `samples` decisions are recorded, each labelled with the
+    teacher's action. Without `actor` the teacher acts. With one (DAgger), each step follows the teacher with
+    probability `beta` and `actor(obs, mask)` otherwise, so the labels cover the states the agent itself reaches:
+    a clone that only saw the teacher's states compounds its rare mistakes into states it never learned."""
     if isinstance(teachers, str):
         teachers = Teachers(teachers)
+    coin = np.random.default_rng(seed)
     obs_l, mask_l, act_l, ret_l = [], [], [], []
     exact = total = 0
     episode = 0
@@ -121,10 +132,12 @@ def collect(env: PlacementEnv, samples: int, seed: int, teachers: Teachers | str
             action, ok = teacher_action(sim, point, teacher)
             exact += ok
             total += 1
+            mask = env.action_masks()
             o.append(obs)
-            m.append(env.action_masks())
+            m.append(mask)
             a.append(action)
-            obs, reward, terminated, truncated, _ = env.step(action)
+            taken = action if actor is None or coin.random() < beta else actor(obs, mask)
+            obs, reward, terminated, truncated, _ = env.step(taken)
             r.append(reward)
             if terminated or truncated:
                 break
@@ -167,9 +180,16 @@ def clone(model, demos: Demonstrations, epochs: int = 20, batch_size: int = 256,
             opt.step()
             stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item()}
     policy.set_training_mode(False)
-    with torch.no_grad():
-        dist = policy.get_distribution(obs, action_masks=masks)
-        greedy = dist.distribution.probs.argmax(dim=1)
-    stats["agreement"] = float((greedy == actions).float().mean())
+    stats["agreement"] = agreement(model, demos)
     stats["teacher_exact"] = demos.exact
     return stats
+
+
+def agreement(model, demos: Demonstrations) -> float:
+    """The fraction of `demos` on which the model's greedy action is the teacher's."""
+    import torch
+
+    with torch.no_grad():
+        dist = model.policy.get_distribution(torch.as_tensor(demos.obs), action_masks=torch.as_tensor(demos.masks))
+        greedy = dist.distribution.probs.argmax(dim=1)
+    return float((greedy == torch.as_tensor(demos.actions)).float().mean())

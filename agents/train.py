@@ -67,6 +67,10 @@ class TrainConfig(BaseModel):
     # heuristic's name, or "none".
     warm_start: str = "best"
     warm_start_samples: int = Field(40_000, ge=100, le=10_000_000)
+    # DAgger rounds after the first clone: each rolls the clone out (following the teacher with probability 1/2, 1/4,
+    # ...), labels the decisions it reaches with the teacher's action (half as many as the first clone's) and clones
+    # again on everything collected so far.
+    dagger_rounds: int = Field(2, ge=0, le=10)
     learning_rate: float = Field(1e-4, gt=0, le=1)
     n_steps: int = Field(1024, ge=16, le=65_536)  # per environment, per rollout
     batch_size: int = Field(256, ge=8)
@@ -142,7 +146,8 @@ FLAGS = {  # config field -> the flag users typed, so an error names what they c
     "window": "--window", "load": "--load", "n_envs": "--n-envs", "seed": "--seed", "out": "--out",
     "tensorboard": "--tensorboard", "eval_freq": "--eval-freq", "eval_scenarios": "--eval-scenarios",
     "eval_window": "--eval-window", "eval_load": "--eval-load", "algo": "--algo", "formulation": "--formulation",
-    "learning_rate": "--learning-rate", "warm_start": "--warm-start", "warm_start_samples": "--warm-start-samples", "n_steps": "--n-steps", "batch_size": "--batch-size",
+    "learning_rate": "--learning-rate", "warm_start": "--warm-start", "warm_start_samples": "--warm-start-samples",
+    "dagger_rounds": "--dagger-rounds", "n_steps": "--n-steps", "batch_size": "--batch-size",
 }
 
 
@@ -527,18 +532,37 @@ def save_reports(cfg: TrainConfig, paths: dict[str, Path], meta: dict[str, Any],
 
 def warm_start(cfg: TrainConfig, model: Any, log: Callable[[str], None]) -> dict[str, Any]:
     from agents.env import PlacementEnv
-    from agents.imitation import BEST, Teachers, clone, collect
+    from agents.imitation import BEST, Teachers, agreement, clone, collect
 
     t0 = time.perf_counter()
     teachers = BEST if cfg.warm_start == "best" else Teachers(cfg.warm_start)
     log(f"warm start: cloning {teacher_words(teachers)} on {cfg.warm_start_samples:,} decisions")
-    demos = collect(PlacementEnv(**env_kwargs(cfg)), cfg.warm_start_samples, seed=cfg.seed + 1_000_000,
-                    teachers=teachers)
+    env = PlacementEnv(**env_kwargs(cfg))
+    demos = collect(env, cfg.warm_start_samples, seed=cfg.seed + 1_000_000, teachers=teachers)
     stats: dict[str, Any] = clone(model, demos, seed=cfg.seed)
+    log(f"warm start: cloned on {len(demos):,} decisions in {time.perf_counter() - t0:.0f} s (agrees with the "
+        f"teacher on {stats['agreement']:.1%}; the frame represented {stats['teacher_exact']:.1%} of its choices "
+        "exactly)")
+    rounds = []
+
+    def actor(obs: Any, mask: Any) -> int:
+        return int(model.predict(obs, action_masks=mask, deterministic=True)[0])
+
+    for r in range(1, cfg.dagger_rounds + 1):
+        beta = 0.5**r
+        more = collect(env, cfg.warm_start_samples // 2, seed=cfg.seed + 1_000_000 + 10_000 * r, teachers=teachers,
+                       actor=actor, beta=beta)
+        before = agreement(model, more)
+        demos = demos + more
+        stats = clone(model, demos, epochs=10, seed=cfg.seed + r)
+        rounds.append({"round": r, "beta": beta, "samples": len(more), "agreement_before": round(before, 4),
+                       "agreement_after": round(agreement(model, more), 4)})
+        log(f"DAgger round {r}: {len(more):,} decisions with the clone acting {1 - beta:.0%} of the time; it agreed "
+            f"with the teacher on {before:.1%} of them, {rounds[-1]['agreement_after']:.1%} after cloning again on "
+            f"all {len(demos):,}")
     stats = {"samples": len(demos), **{k: round(v, 4) for k, v in stats.items()}, "wall_s": round(
-        time.perf_counter() - t0, 1), "teachers": teacher_words(teachers)}
-    log(f"warm start: cloned on {len(demos):,} decisions in {stats['wall_s']:.0f} s (agrees with the teacher on "
-        f"{stats['agreement']:.1%}; the frame represented {stats['teacher_exact']:.1%} of its choices exactly)")
+        time.perf_counter() - t0, 1), "teachers": teacher_words(teachers), "dagger": rounds}
+    log(f"warm start: done in {stats['wall_s']:.0f} s")
     return stats
 
 

@@ -238,6 +238,9 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
               help="Clone this teacher (in the agent's frame) before PPO fine-tunes it: best = the best heuristic "
                    "for each training window's workload and load (agents/imitation.py), or one heuristic's name.")
 @click.option("--warm-start-samples", type=int, default=40_000, show_default=True)
+@click.option("--dagger-rounds", type=int, default=2, show_default=True,
+              help="After cloning, roll the clone out, label what it reaches with the teacher's actions and clone "
+                   "again (DAgger), this many times.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @click.option("--from-history", is_flag=True,
               help="Fine-tune the store's active policy on the jobs the live service recorded, replayed on the live "
@@ -248,7 +251,7 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
 def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int, cluster: str,
           workloads: tuple[str, ...], window: int, load: str, n_envs: int, seed: int,
           tensorboard: Path | None, eval_freq: int, eval_scenarios: int, eval_window: int, warm_start: str,
-          warm_start_samples: int, no_progress: bool, from_history: bool, db_url: str | None,
+          warm_start_samples: int, dagger_rounds: int, no_progress: bool, from_history: bool, db_url: str | None,
           out: Path | None, force: bool) -> None:
     """Train a placement agent and evaluate it against tiresias and contention-greedy on held-out windows."""
     from agents.train import check_out, default_out, make_config, parse_cluster_range, parse_range
@@ -266,7 +269,7 @@ def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int
         _train_from_history(ctx, db_url, out, no_progress, algo=algo or "maskable-ppo", timesteps=timesteps,
                             window=window, load=load, n_envs=n_envs, seed=seed, tensorboard=tensorboard,
                             eval_freq=eval_freq, eval_scenarios=eval_scenarios, eval_window=eval_window,
-                            warm_start=warm_start, warm_start_samples=warm_start_samples)
+                            warm_start=warm_start, warm_start_samples=warm_start_samples, dagger_rounds=dagger_rounds)
         return
     if db_url is not None:
         raise click.UsageError("--db: only with --from-history")
@@ -277,7 +280,7 @@ def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int
             timesteps=timesteps, presets=presets, nodes=nodes, workloads=list(workloads), window=window,
             load=parse_range("--load", load), n_envs=n_envs, seed=seed, out=out, tensorboard=tensorboard,
             eval_freq=eval_freq, eval_scenarios=eval_scenarios, eval_window=eval_window, warm_start=warm_start,
-            warm_start_samples=warm_start_samples,
+            warm_start_samples=warm_start_samples, dagger_rounds=dagger_rounds,
         )
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None

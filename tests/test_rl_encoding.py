@@ -280,3 +280,25 @@ def test_next_demotion_is_the_earliest_queue_crossing() -> None:
     assert FINE_THRESHOLDS[0] == 300.0
     sim.view.now = 200.0
     assert next_demotion(sim.view, 200.0) == pytest.approx(300.0)  # a is past 300 (next at 3,600: t=1,800)
+
+
+def test_dagger_rollouts_follow_the_actor_and_keep_the_teachers_labels() -> None:
+    from agents.imitation import collect
+
+    def last_valid(obs: np.ndarray, mask: np.ndarray) -> int:
+        return int(np.flatnonzero(mask)[-1])
+
+    env = PlacementEnv(workloads=["synthetic"], window=60, load=(1.5, 1.5))
+    taught = collect(env, 300, seed=5, teachers="tiresias")
+    env = PlacementEnv(workloads=["synthetic"], window=60, load=(1.5, 1.5))
+    dagger = collect(env, 300, seed=5, teachers="tiresias", actor=last_valid, beta=0.0)
+    # Every label is a valid action, and on the first decision (the same state) it is the teacher's.
+    assert dagger.masks[np.arange(len(dagger)), dagger.actions].all()
+    assert np.array_equal(dagger.obs[0], taught.obs[0]) and dagger.actions[0] == taught.actions[0]
+    # The actor, not the teacher, chose where the episode went: the labelled states differ from the teacher's own.
+    actor_choices = np.array([last_valid(o, m) for o, m in zip(dagger.obs, dagger.masks, strict=True)])
+    assert (actor_choices != dagger.actions).any()
+    n = min(len(taught), len(dagger))
+    assert not np.array_equal(dagger.obs[:n], taught.obs[:n])
+    merged = taught + dagger
+    assert len(merged) == len(taught) + len(dagger) and merged.masks.shape[0] == len(merged)

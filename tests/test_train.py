@@ -70,6 +70,10 @@ def test_a_short_run_leaves_a_loadable_agent_and_its_report(trained: tuple[Path,
     assert len(report["scenarios"]) == 1
     assert set(report["baselines"]) == {"tiresias", "contention-greedy", "gittins"}
     assert sidecar["warm_start"]["teacher_exact"] == 1.0  # every choice of the teachers was an action
+    rounds = sidecar["warm_start"]["dagger"]  # DAgger: the clone's own rollouts, labelled, then cloned again
+    assert [r["round"] for r in rounds] == [1, 2] and [r["beta"] for r in rounds] == [0.5, 0.25]
+    assert all(r["samples"] >= 150 and 0.0 <= r["agreement_before"] <= 1.0 for r in rounds)
+    assert sidecar["warm_start"]["samples"] >= 300 + sum(r["samples"] for r in rounds)  # cloned on all of them
     steps = [row["timesteps"] for row in report["evaluations"]]
     assert steps[0] == 0 and steps[-1] >= 512  # the starting point and the end are both evaluated
     row = report["evaluations"][-1]
