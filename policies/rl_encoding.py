@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import operator
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -368,6 +368,14 @@ class _Rows(Sequence[Job]):
         return self._jobs[self._rows[i]]
 
 
+@dataclass(frozen=True)
+class _Unscored:
+    """Candidates whose predictions are still to be computed (`ClusterView.predict_later`)."""
+
+    candidates: list[Placement]
+    predictions: list[Callable[[], Prediction]]
+
+
 class _Frame:
     """One decision point's working state: the planner, and which jobs can start (with which victims)."""
 
@@ -388,11 +396,22 @@ class _Frame:
         keep = non_dominated(preds)[:MAX_CANDIDATES]
         return [cands[i] for i in keep], [preds[i] for i in keep], victims
 
-    def fits(self, job: Job) -> Choice | None:
-        """The job's non-dominated candidate placements on free capacity, or None if it fits nowhere now."""
+    def fits(self, job: Job) -> Choice | _Unscored | None:
+        """The job's non-dominated candidate placements on free capacity (`chosen` makes them a Choice), or None if
+        it fits nowhere now."""
         spec = job.spec
         cands = self.planner.candidates(spec) if self.planner.may_fit(spec) else []
-        return self._scored(spec, cands, []) if cands else None
+        # Predicted only if the job heads an order: the preemption orders ask whether each job they pass fits, and
+        # on a cluster with room for many, predicting all of their candidates was most of the slowest decisions.
+        return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands]) if cands else None
+
+    @staticmethod
+    def chosen(fit: Choice | _Unscored) -> Choice:
+        if isinstance(fit, _Unscored):
+            preds = [later() for later in fit.predictions]
+            keep = non_dominated(preds)[:MAX_CANDIDATES]
+            return [fit.candidates[i] for i in keep], [preds[i] for i in keep], []
+        return fit
 
     def level(self, job: Job, ladder: tuple[float, ...] | str) -> int:
         if ladder == GITTINS:
@@ -518,7 +537,7 @@ def decision_point(
     not_now = never | ((num < 1) & (num > planner.max_free_share + EPS))
     # fits[i]: job i's candidates on free capacity (None: it fits nowhere), in the order the scans below first ask.
     # `refused[i]` marks jobs the scans passed over by the tests above; they count as asked (None) from then on.
-    fits: dict[int, Choice | None] = {}
+    fits: dict[int, Choice | _Unscored | None] = {}
     refused = never.copy()
     heads: dict[str, tuple[int, Choice]] = {}
     for name in ORDERS:
@@ -531,6 +550,7 @@ def decision_point(
                 if i not in fits:
                     fits[i] = frame.fits(jobs[i])
                 if fits[i] is not None:
+                    fits[i] = frame.chosen(fits[i])  # type: ignore[arg-type]
                     heads[name] = (i, fits[i])  # type: ignore[assignment]
                     # Every job ahead of it in this order was passed over (the refused ones without asking).
                     refused[order[:int(np.flatnonzero(order == i)[0])]] = True
