@@ -13,6 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from policies.agent_files import AgentFormat, load, safe_objects
 from policies.base import Decision, Place, WakeAt
 from policies.gittins import SizeDistribution, default_sizes
@@ -61,8 +63,31 @@ class RLPolicy:
         self._waited: tuple[float, int] | None = None  # (instant, running jobs) at which the agent chose to wait
 
     def act(self, obs: Any, mask: Any) -> int:
-        action, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
-        return int(action)
+        """The agent's deterministic action: `model.predict(obs, action_masks=mask, deterministic=True)`, computed by
+        the same tensor operations in the same order (so the same action, bit for bit) without the wrappers around
+        them (input checks, mode switching, distribution objects and their argument validation), which took most of
+        the forward pass's time on a deep queue."""
+        policy = getattr(self.model, "policy", None)
+        if policy is None or not hasattr(policy, "mlp_extractor"):
+            action, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
+            return int(action)
+        import torch as th
+        from stable_baselines3.common.preprocessing import preprocess_obs
+
+        if policy.training:  # `predict` switches to eval mode (and leaves it so)
+            policy.set_training_mode(False)
+        with th.no_grad():
+            x = th.as_tensor(np.asarray(obs).reshape((-1, *policy.observation_space.shape)), device=policy.device)
+            features = policy.pi_features_extractor(preprocess_obs(x, policy.observation_space, policy.normalize_images))
+            latent = policy.mlp_extractor.forward_actor(features)
+            logits = policy.action_net(latent).view(-1, N_ACTIONS)
+            # MaskableCategorical: normalised logits, masked ones set to -1e8, normalised again; the mode is the
+            # argmax of the probabilities (softmax), as in MaskableCategoricalDistribution.mode.
+            logits = logits - logits.logsumexp(dim=-1, keepdim=True)
+            keep = th.as_tensor(mask, dtype=th.bool, device=logits.device).reshape(logits.shape)
+            masked = th.where(keep, logits, th.tensor(-1e8, dtype=logits.dtype, device=logits.device))
+            masked = masked - masked.logsumexp(dim=-1, keepdim=True)
+            return int(th.argmax(th.softmax(masked, dim=-1), dim=1)[0])
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         # As in the environment: after a wait, nothing more starts until something changes (the clock moves or a

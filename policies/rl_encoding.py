@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import operator
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -368,6 +368,14 @@ class _Rows(Sequence[Job]):
         return self._jobs[self._rows[i]]
 
 
+@dataclass(frozen=True)
+class _Unscored:
+    """Candidates whose predictions are still to be computed (`ClusterView.predict_later`)."""
+
+    candidates: list[Placement]
+    predictions: list[Callable[[], Prediction]]
+
+
 class _Frame:
     """One decision point's working state: the planner, and which jobs can start (with which victims)."""
 
@@ -388,11 +396,22 @@ class _Frame:
         keep = non_dominated(preds)[:MAX_CANDIDATES]
         return [cands[i] for i in keep], [preds[i] for i in keep], victims
 
-    def fits(self, job: Job) -> Choice | None:
-        """The job's non-dominated candidate placements on free capacity, or None if it fits nowhere now."""
+    def fits(self, job: Job) -> Choice | _Unscored | None:
+        """The job's non-dominated candidate placements on free capacity (`chosen` makes them a Choice), or None if
+        it fits nowhere now."""
         spec = job.spec
         cands = self.planner.candidates(spec) if self.planner.may_fit(spec) else []
-        return self._scored(spec, cands, []) if cands else None
+        # Predicted only if the job heads an order: the preemption orders ask whether each job they pass fits, and
+        # on a cluster with room for many, predicting all of their candidates was most of the slowest decisions.
+        return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands]) if cands else None
+
+    @staticmethod
+    def chosen(fit: Choice | _Unscored) -> Choice:
+        if isinstance(fit, _Unscored):
+            preds = [later() for later in fit.predictions]
+            keep = non_dominated(preds)[:MAX_CANDIDATES]
+            return [fit.candidates[i] for i in keep], [preds[i] for i in keep], []
+        return fit
 
     def level(self, job: Job, ladder: tuple[float, ...] | str) -> int:
         if ladder == GITTINS:
@@ -446,11 +465,10 @@ _SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, dict[int, tuple[JobSpec,
     weakref.WeakKeyDictionary()  # job id -> (spec, attained, Gittins index, expected remaining) under that distribution
 
 
-def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> dict[str, np.ndarray]:
-    """Each order as indices into `jobs` (which are in arrival order, so a stable sort breaks ties by arrival)."""
+def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Each order as indices into `jobs` (which are in arrival order, so a stable sort breaks ties by arrival), and
+    each job's GPUs (`num_gpus`)."""
     n = len(jobs)
-    attained = np.fromiter((j.attained_gpu_s for j in jobs), float, n)  # a pending job's service is frozen
-    demand = np.fromiter((j.spec.gpu_demand for j in jobs), float, n)
     known = _SIZE_KEYS.setdefault(sizes, {})
     if len(known) > 2 * n + 1024:
         known.clear()
@@ -459,12 +477,15 @@ def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> dict
         row = known.get(j.id)
         # Computed once per job and service level, not per decision. Ids repeat across simulations (every episode
         # numbers its jobs from 0), so a row is only this job's if it holds this very spec.
-        if row is None or row[0] is not j.spec or row[1] != j.attained_gpu_s:
-            a = j.attained_gpu_s
-            row = known[j.id] = (j.spec, a, sizes.index(a, j.spec), sizes.expected_remaining(a, j.spec))
+        a = j.attained_gpu_s  # a pending job's service is frozen
+        if row is None or row[0] is not j.spec or row[1] != a:
+            spec = j.spec
+            row = known[j.id] = (spec, a, sizes.index(a, spec), sizes.expected_remaining(a, spec), spec.gpu_demand,
+                                 spec.num_gpus)
         rows.append(row)
-    index = np.fromiter((r[2] for r in rows), float, n)
-    remaining = np.fromiter((r[3] for r in rows), float, n)
+    # One pass over the rows into an array; its columns are the very floats the per-job reads gave.
+    table = np.array([r[1:] for r in rows], dtype=float).reshape(n, 5)
+    attained, index, remaining, demand, num = table.T
     coarse = np.argsort(np.searchsorted(np.asarray(THRESHOLDS), attained, side="right"), kind="stable")
     gittins = np.argsort(-index, kind="stable")
     fine = np.argsort(np.searchsorted(np.asarray(FINE_THRESHOLDS), attained, side="right"), kind="stable")
@@ -478,7 +499,7 @@ def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> dict
         "preempt-las": coarse,
         "preempt-fine": fine,
         "preempt-gittins": gittins,
-    }
+    }, num
 
 
 _QUEUES: weakref.WeakKeyDictionary[SizeDistribution, Gittins] = weakref.WeakKeyDictionary()
@@ -505,22 +526,50 @@ def decision_point(
         return None
     sizes = sizes or default_sizes()
     frame = _Frame(view, preempt, _gittins_queues(sizes))
-    orders = _orders(view, sizes, jobs)
-    fits: dict[int, Choice | None] = {}
+    orders, num = _orders(view, sizes, jobs)
+    planner = frame.planner
+    # Jobs that fit nowhere, known without a search: `Planner.may_fit` refuses them (and nothing else about them is
+    # computed). A whole-GPU job asking for more GPUs than are wholly free stays so for the whole decision point (a
+    # preemption gives its victims' GPUs back and takes them again, which restores the count exactly); a GPU share
+    # larger than any GPU has free is refused so until the first preemption is tried (which may move free shares by a
+    # rounding error), so that test serves only the orders scanned before it.
+    never = (num >= 1) & (num > planner.free_whole)
+    not_now = never | ((num < 1) & (num > planner.max_free_share + EPS))
+    # fits[i]: job i's candidates on free capacity (None: it fits nowhere), in the order the scans below first ask.
+    # `refused[i]` marks jobs the scans passed over by the tests above; they count as asked (None) from then on.
+    fits: dict[int, Choice | _Unscored | None] = {}
+    refused = never.copy()
     heads: dict[str, tuple[int, Choice]] = {}
     for name in ORDERS:
         ladder = PREEMPT_LADDERS.get(name)
-        if ladder is not None and not frame.preempt:
+        if ladder is None:
+            order = orders[name]
+            # The first job in this order that fits: only the jobs not refused are asked, in order, as they were.
+            looked = order[~not_now[order]]
+            for i in looked.tolist():
+                if i not in fits:
+                    fits[i] = frame.fits(jobs[i])
+                if fits[i] is not None:
+                    fits[i] = frame.chosen(fits[i])  # type: ignore[arg-type]
+                    heads[name] = (i, fits[i])  # type: ignore[assignment]
+                    # Every job ahead of it in this order was passed over (the refused ones without asking).
+                    refused[order[:int(np.flatnonzero(order == i)[0])]] = True
+                    break
+            else:
+                refused[order] = True
+            continue
+        if not frame.preempt:
             continue
         attempts = 0
-        for i in orders[name]:
-            i = int(i)
-            if i not in fits:
-                fits[i] = frame.fits(jobs[i])
-            if ladder is None and fits[i] is not None:
-                heads[name] = (i, fits[i])  # type: ignore[assignment]
-                break
-            if ladder is not None and fits[i] is None:
+        skip = refused.tolist()
+        for i in orders[name].tolist():
+            if i in fits:
+                fit = fits[i]
+            elif skip[i]:
+                fit = fits[i] = None
+            else:
+                fit = fits[i] = frame.fits(jobs[i])
+            if fit is None:
                 choice = frame.preempting(jobs[i], ladder)
                 if choice is not None:
                     heads[name] = (i, choice)

@@ -8,7 +8,7 @@ model's predictions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import numpy as np
@@ -165,6 +165,10 @@ class ClusterView:
 
     def predict(self, spec: JobSpec, placement: Placement) -> Prediction:
         return self._contention.predict(spec, placement)
+
+    def predict_later(self, spec: JobSpec, placement: Placement) -> Callable[[], Prediction]:
+        """`predict`'s result, computed when called (before anything changes; `ContentionModel.predict_later`)."""
+        return self._contention.predict_later(spec, placement)
 
     def attained_gpu_s(self, job: Job) -> float:
         """GPU-seconds of service a job has had up to now (Tiresias' 2D attained service)."""
