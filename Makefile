@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run simulate test bench venv clean lock
+.PHONY: run simulate test bench docs venv clean lock
 
 LOCK := requirements.lock
 UV := uv==0.13.9
@@ -22,7 +22,7 @@ $(STAMP): $(LOCK) pyproject.toml
 lock:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(UV)
-	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 \
+	$(BIN)/uv pip compile pyproject.toml --extra test --extra docs --generate-hashes --python-version 3.11 \
 		--python-platform x86_64-manylinux_2_28 --find-links /opt/wheels --custom-compile-command "make lock" \
 		-o $(LOCK)
 
@@ -45,6 +45,10 @@ test: $(STAMP)
 		echo "chromium could not be installed: the dashboard's browser tests will skip"
 	$(BIN)/python -m pytest
 
+# The documentation site (mkdocs.yml, docs/) into site/, warnings as errors; tests/test_docs.py builds it too.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # decision_quality.py: every policy against tiresias and the best heuristic of each held-out case, loads 0.8-2.2
 # (~10 min on 2 cores); add --json FILE and --plot FILE.png to keep the figures.
 bench: $(STAMP)
@@ -55,4 +59,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/decision_quality.py --markdown
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site
