@@ -43,3 +43,17 @@ def test_the_guides_example_policy_runs_in_the_simulator(tmp_path: Path) -> None
     lines = dict(line.split(": ", 1) for line in out.stdout.strip().splitlines())
     assert set(lines) == {"smallest-quietest", "fifo"}
     assert all(v.startswith("150 jobs, average JCT ") for v in lines.values())
+
+
+def test_every_page_is_in_the_navigation_and_the_readme_stays_short() -> None:
+    import yaml
+
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    missing = {p for p in pages if p not in nav}
+    assert not missing, f"docs pages not in mkdocs.yml's nav: {sorted(missing)}"
+    assert yaml.safe_load(nav.replace("!!", ""))["strict"] is True
+    # The README is the front door (what Corral is, the two commands, a tour, links); reference goes in docs/.
+    readme = (ROOT / "README.md").read_text().splitlines()
+    assert len(readme) <= 80, f"README.md has {len(readme)} lines; move reference material into docs/"
+    assert "make run" in "\n".join(readme) and "make test" in "\n".join(readme)
