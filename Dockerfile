@@ -4,7 +4,7 @@
 #   docker build -t corral .
 #   docker run --rm -p 8080:8080 --shm-size=1g corral    # 4 virtual nodes x 8 virtual GPUs, SQLite in the volume
 #
-# docker-compose.yml runs it against Postgres and a real Ray cluster (README.md, "Deploying with docker-compose").
+# docker-compose.yml runs it against Postgres and a real Ray cluster (docs/deployment.md).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

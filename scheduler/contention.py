@@ -28,7 +28,7 @@ The slowdown reported for a job is its iteration time divided by its *reference*
 packed on as few nodes as possible, on the cluster's reference GPU. A spread job therefore shows the spread penalty
 even when it is alone. Everything is incremental: adding or removing a job recomputes only the jobs that share a link
 or a GPU with it. The constants in `ContentionParams` and the profiles in the catalog are fitted by
-`python -m scheduler.calibrate` (DeepShare and Gavel measurements; see the README's fit report).
+`python -m scheduler.calibrate` (DeepShare and Gavel measurements; see docs/contention-model.md, the fit report).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from scheduler.workloads import ModelProfile, catalog
 
 @dataclass(frozen=True, slots=True)
 class ContentionParams:
-    """Model constants; the defaults are the values `python -m scheduler.calibrate` fits (README: fit report)."""
+    """Model constants; the defaults are the values `python -m scheduler.calibrate` fits (docs/contention-model.md
+    has the fit report)."""
 
     mps_overhead: float = 0.0  # per extra tenant on a GPU (context switching); the fit puts it all in interference
     mps_interference: float = 8.7  # slowdown per unit of (own membw x co-tenants' SM demand) on a shared GPU

@@ -85,7 +85,7 @@ class Controller:
         self.default_policy = default_policy
         self.tick_s = tick_s
         self.preset = preset
-        self.job_user = job_user  # the OS user command jobs run as (see README, Security)
+        self.job_user = job_user  # the OS user command jobs run as (see docs/security.md)
         self.profiles = profiles if profiles is not None else catalog()
         self.params = params
         self._forget_memory()

@@ -161,7 +161,7 @@ def serve(cfg: ServeConfig) -> None:
     os.umask(0o077)  # the store, logs and agents the server writes are its own user's alone
     secure_home(home)
     if cfg.job_user is None:
-        log.warning("command jobs run as this server's OS user (%s) and can read what it can; see README, Security "
+        log.warning("command jobs run as this server's OS user (%s) and can read what it can; see docs/security.md "
                     "(--job-user, --command-jobs admins)", pwd_name())
     url = database_url()
     store = Store.open(url)
