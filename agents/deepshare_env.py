@@ -25,9 +25,9 @@ from policies.deepshare import (
     decision_points,
 )
 from policies.placement import PassedOver
-from scheduler.decisions import Place
-from scheduler.model import Cluster, JobSpec, parse_cluster
-from scheduler.simulator import Simulator
+from scheduler.core.decisions import Place
+from scheduler.core.model import Cluster, JobSpec, parse_cluster
+from scheduler.core.simulator import Simulator
 
 
 class DeepShareEnv(gym.Env[np.ndarray, np.int64]):

@@ -21,9 +21,9 @@ from policies.rl_encoding import (
     decision_point,
     next_demotion,
 )
-from scheduler.decisions import WakeAt
-from scheduler.model import parse_cluster
-from scheduler.simulator import Simulator
+from scheduler.core.decisions import WakeAt
+from scheduler.core.model import parse_cluster
+from scheduler.core.simulator import Simulator
 
 
 class PlacementEnv(gym.Env[np.ndarray, np.int64]):

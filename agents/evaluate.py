@@ -3,8 +3,8 @@
 A case is a trace (or a window of one) with one model assignment on one cluster. Seed `s` draws the trace's model
 assignment with `s` and, when `window` is set, the window's start from `default_rng(s)` within the chosen part of
 the trace (`test`, the hold-out no training run draws from, by default). With `load` set, the cluster keeps its
-preset and gets the node count that puts the case's offered load nearest `load` (`scheduler.traces.offered_load`);
-where no node count gets within 5%, arrivals are compressed or stretched as well (`scheduler.traces.fit_load`), and
+preset and gets the node count that puts the case's offered load nearest `load` (`scheduler.core.traces.offered_load`);
+where no node count gets within 5%, arrivals are compressed or stretched as well (`scheduler.core.traces.fit_load`), and
 each case says which was done.
 Every policy runs on exactly the same cases, so their differences are paired.
 
@@ -35,9 +35,9 @@ from scipy import stats
 
 from agents.scenarios import SYNTHETIC_MIXES
 from policies import make_policy
-from scheduler.model import PRESETS, Cluster, JobSpec, SpecError, parse_cluster
-from scheduler.simulator import Simulator
-from scheduler.traces import (
+from scheduler.core.model import PRESETS, Cluster, JobSpec, SpecError, parse_cluster
+from scheduler.core.simulator import Simulator
+from scheduler.core.traces import (
     fit_load,
     load_trace,
     offered_load,
@@ -97,7 +97,7 @@ def build_cases(traces: Sequence[str], cluster: str, seeds: int, window_size: in
     return out
 
 
-# Synthetic mixes: keyword arguments of `scheduler.traces.synthetic` on top of a `synthetic:N[,...]` spec. Each skews
+# Synthetic mixes: keyword arguments of `scheduler.core.traces.synthetic` on top of a `synthetic:N[,...]` spec. Each skews
 # one thing the default (Philly-like) mix has a little of, so a policy is seen where that thing dominates.
 SYNTHETIC_HELD_OUT_SEED = 2**31  # training draws synthetic seeds below this (agents.scenarios.draw)
 
@@ -110,7 +110,7 @@ def build_synthetic_cases(spec: str, cluster: str, seeds: int, load: float | Non
     never draws), on a fixed cluster `PRESET:NODES`.
 
     With `load`, the node count stays (grown only if the largest job does not fit) and arrival times are compressed
-    or stretched until the offered load is `load` (`scheduler.traces.scale_to_load`), as `agents.scenarios` builds
+    or stretched until the offered load is `load` (`scheduler.core.traces.scale_to_load`), as `agents.scenarios` builds
     synthetic episodes; each case says so. The cases' `trace` is `name` (default: the spec, plus the mix unless it is
     the default), which `evaluate` groups by."""
     if mix not in SYNTHETIC_MIXES:

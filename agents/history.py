@@ -1,7 +1,7 @@
 """`corral train --from-history`: fine-tune the deployed policy on what the live service recorded.
 
 DeepShare trains its deployed policy online on the jobs it schedules; Corral does it in batches. The store's succeeded
-jobs become a Corral CSV trace (`scheduler.history`: arrivals relative to the first, sizes, models, isolated run
+jobs become a Corral CSV trace (`scheduler.live.history`: arrivals relative to the first, sizes, models, isolated run
 times) written next to the agent as `NAME.history.csv`. Episodes are windows of it replayed on the live cluster's shape
 (preset and GPUs per node from the store's `nodes`/`gpus` rows, as `corral serve` built it):
 
@@ -49,11 +49,11 @@ from agents.train import (
     training_logger,
     write_eval,
 )
-from scheduler.history import MIN_JOBS_TRAIN, History, HistoryError, read_history, write_trace_csv
-from scheduler.model import Cluster, JobSpec, SpecError
-from scheduler.serve import build_live_cluster
-from scheduler.store import Store
-from scheduler.traces import window, window_starts
+from scheduler.core.model import Cluster, JobSpec, SpecError
+from scheduler.core.traces import window, window_starts
+from scheduler.live.cluster import build_live_cluster
+from scheduler.live.history import MIN_JOBS_TRAIN, History, HistoryError, read_history, write_trace_csv
+from scheduler.live.store import Store
 
 TRAIN_SCENARIOS = 64
 

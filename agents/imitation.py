@@ -25,7 +25,7 @@ from agents.scenarios import SYNTHETIC, Scenario, is_synthetic
 from policies import make_policy
 from policies.base import Place, Preempt
 from policies.rl_encoding import WAIT, DecisionPoint
-from scheduler.simulator import Simulator
+from scheduler.core.simulator import Simulator
 
 
 def teacher_action(sim: Simulator, point: DecisionPoint, teacher: str) -> tuple[int, bool]:

@@ -2,12 +2,12 @@
 
 A `Scenario` is a small, JSON-able recipe, so the RL environment, the evaluation callback and the baselines it is
 compared with build exactly the same jobs on exactly the same cluster. Real-trace windows come from the part of a
-trace before `scheduler.traces.HOLDOUT_FROM` when training and from the part after it when evaluating, so a reported
+trace before `scheduler.core.traces.HOLDOUT_FROM` when training and from the part after it when evaluating, so a reported
 figure is always on jobs the agent never saw.
 
-Load is `scheduler.traces.offered_load` (GPUs busy during the window's arrivals if every job started on arrival):
+Load is `scheduler.core.traces.offered_load` (GPUs busy during the window's arrivals if every job started on arrival):
 a trace window gets the node count that brings it nearest the target, and its arrivals are compressed or stretched
-where no node count gets within 5% (`scheduler.traces.fit_load`: Alibaba's 8-GPU pods keep small clusters from
+where no node count gets within 5% (`scheduler.core.traces.fit_load`: Alibaba's 8-GPU pods keep small clusters from
 shrinking further); a synthetic window keeps its node count and has its arrival times rescaled to the target.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.model import PRESETS, Cluster, JobSpec, parse_cluster
-from scheduler.traces import (
+from scheduler.core.model import PRESETS, Cluster, JobSpec, parse_cluster
+from scheduler.core.traces import (
     TraceError,
     fit_load,
     load_trace,
@@ -36,7 +36,7 @@ from scheduler.traces import (
 __all__ = ["SYNTHETIC", "SYNTHETIC_MIXES", "Scenario", "ScenarioSource", "draw", "held_out", "is_synthetic", "scale_to_load", "trace_jobs"]
 
 SYNTHETIC = "synthetic"
-# Synthetic mixes (`synthetic:MIX` as a workload): settings of `scheduler.traces.synthetic` for the regimes a learned
+# Synthetic mixes (`synthetic:MIX` as a workload): settings of `scheduler.core.traces.synthetic` for the regimes a learned
 # policy must not lose in. Training draws them; `benchmarks/decision_quality.py` evaluates on unseen seeds of each.
 SYNTHETIC_MIXES: dict[str, dict[str, Any]] = {
     "default": {},

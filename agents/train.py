@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agents.scenarios import SYNTHETIC, Scenario, check_workloads, held_out
 from policies.agent_files import sha256_of
-from scheduler.model import PRESETS, SpecError
-from scheduler.simulator import Simulator
+from scheduler.core.model import PRESETS, SpecError
+from scheduler.core.simulator import Simulator
 
 BASELINES = ("tiresias", "contention-greedy", "gittins")
 # Policy and value networks. 64 x 64 cloned the teachers' rarer choices poorly (declining or taking a preemption by
@@ -323,7 +323,7 @@ def training_logger(cfg: TrainConfig) -> Any:
 def default_out(kind: str) -> Path:
     """A new agent's path when `--out` is not given: `$CORRAL_HOME/agents/KIND-YYYYmmdd-HHMMSS.zip`, never the shipped
     agents/zoo (a training run must not replace the agent the service runs unless someone asks for exactly that)."""
-    from scheduler.paths import agents_dir
+    from scheduler.core.paths import agents_dir
 
     return agents_dir() / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.zip"
 

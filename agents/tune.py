@@ -3,7 +3,7 @@ tuned too, not left at their defaults.
 
 A small grid (`DEFAULT_GRID`: geometric ladders of ratio 10 starting at 10 to 3600 GPU-seconds, two to four thresholds,
 and Tiresias' default) is run on the same scenarios: windows drawn with `agents.scenarios.draw(part="train")`, so
-trace windows come from the first three quarters only (`scheduler.traces.HOLDOUT_FROM`) and never from the hold-out
+trace windows come from the first three quarters only (`scheduler.core.traces.HOLDOUT_FROM`) and never from the hold-out
 that evaluations report on, at offered loads drawn from 0.8-2.2. Each candidate's average JCT is compared with
 default `tiresias` case by case (`agents.evaluate.compare`: geometric mean of the per-case ratios with a 95% Student's t
 interval), and the candidate with the lowest geometric-mean ratio is chosen (the default when nothing beats it).
@@ -23,7 +23,7 @@ from agents.evaluate import compare
 from agents.scenarios import SYNTHETIC, Scenario, draw
 from policies import make_policy
 from policies.tiresias import DEFAULT_THRESHOLDS, format_thresholds
-from scheduler.simulator import Simulator
+from scheduler.core.simulator import Simulator
 
 BASELINE = "tiresias"
 # Geometric ladders (ratio 10) from 10 to 3600 GPU-seconds with 2-4 thresholds, and Tiresias' default (1 and 10 GPU-h).

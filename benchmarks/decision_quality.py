@@ -6,7 +6,7 @@
 
 Cases are ones no training run saw. Philly (on pcie-v100 nodes) and Alibaba (on pcie-t4 nodes): windows of `--window`
 jobs from the hold-out part of each trace (the last quarter) with model assignments from seed
-`agents.scenarios.MODEL_SEEDS` (4) onwards, brought to each load by `scheduler.traces.fit_load` (the cluster is resized
+`agents.scenarios.MODEL_SEEDS` (4) onwards, brought to each load by `scheduler.core.traces.fit_load` (the cluster is resized
 where that gets within 5% of the load, arrivals are compressed or stretched where it does not, and each case says
 which). Synthetic mixes (`agents.evaluate.SYNTHETIC_MIXES`: default, short, long, fractional, multinode), from seed
 2**31 onwards (training draws below it), on a fixed `--synthetic-cluster` with arrivals rescaled to each load. The
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents.evaluate import SYNTHETIC_MIXES, Case, build_cases, build_synthetic_cases, compare
 from agents.scenarios import MODEL_SEEDS
-from scheduler.traces import offered_load
+from scheduler.core.traces import offered_load
 
 BASELINE = "tiresias"
 FOCUS = "rl:default"
@@ -172,7 +172,7 @@ def probe(name: str) -> dict[str, Any]:
 def simulate(index: int, name: str, contention: bool = True) -> dict[str, Any]:
     """One policy on one case (by index into the worker's cases): the kept metrics, or {"error": text}."""
     from policies import make_policy
-    from scheduler.simulator import Simulator
+    from scheduler.core.simulator import Simulator
 
     case = _CASES[index]
     try:

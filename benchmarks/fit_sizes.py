@@ -3,13 +3,13 @@
     python benchmarks/fit_sizes.py [--synthetic 3000] [--seed 0] [--out policies/data/size_distribution.json]
 
 Samples are jobs' total service in GPU-seconds (isolated duration x GPUs) by GPU class, from the FIRST THREE QUARTERS
-ONLY (`scheduler.traces.HOLDOUT_FROM`: the part training and tuning may see; evaluations hold out the rest) of
+ONLY (`scheduler.core.traces.HOLDOUT_FROM`: the part training and tuning may see; evaluations hold out the rest) of
 
 * the Microsoft Philly trace, day-60 slice (`../shared/traces/philly_day60.csv`; ATC'19, CC BY 4.0),
 * the Alibaba GPU-sharing trace v2023, pods created before day 130 (`../shared/traces/alibaba_openb_before_day130.csv`;
   ATC'23),
 
-plus a synthetic workload (`scheduler.traces.synthetic`, whose draws training also uses). The traces are read in
+plus a synthetic workload (`scheduler.core.traces.synthetic`, whose draws training also uses). The traces are read in
 place, never copied; the JSON keeps only quantile tables and says where they came from.
 """
 
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from policies.gittins import CLASS_LABELS, CLASSES, DEFAULT_PATH, SizeDistribution, size_class
-from scheduler.model import JobSpec
-from scheduler.traces import HOLDOUT_FROM, load_trace, synthetic
+from scheduler.core.model import JobSpec
+from scheduler.core.traces import HOLDOUT_FROM, load_trace, synthetic
 
 TRACES = (
     ("philly_day60.csv", "Microsoft Philly job-level trace, day-60 slice (ATC'19, CC BY 4.0)"),
@@ -53,7 +53,7 @@ def fit(traces_dir: Path, synthetic_jobs: int, seed: int) -> SizeDistribution:
     if synthetic_jobs:
         syn = synthetic(synthetic_jobs, seed=seed).jobs
         jobs += syn
-        sources.append({"synthetic": f"scheduler.traces.synthetic({synthetic_jobs}, seed={seed})",
+        sources.append({"synthetic": f"scheduler.core.traces.synthetic({synthetic_jobs}, seed={seed})",
                         "jobs_used": len(syn)})
     return SizeDistribution.from_jobs(jobs, sources=sources)
 

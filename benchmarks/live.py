@@ -34,7 +34,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduler.store import Store, queries  # noqa: E402
+from scheduler.live.store import Store, queries  # noqa: E402
 
 CORRAL = Path(sys.executable).with_name("corral")
 
@@ -132,8 +132,8 @@ def throughput(url: str, token: str, clients: int, seconds: float) -> None:
 
 def decision_time(queued: int, policies: list[str]) -> None:
     from policies import make_policy
-    from scheduler.ray_backend import RayBackend
-    from scheduler.serve import ServeConfig, build_controller
+    from scheduler.live.ray_backend import RayBackend
+    from scheduler.live.serve import ServeConfig, build_controller
 
     rng = np.random.default_rng(0)
     backend = RayBackend.local(4, 8)

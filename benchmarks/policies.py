@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from policies import make_policy  # noqa: E402
-from scheduler.model import parse_cluster  # noqa: E402
-from scheduler.simulator import Simulator  # noqa: E402
-from scheduler.traces import load_trace  # noqa: E402
+from scheduler.core.model import parse_cluster  # noqa: E402
+from scheduler.core.simulator import Simulator  # noqa: E402
+from scheduler.core.traces import load_trace  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
 CASES = [

@@ -24,9 +24,9 @@ PHILLY = ROOT.parent / "shared" / "traces" / "philly_day60.csv"
 def _run(trace_arg: str, cluster_arg: str, policy: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
     sys.path.insert(0, str(ROOT))
     from policies import make_policy
-    from scheduler.model import parse_cluster
-    from scheduler.simulator import Simulator
-    from scheduler.traces import load_trace
+    from scheduler.core.model import parse_cluster
+    from scheduler.core.simulator import Simulator
+    from scheduler.core.traces import load_trace
 
     t0 = time.perf_counter()
     trace = load_trace(trace_arg)

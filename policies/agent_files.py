@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from policies.registry import UnknownPolicyError
-from scheduler.paths import agents_dir
+from scheduler.core.paths import agents_dir
 
 ZOO = Path(__file__).resolve().parents[1] / "agents" / "zoo"
 PREFIX_OF = {"corral": "rl", "deepshare": "deepshare"}  # formulation -> the prefix its agents load under

@@ -29,9 +29,9 @@ from policies.base import Decision, Place, Wait
 from policies.heuristics import wait_reason
 from policies.placement import PassedOver, Planner
 from policies.registry import register
-from scheduler.decisions import Candidate
-from scheduler.model import Job, JobKind, JobSpec, Placement
-from scheduler.state import ClusterView
+from scheduler.core.decisions import Candidate
+from scheduler.core.model import Job, JobKind, JobSpec, Placement
+from scheduler.core.state import ClusterView
 
 
 @register

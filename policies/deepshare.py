@@ -47,8 +47,8 @@ from policies.agent_files import AgentFormat, load, safe_objects
 from policies.base import Decision, Place
 from policies.placement import PassedOver, Planner
 from policies.registry import register_prefix
-from scheduler.model import Cluster, Job, JobSpec, Placement, SpecError
-from scheduler.state import EPS, ClusterView
+from scheduler.core.model import Cluster, Job, JobSpec, Placement, SpecError
+from scheduler.core.state import EPS, ClusterView
 
 DEEPSHARE_VERSION = 1
 FORMULATION = "deepshare"

@@ -20,10 +20,10 @@ says nothing; a job that has outlived every sample is taken to be as far from it
 of shape 2): `expected_remaining(a) = a` and the index is 1 / a (`index()` never above its last bucket's).
 
 The default table (`policies/data/size_distribution.json`, `SizeDistribution.default()`) is fitted by
-`benchmarks/fit_sizes.py` on the first three quarters only (`scheduler.traces.HOLDOUT_FROM`, the part training may see)
+`benchmarks/fit_sizes.py` on the first three quarters only (`scheduler.core.traces.HOLDOUT_FROM`, the part training may see)
 of the Microsoft Philly trace (`../shared/traces/philly_day60.csv`: day-60 slice, ATC'19, CC BY 4.0) and of the Alibaba
 GPU-sharing trace v2023 (`../shared/traces/alibaba_openb_before_day130.csv`, ATC'23), plus a synthetic workload
-(`scheduler.traces.synthetic`). The constructor takes any other `SizeDistribution`, e.g. one learned from the live
+(`scheduler.core.traces.synthetic`). The constructor takes any other `SizeDistribution`, e.g. one learned from the live
 store's history (`SizeDistribution.from_jobs`).
 
 **The policy** (`gittins`): pending jobs are served in descending Gittins index of their attained service (ties:
@@ -64,8 +64,8 @@ from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, register, register_prefix
 from policies.tiresias import Tiresias, check_thresholds, format_thresholds, parse_options
-from scheduler.model import Job, JobSpec, SpecError
-from scheduler.state import ClusterView
+from scheduler.core.model import Job, JobSpec, SpecError
+from scheduler.core.state import ClusterView
 
 FORMAT = "corral-size-distribution/1"
 CLASSES = ("frac", "1", "2-4", "5-8", "9+")  # GPU classes known at submit time

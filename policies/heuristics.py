@@ -13,8 +13,8 @@ import numpy as np
 from policies.base import Decision, Place, Wait
 from policies.placement import Planner
 from policies.registry import register
-from scheduler.model import Job, JobSpec, Placement
-from scheduler.state import ClusterView
+from scheduler.core.model import Job, JobSpec, Placement
+from scheduler.core.state import ClusterView
 
 
 def wait_reason(planner: Planner, spec: JobSpec) -> str:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.model import Job, JobSpec, Placement
-from scheduler.state import EPS, ClusterView
+from scheduler.core.model import Job, JobSpec, Placement
+from scheduler.core.state import EPS, ClusterView
 
 
 class PassedOver:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from policies.base import Policy
-from scheduler.model import SpecError
+from scheduler.core.model import SpecError
 
 _CLASSES: dict[str, type] = {}
 _PREFIXES: dict[str, Callable[[str, int], Policy]] = {}

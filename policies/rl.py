@@ -27,9 +27,9 @@ from policies.rl_encoding import (
     decision_point,
     next_demotion,
 )
-from scheduler.decisions import Candidate
-from scheduler.model import Job, Placement
-from scheduler.state import ClusterView
+from scheduler.core.decisions import Candidate
+from scheduler.core.model import Job, Placement
+from scheduler.core.state import ClusterView
 
 RETRAIN = "retrain it with `corral train --out PATH.zip` (see agents/zoo/README.md)"
 FORMAT = AgentFormat("corral", ENCODING_VERSION, OBS_SIZE, N_ACTIONS, RETRAIN, default_formulation="corral")

@@ -58,9 +58,9 @@ from policies.base import Decision, Place, Preempt
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
-from scheduler.contention import Prediction
-from scheduler.model import Job, JobKind, JobSpec, Placement
-from scheduler.state import EPS, ClusterView
+from scheduler.core.contention import Prediction
+from scheduler.core.model import Job, JobKind, JobSpec, Placement
+from scheduler.core.state import EPS, ClusterView
 
 ENCODING_VERSION = 4
 ORDERS = ("las", "las-fine", "gittins", "remaining", "fifo", "smallest", "preempt-las", "preempt-fine",

@@ -30,8 +30,8 @@ from policies.base import Decision, Place, Preempt, Wait, WakeAt
 from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, register, register_prefix
-from scheduler.model import Job, JobSpec, Placement
-from scheduler.state import ClusterView
+from scheduler.core.model import Job, JobSpec, Placement
+from scheduler.core.state import ClusterView
 
 # Queue thresholds in GPU-seconds of attained service: one GPU-hour and ten GPU-hours.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)

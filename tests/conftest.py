@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import requests
 
-from scheduler.model import Cluster, ClusterSpec, JobKind, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
-from scheduler.store import Store
+from scheduler.core.model import Cluster, ClusterSpec, JobKind, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
+from scheduler.live.store import Store
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

@@ -19,8 +19,8 @@ import pytest
 
 from policies import make_policy
 from policies.agent_files import ZOO, AgentLoadError, sha256_of
-from scheduler.store import Store
-from scheduler.store.queries import create_token
+from scheduler.live.store import Store
+from scheduler.live.store.queries import create_token
 from web import create_app
 
 API = "/api/v1"

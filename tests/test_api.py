@@ -17,11 +17,11 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 
-from scheduler.paths import log_path
-from scheduler.store import JobState, Store, queries
-from scheduler.store.models import Allocation, Decision, Gpu, Job, Node, PolicyVersion
-from scheduler.store.queries import create_token
-from scheduler.workloads import catalog
+from scheduler.core.paths import log_path
+from scheduler.core.workloads import catalog
+from scheduler.live.store import JobState, Store, queries
+from scheduler.live.store.models import Allocation, Decision, Gpu, Job, Node, PolicyVersion
+from scheduler.live.store.queries import create_token
 from web import create_app
 
 API = "/api/v1"

@@ -25,9 +25,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from scheduler.store import Store
-from scheduler.store.models import Gpu, Node
-from scheduler.store.queries import create_token
+from scheduler.live.store import Store
+from scheduler.live.store.models import Gpu, Node
+from scheduler.live.store.queries import create_token
 from web import create_app
 from web.schemas import DB_INT_MAX
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from scheduler.cli import main
+from scheduler.cli.commands import main
 
 JSON_KEYS = {"jobs_completed", "jobs_rejected", "avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s",
              "avg_slowdown", "makespan_s", "gpu_util", "avg_contention_slowdown", "wall_s"}
@@ -95,7 +95,8 @@ def test_missing_trace_file(tmp_path: Path) -> None:
 
 def test_serve_banner_counts_gpus_per_node_and_gives_working_commands(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from scheduler.serve import ServeConfig, banner, build_live_cluster
+    from scheduler.live.cluster import build_live_cluster
+    from scheduler.live.serve import ServeConfig, banner
 
     script = tmp_path / "venv" / "bin" / "corral"
     script.parent.mkdir(parents=True)

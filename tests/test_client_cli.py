@@ -17,12 +17,12 @@ from click.testing import CliRunner, Result
 from sqlalchemy import select
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from scheduler.cli import main
-from scheduler.client import ClientError, CorralClient
-from scheduler.paths import log_path
-from scheduler.store import JobState, Store
-from scheduler.store.models import Allocation, Gpu, Job, Node, User
-from scheduler.store.queries import create_token
+from scheduler.cli.client import ClientError, CorralClient
+from scheduler.cli.commands import main
+from scheduler.core.paths import log_path
+from scheduler.live.store import JobState, Store
+from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
+from scheduler.live.store.queries import create_token
 from web import create_app
 
 
@@ -363,7 +363,7 @@ def test_client_commands_import_no_database_or_numerics() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, scheduler.cli; heavy = {'sqlalchemy', 'alembic', 'numpy', 'torch', 'ray', 'scipy', "
+    code = ("import sys, scheduler.cli.commands; heavy = {'sqlalchemy', 'alembic', 'numpy', 'torch', 'ray', 'scipy', "
             "'pydantic', 'flask'}; print(sorted({m.split('.')[0] for m in sys.modules} & heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler.contention import ContentionModel, ContentionParams, _water_fill, collective_traffic
-from scheduler.model import (
+from scheduler.core.contention import ContentionModel, ContentionParams, _water_fill, collective_traffic
+from scheduler.core.model import (
     Cluster,
     ClusterSpec,
     JobKind,
@@ -21,7 +21,7 @@ from scheduler.model import (
     Placement,
     build_cluster,
 )
-from scheduler.workloads import ModelProfile, catalog
+from scheduler.core.workloads import ModelProfile, catalog
 
 CALIBRATION = Path(__file__).resolve().parents[1].parent / "shared" / "calibration"
 
@@ -345,7 +345,7 @@ def shared() -> Path:
 
 
 def test_deepshare_pairs(shared: Path) -> None:
-    from scheduler.calibrate import validate_deepshare_pairs
+    from scheduler.core.calibrate import validate_deepshare_pairs
 
     v = validate_deepshare_pairs(shared)
     assert v.points == 36 * 36
@@ -354,7 +354,7 @@ def test_deepshare_pairs(shared: Path) -> None:
 
 
 def test_deepshare_spread(shared: Path) -> None:
-    from scheduler.calibrate import validate_deepshare_spread
+    from scheduler.core.calibrate import validate_deepshare_spread
 
     v = validate_deepshare_spread(shared)
     assert v.points == 18
@@ -364,7 +364,7 @@ def test_deepshare_spread(shared: Path) -> None:
 
 
 def test_gavel_pairs_and_memory_rule(shared: Path) -> None:
-    from scheduler.calibrate import validate_gavel_pairs
+    from scheduler.core.calibrate import validate_gavel_pairs
 
     v = validate_gavel_pairs(shared)
     assert v.points >= 600
@@ -376,7 +376,7 @@ def test_gavel_pairs_and_memory_rule(shared: Path) -> None:
 
 
 def test_gavel_spread(shared: Path) -> None:
-    from scheduler.calibrate import validate_gavel_spread
+    from scheduler.core.calibrate import validate_gavel_spread
 
     v = validate_gavel_spread(shared)
     assert v.points >= 50
@@ -386,7 +386,7 @@ def test_gavel_spread(shared: Path) -> None:
 
 def test_holdout(shared: Path) -> None:
     """Refit on part of each dataset, score the rest: the model must generalise, not memorise."""
-    from scheduler.calibrate import holdout
+    from scheduler.core.calibrate import holdout
 
     got = {v.name: v for v in holdout(shared)}
     bounds = {  # (MAE, Spearman)
@@ -426,7 +426,7 @@ def test_fast_replica_matches_contention_model(shared: Path) -> None:
 
 
 def test_defaults_and_catalog_are_the_fit(shared: Path) -> None:
-    """ContentionParams defaults and the committed catalog are what `python -m scheduler.calibrate` fits today.
+    """ContentionParams defaults and the committed catalog are what `python -m scheduler.core.calibrate` fits today.
 
     Precision. least_squares stops when the cost moves by less than ftol=1e-8 (relative), so the *predictions* of a
     fit are pinned down tightly, but parameters the data barely identify are not: the overlap of communication-bound

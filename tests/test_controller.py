@@ -18,11 +18,11 @@ from sqlalchemy import select
 
 from policies import make_policy
 from policies.tiresias import Tiresias
-from scheduler.controller import Controller
-from scheduler.runs import NAMESPACE, node_resources
-from scheduler.serve import build_live_cluster
-from scheduler.store import Store, queries
-from scheduler.store.models import Job, Node
+from scheduler.live.cluster import build_live_cluster
+from scheduler.live.controller import Controller
+from scheduler.live.runs import NAMESPACE, node_resources
+from scheduler.live.store import Store, queries
+from scheduler.live.store.models import Job, Node
 
 ray = pytest.importorskip("ray")
 
@@ -52,7 +52,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
 
 
 def controller(store: Store, policy: Any = None) -> Controller:
-    from scheduler.ray_backend import RayBackend
+    from scheduler.live.ray_backend import RayBackend
 
     def factory(name: str) -> Any:
         return policy if policy is not None else make_policy(name)
@@ -169,8 +169,8 @@ def test_recovery_requeues_lost_runs_and_kills_orphans(cluster: Any, store: Stor
     # The controller "crashes" (it is simply dropped), and the run's worker dies with it.
     del ctl
     ray.kill(ray.get_actor(f"corral-{victim}-1-0", namespace=NAMESPACE))
-    from scheduler.ray_backend import RemoteWorker
-    from scheduler.runs import Launch, RankSpec
+    from scheduler.live.ray_backend import RemoteWorker
+    from scheduler.live.runs import Launch, RankSpec
 
     orphan = Launch(9999, 1, "emulated", (RankSpec(0, "n0", (1,), 1.0, 80.0),), 100.0, 1.0, "/tmp", "/tmp")
     RemoteWorker.options(name="corral-9999-1-0", namespace=NAMESPACE, lifetime="detached",  # type: ignore[attr-defined]
@@ -186,7 +186,7 @@ def test_recovery_requeues_lost_runs_and_kills_orphans(cluster: Any, store: Stor
 
 
 def test_decisions_are_stored_with_their_candidates(cluster: Any, store: Store) -> None:
-    from scheduler.store.models import Decision
+    from scheduler.live.store.models import Decision
 
     ctl = controller(store, make_policy("contention-greedy"))
     first = submit(store, name="first", num_gpus=1, duration_s=1.0)
@@ -293,7 +293,7 @@ def test_finished_jobs_record_run_time_and_slowdowns(cluster: Any, store: Store)
 def test_the_shipped_agent_schedules_the_live_cluster(cluster: Any, store: Store) -> None:
     """rl:default (encoding 3) runs in the live controller: it picks which job starts and where, never a dominated
     placement, and every decision is stored with what it weighed."""
-    from scheduler.store.models import Decision
+    from scheduler.live.store.models import Decision
 
     ctl = controller(store, make_policy("rl:default"))
     ids = [submit(store, name=f"j{i}", num_gpus=n, duration_s=1.0) for i, n in enumerate((1, 0.5, 2, 0.25))]

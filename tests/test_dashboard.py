@@ -22,7 +22,7 @@ import pytest
 import requests
 from conftest import ServeProcess, wait_until
 
-from scheduler.store import Store, queries
+from scheduler.live.store import Store, queries
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"

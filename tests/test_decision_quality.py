@@ -15,8 +15,8 @@ import pytest
 from agents.evaluate import SYNTHETIC_MIXES, build_cases, build_synthetic_cases
 from policies import make_policy, registry
 from policies.heuristics import Fifo
-from scheduler.simulator import Simulator
-from scheduler.traces import offered_load
+from scheduler.core.simulator import Simulator
+from scheduler.core.traces import offered_load
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -36,10 +36,10 @@ from policies.deepshare import (
     split_workers,
 )
 from policies.placement import Planner
-from scheduler.decisions import Place
-from scheduler.model import Placement, SpecError, parse_cluster
-from scheduler.simulator import Simulator
-from scheduler.traces import synthetic
+from scheduler.core.decisions import Place
+from scheduler.core.model import Placement, SpecError, parse_cluster
+from scheduler.core.simulator import Simulator
+from scheduler.core.traces import synthetic
 
 Chooser = Callable[[np.ndarray], int]
 

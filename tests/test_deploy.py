@@ -25,9 +25,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from scheduler.model import PRESETS
-from scheduler.runs import node_resources
-from scheduler.serve import node_type
+from scheduler.core.model import PRESETS
+from scheduler.live.cluster import node_type
+from scheduler.live.runs import node_resources
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -200,7 +200,7 @@ def test_database_url_names_the_postgres_service_and_its_credentials(env: dict[s
 
 
 def test_database_url_is_what_the_store_opens(monkeypatch: pytest.MonkeyPatch) -> None:
-    from scheduler.store.db import database_url
+    from scheduler.live.store.db import database_url
 
     monkeypatch.setenv("DATABASE_URL", environment(compose({})["services"]["corral"])["DATABASE_URL"])
     assert database_url() == "postgresql+psycopg://corral:corral@postgres:5432/corral"  # psycopg 3, installed
@@ -325,7 +325,7 @@ def _wait_code(tmp_path: Path) -> str:
 def test_the_wait_counts_alive_corral_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             alive: int, dead: int, wanted: int, ready: bool) -> None:
     """The service's wait loop, run in-process against a stand-in for the Ray cluster it would ask."""
-    from scheduler import ray_backend
+    from scheduler.live import ray_backend
 
     class FakeBackend:
         shut = False

@@ -1,4 +1,4 @@
-"""Explanations: the pending reasons and start estimates of `scheduler.explain`, and `GET /jobs/{id}/explain` and
+"""Explanations: the pending reasons and start estimates of `scheduler.live.explain`, and `GET /jobs/{id}/explain` and
 `queue_position` through the API on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 from conftest import small_cluster
 from test_api import Env, make_env
 
-from scheduler.contention import ContentionModel
-from scheduler.explain import Demand, capacity_reason, start_estimate
-from scheduler.model import JobSpec, Placement
-from scheduler.state import ClusterState, ClusterView
-from scheduler.store import Store
-from scheduler.store.models import Allocation, Decision, Gpu, Job, Node
-from scheduler.workloads import catalog
+from scheduler.core.contention import ContentionModel
+from scheduler.core.model import JobSpec, Placement
+from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.workloads import catalog
+from scheduler.live.explain import Demand, capacity_reason, start_estimate
+from scheduler.live.store import Store
+from scheduler.live.store.models import Allocation, Decision, Gpu, Job, Node
 
 
 def view_with(placed: list[tuple[float, tuple[int, ...]]]) -> ClusterView:

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from policies import make_policy
-from scheduler.controller import Controller
-from scheduler.runs import JobStatus, Launch, NodeInfo
-from scheduler.serve import build_live_cluster
-from scheduler.store import Store
-from scheduler.store import queries as q
-from scheduler.store.models import JobState
+from scheduler.live.cluster import build_live_cluster
+from scheduler.live.controller import Controller
+from scheduler.live.runs import JobStatus, Launch, NodeInfo
+from scheduler.live.store import Store
+from scheduler.live.store import queries as q
+from scheduler.live.store.models import JobState
 from tests.test_api import make_env
 
 NAMES = ["n0", "n1"]

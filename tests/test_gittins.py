@@ -22,11 +22,11 @@ from policies.gittins import (
 )
 from policies.registry import UnknownPolicyError
 from policies.tiresias import DEFAULT_THRESHOLDS, Tiresias
-from scheduler.contention import ContentionModel
-from scheduler.model import Job, JobSpec, JobState, Placement, SpecError
-from scheduler.simulator import Simulator
-from scheduler.state import ClusterState, ClusterView
-from scheduler.workloads import catalog
+from scheduler.core.contention import ContentionModel
+from scheduler.core.model import Job, JobSpec, JobState, Placement, SpecError
+from scheduler.core.simulator import Simulator
+from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.workloads import catalog
 
 
 def pooled_only(quantiles: list[float], samples: int = 100) -> SizeDistribution:
@@ -240,7 +240,7 @@ def test_gittins_keeps_the_invariants_and_finishes_every_job(policy: str) -> Non
 
 
 def synthetic_trace() -> list[JobSpec]:
-    from scheduler.traces import synthetic
+    from scheduler.core.traces import synthetic
 
     return synthetic(150, seed=11, mean_interarrival_s=120, frac_share=0.3, inference_share=0.1).jobs
 
@@ -336,7 +336,7 @@ def test_a_gang_that_needs_the_last_gpu_of_a_float_sum_can_preempt() -> None:
 
 def test_tune_picks_the_best_candidate_on_training_windows_only(tmp_path) -> None:
     from agents.tune import BASELINE, policy_name, training_scenarios, tune
-    from scheduler.traces import HOLDOUT_FROM
+    from scheduler.core.traces import HOLDOUT_FROM
 
     # Training windows of a trace never reach its hold-out quarter.
     rows = ["job_id,submit_s,num_gpus,duration_s,kind,model"]
@@ -366,7 +366,7 @@ def test_tune_picks_the_best_candidate_on_training_windows_only(tmp_path) -> Non
 def test_corral_tune_prints_each_candidate_and_the_choice(tmp_path) -> None:
     from click.testing import CliRunner
 
-    from scheduler.cli import main
+    from scheduler.cli.commands import main
 
     out = tmp_path / "tune.json"
     result = CliRunner().invoke(main, ["tune", "--workload", "synthetic", "--scenarios", "2", "--window", "30",

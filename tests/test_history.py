@@ -1,4 +1,4 @@
-"""Online retraining and calibration from the store's history (`scheduler/history.py`, `agents/history.py`,
+"""Online retraining and calibration from the store's history (`scheduler/live/history.py`, `agents/history.py`,
 `corral train --from-history`, `corral calibrate`).
 
 The history is written by hand, row by row as the controller writes it (jobs, allocations, events, nodes and GPUs,
@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from scheduler.cli import main
-from scheduler.contention import ContentionModel, ContentionParams
-from scheduler.history import MIN_JOBS_CALIBRATE, MIN_JOBS_TRAIN, Segments, read_history
-from scheduler.model import Placement
-from scheduler.serve import build_live_cluster
-from scheduler.store import Store
-from scheduler.store.models import Allocation, Gpu, Job, JobEvent, Node, PolicyVersion, User
+from scheduler.cli.commands import main
+from scheduler.core.contention import ContentionModel, ContentionParams
+from scheduler.core.model import Placement
+from scheduler.live.cluster import build_live_cluster
+from scheduler.live.history import MIN_JOBS_CALIBRATE, MIN_JOBS_TRAIN, Segments, read_history
+from scheduler.live.store import Store
+from scheduler.live.store.models import Allocation, Gpu, Job, JobEvent, Node, PolicyVersion, User
 
 PRESET = "dgx-a100"
 GPUS_BY_NODE = [8, 8]
@@ -83,7 +83,7 @@ class Writer:
 
 
 def pair_slowdowns(cluster, a: str, b: str, gpu: int, params: ContentionParams) -> tuple[float, float]:
-    from scheduler.model import JobSpec
+    from scheduler.core.model import JobSpec
 
     model = ContentionModel(cluster, params=params)
     model.add(1, JobSpec("a", 0.0, 0.5, 1.0, a), Placement((gpu,), 0.5))
@@ -160,7 +160,7 @@ def test_history_reads_on_sqlite_and_postgresql(store: Store) -> None:
 
 
 def test_database_urls_lose_their_password() -> None:
-    from scheduler.history import redact
+    from scheduler.live.history import redact
 
     assert redact("postgresql+psycopg://corral:s3cret@db.example/corral") == "postgresql+psycopg://corral:***@db.example/corral"
 
@@ -227,7 +227,7 @@ def test_from_history_refuses_flags_it_ignores(history_db: str, tmp_path: Path) 
 
 def test_train_from_history_fine_tunes_the_active_agent(history_db: str, tmp_path: Path) -> None:
     from policies import make_policy
-    from scheduler.simulator import Simulator
+    from scheduler.core.simulator import Simulator
 
     out = tmp_path / "hist.zip"
     result = CliRunner().invoke(main, [
@@ -256,7 +256,7 @@ def test_train_from_history_fine_tunes_the_active_agent(history_db: str, tmp_pat
     # the agent loads and acts
     policy = make_policy(f"rl:{out}")
     h_trace = Path(f"{out.with_suffix('')}.history.csv")
-    from scheduler.traces import load_trace
+    from scheduler.core.traces import load_trace
 
     jobs = load_trace(str(h_trace)).jobs
     res = Simulator(build_live_cluster(PRESET, GPUS_BY_NODE), jobs, policy).run()

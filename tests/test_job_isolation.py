@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.model import SpecError
-from scheduler.paths import checkpoint_dir, log_path, secure_home
-from scheduler.ray_backend import Worker
-from scheduler.runs import Launch, RankSpec, rank_env
-from scheduler.serve import check_job_user
+from scheduler.core.model import SpecError
+from scheduler.core.paths import checkpoint_dir, log_path, secure_home
+from scheduler.live.ray_backend import Worker
+from scheduler.live.runs import Launch, RankSpec, rank_env
+from scheduler.live.serve import check_job_user
 
 JOB_USER = "corral-test-job"
 

@@ -21,11 +21,11 @@ import requests
 from conftest import CORRAL, ServeProcess, drop_postgres_schema, postgres_schema_url, wait_until
 from sqlalchemy import select
 
-from scheduler.runs import NAMESPACE, node_resources
-from scheduler.store import Store, queries
-from scheduler.store.models import Allocation, Gpu, JobEvent
-from scheduler.store.models import Job as JobRow
-from scheduler.workloads import catalog
+from scheduler.core.workloads import catalog
+from scheduler.live.runs import NAMESPACE, node_resources
+from scheduler.live.store import Store, queries
+from scheduler.live.store.models import Allocation, Gpu, JobEvent
+from scheduler.live.store.models import Job as JobRow
 
 ray = pytest.importorskip("ray")
 

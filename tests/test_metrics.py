@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_api import make_env
 from test_explain import add_cluster
 
-from scheduler.store import Store
-from scheduler.store.models import Allocation, Job
+from scheduler.live.store import Store
+from scheduler.live.store.models import Allocation, Job
 
 
 def scrape(client) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:  # type: ignore[no-untyped-def]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.model import JobSpec, LinkKind, SpecError, parse_cluster
+from scheduler.core.model import JobSpec, LinkKind, SpecError, parse_cluster
 
 
 def test_dgx_preset_topology() -> None:

@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-
 from conftest import job, small_cluster
+
 from policies import available, make_policy
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError
-from scheduler.contention import ContentionModel
-from scheduler.decisions import Place
-from scheduler.model import Cluster, ClusterSpec, JobState, NodeGroupSpec, Placement, build_cluster
-from scheduler.simulator import Simulator
-from scheduler.state import ClusterState, ClusterView
-from scheduler.traces import synthetic
-from scheduler.workloads import catalog
+from scheduler.core.contention import ContentionModel
+from scheduler.core.decisions import Place
+from scheduler.core.model import Cluster, ClusterSpec, JobState, NodeGroupSpec, Placement, build_cluster
+from scheduler.core.simulator import Simulator
+from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.traces import synthetic
+from scheduler.core.workloads import catalog
 
 HEURISTICS = ["fifo", "fifo-backfill", "sjf", "tiresias", "gandiva", "consolidate", "random", "contention-greedy"]
 
@@ -153,7 +153,7 @@ def test_tiresias_does_not_spin_on_a_threshold_rounding_step() -> None:
     import threading
 
     from policies import make_policy
-    from scheduler.whatif import LiveJob, LiveNode, Snapshot, WhatIfRequest, evaluate
+    from scheduler.live.whatif import LiveJob, LiveNode, Snapshot, WhatIfRequest, evaluate
 
     nodes = [LiveNode(f"n{i}", "dgx-a100", tuple(range(8 * i, 8 * i + 8))) for i in range(4)]
     rng = random.Random(1)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import shared_file
-from scheduler.cli import main
 from test_cli import JSON_KEYS
+
+from scheduler.cli.commands import main
 
 
 @pytest.mark.parametrize(("trace", "cluster"), [

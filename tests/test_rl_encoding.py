@@ -20,9 +20,9 @@ from policies.rl_encoding import (
     decision_point,
     non_dominated,
 )
-from scheduler.contention import Prediction
-from scheduler.model import Job, JobKind, JobSpec, Placement, parse_cluster
-from scheduler.simulator import Simulator
+from scheduler.core.contention import Prediction
+from scheduler.core.model import Job, JobKind, JobSpec, Placement, parse_cluster
+from scheduler.core.simulator import Simulator
 
 
 def _sim(cluster: str, specs: list[JobSpec]) -> Simulator:
@@ -188,7 +188,7 @@ def test_waiting_is_offered_only_to_decline_a_preemption() -> None:
 
 def test_validation_windows_are_never_the_hold_out() -> None:
     from agents.scenarios import MODEL_SEEDS, held_out
-    from scheduler.traces import HOLDOUT_FROM
+    from scheduler.core.traces import HOLDOUT_FROM
 
     trace = "../shared/traces/philly_day60.csv"
     from pathlib import Path
@@ -213,7 +213,7 @@ def test_running_service_is_bitwise_the_views_attained_service() -> None:
     instant (seen with an algebraically equal but differently rounded formula)."""
     from policies import make_policy
     from policies.rl_encoding import running_service
-    from scheduler.traces import synthetic
+    from scheduler.core.traces import synthetic
 
     class Checking:
         name, oracle = "checking", False

@@ -90,9 +90,9 @@ def test_maskable_ppo_learns_a_few_steps_and_acts_in_the_simulator(tmp_path: Pat
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.logger import configure
 
-    from scheduler.model import parse_cluster
-    from scheduler.simulator import Simulator
-    from scheduler.traces import synthetic
+    from scheduler.core.model import parse_cluster
+    from scheduler.core.simulator import Simulator
+    from scheduler.core.traces import synthetic
 
     model = MaskablePPO("MlpPolicy", PlacementEnv(window=40), n_steps=128, batch_size=64, seed=0, device="cpu")
     # SB3's default logger would make a SB3-<date> folder in the system's temporary directory: keep it in tmp_path.
@@ -113,9 +113,9 @@ def test_maskable_ppo_learns_a_few_steps_and_acts_in_the_simulator(tmp_path: Pat
 def test_shipped_default_agent_loads_and_acts_in_the_simulator() -> None:
     """rl:default works on a fresh clone, without training: it places jobs, preempts in LAS order, finishes."""
     from policies.rl import RLPolicy
-    from scheduler.model import parse_cluster
-    from scheduler.simulator import Simulator
-    from scheduler.traces import synthetic
+    from scheduler.core.model import parse_cluster
+    from scheduler.core.simulator import Simulator
+    from scheduler.core.traces import synthetic
 
     policy = make_policy("rl:default")
     assert isinstance(policy, RLPolicy) and policy.name == "rl:default"
@@ -131,7 +131,7 @@ def test_shipped_default_agent_loads_and_acts_in_the_simulator() -> None:
 def test_corral_evaluate_runs_with_the_default_agent(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from scheduler.cli import main
+    from scheduler.cli.commands import main
 
     out = tmp_path / "eval.json"
     result = CliRunner().invoke(main, ["evaluate", "--policy", "rl:default,tiresias", "--trace",

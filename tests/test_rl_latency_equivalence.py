@@ -24,9 +24,9 @@ import pytest
 from agents.scenarios import SYNTHETIC_MIXES
 from policies import make_policy
 from policies.rl import RLPolicy
-from scheduler.model import parse_cluster
-from scheduler.simulator import Simulator
-from scheduler.traces import scale_to_load, synthetic
+from scheduler.core.model import parse_cluster
+from scheduler.core.simulator import Simulator
+from scheduler.core.traces import scale_to_load, synthetic
 
 # name: (cluster, synthetic mix, jobs, offered load, seed, digest)
 CASES: dict[str, tuple[str, dict[str, Any], int, float, int, str]] = {

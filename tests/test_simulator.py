@@ -6,14 +6,14 @@ import dataclasses
 from collections.abc import Collection
 
 import pytest
-
 from conftest import job, small_cluster
+
 from policies import make_policy
-from scheduler.decisions import Place, Wait
-from scheduler.model import Job, JobKind, JobState, Placement
-from scheduler.simulator import SimulationError, Simulator
-from scheduler.state import ClusterView, PlacementError
-from scheduler.workloads import catalog
+from scheduler.core.decisions import Place, Wait
+from scheduler.core.model import Job, JobKind, JobState, Placement
+from scheduler.core.simulator import SimulationError, Simulator
+from scheduler.core.state import ClusterView, PlacementError
+from scheduler.core.workloads import catalog
 
 
 def jct_by_name(result) -> dict[str, float]:
@@ -112,7 +112,7 @@ def test_mps_co_location_slows_tenants_and_inference_misses_its_slo(tiny_cluster
 
 
 def test_simulation_is_deterministic_for_a_seed() -> None:
-    from scheduler.traces import synthetic
+    from scheduler.core.traces import synthetic
 
     cluster = small_cluster(nodes=4, gpus=8)
     trace = synthetic(300, seed=3, mean_interarrival_s=200).jobs

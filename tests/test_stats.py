@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.store import Store, queries
-from scheduler.store.models import Allocation, Gpu, Job, Node, User
+from scheduler.live.store import Store, queries
+from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
 
 
 @pytest.fixture
@@ -84,9 +84,9 @@ def test_stats_refuses_bad_windows(env: tuple[Any, dict[str, str], Store]) -> No
 def test_network_load_is_the_contention_models(env: tuple[Any, dict[str, str], Store]) -> None:
     """NIC and uplink load come from the contention model itself, rebuilt from the running placements: the same
     numbers the controller placed by."""
-    from scheduler.contention import ContentionModel
-    from scheduler.model import JobSpec, Placement
-    from scheduler.serve import build_live_cluster
+    from scheduler.core.contention import ContentionModel
+    from scheduler.core.model import JobSpec, Placement
+    from scheduler.live.cluster import build_live_cluster
 
     client, auth, store = env
     seed(store, time.time())

@@ -10,8 +10,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, select, text
 
-from scheduler.store import JobState, Store, queries
-from scheduler.store.models import ApiToken, Base, Job, JobEvent, User
+from scheduler.live.store import JobState, Store, queries
+from scheduler.live.store.models import ApiToken, Base, Job, JobEvent, User
 
 EMULATED = {"name": "a", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 10.0}
 

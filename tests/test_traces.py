@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler.model import JobKind, JobSpec, SpecError
-from scheduler.traces import (
+from scheduler.core.model import JobKind, JobSpec, SpecError
+from scheduler.core.traces import (
     HEAVY_GRAD_MB,
     SMALLEST_GPU_GB,
     Trace,
@@ -21,7 +21,7 @@ from scheduler.traces import (
     parse_synthetic_spec,
     synthetic,
 )
-from scheduler.workloads import catalog, inference_models, training_models
+from scheduler.core.workloads import catalog, inference_models, training_models
 
 SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

@@ -18,9 +18,9 @@ from agents.train import default_out, kept_checkpoint, make_config, planned_time
 from policies import make_policy
 from policies.agent_files import ZOO, sha256_of
 from policies.rl_encoding import ENCODING_VERSION
-from scheduler.cli import main
-from scheduler.model import SpecError
-from scheduler.simulator import Simulator
+from scheduler.cli.commands import main
+from scheduler.core.model import SpecError
+from scheduler.core.simulator import Simulator
 
 TINY = dict(timesteps=512, n_envs=1, n_steps=256, batch_size=64, window=40, eval_window=40, eval_scenarios=1,
             eval_freq=256, warm_start_samples=300, presets=["pcie-v100"], nodes=(2, 3))
@@ -236,7 +236,7 @@ def test_evaluate_pairs_policies_on_the_same_cases() -> None:
 
 def test_evaluate_resizes_the_cluster_to_the_load() -> None:
     cases = build_cases(["synthetic:300,iat=20"], "dgx-a100:1", seeds=2, load=0.8)
-    from scheduler.traces import offered_load
+    from scheduler.core.traces import offered_load
 
     for c in cases:
         assert 0.6 <= offered_load(c.jobs, c.cluster.num_gpus) <= 1.0

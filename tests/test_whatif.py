@@ -14,16 +14,16 @@ from conftest import job, small_cluster
 from sqlalchemy import select
 
 from policies import make_policy
-from scheduler import whatif
-from scheduler.model import JobState, Placement
-from scheduler.serve import build_live_cluster
-from scheduler.simulator import Placed, Simulator
-from scheduler.state import PlacementError
-from scheduler.store import Store
-from scheduler.store.models import Allocation, Gpu, Node, PolicyVersion, User
-from scheduler.store.models import Job as JobRow
-from scheduler.store.queries import create_token
-from scheduler.traces import synthetic
+from scheduler.core.model import JobState, Placement
+from scheduler.core.simulator import Placed, Simulator
+from scheduler.core.state import PlacementError
+from scheduler.core.traces import synthetic
+from scheduler.live import whatif
+from scheduler.live.cluster import build_live_cluster
+from scheduler.live.store import Store
+from scheduler.live.store.models import Allocation, Gpu, Node, PolicyVersion, User
+from scheduler.live.store.models import Job as JobRow
+from scheduler.live.store.queries import create_token
 from web import create_app, schemas
 from web.api import whatif as whatif_api
 

@@ -3,7 +3,7 @@ per tick (issue 10 item 11)."""
 
 from __future__ import annotations
 
-from scheduler.ray_backend import ProgressLog
+from scheduler.live.ray_backend import ProgressLog
 
 
 def test_a_steady_run_logs_every_five_percent() -> None:

@@ -15,7 +15,7 @@ from flask_smorest import Api, abort
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import IntegerConverter
 
-from scheduler.store import Store
+from scheduler.live.store import Store
 from web import auth, metrics
 from web.api import register_blueprints
 from web.api.context import NOTIFY_KEY, STORE_KEY, WRITE_LOCK_KEY, init_app_writes

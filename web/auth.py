@@ -18,9 +18,9 @@ from flask import Flask, current_app, g, request
 from flask_smorest import Blueprint, abort
 from sqlalchemy import func, select
 
-from scheduler.store import Store
-from scheduler.store.models import ApiToken
-from scheduler.store.queries import hash_token, token_refusal, user_for_token
+from scheduler.live.store import Store
+from scheduler.live.store.models import ApiToken
+from scheduler.live.store.queries import hash_token, token_refusal, user_for_token
 
 TOKEN_TTL_S = 30.0
 REVOCATION_POLL_S = 0.0  # check on every request; raise it to trade revocation delay for one query less

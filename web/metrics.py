@@ -1,5 +1,5 @@
 """`GET /metrics` in Prometheus' text format: the store's current state (read at scrape time, so it is right whichever
-process runs the controller), the controller's decisions and predictions (`scheduler.metrics`, when it runs in this
+process runs the controller), the controller's decisions and predictions (`scheduler.live.metrics`, when it runs in this
 process), and the API's request latencies. No token: Prometheus scrapes it; it shows counts, never job contents."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-import scheduler.metrics  # noqa: F401  # declare the controller's series even before its first decision
-from scheduler.store import JobState, Store
-from scheduler.store.models import Allocation, Gpu, Job
+import scheduler.live.metrics  # noqa: F401  # declare the controller's series even before its first decision
+from scheduler.live.store import JobState, Store
+from scheduler.live.store.models import Allocation, Gpu, Job
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
-from scheduler.store.models import JobState, JobType, RestartPolicy
-from scheduler.workloads import catalog
+from scheduler.core.workloads import catalog
+from scheduler.live.store.models import JobState, JobType, RestartPolicy
 
 DEFAULT_COMMAND_DURATION_S = 3600.0  # a command job's run-time estimate when the user gives none
 # The store's Integer columns (ids included) are 32-bit on PostgreSQL, 64-bit on SQLite: a larger number in a request
@@ -399,7 +399,7 @@ class ExplainSchema(Schema):
 
 
 # ---- what-if (POST /whatif) ----------------------------------------------------------------------------------------
-# The limits are scheduler.whatif's (the core validates again; these give 422s naming every bad field at once).
+# The limits are scheduler.live.whatif's (the core validates again; these give 422s naming every bad field at once).
 
 WHATIF_MAX_SEEDS = 20
 WHATIF_MAX_EXTRA_NODES = 1024

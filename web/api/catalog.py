@@ -7,7 +7,7 @@ from typing import Any
 
 from flask_smorest import Blueprint
 
-from scheduler.workloads import catalog
+from scheduler.core.workloads import catalog
 from web.auth import protect
 from web.schemas import ModelsSchema
 

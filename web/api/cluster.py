@@ -8,8 +8,8 @@ from typing import Any
 
 from flask_smorest import Blueprint
 
-from scheduler.store import JobState
-from scheduler.store import queries as q
+from scheduler.live.store import JobState
+from scheduler.live.store import queries as q
 from web.api.context import store
 from web.auth import protect
 from web.schemas import ClusterSchema

@@ -11,7 +11,7 @@ from contextlib import contextmanager, nullcontext
 from flask import current_app
 from sqlalchemy.orm import Session
 
-from scheduler.store import Store
+from scheduler.live.store import Store
 
 STORE_KEY = "corral.store"
 NOTIFY_KEY = "corral.notify"

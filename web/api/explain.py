@@ -2,7 +2,7 @@
 
 Every placement is stored with the candidates the policy weighed and the contention model's predictions, so the
 answer quotes the decision itself rather than guessing after the fact. The start estimate for a pending job is the
-rough one of `scheduler.explain.start_estimate` (aggregate capacity, submission order): shown as "about".
+rough one of `scheduler.live.explain.start_estimate` (aggregate capacity, submission order): shown as "about".
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from flask_smorest import Blueprint, abort
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.explain import Demand, start_estimates
-from scheduler.store import JobState
-from scheduler.store import queries as q
-from scheduler.store.models import Decision, Gpu, Job
+from scheduler.live.explain import Demand, start_estimates
+from scheduler.live.store import JobState
+from scheduler.live.store import queries as q
+from scheduler.live.store.models import Decision, Gpu, Job
 from web.api.context import store
 from web.auth import protect, require_owner
 from web.schemas import ExplainSchema

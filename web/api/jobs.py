@@ -14,11 +14,11 @@ from flask_smorest import Blueprint, abort
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from scheduler.paths import log_path
-from scheduler.store import JobState, JobType
-from scheduler.store import queries as q
-from scheduler.store.models import Allocation, Gpu, Job, Node, User
-from scheduler.workloads import catalog
+from scheduler.core.paths import log_path
+from scheduler.core.workloads import catalog
+from scheduler.live.store import JobState, JobType
+from scheduler.live.store import queries as q
+from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
 from web.api.context import notify, store, write_session
 from web.api.explain import queue_start_estimates
 from web.auth import caller, protect, require_owner

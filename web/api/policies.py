@@ -10,8 +10,8 @@ from flask_smorest import Blueprint, abort
 
 from policies import available, make_policy
 from policies.agent_files import PREFIX_OF, agent_dirs, check_api_name, metadata_path
-from scheduler.model import SpecError
-from scheduler.store import queries as q
+from scheduler.core.model import SpecError
+from scheduler.live.store import queries as q
 from web.api.context import notify, store, write_session
 from web.auth import protect, require_admin
 from web.schemas import ActivePolicyArgs, ActivePolicySchema, PoliciesSchema

@@ -17,12 +17,12 @@ from flask_smorest import Blueprint
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 from sqlalchemy import func, or_, select
 
-from scheduler import whatif
-from scheduler.contention import ContentionModel
-from scheduler.model import JobSpec, Placement
-from scheduler.store import JobState
-from scheduler.store.models import Allocation, Gpu, Job
-from scheduler.workloads import catalog
+from scheduler.core.contention import ContentionModel
+from scheduler.core.model import JobSpec, Placement
+from scheduler.core.workloads import catalog
+from scheduler.live import whatif
+from scheduler.live.store import JobState
+from scheduler.live.store.models import Allocation, Gpu, Job
 from web.api.context import store
 from web.auth import protect
 from web.schemas import RequestSchema

@@ -8,8 +8,8 @@ from typing import Any
 from flask import current_app
 from flask_smorest import Blueprint, abort
 
-from scheduler.store import queries as q
-from scheduler.store.models import ApiToken
+from scheduler.live.store import queries as q
+from scheduler.live.store.models import ApiToken
 from web.api.context import store, write_session
 from web.auth import CACHE_KEY, TokenCache, protect, require_admin
 from web.schemas import TokenListSchema, TokenSchema

@@ -1,5 +1,5 @@
 """`POST /whatif`: how would the present queue play out under another policy, with more nodes or extra jobs? It
-snapshots the store and runs the simulator for several seeds (`scheduler.whatif`); it writes nothing.
+snapshots the store and runs the simulator for several seeds (`scheduler.live.whatif`); it writes nothing.
 
 A what-if can take seconds of CPU, so it never runs on an unbounded number of request threads: each app has a small
 worker pool (`CORRAL_WHATIF_WORKERS`, default 2) and a request that finds every worker busy is answered 429 with
@@ -22,8 +22,8 @@ from flask_smorest import Blueprint, abort
 
 from policies import make_policy
 from policies.agent_files import AgentLoadError, check_api_name
-from scheduler.paths import traces_dir
-from scheduler.whatif import DEFAULT_BUDGET, DEFAULT_POLICY, WhatIfError, WhatIfRequest, what_if
+from scheduler.core.paths import traces_dir
+from scheduler.live.whatif import DEFAULT_BUDGET, DEFAULT_POLICY, WhatIfError, WhatIfRequest, what_if
 from web.api.context import store
 from web.auth import caller, protect
 from web.schemas import WhatIfArgs, WhatIfSchema

@@ -1,6 +1,6 @@
 """What the controller asks of a worker backend, and what a run of a job is, with no Ray in sight.
 
-`scheduler.ray_backend.RayBackend` is the backend; the controller only knows this protocol, so the import of Ray
+`scheduler.live.ray_backend.RayBackend` is the backend; the controller only knows this protocol, so the import of Ray
 stays in one module.
 """
 

@@ -2,7 +2,7 @@
 simulator all count time that way, and it stores identically on SQLite and PostgreSQL.
 
 The controller is the only writer of placements (`Allocation`, a job's `running` state) and of `Decision`s; the API
-writes users, tokens, submitted jobs and cancel requests. Migrations (`scheduler/store/migrations`) create these
+writes users, tokens, submitted jobs and cancel requests. Migrations (`scheduler/live/store/migrations`) create these
 tables; `tests/test_store.py` checks the two agree.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from scheduler.states import JobState, JobType, RestartPolicy  # noqa: F401 (re-exported: the store's vocabulary)
+from scheduler.core.states import JobState, JobType, RestartPolicy  # noqa: F401 (re-exported: the store's vocabulary)
 
 
 class Base(DeclarativeBase):

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.contention import ContentionModel, ContentionParams
-from scheduler.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
-from scheduler.model import Cluster, Job, JobKind, JobSpec, JobState, Placement
-from scheduler.state import ClusterState, ClusterView
-from scheduler.workloads import ModelProfile, catalog
+from scheduler.core.contention import ContentionModel, ContentionParams
+from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.core.model import Cluster, Job, JobKind, JobSpec, JobState, Placement
+from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.workloads import ModelProfile, catalog
 
 _FINISH = 0
 _WAKE = 1

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.model import JobSpec
-from scheduler.state import EPS, ClusterView
+from scheduler.core.model import JobSpec
+from scheduler.core.state import EPS, ClusterView
 
 
 def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> str:

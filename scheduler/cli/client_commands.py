@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from scheduler.client import DEFAULT_URL, ClientError, CorralClient
-from scheduler.states import JobState, JobType, RestartPolicy
+from scheduler.cli.client import DEFAULT_URL, ClientError, CorralClient
+from scheduler.core.states import JobState, JobType, RestartPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
 RECENT_EVENTS = 20
@@ -372,7 +372,7 @@ def _expiry(ctx: click.Context, param: click.Parameter, value: str | None) -> fl
 
 
 def _user_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    from scheduler.store.queries import check_user_name  # noqa: PLC0415 (only the token commands need the store)
+    from scheduler.live.store.queries import check_user_name  # noqa: PLC0415 (only the token commands need the store)
 
     try:
         return check_user_name(value)
@@ -393,8 +393,8 @@ def token() -> None:
               help="Expire the token after this long (e.g. 12h, 30d, 1w); default: never.")
 def token_create(user_name: str, admin: bool, expires_at: float | None) -> None:
     """Create a token and print it alone on stdout (store it now: only its hash is kept)."""
-    from scheduler.store import Store  # alembic and the migrations: only the token commands need them
-    from scheduler.store.queries import create_token
+    from scheduler.live.store import Store  # alembic and the migrations: only the token commands need them
+    from scheduler.live.store.queries import create_token
 
     store = Store.open()
     try:
@@ -409,8 +409,8 @@ def token_create(user_name: str, admin: bool, expires_at: float | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def token_list(as_json: bool) -> None:
     """Every token: its id, first characters, user, creation, expiry and revocation (never the token itself)."""
-    from scheduler.store import Store
-    from scheduler.store.queries import list_tokens, token_usable
+    from scheduler.live.store import Store
+    from scheduler.live.store.queries import list_tokens, token_usable
 
     store = Store.open()
     try:
@@ -438,8 +438,8 @@ def token_list(as_json: bool) -> None:
 @click.argument("key", metavar="ID|PREFIX")
 def token_revoke(key: str) -> None:
     """Revoke a token by its id or prefix (as `corral token list` shows them). It stops working at once."""
-    from scheduler.store import Store
-    from scheduler.store.queries import find_tokens, revoke_token
+    from scheduler.live.store import Store
+    from scheduler.live.store.queries import find_tokens, revoke_token
 
     store = Store.open()
     try:

@@ -17,7 +17,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from scheduler.store.models import (
+from scheduler.live.store.models import (
     Allocation,
     ApiToken,
     Decision,

@@ -13,9 +13,9 @@ from types import MappingProxyType
 
 import numpy as np
 
-from scheduler.contention import ContentionModel, Prediction
-from scheduler.model import Cluster, Job, JobSpec, Placement
-from scheduler.workloads import ModelProfile
+from scheduler.core.contention import ContentionModel, Prediction
+from scheduler.core.model import Cluster, Job, JobSpec, Placement
+from scheduler.core.workloads import ModelProfile
 
 EPS = 1e-9
 

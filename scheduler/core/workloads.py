@@ -1,6 +1,6 @@
 """Catalog of model profiles: compute, memory and communication, calibrated from published measurements.
 
-The table lives in `scheduler/data/workloads.csv`; `scheduler/calibrate.py` derives it from the raw DeepShare and Gavel
+The table lives in `scheduler/data/workloads.csv`; `scheduler/core/calibrate.py` derives it from the raw DeepShare and Gavel
 measurements in `../shared/calibration` and writes each row's source. Profiles are stated on one V100: a node type's
 `GpuType.speed` scales compute.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from scheduler.model import JobKind
+from scheduler.core.model import JobKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ def _row(row: dict[str, str]) -> ModelProfile:
 @cache
 def catalog() -> dict[str, ModelProfile]:
     """All profiles by name, in table order."""
-    text = resources.files("scheduler").joinpath("data/workloads.csv").read_text()
+    text = resources.files("scheduler.core").joinpath("data/workloads.csv").read_text()
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     return {p.name: p for p in map(_row, csv.DictReader(lines))}
 

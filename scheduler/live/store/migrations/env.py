@@ -1,4 +1,4 @@
-"""Alembic environment: runs on the connection `scheduler.store.db.upgrade` hands it, or opens one from the URL
+"""Alembic environment: runs on the connection `scheduler.live.store.db.upgrade` hands it, or opens one from the URL
 (`alembic -x` style use from a shell is not needed: `Store.open` migrates on every start)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from scheduler.store.models import Base
+from scheduler.live.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata

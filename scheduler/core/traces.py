@@ -11,7 +11,7 @@ Formats (`load_trace(path, format="auto")` tells them apart from the header line
   `job_id,submit_s,num_gpus,duration_s,kind,model`, optionally followed by `user,priority,slo_ms,compression` (in any
   order; an unknown column is an error, so a typo never silently drops a field). `num_gpus` is an integer >= 1 or a
   fraction in (0, 1) (a share of one GPU, served through MPS); `duration_s` is the isolated run time (> 0); `kind` is
-  `training` or `inference`; `model` names a profile of `scheduler/workloads.py` of that kind, or is empty to have one
+  `training` or `inference`; `model` names a profile of `scheduler/core/workloads.py` of that kind, or is empty to have one
   drawn (rule below); `slo_ms` empty means the model's default SLO for inference jobs; `compression` in (0, 1] is the
   fraction of gradient bytes sent (default 1). Example::
 
@@ -60,8 +60,8 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.model import JobKind, JobSpec, SpecError
-from scheduler.workloads import catalog, inference_models, training_models
+from scheduler.core.model import JobKind, JobSpec, SpecError
+from scheduler.core.workloads import catalog, inference_models, training_models
 
 FORMATS = ("auto", "corral", "philly", "alibaba")
 

@@ -33,7 +33,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from scheduler.runs import NAMESPACE, JobStatus, Launch, NodeInfo, actor_name, node_resources, rank_env
+from scheduler.live.runs import NAMESPACE, JobStatus, Launch, NodeInfo, actor_name, node_resources, rank_env
 
 log = logging.getLogger(__name__)
 

@@ -35,12 +35,13 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import select
 
-from scheduler.contention import ContentionModel, ContentionParams
-from scheduler.model import Cluster, JobKind, JobSpec, Placement, SpecError
-from scheduler.store.db import Store
-from scheduler.store.models import Allocation, Gpu, Job, JobEvent, JobState, Node, PolicyVersion, User
-from scheduler.traces import Trace
-from scheduler.workloads import catalog
+from scheduler.core.contention import ContentionModel, ContentionParams
+from scheduler.core.model import Cluster, JobKind, JobSpec, Placement, SpecError
+from scheduler.core.traces import Trace
+from scheduler.core.workloads import catalog
+from scheduler.live.cluster import build_live_cluster
+from scheduler.live.store.db import Store
+from scheduler.live.store.models import Allocation, Gpu, Job, JobEvent, JobState, Node, PolicyVersion, User
 
 MIN_JOBS_TRAIN = 20  # finished jobs `corral train --from-history` needs (a training window is at least 10 jobs)
 MIN_JOBS_CALIBRATE = 5  # succeeded jobs with an observed slowdown `corral calibrate` needs
@@ -192,8 +193,6 @@ def read_history(store: Store) -> History:
     if nodes and all(gpus_by_node):
         if len(presets) > 1:
             notes.append(f"nodes record several presets ({dict(presets)}); the cluster is modelled as {preset}")
-        from scheduler.serve import build_live_cluster  # core-only module (its upward imports are lazy)
-
         try:
             cluster = build_live_cluster(preset, gpus_by_node)
         except SpecError as exc:
@@ -274,7 +273,7 @@ def write_trace_csv(trace: Trace, path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
-        f.write(f"# jobs recorded in {trace.source}: isolated durations as scheduler/history.py explains\n")
+        f.write(f"# jobs recorded in {trace.source}: isolated durations as scheduler/live/history.py explains\n")
         w = csv.writer(f)
         w.writerow(TRACE_COLUMNS)
         for j in trace.jobs:

@@ -22,7 +22,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from scheduler.errors import SpecError
+from scheduler.core.errors import SpecError
 
 # --------------------------------------------------------------------------------------------------------------------
 # Hardware catalog

@@ -28,7 +28,7 @@ The slowdown reported for a job is its iteration time divided by its *reference*
 packed on as few nodes as possible, on the cluster's reference GPU. A spread job therefore shows the spread penalty
 even when it is alone. Everything is incremental: adding or removing a job recomputes only the jobs that share a link
 or a GPU with it. The constants in `ContentionParams` and the profiles in the catalog are fitted by
-`python -m scheduler.calibrate` (DeepShare and Gavel measurements; see docs/contention-model.md, the fit report).
+`python -m scheduler.core.calibrate` (DeepShare and Gavel measurements; see docs/contention-model.md, the fit report).
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.model import Cluster, JobSpec, LinkKind, Placement
-from scheduler.workloads import ModelProfile, catalog
+from scheduler.core.model import Cluster, JobSpec, LinkKind, Placement
+from scheduler.core.workloads import ModelProfile, catalog
 
 
 @dataclass(frozen=True, slots=True)
 class ContentionParams:
-    """Model constants; the defaults are the values `python -m scheduler.calibrate` fits (docs/contention-model.md
+    """Model constants; the defaults are the values `python -m scheduler.core.calibrate` fits (docs/contention-model.md
     has the fit report)."""
 
     mps_overhead: float = 0.0  # per extra tenant on a GPU (context switching); the fit puts it all in interference

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from scheduler.errors import SpecError
+from scheduler.core.errors import SpecError
 
 if TYPE_CHECKING:
-    from scheduler.model import Cluster
-    from scheduler.simulator import SimResult
-    from scheduler.traces import Trace
+    from scheduler.core.model import Cluster
+    from scheduler.core.simulator import SimResult
+    from scheduler.core.traces import Trace
 
 METRIC_COLUMNS = [  # (key, header, format)
     ("jobs_completed", "done", "{:d}"),
@@ -56,7 +56,7 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def _parse_cluster_option(ctx: click.Context, param: click.Parameter, value: str) -> Cluster:
-    from scheduler.model import parse_cluster
+    from scheduler.core.model import parse_cluster
     try:
         return parse_cluster(value)
     except SpecError as exc:
@@ -117,8 +117,8 @@ def simulate(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from scheduler.simulator import SimulationError, Simulator
-    from scheduler.traces import load_trace
+    from scheduler.core.simulator import SimulationError, Simulator
+    from scheduler.core.traces import load_trace
 
     # Piped output (CI logs, files) has no terminal width; use a wide one rather than fold the table.
     console = Console(width=None if sys.stdout.isatty() else 160)
@@ -327,8 +327,8 @@ def calibrate(db_url: str | None, kind: str, json_out: Path | None, plot_out: Pa
     from rich.console import Console
     from rich.table import Table
 
-    from scheduler.history import MIN_JOBS_CALIBRATE, fit_params, params_dict, read_history, summary
-    from scheduler.store import Store
+    from scheduler.live.history import MIN_JOBS_CALIBRATE, fit_params, params_dict, read_history, summary
+    from scheduler.live.store import Store
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:
@@ -460,7 +460,7 @@ def evaluate(policies: list[str], traces: tuple[str, ...], cluster: str, seeds: 
     from agents.evaluate import MIN_SEEDS, build_cases
     from agents.evaluate import evaluate as run_evaluation
     from agents.evaluate import plot as plot_evaluation
-    from scheduler.simulator import SimulationError
+    from scheduler.core.simulator import SimulationError
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     baseline = baseline.strip()
@@ -597,8 +597,8 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
           policy: str | None, tick: float, job_user: str | None, command_jobs: str) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL)."""
-    from scheduler.serve import ServeConfig
-    from scheduler.serve import serve as run_service
+    from scheduler.live.serve import ServeConfig
+    from scheduler.live.serve import serve as run_service
 
     try:
         run_service(ServeConfig(host=host, port=port, nodes=nodes, gpus_per_node=gpus_per_node, preset=preset,
@@ -613,13 +613,13 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
 @click.option("--gpus", required=True, type=click.IntRange(1, 64), help="GPUs on this node.")
 def node_resources_cmd(name: str, gpus: int) -> None:
     """Print the JSON for `ray start --resources` that makes a Ray node a Corral node."""
-    from scheduler.runs import node_resources
+    from scheduler.live.runs import node_resources
 
     click.echo(json.dumps(node_resources(name, gpus)))
 
 
 # The API client commands (submit, jobs, show, cancel, logs, cluster, token): they import no upper layer.
-from scheduler.client_cli import register_client_commands
+from scheduler.cli.client_commands import register_client_commands
 
 register_client_commands(main)
 
@@ -649,7 +649,7 @@ def tune_cmd(workloads: tuple[str, ...], scenarios: int, window: int, seed: int,
     from agents.scenarios import check_workloads
     from agents.tune import DEFAULT_GRID, LOAD, default_workloads, policy_name, training_scenarios
     from agents.tune import tune as run_tune
-    from scheduler.simulator import SimulationError
+    from scheduler.core.simulator import SimulationError
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     chosen_workloads = list(workloads) or default_workloads()

@@ -17,7 +17,7 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from scheduler.paths import corral_home
+from scheduler.core.paths import corral_home
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 BEGIN_OPTION = "corral_sqlite_begin"

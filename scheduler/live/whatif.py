@@ -35,12 +35,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scheduler.decisions import Policy
-from scheduler.model import PRESETS, Cluster, ClusterSpec, JobSpec, JobState, NodeGroupSpec, Placement, SpecError
-from scheduler.model import build_cluster as build_cluster_model
-from scheduler.simulator import Placed, SimulationError, Simulator
-from scheduler.state import PlacementError
-from scheduler.workloads import ModelProfile, catalog
+from scheduler.core.decisions import Policy
+from scheduler.core.model import PRESETS, Cluster, ClusterSpec, JobSpec, JobState, NodeGroupSpec, Placement, SpecError
+from scheduler.core.model import build_cluster as build_cluster_model
+from scheduler.core.simulator import Placed, SimulationError, Simulator
+from scheduler.core.state import PlacementError
+from scheduler.core.workloads import ModelProfile, catalog
+from scheduler.live.cluster import build_live_cluster, node_type
 
 SIGMA = 0.3  # log-normal spread of a job's true remaining work around its estimate
 MAX_SEEDS = 20
@@ -159,12 +160,12 @@ class Snapshot:
 
 
 def snapshot(store: Any) -> Snapshot:
-    """Read the present from the store (a `scheduler.store.Store`) in one session."""
+    """Read the present from the store (a `scheduler.live.store.Store`) in one session."""
     from sqlalchemy import select
 
-    from scheduler.store import queries as q
-    from scheduler.store.models import Job as JobRow
-    from scheduler.store.models import JobState as S
+    from scheduler.live.store import queries as q
+    from scheduler.live.store.models import Job as JobRow
+    from scheduler.live.store.models import JobState as S
 
     with store.session() as s:
         nodes = [LiveNode(n.name, n.preset, tuple(g.index for g in sorted(n.gpus, key=lambda g: g.local_index)))
@@ -197,8 +198,6 @@ def snapshot(store: Any) -> Snapshot:
 
 def live_cluster(nodes: Sequence[tuple[str, int]]) -> Cluster:
     """The cluster model of (preset, GPUs) nodes in order: with one preset, exactly what `corral serve` builds."""
-    from scheduler.serve import build_live_cluster, node_type  # the helpers live in the composition root's module
-
     presets = {p for p, _ in nodes}
     if len(presets) == 1:
         return build_live_cluster(presets.pop(), [g for _, g in nodes])
@@ -275,7 +274,7 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
         notes.append(f"{len(initial)} running job(s) keep their GPUs at t=0; {len(arrivals)} pending job(s) arrive "
                      "at t=0 in submission order")
     else:
-        from scheduler.traces import load_trace
+        from scheduler.core.traces import load_trace
 
         try:
             trace = load_trace(req.trace, limit=min(req.limit or MAX_JOBS + 1, MAX_JOBS + 1))

@@ -10,8 +10,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
-from scheduler.model import Job, JobSpec, Placement
-from scheduler.state import ClusterView
+from scheduler.core.model import Job, JobSpec, Placement
+from scheduler.core.state import ClusterView
 
 
 @dataclass(frozen=True, slots=True)

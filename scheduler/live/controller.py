@@ -1,6 +1,6 @@
 """The live scheduling loop: the simulator's loop with real I/O.
 
-The same `ClusterState`, `ContentionModel` and `Policy` interface as `scheduler.simulator`; what differs is where
+The same `ClusterState`, `ContentionModel` and `Policy` interface as `scheduler.core.simulator`; what differs is where
 events come from (the store: submissions and cancel requests; the backend: workers starting, exiting, lost) and what
 decisions do (rows in the store, workers on Ray). The controller is the only writer of placements.
 
@@ -24,20 +24,21 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from scheduler import metrics, paths
-from scheduler.contention import ContentionModel, ContentionParams
-from scheduler.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
-from scheduler.explain import capacity_reason
-from scheduler.model import Cluster, Job, JobKind, JobSpec, Placement
-from scheduler.runs import Backend, JobStatus, Launch, RankSpec, actor_name
-from scheduler.state import ClusterState, ClusterView
-from scheduler.store import queries
-from scheduler.store.db import Store
-from scheduler.store.models import Allocation, Gpu, JobType, Node, RestartPolicy
-from scheduler.store.models import Decision as DecisionRow
-from scheduler.store.models import Job as JobRow
-from scheduler.store.models import JobState as S
-from scheduler.workloads import ModelProfile, catalog
+from scheduler.core import paths
+from scheduler.core.contention import ContentionModel, ContentionParams
+from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.core.model import Cluster, Job, JobKind, JobSpec, Placement
+from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.workloads import ModelProfile, catalog
+from scheduler.live import metrics
+from scheduler.live.explain import capacity_reason
+from scheduler.live.runs import Backend, JobStatus, Launch, RankSpec, actor_name
+from scheduler.live.store import queries
+from scheduler.live.store.db import Store
+from scheduler.live.store.models import Allocation, Gpu, JobType, Node, RestartPolicy
+from scheduler.live.store.models import Decision as DecisionRow
+from scheduler.live.store.models import Job as JobRow
+from scheduler.live.store.models import JobState as S
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """`corral serve`: the live service's composition root. It wires the store, the Ray backend, the controller with a
-policy from the registry, and the Flask app, then serves HTTP until interrupted. Like `scheduler/cli.py`, it is the
+policy from the registry, and the Flask app, then serves HTTP until interrupted. Like `scheduler/cli/commands.py`, it is the
 only kind of module in `scheduler/` allowed to reach up into `policies` and `web`, and it does so lazily.
 """
 
@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scheduler.model import PRESETS, Cluster, ClusterSpec, NodeGroupSpec, NodeTypeSpec, SpecError, build_cluster
+from scheduler.core.model import Cluster, SpecError
+from scheduler.live.cluster import build_live_cluster, node_type
 
 if TYPE_CHECKING:
-    from scheduler.controller import Controller
-    from scheduler.ray_backend import NodeInfo, RayBackend
-    from scheduler.store import Store
+    from scheduler.live.controller import Controller
+    from scheduler.live.ray_backend import NodeInfo, RayBackend
+    from scheduler.live.store import Store
 
 log = logging.getLogger("corral")
 
@@ -40,27 +41,6 @@ class ServeConfig:
     command_jobs: str = "all"  # who may submit command jobs: "all" or "admins"
 
 
-def node_type(preset: str, gpus_per_node: int) -> NodeTypeSpec:
-    """The preset's server with `gpus_per_node` GPUs (SpecError naming the flag if the preset cannot have that)."""
-    if preset not in PRESETS:
-        raise SpecError(f"--preset: unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    try:
-        return NodeTypeSpec.model_validate({**PRESETS[preset].model_dump(), "gpus_per_node": gpus_per_node})
-    except ValueError as exc:
-        raise SpecError(f"--gpus-per-node {gpus_per_node} does not fit preset {preset}: {exc}") from None
-
-
-def build_live_cluster(preset: str, gpus_by_node: list[int]) -> Cluster:
-    """The cluster model of the Ray nodes, in order: consecutive nodes with as many GPUs form one group."""
-    groups: list[NodeGroupSpec] = []
-    for gpus in gpus_by_node:
-        if groups and groups[-1].node is not None and groups[-1].node.gpus_per_node == gpus:
-            groups[-1].count += 1
-        else:
-            groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus)))
-    return build_cluster(ClusterSpec(name=f"live-{preset}", groups=groups))
-
-
 def discover(backend: RayBackend, cfg: ServeConfig) -> tuple[list[str], Cluster]:
     nodes: list[NodeInfo] = sorted(backend.nodes(), key=lambda n: n.name)
     if not nodes:
@@ -73,7 +53,7 @@ def discover(backend: RayBackend, cfg: ServeConfig) -> tuple[list[str], Cluster]
 
 def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Controller:
     from policies import make_policy
-    from scheduler.controller import Controller
+    from scheduler.live.controller import Controller
 
     names, cluster = discover(backend, cfg)
     return Controller(store, backend, cluster, names, make_policy, default_policy=cfg.policy or "rl:default",
@@ -129,7 +109,7 @@ def gpus_text(cluster: Cluster) -> str:
 
 def banner(cluster: Cluster, cfg: ServeConfig, policy: str, where: str, db_url: str, ray_address: str) -> str:
     """What `corral serve` prints once it is up: where everything is, and the exact next commands."""
-    from scheduler.history import redact
+    from scheduler.live.history import redact
 
     corral = corral_command()
     return (
@@ -147,9 +127,9 @@ def serve(cfg: ServeConfig) -> None:
     from waitress import create_server
 
     from policies import make_policy
-    from scheduler.paths import corral_home, secure_home
-    from scheduler.ray_backend import RayBackend
-    from scheduler.store import Store, database_url, queries
+    from scheduler.core.paths import corral_home, secure_home
+    from scheduler.live.ray_backend import RayBackend
+    from scheduler.live.store import Store, database_url, queries
     from web import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
