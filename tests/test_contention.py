@@ -403,7 +403,7 @@ def test_holdout(shared: Path) -> None:
 
 def test_fast_replica_matches_contention_model(shared: Path) -> None:
     """The fit's vectorised replica computes exactly what ContentionModel computes on the same placements."""
-    from scheduler import calibrate as cal
+    from scheduler.core import calibrate as cal
 
     ds, gv = cal.load_deepshare(shared), cal.load_gavel(shared)
     cases = cal._NetworkCases(ds, gv, list(cal.DEEPSHARE_MODELS) + list(cal.GAVEL_FAMILIES))
@@ -437,7 +437,7 @@ def test_defaults_and_catalog_are_the_fit(shared: Path) -> None:
     (the model's own error against the measurements is about 0.1), the parameters the data identify within 2%, and
     the flat-valley ones within 15%.
     """
-    from scheduler import calibrate as cb
+    from scheduler.core import calibrate as cb
 
     cal = cb.calibrate(shared)
     cat = catalog()
