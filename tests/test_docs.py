@@ -27,6 +27,9 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path: Path) -> None
     env_page = (tmp_path / "site" / "reference" / "env" / "index.html").read_text()
     assert "Action Space" in env_page and "action_masks" in env_page
     assert (tmp_path / "site" / "writing-a-policy" / "index.html").is_file()
+    # The REST reference is rendered from the OpenAPI spec the app serves (docs/hooks/openapi.py).
+    rest = (tmp_path / "site" / "reference" / "rest-api" / "index.html").read_text()
+    assert "POST /api/v1/jobs" in rest and "GET /api/v1/cluster" in rest and "JobSubmit" in rest
 
 
 def test_the_guides_example_policy_runs_in_the_simulator(tmp_path: Path) -> None:
