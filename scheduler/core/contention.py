@@ -298,36 +298,18 @@ class ContentionModel:
 
     def predict(self, spec: JobSpec, placement: Placement) -> Prediction:
         """What-if: the slowdown `spec` would see on `placement` and what it would do to others. State is unchanged."""
-        if not self.enabled:
-            return Prediction(1.0, {}, {})
-        probe = -1
-        fp = self.footprint(spec, placement)
-        saved_load = self._load[fp.links].copy()
-        others: set[int] = set()
-        for link in fp.links.tolist():
-            others |= self._link_jobs.get(link, set())
-        for g in fp.gpus:
-            others.update(self._gpu_jobs.get(g, ()))
-        before = {j: self._slowdown[j] for j in others}
-        self._add(probe, fp)
-        own = self._slowdown[probe]
-        after = {j: self._slowdown[j] for j in others}
-        self._remove(probe)
-        # Restore bit for bit: add-then-subtract in floating point need not give back the same numbers.
-        self._load[fp.links] = saved_load
-        self._slowdown.update(before)
-        return Prediction(own, before, after)
+        return self.predict_later(spec, placement)()
 
     def predict_later(self, spec: JobSpec, placement: Placement) -> Callable[[], Prediction]:
-        """`predict`, with the costly part (every touched job's new slowdown) deferred: returns a function that gives
-        the very Prediction `predict(spec, placement)` would have given now, as long as no job is added or removed in
+        """The prediction (`predict`), with the costly part (every touched job's new slowdown) deferred: returns a
+        function that gives the very Prediction asked for now, as long as no job is added or removed in
         between (it raises otherwise). For callers that weigh many placements and need only a few predictions.
 
-        Bit for bit, including what comes after: `predict` leaves the model's numbers as they were, but not the
+        Bit for bit, including what comes after: a prediction leaves the model's numbers as they were, but not the
         internal layout of the sets of jobs per link (adding the probe may grow a set's table; removing it leaves a
         dummy slot), and that layout orders iteration over them, hence the order of the sum in `others_added` of later
         predictions and the order in which the simulator reschedules affected jobs. So this does now, in the same
-        order, every set operation `predict` does (and builds the jobs touched and their slowdowns before, the only
+        order, every set operation a prediction does (and builds the jobs touched and their slowdowns before, the only
         other things read in an order); the deferred part adds and removes the probe again, which reuses the slot it
         left (repeating an add-discard pair leaves a set exactly as the first pair did), so it changes nothing.
         """
@@ -357,6 +339,7 @@ class ContentionModel:
             own = self._slowdown[probe]
             after = {j: self._slowdown[j] for j in others}
             self._remove(probe)
+            # Restore bit for bit: add-then-subtract in floating point need not give back the same numbers.
             self._load[fp.links] = saved_load
             self._slowdown.update(before)
             return Prediction(own, before, after)
