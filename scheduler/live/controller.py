@@ -24,18 +24,20 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from scheduler.core import paths
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
-from scheduler.core.model import Cluster, Job, JobKind, JobSpec, Placement
+from scheduler.core.model import Cluster, Job, JobKind, Placement
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.workloads import ModelProfile, catalog
 from scheduler.live import metrics
 from scheduler.live.explain import capacity_reason
+from scheduler.live.nodes import register_nodes
+from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
 from scheduler.live.runs import Backend, JobStatus, Launch, RankSpec, actor_name
+from scheduler.live.slowdown import SlowdownLedger
 from scheduler.live.store import queries
 from scheduler.live.store.db import Store
-from scheduler.live.store.models import Allocation, Gpu, JobType, Node, RestartPolicy
+from scheduler.live.store.models import Allocation, JobType, Node, RestartPolicy
 from scheduler.live.store.models import Decision as DecisionRow
 from scheduler.live.store.models import Job as JobRow
 from scheduler.live.store.models import JobState as S
@@ -107,7 +109,7 @@ class Controller:
         self.policy_name = ""
         self._attempt: dict[int, int] = {}  # running job -> its current attempt
         self._started: dict[int, bool] = {}  # running job -> its workers have started
-        self._slow_track: dict[int, tuple[float, float, float]] = {}  # (integral so far, slowdown now, since)
+        self.slowdowns = SlowdownLedger()
         self._reasons: dict[int, str] = {}  # pending job -> the reason last written to the store
         self._policy_said: set[int] = set()  # pending jobs the policy gave a reason for since the last explanation
         self._reasons_key: tuple[object, ...] = ()
@@ -119,45 +121,22 @@ class Controller:
         self._last_full_sync = 0.0
         self._max_seen = 0  # highest job id taken in
 
-    # ---- building jobs from rows ---------------------------------------------------------------------------------
-
-    def _spec(self, row: JobRow) -> JobSpec:
-        profile = self.profiles[row.model]
-        return JobSpec(
-            name=row.name, submit_s=row.submitted_at, num_gpus=row.num_gpus, duration_s=row.duration_s,
-            model=row.model, kind=profile.kind, user=row.user.name, priority=row.priority, slo_ms=row.slo_ms,
-        )
+    # ---- between rows and the model ---------------------------------------------------------------------------
 
     def _job(self, row: JobRow) -> Job:
-        job = Job(row.id, self._spec(row), max(row.duration_s - row.work_done_s, 0.0))
-        job.attained_gpu_s = row.attained_gpu_s
-        job.queued_since = row.queued_since
-        job.preemptions = row.preemptions
-        job.first_start_s = row.first_started_at
-        job.last_update = time.time()
-        return job
+        return job_of(row, self.profiles)
 
     def _placement(self, job: Job) -> list[RankSpec]:
-        """One worker per node of the placement, driving its GPUs there (local indices)."""
         assert job.placement is not None
-        by_node: dict[int, list[int]] = {}
-        for g in job.placement.gpus:
-            by_node.setdefault(int(self.cluster.gpu_node[g]), []).append(g)
-        ranks = []
-        for rank, (node, gpus) in enumerate(sorted(by_node.items())):
-            first = int(self.cluster.node_first_gpu[node])
-            ranks.append(RankSpec(rank, self.node_names[node], tuple(g - first for g in gpus), job.placement.share,
-                                  float(self.cluster.gpu_mem[gpus[0]])))
-        return ranks
+        return rank_specs(self.cluster, self.node_names, job.placement)
 
     def _launch_spec(self, row: JobRow, job: Job, attempt: int) -> Launch:
-        return Launch(
-            job_id=row.id, attempt=attempt, kind=row.kind, ranks=tuple(self._placement(job)),
-            work_s=row.duration_s, rate=job.rate, log_dir=str(paths.log_path(row.id, attempt, 0).parent),
-            checkpoint_dir=str(paths.checkpoint_dir(row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
-            env={str(k): str(v) for k, v in (row.env or {}).items()},
-            run_as=self.job_user if row.kind == JobType.COMMAND else None,
-        )
+        return launch_of(row, job, attempt, self._placement(job), self.job_user)
+
+    def _ran_from(self, job_id: int) -> float | None:
+        """When the job's current run's workers started (None: not running, or its workers are not up yet)."""
+        job = self.running.get(job_id)
+        return job.start_s if job is not None and self._started.get(job_id) else None
 
     # ---- start-up ------------------------------------------------------------------------------------------------
 
@@ -187,7 +166,7 @@ class Controller:
                     job.start_s = row.started_at
                     self._started[row.id] = True
                     # What ran before the crash is counted at the slowdown last recorded.
-                    self._slow_track[row.id] = (0.0, row.predicted_slowdown or 1.0, row.started_at)
+                    self.slowdowns.resume(row.id, row.predicted_slowdown or 1.0, row.started_at)
                 if self.backend.adopt(self._launch_spec(row, job, row.attempt)):
                     keep.update(actor_name(row.id, row.attempt, r.rank) for r in self._placement(job))
                     if row.id not in tracked:
@@ -217,31 +196,8 @@ class Controller:
         log.info("recovered: %d running (%d lost), %d pending", len(self.running), len(lost), len(self.pending))
 
     def _register_nodes(self, now: float) -> None:
-        """Write the cluster model's nodes and GPUs to the store (the API's cluster map reads them)."""
-        ray_nodes = {n.name: n for n in self.backend.nodes()}
-        c = self.cluster
         with self.store.session(write=True) as s:
-            existing = {n.name: n for n in s.scalars(select(Node))}
-            for i, name in enumerate(self.node_names):
-                info = ray_nodes.get(name)
-                node = existing.pop(name, None)
-                if node is None:
-                    node = Node(name=name, index=i, preset=self.preset, updated_at=now)
-                    s.add(node)
-                node.index, node.preset, node.updated_at = i, self.preset, now
-                node.alive = bool(info and info.alive)
-                node.ray_node_id = info.ray_node_id if info else None
-                node.address = info.address if info else None
-                if not node.alive:
-                    self._down.add(i)
-                s.flush()
-                have = {g.index for g in node.gpus}
-                for g in c.node_gpus(i):
-                    if g not in have:
-                        s.add(Gpu(node_id=node.id, index=g, local_index=g - int(c.node_first_gpu[i]),
-                                  gpu_type=c.gpu_types[int(c.gpu_type[g])].name, mem_gb=float(c.gpu_mem[g])))
-            for stale in existing.values():  # a smaller cluster than last time: its nodes are gone
-                stale.alive = False
+            self._down |= register_nodes(s, self.backend.nodes(), self.cluster, self.node_names, self.preset, now)
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 
@@ -350,7 +306,7 @@ class Controller:
         last = next(reversed(self.pending.values())).spec.submit_s if self.pending else float("-inf")
         for row in rows:
             self._max_seen = max(self._max_seen, row.id)
-            problem = self._reject_reason(row)
+            problem = reject_reason(row, self.cluster, self.profiles)
             if problem:
                 row.state, row.finished_at, row.error = S.FAILED, now, problem
                 queries.add_event(s, row.id, "rejected", problem)
@@ -365,17 +321,6 @@ class Controller:
     def _sort_pending(self) -> None:
         """Keep the queue in submission order, as the simulator does (a requeued job keeps its place)."""
         self.pending = dict(sorted(self.pending.items(), key=lambda kv: (kv[1].spec.submit_s, kv[0])))
-
-    def _reject_reason(self, row: JobRow) -> str | None:
-        if row.model not in self.profiles:
-            return f"unknown model {row.model!r}"
-        workers = max(1, int(row.num_gpus))
-        if workers > self.cluster.num_gpus:
-            return f"needs {workers} GPUs, the cluster has {self.cluster.num_gpus}"
-        mem = self.profiles[row.model].mem_gb
-        if mem > float(self.cluster.gpu_mem.max()):
-            return f"needs {mem:g} GB per GPU, the largest GPU has {float(self.cluster.gpu_mem.max()):g} GB"
-        return None
 
     def _sync_cancels(self, s: Session, now: float) -> None:
         if not self.running:
@@ -408,8 +353,7 @@ class Controller:
                     row.first_started_at = row.started_at
                 job.start_s = row.started_at
                 self._started[row.id] = True
-                integral, slow, _ = self._slow_track.get(row.id, (0.0, 1.0, row.started_at))
-                self._slow_track[row.id] = (integral, slow, row.started_at)
+                self.slowdowns.started(row.id, row.started_at)
                 queries.add_event(s, row.id, "started", f"{len(started)} worker(s) started", at=row.started_at,
                                   attempt=st.attempt, ranks_started_at=st.started_at)
             if st.phase == "succeeded":
@@ -444,8 +388,7 @@ class Controller:
 
     def _end_run(self, s: Session, row: JobRow, now: float) -> Job:
         """Take a run off its GPUs: close its allocations, account its service, and re-rate its neighbours."""
-        slow_integral, _, _ = self._advance_slowdown(row.id, now)
-        del self._slow_track[row.id]
+        slow_integral = self.slowdowns.close(row.id, now, self._ran_from(row.id))
         self._started.pop(row.id, None)
         job = self.running.pop(row.id)
         attempt = self._attempt.pop(row.id)
@@ -512,19 +455,9 @@ class Controller:
 
     # ---- deciding ------------------------------------------------------------------------------------------------
 
-    def _advance_slowdown(self, job_id: int, now: float) -> tuple[float, float, float]:
-        """Integrate the job's predicted slowdown over the time its workers have run, up to `now`."""
-        integral, slow, since = self._slow_track.get(job_id, (0.0, 1.0, now))
-        started = self.running[job_id].start_s if job_id in self.running else None
-        if started is not None and self._started.get(job_id):
-            integral += slow * max(0.0, now - max(since, started))
-        self._slow_track[job_id] = (integral, slow, now)
-        return integral, slow, now
-
     def _set_rate(self, job: Job, s: Session | None = None) -> None:
         slow = self.contention.slowdown(job.id)
-        integral, _, now = self._advance_slowdown(job.id, time.time())
-        self._slow_track[job.id] = (integral, slow, now)
+        self.slowdowns.set(job.id, slow, time.time(), self._ran_from(job.id))
         job.rate = 1.0 if job.spec.kind is JobKind.INFERENCE else 1.0 / slow
         self.backend.set_rate(job.id, job.rate)
         if s is not None:

@@ -1,0 +1,71 @@
+"""From the store's rows to the core model and back to workers: the jobs the controller schedules, whether it can
+take a submission at all, and the `Launch` a placement becomes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from scheduler.core import paths
+from scheduler.core.model import Cluster, Job, JobSpec, Placement
+from scheduler.core.workloads import ModelProfile
+from scheduler.live.runs import Launch, RankSpec
+from scheduler.live.store.models import Job as JobRow
+from scheduler.live.store.models import JobType
+
+
+def job_spec(row: JobRow, profiles: Mapping[str, ModelProfile]) -> JobSpec:
+    profile = profiles[row.model]
+    return JobSpec(
+        name=row.name, submit_s=row.submitted_at, num_gpus=row.num_gpus, duration_s=row.duration_s,
+        model=row.model, kind=profile.kind, user=row.user.name, priority=row.priority, slo_ms=row.slo_ms,
+    )
+
+
+def job_of(row: JobRow, profiles: Mapping[str, ModelProfile]) -> Job:
+    """The job as the policies see it: what is left of its work, and the service it has had (restored from the row,
+    so a restarted controller orders the queue as the old one did)."""
+    job = Job(row.id, job_spec(row, profiles), max(row.duration_s - row.work_done_s, 0.0))
+    job.attained_gpu_s = row.attained_gpu_s
+    job.queued_since = row.queued_since
+    job.preemptions = row.preemptions
+    job.first_start_s = row.first_started_at
+    job.last_update = time.time()
+    return job
+
+
+def reject_reason(row: JobRow, cluster: Cluster, profiles: Mapping[str, ModelProfile]) -> str | None:
+    """Why this cluster can never run the job (then it fails at once, saying so), or None."""
+    if row.model not in profiles:
+        return f"unknown model {row.model!r}"
+    workers = max(1, int(row.num_gpus))
+    if workers > cluster.num_gpus:
+        return f"needs {workers} GPUs, the cluster has {cluster.num_gpus}"
+    mem = profiles[row.model].mem_gb
+    if mem > float(cluster.gpu_mem.max()):
+        return f"needs {mem:g} GB per GPU, the largest GPU has {float(cluster.gpu_mem.max()):g} GB"
+    return None
+
+
+def rank_specs(cluster: Cluster, node_names: Sequence[str], placement: Placement) -> list[RankSpec]:
+    """One worker per node of the placement, driving its GPUs there (local indices)."""
+    by_node: dict[int, list[int]] = {}
+    for g in placement.gpus:
+        by_node.setdefault(int(cluster.gpu_node[g]), []).append(g)
+    ranks = []
+    for rank, (node, gpus) in enumerate(sorted(by_node.items())):
+        first = int(cluster.node_first_gpu[node])
+        ranks.append(RankSpec(rank, node_names[node], tuple(g - first for g in gpus), placement.share,
+                              float(cluster.gpu_mem[gpus[0]])))
+    return ranks
+
+
+def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], job_user: str | None) -> Launch:
+    """What the backend needs to start (or, after a restart, find) this run's workers."""
+    return Launch(
+        job_id=row.id, attempt=attempt, kind=row.kind, ranks=tuple(ranks),
+        work_s=row.duration_s, rate=job.rate, log_dir=str(paths.log_path(row.id, attempt, 0).parent),
+        checkpoint_dir=str(paths.checkpoint_dir(row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
+        env={str(k): str(v) for k, v in (row.env or {}).items()},
+        run_as=job_user if row.kind == JobType.COMMAND else None,
+    )
