@@ -46,9 +46,10 @@ def render(spec: dict[str, Any]) -> str:
             if method not in ("get", "post", "put", "patch", "delete"):
                 continue
             out += [f"## `{method.upper()} {path}`", ""]
-            for text in (op.get("summary"), op.get("description")):
-                if text and text.strip():
-                    out += [text.strip(), ""]
+            if (op.get("summary") or "").strip():
+                out += [f"**{op['summary'].strip()}.**", ""]
+            if (op.get("description") or "").strip():
+                out += [op["description"].strip(), ""]
             params = [*methods.get("parameters", []), *op.get("parameters", [])]
             if params:
                 out += ["| parameter | in | required | description |", "|---|---|---|---|"]

@@ -18,6 +18,11 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/models")
     @blp.response(200, ModelsSchema)
     def models() -> Any:
+        """List the model catalog
+
+        Every model a submission's `model` may name, with the profile the contention model uses for it (compute time,
+        SM and memory-bandwidth demand, memory, gradient size, communication overlap; inference models' latency and SLO).
+        """
         return {"models": [asdict(p) | {"kind": p.kind.value} for p in catalog().values()]}
 
     return blp

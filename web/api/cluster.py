@@ -55,6 +55,11 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/cluster")
     @blp.response(200, ClusterSchema)
     def cluster() -> Any:
+        """Show the cluster map
+
+        Every node (alive or not) with its GPUs and the jobs holding each, with their shares. Read from the database only,
+        so it answers while the controller is down.
+        """
         return cluster_json()
 
     return blp

@@ -109,6 +109,11 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/jobs/<int:job_id>/explain")
     @blp.response(200, ExplainSchema)
     def explain(job_id: int) -> Any:
+        """Explain a job's placement or wait
+
+        For a pending job, its queue position, the reason it waits and a start estimate; for a placed one, its GPUs, its
+        neighbours and what the policy's choice traded against the other candidates.
+        """
         with store().session() as s:
             job = s.get(Job, job_id)
             if job is None:

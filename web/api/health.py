@@ -31,6 +31,10 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.response(200, HealthSchema)
     @blp.alt_response(503, schema=HealthSchema, description="the database is unreachable")
     def health() -> Any:
+        """Check liveness
+
+        Open to all (no token). 200 with `database: ok` when the database answers a query, else 503 saying why.
+        """
         try:
             with store().session() as s:
                 s.execute(text("SELECT 1"))

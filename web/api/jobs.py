@@ -124,6 +124,13 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.response(201, JobSchema, description="the new job")
     @blp.alt_response(200, schema=JobSchema, description="a retry with a known client_token: the first job")
     def submit(fields: dict[str, Any]) -> Any:
+        """Submit a job
+
+        An emulated job (a model from the catalog and its isolated duration) or, where the server allows it, a command job
+        (an entrypoint run on every worker). A `client_token` makes retries safe: the same token returns the first job
+        (200) instead of creating another. A job that cannot fit the cluster as recorded is refused with 422 naming the
+        field, and nothing is stored.
+        """
         if fields["kind"] == JobType.COMMAND and fields["duration_s"] is None:
             fields["duration_s"] = DEFAULT_COMMAND_DURATION_S
         who = caller()
@@ -149,6 +156,11 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.arguments(JobListArgs(), location="query")
     @blp.response(200, JobListSchema)
     def list_jobs(args: dict[str, Any]) -> Any:
+        """List jobs
+
+        Newest first, filtered by state and (admins) by user; non-admins see only their own. Pending jobs carry their queue
+        position and a start estimate.
+        """
         who = caller()
         wanted = args.get("user")
         with store().session() as s:
@@ -176,6 +188,11 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/jobs/<int:job_id>", methods=["GET"])
     @blp.response(200, JobDetailSchema)
     def show(job_id: int) -> Any:
+        """Show a job
+
+        The job with its allocations, its events (submitted, placed, started, preempted, lost, requeued, finished) and the
+        policy's recent decisions about it, each with the candidates it weighed.
+        """
         with store().session() as s:
             job = _job_or_404(s, job_id)
             body = _full_json(s, job)
@@ -190,6 +207,11 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/jobs/<int:job_id>/cancel", methods=["POST"])
     @blp.response(200, JobSchema, description="the job after the cancel: cancelled if it was pending, else flagged")
     def cancel(job_id: int) -> Any:
+        """Cancel a job
+
+        A pending job is cancelled at once; a running one is flagged, and the controller stops its workers on its next
+        pass. Cancelling a finished job changes nothing.
+        """
         with write_session() as s:
             job = _job_or_404(s, job_id)
             was_live = not JobState(job.state).terminal
@@ -203,6 +225,10 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.arguments(LogsArgs(), location="query")
     @blp.response(200, LogsSchema)
     def logs(args: dict[str, Any], job_id: int) -> Any:
+        """Read a job's worker logs
+
+        The last `tail` lines of each rank's log for an attempt (default: the current one).
+        """
         with store().session() as s:
             job = _job_or_404(s, job_id)
             attempt = args.get("attempt", job.attempt)

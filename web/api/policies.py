@@ -47,6 +47,10 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/policies", methods=["GET"])
     @blp.response(200, PoliciesSchema)
     def list_policies() -> Any:
+        """List the policies
+
+        Every name `PUT /policies/active` accepts (heuristics and the trained agents found), and the active one.
+        """
         with store().session() as s:
             active = q.active_policy(s)
         return {"available": policy_names(), "active": active}
@@ -55,6 +59,11 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.arguments(ActivePolicyArgs())
     @blp.response(200, ActivePolicySchema)
     def set_active(args: dict[str, Any]) -> Any:
+        """Switch the active policy (admins)
+
+        The name is checked by building the policy, so a missing or incompatible agent is refused with 422 here rather
+        than failing in the controller. Running jobs stay where they are; the next pass uses the new policy.
+        """
         who = require_admin()
         name = args["name"].strip()
         try:

@@ -84,6 +84,11 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.response(200, description="{name, metadata (the .json sidecar), evaluation (.eval.json or null), summary, "
                                    "curve (URL or null)}")
     def report(name: str) -> Any:
+        """Show a trained agent's report
+
+        Its training sidecar, its held-out evaluation and a per-metric summary against the baselines it was compared with.
+        404 for policies that are not trained agents.
+        """
         model, meta = agent_files(name)
         evaluation = _read_json(model.parent / Path(str(meta.get("eval_report") or f"{model.stem}.eval.json")).name)
         curve = model.parent / Path(str(meta.get("learning_curve") or f"{model.stem}.curve.png")).name
@@ -96,6 +101,7 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/policies/<string:name>/curve.png")
     @blp.response(200, description="the learning curve (PNG)", content_type="image/png")
     def curve(name: str) -> Any:
+        """Get a trained agent's learning curve (PNG)"""
         model, meta = agent_files(name)
         path = model.parent / Path(str(meta.get("learning_curve") or f"{model.stem}.curve.png")).name
         if not path.is_file():

@@ -233,11 +233,20 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.arguments(StatsArgs(), location="query")
     @blp.response(200, StatsSchema)
     def stats(args: dict[str, Any]) -> Any:
+        """Get recent job statistics
+
+        Job completion time, queueing delay, queue length and allocated GPU share over the last `window_s` seconds, in
+        buckets of `bucket_s`, with a summary of the whole window.
+        """
         return compute_stats(args["window_s"], args["bucket_s"])
 
     @blp.route("/stats/network")
     @blp.response(200, NetworkSchema)
     def network() -> Any:
+        """Get network load now
+
+        Each NIC's and rack uplink's load from the running placements, as the contention model sees it.
+        """
         return network_json()
 
     return blp

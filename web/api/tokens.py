@@ -28,6 +28,10 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/tokens", methods=["GET"])
     @blp.response(200, TokenListSchema)
     def list_tokens() -> Any:
+        """List API tokens (admins)
+
+        Each token's id, prefix, owner, creation, expiry and revocation; never the token itself.
+        """
         require_admin()
         with store().session() as s:
             return {"tokens": [token_json(t) for t in q.list_tokens(s)]}

@@ -92,6 +92,12 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.response(200, WhatIfSchema, description="distributions over the seeds of JCT, queueing and utilisation")
     @blp.alt_response(429, description="every what-if worker is busy: try again after Retry-After seconds")
     def whatif(args: dict[str, Any]) -> Any:
+        """Simulate a what-if
+
+        Replays the present queue and running jobs in the simulator under another policy, with extra nodes or extra jobs,
+        over several seeds, and returns the distributions next to the same runs under the active policy. Non-admins have
+        a budget of simulated jobs; when every worker is busy, 429 with Retry-After.
+        """
         trace = args.get("trace")
         admin = caller().admin
         if trace is not None and not trace.startswith("synthetic:"):
