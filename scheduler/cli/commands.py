@@ -109,9 +109,12 @@ def main() -> None:
               help="Write the metrics as JSON here.")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
               help="Write a JCT CDF per policy as PNG here.")
+@click.option("--teams", "teams_path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Teams YAML (name, quota_gpus, borrow_limit_gpus; half_life_s): every policy runs inside the "
+                   "tenancy frame, and the report shows each team's share.")
 def simulate(
     trace_path: str, trace_format: str, limit: int | None, cluster: Cluster, policies: list[str],
-    no_contention: bool, seed: int, json_out: Path | None, plot_out: Path | None,
+    no_contention: bool, seed: int, json_out: Path | None, plot_out: Path | None, teams_path: Path | None,
 ) -> None:
     """Replay a trace on a simulated cluster under each policy and compare them."""
     from rich.console import Console
@@ -129,6 +132,15 @@ def simulate(
         raise click.ClickException(str(exc)) from None
     if not trace.jobs:
         raise click.ClickException(f"{trace_path}: no jobs to replay (skipped: {trace.skipped or 'none'})")
+    teams = None
+    if teams_path is not None:
+        from scheduler.core.tenancy import Teams
+
+        try:
+            teams = Teams.load(teams_path, cluster_gpus=cluster.num_gpus)
+            teams.check_jobs(trace.jobs, where=trace_path)
+        except SpecError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--teams'") from None
     skipped = ", ".join(f"{n} {why}" for why, n in trace.skipped.items()) or "none"
     console.print(
         f"[bold]{trace.name}[/]: {len(trace.jobs):,} jobs ({skipped} skipped) on [bold]{cluster.name}[/] "
@@ -139,13 +151,15 @@ def simulate(
                   console=console, transient=True) as progress:
         for name in policies:
             task = progress.add_task(name, total=len(trace.jobs))
-            sim = Simulator(cluster, trace.jobs, built[name], contention=not no_contention,
+            sim = Simulator(cluster, trace.jobs, built[name], contention=not no_contention, teams=teams,
                             progress=lambda n, task=task: progress.advance(task, n))
             try:
                 results.append(sim.run())
             except SimulationError as exc:
                 raise click.ClickException(f"policy {name}: {exc}") from None
     console.print(metrics_table(results, {name: p.oracle for name, p in built.items()}))
+    if teams is not None:
+        console.print(teams_table(results))
     if json_out is not None:
         json_out.write_text(json.dumps(report(trace, cluster, results, not no_contention, seed), indent=2) + "\n")
         console.print(f"metrics written to {json_out}")
@@ -173,13 +187,33 @@ def metrics_table(results: list[SimResult], oracle: dict[str, bool]) -> Any:
     return table
 
 
+def teams_table(results: list[SimResult]) -> Any:
+    """Per team and policy: what it got against its quota, and the fairness over teams."""
+    from rich.table import Table
+
+    table = Table(title="Teams (GPU-h: used / quota x time in the system; over: time above quota; starved: time under "
+                        "95% of quota with a job that fits waiting)")
+    for col in ("policy", "team", "quota", "jobs", "avg JCT", "GPU-h used", "GPU-h quota", "over", "starved"):
+        table.add_column(col, justify="left" if col in ("policy", "team") else "right")
+    for r in results:
+        assert r.teams is not None
+        for name, t in r.teams["teams"].items():
+            table.add_row(r.policy, name, f"{t['quota_gpus']:g}", f"{t['jobs']:.0f}", format_duration(t["avg_jct_s"]),
+                          f"{t['gpu_hours']:.1f}", f"{t['quota_gpu_hours']:.1f}", format_duration(t["over_quota_s"]),
+                          format_duration(t["starved_s"]))
+        table.add_row(r.policy, "[bold]Jain's index[/]", "", "", "", "", "", "", f"{r.teams['jain']:.3f}",
+                      end_section=True)
+    return table
+
+
 def report(trace: Trace, cluster: Cluster, results: list[SimResult], contention: bool, seed: int) -> dict[str, Any]:
     return {
         "trace": trace.describe(),
         "cluster": cluster.describe(),
         "contention": contention,
         "seed": seed,
-        "policies": {r.policy: r.metrics | {"wall_s": r.wall_s, "events": r.events} for r in results},
+        "policies": {r.policy: r.metrics | {"wall_s": r.wall_s, "events": r.events}
+                     | ({"teams": r.teams} if r.teams is not None else {}) for r in results},
     }
 
 

@@ -373,6 +373,7 @@ class JobSpec:
     priority: int = 0
     slo_ms: float | None = None
     compression: float = 1.0  # fraction of gradient bytes actually sent (gradient compression: < 1)
+    team: str = "default"  # the tenant whose quota it runs under (scheduler.core.tenancy)
     workers: int = field(init=False, repr=False, compare=False)  # gang size; a fractional job has one worker
 
     def __post_init__(self) -> None:

@@ -26,6 +26,7 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, JobKind, JobSpec, JobState, Placement
 from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.tenancy import TeamLedger, Teams, TenancyFrame
 from scheduler.core.workloads import ModelProfile, catalog
 
 _FINISH = 0
@@ -56,6 +57,7 @@ class SimResult:
     wall_s: float
     events: int
     pending_reasons: dict[int, str] = field(default_factory=dict)
+    teams: dict[str, Any] | None = None  # with teams: per team and Jain's index (TeamLedger.report)
 
     def jct(self) -> np.ndarray:
         return np.array([j.end_s - j.spec.submit_s for j in self.jobs if j.state is JobState.DONE], dtype=float)
@@ -74,14 +76,21 @@ class Simulator:
         preempt_overhead_s: float = 30.0,
         progress: Callable[[int], None] | None = None,
         initial: Sequence[Placed | tuple[JobSpec, Placement, float]] = (),
+        teams: Teams | None = None,
     ) -> None:
         """`initial`: jobs running from t=0 on the given placements (validated like any placement: PlacementError if
         they overlap or do not fit), each with its isolated work left. Their specs must have `submit_s <= 0`; they get
-        the ids after the trace's jobs, in the given order. The default (none) is the empty cluster."""
+        the ids after the trace's jobs, in the given order. The default (none) is the empty cluster.
+
+        `teams`: the cluster is shared by these teams; the policy acts inside the tenancy frame
+        (`scheduler.core.tenancy`) and the result reports each team's share."""
         self.cluster = cluster
         self.specs = sorted(jobs, key=lambda s: s.submit_s)
         placed = [p if isinstance(p, Placed) else Placed(*p) for p in initial]
+        if teams is not None and policy is not None and not isinstance(policy, TenancyFrame):
+            policy = TenancyFrame(policy, teams)
         self.policy = policy
+        self.ledger = TeamLedger(policy.teams, policy.team_of) if isinstance(policy, TenancyFrame) else None
         self.profiles = profiles if profiles is not None else catalog()
         self.contention = ContentionModel(cluster, self.profiles, params, enabled=contention)
         self.state = ClusterState(cluster, self.profiles)
@@ -311,6 +320,8 @@ class Simulator:
         last_report = 0
         while self.advance():
             self.schedule()
+            if self.ledger is not None:
+                self.ledger.observe(self.now, self.running.values(), self.pending.values())
             if self.idle_forever():
                 stuck = next(iter(self.pending.values()))
                 raise SimulationError(
@@ -333,6 +344,7 @@ class Simulator:
             wall_s=wall_s,
             events=self._events,
             pending_reasons=dict(self.pending_reasons),
+            teams=self.ledger.report(self.jobs) if self.ledger is not None else None,
         )
 
     # ---- metrics ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,515 @@
+"""Teams sharing one cluster: quotas, borrowing, reclaim and fair share (the tenancy frame).
+
+The semantics follow Kueue's cohorts (nominal quota, borrowing limit, reclaim) and Slurm's fair-share:
+
+- A team may always run up to its **quota** (GPUs, possibly fractional). Beyond it, it **borrows** idle GPUs, up to
+  its **borrowing limit** (None: no limit but the cluster).
+- GPUs are lent only when no team under its quota is waiting for them: the free capacity that pending jobs within
+  their teams' quotas need is **reserved** for them, and borrowers get the rest.
+- When a team under its quota has a pending job that fits within its quota but not in the free GPUs, because
+  borrowers hold them, the frame **reclaims**: it preempts borrowed jobs (checkpointed, as any preemption) of the team
+  furthest over its fair share, youngest first, the fewest that make room, and never more of a team than it borrows.
+- Across teams, the order is **fair share**: each team's usage (GPU-seconds, decayed with a half-life, as Slurm's
+  `PriorityDecayHalfLife`) over its quota; the team with the lowest ratio comes first, both for the queue the policy
+  sees and for the idle capacity borrowers may take. Within a team, by priority, then arrival.
+
+`TenancyFrame` wraps any policy, heuristic or learned, and is itself a policy, so the simulator, the RL environment
+and the live controller apply it as they apply any other: the frame decides which pending jobs are eligible and
+reclaims; the wrapped policy orders and places within the eligible set. A preemption the wrapped policy proposes is
+kept only if it stays inside the frame (the victim is of the placed job's team, or borrows while the placed job's team
+is within its quota); otherwise that job is held back for this instant and the policy is asked again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait
+from scheduler.core.errors import SpecError
+from scheduler.core.model import Job, JobSpec
+from scheduler.core.state import ClusterView
+
+DEFAULT_TEAM = "default"
+DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0  # Slurm's PriorityDecayHalfLife default
+EPS = 1e-9
+MAX_ASKS = 64  # re-asks of the wrapped policy at one call after holding back jobs whose preemptions left the frame
+
+
+class TeamError(SpecError):
+    """A team definition that cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+    quota_gpus: float  # guaranteed
+    borrow_limit_gpus: float | None = None  # how far beyond its quota it may borrow idle GPUs (None: no limit)
+
+    @property
+    def ceiling(self) -> float:
+        return math.inf if self.borrow_limit_gpus is None else self.quota_gpus + self.borrow_limit_gpus
+
+
+@dataclass(frozen=True)
+class Teams:
+    """The teams of one cluster, and how fast past usage is forgotten."""
+
+    teams: Mapping[str, Team]
+    half_life_s: float = DEFAULT_HALF_LIFE_S
+
+    @classmethod
+    def parse(cls, data: Any, cluster_gpus: float | None = None, where: str = "teams") -> Teams:
+        """From `{"half_life_s": S, "teams": [{"name", "quota_gpus", "borrow_limit_gpus"}, ...]}` (or the list
+        alone). Raises TeamError naming the field: negative quotas, quotas that add up to more than the cluster,
+        duplicate names."""
+        if isinstance(data, list):
+            data = {"teams": data}
+        if not isinstance(data, dict):
+            raise TeamError(f"{where}: expected a mapping with a 'teams' list, got {type(data).__name__}")
+        unknown = set(data) - {"teams", "half_life_s"}
+        if unknown:
+            raise TeamError(f"{where}: unknown key(s) {sorted(unknown)}; expected 'teams' and 'half_life_s'")
+        half_life = _number(data.get("half_life_s", DEFAULT_HALF_LIFE_S), f"{where}.half_life_s")
+        if not half_life > 0:
+            raise TeamError(f"{where}.half_life_s: must be positive, got {half_life:g}")
+        rows = data.get("teams")
+        if not isinstance(rows, list) or not rows:
+            raise TeamError(f"{where}.teams: expected a non-empty list of teams")
+        teams: dict[str, Team] = {}
+        for i, row in enumerate(rows):
+            at = f"{where}.teams[{i}]"
+            if not isinstance(row, dict):
+                raise TeamError(f"{at}: expected a mapping with name, quota_gpus and borrow_limit_gpus")
+            extra = set(row) - {"name", "quota_gpus", "borrow_limit_gpus"}
+            if extra:
+                raise TeamError(f"{at}: unknown key(s) {sorted(extra)}")
+            name = row.get("name")
+            if not isinstance(name, str) or not name.strip():
+                raise TeamError(f"{at}.name: a non-empty string is required")
+            if name in teams:
+                raise TeamError(f"{at}.name: team {name!r} is defined twice")
+            teams[name] = make_team(name, row.get("quota_gpus"), row.get("borrow_limit_gpus"), at)
+        total = sum(t.quota_gpus for t in teams.values())
+        if cluster_gpus is not None and total > cluster_gpus + EPS:
+            raise TeamError(f"{where}: quota_gpus add up to {total:g}, more than the cluster's {cluster_gpus:g} GPUs")
+        return cls(teams, half_life)
+
+    @classmethod
+    def load(cls, path: str | Path, cluster_gpus: float | None = None) -> Teams:
+        import yaml
+
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text())
+        except OSError as exc:
+            raise TeamError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise TeamError(f"{p}: not valid YAML: {exc}") from None
+        return cls.parse(data, cluster_gpus, where=str(p))
+
+    def check_jobs(self, specs: Iterable[JobSpec], where: str = "trace") -> None:
+        """Every job names a known team (a typo would otherwise leave its jobs pending forever)."""
+        unknown = sorted({s.team for s in specs} - set(self.teams))
+        if unknown:
+            raise TeamError(f"{where}: job(s) of unknown team(s) {unknown}; the teams are {sorted(self.teams)}")
+
+
+def make_team(name: str, quota: Any, borrow: Any, where: str) -> Team:
+    q = _number(quota, f"{where}.quota_gpus")
+    if q < 0:
+        raise TeamError(f"{where}.quota_gpus: must be >= 0, got {q:g}")
+    b = None if borrow is None else _number(borrow, f"{where}.borrow_limit_gpus")
+    if b is not None and b < 0:
+        raise TeamError(f"{where}.borrow_limit_gpus: must be >= 0 (or null: no limit), got {b:g}")
+    return Team(name, q, b)
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TeamError(f"{where}: a finite number is required, got {value!r}")
+    return float(value)
+
+
+# ---- usage over time ----------------------------------------------------------------------------------------------
+
+
+class FairShare:
+    """Each team's usage, GPU-seconds decayed with a half-life: the key of the fair-share order.
+
+    The frame sees the cluster only when it is asked to schedule, so it integrates run by run: a job counts from when
+    it started (or the last look) to when it ended (`end_s`, where the runner records it) or to this look."""
+
+    def __init__(self, teams: Teams) -> None:
+        self.teams = teams
+        self.usage: dict[str, float] = dict.fromkeys(teams.teams, 0.0)
+        self.now: float | None = None
+        self._holding: dict[int, tuple[Job, str, float, float]] = {}  # job id -> (job, team, GPUs, counted from)
+
+    def observe(self, now: float, running: Iterable[Job], team_of: Callable[[JobSpec], str]) -> None:
+        last = self.now if self.now is not None else now
+        if now > last:
+            h = self.teams.half_life_s
+            keep = 0.5 ** ((now - last) / h)
+            for name in self.usage:
+                self.usage[name] *= keep
+        self.now = max(now, last)
+        seen: set[int] = set()
+        for job in running:
+            seen.add(job.id)
+            if job.id not in self._holding:
+                start = job.start_s if job.start_s is not None else now
+                self._holding[job.id] = (job, team_of(job.spec), job.spec.gpu_demand, min(max(start, last), now))
+        for job_id, (job, team, gpus, since) in list(self._holding.items()):
+            gone = job_id not in seen
+            end = now
+            if gone and job.end_s is not None and since <= job.end_s <= now:
+                end = job.end_s
+            self._add(team, gpus, since, end, now)
+            if gone:
+                del self._holding[job_id]
+            else:
+                self._holding[job_id] = (job, team, gpus, now)
+
+    def placed(self, job: Job, team: str, now: float) -> None:
+        """A job the frame let start now: counted from now even if it ends before the frame looks again."""
+        self._holding.setdefault(job.id, (job, team, job.spec.gpu_demand, now))
+
+    def _add(self, team: str, gpus: float, a: float, b: float, now: float) -> None:
+        """GPUs held over [a, b], decayed to `now`: the integral of gpus * 2^-((now - t) / h) dt."""
+        if b <= a or team not in self.usage:
+            return
+        h = self.teams.half_life_s
+        self.usage[team] += gpus * h / math.log(2) * (0.5 ** ((now - b) / h) - 0.5 ** ((now - a) / h))
+
+    def ratio(self, name: str) -> float:
+        """Usage over quota: lower goes first. A team without quota comes after every team with one."""
+        quota = self.teams.teams[name].quota_gpus
+        if quota <= EPS:
+            return math.inf if self.usage[name] > EPS else 1e300
+        return self.usage[name] / quota
+
+
+class TeamLedger:
+    """What each team got, exactly, for reports: the runner (the simulator) calls `observe` after every scheduling
+    instant, when the holdings are final until the next one."""
+
+    def __init__(self, teams: Teams, team_of: Callable[[JobSpec], str]) -> None:
+        self.teams = teams
+        self.team_of = team_of
+        names = list(teams.teams)
+        self.used_gpu_s = dict.fromkeys(names, 0.0)
+        self.over_quota_s = dict.fromkeys(names, 0.0)
+        self.in_system_s = dict.fromkeys(names, 0.0)  # with jobs pending or running
+        self.starved_s = dict.fromkeys(names, 0.0)  # under 95% of its quota with a pending job that fits in it
+        self._last: float | None = None
+        self._in_use: dict[str, float] = {}
+        self._present: set[str] = set()
+        self._starved: set[str] = set()
+
+    def observe(self, now: float, running: Iterable[Job], pending: Iterable[Job]) -> None:
+        if self._last is not None and now > self._last:
+            dt = now - self._last
+            for name, used in self._in_use.items():
+                self.used_gpu_s[name] += used * dt
+                if used > self.teams.teams[name].quota_gpus + EPS:
+                    self.over_quota_s[name] += dt
+            for name in self._present:
+                self.in_system_s[name] += dt
+            for name in self._starved:
+                self.starved_s[name] += dt
+        self._last = now
+        in_use: dict[str, float] = {}
+        for job in running:
+            t = self.team_of(job.spec)
+            in_use[t] = in_use.get(t, 0.0) + job.spec.gpu_demand
+        smallest: dict[str, float] = {}
+        for job in pending:
+            t = self.team_of(job.spec)
+            smallest[t] = min(smallest.get(t, math.inf), job.spec.gpu_demand)
+        self._in_use = in_use
+        self._present = set(in_use) | set(smallest)
+        self._starved = {t for t, d in smallest.items()
+                         if in_use.get(t, 0.0) < 0.95 * self.teams.teams[t].quota_gpus - EPS
+                         and in_use.get(t, 0.0) + d <= self.teams.teams[t].quota_gpus + EPS}
+
+    def report(self, jobs: Iterable[Job]) -> dict[str, Any]:
+        """Per team: jobs, average JCT, GPU-hours used against its quota over its time in the system, time over
+        quota and time starved; overall, Jain's index over the teams with demand (see `jain`)."""
+        done: dict[str, list[Job]] = {}
+        demand: dict[str, float] = {}
+        for job in jobs:
+            t = self.team_of(job.spec)
+            demand[t] = demand.get(t, 0.0) + job.spec.duration_s * job.spec.gpu_demand
+            if job.end_s is not None:
+                done.setdefault(t, []).append(job)
+        teams_out: dict[str, dict[str, float]] = {}
+        shares: list[float] = []
+        for name, team in self.teams.teams.items():
+            if name not in demand:
+                continue
+            finished = done.get(name, [])
+            jct = [j.end_s - j.spec.submit_s for j in finished if j.end_s is not None]
+            entitled = team.quota_gpus * self.in_system_s[name]
+            teams_out[name] = {
+                "quota_gpus": team.quota_gpus, "jobs": float(len(finished)),
+                "avg_jct_s": sum(jct) / len(jct) if jct else 0.0,
+                "gpu_hours": self.used_gpu_s[name] / 3600.0, "quota_gpu_hours": entitled / 3600.0,
+                "demand_gpu_hours": demand[name] / 3600.0,
+                "over_quota_s": self.over_quota_s[name], "starved_s": self.starved_s[name],
+                "in_system_s": self.in_system_s[name],
+            }
+            due = min(entitled, demand[name])
+            if due > EPS:
+                shares.append(self.used_gpu_s[name] / due)
+        return {"teams": teams_out, "jain": jain(shares)}
+
+
+def jain(xs: list[float]) -> float:
+    """Jain's fairness index, (sum x)^2 / (n sum x^2): 1 when all are equal, 1/n when one has everything. Here x is
+    a team's GPU-seconds over what it was due: its quota for as long as it had jobs in the system, or its whole demand
+    (isolated GPU-seconds) if that is less."""
+    if not xs:
+        return 1.0
+    sq = sum(x * x for x in xs)
+    return (sum(xs) ** 2) / (len(xs) * sq) if sq > 0 else 1.0
+
+
+# ---- the frame ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Standing:
+    """One team at one instant."""
+
+    team: Team
+    in_use: float = 0.0  # GPU share its running jobs hold
+    pending: list[Job] = field(default_factory=list)  # priority, then arrival
+    ratio: float = 0.0  # fair-share usage over quota
+
+    @property
+    def borrowed(self) -> float:
+        return max(0.0, self.in_use - self.team.quota_gpus)
+
+    @property
+    def unused_quota(self) -> float:
+        return max(0.0, self.team.quota_gpus - self.in_use)
+
+
+@dataclass
+class Frame:
+    """What the tenancy layer decided at one call: the jobs the policy may start, and why the others wait."""
+
+    eligible: list[Job]
+    within_quota: set[int]
+    waits: dict[int, str]
+    reserved: float  # free capacity held back for teams under their quota
+
+
+def _gpus(x: float) -> str:
+    return f"{x:.2f}".rstrip("0").rstrip(".")
+
+
+class TenancyFrame:
+    """A policy inside the tenancy frame (see the module docstring). `name` and `oracle` are the wrapped policy's."""
+
+    def __init__(self, policy: Policy, teams: Teams) -> None:
+        if DEFAULT_TEAM not in teams.teams:  # jobs that name no team: no quota, they only borrow
+            teams = Teams({**teams.teams, DEFAULT_TEAM: Team(DEFAULT_TEAM, 0.0, None)}, teams.half_life_s)
+        self.inner = policy
+        self.teams = teams
+        self.name = policy.name
+        self.oracle = policy.oracle
+        self.share = FairShare(teams)
+        self.reclaims = 0  # preemptions the frame made to give teams their quota back
+
+    def team_of(self, spec: JobSpec) -> str:
+        return spec.team if spec.team in self.teams.teams else DEFAULT_TEAM
+
+    def standings(self, view: ClusterView, queue: Iterable[Job]) -> dict[str, Standing]:
+        out = {name: Standing(team, ratio=self.share.ratio(name)) for name, team in self.teams.teams.items()}
+        for job in view.running.values():
+            st = out.get(self.team_of(job.spec))
+            if st is not None:
+                st.in_use += job.spec.gpu_demand
+        for job in queue:
+            st = out.get(self.team_of(job.spec))
+            if st is not None:
+                st.pending.append(job)
+        for st in out.values():
+            if st.pending:
+                st.pending.sort(key=lambda j: -j.spec.priority)  # stable: arrival order within a priority
+        return out
+
+    # ---- eligibility ---------------------------------------------------------------------------------------------
+
+    def frame(self, view: ClusterView, standings: Mapping[str, Standing]) -> Frame:
+        order = sorted(standings.values(), key=lambda st: (st.ratio, st.team.name))
+        within: set[int] = set()
+        waits: dict[int, str] = {}
+        eligible: list[Job] = []
+        wanted_within: dict[str, float] = {}
+        over: dict[str, list[Job]] = {}
+        for st in order:
+            room = st.unused_quota
+            taken = 0.0
+            for job in st.pending:
+                d = job.spec.gpu_demand
+                if taken + d <= room + EPS:
+                    taken += d
+                    within.add(job.id)
+                    eligible.append(job)
+                else:
+                    over.setdefault(st.team.name, []).append(job)
+            wanted_within[st.team.name] = taken
+        reserved = sum(min(wanted_within[st.team.name], st.unused_quota) for st in order)
+        lendable = max(0.0, view.free_capacity - reserved)
+        for st in order:
+            name = st.team.name
+            head = st.in_use + wanted_within[name]
+            for job in over.get(name, ()):
+                d = job.spec.gpu_demand
+                if head + d > st.team.ceiling + EPS:
+                    waits[job.id] = (f"team {name} at its quota: {_gpus(st.in_use)}/{_gpus(st.team.quota_gpus)} "
+                                     f"GPUs, borrowing limit reached ({_gpus(st.team.borrow_limit_gpus or 0.0)} "
+                                     "GPUs)")
+                elif d > lendable + EPS:
+                    held = f", {_gpus(reserved)} held for teams under their quota" if reserved > EPS else ""
+                    waits[job.id] = (f"team {name} over its quota ({_gpus(st.in_use)}/{_gpus(st.team.quota_gpus)} "
+                                     f"GPUs): waiting for idle GPUs to borrow ({_gpus(view.free_capacity)} free"
+                                     f"{held})")
+                else:
+                    head += d
+                    lendable -= d
+                    eligible.append(job)
+        return Frame(eligible, within, waits, reserved)
+
+    # ---- reclaim -------------------------------------------------------------------------------------------------
+
+    def reclaim(self, view: ClusterView, standings: Mapping[str, Standing], frame: Frame) -> list[Decision]:
+        """Preempt borrowed jobs for the first team (in fair-share order) with a pending job within its quota that
+        the free GPUs cannot hold, if borrowers hold enough to make room."""
+        order = sorted(standings.values(), key=lambda st: (st.ratio, st.team.name))
+        lenders = [st for st in order if st.borrowed > EPS]
+        if not lenders:
+            return []
+        for st in order:
+            for job in st.pending:
+                if job.id not in frame.within_quota or self._fits_free(view, job.spec):
+                    continue
+                victims = self._victims(view, job.spec, standings, st.team.name)
+                if victims:
+                    self.reclaims += len(victims)
+                    by = {v: self.team_of(view.running[v].spec) for v in victims}
+                    return [Preempt(v, f"reclaimed for team {st.team.name} (job {job.spec.name}): team {by[v]} "
+                                       "was borrowing these GPUs") for v in victims]
+                # The borrowers cannot make room for it (fragmentation, or too little borrowed): it waits.
+                frame.waits.setdefault(job.id, f"waiting for GPUs within team {st.team.name}'s quota; borrowers "
+                                               "hold too little to reclaim")
+        return []
+
+    @staticmethod
+    def _fits_free(view: ClusterView, spec: JobSpec) -> bool:
+        if spec.num_gpus >= 1:
+            return view.free_whole >= spec.workers
+        return bool((view.free_share >= spec.share - EPS).any())
+
+    def _victims(self, view: ClusterView, spec: JobSpec, standings: Mapping[str, Standing], owner: str) -> list[int]:
+        # Borrowers furthest over their fair share first; within a team, youngest first.
+        candidates = sorted(
+            (j for j in view.running.values()
+             if self.team_of(j.spec) != owner and standings[self.team_of(j.spec)].borrowed > EPS),
+            key=lambda j: (-standings[self.team_of(j.spec)].ratio, -(j.start_s or 0.0), -j.id))
+        left = {name: st.borrowed for name, st in standings.items()}
+        chosen: list[Job] = []
+        for j in candidates:
+            team = self.team_of(j.spec)
+            if left[team] <= EPS:
+                continue  # what it still holds is its own quota
+            chosen.append(j)
+            left[team] -= j.spec.gpu_demand
+            if self._room(view, spec, chosen):
+                break
+        else:
+            return []
+        # The fewest GPUs: drop any victim the others make room without (largest first).
+        for j in sorted(chosen, key=lambda j: -j.spec.gpu_demand):
+            rest = [v for v in chosen if v is not j]
+            if rest and self._room(view, spec, rest):
+                chosen = rest
+        return [j.id for j in chosen]
+
+    @staticmethod
+    def _room(view: ClusterView, spec: JobSpec, victims: list[Job]) -> bool:
+        """Would `spec` fit (by capacity; a gang by whole GPUs) once `victims` are off their GPUs?"""
+        freed: dict[int, float] = {}
+        for v in victims:
+            p = view.placement(v.id)
+            for g in p.gpus:
+                freed[g] = freed.get(g, 0.0) + p.share
+        free = view.free_share
+        if spec.num_gpus >= 1:
+            whole = view.free_whole + sum(1 for g, s in freed.items() if free[g] < 1.0 - EPS
+                                          and free[g] + s >= 1.0 - EPS)
+            return whole >= spec.workers
+        return bool((free >= spec.share - EPS).any()) or any(free[g] + s >= spec.share - EPS
+                                                             for g, s in freed.items())
+
+    # ---- the policy protocol -------------------------------------------------------------------------------------
+
+    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        self.share.observe(now, view.running.values(), self.team_of)
+        standings = self.standings(view, queue)
+        frame = self.frame(view, standings)
+        decisions = self.reclaim(view, standings, frame)
+        if not decisions:
+            decisions = self._ask(view, frame, standings, now)
+            by_id = {j.id: j for j in frame.eligible}
+            for d in decisions:
+                if isinstance(d, Place) and d.job_id in by_id:
+                    job = by_id[d.job_id]
+                    self.share.placed(job, self.team_of(job.spec), now)
+        return decisions + [Wait(j, why) for j, why in frame.waits.items()]
+
+    def _ask(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> list[Decision]:
+        held: set[int] = set()
+        team_of = {j.id: self.team_of(j.spec) for j in frame.eligible}
+        for _ in range(MAX_ASKS):
+            eligible = [j for j in frame.eligible if j.id not in held]
+            if not eligible:
+                return []
+            decisions = self.inner.schedule(view, eligible, now)
+            kept, bad = self._inside(view, decisions, team_of, frame.within_quota, standings)
+            if bad is None:
+                return kept
+            held.add(bad)
+            frame.waits[bad] = "its policy would preempt another team's jobs within their quota to start it"
+        return []
+
+    def _inside(self, view: ClusterView, decisions: list[Decision], team_of: Mapping[int, str], within: set[int],
+                standings: Mapping[str, Standing]) -> tuple[list[Decision], int | None]:
+        """The decisions if every preemption stays inside the frame, else the job whose start needed one that did
+        not. A preemption belongs to the placement that follows it (how policies emit them)."""
+        kept: list[Decision] = []
+        victims: list[Preempt] = []
+        for d in decisions:
+            if isinstance(d, Preempt):
+                victims.append(d)
+            elif isinstance(d, Place):
+                mine = team_of.get(d.job_id)
+                for v in victims:
+                    job = view.running.get(v.job_id)
+                    if job is None:
+                        continue
+                    theirs = self.team_of(job.spec)
+                    if theirs != mine and not (d.job_id in within and standings[theirs].borrowed > EPS):
+                        return kept, d.job_id
+                kept += [*victims, d]
+                victims = []
+            else:
+                kept.append(d)
+        # Preemptions with no placement after them are dropped: inside the frame a preemption makes room for a job.
+        return kept, None
