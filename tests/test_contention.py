@@ -404,9 +404,10 @@ def test_holdout(shared: Path) -> None:
 def test_fast_replica_matches_contention_model(shared: Path) -> None:
     """The fit's vectorised replica computes exactly what ContentionModel computes on the same placements."""
     from scheduler.core import calibrate as cal
+    from scheduler.core.calibrate.fit import _NetworkCases, _pair_arrays, _two_tenant_ratio
 
     ds, gv = cal.load_deepshare(shared), cal.load_gavel(shared)
-    cases = cal._NetworkCases(ds, gv, list(cal.DEEPSHARE_MODELS) + list(cal.GAVEL_FAMILIES))
+    cases = _NetworkCases(ds, gv, list(cal.DEEPSHARE_MODELS) + list(cal.GAVEL_FAMILIES))
     prof, params = catalog(), ContentionParams()
     rep = {f: next(n for n in prof if n.startswith(f + "-bs")) for f in cal.GAVEL_FAMILIES}
     models = [rep.get(m, m) for m in cases.models]
@@ -416,11 +417,11 @@ def test_fast_replica_matches_contention_model(shared: Path) -> None:
     fast = cases.pair_ratios(compute, grad, overlap, params.ring_straggler)
     real, _measured = cal.deepshare_pair_predictions(shared)
     assert np.max(np.abs(fast - real)) < 1e-9
-    _types, i, j, _y, _fits = cal._pair_arrays(gv)
+    _types, i, j, _y, _fits = _pair_arrays(gv)
     names = gv.types
     sm = np.array([prof[n].sm for n in names])
     bw = np.array([prof[n].membw for n in names])
-    fast_pairs = cal._two_tenant_ratio(sm, bw, i, j, params.mps_interference, params.mps_overhead)
+    fast_pairs = _two_tenant_ratio(sm, bw, i, j, params.mps_interference, params.mps_overhead)
     real_pairs, *_ = cal.gavel_pair_predictions(shared)
     assert np.max(np.abs(fast_pairs - real_pairs)) < 1e-9
 

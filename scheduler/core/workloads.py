@@ -1,8 +1,8 @@
 """Catalog of model profiles: compute, memory and communication, calibrated from published measurements.
 
-The table lives in `scheduler/data/workloads.csv`; `scheduler/core/calibrate.py` derives it from the raw DeepShare and Gavel
-measurements in `../shared/calibration` and writes each row's source. Profiles are stated on one V100: a node type's
-`GpuType.speed` scales compute.
+The table lives in `scheduler/core/data/workloads.csv`; `scheduler/core/calibrate/` derives it from the raw DeepShare
+and Gavel measurements in `../shared/calibration` and writes each row's source. Profiles are stated on one V100: a node
+type's `GpuType.speed` scales compute.
 """
 
 from __future__ import annotations

@@ -1,0 +1,142 @@
+"""Synthetic workloads: a Philly-like job generator and the `synthetic:N,...` spec that names one.
+
+Synthetic workloads (`synthetic()`, or the path `synthetic:N[,iat=S][,frac=F][,inference=F]`): Poisson arrivals,
+lognormal durations near Philly's (median 15 min, sigma 2, clipped to [10 s, 7 days], longer for larger jobs), sizes
+1/2/4/8/16/32 GPUs (mostly 1), GPU shares 0.25/0.5/0.75, models by the rule of `scheduler.core.traces.models`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from scheduler.core.model import JobKind, JobSpec
+from scheduler.core.traces.models import draw_models
+from scheduler.core.traces.trace import Trace, TraceError
+from scheduler.core.workloads import catalog
+
+# Synthetic defaults. Sizes: Philly's day-60 slice is 90% one-GPU jobs and tops out at 16; we keep more multi-GPU jobs
+# (and some 32-GPU ones) so that placement and network contention matter in short runs.
+SYNTH_SIZES: dict[int, float] = {1: 0.82, 2: 0.05, 4: 0.06, 8: 0.05, 16: 0.015, 32: 0.005}
+SYNTH_SHARES: dict[float, float] = {0.25: 0.35, 0.5: 0.45, 0.75: 0.2}
+SYNTH_KEYS = {"iat": "mean_interarrival_s", "frac": "frac_share", "inference": "inference_share"}
+
+
+def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, float]]:
+    """`synthetic:N[,iat=S][,frac=F][,inference=F]` -> (N, keyword arguments of `synthetic`)."""
+    accepted = ", ".join(f"{k}= ({v})" for k, v in SYNTH_KEYS.items())
+    body = spec.removeprefix("synthetic:")
+    head, *pairs = [p.strip() for p in body.split(",")]
+    try:
+        n = int(head)
+    except ValueError:
+        raise TraceError(f"{spec}: job count {head!r} is not an integer (synthetic:N[,key=value...])") from None
+    if n < 1:
+        raise TraceError(f"{spec}: job count must be at least 1")
+    kwargs: dict[str, float] = {}
+    for pair in pairs:
+        key, sep, value = (s.strip() for s in pair.partition("="))
+        if key not in SYNTH_KEYS or not sep:
+            raise TraceError(f"{spec}: {pair!r} is not key=value with a known key; accepted keys: {accepted}")
+        try:
+            v = float(value)
+        except ValueError:
+            raise TraceError(f"{spec}: {key}={value!r} is not a number; accepted keys: {accepted}") from None
+        kwargs[SYNTH_KEYS[key]] = v
+    _check_synthetic(spec, kwargs.get("mean_interarrival_s", 60.0), kwargs.get("frac_share", 0.15),
+                     kwargs.get("inference_share", 0.05))
+    return n, kwargs
+
+
+def _check_synthetic(where: str, iat: float, frac: float, inference: float) -> None:
+    if not (math.isfinite(iat) and iat > 0):
+        raise TraceError(f"{where}: iat (mean interarrival seconds) must be positive, got {iat:g}")
+    if not 0 <= frac <= 1:
+        raise TraceError(f"{where}: frac (share of fractional-GPU jobs) must be in [0, 1], got {frac:g}")
+    if not 0 <= inference <= 1:
+        raise TraceError(f"{where}: inference (share of inference jobs) must be in [0, 1], got {inference:g}")
+
+
+def _categorical(g: np.random.Generator, weights: dict, n: int) -> np.ndarray:
+    values = np.array(list(weights), dtype=np.float64)
+    cum = np.cumsum(np.array(list(weights.values()), dtype=np.float64))
+    return values[np.minimum(np.searchsorted(cum, g.random(n) * cum[-1], side="right"), len(values) - 1)]
+
+
+def synthetic(
+    n_jobs: int,
+    seed: int = 0,
+    *,
+    mean_interarrival_s: float = 60.0,
+    frac_share: float = 0.15,
+    inference_share: float = 0.05,
+    median_duration_s: float = 900.0,
+    duration_sigma: float = 2.0,
+    min_duration_s: float = 10.0,
+    max_duration_s: float = 7 * 86400.0,
+    size_duration_exponent: float = 0.5,
+    sizes: dict[int, float] | None = None,
+    shares: dict[float, float] | None = None,
+) -> Trace:
+    """A Philly-like workload: Poisson arrivals, lognormal durations, mostly one-GPU jobs, some GPU shares.
+
+    * Durations: lognormal with the given median (Philly's day-60 slice: median 34 min, log-sd 2.5; the whole trace is
+      shorter-lived) times `workers ** size_duration_exponent` (larger jobs run longer: Philly's 8-GPU jobs have 20x
+      the median of 1-GPU ones), clipped to [min, max].
+    * Kinds and sizes: a job is inference with probability `inference_share`; inference jobs take a GPU share with
+      probability min(0.5, frac/inference), else one GPU; training jobs take a share with the probability that makes
+      the overall fractional share `frac_share` (as nearly as possible), else a size from `sizes`.
+    * Models: the draw rule of `scheduler.core.traces.models`.
+
+    All randomness derives from `default_rng(seed)`: one spawned stream per attribute, so `synthetic(m)` is a prefix
+    of `synthetic(n)` for m < n (a `limit` does not change the jobs it keeps). 100,000 jobs take ~0.3 s.
+    """
+    _check_synthetic(f"synthetic({n_jobs})", mean_interarrival_s, frac_share, inference_share)
+    if n_jobs < 1:
+        raise TraceError(f"synthetic: n_jobs must be at least 1, got {n_jobs}")
+    if not (median_duration_s > 0 and duration_sigma >= 0 and 0 < min_duration_s <= max_duration_s):
+        raise TraceError("synthetic: need median_duration_s > 0, duration_sigma >= 0, 0 < min <= max duration")
+    sizes = SYNTH_SIZES if sizes is None else sizes
+    shares = SYNTH_SHARES if shares is None else shares
+    if any(not (0 < s < 1) for s in shares) or any(int(s) != s or s < 1 for s in sizes):
+        raise TraceError("synthetic: sizes must be integers >= 1 and shares fractions in (0, 1)")
+    g_arrive, g_kind, g_frac, g_size, g_share, g_dur, g_model = np.random.default_rng(seed).spawn(7)
+    n = n_jobs
+
+    gaps = g_arrive.exponential(mean_interarrival_s, n)
+    submit = np.cumsum(gaps)
+    submit -= submit[0]
+
+    f_inf = min(0.5, frac_share / inference_share) if inference_share > 0 else 0.0
+    q_train = (frac_share - inference_share * f_inf) / (1 - inference_share) if inference_share < 1 else 0.0
+    q_train = min(max(q_train, 0.0), 1.0)
+    inference = g_kind.random(n) < inference_share
+    frac = g_frac.random(n) < np.where(inference, f_inf, q_train)
+    size = np.where(inference, 1.0, _categorical(g_size, sizes, n))
+    share = _categorical(g_share, shares, n)
+    num_gpus = np.where(frac, share, size)
+
+    workers = np.maximum(num_gpus, 1.0)
+    duration = np.exp(np.log(median_duration_s) + duration_sigma * g_dur.standard_normal(n))
+    duration = np.clip(duration * workers**size_duration_exponent, min_duration_s, max_duration_s)
+    duration = np.round(duration, 3)
+    submit = np.round(submit, 3)
+
+    models, _ = draw_models(num_gpus, inference, g_model.random(n))
+    profiles = catalog()
+    slo = {m: (p.slo_ms or None) for m, p in profiles.items()}
+    jobs = [
+        JobSpec(
+            name=f"syn-{i:06d}", submit_s=s, num_gpus=g, duration_s=d, model=m,
+            kind=JobKind.INFERENCE if inf else JobKind.TRAINING, slo_ms=slo[m] if inf else None,
+        )
+        for i, (s, g, d, m, inf) in enumerate(
+            zip(submit.tolist(), num_gpus.tolist(), duration.tolist(), models, inference.tolist())
+        )
+    ]
+    spec = (
+        f"synthetic:{n_jobs},iat={mean_interarrival_s:g},frac={frac_share:g},inference={inference_share:g}"
+        f" seed={seed}"
+    )
+    return Trace(name=f"synthetic-{n_jobs}", format="synthetic", jobs=jobs, skipped={}, source=spec)
