@@ -145,7 +145,7 @@ def catalog_csv(profiles: Mapping[str, ModelProfile], params: ContentionParams) 
         "  latency_ms, slo_ms  inference only: estimates, reasoning in source.",
         f"Fitted ContentionParams: mps_overhead={params.mps_overhead}, mps_interference={params.mps_interference}, "
         f"ring_straggler={params.ring_straggler}.",
-        "Testbeds assumed: see scheduler/core/calibrate.py TESTBED_NOTES.",
+        "Testbeds assumed: see scheduler/core/calibrate/data.py TESTBED_NOTES.",
     ]
     for line in header:
         out.write(f"# {line}\n")

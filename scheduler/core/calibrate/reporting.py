@@ -4,7 +4,7 @@
 
 reads the raw DeepShare (ICPADS'23) and Gavel (OSDI'20) artifacts in `../shared/calibration` (never copied into the
 project), fits every profile parameter with `scipy.optimize.least_squares` (deterministic: fixed starting points, no
-random restarts), prints a fit report, and with `--write` regenerates `scheduler/data/workloads.csv` with comment lines
+random restarts), prints a fit report, and with `--write` regenerates `scheduler/core/data/workloads.csv` with comment lines
 citing the sources and how each column was derived.
 
 This module prints that report (`report`) and is the command (`main`; `scheduler/core/calibrate/__main__.py` runs it).
@@ -75,7 +75,7 @@ def report(cal: Calibration, validations: Sequence[Validation], held: Sequence[V
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduler.core.calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("--shared", type=Path, default=DEFAULT_SHARED, help="directory with the raw measurements")
-    parser.add_argument("--write", action="store_true", help="regenerate scheduler/data/workloads.csv")
+    parser.add_argument("--write", action="store_true", help="regenerate scheduler/core/data/workloads.csv")
     parser.add_argument("--no-holdout", action="store_true", help="skip the hold-out refits")
     args = parser.parse_args(argv)
     if not args.shared.is_dir():
