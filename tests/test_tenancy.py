@@ -234,3 +234,71 @@ def test_the_report_accounts_each_teams_share_exactly() -> None:
     x_a, x_b = 28800 / min(4 * 5400, 28800), 7200 / 7200  # used over due
     assert res.teams["jain"] == pytest.approx((x_a + x_b) ** 2 / (2 * (x_a**2 + x_b**2)))
     assert "default" not in res.teams["teams"]  # no demand, not reported
+
+
+# ---- traces with teams, and `corral simulate --teams` -------------------------------------------------------------
+
+CSV = """job_id,submit_s,num_gpus,duration_s,kind,model,team
+a0,0,4,3600,training,ResNet-50-bs64,vision
+a1,0,4,3600,training,ResNet-50-bs64,vision
+b0,600,4,600,training,ResNet-50-bs64,nlp
+c0,700,1,60,training,ResNet-50-bs64,
+a2,0,4,3600,training,ResNet-50-bs64,vision
+a3,0,4,3600,training,ResNet-50-bs64,vision
+"""
+
+
+def test_the_corral_csv_carries_teams_and_synthetic_workloads_draw_skewed_ones(tmp_path: Path) -> None:
+    from scheduler.core.traces import TraceError, load_trace, synthetic
+
+    path = tmp_path / "jobs.csv"
+    path.write_text(CSV)
+    assert [j.team for j in load_trace(str(path)).jobs] == ["vision"] * 4 + ["nlp", "default"]
+    path.write_text(CSV.replace(",nlp", "," + "n" * 65))
+    with pytest.raises(TraceError, match=r"line 4: column 'team'"):
+        load_trace(str(path))
+    counts: dict[str, int] = {}
+    for j in synthetic(4000, seed=2, teams=4).jobs:
+        counts[j.team] = counts.get(j.team, 0) + 1
+    assert sorted(counts) == ["team0", "team1", "team2", "team3"]
+    assert counts["team0"] > 1.6 * counts["team1"] > 1.6 * 1.2 * counts["team3"]  # 1 : 1/2 : 1/3 : 1/4
+    plain = [(j.submit_s, j.num_gpus, j.model) for j in synthetic(300, seed=2).jobs]
+    assert plain == [(j.submit_s, j.num_gpus, j.model) for j in synthetic(300, seed=2, teams=4).jobs]
+    with pytest.raises(TraceError, match="teams='2.5'"):
+        load_trace("synthetic:10,teams=2.5")
+
+
+def test_corral_simulate_with_teams_prints_and_writes_each_teams_share(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from scheduler.cli.commands import main
+
+    (tmp_path / "jobs.csv").write_text(CSV)
+    (tmp_path / "teams.yaml").write_text("teams:\n  - {name: vision, quota_gpus: 8}\n  - {name: nlp, quota_gpus: 8}\n")
+    out = tmp_path / "m.json"
+    res = CliRunner().invoke(main, ["simulate", "--trace", str(tmp_path / "jobs.csv"), "--cluster", "pcie-v100:2",
+                                    "--policy", "fifo,tiresias", "--teams", str(tmp_path / "teams.yaml"),
+                                    "--no-contention", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "Jain's index" in res.output and "vision" in res.output
+    report = json.loads(out.read_text())
+    for policy in ("fifo", "tiresias"):
+        teams_out = report["policies"][policy]["teams"]
+        assert set(teams_out["teams"]) == {"vision", "nlp", "default"}
+        # 16 GPUs: vision borrowed all of nlp's 8 from 0; at 600 it gave 4 back (one job), and nlp's job started
+        # at once; the job of no team only borrows, after them.
+        assert teams_out["teams"]["nlp"]["avg_jct_s"] == pytest.approx(600.0)
+        assert teams_out["teams"]["vision"]["over_quota_s"] >= 3600.0
+        assert teams_out["teams"]["nlp"]["starved_s"] == 0.0
+        assert report["policies"][policy]["preemptions"] == 1
+    # A team the trace names but the file does not: refused, naming them, before anything runs.
+    (tmp_path / "teams.yaml").write_text("teams:\n  - {name: vision, quota_gpus: 8}\n")
+    res = CliRunner().invoke(main, ["simulate", "--trace", str(tmp_path / "jobs.csv"), "--cluster", "pcie-v100:2",
+                                    "--policy", "fifo", "--teams", str(tmp_path / "teams.yaml")])
+    assert res.exit_code == 2 and "unknown team(s) ['nlp']" in res.output
+    (tmp_path / "teams.yaml").write_text("teams:\n  - {name: vision, quota_gpus: 40}\n")
+    res = CliRunner().invoke(main, ["simulate", "--trace", str(tmp_path / "jobs.csv"), "--cluster", "pcie-v100:2",
+                                    "--policy", "fifo", "--teams", str(tmp_path / "teams.yaml")])
+    assert res.exit_code == 2 and "more than the cluster's 16 GPUs" in res.output

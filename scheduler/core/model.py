@@ -355,6 +355,9 @@ class JobKind(StrEnum):
     INFERENCE = "inference"
 
 
+DEFAULT_TEAM = "default"  # the team of jobs that name none (scheduler.core.tenancy: no quota, it only borrows)
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """What a user submits (or a trace records). `num_gpus` is an integer >= 1 or a fraction in (0, 1).
@@ -373,7 +376,7 @@ class JobSpec:
     priority: int = 0
     slo_ms: float | None = None
     compression: float = 1.0  # fraction of gradient bytes actually sent (gradient compression: < 1)
-    team: str = "default"  # the tenant whose quota it runs under (scheduler.core.tenancy)
+    team: str = DEFAULT_TEAM  # the tenant whose quota it runs under (scheduler.core.tenancy)
     workers: int = field(init=False, repr=False, compare=False)  # gang size; a fractional job has one worker
 
     def __post_init__(self) -> None:

@@ -30,10 +30,9 @@ from typing import Any
 
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait
 from scheduler.core.errors import SpecError
-from scheduler.core.model import Job, JobSpec
+from scheduler.core.model import DEFAULT_TEAM, Job, JobSpec
 from scheduler.core.state import ClusterView
 
-DEFAULT_TEAM = "default"
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0  # Slurm's PriorityDecayHalfLife default
 EPS = 1e-9
 MAX_ASKS = 64  # re-asks of the wrapped policy at one call after holding back jobs whose preemptions left the frame
@@ -112,8 +111,8 @@ class Teams:
         return cls.parse(data, cluster_gpus, where=str(p))
 
     def check_jobs(self, specs: Iterable[JobSpec], where: str = "trace") -> None:
-        """Every job names a known team (a typo would otherwise leave its jobs pending forever)."""
-        unknown = sorted({s.team for s in specs} - set(self.teams))
+        """Every job names a known team, or none (`default`): a typo would otherwise make its jobs borrowers."""
+        unknown = sorted({s.team for s in specs} - set(self.teams) - {DEFAULT_TEAM})
         if unknown:
             raise TeamError(f"{where}: job(s) of unknown team(s) {unknown}; the teams are {sorted(self.teams)}")
 

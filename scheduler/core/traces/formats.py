@@ -3,12 +3,13 @@
 Formats (`load_trace(path, format="auto")` tells them apart from the header line):
 
 * **Corral CSV** (our own). A header line is required; lines starting with `#` are comments. Columns
-  `job_id,submit_s,num_gpus,duration_s,kind,model`, optionally followed by `user,priority,slo_ms,compression` (in any
-  order; an unknown column is an error, so a typo never silently drops a field). `num_gpus` is an integer >= 1 or a
+  `job_id,submit_s,num_gpus,duration_s,kind,model`, optionally followed by `user,priority,slo_ms,compression,team` (in
+  any order; an unknown column is an error, so a typo never silently drops a field). `num_gpus` is an integer >= 1 or a
   fraction in (0, 1) (a share of one GPU, served through MPS); `duration_s` is the isolated run time (> 0); `kind` is
   `training` or `inference`; `model` names a profile of `scheduler/core/workloads.py` of that kind, or is empty to have one
   drawn (rule in `scheduler.core.traces.models`); `slo_ms` empty means the model's default SLO for inference jobs;
-  `compression` in (0, 1] is the fraction of gradient bytes sent (default 1). Example::
+  `compression` in (0, 1] is the fraction of gradient bytes sent (default 1); `team` names the job's team
+  (`corral simulate --teams`; empty or absent: `default`). Example::
 
       job_id,submit_s,num_gpus,duration_s,kind,model
       a,0,8,3600,training,FSDP
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.core.model import JobKind, JobSpec
+from scheduler.core.model import DEFAULT_TEAM, JobKind, JobSpec
 from scheduler.core.traces.generator import parse_synthetic_spec, synthetic
 from scheduler.core.traces.models import draw_models, inference_fits
 from scheduler.core.traces.tables import (
@@ -114,8 +115,11 @@ def _parse_corral(t: _Table) -> _Rows:
             compression = t.number(line, "compression", opt(row, "compression"))
             if not 0 < compression <= 1:
                 raise t.error(line, "compression", f"{compression:g} is not in (0, 1]")
+        team = opt(row, "team") or DEFAULT_TEAM
+        if len(team) > 64:
+            raise t.error(line, "team", f"{team[:20]!r}... is longer than 64 characters")
         rows.add(line, name, submit, num_gpus, duration, inference=kind is JobKind.INFERENCE, model=model,
-                 user=opt(row, "user"), priority=priority, slo_ms=slo, compression=compression)
+                 user=opt(row, "user"), priority=priority, slo_ms=slo, compression=compression, team=team)
     return rows
 
 
@@ -226,7 +230,7 @@ def _finish(rows: _Rows, *, name: str, fmt: str, source: str, label: str, limit:
                 name=rows.names[i], submit_s=rows.submit[i] - t0, num_gpus=rows.num_gpus[i],
                 duration_s=rows.duration[i], model=model,
                 kind=JobKind.INFERENCE if is_inf else JobKind.TRAINING, user=rows.user[i],
-                priority=rows.priority[i], slo_ms=slo, compression=rows.compression[i],
+                priority=rows.priority[i], slo_ms=slo, compression=rows.compression[i], team=rows.team[i],
             ))
         except ValueError as exc:
             raise TraceError(f"{label} line {rows.lines[i]}: {exc}") from None

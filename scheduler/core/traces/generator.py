@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from scheduler.core.model import JobKind, JobSpec
+from scheduler.core.model import DEFAULT_TEAM, JobKind, JobSpec
 from scheduler.core.traces.models import draw_models
 from scheduler.core.traces.trace import Trace, TraceError
 from scheduler.core.workloads import catalog
@@ -20,11 +20,12 @@ from scheduler.core.workloads import catalog
 # (and some 32-GPU ones) so that placement and network contention matter in short runs.
 SYNTH_SIZES: dict[int, float] = {1: 0.82, 2: 0.05, 4: 0.06, 8: 0.05, 16: 0.015, 32: 0.005}
 SYNTH_SHARES: dict[float, float] = {0.25: 0.35, 0.5: 0.45, 0.75: 0.2}
-SYNTH_KEYS = {"iat": "mean_interarrival_s", "frac": "frac_share", "inference": "inference_share"}
+SYNTH_KEYS = {"iat": "mean_interarrival_s", "frac": "frac_share", "inference": "inference_share", "teams": "teams"}
+TEAM_SKEW = 1.0  # team k of N submits a share of the jobs proportional to 1 / (k + 1) ** TEAM_SKEW
 
 
 def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, float]]:
-    """`synthetic:N[,iat=S][,frac=F][,inference=F]` -> (N, keyword arguments of `synthetic`)."""
+    """`synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T]` -> (N, keyword arguments of `synthetic`)."""
     accepted = ", ".join(f"{k}= ({v})" for k, v in SYNTH_KEYS.items())
     body = spec.removeprefix("synthetic:")
     head, *pairs = [p.strip() for p in body.split(",")]
@@ -43,6 +44,10 @@ def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, float]]:
             v = float(value)
         except ValueError:
             raise TraceError(f"{spec}: {key}={value!r} is not a number; accepted keys: {accepted}") from None
+        if key == "teams":
+            if not (v.is_integer() and 1 <= v <= 1000):
+                raise TraceError(f"{spec}: teams={value!r} is not a whole number from 1 to 1000")
+            v = int(v)
         kwargs[SYNTH_KEYS[key]] = v
     _check_synthetic(spec, kwargs.get("mean_interarrival_s", 60.0), kwargs.get("frac_share", 0.15),
                      kwargs.get("inference_share", 0.05))
@@ -78,6 +83,7 @@ def synthetic(
     size_duration_exponent: float = 0.5,
     sizes: dict[int, float] | None = None,
     shares: dict[float, float] | None = None,
+    teams: int = 0,
 ) -> Trace:
     """A Philly-like workload: Poisson arrivals, lognormal durations, mostly one-GPU jobs, some GPU shares.
 
@@ -88,6 +94,8 @@ def synthetic(
       probability min(0.5, frac/inference), else one GPU; training jobs take a share with the probability that makes
       the overall fractional share `frac_share` (as nearly as possible), else a size from `sizes`.
     * Models: the draw rule of `scheduler.core.traces.models`.
+    * Teams (`teams=T`, for `corral simulate --teams`): jobs belong to `team0` ... `team{T-1}`, team k submitting a share
+      proportional to 1 / (k + 1) (skewed demand: with 4 teams, 48%, 24%, 16% and 12% of the jobs). 0: all `default`.
 
     All randomness derives from `default_rng(seed)`: one spawned stream per attribute, so `synthetic(m)` is a prefix
     of `synthetic(n)` for m < n (a `limit` does not change the jobs it keeps). 100,000 jobs take ~0.3 s.
@@ -101,7 +109,11 @@ def synthetic(
     shares = SYNTH_SHARES if shares is None else shares
     if any(not (0 < s < 1) for s in shares) or any(int(s) != s or s < 1 for s in sizes):
         raise TraceError("synthetic: sizes must be integers >= 1 and shares fractions in (0, 1)")
-    g_arrive, g_kind, g_frac, g_size, g_share, g_dur, g_model = np.random.default_rng(seed).spawn(7)
+    if teams < 0:
+        raise TraceError(f"synthetic: teams must be >= 0, got {teams}")
+    # Children of a SeedSequence do not depend on how many are spawned: the eighth stream (teams) leaves the other
+    # seven, and so every workload generated before it existed, unchanged.
+    g_arrive, g_kind, g_frac, g_size, g_share, g_dur, g_model, g_team = np.random.default_rng(seed).spawn(8)
     n = n_jobs
 
     gaps = g_arrive.exponential(mean_interarrival_s, n)
@@ -124,19 +136,31 @@ def synthetic(
     submit = np.round(submit, 3)
 
     models, _ = draw_models(num_gpus, inference, g_model.random(n))
+    team_names = team_draw(g_team, teams, n)
     profiles = catalog()
     slo = {m: (p.slo_ms or None) for m, p in profiles.items()}
     jobs = [
         JobSpec(
             name=f"syn-{i:06d}", submit_s=s, num_gpus=g, duration_s=d, model=m,
-            kind=JobKind.INFERENCE if inf else JobKind.TRAINING, slo_ms=slo[m] if inf else None,
+            kind=JobKind.INFERENCE if inf else JobKind.TRAINING, slo_ms=slo[m] if inf else None, team=team,
         )
-        for i, (s, g, d, m, inf) in enumerate(
-            zip(submit.tolist(), num_gpus.tolist(), duration.tolist(), models, inference.tolist())
+        for i, (s, g, d, m, inf, team) in enumerate(
+            zip(submit.tolist(), num_gpus.tolist(), duration.tolist(), models, inference.tolist(), team_names)
         )
     ]
     spec = (
         f"synthetic:{n_jobs},iat={mean_interarrival_s:g},frac={frac_share:g},inference={inference_share:g}"
-        f" seed={seed}"
+        + (f",teams={teams}" if teams else "") + f" seed={seed}"
     )
     return Trace(name=f"synthetic-{n_jobs}", format="synthetic", jobs=jobs, skipped={}, source=spec)
+
+
+def team_draw(g: np.random.Generator, teams: int, n: int) -> list[str]:
+    """`n` team names, `team0` ... drawn with skewed weights 1 / (k + 1) ** TEAM_SKEW (all `default` if teams is 0).
+    Also how benchmarks give a trace without teams (Philly, Alibaba) skewed tenants."""
+    if teams <= 0:
+        return [DEFAULT_TEAM] * n
+    names = [f"team{k}" for k in range(teams)]
+    w = 1.0 / np.arange(1, teams + 1) ** TEAM_SKEW
+    idx = np.searchsorted(np.cumsum(w / w.sum()), g.random(n), side="right")
+    return [names[min(int(i), teams - 1)] for i in idx]
