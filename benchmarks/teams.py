@@ -1,0 +1,94 @@
+"""Teams on a dev trace: fairness, starvation and what the tenancy frame costs in JCT (issue 13's simulator target).
+
+Held-out windows of the Philly dev trace (last quarter, model seeds training never draws) sized to a load; the jobs
+are given to 4 teams with skewed demand (`team_draw`: 48/24/16/12% of the jobs), each with a quarter of the cluster
+as quota and no borrowing limit. Each window runs under the policy with teams and without; printed per window and as
+the mean with a 95% t interval over windows:
+
+- Jain's index over the teams with demand (target >= 0.95),
+- the largest share of a team's time in the system spent starved: under 95% of its quota while one of its pending
+  jobs fits within it (target: none),
+- avg JCT with teams over avg JCT of the same policy without (target <= 1.05).
+
+    python benchmarks/teams.py [--policy tiresias] [--load 1.3] [--windows 5] [--window 500] [--half-life 3600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agents.scenarios import held_out  # noqa: E402
+from policies import make_policy  # noqa: E402
+from scheduler.core.simulator import Simulator  # noqa: E402
+from scheduler.core.tenancy import Teams  # noqa: E402
+from scheduler.core.traces.generator import team_draw  # noqa: E402
+
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly_day60.csv"
+TEAMS = 4
+
+
+def interval(xs: list[float]) -> str:
+    m = float(np.mean(xs))
+    if len(xs) < 2:
+        return f"{m:.3f}"
+    half = float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / math.sqrt(len(xs)))
+    return f"{m:.3f} [{m - half:.3f}, {m + half:.3f}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--policy", default="tiresias")
+    ap.add_argument("--load", type=float, default=1.3)
+    ap.add_argument("--windows", type=int, default=5)
+    ap.add_argument("--window", type=int, default=500, help="jobs per window")
+    ap.add_argument("--half-life", type=float, default=3600.0, help="fair-share half-life, seconds")
+    ap.add_argument("--trace", type=Path, default=TRACE)
+    args = ap.parse_args()
+    if not args.trace.is_file():
+        print(f"{args.trace}: not found (the dev traces live in ../shared/traces beside the project)")
+        return 1
+    scenarios = held_out([str(args.trace)], ["pcie-v100"], args.window, (args.load, args.load), args.windows)
+    jains, starved, ratios = [], [], []
+    print(f"{args.policy} on {args.trace.name}, load {args.load}, {TEAMS} teams (skewed demand), "
+          f"half-life {args.half_life:g} s")
+    for k, sc in enumerate(scenarios):
+        cluster, jobs = sc.build()
+        names = team_draw(np.random.default_rng(1000 + k), TEAMS, len(jobs))
+        jobs = [replace(j, team=t) for j, t in zip(jobs, names, strict=True)]
+        quota = cluster.num_gpus / TEAMS
+        teams = Teams.parse({"half_life_s": args.half_life,
+                             "teams": [{"name": f"team{i}", "quota_gpus": quota} for i in range(TEAMS)]},
+                            cluster.num_gpus)
+        t0 = time.perf_counter()
+        plain = Simulator(cluster, jobs, make_policy(args.policy)).run()
+        shared = Simulator(cluster, jobs, make_policy(args.policy), teams=teams).run()
+        assert shared.teams is not None
+        report = shared.teams
+        worst = max(t["starved_s"] / t["in_system_s"] for t in report["teams"].values() if t["in_system_s"] > 0)
+        ratio = shared.metrics["avg_jct_s"] / plain.metrics["avg_jct_s"]
+        jains.append(report["jain"])
+        starved.append(worst)
+        ratios.append(ratio)
+        used = ", ".join(f"{n} {t['gpu_hours']:.0f}/{t['quota_gpu_hours']:.0f}"
+                         for n, t in sorted(report["teams"].items()))
+        print(f"  window {k}: {cluster.num_gpus} GPUs, Jain {report['jain']:.3f}, worst starved {worst:.1%}, "
+              f"avg JCT x{ratio:.3f} ({shared.metrics['preemptions']} preemptions vs "
+              f"{plain.metrics['preemptions']}); GPU-h used/quota: {used}  [{time.perf_counter() - t0:.1f} s]")
+    print(f"Jain's index: {interval(jains)}")
+    print(f"worst team's starved share of its time: {interval(starved)} (max {max(starved):.1%})")
+    print(f"avg JCT with teams / without: {interval(ratios)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
