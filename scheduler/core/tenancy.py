@@ -305,7 +305,6 @@ class Frame:
     eligible: list[Job]
     within_quota: set[int]
     waits: dict[int, str]
-    reserved: float  # free capacity held back for teams under their quota
 
 
 def _gpus(x: float) -> str:
@@ -329,6 +328,7 @@ class TenancyFrame:
         return spec.team if spec.team in self.teams.teams else DEFAULT_TEAM
 
     def standings(self, view: ClusterView, queue: Iterable[Job]) -> dict[str, Standing]:
+        """Each team now, in fair-share order (lowest usage over quota first)."""
         out = {name: Standing(team, ratio=self.share.ratio(name)) for name, team in self.teams.teams.items()}
         for job in view.running.values():
             st = out.get(self.team_of(job.spec))
@@ -341,12 +341,12 @@ class TenancyFrame:
         for st in out.values():
             if st.pending:
                 st.pending.sort(key=lambda j: -j.spec.priority)  # stable: arrival order within a priority
-        return out
+        return dict(sorted(out.items(), key=lambda kv: (kv[1].ratio, kv[0])))
 
     # ---- eligibility ---------------------------------------------------------------------------------------------
 
     def frame(self, view: ClusterView, standings: Mapping[str, Standing]) -> Frame:
-        order = sorted(standings.values(), key=lambda st: (st.ratio, st.team.name))
+        order = list(standings.values())
         within: set[int] = set()
         waits: dict[int, str] = {}
         eligible: list[Job] = []
@@ -364,7 +364,7 @@ class TenancyFrame:
                 else:
                     over.setdefault(st.team.name, []).append(job)
             wanted_within[st.team.name] = taken
-        reserved = sum(min(wanted_within[st.team.name], st.unused_quota) for st in order)
+        reserved = sum(wanted_within.values())  # each at most the team's unused quota
         lendable = max(0.0, view.free_capacity - reserved)
         for st in order:
             name = st.team.name
@@ -384,22 +384,25 @@ class TenancyFrame:
                     head += d
                     lendable -= d
                     eligible.append(job)
-        return Frame(eligible, within, waits, reserved)
+        return Frame(eligible, within, waits)
 
     # ---- reclaim -------------------------------------------------------------------------------------------------
 
     def reclaim(self, view: ClusterView, standings: Mapping[str, Standing], frame: Frame) -> list[Decision]:
         """Preempt borrowed jobs for the first team (in fair-share order) with a pending job within its quota that
         the free GPUs cannot hold, if borrowers hold enough to make room."""
-        order = sorted(standings.values(), key=lambda st: (st.ratio, st.team.name))
-        lenders = [st for st in order if st.borrowed > EPS]
-        if not lenders:
+        # Borrowers' jobs, furthest over their fair share first; within a team, youngest first. A team with a job
+        # within its quota borrows nothing, so these are never the owner's.
+        candidates = sorted(
+            (j for j in view.running.values() if standings[self.team_of(j.spec)].borrowed > EPS),
+            key=lambda j: (-standings[self.team_of(j.spec)].ratio, -(j.start_s or 0.0), -j.id))
+        if not candidates:
             return []
-        for st in order:
+        for st in standings.values():
             for job in st.pending:
-                if job.id not in frame.within_quota or self._fits_free(view, job.spec):
+                if job.id not in frame.within_quota or self._room(view, job.spec, []):
                     continue
-                victims = self._victims(view, job.spec, standings, st.team.name)
+                victims = self._victims(view, job.spec, standings, candidates)
                 if victims:
                     self.reclaims += len(victims)
                     by = {v: self.team_of(view.running[v].spec) for v in victims}
@@ -410,18 +413,8 @@ class TenancyFrame:
                                                "hold too little to reclaim")
         return []
 
-    @staticmethod
-    def _fits_free(view: ClusterView, spec: JobSpec) -> bool:
-        if spec.num_gpus >= 1:
-            return view.free_whole >= spec.workers
-        return bool((view.free_share >= spec.share - EPS).any())
-
-    def _victims(self, view: ClusterView, spec: JobSpec, standings: Mapping[str, Standing], owner: str) -> list[int]:
-        # Borrowers furthest over their fair share first; within a team, youngest first.
-        candidates = sorted(
-            (j for j in view.running.values()
-             if self.team_of(j.spec) != owner and standings[self.team_of(j.spec)].borrowed > EPS),
-            key=lambda j: (-standings[self.team_of(j.spec)].ratio, -(j.start_s or 0.0), -j.id))
+    def _victims(self, view: ClusterView, spec: JobSpec, standings: Mapping[str, Standing],
+                 candidates: list[Job]) -> list[int]:
         left = {name: st.borrowed for name, st in standings.items()}
         chosen: list[Job] = []
         for j in candidates:
