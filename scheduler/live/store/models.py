@@ -13,11 +13,27 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from scheduler.core.model import DEFAULT_TEAM
 from scheduler.core.states import JobState, JobType, RestartPolicy  # noqa: F401 (re-exported: the store's vocabulary)
 
 
 class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON, float: Float(precision=53)}
+
+
+class Team(Base):
+    """A tenant of the cluster (`scheduler.core.tenancy`): the GPUs it is guaranteed, and how far beyond them it may
+    borrow idle ones. The `default` team (quota 0: it only borrows) exists from the first migration on, so users and
+    jobs from before teams keep working."""
+
+    __tablename__ = "teams"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    quota_gpus: Mapped[float] = mapped_column(default=0.0)
+    borrow_limit_gpus: Mapped[float | None]  # None: no limit but the cluster
+    created_at: Mapped[float]
+    updated_at: Mapped[float]
 
 
 class User(Base):
@@ -27,6 +43,10 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float]
+    # By name, so the API and the controller read it without a join; ON UPDATE CASCADE would allow renames, which
+    # the API does not offer (a team's name is in its jobs' history).
+    team: Mapped[str] = mapped_column(String(64), ForeignKey("teams.name"), default=DEFAULT_TEAM,
+                                      server_default=DEFAULT_TEAM, index=True)
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user", cascade="all, delete-orphan")
 
@@ -53,10 +73,14 @@ class Job(Base):
     __table_args__ = (
         UniqueConstraint("user_id", "client_token", name="uq_jobs_user_client_token"),
         Index("ix_jobs_state_id", "state", "id"),
+        Index("ix_jobs_team_state", "team", "state"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    # The submitter's team when it was submitted: its quota the job runs under. A copy, not a key, so finished jobs
+    # keep their history; a user cannot change team while they have jobs pending or running.
+    team: Mapped[str] = mapped_column(String(64), default=DEFAULT_TEAM, server_default=DEFAULT_TEAM)
     name: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(16))  # JobType
     model: Mapped[str] = mapped_column(String(100))

@@ -17,15 +17,18 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
+from scheduler.core.model import DEFAULT_TEAM
 from scheduler.live.store.models import (
     Allocation,
     ApiToken,
     Decision,
+    Gpu,
     Job,
     JobEvent,
     JobState,
     Node,
     PolicyVersion,
+    Team,
     User,
 )
 
@@ -52,21 +55,29 @@ def check_user_name(name: str) -> str:
     return name
 
 
-def ensure_user(s: Session, name: str, *, admin: bool = False) -> User:
-    """The user called `name`, created if new; `admin=True` promotes an existing user (never demotes)."""
+def ensure_user(s: Session, name: str, *, admin: bool = False, team: str | None = None) -> User:
+    """The user called `name`, created if new (in `team`, else `default`); `admin=True` promotes an existing user
+    (never demotes); `team` moves an existing one (TeamConflict while they have jobs pending or running)."""
     user = s.scalars(select(User).where(User.name == name)).one_or_none()
+    if team is not None and team_by_name(s, team) is None:
+        raise UnknownTeam(team)
     if user is None:
-        user = User(name=check_user_name(name), admin=admin, created_at=time.time())
+        user = User(name=check_user_name(name), admin=admin, created_at=time.time(), team=team or DEFAULT_TEAM)
         s.add(user)
         s.flush()
-    elif admin and not user.admin:
-        user.admin = True
+    else:
+        if admin and not user.admin:
+            user.admin = True
+        if team is not None and team != user.team:
+            move_user(s, user, team)
     return user
 
 
-def create_token(s: Session, user_name: str, *, admin: bool = False, expires_at: float | None = None) -> str:
-    """A new bearer token for `user_name` (created if new). Only its hash is stored: show the token once."""
-    user = ensure_user(s, user_name, admin=admin)
+def create_token(s: Session, user_name: str, *, admin: bool = False, expires_at: float | None = None,
+                 team: str | None = None) -> str:
+    """A new bearer token for `user_name` (created if new, in `team`; an existing user is moved to `team` if given).
+    Only its hash is stored: show the token once."""
+    user = ensure_user(s, user_name, admin=admin, team=team)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     s.add(ApiToken(user_id=user.id, token_hash=hash_token(token), prefix=token[: len(TOKEN_PREFIX) + 6],
                    created_at=time.time(), expires_at=expires_at))
@@ -139,7 +150,7 @@ def submit(s: Session, user: User, fields: dict[str, Any]) -> tuple[Job, bool]:
         if existing is not None:
             return existing, False
     now = time.time()
-    job = Job(user_id=user.id, submitted_at=now, queued_since=now, state=JobState.PENDING, **fields)
+    job = Job(user_id=user.id, team=user.team, submitted_at=now, queued_since=now, state=JobState.PENDING, **fields)
     if token is None:
         s.add(job)
         s.flush()
@@ -272,3 +283,88 @@ def queue_positions(s: Session) -> dict[int, int]:
     may still start a later job first, e.g. a smaller one that fits)."""
     ids = s.scalars(select(Job.id).where(Job.state == JobState.PENDING).order_by(Job.submitted_at, Job.id))
     return {job_id: i for i, job_id in enumerate(ids, start=1)}
+
+
+# ---- teams --------------------------------------------------------------------------------------------------------
+
+
+class UnknownTeam(LookupError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"team {name!r} does not exist")
+        self.name = name
+
+
+class TeamConflict(RuntimeError):
+    """A change the current state forbids (a team with active jobs deleted, a user moved while their jobs run)."""
+
+
+ACTIVE = (JobState.PENDING, JobState.RUNNING)
+
+
+def team_by_name(s: Session, name: str) -> Team | None:
+    return s.scalars(select(Team).where(Team.name == name)).one_or_none()
+
+
+def list_teams(s: Session) -> list[Team]:
+    return list(s.scalars(select(Team).order_by(Team.name)))
+
+
+def cluster_gpus(s: Session) -> int:
+    """GPUs the controller registered (0 before its first start)."""
+    return s.scalar(select(func.count()).select_from(Gpu)) or 0
+
+
+def active_jobs_of_user(s: Session, user_id: int) -> int:
+    return s.scalar(select(func.count()).select_from(Job).where(Job.user_id == user_id, Job.state.in_(ACTIVE))) or 0
+
+
+def active_jobs_of_team(s: Session, name: str) -> int:
+    return s.scalar(select(func.count()).select_from(Job).where(Job.team == name, Job.state.in_(ACTIVE))) or 0
+
+
+def move_user(s: Session, user: User, team: str) -> User:
+    """Put `user` in `team`. Refused (TeamConflict) while they have jobs pending or running: those run under the
+    quota they were submitted to, and moving the user alone would split their work across two teams."""
+    if team_by_name(s, team) is None:
+        raise UnknownTeam(team)
+    active = active_jobs_of_user(s, user.id)
+    if active:
+        raise TeamConflict(f"user {user.name!r} has {active} job(s) pending or running in team {user.team!r}; "
+                           "move them when those have finished or been cancelled")
+    user.team = team
+    return user
+
+
+def team_usage(s: Session) -> dict[str, dict[str, float]]:
+    """Each team's GPUs now: `in_use_gpus` (its running jobs' GPUs, shares counted as fractions), `borrowed_gpus`
+    (beyond its quota), `lent_gpus` (its idle quota that borrowers hold), `pending_jobs` and `running_jobs`.
+
+    Borrowers first take GPUs in no team's quota; what they borrow beyond those is lent by the teams under their
+    quota, in proportion to each one's idle quota (GPUs are not owned one by one, so no finer attribution exists)."""
+    teams = list_teams(s)
+    out: dict[str, dict[str, float]] = {
+        t.name: {"in_use_gpus": 0.0, "borrowed_gpus": 0.0, "lent_gpus": 0.0, "pending_jobs": 0.0,
+                 "running_jobs": 0.0} for t in teams}
+    rows = s.execute(select(Job.team, Job.state, func.count(), func.sum(Job.num_gpus))
+                     .where(Job.state.in_(ACTIVE)).group_by(Job.team, Job.state))
+    for team, state, n, gpus in rows:
+        u = out.get(team)
+        if u is None:  # a job of a team deleted since (the API refuses that while it has active jobs)
+            continue
+        if state == JobState.RUNNING:
+            u["running_jobs"] += n
+            u["in_use_gpus"] += float(gpus or 0.0)
+        else:
+            u["pending_jobs"] += n
+    idle: dict[str, float] = {}
+    for t in teams:
+        u = out[t.name]
+        u["borrowed_gpus"] = max(0.0, u["in_use_gpus"] - t.quota_gpus)
+        idle[t.name] = max(0.0, t.quota_gpus - u["in_use_gpus"])
+    unassigned = max(0.0, cluster_gpus(s) - sum(t.quota_gpus for t in teams))
+    lent = max(0.0, sum(u["borrowed_gpus"] for u in out.values()) - unassigned)
+    total_idle = sum(idle.values())
+    if lent > 0 and total_idle > 0:
+        for name, free in idle.items():
+            out[name]["lent_gpus"] = min(free, lent * free / total_idle)
+    return out
