@@ -628,8 +628,12 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
                    "server's own user, which lets jobs read what the server can.")
 @click.option("--command-jobs", type=click.Choice(["all", "admins"]), default="all", show_default=True,
               help="Who may submit command jobs (admins: other users get 403 and may submit emulated jobs only).")
+@click.option("--fair-share-half-life", "half_life_h", default=168.0, show_default=True,
+              type=click.FloatRange(0.01, 1e6), metavar="HOURS",
+              help="Half-life of the teams' fair-share usage: how fast past GPU use is forgotten (Slurm's "
+                   "PriorityDecayHalfLife; 168 h is its default, 7 days).")
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
-          policy: str | None, tick: float, job_user: str | None, command_jobs: str) -> None:
+          policy: str | None, tick: float, job_user: str | None, command_jobs: str, half_life_h: float) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL)."""
     from scheduler.live.serve import ServeConfig
     from scheduler.live.serve import serve as run_service
@@ -637,7 +641,7 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
     try:
         run_service(ServeConfig(host=host, port=port, nodes=nodes, gpus_per_node=gpus_per_node, preset=preset,
                                 ray_address=ray_address, policy=policy, tick_s=tick, job_user=job_user,
-                                command_jobs=command_jobs))
+                                command_jobs=command_jobs, half_life_s=half_life_h * 3600.0))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
 

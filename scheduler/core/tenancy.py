@@ -173,6 +173,13 @@ class FairShare:
             else:
                 self._holding[job_id] = (job, team, gpus, now)
 
+    def inherit(self, old: FairShare) -> None:
+        """Carry usage over from the fair share of a previous set of teams (a quota changed): teams that remain keep
+        theirs, new teams start at 0, and runs counted so far go on being counted from where they were."""
+        self.usage.update({name: u for name, u in old.usage.items() if name in self.usage})
+        self.now = old.now
+        self._holding = {j: held for j, held in old._holding.items() if held[1] in self.usage}
+
     def placed(self, job: Job, team: str, now: float) -> None:
         """A job the frame let start now: counted from now even if it ends before the frame looks again."""
         self._holding.setdefault(job.id, (job, team, job.spec.gpu_demand, now))

@@ -28,6 +28,7 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, JobKind, Placement
 from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S, Team, Teams, TenancyFrame
 from scheduler.core.workloads import ModelProfile, catalog
 from scheduler.live import metrics
 from scheduler.live.explain import capacity_reason
@@ -76,6 +77,7 @@ class Controller:
         params: ContentionParams | None = None,
         preset: str = "",
         job_user: str | None = None,
+        half_life_s: float = DEFAULT_HALF_LIFE_S,
     ) -> None:
         if len(node_names) != cluster.num_nodes:
             raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
@@ -89,6 +91,7 @@ class Controller:
         self.tick_s = tick_s
         self.preset = preset
         self.job_user = job_user  # the OS user command jobs run as (see docs/security.md)
+        self.half_life_s = half_life_s  # of the teams' fair-share usage
         self.profiles = profiles if profiles is not None else catalog()
         self.params = params
         self._forget_memory()
@@ -105,8 +108,10 @@ class Controller:
         self.running: dict[int, Job] = {}
         self.pending: dict[int, Job] = {}  # submission order
         self.view = ClusterView(self.state, self.contention, self.running)
-        self.policy: Policy | None = None
+        self.policy: Policy | None = None  # what the loop asks: the active policy, inside the tenancy frame if any
+        self.inner: Policy | None = None  # the active policy itself
         self.policy_name = ""
+        self._teams_key: tuple[tuple[str, float, float | None], ...] | None = None
         self._attempt: dict[int, int] = {}  # running job -> its current attempt
         self._started: dict[int, bool] = {}  # running job -> its workers have started
         self.slowdowns = SlowdownLedger()
@@ -268,16 +273,36 @@ class Controller:
     # ---- reading the store ---------------------------------------------------------------------------------------
 
     def _load_policy(self, s: Session) -> None:
+        """The active policy, inside the tenancy frame when teams have quotas or limits; both re-read every pass (a
+        switch or a quota change through the API takes effect at the next one)."""
         name = queries.active_policy(s)
         if name is None:
             name = self.default_policy
             queries.activate_policy(s, name, by="controller (default)")
-        if name != self.policy_name:
-            self.policy = self.make_policy(name)
+        switched = name != self.policy_name
+        if switched:
+            self.inner = self.make_policy(name)
             self.policy_name = name
+            log.info("active policy: %s", name)
+        teams = tuple((t.name, t.quota_gpus, t.borrow_limit_gpus) for t in queries.list_teams(s))
+        if switched or teams != self._teams_key:
+            self._teams_key = teams
+            assert self.inner is not None
+            self.policy = self._framed(self.inner, teams)
             self._reasons.clear()
             self._reasons_key = ()
-            log.info("active policy: %s", name)
+
+    def _framed(self, inner: Policy, teams: tuple[tuple[str, float, float | None], ...]) -> Policy:
+        """`inner` inside the tenancy frame, carrying the teams' fair-share usage over from the previous frame; or
+        `inner` alone while no team has a quota or a borrowing limit (every job borrows without limit: the frame
+        would change nothing, so it costs nothing)."""
+        if all(quota <= 0 and borrow is None for _, quota, borrow in teams):
+            return inner
+        frame = TenancyFrame(inner, Teams({n: Team(n, q, b) for n, q, b in teams}, self.half_life_s))
+        if isinstance(self.policy, TenancyFrame):
+            frame.share.inherit(self.policy.share)
+        log.info("tenancy frame: %s", ", ".join(f"{n} quota {q:g}" for n, q, _ in teams))
+        return frame
 
     def _sync_submissions(self, s: Session, now: float) -> None:
         """Take in new submissions and drop jobs the API cancelled while pending.
@@ -391,6 +416,7 @@ class Controller:
         slow_integral = self.slowdowns.close(row.id, now, self._ran_from(row.id))
         self._started.pop(row.id, None)
         job = self.running.pop(row.id)
+        job.end_s = now  # the fair share counts its GPUs up to here, even if the frame looks later
         attempt = self._attempt.pop(row.id)
         self.state.release(row.id)
         if job.start_s is not None:
@@ -477,9 +503,12 @@ class Controller:
         for _ in range(MAX_ROUNDS):
             if not self.pending:
                 break
+            reclaims = self.policy.reclaims if isinstance(self.policy, TenancyFrame) else 0
             t0 = time.perf_counter()
             decisions = self.policy.schedule(self.view, self.pending.values(), now)
             latency = time.perf_counter() - t0
+            if isinstance(self.policy, TenancyFrame) and self.policy.reclaims > reclaims:
+                metrics.RECLAIMS.inc(self.policy.reclaims - reclaims)
             metrics.DECISION_LATENCY.observe(latency)
             stats.policy_calls += 1
             stats.policy_s += latency

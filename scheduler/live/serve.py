@@ -39,6 +39,7 @@ class ServeConfig:
     threads: int = 16
     job_user: str | None = None  # the OS user command jobs run as (None: the server's own user)
     command_jobs: str = "all"  # who may submit command jobs: "all" or "admins"
+    half_life_s: float = 7 * 24 * 3600.0  # of the teams' fair-share usage (scheduler.core.tenancy)
 
 
 def discover(backend: RayBackend, cfg: ServeConfig) -> tuple[list[str], Cluster]:
@@ -57,7 +58,7 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Con
 
     names, cluster = discover(backend, cfg)
     return Controller(store, backend, cluster, names, make_policy, default_policy=cfg.policy or "rl:default",
-                      tick_s=cfg.tick_s, preset=cfg.preset, job_user=cfg.job_user)
+                      tick_s=cfg.tick_s, preset=cfg.preset, job_user=cfg.job_user, half_life_s=cfg.half_life_s)
 
 
 def check_job_user(user: str | None, home: Path) -> None:
@@ -158,7 +159,8 @@ def serve(cfg: ServeConfig) -> None:
     controller = build_controller(store, backend, cfg)
     try:
         controller.start()
-        app = create_app(store, notify=controller.wake, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs})
+        app = create_app(store, notify=controller.wake, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
+                                                                "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s})
         server = create_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads)
 
         def _terminate(signum: int, _frame: object) -> None:

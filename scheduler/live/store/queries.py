@@ -150,7 +150,10 @@ def submit(s: Session, user: User, fields: dict[str, Any]) -> tuple[Job, bool]:
         if existing is not None:
             return existing, False
     now = time.time()
-    job = Job(user_id=user.id, team=user.team, submitted_at=now, queued_since=now, state=JobState.PENDING, **fields)
+    # The API passes a detached stand-in for the caller (its token cache holds no team, which an admin may change):
+    # the team is read here, in the submission's own transaction.
+    team = user.team or s.scalar(select(User.team).where(User.id == user.id)) or DEFAULT_TEAM
+    job = Job(user_id=user.id, team=team, submitted_at=now, queued_since=now, state=JobState.PENDING, **fields)
     if token is None:
         s.add(job)
         s.flush()

@@ -1,0 +1,145 @@
+"""Issue 13's acceptance, end to end: a real `corral serve` on a Ray cluster of two virtual 4-GPU nodes, teams A and
+B with a quota of 4 GPUs each. A fills the cluster by borrowing; B's jobs arrive and B gets its quota back by
+reclaim within one pass plus the workers' stop grace plus 2 s; A's reclaimed jobs wait with a reason naming the
+team's standing, then resume from their checkpoints; every job succeeds exactly once. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, wait_until
+from sqlalchemy import func, select
+
+from scheduler.live.ray_backend import STOP_GRACE_S
+from scheduler.live.runs import node_resources
+from scheduler.live.store import Store, queries
+from scheduler.live.store.models import JobEvent, Team
+
+ray = pytest.importorskip("ray")
+
+NODES, GPUS = 2, 4
+TICK_S = 0.2
+A_WORK_S, B_WORK_S = 25.0, 4.0  # A's jobs still run when B's arrive; B's finish well before A's
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    from ray.cluster_utils import Cluster
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    for i in range(NODES):
+        cluster.add_node(num_cpus=1, num_gpus=GPUS, resources=node_resources(f"node{i}", GPUS))
+    cluster.wait_for_nodes()
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+class Client:
+    def __init__(self, api: str, token: str) -> None:
+        self.api, self.headers = api, {"Authorization": f"Bearer {token}"}
+
+    def submit(self, **fields: Any) -> int:
+        r = requests.post(f"{self.api}/jobs", json=fields, headers=self.headers, timeout=10)
+        assert r.status_code == 201, r.text
+        return int(r.json()["id"])
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        r = requests.get(f"{self.api}/jobs/{job_id}", headers=self.headers, timeout=10)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def service(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path: Path) -> Iterator[Service]:
+    home = tmp_path / "home"
+    home.mkdir()
+    schema = f"corral_teams_{os.getpid()}"
+    db_url = f"sqlite:///{home / 'corral.db'}" if request.param == "sqlite" else postgres_schema_url(schema)
+    store = Store.open(db_url)
+    with store.session() as s:
+        now = time.time()
+        s.add_all([Team(name=n, quota_gpus=4.0, borrow_limit_gpus=None, created_at=now, updated_at=now)
+                   for n in ("A", "B")])
+        s.flush()
+        tokens = {"A": queries.create_token(s, "ann", team="A"), "B": queries.create_token(s, "ben", team="B")}
+    store.close()
+    env = {**os.environ, "DATABASE_URL": db_url, "CORRAL_HOME": str(home)}
+    server = ServeProcess(home, ["--ray-address", ray_cluster.address, "--tick", str(TICK_S), "--policy", "tiresias"],
+                          env)
+    try:
+        yield Service(server, home, db_url, {t: Client(server.api, tok) for t, tok in tokens.items()})
+    finally:
+        server.stop()
+        if request.param == "postgresql":
+            drop_postgres_schema(schema)
+
+
+@dataclass
+class Service:
+    server: ServeProcess
+    home: Path
+    db_url: str
+    client: dict[str, Client]  # by team: each sees its own user's jobs
+
+
+def started(job: dict[str, Any]) -> bool:
+    return job["state"] == "running" and job.get("started_at") is not None
+
+
+def test_owner_reclaims_its_quota_and_every_job_succeeds_once(service: Service) -> None:
+    a, b = service.client["A"], service.client["B"]
+    a_ids = [a.submit(name=f"a{i}", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=A_WORK_S)
+             for i in range(8)]
+    wait_until("A's 8 jobs to run, 4 of them on borrowed GPUs", lambda: all(started(a.job(i)) for i in a_ids),
+               timeout=60)
+
+    time.sleep(2.0)  # some work for the checkpoints to hold
+    submitted = time.time()
+    b_ids = [b.submit(name=f"b{i}", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=B_WORK_S)
+             for i in range(4)]
+    bound = TICK_S + STOP_GRACE_S + 2.0
+    wait_until("B's 4 jobs to run", lambda: all(started(b.job(i)) for i in b_ids), timeout=60)
+    b_running_after = max(b.job(i)["started_at"] for i in b_ids) - submitted
+    assert b_running_after <= bound, f"B ran all 4 jobs {b_running_after:.2f} s after submitting, bound {bound:.1f} s"
+
+    a_jobs = [a.job(i) for i in a_ids]
+    running = [j for j in a_jobs if j["state"] == "running"]
+    waiting = [j for j in a_jobs if j["state"] == "pending"]
+    assert len(running) == 4 and len(waiting) == 4, [j["state"] for j in a_jobs]
+    for j in waiting:
+        assert j["preemptions"] == 1
+        assert re.search(r"team A over its quota \(4/4 GPUs\)", j["pending_reason"] or ""), j["pending_reason"]
+    reclaimed = {j["id"] for j in waiting}
+
+    owner = {i: a for i in a_ids} | {i: b for i in b_ids}
+    wait_until("every job to finish", lambda: all(owner[i].job(i)["state"] in {"succeeded", "failed", "cancelled"}
+                                                  for i in owner), timeout=150)
+    for i, c in owner.items():
+        job = c.job(i)
+        assert job["state"] == "succeeded", (i, job["state"], job.get("error"), service.server.log_tail())
+        assert job["attempt"] == (2 if i in reclaimed else 1), (i, job["attempt"])
+    store = Store.open(service.db_url, migrate=False)
+    try:
+        with store.session() as s:
+            done = {job_id: n for job_id, n in s.execute(
+                select(JobEvent.job_id, func.count()).where(JobEvent.kind == "succeeded").group_by(JobEvent.job_id))}
+    finally:
+        store.close()
+    assert done == dict.fromkeys(owner, 1)
+    # The reclaimed jobs' second runs resumed from the checkpoints their first runs wrote when stopped.
+    for i in reclaimed:
+        first = (service.home / "logs" / f"job-{i}" / "attempt-1" / "rank-0.log").read_text()
+        second = (service.home / "logs" / f"job-{i}" / "attempt-2" / "rank-0.log").read_text()
+        stopped = float(re.search(r"stopped at ([\d.]+)%", first).group(1))  # type: ignore[union-attr]
+        left = float(re.search(r"([\d.]+) s of isolated work left", second).group(1))  # type: ignore[union-attr]
+        assert stopped > 5.0 and left == pytest.approx(A_WORK_S * (1 - stopped / 100), abs=0.3), (i, stopped, left)
