@@ -60,6 +60,7 @@ class StepStats:
     finished: int = 0
     policy_calls: int = 0
     policy_s: float = 0.0
+    ray_s: float = 0.0  # waiting on Ray: the workers' statuses and the node table (when this pass polled)
 
 
 class Controller:
@@ -250,7 +251,9 @@ class Controller:
         statuses: list[JobStatus] = []
         polled = self._starting or now - self._last_poll >= self.tick_s * 0.5
         if polled:
+            t0 = time.perf_counter()
             statuses = self.backend.poll()
+            stats.ray_s += time.perf_counter() - t0
             self._last_poll = now
             self._starting = any(st.phase == "starting" for st in statuses)
         with self.store.session(write=True) as s:
@@ -259,7 +262,9 @@ class Controller:
             self._sync_cancels(s, now)
             self._collect(s, statuses, now, stats)
             if polled:
+                t0 = time.perf_counter()
                 self._check_nodes(s, now)
+                stats.ray_s += time.perf_counter() - t0
             if self.pending and self.policy is not None:
                 self._wake_at = float("inf")
                 launches = self._schedule(s, now, stats)
@@ -361,11 +366,13 @@ class Controller:
     # ---- what the workers did ------------------------------------------------------------------------------------
 
     def _collect(self, s: Session, statuses: list[JobStatus], now: float, stats: StepStats) -> None:
-        for st in statuses:
-            job = self.running.get(st.job_id)
-            if job is None or st.attempt != self._attempt.get(st.job_id):
-                continue
-            row = s.get(JobRow, st.job_id)
+        current = [st for st in statuses if st.job_id in self.running and st.attempt == self._attempt.get(st.job_id)]
+        # One query for every run's row (not one `get` each, which autoflushes the previous row's progress first).
+        rows = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_([st.job_id for st in current])))
+                } if current else {}
+        for st in current:
+            job = self.running[st.job_id]
+            row = rows.get(st.job_id)
             if row is None:
                 continue
             if row.duration_s > 0 and row.kind == "emulated":
@@ -521,6 +528,7 @@ class Controller:
     def _apply(self, s: Session, decisions: list[Decision], now: float, latency: float, stats: StepStats,
                launches: dict[int, Launch]) -> bool:
         acted = False
+        waits = 0
         ms = latency * 1000.0
         for d in decisions:
             if isinstance(d, Preempt) and d.job_id in self.running:
@@ -546,11 +554,13 @@ class Controller:
                     stats.placed += 1
                     acted = True
             elif isinstance(d, Wait) and d.job_id in self.pending:
-                metrics.DECISIONS.labels("wait").inc()
+                waits += 1
                 self._policy_said.add(d.job_id)
                 self._set_reason(s, d.job_id, d.reason)
             elif isinstance(d, WakeAt):
                 self._wake_at = min(self._wake_at, d.time)
+        if waits:
+            metrics.DECISIONS.labels("wait").inc(waits)
         return acted
 
     def _set_reason(self, s: Session, job_id: int, reason: str) -> None:

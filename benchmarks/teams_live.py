@@ -1,0 +1,176 @@
+"""Teams in the live service (issue 13's live targets), measured against the real controller on a local Ray cluster.
+
+`python benchmarks/teams_live.py` prints:
+
+1. reclaim latency: an in-process controller with its own loop thread (tick 0.5 s) on local Ray, 2 virtual nodes x 4
+   GPUs, teams A and B with quota 4 each. A's 8 one-GPU jobs run (4 on borrowed GPUs); B submits 4; timed from B's
+   submissions until all 4 of B's workers have started. Repeated `--repeats` times (everything cancelled in
+   between). Target: within tick + stop grace + 2 s.
+2. controller pass time with 20 teams and 1,000 queued: 4 x 8 GPUs, 20 teams whose quotas add up to the cluster
+   (12 x 2 GPUs, 8 x 1), each running jobs that fill its quota, then 1,000 pending jobs of mixed sizes spread over the
+   teams; the time of one whole pass (store reads and writes included) and of its policy calls, over 50 passes.
+   Target: pass p99 <= 10 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheduler.live.ray_backend import STOP_GRACE_S, RayBackend  # noqa: E402
+from scheduler.live.serve import ServeConfig, build_controller  # noqa: E402
+from scheduler.live.store import Store, queries  # noqa: E402
+from scheduler.live.store.models import Job, JobState, Team  # noqa: E402
+
+EMULATED = {"kind": "emulated", "model": "ResNet-50-bs64"}
+
+
+def add_teams(store: Store, quotas: dict[str, float]) -> dict[str, object]:
+    """The teams, and one user in each (by team name)."""
+    users = {}
+    with store.session(write=True) as s:
+        now = time.time()
+        s.add_all([Team(name=n, quota_gpus=q, borrow_limit_gpus=None, created_at=now, updated_at=now)
+                   for n, q in quotas.items()])
+        s.flush()
+        for n in quotas:
+            users[n] = queries.ensure_user(s, f"user-{n}", team=n)
+    return users
+
+
+def submit(store: Store, team: str, count: int, gpus: float | list[float], duration_s: float) -> list[int]:
+    sizes = gpus if isinstance(gpus, list) else [gpus] * count
+    with store.session(write=True) as s:
+        user = queries.ensure_user(s, f"user-{team}")
+        return [queries.submit(s, user, {**EMULATED, "name": f"{team}-{i}", "num_gpus": float(g),
+                                         "duration_s": duration_s})[0].id for i, g in enumerate(sizes)]
+
+
+def wait(pred, what: str, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def started(store: Store, ids: list[int]) -> bool:
+    with store.session() as s:
+        rows = s.query(Job.state, Job.started_at).filter(Job.id.in_(ids)).all()
+    return all(st == JobState.RUNNING and at is not None for st, at in rows)
+
+
+def reclaim_latency(repeats: int, tick_s: float) -> None:
+    backend = RayBackend.local(2, 4)
+    times: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ["CORRAL_HOME"] = tmp
+            store = Store.open(f"sqlite:///{tmp}/bench.db")
+            add_teams(store, {"A": 4.0, "B": 4.0})
+            ctl = build_controller(store, backend, ServeConfig(nodes=2, gpus_per_node=4, policy="tiresias",
+                                                               tick_s=tick_s))
+            ctl.start()
+            try:
+                for _ in range(repeats):
+                    a = submit(store, "A", 8, 1.0, 600.0)
+                    wait(lambda: started(store, a), "A's 8 jobs to start")  # noqa: B023
+                    t0 = time.time()
+                    b = submit(store, "B", 4, 1.0, 600.0)
+                    ctl.wake()  # what the API's submission does
+                    wait(lambda: started(store, b), "B's 4 jobs to start")  # noqa: B023
+                    with store.session() as s:
+                        times.append(max(s.get(Job, i).started_at for i in b) - t0)  # type: ignore[union-attr]
+                    with store.session(write=True) as s:
+                        for job_id in a + b:
+                            row = s.get(Job, job_id)
+                            if row is not None:
+                                queries.cancel(s, row)
+                    ctl.wake()
+                    wait(lambda: not ctl.running, "every job to stop", timeout=60)
+                    time.sleep(STOP_GRACE_S + 1.0)  # Ray frees the GPUs once the stopped workers exit
+            finally:
+                ctl.stop()
+                store.close()
+    finally:
+        backend.shutdown()
+    bound = tick_s + STOP_GRACE_S + 2.0
+    t = np.array(times)
+    print(f"reclaim, B's 4 jobs submitted -> all 4 started: p50 {np.median(t):5.2f} s  max {t.max():5.2f} s  "
+          f"(n={len(t)}; bound tick {tick_s:g} + grace {STOP_GRACE_S:g} + 2 = {bound:g} s)")
+
+
+def pass_time(queued: int, policies: list[str], passes: int) -> None:
+    rng = np.random.default_rng(0)
+    quotas = {f"team{k:02d}": (2.0 if k < 12 else 1.0) for k in range(20)}
+    backend = RayBackend.local(4, 8)
+    try:
+        for name in policies:
+            with tempfile.TemporaryDirectory() as tmp:
+                os.environ["CORRAL_HOME"] = tmp
+                store = Store.open(f"sqlite:///{tmp}/bench.db")
+                add_teams(store, quotas)
+                ctl = build_controller(store, backend, ServeConfig(nodes=4, gpus_per_node=8, policy=name))
+                ctl.recover()
+                for team, quota in quotas.items():
+                    submit(store, team, int(quota), 1.0, 3600.0)
+                ctl.step()
+                assert len(ctl.running) == 32, f"{len(ctl.running)} running"
+                deadline = time.time() + 180
+                while not all(ctl._started.get(j) for j in ctl.running) and time.time() < deadline:
+                    ctl.step()  # until every worker is up: a pass then polls running jobs, not starting ones
+                    time.sleep(0.1)
+                teams = list(quotas)
+                sizes = rng.choice([0.25, 0.5, 1, 1, 2, 4, 8], size=queued)
+                owners = rng.choice(len(teams), size=queued)
+                for k, team in enumerate(teams):
+                    submit(store, team, 0, [float(g) for g, o in zip(sizes, owners, strict=True) if o == k], 600.0)
+                ctl.step()  # takes the queue in
+                policy_ms, pass_ms, own_ms = [], [], []
+                for _ in range(passes):
+                    time.sleep(ctl.tick_s * 0.5)  # as the loop runs: every pass polls the 32 running workers
+                    t0 = time.perf_counter()
+                    stats = ctl.step()
+                    pass_ms.append((time.perf_counter() - t0) * 1000)
+                    policy_ms.append(stats.policy_s * 1000)
+                    own_ms.append(pass_ms[-1] - stats.ray_s * 1000)
+                assert len(ctl.pending) == queued, f"{len(ctl.pending)} pending"
+                print(f"{name:>18}, 20 teams, {queued} queued, 32 running (ms, p50 / p99):\n"
+                      f"{'':>20}whole pass {np.median(pass_ms):6.2f} / {np.percentile(pass_ms, 99):6.2f}\n"
+                      f"{'':>20}pass without waiting on Ray {np.median(own_ms):6.2f} / {np.percentile(own_ms, 99):6.2f}"
+                      " (target p99 <= 10)\n"
+                      f"{'':>20}policy in the frame {np.median(policy_ms):6.2f} / {np.percentile(policy_ms, 99):6.2f}")
+                for job_id in list(ctl.running):
+                    backend.stop(job_id)
+                backend.poll()
+                store.close()
+    finally:
+        backend.shutdown()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tick", type=float, default=0.5)
+    ap.add_argument("--queued", type=int, default=1000)
+    ap.add_argument("--passes", type=int, default=50)
+    ap.add_argument("--policies", default="tiresias,rl:default,contention-greedy")
+    ap.add_argument("--skip-reclaim", action="store_true")
+    args = ap.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not args.skip_reclaim:
+        reclaim_latency(args.repeats, args.tick)
+    pass_time(args.queued, args.policies.split(","), args.passes)
+
+
+if __name__ == "__main__":
+    main()
