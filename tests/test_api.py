@@ -488,7 +488,8 @@ def test_cluster_reports_nodes_gpus_tenants_and_totals(env: Env) -> None:
     n0, n1 = c["nodes"]
     assert (n0["alive"], n1["alive"], n0["preset"], n0["address"]) == (True, False, "dgx-v100", "10.0.0.0")
     g0, g1 = n0["gpus"]
-    assert g0["tenants"] == [{"job_id": whole, "name": "whole", "share": 1.0, "user": "alice"}]
+    assert g0["tenants"] == [{"job_id": whole, "name": "whole", "share": 1.0, "user": "alice",
+                               "team": "default"}]
     assert g0["free_share"] == 0
     assert [t["job_id"] for t in g1["tenants"]] == [half_a, half_b] and g1["free_share"] == 0.25
     assert all(g["tenants"] == [] and g["free_share"] == 1 for g in n1["gpus"])

@@ -430,7 +430,8 @@ def test_navigation_fits_a_phone(browser: Any, service: Service) -> None:
     try:
         loaded = ":not(:has-text('Loading'))"  # the table, or the sentence saying there is none
         for route, ready in [("map", ".node .gpu"), ("queue", f"#queue-table, #queue-body p{loaded}"),
-                             ("jobs", f"#jobs-table, #jobs-body p{loaded}"), ("metrics", "#charts svg.chart"),
+                             ("jobs", f"#jobs-table, #jobs-body p{loaded}"), ("teams", "#teams-table"),
+                             ("metrics", "#charts svg.chart"),
                              ("policies", "#policies"), ("submit", "#submit-form"), ("whatif", "#whatif-form")]:
             pg.goto(f"{service.base}/#/{route}")
             pg.wait_for_selector(ready)

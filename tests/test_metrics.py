@@ -1,5 +1,5 @@
-"""`GET /metrics` parses with the Prometheus client's own parser and counts what the store holds, on SQLite and
-PostgreSQL; the controller's decision metrics are checked end to end in tests/test_live.py."""
+"""`GET /metrics` parses with the Prometheus client's own parser and counts what the store holds, per team too, on
+SQLite and PostgreSQL; the controller's decision metrics are checked end to end in tests/test_live.py."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from test_api import make_env
 from test_explain import add_cluster
+from test_stats import seed_teams
 
 from scheduler.live.store import Store
 from scheduler.live.store.models import Allocation, Job
@@ -47,3 +48,20 @@ def test_metrics_count_the_queue_gpus_and_requests(store: Store, corral_home: Pa
         (("method", "POST"), ("route", "/api/v1/jobs"), ("status", "201"))]
     assert posts == 4
     assert "corral_decision_latency_seconds_count" in m  # the controller's metrics are exported too
+
+
+def test_team_gauges(store: Store, corral_home: Path) -> None:
+    from web import create_app
+
+    seed_teams(store, time.time())  # vision (quota 4) holds 2 and lends 0.5; nlp (quota 2) holds 4.5, borrows 2.5
+    m = scrape(create_app(store).test_client())
+    expected = {
+        "corral_team_quota_gpus": {"default": 0, "nlp": 2, "vision": 4},
+        "corral_team_in_use_gpus": {"default": 0, "nlp": 4.5, "vision": 2},
+        "corral_team_borrowed_gpus": {"default": 0, "nlp": 2.5, "vision": 0},
+        "corral_team_lent_gpus": {"default": 0, "nlp": 0, "vision": 0.5},
+        "corral_team_pending_jobs": {"default": 0, "nlp": 1, "vision": 1},
+        "corral_team_running_jobs": {"default": 0, "nlp": 2, "vision": 1},
+    }
+    for name, by_team in expected.items():
+        assert m[name] == {(("team", team),): value for team, value in by_team.items()}, name

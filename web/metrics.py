@@ -15,14 +15,26 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 import scheduler.live.metrics  # noqa: F401  # declare the controller's series even before its first decision
-from scheduler.live.store import JobState, Store
+from scheduler.live.store import JobState, Store, queries
 from scheduler.live.store.models import Allocation, Gpu, Job
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+# Per-team gauges: (name, help, the key of queries.team_usage's figures; None: the team's quota).
+TEAM_GAUGES = (
+    ("corral_team_quota_gpus", "GPUs the team is guaranteed", None),
+    ("corral_team_in_use_gpus", "GPUs the team's running jobs hold (shares as fractions)", "in_use_gpus"),
+    ("corral_team_borrowed_gpus", "GPUs the team holds beyond its quota", "borrowed_gpus"),
+    ("corral_team_lent_gpus", "GPUs of the team's idle quota that other teams borrow", "lent_gpus"),
+    ("corral_team_pending_jobs", "The team's jobs waiting to be placed", "pending_jobs"),
+    ("corral_team_running_jobs", "The team's jobs placed and running", "running_jobs"),
+)
+
+
 class StoreCollector(Collector):
-    """Queue, running jobs, GPUs held and shared, and the running jobs' predicted slowdowns, from the store."""
+    """Queue, running jobs, GPUs held and shared, the running jobs' predicted slowdowns, and each team's quota and
+    holdings, from the store."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -35,6 +47,8 @@ class StoreCollector(Collector):
                              .where(Allocation.released_at.is_(None)).group_by(Allocation.gpu)).all()
             slow = s.execute(select(func.avg(Job.predicted_slowdown), func.max(Job.predicted_slowdown))
                              .where(Job.state == JobState.RUNNING)).one()
+            quotas = {t.name: t.quota_gpus for t in queries.list_teams(s)}
+            usage = queries.team_usage(s)
         yield GaugeMetricFamily("corral_queue_length", "Jobs waiting to be placed", value=by_state.get("pending", 0))
         yield GaugeMetricFamily("corral_running_jobs", "Jobs placed and running", value=by_state.get("running", 0))
         jobs = GaugeMetricFamily("corral_jobs", "Jobs in the store by state", labels=["state"])
@@ -51,6 +65,11 @@ class StoreCollector(Collector):
                                 "Mean predicted slowdown of the running jobs", value=float(slow[0] or 0.0))
         yield GaugeMetricFamily("corral_running_predicted_slowdown_max",
                                 "Largest predicted slowdown of a running job", value=float(slow[1] or 0.0))
+        for name, help_text, key in TEAM_GAUGES:
+            family = GaugeMetricFamily(name, help_text, labels=["team"])
+            for team, quota in quotas.items():
+                family.add_metric([team], quota if key is None else usage[team][key])
+            yield family
 
 
 def init_app(app: Flask, store: Store) -> None:

@@ -7,12 +7,32 @@ from collections import defaultdict
 from typing import Any
 
 from flask_smorest import Blueprint
+from marshmallow import fields
 
+import web.schemas as shared
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from web.api.context import store
 from web.auth import protect
-from web.schemas import ClusterSchema
+
+
+# Each tenant also names the team its job runs under (the dashboard's map colours tenants by team). The schemas of
+# web.schemas are extended here, level by level down to the tenant, so the other fields stay defined in one place;
+# the same class names keep the OpenAPI components' names (Cluster, Node, Gpu, Tenant).
+class TenantSchema(shared.TenantSchema):
+    team = fields.String(metadata={"description": "the team whose quota the job runs under"})
+
+
+class GpuSchema(shared.GpuSchema):
+    tenants = fields.List(fields.Nested(TenantSchema))
+
+
+class NodeSchema(shared.NodeSchema):
+    gpus = fields.List(fields.Nested(GpuSchema))
+
+
+class ClusterSchema(shared.ClusterSchema):
+    nodes = fields.List(fields.Nested(NodeSchema))
 
 
 def cluster_json() -> dict[str, Any]:
@@ -20,7 +40,8 @@ def cluster_json() -> dict[str, Any]:
         nodes = q.nodes_with_gpus(s)
         tenants: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for alloc, job, user in q.open_allocations_with_jobs(s):
-            tenants[alloc.gpu].append({"job_id": job.id, "name": job.name, "share": alloc.share, "user": user})
+            tenants[alloc.gpu].append({"job_id": job.id, "name": job.name, "share": alloc.share, "user": user,
+                                       "team": job.team})
         counts = q.count_by_state(s)
         active = q.active_policy(s)
         out_nodes = []

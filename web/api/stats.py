@@ -1,5 +1,6 @@
-"""`GET /stats`: job completion time, queueing delay, queue length and GPU share allocated over a recent window, and
-`GET /stats/network`: each node's NIC demand, approximated from the running multi-node jobs.
+"""`GET /stats`: job completion time, queueing delay, queue length and GPU share allocated over a recent window;
+`GET /stats/network`: each node's NIC demand, approximated from the running multi-node jobs; and `GET /stats/teams`:
+each team's quota, what it holds, borrows and lends now, and its fair-share usage and GPUs in use over a window.
 
 Both are computed from the store alone (jobs' timestamps and allocation intervals), so they answer while the
 controller is down and need no bookkeeping of their own. The dashboard's metrics page and cluster map plot them.
@@ -13,16 +14,20 @@ from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
 
+from flask import current_app
 from flask_smorest import Blueprint
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 from sqlalchemy import func, or_, select
 
 from scheduler.core.contention import ContentionModel
 from scheduler.core.model import JobSpec, Placement
+from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S
 from scheduler.core.workloads import catalog
 from scheduler.live import whatif
 from scheduler.live.store import JobState
+from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, Job
+from scheduler.live.team_usage import Held, history_start, usage_over_quota, usage_series
 from web.api.context import store
 from web.auth import protect
 from web.schemas import RequestSchema
@@ -91,6 +96,45 @@ class NetworkSchema(Schema):
     method = fields.String()
     nodes = fields.List(fields.Nested(NodeNetSchema))
     uplinks = fields.List(fields.Nested(UplinkSchema))
+
+
+class TeamStatsArgs(RequestSchema):
+    window_s = fields.Float(load_default=3600.0, validate=validate.Range(min=10.0, max=MAX_WINDOW_S))
+    points = fields.Integer(load_default=60, validate=validate.Range(min=1, max=MAX_BUCKETS))
+
+
+class TeamSeriesSchema(Schema):
+    gpus_in_use = fields.List(fields.Float(), metadata={"description": "mean GPUs held (shares as fractions) over "
+                                                        "the step ending at each of `times`"})
+    usage_ratio = fields.List(fields.Float(allow_none=True), metadata={
+        "description": "fair-share usage over quota at each of `times` (null: the team has no quota)"})
+
+
+class TeamStatSchema(Schema):
+    name = fields.String()
+    quota_gpus = fields.Float()
+    borrow_limit_gpus = fields.Float(allow_none=True, metadata={"description": "null: no limit but the cluster"})
+    in_use_gpus = fields.Float(metadata={"description": "its running jobs' GPUs now"})
+    borrowed_gpus = fields.Float(metadata={"description": "in use beyond its quota"})
+    lent_gpus = fields.Float(metadata={"description": "its idle quota that borrowers hold"})
+    pending_jobs = fields.Integer()
+    running_jobs = fields.Integer()
+    usage_gpu_s = fields.Float(metadata={"description": "fair-share usage now: GPU-seconds decayed with the "
+                                         "half-life"})
+    usage_ratio = fields.Float(allow_none=True, metadata={
+        "description": "usage_gpu_s / quota_gpus, the fair-share order's key (lowest first); null without quota"})
+    series = fields.Nested(TeamSeriesSchema)
+
+
+class TeamStatsSchema(Schema):
+    now = fields.Float()
+    window_s = fields.Float()
+    step_s = fields.Float()
+    half_life_s = fields.Float()
+    gpus = fields.Integer(metadata={"description": "GPUs in the cluster"})
+    times = fields.List(fields.Float(), metadata={"description": "the series' instants, Unix seconds, the last "
+                                                  "one `now`"})
+    teams = fields.List(fields.Nested(TeamStatSchema))
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -193,6 +237,49 @@ def compute_stats(window_s: float, bucket_s: float, now: float | None = None) ->
             "summary": summary}
 
 
+def _r(x: float) -> float:
+    return round(x, 6)
+
+
+def compute_team_stats(window_s: float, points: int, half_life_s: float, now: float | None = None) -> dict[str, Any]:
+    """Every team's figures now (`queries.team_usage`) and its series over the window, from the allocation history
+    (an allocation's share counts for the team its job ran under)."""
+    now = time.time() if now is None else now
+    since = history_start(now, window_s, half_life_s)
+    with store().session() as s:
+        teams = q.list_teams(s)
+        now_usage = q.team_usage(s)
+        gpus = q.cluster_gpus(s)
+        # A run's GPUs are allocated and released together: summed per interval, a gang is one row, not one a GPU.
+        rows = s.execute(
+            select(Job.team, func.sum(Allocation.share), Allocation.allocated_at, Allocation.released_at)
+            .join(Job, Allocation.job_id == Job.id)
+            .where(Allocation.allocated_at < now, or_(Allocation.released_at.is_(None), Allocation.released_at >= since))
+            .group_by(Job.team, Allocation.allocated_at, Allocation.released_at)
+        ).all()
+    series = usage_series((Held(team, share, start, end) for team, share, start, end in rows),
+                          [t.name for t in teams], now=now, window_s=window_s, points=points, half_life_s=half_life_s)
+    out = []
+    for t in teams:
+        u, ts = now_usage[t.name], series.teams[t.name]
+        out.append({
+            "name": t.name, "quota_gpus": t.quota_gpus, "borrow_limit_gpus": t.borrow_limit_gpus,
+            "in_use_gpus": _r(u["in_use_gpus"]), "borrowed_gpus": _r(u["borrowed_gpus"]),
+            "lent_gpus": _r(u["lent_gpus"]), "pending_jobs": int(u["pending_jobs"]),
+            "running_jobs": int(u["running_jobs"]), "usage_gpu_s": _r(ts.usage_now),
+            "usage_ratio": _ratio(ts.usage_now, t.quota_gpus),
+            "series": {"gpus_in_use": [_r(x) for x in ts.gpus_in_use],
+                       "usage_ratio": [_ratio(x, t.quota_gpus) for x in ts.usage]},
+        })
+    return {"now": now, "window_s": window_s, "step_s": series.step_s, "half_life_s": half_life_s, "gpus": gpus,
+            "times": series.times, "teams": out}
+
+
+def _ratio(usage: float, quota: float) -> float | None:
+    r = usage_over_quota(usage, quota)
+    return None if r is None else _r(r)
+
+
 NETWORK_METHOD = (
     "the contention model's own link loads (the one the controller places with): every running job's placement is "
     "added to a ContentionModel of the live cluster, and each NIC's and rack uplink's load is the sum of the duty "
@@ -227,7 +314,7 @@ def network_json() -> dict[str, Any]:
 
 def blueprint(prefix: str) -> Blueprint:
     blp = protect(Blueprint("stats", __name__, url_prefix=prefix,
-                            description="Time series of JCT, queueing and utilisation; NIC and uplink load"))
+                            description="Time series of JCT, queueing and utilisation; NIC and uplink load; teams' usage"))
 
     @blp.route("/stats")
     @blp.arguments(StatsArgs(), location="query")
@@ -248,5 +335,19 @@ def blueprint(prefix: str) -> Blueprint:
         Each NIC's and rack uplink's load from the running placements, as the contention model sees it.
         """
         return network_json()
+
+    @blp.route("/stats/teams")
+    @blp.arguments(TeamStatsArgs(), location="query")
+    @blp.response(200, TeamStatsSchema)
+    def teams(args: dict[str, Any]) -> Any:
+        """Get each team's quota, usage and fair share
+
+        Per team: its quota and borrowing limit; the GPUs its running jobs hold now, how many of those it borrows
+        beyond its quota and how much of its idle quota borrowers hold; its pending and running jobs; its fair-share
+        usage (GPU-seconds decayed with the half-life) and that over its quota. Over the last `window_s` seconds, in
+        `points` instants ending now: the mean GPUs it held over each step and its usage over quota at each instant.
+        """
+        half_life = float(current_app.config.get("FAIR_SHARE_HALF_LIFE_S", DEFAULT_HALF_LIFE_S))
+        return compute_team_stats(args["window_s"], args["points"], half_life)
 
     return blp

@@ -71,6 +71,7 @@
       jobs: () => Views.jobs(viewEl, { query: r.query }),
       job: () => Views.job(viewEl, { id: r.arg }),
       metrics: () => Views.metrics(viewEl),
+      teams: () => Views.teams(viewEl),
       policies: () => Views.policies(viewEl, { name: r.arg }),
       submit: () => Views.submit(viewEl),
       whatif: () => Views.whatif(viewEl),

@@ -42,6 +42,27 @@ const Views = (() => {
   const sloBadge = (st) => (st ? html`<span class="slo ${st.risk ? "at-risk" : st.risk === false ? "ok" : ""}"
     title="${sloText(st)}">${st.risk ? "SLO at risk" : `SLO ${C.num(st.slo, 0)} ms`}</span>` : "");
 
+  // Team colours, the same on the cluster map and the Teams page: `default` (no quota: it only borrows) is grey, the
+  // other teams take the palette in name order. The names come from GET /stats/teams, fetched again when a team
+  // appears that the page has not seen (a new team must not take a colour another one already shows).
+  const DEFAULT_TEAM = "default";
+  const TEAM_PALETTE = ["#3c6e9f", "#d1495b", "#2e8b57", "#edae49", "#6a4c93", "#00798c", "#c3603a", "#8a9a5b",
+    "#b5179e", "#4d5359"];
+  let teamNames = null;  // the teams other than default, sorted; null until known
+  function knowTeams(names) { teamNames = names.filter((n) => n !== DEFAULT_TEAM).sort(); }
+  async function teamsKnown(names) {
+    if (teamNames && names.every((n) => n === DEFAULT_TEAM || teamNames.includes(n))) return;
+    const r = await C.request("/stats/teams?window_s=60&points=1");
+    knowTeams(r.teams.map((t) => t.name));
+  }
+  function teamColour(name) {
+    const i = name === DEFAULT_TEAM || !teamNames ? -1 : teamNames.indexOf(name);
+    if (i < 0) return "#9aa5b1";
+    return i < TEAM_PALETTE.length ? TEAM_PALETTE[i] : `hsl(${Math.round((i * 137.5) % 360)}, 55%, 45%)`;
+  }
+  const teamKey = (name) => html`<span class="key" data-team="${name}"><i style="background:${teamColour(name)}"></i>
+    ${name}</span>`;
+
   // Why a job waits or failed: the controller's pending reason, and the failure reason (`error`) of a failed job or
   // of a requeued job's last run.
   function reasonCell(j) {
@@ -92,22 +113,27 @@ const Views = (() => {
   }
 
   // ---- cluster map -------------------------------------------------------------------------------------------------
-  function tenantCell(t, job) {
+  // With teams in use, a band also carries its job's team: a stripe of the team's colour on its left edge and the
+  // name in its label; the background stays the predicted slowdown.
+  function tenantCell(t, job, teams) {
     const sd = job ? job.predicted_slowdown : null;
     const big = t.share >= 0.5;
-    const title = `#${t.job_id} ${t.name} (${t.user}) — share ${t.share}, predicted slowdown ${C.slow(sd)}` +
-      (job ? `, ${job.model}, ${C.gpus(job.num_gpus)}` : "");
-    return html`<a class="tenant${big ? " big" : ""}" href="#/job/${t.job_id}" data-job-id="${t.job_id}"
-        style="flex:${t.share} 0 0; background:${C.slowdownColour(sd)}" title="${title}">
+    const team = teams && t.team ? t.team : null;
+    const title = `#${t.job_id} ${t.name} (${t.user}${t.team ? `, team ${t.team}` : ""}) — share ${t.share}, ` +
+      `predicted slowdown ${C.slow(sd)}` + (job ? `, ${job.model}, ${C.gpus(job.num_gpus)}` : "");
+    return html`<a class="tenant${big ? " big" : ""}${team ? " teamed" : ""}" href="#/job/${t.job_id}"
+        data-job-id="${t.job_id}" data-team="${t.team || ""}" title="${title}"
+        style="flex:${t.share} 0 0; background:${C.slowdownColour(sd)}${team ? `; --team:${teamColour(team)}` : ""}">
         <span class="tname">${t.name}</span>
-        <span class="tmeta">#${t.job_id} · ${t.share < 1 ? t.share : "whole"} · ${C.slow(sd)}</span></a>`;
+        <span class="tmeta">${team ? html`<span class="tteam">${team}</span> · ` : ""}#${t.job_id} ·
+          ${t.share < 1 ? t.share : "whole"} · ${C.slow(sd)}</span></a>`;
   }
 
-  function gpuCell(g, jobs) {
+  function gpuCell(g, jobs, teams) {
     const free = g.free_share;
     return html`<div class="gpu" data-gpu="${g.index}">
       <div class="gpu-head"><b>GPU ${g.local_index}</b><span>#${g.index}</span></div>
-      <div class="gpu-body">${g.tenants.map((t) => tenantCell(t, jobs.get(t.job_id)))}
+      <div class="gpu-body">${g.tenants.map((t) => tenantCell(t, jobs.get(t.job_id), teams))}
         ${free > 1e-6 ? html`<div class="free" style="flex:${free} 0 0">${free >= 1 ? "free" :
           `free ${+free.toFixed(2)}`}</div>` : ""}</div>
     </div>`;
@@ -131,6 +157,7 @@ const Views = (() => {
         ${[1.0, 1.1, 1.25, 1.4, 1.5].map((s) => html`<span class="key"><i style="background:${C.slowdownColour(s)}">
           </i>${s.toFixed(2)}×${s === 1.5 ? "+" : ""}</span>`)}
         <span class="key"><i class="hatched"></i>free</span></div></div>
+      <div id="map-teams" class="legend" hidden></div>
       <div id="map-summary" class="summary"></div>
       <div id="map-nodes"><p class="muted">Loading the cluster…</p></div>
       <p class="muted small">Each GPU stacks its tenants, one band per job, as tall as its MPS share. NIC load is
@@ -144,6 +171,15 @@ const Views = (() => {
         ]);
         const jobs = new Map(running.jobs.map((j) => [j.id, j]));
         const nics = new Map((net ? net.nodes : []).map((n) => [n.node, n]));
+        // Teams are marked once any exists besides default; until then the map looks as it did before teams.
+        const onMap = [...new Set(cluster.nodes.flatMap((n) => n.gpus.flatMap((g) => g.tenants.map((x) => x.team))))]
+          .filter((x) => x).sort();
+        await teamsKnown(onMap).catch(() => {});
+        const teams = Boolean(teamNames && teamNames.length);
+        const legend = el.querySelector("#map-teams");
+        legend.hidden = !teams || !onMap.length;
+        mount(legend, html`<span>Teams:</span>${onMap.map(teamKey)}
+          <a class="small" href="#/teams">quotas and fair share</a>`);
         const t = cluster.totals;
         mount(el.querySelector("#map-summary"), html`
           <span><b>${t.gpus_allocated}</b>/${t.gpus} GPUs in use</span>
@@ -157,7 +193,7 @@ const Views = (() => {
             <div class="node-head"><b>${n.name}</b><span class="muted">${n.preset} · ${n.gpus.length} GPUs</span>
               ${n.alive ? "" : html`<span class="badge state-failed">down</span>`}${nicBar(nics.get(n.name))}</div>
             <div class="gpus" style="grid-template-columns: repeat(${Math.min(8, n.gpus.length)}, minmax(0, 1fr))">
-              ${n.gpus.map((g) => gpuCell(g, jobs))}</div>
+              ${n.gpus.map((g) => gpuCell(g, jobs, teams))}</div>
           </div>`));
       },
     };
@@ -531,6 +567,74 @@ const Views = (() => {
     return view;
   }
 
+  // ---- teams -------------------------------------------------------------------------------------------------------
+  // Every team's quota and what it holds, borrows and lends now, and over a window its fair-share usage over quota
+  // (the key the tenancy frame orders teams by: lowest first) and the GPUs it held, from GET /stats/teams.
+  const TEAM_POINTS = 120;
+  const gpuNum = (x) => (x === null || x === undefined ? "–" : String(+Number(x).toFixed(2)));
+
+  function teamRow(t) {
+    const cell = (k, content) => html`<td data-k="${k}">${content}</td>`;
+    return html`<tr data-team="${t.name}">
+      ${cell("name", teamKey(t.name))}
+      ${cell("quota_gpus", gpuNum(t.quota_gpus))}
+      ${cell("borrow_limit_gpus", t.borrow_limit_gpus === null ? "no limit" : gpuNum(t.borrow_limit_gpus))}
+      ${cell("in_use_gpus", gpuNum(t.in_use_gpus))}
+      ${cell("borrowed_gpus", gpuNum(t.borrowed_gpus))}
+      ${cell("lent_gpus", gpuNum(t.lent_gpus))}
+      ${cell("pending_jobs", t.pending_jobs)}
+      ${cell("running_jobs", t.running_jobs)}
+      ${cell("usage_gpu_h", C.num(t.usage_gpu_s / 3600, 2))}
+      ${cell("usage_ratio", t.usage_ratio === null ? html`<span class="muted">no quota</span>` :
+        C.duration(t.usage_ratio))}</tr>`;
+  }
+
+  function teams(el) {
+    let win = WINDOWS[1];
+    const buttons = WINDOWS.map((w, i) => html`<button type="button" data-i="${i}" class="${i === 1 ? "on" : ""}">
+      ${w[0]}</button>`);
+    mount(el, html`<section><div class="row between"><h1>Teams</h1><div class="seg" id="team-windows">${buttons}
+      </div></div><div id="teams-summary" class="summary"></div>
+      <div id="teams-body" class="scroll-x"><p class="muted">Loading…</p></div>
+      <div class="charts" id="team-charts"></div>
+      <p class="muted small">In use: GPUs the team's running jobs hold (shares count as fractions). Borrowed: in use
+        beyond its quota. Lent: its idle quota that other teams' borrowed jobs hold. Fair-share usage is GPU-hours
+        decayed with the half-life; over quota, it reads as time the team used its whole quota for. Teams go lowest
+        first, for the queue and for idle GPUs to borrow.</p></section>`);
+    const view = {
+      async refresh() {
+        const r = await C.request(`/stats/teams?window_s=${win[1]}&points=${TEAM_POINTS}`);
+        knowTeams(r.teams.map((t) => t.name));
+        const quotas = r.teams.reduce((a, t) => a + t.quota_gpus, 0);
+        mount(el.querySelector("#teams-summary"), html`
+          <span><b>${r.teams.length}</b> team${r.teams.length === 1 ? "" : "s"}</span>
+          <span>quotas <b>${gpuNum(quotas)}</b> of <b>${r.gpus}</b> GPUs</span>
+          <span>fair-share half-life <b>${C.duration(r.half_life_s)}</b></span>`);
+        mount(el.querySelector("#teams-body"), html`<table class="table" id="teams-table"><thead><tr><th>Team</th>
+          <th>Quota (GPUs)</th><th>Borrowing limit</th><th>In use</th><th>Borrowed</th><th>Lent</th><th>Pending</th>
+          <th>Running</th><th>Fair-share usage (GPU-h)</th><th>Usage / quota</th></tr></thead>
+          <tbody>${r.teams.map(teamRow)}</tbody></table>`);
+        const t1 = r.now, t0 = r.now - r.window_s;
+        const line = (t, key) => ({ name: t.name, colour: teamColour(t.name),
+          points: r.times.map((at, i) => [at, t.series[key][i]]) });
+        mount(el.querySelector("#team-charts"), html`
+          <div class="card" id="chart-ratio"><h2>Fair-share usage over quota</h2>${Charts.line({ t0, t1,
+            yFormat: C.duration, empty: "no team with a quota", series: r.teams.filter((t) => t.quota_gpus > 0)
+              .map((t) => line(t, "usage_ratio")) })}</div>
+          <div class="card" id="chart-in-use"><h2>GPUs in use</h2>${Charts.line({ t0, t1,
+            yFormat: (v) => gpuNum(v), series: r.teams.map((t) => line(t, "gpus_in_use")) })}</div>`);
+      },
+    };
+    el.querySelector("#team-windows").addEventListener("click", (ev) => {
+      const b = ev.target.closest("button");
+      if (!b) return;
+      win = WINDOWS[Number(b.dataset.i)];
+      el.querySelectorAll("#team-windows button").forEach((x) => x.classList.toggle("on", x === b));
+      view.refresh().catch(() => {});
+    });
+    return view;
+  }
+
   // ---- policies ----------------------------------------------------------------------------------------------------
   const hasReport = (name) => /^(rl|deepshare):[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name);
   const METRIC_FMT = {
@@ -771,5 +875,5 @@ const Views = (() => {
       </div>`;
   }
 
-  return { signin, map, queue, jobs, job, metrics, policies, submit, whatif, errorBox };
+  return { signin, map, queue, jobs, job, metrics, teams, policies, submit, whatif, errorBox };
 })();
