@@ -289,6 +289,16 @@ def test_quotas_may_not_add_up_to_more_than_the_registered_gpus(env: Env) -> Non
     assert teams_in_store(env.store) == {"default": (0.0, None), "vision": (4.0, None), "nlp": (2.0, None)}
 
 
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("GET", "/teams/a%00b", None), ("PATCH", "/teams/a%00b", {"quota_gpus": 1}), ("DELETE", "/teams/a%00b", None),
+    ("PATCH", "/users/a%00b", {"team": "default"}), ("GET", "/teams/" + "x" * 65, None),
+])
+def test_a_name_no_team_or_user_can_have_is_404(env: Env, method: str, path: str, body: Any) -> None:
+    """Not a query: PostgreSQL refuses a NUL byte in a string (this was a 500 there)."""
+    resp = env.call(method, path, body)
+    assert resp.status_code == 404 and "not found" in resp.json["message"]
+
+
 # ---- who may write -------------------------------------------------------------------------------------------------
 
 

@@ -35,7 +35,9 @@ def invalid(field: str, why: str) -> NoReturn:
 
 
 def team_or_404(s: Session, name: str) -> Team:
-    team = q.team_by_name(s, name)
+    # A name outside the naming rule cannot exist, and is not worth a query: PostgreSQL would fail on a NUL byte
+    # (`/teams/a%00b`) with a 500.
+    team = q.team_by_name(s, name) if q.USER_NAME.fullmatch(name) else None
     if team is None:
         abort(404, message=f"team {name!r} not found")
     return team

@@ -49,7 +49,7 @@ def blueprint(prefix: str) -> Blueprint:
         """
         team = args["team"]
         with write_session() as s:
-            user = q.user_by_name(s, name)
+            user = q.user_by_name(s, name) if q.USER_NAME.fullmatch(name) else None  # as teams.team_or_404
             if user is None:
                 abort(404, message=f"user {name!r} not found")
             if user.team == team:  # nothing moves, so nothing to refuse
