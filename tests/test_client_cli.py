@@ -21,7 +21,7 @@ from scheduler.cli.client import ClientError, CorralClient
 from scheduler.cli.commands import main
 from scheduler.core.paths import log_path
 from scheduler.live.store import JobState, Store
-from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
+from scheduler.live.store.models import Allocation, ApiToken, Gpu, Job, Node, Team, User
 from scheduler.live.store.queries import create_token
 from web import create_app
 
@@ -131,9 +131,10 @@ def test_jobs_table_filters_and_json(server: Server) -> None:
         job.state, job.attempt, job.progress = JobState.RUNNING, 1, 0.42
     out = ok(server, "jobs")
     lines = out.splitlines()
-    assert lines[0].split()[:6] == ["id", "name", "user", "state", "gpus", "model"]
+    assert lines[0].split()[:7] == ["id", "name", "user", "team", "state", "gpus", "model"]
     row_b = next(ln for ln in lines if ln.split()[0] == str(b))
-    assert "running" in row_b and "42%" in row_b and "node-3[1×0.5]" in row_b and "alice" in row_b
+    assert "running" in row_b and "42%" in row_b and "node-3[1×0.5]" in row_b and row_b.split()[2:4] == [
+        "alice", "default"]
     assert any(ln.split()[0] == str(a) and "cancelled" in ln for ln in lines[1:-1])
     assert "1-2 of 2 jobs" in lines[-1]
 
@@ -330,7 +331,7 @@ def test_jobs_and_show_give_queue_position_start_estimate_preemptions_and_failur
         gone.state, gone.finished_at, gone.error = JobState.FAILED, now, "node node-a was lost (restart policy fail)"
     table = ok(server, "jobs")
     header = table.splitlines()[0].split()
-    assert header[7:10] == ["queue", "starts", "preempted"]
+    assert header[8:11] == ["queue", "starts", "preempted"]
     row = next(ln for ln in table.splitlines() if ln.split()[0] == str(waiting))
     assert "#1" in row and "in ~30 s" in row  # behind the running job's remaining 30 s
     assert " 2 " in next(ln for ln in table.splitlines() if ln.split()[0] == str(running))
@@ -367,3 +368,136 @@ def test_client_commands_import_no_database_or_numerics() -> None:
             "'pydantic', 'flask'}; print(sorted({m.split('.')[0] for m in sys.modules} & heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ---- teams and users -----------------------------------------------------------------------------------------------
+
+
+def admin_token(server: Server) -> str:
+    with server.store.session() as s:
+        return create_token(s, "root", admin=True)
+
+
+def teams_table(out: str) -> dict[str, list[str]]:
+    """`corral team list`'s rows by team name (the columns after the name)."""
+    lines = out.splitlines()
+    assert lines[0].split() == ["name", "quota", "borrow", "limit", "in", "use", "borrowed", "lent", "pending",
+                                "running"]
+    return {ln.split()[0]: ln.split()[1:] for ln in lines[1:-1]}
+
+
+def test_team_create_list_set_and_delete(server: Server) -> None:
+    root = admin_token(server)
+    assert ok(server, "team", "create", "vision", "--quota", "4", "--borrow-limit", "2", token=root).strip() == (
+        "created team vision: quota 4 GPUs, borrow limit 2")
+    assert "borrow limit none" in ok(server, "team", "create", "nlp", "--quota", "1.5", token=root)
+    with server.store.session() as s:  # vision borrows 1 GPU: 5 running on a quota of 4
+        s.add_all([Node(name="node-a", index=0, preset="dgx-v100", alive=True, updated_at=time.time(),
+                        gpus=[Gpu(index=i, local_index=i, gpu_type="V100-32GB", mem_gb=32.0) for i in range(8)])])
+        s.scalars(select(User).where(User.name == "alice")).one().team = "vision"
+    running, waiting = submit(server), submit(server, "--gpus", "1")
+    with server.store.session() as s:
+        job = s.get(Job, running)
+        assert job is not None
+        job.state, job.num_gpus = JobState.RUNNING, 5
+
+    out = ok(server, "team", "list")  # any user may look
+    rows = teams_table(out)
+    # vision borrows 1 GPU; 8 - 5.5 = 2.5 GPUs are in no team's quota, so nlp lends nothing
+    assert rows == {"default": ["0", "none", "0", "0", "0", "0", "0"],
+                    "nlp": ["1.5", "none", "0", "0", "0", "0", "0"],
+                    "vision": ["4", "2", "5", "1", "0", "1", "1"]}
+    assert "quotas add up to 5.5 of 8 GPUs" in out.splitlines()[-1]
+    listing = json.loads(ok(server, "team", "list", "--json"))
+    assert listing["cluster_gpus"] == 8 and [t["name"] for t in listing["teams"]] == ["default", "nlp", "vision"]
+
+    assert ok(server, "team", "set", "nlp", "--quota", "2", "--borrow-limit", "0.5", token=root).strip() == (
+        "team nlp: quota 2 GPUs, borrow limit 0.5")
+    assert ok(server, "team", "set", "nlp", "--no-borrow-limit", token=root).strip() == (
+        "team nlp: quota 2 GPUs, borrow limit none")
+    err = failure(corral(server, "team", "set", "nlp", token=root), code=2)
+    assert "nothing to change" in err
+    err = failure(corral(server, "team", "set", "nlp", "--borrow-limit", "1", "--no-borrow-limit", token=root), 2)
+    assert "not both" in err
+    assert "--quota" in failure(corral(server, "team", "set", "nlp", "--quota", "inf", token=root), code=2)
+
+    err = failure(corral(server, "team", "delete", "vision", token=root))
+    assert "HTTP 409" in err and "team 'vision' has 2 job(s) pending or running" in err
+    ok(server, "cancel", str(waiting))
+    with server.store.session() as s:
+        job = s.get(Job, running)
+        assert job is not None
+        job.state = JobState.SUCCEEDED
+    assert ok(server, "team", "delete", "vision", token=root).strip() == (
+        "team 'vision' deleted; 1 user(s) moved to 'default': alice")
+    with server.store.session() as s:
+        assert sorted(s.scalars(select(Team.name))) == ["default", "nlp"]
+
+
+def test_team_errors_print_the_servers_message(server: Server) -> None:
+    root = admin_token(server)
+    with server.store.session() as s:
+        before = sorted(s.scalars(select(Team.name)))
+    err = failure(corral(server, "team", "create", "vision", "--quota", "4"))  # alice is not an admin
+    assert "HTTP 403" in err and "not an admin" in err
+    err = failure(corral(server, "team", "create", "vision", "--quota", "-1", token=root))
+    assert "HTTP 422" in err and "quota_gpus: must be >= 0, got -1" in err
+    err = failure(corral(server, "team", "create", "-vision", "--quota", "1", token=root), code=2)
+    assert "No such option" in err  # click takes it for a flag: it never reaches the server
+    err = failure(corral(server, "team", "create", "a b", "--quota", "1", token=root))
+    assert "HTTP 422" in err and "name:" in err
+    err = failure(corral(server, "team", "create", "default", "--quota", "1", token=root))
+    assert "HTTP 409" in err and "team 'default' already exists" in err
+    err = failure(corral(server, "team", "set", "nope", "--quota", "1", token=root))
+    assert "HTTP 404" in err and "team 'nope' not found" in err
+    err = failure(corral(server, "team", "delete", "default", token=root))
+    assert "HTTP 409" in err and "cannot be deleted" in err
+    with server.store.session() as s:
+        assert sorted(s.scalars(select(Team.name))) == before
+
+
+def test_user_set_team_and_list(server: Server) -> None:
+    root = admin_token(server)
+    ok(server, "team", "create", "vision", "--quota", "2", token=root)
+    assert ok(server, "user", "set-team", "alice", "vision", token=root).strip() == "user alice is in team vision"
+    jid = submit(server)
+    table = ok(server, "jobs")
+    assert next(ln for ln in table.splitlines() if ln.split()[0] == str(jid)).split()[2:4] == ["alice", "vision"]
+    assert json.loads(ok(server, "jobs", "--team", "vision", "--json"))["total"] == 1
+    assert json.loads(ok(server, "jobs", "--team", "default", "--json"))["total"] == 0
+    assert "team               vision" in ok(server, "show", str(jid))
+
+    err = failure(corral(server, "user", "set-team", "alice", "default", token=root))
+    assert "HTTP 409" in err and "user 'alice' has 1 job(s) pending or running in team 'vision'" in err
+    err = failure(corral(server, "user", "set-team", "alice", "nope", token=root))
+    assert "HTTP 422" in err and "team: team 'nope' does not exist" in err
+    assert "HTTP 404" in failure(corral(server, "user", "set-team", "nobody", "vision", token=root))
+    assert "HTTP 403" in failure(corral(server, "user", "set-team", "alice", "default"))
+    listing = ok(server, "user", "list", token=root).splitlines()
+    assert listing[0].split() == ["name", "team", "admin", "active", "jobs"]
+    assert listing[1].split() == ["alice", "vision", "1"] and listing[2].split() == ["root", "default", "yes", "0"]
+    assert [u["team"] for u in json.loads(ok(server, "user", "list", "--json", token=root))] == ["vision", "default"]
+
+
+def test_token_create_puts_the_user_in_a_team(server: Server) -> None:
+    runner = CliRunner()
+    with server.store.session() as s:
+        s.add(Team(name="vision", quota_gpus=2.0, created_at=time.time(), updated_at=time.time()))
+    result = runner.invoke(main, ["token", "create", "--user", "vic", "--team", "vision"])
+    assert result.exit_code == 0, result.output
+    vic = result.stdout.strip()
+    assert CorralClient(server.url, vic).submit({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1,
+                                                 "duration_s": 1})[0]["team"] == "vision"
+
+    def state() -> tuple[dict[str, str], int]:
+        with server.store.session() as s:
+            return {u.name: u.team for u in s.scalars(select(User))}, len(s.scalars(select(ApiToken)).all())
+
+    before = state()
+    err = failure(runner.invoke(main, ["token", "create", "--user", "nel", "--team", "nlp"]), code=2)
+    assert "'--team'" in err and "team 'nlp' does not exist; the teams are default, vision" in err
+    err = failure(runner.invoke(main, ["token", "create", "--user", "vic", "--team", "default"]))
+    assert err.startswith("Error: --team: user 'vic' has 1 job(s) pending or running in team 'vision'")
+    assert state() == before  # no user, no token, no move
+    result = runner.invoke(main, ["token", "create", "--user", "alice", "--team", "vision"])  # no active jobs
+    assert result.exit_code == 0 and state()[0]["alice"] == "vision"

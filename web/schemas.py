@@ -8,8 +8,10 @@ from typing import Any, ClassVar
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
+from scheduler.core.tenancy import TeamError, make_team
 from scheduler.core.workloads import catalog
 from scheduler.live.store.models import JobState, JobType, RestartPolicy
+from scheduler.live.store.queries import check_user_name
 
 DEFAULT_COMMAND_DURATION_S = 3600.0  # a command job's run-time estimate when the user gives none
 # The store's Integer columns (ids included) are 32-bit on PostgreSQL, 64-bit on SQLite: a larger number in a request
@@ -129,6 +131,8 @@ class JobSubmitSchema(RequestSchema):
 class JobListArgs(RequestSchema):
     state = fields.String(validate=validate.OneOf([s.value for s in JobState]))
     user = fields.String(validate=validate.Length(min=1, max=64))
+    team = fields.String(validate=validate.Length(min=1, max=64), metadata={
+        "description": "jobs submitted under this team (the submitter's team at submission)"})
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
     offset = _db_int(load_default=0)
 
@@ -142,6 +146,66 @@ class LogsArgs(RequestSchema):
 
 class ActivePolicyArgs(RequestSchema):
     name = fields.String(required=True, validate=validate.Length(min=1, max=300))
+
+
+# A quota or borrowing limit beyond any cluster: larger numbers would only overflow the usage arithmetic (quotas are
+# checked against the cluster's size only once the controller has registered its GPUs).
+MAX_TEAM_GPUS = 1_000_000
+
+
+def _name_rule(value: str) -> None:
+    """The user-name rule (queries.check_user_name) for team names too: no name can be taken for a CLI flag."""
+    try:
+        check_user_name(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+class TeamGpus(fields.Field):
+    """GPUs as a team's quota or borrowing limit: a finite number >= 0, fractions allowed (MPS shares). The rule is
+    scheduler.core.tenancy's (`make_team`), so the API refuses what a simulator's teams.yaml refuses, in its words."""
+
+    def __init__(self, description: str, *, borrow_limit: bool = False, **kwargs: Any) -> None:
+        super().__init__(metadata={"type": "number", "minimum": 0, "maximum": MAX_TEAM_GPUS,
+                                   "description": description}, **kwargs)
+        self.borrow_limit = borrow_limit
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> float:
+        try:
+            team = make_team("", 0.0, value, "") if self.borrow_limit else make_team("", value, None, "")
+        except TeamError as exc:  # "<where>.<field>: <why>": the field is this one, the reason is what to say
+            raise ValidationError(str(exc).partition(": ")[2]) from None
+        except OverflowError:  # an integer literal too large for a float (math.isfinite cannot even look at it)
+            raise ValidationError("a finite number is required, got an integer too large for a float") from None
+        gpus = team.borrow_limit_gpus if self.borrow_limit else team.quota_gpus
+        assert gpus is not None  # None (no limit) never reaches _deserialize: allow_none handles it
+        if gpus > MAX_TEAM_GPUS:
+            raise ValidationError(f"must be at most {MAX_TEAM_GPUS} GPUs, got {gpus:g}")
+        return gpus
+
+
+QUOTA_HELP = ("GPUs the team may always use (fractions allowed); all teams' quotas add up to at most the cluster's "
+              "GPUs")
+BORROW_HELP = "GPUs it may borrow beyond its quota while others leave them idle; null: no limit but the cluster"
+
+
+class TeamCreateArgs(RequestSchema):
+    name = fields.String(required=True, validate=_name_rule, metadata={
+        "description": "1 to 64 letters, digits, '.', '_' or '-', not starting with '-'"})
+    quota_gpus = TeamGpus(QUOTA_HELP, required=True)
+    borrow_limit_gpus = TeamGpus(BORROW_HELP, borrow_limit=True, load_default=None, allow_none=True)
+
+
+class TeamPatchArgs(RequestSchema):
+    """Only the fields given change. A team is not renamed: its name is in its jobs' history."""
+
+    quota_gpus = TeamGpus(QUOTA_HELP)
+    borrow_limit_gpus = TeamGpus(BORROW_HELP, borrow_limit=True, allow_none=True)
+
+
+class UserPatchArgs(RequestSchema):
+    team = fields.String(required=True, validate=validate.Length(min=1, max=64), metadata={
+        "description": "the team to move the user to; refused while they have jobs pending or running"})
 
 
 # ---- responses -----------------------------------------------------------------------------------------------------
@@ -159,6 +223,7 @@ class JobSchema(Schema):
     id = fields.Integer()
     name = fields.String()
     user = fields.String()
+    team = fields.String(metadata={"description": "the submitter's team when it was submitted: whose quota it uses"})
     kind = fields.String()
     model = fields.String()
     num_gpus = GpuCount()
@@ -328,6 +393,44 @@ class TokenSchema(Schema):
 
 class TokenListSchema(Schema):
     tokens = fields.List(fields.Nested(TokenSchema))
+
+
+class TeamSchema(Schema):
+    name = fields.String()
+    quota_gpus = fields.Float()
+    borrow_limit_gpus = fields.Float(allow_none=True, metadata={"description": "null: no limit but the cluster"})
+    created_at = fields.Float()
+    updated_at = fields.Float()
+    in_use_gpus = fields.Float(metadata={"description": "GPUs its running jobs hold (shares as fractions)"})
+    borrowed_gpus = fields.Float(metadata={"description": "of those, GPUs beyond its quota"})
+    lent_gpus = fields.Float(metadata={
+        "description": "its idle quota that borrowers hold (borrowers first take GPUs in no team's quota; the rest is "
+                       "lent by the teams under their quota, in proportion to their idle quota)"})
+    pending_jobs = fields.Integer()
+    running_jobs = fields.Integer()
+
+
+class TeamListSchema(Schema):
+    teams = fields.List(fields.Nested(TeamSchema))
+    cluster_gpus = fields.Integer(metadata={"description": "GPUs the controller registered (0 before its first start)"})
+
+
+class TeamDeletedSchema(Schema):
+    name = fields.String()
+    moved_users = fields.List(fields.String(), metadata={"description": "its members, now in the default team"})
+    message = fields.String()
+
+
+class UserSchema(Schema):
+    name = fields.String()
+    team = fields.String()
+    admin = fields.Boolean()
+    created_at = fields.Float()
+    active_jobs = fields.Integer(metadata={"description": "jobs pending or running (a user with any cannot move)"})
+
+
+class UserListSchema(Schema):
+    users = fields.List(fields.Nested(UserSchema))
 
 
 class HealthSchema(Schema):

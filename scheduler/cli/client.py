@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import requests
 
@@ -110,10 +110,10 @@ class CorralClient:
         body, status = self.call("POST", "/jobs", json=dict(spec))
         return body, status == 201
 
-    def jobs(self, *, state: str | None = None, user: str | None = None, limit: int | None = None,
-             offset: int | None = None) -> dict[str, Any]:
+    def jobs(self, *, state: str | None = None, user: str | None = None, team: str | None = None,
+             limit: int | None = None, offset: int | None = None) -> dict[str, Any]:
         return self.request("GET", "/jobs",  # type: ignore[no-any-return]
-                            params={"state": state, "user": user, "limit": limit, "offset": offset})
+                            params={"state": state, "user": user, "team": team, "limit": limit, "offset": offset})
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.request("GET", f"/jobs/{job_id}")  # type: ignore[no-any-return]
@@ -137,6 +137,32 @@ class CorralClient:
 
     def set_policy(self, name: str) -> str:
         return self.request("PUT", "/policies/active", json={"name": name})["active"]  # type: ignore[no-any-return]
+
+    def teams(self) -> dict[str, Any]:
+        """Every team with its usage, and `cluster_gpus`."""
+        return self.request("GET", "/teams")  # type: ignore[no-any-return]
+
+    def team(self, name: str) -> dict[str, Any]:
+        return self.request("GET", f"/teams/{quote(name, safe='')}")  # type: ignore[no-any-return]
+
+    def create_team(self, name: str, quota_gpus: float, borrow_limit_gpus: float | None = None) -> dict[str, Any]:
+        body = {"name": name, "quota_gpus": quota_gpus, "borrow_limit_gpus": borrow_limit_gpus}
+        return self.request("POST", "/teams", json=body)  # type: ignore[no-any-return]
+
+    def update_team(self, name: str, changes: Mapping[str, float | None]) -> dict[str, Any]:
+        """Only the keys given change; `borrow_limit_gpus: None` removes the limit."""
+        return self.request("PATCH", f"/teams/{quote(name, safe='')}",  # type: ignore[no-any-return]
+                            json=dict(changes))
+
+    def delete_team(self, name: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/teams/{quote(name, safe='')}")  # type: ignore[no-any-return]
+
+    def users(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/users")["users"]  # type: ignore[no-any-return]
+
+    def set_user_team(self, name: str, team: str) -> dict[str, Any]:
+        return self.request("PATCH", f"/users/{quote(name, safe='')}",  # type: ignore[no-any-return]
+                            json={"team": team})
 
 
 def _error(resp: requests.Response, body: Any, url: str) -> ClientError:

@@ -1,5 +1,6 @@
-"""The `corral` commands that talk to a running server (submit, jobs, show, cancel, logs, cluster) and `corral token
-create`, which opens the store directly: a token is what the other commands need, so it cannot require one.
+"""The `corral` commands that talk to a running server (submit, jobs, show, cancel, logs, cluster, team, user) and
+`corral token create`, which opens the store directly: a token is what the other commands need, so it cannot require
+one.
 
 CORRAL_URL (default http://127.0.0.1:8080) and CORRAL_TOKEN say where and who. A failure prints one line on stderr
 and exits 1 (2 for usage errors, as click does).
@@ -8,6 +9,7 @@ and exits 1 (2 for usage errors, as click does).
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import time
@@ -183,25 +185,26 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
 @click.command()
 @click.option("--state", type=click.Choice([s.value for s in JobState]))
 @click.option("--user", help="Another user's jobs (admins only).")
+@click.option("--team", help="Jobs submitted under this team.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @click.option("--offset", type=click.IntRange(0), default=0)
 @click.option("--json", "as_json", is_flag=True)
 @connection
-def jobs(state: str | None, user: str | None, limit: int, offset: int, as_json: bool, url: str,
+def jobs(state: str | None, user: str | None, team: str | None, limit: int, offset: int, as_json: bool, url: str,
          token: str | None) -> None:
     """List jobs, newest first."""
     with api_errors():
-        page = client(url, token).jobs(state=state, user=user, limit=limit, offset=offset)
+        page = client(url, token).jobs(state=state, user=user, team=team, limit=limit, offset=offset)
     if as_json:
         print_json(page)
         return
     table = Table(box=None, header_style="bold")
-    for col in ("id", "name", "user", "state", "gpus", "model", "progress", "queue", "starts", "preempted",
+    for col in ("id", "name", "user", "team", "state", "gpus", "model", "progress", "queue", "starts", "preempted",
                 "placement", "reason"):
         table.add_column(col, justify="right" if col in ("id", "gpus", "progress", "queue", "preempted") else "left")
     for j in page["jobs"]:
-        table.add_row(str(j["id"]), escape(j["name"]), escape(j["user"]), state_text(j["state"]),
-                      gpus_text(j["num_gpus"]), escape(j["model"]), f"{j['progress']:.0%}",
+        table.add_row(str(j["id"]), escape(j["name"]), escape(j["user"]), escape(j["team"]),
+                      state_text(j["state"]), gpus_text(j["num_gpus"]), escape(j["model"]), f"{j['progress']:.0%}",
                       f"#{j['queue_position']}" if j.get("queue_position") else "",
                       start_text(j) if j["state"] == JobState.PENDING else "", str(j["preemptions"] or ""),
                       escape(placement(j["allocation"])), escape(reason_text(j)))
@@ -226,7 +229,7 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
     out.print(f"[bold]job {j['id']}[/] {escape(j['name'])}  {state_text(j['state'])}"
               + ("  [red](cancel requested)[/]" if j["cancel_requested"] and j["state"] == JobState.RUNNING else ""))
     rows = [
-        ("user", j["user"]), ("kind", j["kind"]), ("model", j["model"]), ("gpus", gpus_text(j["num_gpus"])),
+        ("user", j["user"]), ("team", j["team"]), ("kind", j["kind"]), ("model", j["model"]), ("gpus", gpus_text(j["num_gpus"])),
         ("duration", f"{j['duration_s']:g}s"), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
         ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None), ("priority", j["priority"]),
         ("slo", f"{j['slo_ms']:g} ms" if j["slo_ms"] else None),
@@ -391,15 +394,25 @@ def token() -> None:
 @click.option("--admin", is_flag=True, help="Make the user an admin (sees and manages every job).")
 @click.option("--expires", "expires_at", callback=_expiry, metavar="DURATION",
               help="Expire the token after this long (e.g. 12h, 30d, 1w); default: never.")
-def token_create(user_name: str, admin: bool, expires_at: float | None) -> None:
+@click.option("--team", help="The user's team: a new user joins it, an existing one moves to it (refused while they "
+                             "have jobs pending or running). Default: 'default' for a new user, unchanged otherwise.")
+def token_create(user_name: str, admin: bool, expires_at: float | None, team: str | None) -> None:
     """Create a token and print it alone on stdout (store it now: only its hash is kept)."""
     from scheduler.live.store import Store  # alembic and the migrations: only the token commands need them
-    from scheduler.live.store.queries import create_token
+    from scheduler.live.store.queries import TeamConflict, UnknownTeam, create_token, list_teams
 
     store = Store.open()
     try:
+        # A refusal raised inside the session rolls it back: no user, no token, no move.
         with store.session(write=True) as s:
-            tok = create_token(s, user_name, admin=admin, expires_at=expires_at)
+            try:
+                tok = create_token(s, user_name, admin=admin, expires_at=expires_at, team=team)
+            except UnknownTeam as exc:
+                teams = ", ".join(t.name for t in list_teams(s))
+                raise click.BadParameter(f"{exc}; the teams are {teams} (`corral team create` adds one)",
+                                         param_hint="'--team'") from None
+            except TeamConflict as exc:
+                raise click.ClickException(f"--team: {exc}") from None
     finally:
         store.close()
     click.echo(tok)
@@ -455,7 +468,135 @@ def token_revoke(key: str) -> None:
         store.close()
 
 
-COMMANDS = (submit, jobs, show, cancel, logs, cluster, models, policy, token)
+# ---- teams and users (admins) --------------------------------------------------------------------------------------
+
+
+def _gpus(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """--quota and --borrow-limit: a finite number (JSON carries no NaN or infinity); the server checks the rest and
+    names the field."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number of GPUs", ctx, param)
+    return value
+
+
+def limit_text(limit: float | None) -> str:
+    return "none" if limit is None else gpus_text(limit)
+
+
+@click.group()
+def team() -> None:
+    """Teams: quotas, borrowing limits and what each uses now (changes are for admins)."""
+
+
+@team.command("create")
+@click.argument("name")
+@click.option("--quota", type=float, required=True, callback=_gpus, help="GPUs the team may always use.")
+@click.option("--borrow-limit", type=float, callback=_gpus,
+              help="GPUs it may borrow beyond its quota while others leave them idle (default: no limit).")
+@connection
+def team_create(name: str, quota: float, borrow_limit: float | None, url: str, token: str | None) -> None:
+    """Create team NAME."""
+    with api_errors():
+        t = client(url, token).create_team(name, quota, borrow_limit)
+    click.echo(f"created team {t['name']}: quota {gpus_text(t['quota_gpus'])} GPUs, borrow limit "
+               f"{limit_text(t['borrow_limit_gpus'])}")
+
+
+@team.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def team_list(as_json: bool, url: str, token: str | None) -> None:
+    """Every team: quota, borrowing limit, and now the GPUs in use, borrowed and lent, and its jobs."""
+    with api_errors():
+        res = client(url, token).teams()
+    if as_json:
+        print_json(res)
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("name", "quota", "borrow limit", "in use", "borrowed", "lent", "pending", "running"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for t in res["teams"]:
+        table.add_row(escape(t["name"]), gpus_text(t["quota_gpus"]), limit_text(t["borrow_limit_gpus"]),
+                      gpus_text(t["in_use_gpus"]), gpus_text(t["borrowed_gpus"]), gpus_text(t["lent_gpus"]),
+                      str(t["pending_jobs"]), str(t["running_jobs"]))
+    out = console()
+    out.print(table)
+    quotas = sum(t["quota_gpus"] for t in res["teams"])
+    cluster = res["cluster_gpus"]
+    out.print(f"quotas add up to {gpus_text(quotas)} of {cluster} GPUs" if cluster else
+              f"quotas add up to {gpus_text(quotas)} GPUs; the controller has not registered the cluster yet",
+              style="dim")
+
+
+@team.command("set")
+@click.argument("name")
+@click.option("--quota", type=float, callback=_gpus, help="The new quota, in GPUs.")
+@click.option("--borrow-limit", type=float, callback=_gpus, help="The new borrowing limit, in GPUs.")
+@click.option("--no-borrow-limit", is_flag=True, help="Remove the borrowing limit.")
+@connection
+def team_set(name: str, quota: float | None, borrow_limit: float | None, no_borrow_limit: bool, url: str,
+             token: str | None) -> None:
+    """Change team NAME's quota or borrowing limit; what is not given stays."""
+    if borrow_limit is not None and no_borrow_limit:
+        raise click.UsageError("give --borrow-limit or --no-borrow-limit, not both")
+    changes: dict[str, float | None] = {}
+    if quota is not None:
+        changes["quota_gpus"] = quota
+    if borrow_limit is not None or no_borrow_limit:
+        changes["borrow_limit_gpus"] = borrow_limit  # None with --no-borrow-limit: no limit
+    if not changes:
+        raise click.UsageError("nothing to change: give --quota, --borrow-limit or --no-borrow-limit")
+    with api_errors():
+        t = client(url, token).update_team(name, changes)
+    click.echo(f"team {t['name']}: quota {gpus_text(t['quota_gpus'])} GPUs, borrow limit "
+               f"{limit_text(t['borrow_limit_gpus'])}")
+
+
+@team.command("delete")
+@click.argument("name")
+@connection
+def team_delete(name: str, url: str, token: str | None) -> None:
+    """Delete team NAME (refused while it has jobs pending or running); its users move to 'default'."""
+    with api_errors():
+        res = client(url, token).delete_team(name)
+    click.echo(res["message"])
+
+
+@click.group()
+def user() -> None:
+    """Users and their teams (admins). Users are created by `corral token create`."""
+
+
+@user.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def user_list(as_json: bool, url: str, token: str | None) -> None:
+    """Every user: team, admin or not, and jobs pending or running."""
+    with api_errors():
+        users = client(url, token).users()
+    if as_json:
+        print_json(users)
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("name", "team", "admin", "active jobs"):
+        table.add_column(col, justify="right" if col == "active jobs" else "left")
+    for u in users:
+        table.add_row(escape(u["name"]), escape(u["team"]), "yes" if u["admin"] else "", str(u["active_jobs"]))
+    console().print(table)
+
+
+@user.command("set-team")
+@click.argument("name")
+@click.argument("team_name", metavar="TEAM")
+@connection
+def user_set_team(name: str, team_name: str, url: str, token: str | None) -> None:
+    """Move user NAME to TEAM (refused while they have jobs pending or running)."""
+    with api_errors():
+        u = client(url, token).set_user_team(name, team_name)
+    click.echo(f"user {u['name']} is in team {u['team']}")
+
+
+COMMANDS = (submit, jobs, show, cancel, logs, cluster, models, policy, token, team, user)
 
 
 def register_client_commands(group: click.Group) -> None:

@@ -34,7 +34,7 @@ from web.schemas import (
 )
 
 JOB_COLUMNS = (
-    "id", "name", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority", "slo_ms",
+    "id", "name", "team", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority", "slo_ms",
     "client_token", "restart_policy", "max_restarts", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
     "predicted_slowdown", "predicted_slowdown_avg", "observed_slowdown", "run_s", "pending_reason", "exit_code",
@@ -146,6 +146,8 @@ def blueprint(prefix: str) -> Blueprint:
             if problem is not None:
                 field, message = problem
                 abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
+            # The team is read now, not cached with the token: an admin may have moved the user a moment ago.
+            user.team = q.submitter_team(s, who.id)
             job, created = q.submit(s, user, fields)
             body = job_json(job, user.name) if created else _full_json(s, job)
         if created:
@@ -158,8 +160,8 @@ def blueprint(prefix: str) -> Blueprint:
     def list_jobs(args: dict[str, Any]) -> Any:
         """List jobs
 
-        Newest first, filtered by state and (admins) by user; non-admins see only their own. Pending jobs carry their queue
-        position and a start estimate.
+        Newest first, filtered by state, team and (admins) by user; non-admins see only their own. Pending jobs carry
+        their queue position and a start estimate.
         """
         who = caller()
         wanted = args.get("user")
@@ -175,8 +177,8 @@ def blueprint(prefix: str) -> Blueprint:
                 user_id = user.id
             else:
                 user_id = None
-            jobs, total = q.list_jobs(s, state=args.get("state"), user_id=user_id, limit=args["limit"],
-                                      offset=args["offset"])
+            jobs, total = q.list_jobs(s, state=args.get("state"), user_id=user_id, team=args.get("team"),
+                                      limit=args["limit"], offset=args["offset"])
             names = q.user_names(s, [j.user_id for j in jobs])
             allocs = q.current_allocations(s, [j for j in jobs if j.state == JobState.RUNNING])
             pending = any(j.state == JobState.PENDING for j in jobs)

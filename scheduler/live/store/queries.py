@@ -187,14 +187,16 @@ def cancel(s: Session, job: Job) -> Job:
     return job
 
 
-def list_jobs(s: Session, *, state: str | None = None, user_id: int | None = None, limit: int = 100,
-              offset: int = 0) -> tuple[Sequence[Job], int]:
+def list_jobs(s: Session, *, state: str | None = None, user_id: int | None = None, team: str | None = None,
+              limit: int = 100, offset: int = 0) -> tuple[Sequence[Job], int]:
     """One page of jobs, newest first, and how many match in all."""
     q = select(Job)
     if state is not None:
         q = q.where(Job.state == state)
     if user_id is not None:
         q = q.where(Job.user_id == user_id)
+    if team is not None:
+        q = q.where(Job.team == team)
     total = s.scalar(select(func.count()).select_from(q.subquery())) or 0
     jobs = s.scalars(q.order_by(Job.id.desc()).limit(limit).offset(offset)).all()
     return jobs, total
@@ -330,12 +332,81 @@ def move_user(s: Session, user: User, team: str) -> User:
     quota they were submitted to, and moving the user alone would split their work across two teams."""
     if team_by_name(s, team) is None:
         raise UnknownTeam(team)
+    # The user's row locked before counting: a submission reads the team under a share lock (web.api.jobs), so it
+    # cannot slip a job under the old team between this count and the move (PostgreSQL; SQLite has one writer).
+    s.execute(select(User.id).where(User.id == user.id).with_for_update())
     active = active_jobs_of_user(s, user.id)
     if active:
         raise TeamConflict(f"user {user.name!r} has {active} job(s) pending or running in team {user.team!r}; "
                            "move them when those have finished or been cancelled")
     user.team = team
     return user
+
+
+def submitter_team(s: Session, user_id: int) -> str:
+    """The team a job submitted now by `user_id` runs under, read under a share lock on the user's row: a move or a
+    team's deletion (which update that row) then waits for the submission to commit, and sees its job."""
+    team = s.scalar(select(User.team).where(User.id == user_id).with_for_update(read=True))
+    return team or DEFAULT_TEAM
+
+
+def lock_teams(s: Session) -> None:
+    """Serialise the writers of quotas (PostgreSQL; SQLite has one writer anyway) by locking the `default` team's
+    row, which always exists: two admins raising quotas at once cannot both pass the check against the cluster's size.
+    Read the quotas in a later statement, so it sees what the writer before committed."""
+    s.execute(select(Team.id).where(Team.name == DEFAULT_TEAM).with_for_update())
+
+
+def quota_total(s: Session, *, without: str | None = None) -> float:
+    """The teams' quotas added up, leaving out the team `without` (the one being changed)."""
+    query = select(func.coalesce(func.sum(Team.quota_gpus), 0.0))
+    if without is not None:
+        query = query.where(Team.name != without)
+    return float(s.scalar(query) or 0.0)
+
+
+def create_team(s: Session, name: str, quota_gpus: float, borrow_limit_gpus: float | None) -> Team:
+    """A new team (TeamConflict if the name is taken, even by a concurrent request). The caller validates the
+    numbers and their sum against the cluster."""
+    if team_by_name(s, name) is not None:
+        raise TeamConflict(f"team {name!r} already exists")
+    now = time.time()
+    team = Team(name=check_user_name(name), quota_gpus=quota_gpus, borrow_limit_gpus=borrow_limit_gpus,
+                created_at=now, updated_at=now)
+    try:
+        with s.begin_nested():
+            s.add(team)
+            s.flush()
+    except IntegrityError:
+        raise TeamConflict(f"team {name!r} already exists") from None
+    return team
+
+
+def delete_team(s: Session, team: Team) -> list[str]:
+    """Remove `team`; its members move to `default` (their names are returned). TeamConflict for `default`, and while
+    the team has jobs pending or running (they run under its quota)."""
+    if team.name == DEFAULT_TEAM:
+        raise TeamConflict(f"the {DEFAULT_TEAM!r} team cannot be deleted: users without a team belong to it")
+    moved = list(s.scalars(select(User.name).where(User.team == team.name).order_by(User.name)))
+    # Members first, then the count: the update locks their rows, so a submission in flight (which reads its team
+    # under a share lock) either committed before, and is counted, or waits and lands in `default`.
+    s.execute(update(User).where(User.team == team.name).values(team=DEFAULT_TEAM))
+    active = active_jobs_of_team(s, team.name)
+    if active:
+        raise TeamConflict(f"team {team.name!r} has {active} job(s) pending or running; delete it when they have "
+                           "finished or been cancelled")
+    s.delete(team)
+    s.flush()
+    return moved
+
+
+def list_users(s: Session) -> list[tuple[User, int]]:
+    """Every user by name, with how many jobs they have pending or running."""
+    active = (select(Job.user_id, func.count().label("n")).where(Job.state.in_(ACTIVE)).group_by(Job.user_id)
+              .subquery())
+    rows = s.execute(select(User, func.coalesce(active.c.n, 0)).outerjoin(active, active.c.user_id == User.id)
+                     .order_by(User.name))
+    return [(user, int(n)) for user, n in rows]
 
 
 def team_usage(s: Session) -> dict[str, dict[str, float]]:
