@@ -25,10 +25,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.live.ray_backend import STOP_GRACE_S, RayBackend  # noqa: E402
-from scheduler.live.serve import ServeConfig, build_controller  # noqa: E402
-from scheduler.live.store import Store, queries  # noqa: E402
-from scheduler.live.store.models import Job, JobState, Team  # noqa: E402
+from scheduler.live.ray_backend import STOP_GRACE_S, RayBackend
+from scheduler.live.serve import ServeConfig, build_controller
+from scheduler.live.store import Store, queries
+from scheduler.live.store.models import Job, JobState, Team
 
 EMULATED = {"kind": "emulated", "model": "ResNet-50-bs64"}
 

@@ -102,6 +102,7 @@ def test_owner_reclaims_its_quota_and_every_job_succeeds_once(service: Service) 
              for i in range(8)]
     wait_until("A's 8 jobs to run, 4 of them on borrowed GPUs", lambda: all(started(a.job(i)) for i in a_ids),
                timeout=60)
+    assert {a.job(i)["team"] for i in a_ids} == {"A"}
 
     time.sleep(2.0)  # some work for the checkpoints to hold
     submitted = time.time()

@@ -311,6 +311,7 @@ class TenantSchema(Schema):
     name = fields.String()
     share = fields.Float()
     user = fields.String()
+    team = fields.String(metadata={"description": "the team whose quota the job runs under"})
 
 
 class GpuSchema(Schema):

@@ -42,6 +42,7 @@ from scheduler.live.store.models import Allocation, JobType, Node, RestartPolicy
 from scheduler.live.store.models import Decision as DecisionRow
 from scheduler.live.store.models import Job as JobRow
 from scheduler.live.store.models import JobState as S
+from scheduler.live.team_usage import Held, history_start, usage_series
 
 log = logging.getLogger(__name__)
 
@@ -293,19 +294,27 @@ class Controller:
         if switched or teams != self._teams_key:
             self._teams_key = teams
             assert self.inner is not None
-            self.policy = self._framed(self.inner, teams)
+            self.policy = self._framed(s, self.inner, teams)
             self._reasons.clear()
             self._reasons_key = ()
 
-    def _framed(self, inner: Policy, teams: tuple[tuple[str, float, float | None], ...]) -> Policy:
-        """`inner` inside the tenancy frame, carrying the teams' fair-share usage over from the previous frame; or
-        `inner` alone while no team has a quota or a borrowing limit (every job borrows without limit: the frame
-        would change nothing, so it costs nothing)."""
+    def _framed(self, s: Session, inner: Policy, teams: tuple[tuple[str, float, float | None], ...]) -> Policy:
+        """`inner` inside the tenancy frame, with the teams' fair-share usage carried over from the previous frame
+        or, on a fresh start, integrated from the store's allocation history (a restarted controller orders teams as
+        the old one did); or `inner` alone while no team has a quota or a borrowing limit (every job borrows without
+        limit: the frame would change nothing, so it costs nothing)."""
         if all(quota <= 0 and borrow is None for _, quota, borrow in teams):
             return inner
         frame = TenancyFrame(inner, Teams({n: Team(n, q, b) for n, q, b in teams}, self.half_life_s))
         if isinstance(self.policy, TenancyFrame):
             frame.share.inherit(self.policy.share)
+        else:
+            now = time.time()
+            held = queries.held_intervals(s, history_start(now, 1.0, self.half_life_s), now)
+            past = usage_series((Held(*h) for h in held), list(frame.share.usage), now=now, window_s=1.0, points=1,
+                                half_life_s=self.half_life_s)
+            frame.share.usage.update({name: t.usage_now for name, t in past.teams.items()})
+            frame.share.now = now  # running jobs were counted up to now: from here on, observe() counts them
         log.info("tenancy frame: %s", ", ".join(f"{n} quota {q:g}" for n, q, _ in teams))
         return frame
 

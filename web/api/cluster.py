@@ -7,32 +7,12 @@ from collections import defaultdict
 from typing import Any
 
 from flask_smorest import Blueprint
-from marshmallow import fields
 
-import web.schemas as shared
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from web.api.context import store
 from web.auth import protect
-
-
-# Each tenant also names the team its job runs under (the dashboard's map colours tenants by team). The schemas of
-# web.schemas are extended here, level by level down to the tenant, so the other fields stay defined in one place;
-# the same class names keep the OpenAPI components' names (Cluster, Node, Gpu, Tenant).
-class TenantSchema(shared.TenantSchema):
-    team = fields.String(metadata={"description": "the team whose quota the job runs under"})
-
-
-class GpuSchema(shared.GpuSchema):
-    tenants = fields.List(fields.Nested(TenantSchema))
-
-
-class NodeSchema(shared.NodeSchema):
-    gpus = fields.List(fields.Nested(GpuSchema))
-
-
-class ClusterSchema(shared.ClusterSchema):
-    nodes = fields.List(fields.Nested(NodeSchema))
+from web.schemas import ClusterSchema
 
 
 def cluster_json() -> dict[str, Any]:

@@ -146,8 +146,6 @@ def blueprint(prefix: str) -> Blueprint:
             if problem is not None:
                 field, message = problem
                 abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
-            # The team is read now, not cached with the token: an admin may have moved the user a moment ago.
-            user.team = q.submitter_team(s, who.id)
             job, created = q.submit(s, user, fields)
             body = job_json(job, user.name) if created else _full_json(s, job)
         if created:

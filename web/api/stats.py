@@ -250,13 +250,7 @@ def compute_team_stats(window_s: float, points: int, half_life_s: float, now: fl
         teams = q.list_teams(s)
         now_usage = q.team_usage(s)
         gpus = q.cluster_gpus(s)
-        # A run's GPUs are allocated and released together: summed per interval, a gang is one row, not one a GPU.
-        rows = s.execute(
-            select(Job.team, func.sum(Allocation.share), Allocation.allocated_at, Allocation.released_at)
-            .join(Job, Allocation.job_id == Job.id)
-            .where(Allocation.allocated_at < now, or_(Allocation.released_at.is_(None), Allocation.released_at >= since))
-            .group_by(Job.team, Allocation.allocated_at, Allocation.released_at)
-        ).all()
+        rows = q.held_intervals(s, since, now)
     series = usage_series((Held(team, share, start, end) for team, share, start, end in rows),
                           [t.name for t in teams], now=now, window_s=window_s, points=points, half_life_s=half_life_s)
     out = []

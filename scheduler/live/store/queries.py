@@ -13,7 +13,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -150,9 +150,9 @@ def submit(s: Session, user: User, fields: dict[str, Any]) -> tuple[Job, bool]:
         if existing is not None:
             return existing, False
     now = time.time()
-    # The API passes a detached stand-in for the caller (its token cache holds no team, which an admin may change):
-    # the team is read here, in the submission's own transaction.
-    team = user.team or s.scalar(select(User.team).where(User.id == user.id)) or DEFAULT_TEAM
+    # Read now, in the submission's transaction, not from `user`: the API passes a stand-in from its token cache,
+    # and an admin may have moved the user a moment ago.
+    team = submitter_team(s, user.id)
     job = Job(user_id=user.id, team=team, submitted_at=now, queued_since=now, state=JobState.PENDING, **fields)
     if token is None:
         s.add(job)
@@ -442,3 +442,16 @@ def team_usage(s: Session) -> dict[str, dict[str, float]]:
         for name, free in idle.items():
             out[name]["lent_gpus"] = min(free, lent * free / total_idle)
     return out
+
+
+def held_intervals(s: Session, since: float, now: float) -> list[tuple[str, float, float, float | None]]:
+    """(team, GPUs, allocated_at, released_at or None) of every run that held GPUs at some point in [since, now): the
+    history fair-share usage is integrated from. A run's GPUs are allocated and released together, so summed per
+    interval a gang is one row, not one per GPU."""
+    rows = s.execute(
+        select(Job.team, func.sum(Allocation.share), Allocation.allocated_at, Allocation.released_at)
+        .join(Job, Allocation.job_id == Job.id)
+        .where(Allocation.allocated_at < now, or_(Allocation.released_at.is_(None), Allocation.released_at >= since))
+        .group_by(Job.team, Allocation.allocated_at, Allocation.released_at)
+    )
+    return [(team, float(gpus), start, end) for team, gpus, start, end in rows]
