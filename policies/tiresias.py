@@ -59,6 +59,10 @@ class Tiresias:
         self._by_level: list[list[tuple[float, int]]] = [[] for _ in range(len(self.thresholds) + 1)]
         self._demote: list[tuple[float, int, int]] = []
         self._placed: list[int] = []
+        # Victims this policy named (and took out of the index). The caller may not carry a preemption out (the
+        # tenancy frame drops those that leave it; the live controller, stale ones): one still running is indexed
+        # again, or it could never be a victim again.
+        self._named: list[int] = []
 
     # ---- queue levels ----------------------------------------------------------------------------------------------
 
@@ -116,6 +120,11 @@ class Tiresias:
             if job is not None:
                 self._index(view, job, now)
         self._placed = []
+        for job_id in self._named:
+            job = view.running.get(job_id)
+            if job is not None and job_id not in self._level:
+                self._index(view, job, now)
+        self._named = []
         while self._demote and self._demote[0][0] <= now:
             _, job_id, level = heapq.heappop(self._demote)
             job = view.running.get(job_id)
@@ -223,6 +232,7 @@ class Tiresias:
         for v in chosen:
             preempted.add(v.id)
             self._unindex(v.id)
+            self._named.append(v.id)
             decisions.append(Preempt(v.id, f"preempted by {spec.name} (queue {level})"))
         return placement
 

@@ -166,3 +166,23 @@ def test_tiresias_does_not_spin_on_a_threshold_rounding_step() -> None:
     worker.start()
     worker.join(timeout=60)
     assert done == [True], "the what-if did not finish within 60 s"
+
+
+def test_tiresias_names_a_victim_again_when_its_preemption_was_not_carried_out() -> None:
+    """A caller may drop a preemption Tiresias proposed (the tenancy frame drops those that leave it, the live
+    controller stale ones). The victim, still running, must stay a candidate: it once left Tiresias' index for good."""
+    from scheduler.core.decisions import Preempt
+    from scheduler.core.simulator import Placed
+
+    cluster = small_cluster(nodes=1, gpus=4)
+    long_job = job("long", 0.0, 4, 50_000.0)
+    # 4 GPUs x 4000 s attained: queue 1 (between 3600 and 36000 GPU-s), below a new job's queue 0.
+    sim = Simulator(cluster, [job("short", 0.0, 1, 60.0)], None, contention=False,
+                    initial=[Placed(long_job, Placement((0, 1, 2, 3)), 40_000.0, attained_gpu_s=16_000.0)])
+    sim.advance()
+    tiresias = make_policy("tiresias")
+    for now in (0.0, 1.0):  # the first proposal is not applied; the second names the same victim
+        sim.view.now = now
+        decisions = tiresias.schedule(sim.view, list(sim.pending.values()), now)
+        assert [type(d).__name__ for d in decisions] == ["Preempt", "Place"]
+        assert isinstance(decisions[0], Preempt) and decisions[0].job_id == 1  # the placed job: ids after the trace's
