@@ -8,7 +8,15 @@ the mean with a 95% t interval over windows:
 - Jain's index over the teams with demand (target >= 0.95),
 - the largest share of a team's time in the system spent starved: under 95% of its quota while one of its pending
   jobs fits within it (target: none),
-- avg JCT with teams over avg JCT of the same policy without (target <= 1.05).
+- avg JCT with teams over avg JCT of the same policy without (target <= 1.05),
+- Themis' finish-time fairness: the largest rho, a job's JCT over its JCT with its team's jobs alone on the team's
+  quota under the same policy (no target; 1 or less: no job did worse than on its quota alone), and the same figure
+  for the run without teams against the same isolated JCTs. A maximum over jobs is heavy-tailed (one short job that
+  waited), so it is summarised by its median and range over windows, not a t interval. Jobs larger than a quota have
+  no rho; how many is printed.
+
+Preemptions with teams are split into the frame's reclaims and swaps (a team's own jobs the policy preempted to start
+another of its jobs beyond its quota).
 
     python benchmarks/teams.py [--policy tiresias] [--load 1.3] [--windows 5] [--window 500] [--half-life 3600]
 """
@@ -58,7 +66,7 @@ def main() -> int:
         print(f"{args.trace}: not found (the dev traces live in ../shared/traces beside the project)")
         return 1
     scenarios = held_out([str(args.trace)], ["pcie-v100"], args.window, (args.load, args.load), args.windows)
-    jains, starved, ratios = [], [], []
+    jains, starved, ratios, rhos, rhos_plain = [], [], [], [], []
     print(f"{args.policy} on {args.trace.name}, load {args.load}, {TEAMS} teams (skewed demand), "
           f"half-life {args.half_life:g} s")
     for k, sc in enumerate(scenarios):
@@ -72,21 +80,31 @@ def main() -> int:
         t0 = time.perf_counter()
         plain = Simulator(cluster, jobs, make_policy(args.policy)).run()
         shared = Simulator(cluster, jobs, make_policy(args.policy), teams=teams).run()
-        assert shared.teams is not None
+        assert shared.teams is not None and shared.isolated is not None
         report = shared.teams
+        alone = shared.isolated.jct
+        rho_plain = max((j.end_s - j.spec.submit_s) / alone[j.id] for j in plain.jobs
+                        if j.end_s is not None and j.id in alone)  # the same jobs: ids follow the sorted trace
         worst = max(t["starved_s"] / t["in_system_s"] for t in report["teams"].values() if t["in_system_s"] > 0)
         ratio = shared.metrics["avg_jct_s"] / plain.metrics["avg_jct_s"]
         jains.append(report["jain"])
         starved.append(worst)
         ratios.append(ratio)
+        rhos.append(report["rho_max"])
+        rhos_plain.append(rho_plain)
         used = ", ".join(f"{n} {t['gpu_hours']:.0f}/{t['quota_gpu_hours']:.0f}"
                          for n, t in sorted(report["teams"].items()))
         print(f"  window {k}: {cluster.num_gpus} GPUs, Jain {report['jain']:.3f}, worst starved {worst:.1%}, "
-              f"avg JCT x{ratio:.3f} ({shared.metrics['preemptions']} preemptions vs "
-              f"{plain.metrics['preemptions']}); GPU-h used/quota: {used}  [{time.perf_counter() - t0:.1f} s]")
+              f"avg JCT x{ratio:.3f} ({shared.metrics['preemptions']} preemptions: {report['reclaims']} reclaims, "
+              f"{report['swaps']} in swaps; {plain.metrics['preemptions']} without teams), max rho "
+              f"{report['rho_max']:.2f} (without teams {rho_plain:.2f}; {report['rho_excluded']} jobs larger than "
+              f"their quota); GPU-h used/quota: {used}  [{time.perf_counter() - t0:.1f} s]")
     print(f"Jain's index: {interval(jains)}")
     print(f"worst team's starved share of its time: {interval(starved)} (max {max(starved):.1%})")
     print(f"avg JCT with teams / without: {interval(ratios)}")
+    for label, xs in (("with teams", rhos), ("without teams", rhos_plain)):
+        print(f"finish-time fairness, max rho {label}: median {np.median(xs):.2f} over windows, range "
+              f"[{min(xs):.2f}, {max(xs):.2f}]")
     return 0
 
 

@@ -117,8 +117,11 @@ def test_a_borrower_gives_back_exactly_what_the_owner_needs(policy: str) -> None
     jobs = rec.sim.jobs
     assert all(j.state is JobState.DONE for j in jobs)
     a = [j for j in jobs if j.spec.team == "A"]
-    assert sum(j.preemptions for j in a) == 4 and all(j.preemptions <= 1 for j in a)
     assert rec.frame.reclaims == 4
+    # Gittins' own ranking then swaps A's 4 running jobs for its 4 reclaimed ones (demoted at 2163 s, as it does on
+    # 4 GPUs without teams): preemptions within A, beyond its quota. FIFO and Tiresias keep them running.
+    assert rec.frame.swaps == (4 if policy == "gittins" else 0)
+    assert sum(j.preemptions for j in a) == rec.frame.reclaims + rec.frame.swaps and all(j.preemptions <= 1 for j in a)
     # The youngest borrowed jobs went (all started at 0 here: the highest ids), and B waited for nothing.
     assert all(j.first_start_s == 600.0 for j in jobs if j.spec.team == "B")
 
@@ -203,6 +206,114 @@ def test_a_policys_preemption_of_another_teams_quota_is_held_back() -> None:
     assert "preempt another team's jobs" in sim.pending_reasons[1]
 
 
+def test_a_team_at_its_quota_swaps_its_own_jobs_in_the_policys_order() -> None:
+    """A and B (quotas 4 + 4) fill the 8 GPUs with long jobs; by 5000 s they have all left Tiresias' first queue. A
+    new short job of A's, beyond A's quota with no idle GPU, starts at once: Tiresias preempts A's latest long job for
+    it, A stays at its quota and B is untouched. Without swaps it would wait for one of A's jobs to end (20001 s)."""
+    specs = [tjob(f"b{i}", 0.0, 1, 20000.0, "B") for i in range(4)]
+    specs += [tjob(f"a{i}", 1.0, 1, 20000.0, "A") for i in range(4)]  # later arrivals: Tiresias' first victims
+    specs += [tjob("a-short", 5000.0, 1, 600.0, "A")]
+    rec = Recorder(specs, teams(("A", 4, None), ("B", 4, None)), "tiresias")
+    rec.run()
+    jobs = {j.spec.name: j for j in rec.sim.jobs}
+    assert jobs["a-short"].first_start_s == 5000.0 and jobs["a-short"].end_s == pytest.approx(5600.0)
+    assert rec.at(5000.0) == {"A": 4.0, "B": 4.0}
+    assert [n for n, j in jobs.items() if j.preemptions] == ["a3"] and rec.frame.swaps == 1
+    assert rec.frame.reclaims == 0
+
+
+def test_a_swap_whose_victim_is_another_teams_is_dropped() -> None:
+    """The same, but B's jobs arrived last, so Tiresias' victim would be B's, within B's quota: the start is dropped
+    with its preemption and A's short job waits, saying why, until one of A's own jobs ends."""
+    specs = [tjob(f"a{i}", 0.0, 1, 20000.0, "A") for i in range(4)]
+    specs += [tjob(f"b{i}", 1.0, 1, 20000.0, "B") for i in range(4)]
+    specs += [tjob("a-short", 5000.0, 1, 600.0, "A")]
+    rec = Recorder(specs, teams(("A", 4, None), ("B", 4, None)), "tiresias")
+    while rec.sim.advance():
+        rec.sim.schedule()
+        if rec.sim.now == 5000.0:
+            assert "team A over its quota (4/4 GPUs): waiting for idle GPUs to borrow" in rec.sim.pending_reasons[8]
+    jobs = {j.spec.name: j for j in rec.sim.jobs}
+    assert jobs["a-short"].first_start_s == pytest.approx(20000.0)
+    assert all(j.preemptions == 0 for j in jobs.values()) and rec.frame.swaps == 0
+
+
+class Scripted:
+    """A policy that proposes the decisions a test gives it, whatever it is asked."""
+
+    name = "scripted"
+    oracle = False
+
+    def __init__(self) -> None:
+        self.script: list[Decision] = []
+
+    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        return list(self.script)
+
+
+def test_a_swap_keeps_only_starts_that_free_their_own_teams_gpus_or_borrow_what_may_be_lent() -> None:
+    """8 GPUs; A (quota 4, borrowing limit 1) runs a0..a3 on GPUs 0-3, B (quota 4) runs b0 on GPUs 4-5 and has b1 (2
+    GPUs) waiting within its quota, so GPUs 6-7 are held for it and nothing may be lent. Of the policy's proposals:
+    a start freeing one of A's jobs is kept; one preempting B's job is dropped, and so is a later start on the GPUs
+    that preemption would have freed; one on the held GPUs is dropped; one freeing two of A's jobs for one is kept."""
+    from scheduler.core.simulator import Placed
+
+    def run(name: str, team: str, gpus: tuple[int, ...]) -> Placed:
+        return Placed(tjob(name, 0.0, len(gpus), 9000.0, team), Placement(gpus), 9000.0)
+
+    pending = [tjob("b1", 0.0, 2, 100.0, "B"), tjob("x1", 0.0, 1, 100.0, "A"), tjob("x2", 0.0, 2, 100.0, "A"),
+               tjob("x3", 0.0, 1, 100.0, "A"), tjob("x4", 0.0, 1, 100.0, "A"), tjob("x5", 0.0, 1, 100.0, "A")]
+    placed = [run(f"a{g}", "A", (g,)) for g in range(4)] + [run("b0", "B", (4, 5))]
+    policy = Scripted()
+    frame = TenancyFrame(policy, teams(("A", 4, 1), ("B", 4, None)))
+    sim = Simulator(small_cluster(nodes=2, gpus=4), pending, frame, contention=False, initial=placed)
+    sim.advance()
+    ids = {j.spec.name: j.id for j in sim.jobs}
+    standings = frame.standings(sim.view, sim.pending.values())
+    fr = frame.frame(sim.view, standings)
+    assert [j.spec.name for j in fr.eligible] == ["b1"] and fr.lendable == 0.0
+    assert [j.spec.name for j in fr.swaps] == ["x1", "x2", "x3", "x4", "x5"]
+
+    def start(name: str, *gpus: int) -> Place:
+        return Place(ids[name], Placement(gpus))
+
+    def out(*names: str) -> list[Preempt]:
+        return [Preempt(ids[n]) for n in names]
+
+    policy.script = [*out("a0"), start("x1", 0),  # kept: A's own GPU
+                     *out("b0"), start("x2", 4, 5),  # dropped: B's job
+                     start("x3", 6),  # dropped: GPU 6 is held for b1, nothing may be lent
+                     *out("a1", "a2"), start("x4", 1),  # kept: frees two of A's GPUs for one
+                     *out("a3"), start("x5", 4)]  # dropped: GPU 4 is b0's, whose preemption was dropped
+    kept = frame._swap(sim.view, fr, standings, 0.0)
+    assert kept == [*out("a0"), start("x1", 0), *out("a1", "a2"), start("x4", 1)]
+    assert frame.swaps == 3 and ids["x1"] not in fr.waits and ids["x3"] in fr.waits
+    sim.apply(kept)  # valid on the cluster as it is
+    assert sorted(j.spec.name for j in sim.running.values()) == ["a3", "b0", "x1", "x4"]
+
+
+def test_a_swap_grows_its_team_only_by_what_may_be_lent_and_within_its_borrowing_limit() -> None:
+    """A (quota 4, borrowing limit 1) runs 4 GPUs; B (quota 4) runs 2 and waits for nothing: 2 GPUs may be lent. A
+    2-GPU start on them with no preemption would take A to 6 > 5; a 1-GPU one takes it to its limit of 5."""
+    from scheduler.core.simulator import Placed
+
+    placed = [Placed(tjob(f"a{g}", 0.0, 1, 9000.0, "A"), Placement((g,)), 9000.0) for g in range(4)]
+    placed += [Placed(tjob("b0", 0.0, 2, 9000.0, "B"), Placement((4, 5)), 9000.0)]
+    policy = Scripted()
+    frame = TenancyFrame(policy, teams(("A", 4, 1), ("B", 4, None)))
+    sim = Simulator(small_cluster(nodes=2, gpus=4), [tjob("x2", 0.0, 2, 100.0, "A"), tjob("x1", 0.0, 1, 100.0, "A")],
+                    frame, contention=False, initial=placed)
+    sim.advance()
+    standings = frame.standings(sim.view, sim.pending.values())
+    fr = frame.frame(sim.view, standings)
+    # x2 is beyond A's borrowing limit and so a swap candidate (it could free A's own GPUs); x1 may borrow.
+    assert [j.spec.name for j in fr.eligible] == ["x1"] and [j.spec.name for j in fr.swaps] == ["x2"]
+    fr.swaps = [sim.jobs[0], sim.jobs[1]]  # offer both to the policy as swaps, with all 2 GPUs still lendable
+    fr.lendable = 2.0
+    policy.script = [Place(0, Placement((6, 7))), Place(1, Placement((6,)))]
+    assert frame._swap(sim.view, fr, standings, 0.0) == [Place(1, Placement((6,)))]
+
+
 def test_jobs_of_a_team_not_defined_run_as_the_default_team_on_idle_gpus_only() -> None:
     """Jobs naming no listed team fall to `default`, which has no quota: they borrow, and give the GPUs back."""
     specs = [tjob("x0", 0.0, 4, 1000.0, "default"), tjob("a0", 10.0, 4, 100.0, "A")]
@@ -234,6 +345,61 @@ def test_the_report_accounts_each_teams_share_exactly() -> None:
     x_a, x_b = 28800 / min(4 * 5400, 28800), 7200 / 7200  # used over due
     assert res.teams["jain"] == pytest.approx((x_a + x_b) ** 2 / (2 * (x_a**2 + x_b**2)))
     assert "default" not in res.teams["teams"]  # no demand, not reported
+
+
+# ---- finish-time fairness -----------------------------------------------------------------------------------------
+
+
+def test_rho_is_a_jobs_jct_shared_over_its_jct_with_its_team_alone_on_its_quota() -> None:
+    """A (quota 4) starts two 4-GPU jobs at 0 on 8 GPUs, borrowing B's 4 (quota 4); B's job arrives at 500 and the
+    frame reclaims a1, which restarts at 1000 with 500 s of work and 600 s of restart left: it ends at 2100. Alone on
+    4 GPUs, A would have run a0 over 0-1000 and a1 over 1000-2000: a1's rho is 2100 / 2000, the restart cost more
+    than borrowing gained. B's job runs 500-1500 either way."""
+    specs = [tjob("a0", 0.0, 4, 1000.0, "A"), tjob("a1", 0.0, 4, 1000.0, "A"), tjob("b0", 500.0, 4, 1000.0, "B")]
+    res = Simulator(small_cluster(nodes=2, gpus=4), specs, make_policy("fifo"), contention=False,
+                    preempt_overhead_s=600.0, teams=teams(("A", 4, None), ("B", 4, None))).run()
+    assert res.teams is not None
+    assert [j.end_s for j in res.jobs] == [pytest.approx(1000.0), pytest.approx(2100.0), pytest.approx(1500.0)]
+    a, b = res.teams["teams"]["A"], res.teams["teams"]["B"]
+    assert a["rho_max"] == pytest.approx(1.05) and a["rho_median"] == pytest.approx((1.0 + 1.05) / 2)
+    assert b["rho_max"] == pytest.approx(1.0) and b["rho_median"] == pytest.approx(1.0)
+    assert res.teams["rho_max"] == pytest.approx(1.05)
+    assert res.teams["rho_jobs"] == 3 and res.teams["rho_excluded"] == 0 and res.teams["reclaims"] == 1
+
+
+def test_jobs_larger_than_their_quota_and_teams_under_one_gpu_have_no_rho() -> None:
+    """A's quota of 2.5 GPUs runs alone on 2: its 4-GPU job has no isolated JCT. B's 0.5 GPU of quota is no whole
+    GPU: none of its jobs has one. C runs alone on its 5 GPUs."""
+    specs = [tjob("a0", 0.0, 2, 100.0, "A"), tjob("a1", 0.0, 4, 100.0, "A"), tjob("b0", 0.0, 1, 100.0, "B"),
+             tjob("c0", 0.0, 1, 100.0, "C")]
+    res = Simulator(small_cluster(nodes=2, gpus=4), specs, make_policy("fifo"), contention=False,
+                    teams=teams(("A", 2.5, None), ("B", 0.5, None), ("C", 5, None))).run()
+    assert res.teams is not None
+    t = res.teams["teams"]
+    assert (t["A"]["rho_jobs"], t["A"]["rho_excluded"], t["A"]["rho_max"]) == (1, 1, pytest.approx(1.0))
+    assert (t["B"]["rho_jobs"], t["B"]["rho_excluded"], t["B"]["rho_max"], t["B"]["rho_median"]) == (0, 1, None, None)
+    assert (t["C"]["rho_jobs"], t["C"]["rho_excluded"]) == (1, 0)
+    assert res.teams["rho_jobs"] == 2 and res.teams["rho_excluded"] == 2
+
+
+def test_a_quota_cluster_is_whole_nodes_then_part_of_the_next() -> None:
+    from scheduler.core.model import parse_cluster
+    from scheduler.core.tenancy import quota_cluster
+
+    nv = small_cluster(nodes=2, gpus=4)
+    five = quota_cluster(nv, 5)
+    assert five.num_gpus == 5 and list(five.node_num_gpus) == [4, 1] and bool(five.node_nvlink.all())
+    # pcie-v100: 8 GPUs under 2 PCIe switches (4 each). A node's first 4 GPUs sit under one switch, its first 6 under
+    # two (split evenly, 3 + 3), its first 5 under one (5 does not split over two).
+    pcie = parse_cluster("pcie-v100:3")
+    for gpus, last_switches in ((12, 1), (14, 2), (13, 1), (16, 2)):
+        c = quota_cluster(pcie, gpus)
+        assert c.num_gpus == gpus and c.num_nodes == 2 and c.gpu_types == pcie.gpu_types
+        last = c.node_gpus(1)
+        assert len({int(c.gpu_switch[g]) for g in last}) == last_switches, gpus
+        assert c.spec.nodes_per_rack == pcie.spec.nodes_per_rack
+    with pytest.raises(ValueError, match="between 1 and 24"):
+        quota_cluster(pcie, 0)
 
 
 # ---- traces with teams, and `corral simulate --teams` -------------------------------------------------------------
@@ -292,7 +458,21 @@ def test_corral_simulate_with_teams_prints_and_writes_each_teams_share(tmp_path:
         assert teams_out["teams"]["nlp"]["avg_jct_s"] == pytest.approx(600.0)
         assert teams_out["teams"]["vision"]["over_quota_s"] >= 3600.0
         assert teams_out["teams"]["nlp"]["starved_s"] == 0.0
-        assert report["policies"][policy]["preemptions"] == 1
+        # The reclaim at 600 s; under Tiresias also one swap within vision at 900 s, when its running jobs leave the
+        # first queue and the reclaimed one, with less service, takes the latest one's GPUs (as it would alone).
+        assert teams_out["reclaims"] == 1 and teams_out["swaps"] == (1 if policy == "tiresias" else 0)
+        assert report["policies"][policy]["preemptions"] == 1 + teams_out["swaps"]
+        # Finish-time fairness: c0 (no team) has no quota to run alone on; everyone else has a rho.
+        assert teams_out["rho_jobs"] == 5 and teams_out["rho_excluded"] == 1
+        assert teams_out["teams"]["default"]["rho_max"] is None
+    # FIFO by hand: alone on its 8 GPUs (one node), vision runs a0, a1 over 0-3600 s and a2, a3 over 3600-7200 s;
+    # shared, a0-a2 end at 3600 and a3 (reclaimed at 600, back at 1200 with 3000 s + 30 s of restart left) at 4230.
+    # nlp's job takes 600 s either way.
+    fifo = report["policies"]["fifo"]["teams"]
+    assert fifo["teams"]["vision"]["rho_max"] == pytest.approx(1.0)
+    assert fifo["teams"]["vision"]["rho_median"] == pytest.approx((4230 / 7200 + 1.0) / 2)
+    assert fifo["teams"]["nlp"]["rho_max"] == pytest.approx(1.0) and fifo["rho_max"] == pytest.approx(1.0)
+    assert "max ρ" in res.output and "all teams" in res.output
     # A team the trace names but the file does not: refused, naming them, before anything runs.
     (tmp_path / "teams.yaml").write_text("teams:\n  - {name: vision, quota_gpus: 8}\n")
     res = CliRunner().invoke(main, ["simulate", "--trace", str(tmp_path / "jobs.csv"), "--cluster", "pcie-v100:2",

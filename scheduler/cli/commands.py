@@ -188,21 +188,31 @@ def metrics_table(results: list[SimResult], oracle: dict[str, bool]) -> Any:
 
 
 def teams_table(results: list[SimResult]) -> Any:
-    """Per team and policy: what it got against its quota, and the fairness over teams."""
+    """Per team and policy: what it got against its quota, its jobs' finish-time fairness, and the fairness over
+    teams."""
     from rich.table import Table
 
     table = Table(title="Teams (GPU-h: used / quota x time in the system; over: time above quota; starved: time under "
-                        "95% of quota with a job that fits waiting)")
-    for col in ("policy", "team", "quota", "jobs", "avg JCT", "GPU-h used", "GPU-h quota", "over", "starved"):
+                        "95% of quota with a job that fits waiting; ρ: a job's JCT over its JCT with its team alone on "
+                        "its quota, Themis' finish-time fairness; no ρ: jobs larger than the quota, or of a team with "
+                        "under 1 GPU of it)")
+    for col in ("policy", "team", "quota", "jobs", "avg JCT", "GPU-h used", "GPU-h quota", "over", "starved",
+                "max ρ", "median ρ", "no ρ", "Jain's index"):
         table.add_column(col, justify="left" if col in ("policy", "team") else "right")
+
+    def rho(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
     for r in results:
         assert r.teams is not None
         for name, t in r.teams["teams"].items():
             table.add_row(r.policy, name, f"{t['quota_gpus']:g}", f"{t['jobs']:.0f}", format_duration(t["avg_jct_s"]),
                           f"{t['gpu_hours']:.1f}", f"{t['quota_gpu_hours']:.1f}", format_duration(t["over_quota_s"]),
-                          format_duration(t["starved_s"]))
-        table.add_row(r.policy, "[bold]Jain's index[/]", "", "", "", "", "", "", f"{r.teams['jain']:.3f}",
-                      end_section=True)
+                          format_duration(t["starved_s"]), rho(t.get("rho_max")), rho(t.get("rho_median")),
+                          str(t.get("rho_excluded", "")), "")
+        table.add_row(r.policy, "[bold]all teams[/]", "", f"{sum(t['jobs'] for t in r.teams['teams'].values()):.0f}",
+                      "", "", "", "", "", f"[bold]{rho(r.teams.get('rho_max'))}[/]", "",
+                      str(r.teams.get("rho_excluded", "")), f"[bold]{r.teams['jain']:.3f}[/]", end_section=True)
     return table
 
 

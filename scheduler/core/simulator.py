@@ -14,7 +14,9 @@ isolated work left, e.g. a snapshot of the live cluster for a what-if): they tak
 
 from __future__ import annotations
 
+import copy
 import heapq
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, JobKind, JobSpec, JobState, Placement
 from scheduler.core.state import ClusterState, ClusterView
-from scheduler.core.tenancy import TeamLedger, Teams, TenancyFrame
+from scheduler.core.tenancy import Isolated, TeamLedger, Teams, TenancyFrame, quota_cluster
 from scheduler.core.workloads import ModelProfile, catalog
 
 _FINISH = 0
@@ -57,7 +59,8 @@ class SimResult:
     wall_s: float
     events: int
     pending_reasons: dict[int, str] = field(default_factory=dict)
-    teams: dict[str, Any] | None = None  # with teams: per team and Jain's index (TeamLedger.report)
+    teams: dict[str, Any] | None = None  # with teams: per team, Jain's index, Themis' rho (TeamLedger.report)
+    isolated: Isolated | None = None  # with teams, from run(): each job's JCT with its team alone on its quota
 
     def jct(self) -> np.ndarray:
         return np.array([j.end_s - j.spec.submit_s for j in self.jobs if j.state is JobState.DONE], dtype=float)
@@ -83,7 +86,9 @@ class Simulator:
         the ids after the trace's jobs, in the given order. The default (none) is the empty cluster.
 
         `teams`: the cluster is shared by these teams; the policy acts inside the tenancy frame
-        (`scheduler.core.tenancy`) and the result reports each team's share."""
+        (`scheduler.core.tenancy`) and the result reports each team's share. `run()` then also replays each team's
+        jobs alone on its quota under the same policy (one more, smaller simulation per team with a quota of at least
+        one GPU) for Themis' finish-time fairness (`tenancy.Isolated`)."""
         self.cluster = cluster
         self.specs = sorted(jobs, key=lambda s: s.submit_s)
         placed = [p if isinstance(p, Placed) else Placed(*p) for p in initial]
@@ -91,6 +96,11 @@ class Simulator:
             policy = TenancyFrame(policy, teams)
         self.policy = policy
         self.ledger = TeamLedger(policy.teams, policy.team_of) if isinstance(policy, TenancyFrame) else None
+        # The isolated runs need the policy as it is before this run changes its state (Tiresias' index, Gittins'
+        # cached ranks are keyed by job id): a copy now, copied again for each team.
+        self._pristine = copy.deepcopy(policy.inner) if isinstance(policy, TenancyFrame) else None
+        self._contention_on = contention
+        self._params = params
         self.profiles = profiles if profiles is not None else catalog()
         self.contention = ContentionModel(cluster, self.profiles, params, enabled=contention)
         self.state = ClusterState(cluster, self.profiles)
@@ -334,9 +344,38 @@ class Simulator:
                 last_report = self._finished
         if self.progress is not None:
             self.progress(self._finished - last_report)
-        return self.result(time.perf_counter() - wall0)
+        wall = time.perf_counter() - wall0  # the run's own time: the isolated runs are the report's cost
+        return self.result(wall, self.isolated() if self.ledger is not None else None)
 
-    def result(self, wall_s: float = 0.0) -> SimResult:
+    def isolated(self) -> Isolated:
+        """Each trace job's JCT with its team's jobs alone on a cluster of its quota (whole GPUs, `quota_cluster`),
+        under a fresh copy of the policy with this run's contention and preemption settings. Jobs larger than the
+        quota, jobs of teams with less than one GPU of quota and jobs running from t=0 (`initial`: their placements
+        are on this cluster) get none."""
+        frame = self.policy
+        assert isinstance(frame, TenancyFrame) and self._pristine is not None
+        jct: dict[int, float] = {}
+        for name, team in frame.teams.teams.items():
+            gpus = min(math.floor(team.quota_gpus + 1e-9), self.cluster.num_gpus)
+            mine = [i for i in range(self._arrivals)
+                    if frame.team_of(self.specs[i]) == name and self.specs[i].workers <= gpus]
+            if gpus < 1 or not mine:
+                continue
+            alone = Simulator(quota_cluster(self.cluster, gpus), [self.specs[i] for i in mine],
+                              copy.deepcopy(self._pristine), contention=self._contention_on, profiles=self.profiles,
+                              params=self._params, preempt_overhead_s=self.preempt_overhead_s).run()
+            # The same specs in the same (submit-sorted, stable) order: the k-th job there is mine[k] here.
+            for i, job in zip(mine, alone.jobs, strict=True):
+                if job.end_s is not None:
+                    jct[i] = job.end_s - job.spec.submit_s
+        return Isolated(jct)
+
+    def result(self, wall_s: float = 0.0, isolated: Isolated | None = None) -> SimResult:
+        teams = None
+        if self.ledger is not None:
+            assert isinstance(self.policy, TenancyFrame)
+            teams = self.ledger.report(self.jobs, isolated) | {"reclaims": self.policy.reclaims,
+                                                                "swaps": self.policy.swaps}
         return SimResult(
             policy=self._who,
             jobs=self.jobs,
@@ -344,7 +383,8 @@ class Simulator:
             wall_s=wall_s,
             events=self._events,
             pending_reasons=dict(self.pending_reasons),
-            teams=self.ledger.report(self.jobs) if self.ledger is not None else None,
+            teams=teams,
+            isolated=isolated,
         )
 
     # ---- metrics ---------------------------------------------------------------------------------------------------

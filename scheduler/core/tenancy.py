@@ -18,19 +18,36 @@ and the live controller apply it as they apply any other: the frame decides whic
 reclaims; the wrapped policy orders and places within the eligible set. A preemption the wrapped policy proposes is
 kept only if it stays inside the frame (the victim is of the placed job's team, or borrows while the placed job's team
 is within its quota); otherwise that job is held back for this instant and the policy is asked again.
+
+A job beyond its team's quota that the idle GPUs cannot hold may still start if the wrapped policy makes room for it
+by preempting jobs of **its own team** (a **swap**: e.g. Tiresias' least-attained-service preemption, within the
+team); whatever it takes beyond what it frees must be GPUs that may be lent. The policy is offered these jobs once it
+starts nothing else at an instant (the runner asks again after every change); a start that preempts another team's
+job, or grows its team beyond what may be lent or its borrowing limit, is dropped. Without swaps a team at its quota
+could only wait for its own jobs to end, and a preemptive policy lost nearly all its preemptions to the frame.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait
+from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.errors import SpecError
-from scheduler.core.model import DEFAULT_TEAM, Job, JobSpec
+from scheduler.core.model import (
+    DEFAULT_TEAM,
+    Cluster,
+    ClusterSpec,
+    Job,
+    JobSpec,
+    NodeGroupSpec,
+    NodeTypeSpec,
+    build_cluster,
+)
 from scheduler.core.state import ClusterView
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0  # Slurm's PriorityDecayHalfLife default
@@ -242,9 +259,11 @@ class TeamLedger:
                          if in_use.get(t, 0.0) < 0.95 * self.teams.teams[t].quota_gpus - EPS
                          and in_use.get(t, 0.0) + d <= self.teams.teams[t].quota_gpus + EPS}
 
-    def report(self, jobs: Iterable[Job]) -> dict[str, Any]:
+    def report(self, jobs: Iterable[Job], isolated: Isolated | None = None) -> dict[str, Any]:
         """Per team: jobs, average JCT, GPU-hours used against its quota over its time in the system, time over
-        quota and time starved; overall, Jain's index over the teams with demand (see `jain`)."""
+        quota and time starved; overall, Jain's index over the teams with demand (see `jain`). With `isolated`, also
+        Themis' finish-time fairness (see `Isolated`): per team the largest and the median rho and how many finished
+        jobs have none, overall the largest rho."""
         done: dict[str, list[Job]] = {}
         demand: dict[str, float] = {}
         for job in jobs:
@@ -252,7 +271,7 @@ class TeamLedger:
             demand[t] = demand.get(t, 0.0) + job.spec.duration_s * job.spec.gpu_demand
             if job.end_s is not None:
                 done.setdefault(t, []).append(job)
-        teams_out: dict[str, dict[str, float]] = {}
+        teams_out: dict[str, dict[str, float | None]] = {}
         shares: list[float] = []
         for name, team in self.teams.teams.items():
             if name not in demand:
@@ -271,7 +290,68 @@ class TeamLedger:
             due = min(entitled, demand[name])
             if due > EPS:
                 shares.append(self.used_gpu_s[name] / due)
-        return {"teams": teams_out, "jain": jain(shares)}
+        out: dict[str, Any] = {"teams": teams_out, "jain": jain(shares)}
+        if isolated is not None:
+            rhos: list[float] = []
+            excluded = 0
+            for name, row in teams_out.items():
+                finished = done.get(name, [])
+                mine = [(j.end_s - j.spec.submit_s) / isolated.jct[j.id] for j in finished
+                        if j.end_s is not None and j.id in isolated.jct]
+                rhos += mine
+                excluded += len(finished) - len(mine)
+                row |= {"rho_max": max(mine) if mine else None,
+                        "rho_median": statistics.median(mine) if mine else None,
+                        "rho_jobs": len(mine), "rho_excluded": len(finished) - len(mine)}
+            out |= {"rho_max": max(rhos) if rhos else None, "rho_jobs": len(rhos), "rho_excluded": excluded}
+        return out
+
+
+@dataclass(frozen=True)
+class Isolated:
+    """Each job's JCT with its team alone on its quota, by job id: the denominator of Themis' finish-time fairness
+    (NSDI'20), rho = a job's JCT shared / its JCT isolated; the largest rho over jobs is the figure (1: no job did
+    worse than on its team's quota alone). The isolated run replays the team's jobs under the same policy on
+    `quota_cluster(cluster, floor(quota))`. A job larger than that has no isolated JCT, nor do the jobs of a team
+    with less than one GPU of quota: the report counts them as excluded."""
+
+    jct: Mapping[int, float]
+
+
+def quota_cluster(cluster: Cluster, gpus: int) -> Cluster:
+    """A cluster of `gpus` GPUs shaped like the start of `cluster`: its nodes in order, whole while they fit, then
+    the first GPUs of the next one as a partial node (of the same type, over as many of its PCIe switches as they
+    cover when they split evenly over them, else the nearest even split), in racks of the same size."""
+    if not 1 <= gpus <= cluster.num_gpus:
+        raise ValueError(f"a quota cluster needs between 1 and {cluster.num_gpus} GPUs, got {gpus}")
+    nodes: list[NodeTypeSpec] = []
+    left = gpus
+    for n in range(cluster.num_nodes):
+        if left <= 0:
+            break
+        nt = cluster.node_types[int(cluster.node_type_index[n])]
+        take = min(left, nt.gpus_per_node)
+        nodes.append(nt if take == nt.gpus_per_node else _partial_node(nt, take))
+        left -= take
+    groups: list[NodeGroupSpec] = []
+    for nt in nodes:  # runs of one node type, as a cluster file lists them
+        if groups and groups[-1].node == nt:
+            groups[-1].count += 1
+        else:
+            groups.append(NodeGroupSpec(count=1, node=nt))
+    spec = ClusterSpec(name=f"{cluster.name}[:{gpus} GPUs]", nodes_per_rack=cluster.spec.nodes_per_rack,
+                       oversubscription=cluster.spec.oversubscription, groups=groups)
+    return build_cluster(spec)
+
+
+def _partial_node(nt: NodeTypeSpec, gpus: int) -> NodeTypeSpec:
+    switches = 1
+    if nt.interconnect == "pcie" and nt.pcie_switches > 1:
+        per = nt.gpus_per_node // nt.pcie_switches
+        spans = -(-gpus // per)  # the switches the node's first `gpus` GPUs sit under
+        switches = min((d for d in range(1, nt.pcie_switches + 1) if gpus % d == 0),
+                       key=lambda d: (abs(d - spans), -d))
+    return NodeTypeSpec(**(nt.model_dump() | {"gpus_per_node": gpus, "pcie_switches": switches}))
 
 
 def jain(xs: list[float]) -> float:
@@ -312,6 +392,8 @@ class Frame:
     eligible: list[Job]
     within_quota: set[int]
     waits: dict[int, str]
+    swaps: list[Job] = field(default_factory=list)  # beyond their quota, no idle GPUs: may start only by a swap
+    lendable: float = 0.0  # free GPUs no job within its quota needs and no eligible borrower was counted on
 
 
 def _gpus(x: float) -> str:
@@ -330,6 +412,7 @@ class TenancyFrame:
         self.oracle = policy.oracle
         self.share = FairShare(teams)
         self.reclaims = 0  # preemptions the frame made to give teams their quota back
+        self.swaps = 0  # preemptions the policy made of a team's own jobs to start one of its jobs beyond its quota
 
     def team_of(self, spec: JobSpec) -> str:
         return spec.team if spec.team in self.teams.teams else DEFAULT_TEAM
@@ -373,6 +456,7 @@ class TenancyFrame:
             wanted_within[st.team.name] = taken
         reserved = sum(wanted_within.values())  # each at most the team's unused quota
         lendable = max(0.0, view.free_capacity - reserved)
+        swaps: list[Job] = []
         for st in order:
             name = st.team.name
             head = st.in_use + wanted_within[name]
@@ -391,7 +475,12 @@ class TenancyFrame:
                     head += d
                     lendable -= d
                     eligible.append(job)
-        return Frame(eligible, within, waits)
+                    continue
+                swaps.append(job)
+        # A swap can free at most what the team runs, and the rest must be lendable: offer only jobs that could fit.
+        swaps = [j for j in swaps if j.spec.gpu_demand <= min(standings[self.team_of(j.spec)].in_use + lendable,
+                                                              standings[self.team_of(j.spec)].team.ceiling) + EPS]
+        return Frame(eligible, within, waits, swaps, lendable)
 
     # ---- reclaim -------------------------------------------------------------------------------------------------
 
@@ -467,11 +556,56 @@ class TenancyFrame:
         if not decisions:
             decisions = self._ask(view, frame, standings, now)
             by_id = {j.id: j for j in frame.eligible}
+            started = False
             for d in decisions:
                 if isinstance(d, Place) and d.job_id in by_id:
                     job = by_id[d.job_id]
                     self.share.placed(job, self.team_of(job.spec), now)
+                    started = True
+            # Swaps only once nothing else starts: the jobs within quota and the borrowers on idle GPUs go first, and
+            # the runner asks again after every change, so a swap is looked at on the state they leave.
+            if not started and frame.swaps:
+                decisions += self._swap(view, frame, standings, now)
         return decisions + [Wait(j, why) for j, why in frame.waits.items()]
+
+    def _swap(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> list[Decision]:
+        """Ask the wrapped policy about the jobs beyond their quota that idle GPUs cannot hold; keep each start whose
+        preemptions are all of its own team and whose growth (GPUs taken beyond those freed) fits what may still be
+        lent and the team's borrowing limit. A start that breaks this is dropped with its preemptions, and so is any
+        later start on the GPUs those victims would have freed (the policy planned it on them)."""
+        by_id = {j.id: j for j in frame.swaps}
+        lendable = frame.lendable
+        in_use = {name: st.in_use for name, st in standings.items()}
+        kept: list[Decision] = []
+        victims: list[Preempt] = []
+        blocked: set[int] = set()  # GPUs of victims whose preemption was dropped: still held
+        for d in self.inner.schedule(view, frame.swaps, now):
+            if isinstance(d, Preempt):
+                victims.append(d)
+                continue
+            if isinstance(d, WakeAt):  # e.g. Tiresias' next demotion, when a running job may become a victim
+                kept.append(d)
+            if not isinstance(d, Place):
+                continue  # a Wait: the frame's reason for these jobs says more
+            group, victims = victims, []
+            ran = [view.running[v.job_id] for v in group if v.job_id in view.running]
+            job = by_id.get(d.job_id)
+            team = self.team_of(job.spec) if job is not None else ""
+            growth = (job.spec.gpu_demand if job is not None else 0.0) - sum(v.spec.gpu_demand for v in ran)
+            if (job is None or len(ran) < len(group) or blocked.intersection(d.placement.gpus)
+                    or any(self.team_of(v.spec) != team for v in ran)
+                    or (growth > EPS and (growth > lendable + EPS
+                                          or in_use[team] + growth > standings[team].team.ceiling + EPS))):
+                for v in ran:
+                    blocked.update(view.placement(v.id).gpus)
+                continue
+            lendable -= max(0.0, growth)
+            in_use[team] += growth
+            self.swaps += len(group)
+            kept += [*group, d]
+            frame.waits.pop(job.id, None)
+            self.share.placed(job, team, now)
+        return kept
 
     def _ask(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> list[Decision]:
         held: set[int] = set()
