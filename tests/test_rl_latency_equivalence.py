@@ -31,11 +31,11 @@ from scheduler.core.traces import scale_to_load, synthetic
 # name: (cluster, synthetic mix, jobs, offered load, seed, digests separated by |)
 CASES: dict[str, tuple[str, dict[str, Any], int, float, int, str]] = {
     "default": ("dgx-a100:8", {}, 350, 1.6, 1,
-                "dd0ad3b4ceeaaaae9d0adf64e2d5e8931df086358e1f3c39cb318afc39b19225|"
-                # The same code (ed468c8, which matched the digest above where it was recorded) gives this one on an
-                # Intel Xeon with AVX-512 (2026-11-23); not the hash seed, nor numpy's AVX-512 kernels (disabling them
-                # changed nothing); the cause is not found. Any change to the decision path changes both.
-                "ed30dae22287c7672749bd7ed15095a232a9a81e923af0dd6232f5faa537db46"),
+                ("dd0ad3b4ceeaaaae9d0adf64e2d5e8931df086358e1f3c39cb318afc39b19225|"
+                 # The same code (ed468c8, which matched the digest above where it was recorded) gives this one on an
+                 # Intel Xeon with AVX-512 (2026-11-23); not the hash seed, nor numpy's AVX-512 kernels (disabling
+                 # them changed nothing); the cause is not found. Any change to the decision path changes both.
+                 "ed30dae22287c7672749bd7ed15095a232a9a81e923af0dd6232f5faa537db46")),
     "fractional": ("dgx-a100:8", SYNTHETIC_MIXES["fractional"], 350, 1.8, 2,
                    "05ce854c0859f5df1b6f6db9becb7957f70641393717e1194985ae281067b0c5"),
     "multinode": ("dgx-a100:8", SYNTHETIC_MIXES["multinode"], 350, 1.6, 3,
