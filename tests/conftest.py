@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from scheduler.core.model import Cluster, ClusterSpec, JobKind, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
+from scheduler.live.runs import JobStatus, Launch, NodeInfo
 from scheduler.live.store import Store
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -168,3 +169,67 @@ class ServeProcess:
                 self.proc.kill()
                 self.proc.wait(timeout=30)
         self._log.close()
+
+
+# ---- a headless Chromium, for the browser tests -------------------------------------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def browser_or_skip() -> Any:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is absent: install Debian's chromium (`apt-get install chromium`; `make test` does)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed: pip install -e '.[test]' (do not run `playwright install`)")
+    return sync_playwright
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_playwright = browser_or_skip()
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()
+
+
+# ---- a backend without Ray, for the controller's bookkeeping paths ------------------------------------------------
+
+
+class InMemoryBackend:
+    """The `Backend` protocol with nothing behind it: `launch` records the run, `stop` drops it (and remembers it was
+    stopped), nothing is ever adopted. Subclasses say what `poll` reports."""
+
+    def __init__(self, names: list[str], gpus: int) -> None:
+        self.names, self.gpus = names, gpus
+        self.launches: dict[int, Launch] = {}
+        self.stopped: list[int] = []
+
+    def nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(name=n, gpus=self.gpus, alive=True, ray_node_id=n, address="127.0.0.1") for n in self.names]
+
+    def launch(self, launch: Launch) -> None:
+        self.launches[launch.job_id] = launch
+
+    def adopt(self, launch: Launch) -> bool:
+        return False
+
+    def reap_orphans(self, keep: set[str]) -> list[str]:
+        return []
+
+    def set_rate(self, job_id: int, rate: float) -> None:
+        pass
+
+    def stop(self, job_id: int) -> None:
+        self.stopped.append(job_id)
+        self.launches.pop(job_id, None)
+
+    def forget(self, job_id: int) -> None:
+        self.launches.pop(job_id, None)
+
+    def poll(self, timeout_s: float = 5.0) -> list[JobStatus]:
+        raise NotImplementedError

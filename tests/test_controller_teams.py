@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import InMemoryBackend
 from sqlalchemy import select
 
 from policies import make_policy
 from scheduler.core.tenancy import TenancyFrame
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
-from scheduler.live.ray_backend import NodeInfo
-from scheduler.live.runs import JobStatus, Launch
+from scheduler.live.runs import JobStatus
 from scheduler.live.store import Store
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Job, JobEvent, Team
@@ -26,40 +26,17 @@ GPUS = 4
 HALF_LIFE_S = 3600.0
 
 
-class StartingBackend:
+class StartingBackend(InMemoryBackend):
     """Every launched run's workers are up at the next poll and run until stopped."""
 
     def __init__(self) -> None:
-        self.runs: dict[int, Launch] = {}
-        self.stopped: list[int] = []
-
-    def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(name=n, gpus=GPUS, alive=True, ray_node_id=n, address="127.0.0.1") for n in NAMES]
-
-    def launch(self, launch: Launch) -> None:
-        self.runs[launch.job_id] = launch
-
-    def adopt(self, launch: Launch) -> bool:
-        return False
-
-    def reap_orphans(self, keep: set[str]) -> list[str]:
-        return []
-
-    def set_rate(self, job_id: int, rate: float) -> None:
-        pass
-
-    def stop(self, job_id: int) -> None:
-        self.stopped.append(job_id)
-        self.runs.pop(job_id, None)
-
-    def forget(self, job_id: int) -> None:
-        self.runs.pop(job_id, None)
+        super().__init__(NAMES, GPUS)
 
     def poll(self, timeout_s: float = 5.0) -> list[JobStatus]:
         now = time.time()
         return [JobStatus(job_id=j, attempt=r.attempt, phase="running", started_at=[now] * len(r.ranks),
                           ended_at=[None] * len(r.ranks), exit_codes=[None] * len(r.ranks), done_s=0.0, error="")
-                for j, r in self.runs.items()]
+                for j, r in self.launches.items()]
 
 
 def controller(store: Store, backend: StartingBackend) -> Controller:

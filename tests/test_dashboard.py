@@ -26,7 +26,6 @@ from scheduler.live.store import Store, queries
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
-CHROMIUM = Path("/usr/bin/chromium")
 NODES, GPUS = 4, 8
 TEXT_SUFFIXES = {".html", ".js", ".css", ".svg", ".json", ".txt", ".map"}
 
@@ -107,27 +106,6 @@ class Service(ServeProcess):
                 self.post(f"/jobs/{j['id']}/cancel")
         wait_until("every job to stop", lambda: self.get("/jobs?state=running&limit=1")["total"] == 0
                    and self.get("/jobs?state=pending&limit=1")["total"] == 0, timeout=60)
-
-
-def browser_or_skip() -> Any:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is absent: install Debian's chromium (`apt-get install chromium`; `make test` does)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed: pip install -e '.[test]' (do not run `playwright install`)")
-    return sync_playwright
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_playwright = browser_or_skip()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

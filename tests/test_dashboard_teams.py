@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import requests
 from test_client_cli import QuietHandler
-from test_dashboard import CHROMIUM, browser_or_skip
 from test_stats import seed_teams
 from werkzeug.serving import make_server
 
@@ -27,17 +26,6 @@ class Site:
     base: str
     token: str
     shots: Path
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_playwright = browser_or_skip()
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from conftest import InMemoryBackend
+
 from policies import make_policy
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
-from scheduler.live.runs import JobStatus, Launch, NodeInfo
+from scheduler.live.runs import JobStatus
 from scheduler.live.store import Store
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import JobState
@@ -23,34 +25,13 @@ NAMES = ["n0", "n1"]
 GPUS = 4
 
 
-class ScriptedBackend:
+class ScriptedBackend(InMemoryBackend):
     """Launches nothing; each run ends the next poll with the outcome its job's name asks for ('fail' exits 3 with
     no message, 'lose' is lost), the way a worker that dies before writing anything looks to the controller."""
 
     def __init__(self) -> None:
-        self.launches: dict[int, Launch] = {}
+        super().__init__(NAMES, GPUS)
         self.outcome: dict[int, str] = {}  # job id -> the phase its run reports: failed or lost
-
-    def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(name=n, gpus=GPUS, alive=True, ray_node_id=n, address="127.0.0.1") for n in NAMES]
-
-    def launch(self, launch: Launch) -> None:
-        self.launches[launch.job_id] = launch
-
-    def adopt(self, launch: Launch) -> bool:
-        return False
-
-    def reap_orphans(self, keep: set[str]) -> list[str]:
-        return []
-
-    def set_rate(self, job_id: int, rate: float) -> None:
-        pass
-
-    def stop(self, job_id: int) -> None:
-        pass
-
-    def forget(self, job_id: int) -> None:
-        self.launches.pop(job_id, None)
 
     def poll(self, timeout_s: float = 5.0) -> list[JobStatus]:
         out = []
