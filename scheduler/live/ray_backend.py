@@ -38,6 +38,9 @@ from scheduler.live.runs import NAMESPACE, JobStatus, Launch, NodeInfo, actor_na
 log = logging.getLogger(__name__)
 
 _NODE_RES = re.compile(r"^corral_node_(.+)$")
+# How often a running run's progress is asked for. Each ask is one call per worker (about 1 ms each to send), so asking
+# every run at every poll made the Ray calls most of a controller pass with 32 runs; ends are known at once anyway.
+PROGRESS_EVERY_S = 2.0
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this: time for a preempted job to write its checkpoint
 _RES_PRECISION = 10_000  # Ray accounts fractional resources in 1/10,000ths
 
@@ -97,6 +100,7 @@ class Worker:
         self.done_s = 0.0
         self.error = ""
         self._stop = threading.Event()
+        self._ended = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         Path(launch.log_dir).mkdir(parents=True, exist_ok=True)
@@ -132,6 +136,13 @@ class Worker:
         return {"phase": self.phase, "started_at": self.started_at, "ended_at": self.ended_at,
                 "exit_code": self.exit_code, "done_s": self.done_s, "error": self.error}
 
+    def finished(self) -> dict[str, Any]:
+        """Return once this rank's work has ended, with its final status. The backend keeps one call outstanding
+        per rank, so it learns of the end (or, as an error on this call, of the worker's loss) from a local check
+        rather than from a round trip to every worker at every poll."""
+        self._ended.wait()
+        return self.status()
+
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """Stop the work: emulated ranks write their checkpoint; a command gets SIGTERM, then SIGKILL."""
         self._stop.set()
@@ -157,6 +168,7 @@ class Worker:
         self.error = error
         self.ended_at = time.time()
         self.phase = "exited"
+        self._ended.set()
 
     def _checkpoint_file(self) -> Path:
         return Path(self.launch.checkpoint_dir) / "emulated.json"
@@ -242,6 +254,9 @@ class _Run:
     ready: list[Any] | None  # refs of `ready()` until the gang has started
     started: bool = False
     status: JobStatus | None = None
+    ends: list[Any] | None = None  # refs of each rank's `finished()`, outstanding for the whole run
+    asked: list[Any] | None = None  # refs of each rank's `status()`, asked at one poll and read at a later one
+    asked_at: float = 0.0
 
 
 class RayBackend:
@@ -382,20 +397,40 @@ class RayBackend:
     def running_jobs(self) -> list[int]:
         return list(self._runs)
 
-    def poll(self, timeout_s: float = 5.0) -> list[JobStatus]:
-        """Start gangs whose workers are all up, reap stopped workers, and report every tracked run's status."""
+    def poll(self) -> list[JobStatus]:
+        """Start gangs whose workers are all up, reap stopped workers, and report every tracked run's status.
+
+        It never waits on a worker: a pass of the controller must not take a round trip to every running worker
+        (with 32 running, sending those calls was most of the pass). The end of a rank is known from its outstanding
+        `finished()` call as soon as it returns; start times and progress come from `status()` calls asked at one
+        poll and read at a later one, every PROGRESS_EVERY_S once the run is known to be running (so progress is up
+        to that old). A rank that has not answered yet leaves its run's last status standing, unless another rank's
+        end already decides it (a failure, a lost worker)."""
         self._reap_stopped()
         for run in self._runs.values():
             if run.ready is not None:
                 self._maybe_start(run)
         runs = [r for r in self._runs.values() if r.started]
-        refs = [[a.status.remote() for a in r.actors] for r in runs]
-        flat = [ref for rs in refs for ref in rs]
-        if flat:
-            ray.wait(flat, num_returns=len(flat), timeout=timeout_s)
+        now = time.time()
+        for run in runs:
+            if run.ends is None:
+                run.ends = [a.finished.remote() for a in run.actors]
+            # Asked until one answer says running (it carries the start times), then every PROGRESS_EVERY_S.
+            known = run.status is not None and run.status.phase != "starting"
+            if run.asked is None and (not known or now - run.asked_at >= PROGRESS_EVERY_S):
+                run.asked = [a.status.remote() for a in run.actors]
+                run.asked_at = now
+        flat = [ref for r in runs for ref in (*(r.ends or ()), *(r.asked or ()))]
+        ready = set(ray.wait(flat, num_returns=len(flat), timeout=0)[0]) if flat else set()
         out = []
-        for run, rs in zip(runs, refs, strict=True):
-            out.append(self._status(run, rs))
+        for run in runs:
+            assert run.ends is not None
+            answered = run.asked is not None and all(ref in ready for ref in run.asked)
+            refs = [end if end in ready else asked if answered else None
+                    for end, asked in zip(run.ends, run.asked or [None] * len(run.ends), strict=True)]
+            out.append(self._status(run, refs))
+            if answered:
+                run.asked = None
         for run in self._runs.values():
             if not run.started:
                 n = len(run.actors)
@@ -421,7 +456,8 @@ class RayBackend:
         run.ready = None
         run.started = True
 
-    def _status(self, run: _Run, refs: list[Any]) -> JobStatus:
+    def _status(self, run: _Run, refs: list[Any | None]) -> JobStatus:
+        """The run's status from one answer per rank (None: that rank has not answered yet)."""
         launch = run.launch
         n = len(refs)
         started: list[float | None] = [None] * n
@@ -431,6 +467,9 @@ class RayBackend:
         done_s = 0.0
         error = ""
         for i, ref in enumerate(refs):
+            if ref is None:
+                phases.append("unknown")
+                continue
             try:
                 st = ray.get(ref, timeout=0)
             except GetTimeoutError:
