@@ -469,7 +469,7 @@ def test_cluster_reports_nodes_gpus_tenants_and_totals(env: Env) -> None:
     with env.store.session() as s:
         for n in range(2):
             node = Node(name=f"node-{n}", index=n, preset="dgx-v100", alive=n == 0, address=f"10.0.0.{n}",
-                        updated_at=now)
+                        updated_at=now - 60 * n)
             node.gpus = [Gpu(index=n * 2 + i, local_index=i, gpu_type="V100-32GB", mem_gb=32.0) for i in range(2)]
             s.add(node)
     whole, half_a, half_b, done = (env.submit(name=n)["id"] for n in ("whole", "half-a", "half-b", "done"))
@@ -487,6 +487,7 @@ def test_cluster_reports_nodes_gpus_tenants_and_totals(env: Env) -> None:
     assert [n["name"] for n in c["nodes"]] == ["node-0", "node-1"]
     n0, n1 = c["nodes"]
     assert (n0["alive"], n1["alive"], n0["preset"], n0["address"]) == (True, False, "dgx-v100", "10.0.0.0")
+    assert (n0["since"], n1["since"]) == (now, now - 60)  # up since, down since
     g0, g1 = n0["gpus"]
     assert g0["tenants"] == [{"job_id": whole, "name": "whole", "share": 1.0, "user": "alice",
                                "team": "default"}]

@@ -308,3 +308,64 @@ def test_the_shipped_agent_schedules_the_live_cluster(cluster: Any, store: Store
             for c in r.candidates:
                 assert not any(o["slowdown"] < c["slowdown"] - 1e-6 and o["others_added"] < c["others_added"] - 1e-6
                                for o in r.candidates)
+
+
+def test_a_node_that_joins_is_used_without_a_restart(cluster: Any, store: Store) -> None:
+    """Issue 14 item 1: a Ray node with Corral's resources that joins at run time enters the model (appended, so the
+    GPUs already numbered keep their indices) and gets work, while the runs already going are neither lost nor
+    restarted. Last in the module: it removes its node at the end, and a controller made later would take it in."""
+    ctl = controller(store)
+    fill = [submit(store, name=f"fill{i}", num_gpus=2, duration_s=60.0) for i in range(len(NAMES))]
+    run_until(ctl, store, fill, {"running"})
+    before = {i: [(a.node, a.gpu) for a in job(store, i).allocations] for i in fill}
+    waiting = submit(store, name="waiting", num_gpus=2, duration_s=1.0)
+    ctl.step()
+    assert job(store, waiting).state == "pending"  # both nodes are full
+    node = cluster.add_node(num_cpus=1, num_gpus=GPUS, resources=node_resources("n2", GPUS))
+    try:
+        cluster.wait_for_nodes()
+        run_until(ctl, store, [waiting], {"succeeded"}, timeout=60)
+        w = job(store, waiting)
+        assert {a.node for a in w.allocations} == {"n2"}
+        assert sorted(a.gpu for a in w.allocations) == [len(NAMES) * GPUS, len(NAMES) * GPUS + 1]
+        assert ctl.node_names == [*NAMES, "n2"] and ctl.cluster.num_gpus == (len(NAMES) + 1) * GPUS
+        for i in fill:  # taken over where they ran: no loss, no second attempt, same GPUs
+            f = job(store, i)
+            assert f.state == "running" and f.attempt == 1 and "lost" not in kinds(f), kinds(f)
+            assert [(a.node, a.gpu) for a in f.allocations] == before[i]
+        with store.session() as s:
+            n2 = s.scalars(select(Node).where(Node.name == "n2")).one()
+            assert n2.alive and n2.index == len(NAMES) and [g.index for g in n2.gpus] == [4, 5]
+    finally:
+        cluster.remove_node(node)
+        with store.session() as s:
+            for i in fill:
+                queries.cancel(s, s.get(Job, i))  # type: ignore[arg-type]
+    run_until(ctl, store, fill, {"cancelled"})
+    deadline = time.time() + 60
+    while time.time() < deadline and "n2" not in [ctl.node_names[i] for i in ctl._down]:
+        ctl.step()
+        time.sleep(0.2)
+    with store.session() as s:  # it left: down in the model and in the store, since when it left
+        n2 = s.scalars(select(Node).where(Node.name == "n2")).one()
+        assert not n2.alive and n2.updated_at >= w.allocations[0].allocated_at
+
+
+def test_discovery_keeps_the_numbering_of_nodes_the_store_knows() -> None:
+    """Allocations record GPUs by cluster-wide index, so a restarted controller joining a Ray cluster must number
+    the nodes as before: known ones in the store's order (even one Ray does not have now, whose GPUs stay in the
+    model, down), then new ones by name."""
+    from scheduler.live.runs import NodeInfo
+    from scheduler.live.serve import ServeConfig, discover
+
+    class Nodes:
+        def nodes(self) -> list[NodeInfo]:
+            return [NodeInfo("a", 4, True, "ra", ""), NodeInfo("c", 2, True, "rc", ""), NodeInfo("z", 8, False, "", ""),
+                    NodeInfo("b", 2, True, "rb", "")]
+
+    cfg = ServeConfig(ray_address="127.0.0.1:1", preset="dgx-a100")
+    names, cl = discover(Nodes(), cfg, known=[("b", 2), ("gone", 8), ("a", 4)])  # type: ignore[arg-type]
+    assert names == ["b", "gone", "a", "c"]  # z is dead and unknown: not taken in
+    assert [int(cl.node_num_gpus[i]) for i in range(cl.num_nodes)] == [2, 8, 4, 2]
+    names, _ = discover(Nodes(), cfg)  # a new store: by name
+    assert names == ["a", "b", "c"]

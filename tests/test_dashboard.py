@@ -153,6 +153,9 @@ def test_sign_in_refuses_a_bad_token_then_accepts_a_good_one(page: Any, service:
     assert page.evaluate("localStorage.getItem('corral.token')") == service.token
     page.wait_for_function(f"document.querySelectorAll('.gpu').length === {NODES * GPUS}")
     assert page.locator(".node").count() == NODES
+    # Each node says since when it is up (issue 14: nodes come and go).
+    assert page.locator(".node .node-since").count() == NODES
+    assert all(s.startswith("up since ") and s.endswith(" ago") for s in page.locator(".node-since").all_inner_texts())
     # A token revoked or wrong later: the next call's 401 sends the user back to sign in, saying why.
     page.evaluate("localStorage.setItem('corral.token', 'corral_revoked')")
     page.wait_for_selector("#signin-form", timeout=10_000)

@@ -328,6 +328,8 @@ class NodeSchema(Schema):
     index = fields.Integer()
     preset = fields.String()
     alive = fields.Boolean()
+    since = fields.Float(metadata={"description": "When the node came up or went down (Unix seconds): when `alive` "
+                                                  "last changed, or when it was first seen"})
     address = fields.String(allow_none=True)
     gpus = fields.List(fields.Nested(GpuSchema))
 

@@ -31,10 +31,11 @@ from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S, Team, Teams, TenancyFrame
 from scheduler.core.workloads import ModelProfile, catalog
 from scheduler.live import metrics
+from scheduler.live.cluster import build_live_cluster
 from scheduler.live.explain import capacity_reason
 from scheduler.live.nodes import register_nodes
 from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
-from scheduler.live.runs import Backend, JobStatus, Launch, RankSpec, actor_name
+from scheduler.live.runs import Backend, JobStatus, Launch, NodeInfo, RankSpec, actor_name
 from scheduler.live.slowdown import SlowdownLedger
 from scheduler.live.store import queries
 from scheduler.live.store.db import Store
@@ -251,7 +252,14 @@ class Controller:
         self.view.now = now
         statuses: list[JobStatus] = []
         polled = self._starting or now - self._last_poll >= self.tick_s * 0.5
+        nodes: list[NodeInfo] = []
         if polled:
+            t0 = time.perf_counter()
+            nodes = self.backend.nodes()
+            stats.ray_s += time.perf_counter() - t0
+            joined = [n for n in nodes if n.alive and n.name not in self.node_index]
+            if joined:
+                self._grow(joined)
             t0 = time.perf_counter()
             statuses = self.backend.poll()
             stats.ray_s += time.perf_counter() - t0
@@ -263,9 +271,7 @@ class Controller:
             self._sync_cancels(s, now)
             self._collect(s, statuses, now, stats)
             if polled:
-                t0 = time.perf_counter()
-                self._check_nodes(s, now)
-                stats.ray_s += time.perf_counter() - t0
+                self._check_nodes(s, nodes, now)
             if self.pending and self.policy is not None:
                 self._wake_at = float("inf")
                 launches = self._schedule(s, now, stats)
@@ -409,9 +415,23 @@ class Controller:
                 self._lose(s, row.id, st.error or "its workers were lost", now)
                 stats.finished += 1
 
-    def _check_nodes(self, s: Session, now: float) -> None:
+    def _grow(self, joined: list[NodeInfo]) -> None:
+        """Ray nodes with Corral's resources that joined since the model was built: appended to it (the nodes it has
+        keep their GPU numbering, which allocations record), then the state is rebuilt from the store and the running
+        workers adopted again, as after a failed pass. Rare, so the simplest correct rebuild; it takes the policy's
+        caches, built for the old cluster, with it."""
+        joined = sorted(joined, key=lambda n: n.name)
+        gpus = [int(self.cluster.node_num_gpus[i]) for i in range(self.cluster.num_nodes)] + [n.gpus for n in joined]
+        self.cluster = build_live_cluster(self.preset, gpus)
+        self.node_names = [*self.node_names, *(n.name for n in joined)]
+        self.node_index = {n: i for i, n in enumerate(self.node_names)}
+        log.info("node(s) joined: %s; the cluster has %d nodes and %d GPUs now",
+                 ", ".join(f"{n.name} ({n.gpus} GPUs)" for n in joined), self.cluster.num_nodes, self.cluster.num_gpus)
+        self.recover(after_failure=True)
+
+    def _check_nodes(self, s: Session, nodes: list[NodeInfo], now: float) -> None:
         """A Ray node that died takes its GPUs out of the model until it comes back."""
-        alive = {n.name: n.alive for n in self.backend.nodes()}
+        alive = {n.name: n.alive for n in nodes}
         for i, name in enumerate(self.node_names):
             up = alive.get(name, False)
             if up and i in self._down:

@@ -16,7 +16,8 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
                    preset: str, now: float) -> set[int]:
     """Write the cluster model's nodes and GPUs with what the backend reports of each; returns the indices of the
     nodes that are not alive. Nodes in the store that the model no longer has (a smaller cluster than last time) are
-    marked gone."""
+    marked gone. A node's `updated_at` is when its `alive` last changed (or it was first seen): the dashboard's
+    "since"."""
     by_name = {n.name: n for n in reported}
     down: set[int] = set()
     existing = {n.name: n for n in s.scalars(select(Node))}
@@ -26,8 +27,11 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
         if node is None:
             node = Node(name=name, index=i, preset=preset, updated_at=now)
             s.add(node)
-        node.index, node.preset, node.updated_at = i, preset, now
-        node.alive = bool(info and info.alive)
+        node.index, node.preset = i, preset
+        alive = bool(info and info.alive)
+        if node.alive != alive:
+            node.updated_at = now
+        node.alive = alive
         node.ray_node_id = info.ray_node_id if info else None
         node.address = info.address if info else None
         if not node.alive:
@@ -39,5 +43,6 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
                 s.add(Gpu(node_id=node.id, index=g, local_index=g - int(cluster.node_first_gpu[i]),
                           gpu_type=cluster.gpu_types[int(cluster.gpu_type[g])].name, mem_gb=float(cluster.gpu_mem[g])))
     for stale in existing.values():
-        stale.alive = False
+        if stale.alive:
+            stale.alive, stale.updated_at = False, now
     return down

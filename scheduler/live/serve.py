@@ -11,6 +11,8 @@ import shlex
 import shutil
 import signal
 import sys
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +22,7 @@ from scheduler.live.cluster import build_live_cluster, node_type
 
 if TYPE_CHECKING:
     from scheduler.live.controller import Controller
-    from scheduler.live.ray_backend import NodeInfo, RayBackend
+    from scheduler.live.ray_backend import RayBackend
     from scheduler.live.store import Store
 
 log = logging.getLogger("corral")
@@ -42,21 +44,44 @@ class ServeConfig:
     half_life_s: float = 7 * 24 * 3600.0  # of the teams' fair-share usage (scheduler.core.tenancy)
 
 
-def discover(backend: RayBackend, cfg: ServeConfig) -> tuple[list[str], Cluster]:
-    nodes: list[NodeInfo] = sorted(backend.nodes(), key=lambda n: n.name)
-    if not nodes:
+FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
+
+
+def discover(backend: RayBackend, cfg: ServeConfig, known: Sequence[tuple[str, int]] = ()) -> tuple[list[str], Cluster]:
+    """The cluster model's nodes, in order: the nodes of an earlier run in the store's order (`known`: name and GPU
+    count; allocations record GPUs by their index in that order, so it must not change), whether Ray has them now or
+    not, then the others Ray reports, by name. Nodes joining later are appended by the controller."""
+    alive = {n.name: n.gpus for n in backend.nodes() if n.alive}
+    deadline = time.monotonic() + (FIRST_NODE_WAIT_S if cfg.ray_address else 0.0)
+    while not alive and not known and time.monotonic() < deadline:
+        log.info("waiting for a Ray node with Corral's resources to join")
+        time.sleep(2.0)
+        alive = {n.name: n.gpus for n in backend.nodes() if n.alive}
+    if not alive and not known:
         raise SpecError(
-            f"--ray-address {cfg.ray_address}: no Ray node carries Corral's resources; start each worker node with "
-            "`ray start --address ADDR --resources \"$(corral node-resources --name NAME --gpus 8)\"`"
+            f"--ray-address {cfg.ray_address}: no Ray node carries Corral's resources after {FIRST_NODE_WAIT_S:g} s; "
+            "start each worker node with `corral node start --address ADDR` or `ray start --address ADDR --resources "
+            "\"$(corral node-resources --name NAME --gpus 8)\"`"
         )
-    return [n.name for n in nodes], build_live_cluster(cfg.preset, [n.gpus for n in nodes])
+    for name, gpus in known:
+        if alive.get(name, gpus) != gpus:  # the GPUs after it would be renumbered: keep the recorded count
+            log.warning("node %s reports %d GPUs, the store %d: restart it with %d, or remove it from the store",
+                        name, alive[name], gpus, gpus)
+    names = dict(known)
+    order = [*known, *sorted((name, gpus) for name, gpus in alive.items() if name not in names)]
+    return [name for name, _ in order], build_live_cluster(cfg.preset, [gpus for _, gpus in order])
 
 
 def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Controller:
     from policies import make_policy
     from scheduler.live.controller import Controller
+    from scheduler.live.store import queries
 
-    names, cluster = discover(backend, cfg)
+    known: list[tuple[str, int]] = []
+    if cfg.ray_address:  # a cluster that outlives this process: keep the numbering its allocations were written in
+        with store.session() as s:
+            known = [(n.name, len(n.gpus)) for n in queries.nodes_with_gpus(s)]
+    names, cluster = discover(backend, cfg, known)
     return Controller(store, backend, cluster, names, make_policy, default_policy=cfg.policy or "rl:default",
                       tick_s=cfg.tick_s, preset=cfg.preset, job_user=cfg.job_user, half_life_s=cfg.half_life_s)
 

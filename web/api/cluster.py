@@ -40,7 +40,7 @@ def cluster_json() -> dict[str, Any]:
                                  "mem_gb": gpu.mem_gb, "free_share": round(max(0.0, 1.0 - used), 6),
                                  "tenants": held})
             out_nodes.append({"name": node.name, "index": node.index, "preset": node.preset, "alive": node.alive,
-                              "address": node.address, "gpus": out_gpus})
+                              "since": node.updated_at, "address": node.address, "gpus": out_gpus})
     return {
         "nodes": out_nodes,
         "totals": {"nodes": len(out_nodes), "gpus": gpus, "gpus_allocated": allocated, "gpus_shared": shared,

@@ -191,7 +191,7 @@ class Node(Base):
     alive: Mapped[bool] = mapped_column(Boolean, default=True)
     ray_node_id: Mapped[str | None] = mapped_column(String(64))
     address: Mapped[str | None] = mapped_column(String(64))
-    updated_at: Mapped[float]
+    updated_at: Mapped[float]  # when `alive` last changed, or the node was first seen ("since" in the API)
 
     gpus: Mapped[list[Gpu]] = relationship(back_populates="node", order_by="Gpu.index", cascade="all, delete-orphan")
 

@@ -191,7 +191,8 @@ const Views = (() => {
         mount(nodesEl, cluster.nodes.map((n) => html`
           <div class="node${n.alive ? "" : " dead"}" data-node="${n.name}">
             <div class="node-head"><b>${n.name}</b><span class="muted">${n.preset} · ${n.gpus.length} GPUs</span>
-              ${n.alive ? "" : html`<span class="badge state-failed">down</span>`}${nicBar(nics.get(n.name))}</div>
+              ${n.alive ? html`<span class="muted node-since" title="${C.stamp(n.since)}">up since ${C.ago(n.since)}</span>`
+                : html`<span class="badge state-failed" title="${C.stamp(n.since)}">down since ${C.ago(n.since)}</span>`}${nicBar(nics.get(n.name))}</div>
             <div class="gpus" style="grid-template-columns: repeat(${Math.min(8, n.gpus.length)}, minmax(0, 1fr))">
               ${n.gpus.map((g) => gpuCell(g, jobs, teams))}</div>
           </div>`));
