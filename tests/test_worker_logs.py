@@ -3,6 +3,9 @@ per tick (issue 10 item 11)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from scheduler.live.ray_backend import ProgressLog
 
 
@@ -19,3 +22,27 @@ def test_a_rate_change_is_logged_at_once_with_the_old_rate() -> None:
     assert log.line(0.11, 1.0) is None  # nothing new to say
     assert log.line(0.12, 0.625) == "progress  12.0% rate 0.625 (rate was 1.000)"  # a neighbour arrived
     assert log.line(0.13, 0.625) is None
+
+
+def test_a_stale_attempt_never_overwrites_a_later_attempt_s_checkpoint(tmp_path: Path) -> None:
+    """The fence for a worker cut off from the cluster while its run was requeued (issue 14): attempt 1 keeps
+    checkpointing until attempt 2 writes one, then writes nothing more, and says so in its log once."""
+    from scheduler.live.ray_backend import Worker
+    from scheduler.live.runs import Launch, RankSpec
+
+    def worker(attempt: int) -> Worker:
+        return Worker(Launch(7, attempt, "emulated", (RankSpec(0, "n0", (0,), 1.0, 80.0),), 10.0, 1.0,
+                             str(tmp_path / f"logs-{attempt}"), str(tmp_path / "ckpt")), 0)
+
+    ckpt = tmp_path / "ckpt" / "emulated.json"
+    stale, fresh = worker(1), worker(2)
+    stale.done_s = 3.0
+    stale._write_checkpoint()
+    assert json.loads(ckpt.read_text()) == {"done_s": 3.0, "attempt": 1}
+    fresh.done_s = 4.0
+    fresh._write_checkpoint()
+    for done in (9.0, 10.0):  # the stale run goes on, even to its end
+        stale.done_s = done
+        stale._write_checkpoint()
+    assert json.loads(ckpt.read_text()) == {"done_s": 4.0, "attempt": 2}
+    assert (tmp_path / "logs-1" / "rank-0.log").read_text().count("is stale") == 1

@@ -101,6 +101,7 @@ class Worker:
         self.error = ""
         self._stop = threading.Event()
         self._ended = threading.Event()
+        self._fenced = False  # a later attempt's checkpoint was found: this run is stale
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         Path(launch.log_dir).mkdir(parents=True, exist_ok=True)
@@ -209,11 +210,24 @@ class Worker:
         self._finish(143 if stopped else 0)
 
     def _write_checkpoint(self) -> None:
+        """Rank 0 writes the run's progress, fenced by its attempt: a stale worker (on a host cut off from the
+        cluster, its run already requeued) never overwrites what a later attempt wrote."""
         if self.rank != 0:
             return
-        tmp = self._checkpoint_file().with_suffix(".tmp")
-        tmp.write_text(json.dumps({"done_s": self.done_s}))
-        tmp.replace(self._checkpoint_file())  # atomic: a crash never leaves half a checkpoint
+        path = self._checkpoint_file()
+        try:
+            if int(json.loads(path.read_text()).get("attempt", 0)) > self.launch.attempt:
+                if not self._fenced:
+                    self._fenced = True
+                    with self._log_path.open("a") as out:
+                        out.write(f"[corral] attempt {self.launch.attempt} is stale (a later attempt checkpointed):"
+                                  " not writing its checkpoint\n")
+                return
+        except (OSError, ValueError, AttributeError):
+            pass  # none yet, or unreadable: this one replaces it
+        tmp = path.with_suffix(f".{self.launch.attempt}.tmp")
+        tmp.write_text(json.dumps({"done_s": self.done_s, "attempt": self.launch.attempt}))
+        tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
 
     def _command(self, env: dict[str, str]) -> None:
         user = self.launch.run_as
