@@ -14,6 +14,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -307,6 +308,49 @@ def test_a_daemon_that_does_not_start_fails_the_fractional_job(tmp_path: Path, m
     assert (w.phase, w.exit_code) == ("exited", 1)
     assert w.error.startswith("MPS: ") and "exited with 3" in w.error
     assert kinds(record) == ["start"]
+
+
+# ---- the foreground child and its signals ---------------------------------------------------------------------------
+
+
+def test_the_agent_forwards_a_stop_to_ray_and_exits_with_its_status(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT to the agent reaches `ray start` as SIGTERM (Ray drains on SIGTERM, and sits in its own process group
+    where a terminal's Ctrl-C would not reach it); the agent exits with Ray's status. A stand-in `ray` records it."""
+    record = tmp_path / "ray.json"
+    stand_in = tmp_path / "ray"
+    stand_in.write_text(f"""#!{sys.executable}
+import json, os, signal, sys, time
+def stop(signum, frame):
+    with open({str(record)!r}, "w") as f:
+        json.dump({{"argv": sys.argv[1:], "node_dir": os.environ.get("CORRAL_NODE_DIR"), "signal": signum}}, f)
+    sys.exit(7)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+open({str(tmp_path / "ready")!r}, "w").close()
+time.sleep(60)
+sys.exit(99)
+""")
+    stand_in.chmod(0o755)
+    monkeypatch.setattr("scheduler.live.node.agent.ray_executable", lambda: str(stand_in))
+    lines: list[str] = []
+    agent = NodeAgent(options(tmp_path, gpus=1, dry_run=False, health_interval_s=0.2), out=lines.append)
+
+    def interrupt() -> None:
+        wait_until("the stand-in ray to start", (tmp_path / "ready").exists, timeout=30)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    before = signal.getsignal(signal.SIGINT)
+    assert agent.run() == 7
+    assert signal.getsignal(signal.SIGINT) is before  # the agent's handlers are gone with it
+    seen = json.loads(record.read_text())
+    assert seen["signal"] == signal.SIGTERM
+    assert seen["node_dir"] == str(tmp_path / "n1")  # what Ray's workers inherit to find the node's MPS
+    assert seen["argv"][:2] == ["start", "--address=127.0.0.1:1"] and "--block" in seen["argv"]
+    assert json.loads(seen["argv"][2].removeprefix("--resources=")) == {"corral_node_n1": 1.0, "corral_gpu_n1_0": 1.0}
+    assert lines[-1] == "corral node n1: Ray exited with status 7"
+    assert read_health(tmp_path / "n1")["agent"] == "stopped"
 
 
 # ---- a real node joining a local Ray head ---------------------------------------------------------------------------
