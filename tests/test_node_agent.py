@@ -119,6 +119,10 @@ def test_an_unknown_model_is_described_and_the_node_still_joins(tmp_path: Path) 
     assert "2 x NVIDIA L4 (22.5 GiB)" in text
     assert "no Corral preset matches" in text and "generic GPU(s)" in text
     assert '"corral_gpu_n1_1": 1.0' in text and "corral_gpu_n1_2" not in text
+    assert not (tmp_path / "n1").exists()  # a dry run writes nothing: an agent may be running with that folder
+    agent = NodeAgent(options(tmp_path), out=lines.append, nvml_module=nv)
+    agent.prepare()
+    agent.close()
     node = json.loads((tmp_path / "n1" / "node.json").read_text())
     assert node["preset"] is None and [d["memory_mib"] for d in node["devices"]] == [23034, 23034]
 
@@ -156,7 +160,13 @@ def test_virtual_gpus_without_mps_say_so_once(tmp_path: Path, monkeypatch: pytes
     assert result.exit_code == 0, result.output
     assert result.output.count("fractional jobs run without MPS") == 1
     assert "bookkeeping only (virtual GPUs)" in result.output
+    assert not (tmp_path / "v1").exists()
+    agent = NodeAgent(options(tmp_path, name="v1", gpus=2, preset="pcie-t4"), out=lambda _: None)
+    agent.prepare()
     assert read_config(tmp_path / "v1") is None
+    with pytest.raises(AgentError, match="another node agent is running with"):  # one agent per folder
+        NodeAgent(options(tmp_path, name="v1", gpus=2), out=lambda _: None).prepare()
+    agent.close()
     monkeypatch.setenv(NODE_DIR_ENV, str(tmp_path / "v1"))
     assert MpsManager.for_this_node() is None  # so a fractional worker there runs as it did before the agent
 
@@ -183,6 +193,9 @@ def test_health_reports_temperature_ecc_xid_and_unreachable_gpus(tmp_path: Path)
     healthy.prepare()
     report = healthy.check_health()
     assert report["status"] == "ok" and [g["status"] for g in report["gpus"]] == ["ok", "ok"]
+    agent.close()
+    healthy.close()
+    assert read_health(tmp_path / "n2")["agent"] == "stopped"
 
 
 # ---- MPS ------------------------------------------------------------------------------------------------------------
@@ -214,8 +227,11 @@ def kinds(record: Path) -> list[str]:
 
 
 def mps_node(tmp_path: Path, name: str, control: Path) -> Path:
-    NodeAgent(options(tmp_path, name=name, gpus=2, preset="pcie-t4", mps_control=str(control)),
-              out=lambda _: None).run()
+    """A node folder as an agent with MPS leaves it for its workers (mps.json)."""
+    agent = NodeAgent(options(tmp_path, name=name, gpus=2, preset="pcie-t4", mps_control=str(control)),
+                      out=lambda _: None)
+    agent.prepare()
+    agent.close()
     return tmp_path / name
 
 
@@ -298,6 +314,9 @@ def test_a_dead_workers_lease_is_swept(tmp_path: Path) -> None:
     agent.mps.acquire("corral-11-1-0", pid=gone.pid)
     assert agent.mps.sweep() is True  # the agent's periodic sweep stops a daemon nobody alive holds
     assert kinds(record) == ["start", "quit", "start", "quit"]
+    agent.mps.acquire("corral-12-1-0")
+    agent.close()  # the agent leaving stops the daemon, even with a client: the node's workers went with Ray
+    assert kinds(record) == ["start", "quit", "start", "quit", "start", "quit"]
 
 
 def test_a_daemon_that_does_not_start_fails_the_fractional_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ Ray's status.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any
+from typing import IO, Any
 
 from scheduler.core.errors import SpecError
 from scheduler.core.paths import corral_home
@@ -134,43 +135,60 @@ class NodeAgent:
         self.mps: MpsManager | None = None
         self.hardware: NodeHardware | None = None
         self._nvml: Nvml | None = None
+        self._folder_lock: IO[str] | None = None
 
     # -- setup --
 
-    def prepare(self) -> list[str]:
-        """Discover, write the node folder (hardware, MPS config) and return the `ray start` command."""
+    def prepare(self, write: bool = True) -> list[str]:
+        """Discover, write the node folder (hardware, MPS config) and return the `ray start` command. `write=False`
+        (a dry run) changes nothing on disk: an agent may be running with this folder."""
         opts = self.opts
         check_name(opts.name)
         self.hardware, self._nvml = discover(opts, self._nvml_module)
         hw = self.hardware
         folder = opts.folder
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "node.json").write_text(json.dumps({"name": opts.name, **hw.as_json()}, indent=1))
+        if write:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._hold_folder(folder)
+            (folder / "node.json").write_text(json.dumps({"name": opts.name, **hw.as_json()}, indent=1))
         self._out(f"corral node {opts.name}: {hw.summary}" + (f", preset {hw.preset}" if hw.preset else ""))
         for note in hw.notes:
             self._out(f"  note: {note}")
-        self._setup_mps(folder)
+        self._setup_mps(folder, write)
         resources = node_resources(opts.name, hw.gpus)
         self._out(f"  resources: {json.dumps(resources)}")
         self._out(f"  node folder: {folder} (health in {folder / 'health.json'})")
         return ray_command(opts, resources)
 
-    def _setup_mps(self, folder: Path) -> None:
+    def _hold_folder(self, folder: Path) -> None:
+        # One agent per folder, for as long as it runs (the kernel drops the lock when it exits, however it exits):
+        # a second agent would reset the first one's MPS daemon under its running jobs.
+        self._folder_lock = (folder / "agent.lock").open("a")
+        try:
+            fcntl.flock(self._folder_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._folder_lock.close()
+            raise AgentError(f"another node agent is running with {folder} (node {self.opts.name}); stop it, or "
+                             "give this one another --name or --state-dir") from None
+
+    def _setup_mps(self, folder: Path, write: bool) -> None:
         control = find_mps_control(self.opts.mps_control)
         if control is None:
-            write_config(folder, None)
+            if write:
+                write_config(folder, None)
             virtual_gpus = self.hardware is not None and self.hardware.source == "virtual"
             self._out(f"  MPS: no {MPS_CONTROL} on PATH: fractional jobs run without MPS, their shares are "
                       + ("bookkeeping only (virtual GPUs)" if virtual_gpus else
                          "NOT enforced on these real GPUs (install the CUDA toolkit's MPS or pass --mps-control)"))
             return
         config = MpsConfig(control, str(folder / "mps" / "pipe"), str(folder / "mps" / "log"))
-        self.mps = MpsManager(folder, config)
-        try:
-            self.mps.shutdown()  # a daemon a previous agent here left running (it crashed): start from a clean slate
-        except MpsError as exc:
-            self._out(f"  MPS: stopping the previous daemon failed: {exc}")
-        write_config(folder, config)
+        if write:
+            self.mps = MpsManager(folder, config)
+            try:
+                self.mps.shutdown()  # a daemon a previous agent here left running (it crashed): start afresh
+            except MpsError as exc:
+                self._out(f"  MPS: stopping the previous daemon failed: {exc}")
+            write_config(folder, config)
         self._out(f"  MPS: {control}, started before the first fractional job, stopped after the last; "
                   f"CUDA_MPS_PIPE_DIRECTORY={config.pipe_dir}")
         if config.socket_path_too_long():
@@ -181,10 +199,10 @@ class NodeAgent:
 
     def run(self) -> int:
         """Prepare, then run Ray in the foreground; returns the exit status to leave with."""
-        argv = self.prepare()
+        argv = self.prepare(write=not self.opts.dry_run)
         if self.opts.dry_run:
             self._out("  dry run: would run " + " ".join(argv))
-            self._close()
+            self.close()
             return 0
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
@@ -202,7 +220,7 @@ class NodeAgent:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self._close()
+            self.close()
         status = code if code >= 0 else 128 - code  # killed by a signal: report it as a shell would
         self._out(f"corral node {self.opts.name}: Ray exited with status {status}")
         return status
@@ -242,13 +260,14 @@ class NodeAgent:
         return write_health(self.opts.folder, self.opts.name, self.hardware, readings(self.hardware, self._nvml),
                             mps_state, agent=agent)
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Give back what `prepare` took: the MPS daemon if one runs, NVML, the folder (health says "stopped")."""
         if self.mps is not None:
             try:
                 self.mps.shutdown()  # the node left Ray, so its workers are gone: nothing needs the daemon
             except MpsError as exc:
                 self._out(f"  MPS: {exc}")
-        if self.hardware is not None:
+        if self.hardware is not None and self._folder_lock is not None:  # not after a dry run: it wrote nothing
             try:
                 self.check_health(agent="stopped")
             except OSError:
@@ -256,4 +275,7 @@ class NodeAgent:
         if self._nvml is not None:
             self._nvml.close()
             self._nvml = None
+        if self._folder_lock is not None:
+            self._folder_lock.close()
+            self._folder_lock = None
 
