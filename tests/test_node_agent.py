@@ -11,6 +11,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -464,6 +465,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, di
         if _group_alive(head.pid):
             os.killpg(head.pid, signal.SIGKILL)
         log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_a_node_joins_runs_a_fractional_job_under_mps_and_leaves(
