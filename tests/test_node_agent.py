@@ -68,13 +68,14 @@ def fake_pynvml(gpus: list[tuple[str, int]], *, no_driver: bool = False, lost: t
         if not pending:
             raise FakeNVMLError("Timeout")
         gpu, code = pending.pop(0)
-        return SimpleNamespace(device=handles[gpu], eventData=code)
+        return SimpleNamespace(device=SimpleNamespace(index=gpu), eventData=code)  # a new handle object, as pynvml's
 
     return SimpleNamespace(
         NVMLError=FakeNVMLError, NVML_TEMPERATURE_GPU=0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1, NVML_VOLATILE_ECC=0,
         nvmlEventTypeXidCriticalError=8, calls=calls,
         nvmlInit=init, nvmlShutdown=lambda: calls.append("shutdown"),
         nvmlDeviceGetCount=lambda: len(gpus), nvmlDeviceGetHandleByIndex=lambda i: handles[i],
+        nvmlDeviceGetIndex=lambda h: h.index,
         nvmlDeviceGetName=lambda h: gpus[h.index][0], nvmlDeviceGetUUID=lambda h: f"GPU-fake-{h.index}",
         nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=gpus[h.index][1] * MIB),
         nvmlDeviceGetTemperature=temperature, nvmlDeviceGetTotalEccErrors=ecc_errors,

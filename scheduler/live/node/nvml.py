@@ -101,16 +101,17 @@ class Nvml:
         nv = self._nv
         if self._events is None:
             return
-        by_handle = {id(h): i for i, h in enumerate(self._handles)}
         for _ in range(1000):  # bounded: a storm of events must not stall the health loop
             try:
                 data = nv.nvmlEventSetWait(self._events, 0)
             except nv.NVMLError:  # NVML_ERROR_TIMEOUT: no event waiting
                 return
-            i = by_handle.get(id(data.device))
-            if i is None:  # a binding that returns new handle objects: match by index instead
-                i = next((j for j, h in enumerate(self._handles) if h == data.device), None)
-            if i is not None:
+            try:
+                # The event's handle is a new ctypes pointer, equal to none of ours: ask NVML which GPU it is.
+                i = int(nv.nvmlDeviceGetIndex(data.device))
+            except nv.NVMLError:
+                continue
+            if i in self._xids:
                 self._xids[i].append(int(data.eventData))
 
     def close(self) -> None:
