@@ -666,6 +666,73 @@ def node_resources_cmd(name: str, gpus: int) -> None:
     click.echo(json.dumps(node_resources(name, gpus)))
 
 
+
+@main.group("node")
+def node_group() -> None:
+    """Run this machine as a Corral node (the node agent) and read its state."""
+
+
+def _parse_gpus(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 64:
+        raise click.BadParameter("give auto or a number of GPUs from 1 to 64", ctx, param)
+    return n
+
+
+@node_group.command("start", context_settings={"ignore_unknown_options": True})
+@click.option("--address", required=True, metavar="HOST:PORT", help="The Ray head's address (its GCS port).")
+@click.option("--name", default=None, help="Corral node name, unique in the cluster [default: the short hostname].")
+@click.option("--gpus", "gpus", default="auto", show_default=True, callback=_parse_gpus, metavar="auto|N",
+              help="auto: discover the GPUs through NVML; N: offer N virtual GPUs (no driver needed; give --preset).")
+@click.option("--preset", default=None, help="Server model (dgx-a100, pcie-v100, pcie-t4): with --gpus N, what the "
+              "virtual GPUs are; with auto, overrides the model NVML's names match.")
+@click.option("--mps-control", default=None, metavar="PATH",
+              help="The CUDA MPS control program [default: nvidia-cuda-mps-control on PATH; none: no MPS].")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The agent's folder: MPS pipes and logs, health.json [default: CORRAL_HOME/nodes/NAME].")
+@click.option("--health-interval", default=10.0, show_default=True, type=click.FloatRange(0.2, 3600),
+              help="Seconds between GPU health readings.")
+@click.option("--dry-run", is_flag=True, help="Discover and print what the node would join with, then exit.")
+@click.argument("ray_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- RAY_START_ARGS]...")
+def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str | None, mps_control: str | None,
+                   state_dir: Path | None, health_interval: float, dry_run: bool, ray_args: tuple[str, ...]) -> None:
+    """Join the Ray cluster at ADDRESS as a Corral node, in the foreground until stopped (like `ray start --block`):
+    discover the GPUs (NVML), run `ray start` with Corral's resources for them, start CUDA MPS while fractional jobs
+    run here, and write GPU health. SIGTERM or SIGINT stops Ray; the command exits with Ray's status."""
+    from scheduler.live.node.agent import AgentError, AgentOptions, NodeAgent, default_name
+
+    opts = AgentOptions(address=address, name=name or default_name(), gpus=gpus, preset=preset, node_dir=state_dir,
+                        mps_control=mps_control, ray_args=ray_args, health_interval_s=health_interval,
+                        dry_run=dry_run)
+    try:
+        code = NodeAgent(opts).run()
+    except AgentError as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(code)
+
+
+@node_group.command("health")
+@click.option("--name", default=None, help="The node's name [default: the short hostname].")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The agent's folder [default: CORRAL_HOME/nodes/NAME].")
+def node_health_cmd(name: str | None, state_dir: Path | None) -> None:
+    """Print the node's last GPU health report (health.json, written by `corral node start`)."""
+    from scheduler.core.paths import corral_home
+    from scheduler.live.node.agent import default_name
+    from scheduler.live.node.health import read_health
+
+    folder = state_dir or corral_home() / "nodes" / (name or default_name())
+    try:
+        click.echo(json.dumps(read_health(folder), indent=1))
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"no health report in {folder}: {exc}") from None
+
+
 # The API client commands (submit, jobs, show, cancel, logs, cluster, token): they import no upper layer.
 from scheduler.cli.client_commands import register_client_commands
 

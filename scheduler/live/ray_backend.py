@@ -33,6 +33,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from scheduler.live.node.mps import MpsError, MpsManager
 from scheduler.live.runs import NAMESPACE, JobStatus, Launch, NodeInfo, actor_name, node_resources, rank_env
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class Worker:
         self._fenced = False  # a later attempt's checkpoint was found: this run is stale
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._mps: MpsManager | None = None  # the node's MPS daemon, while this rank holds a lease on it
         Path(launch.log_dir).mkdir(parents=True, exist_ok=True)
         Path(launch.checkpoint_dir).mkdir(parents=True, exist_ok=True)
         if launch.run_as is not None:  # the job's own folder: its user's alone (logs stay the server's)
@@ -123,6 +125,12 @@ class Worker:
         with self._lock:
             if self.phase != "ready":  # a restarted controller may say go twice
                 return self.started_at or 0.0
+            try:
+                env = {**env, **self._acquire_mps()}
+            except MpsError as exc:  # a share MPS cannot enforce is not the share asked for: fail, do not run uncapped
+                self.started_at = time.time()
+                self._finish(1, f"MPS: {exc}")
+                return self.started_at
             # started_at before phase: `status` may run on another thread, and "running" must come with its time
             self.started_at = time.time()
             self.phase = "running"
@@ -164,7 +172,25 @@ class Worker:
 
     # -- kinds --
 
+    def _acquire_mps(self) -> dict[str, str]:
+        """A fractional rank on a node whose agent runs MPS (scheduler.live.node.mps) takes a lease on the node's
+        daemon, started if it is the first, and gets its pipe folder; elsewhere (no agent, virtual GPUs), nothing."""
+        if next(s for s in self.launch.ranks if s.rank == self.rank).share >= 1.0:
+            return {}
+        mps = MpsManager.for_this_node()
+        if mps is None:
+            return {}
+        env = mps.acquire(actor_name(self.launch.job_id, self.launch.attempt, self.rank))
+        self._mps = mps
+        return env
+
     def _finish(self, code: int, error: str = "") -> None:
+        mps, self._mps = self._mps, None
+        if mps is not None:  # the last fractional rank out stops the daemon
+            try:
+                mps.release(actor_name(self.launch.job_id, self.launch.attempt, self.rank))
+            except MpsError as exc:
+                log.warning("releasing MPS: %s", exc)
         self.exit_code = code
         self.error = error
         self.ended_at = time.time()

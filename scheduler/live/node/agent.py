@@ -1,0 +1,281 @@
+"""`corral node start`: discover the GPUs, join Ray with Corral's resources for them, run MPS and report health.
+
+The agent is the parent of `ray start --block` and stays in the foreground until it exits, so whoever started the
+agent (systemd, compose, a test) owns the node: SIGTERM or SIGINT to the agent reaches Ray, and the agent exits with
+Ray's status.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import IO, Any
+
+from scheduler.core.errors import SpecError
+from scheduler.core.paths import corral_home
+from scheduler.live.node.hardware import NodeHardware, discovered, virtual
+from scheduler.live.node.health import readings, write_health
+from scheduler.live.node.mps import NODE_DIR_ENV, MpsConfig, MpsError, MpsManager, write_config
+from scheduler.live.node.nvml import Nvml, NvmlUnavailable
+from scheduler.live.runs import node_resources
+
+MPS_CONTROL = "nvidia-cuda-mps-control"
+# Node names become Ray resource names (corral_node_NAME, corral_gpu_NAME_I). No "_": the controller finds a node's
+# GPUs by the prefix corral_gpu_NAME_, which for a node "a" would also match a node "a_b"'s.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$")
+_PR_SET_PDEATHSIG = 1
+
+
+class AgentError(Exception):
+    """The agent cannot start; the message tells the user what to do."""
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    address: str
+    name: str
+    gpus: int | None  # None: --gpus auto (NVML)
+    preset: str | None = None
+    node_dir: Path | None = None  # default CORRAL_HOME/nodes/NAME
+    mps_control: str | None = None  # None: nvidia-cuda-mps-control on PATH, if any
+    ray_args: tuple[str, ...] = ()
+    health_interval_s: float = 10.0
+    dry_run: bool = False
+
+    @property
+    def folder(self) -> Path:
+        return self.node_dir if self.node_dir is not None else corral_home() / "nodes" / self.name
+
+
+def default_name() -> str:
+    return socket.gethostname().split(".")[0]
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise AgentError(f"--name {name!r}: use letters, digits, '.' and '-' (at most 63, no '_'): it becomes part of "
+                         "Ray resource names")
+    return name
+
+
+def discover(opts: AgentOptions, nvml_module: ModuleType | Any | None = None) -> tuple[NodeHardware, Nvml | None]:
+    """The node's GPUs: `--gpus N` virtual ones, or NVML's (with the session kept open for health readings)."""
+    try:
+        if opts.gpus is not None:
+            return virtual(opts.gpus, opts.preset), None
+        try:
+            nvml = Nvml(nvml_module)
+        except NvmlUnavailable as exc:
+            raise AgentError(f"--gpus auto found no usable GPU: {exc}\nOn a machine without NVIDIA GPUs or driver, "
+                             "pass --gpus N --preset P to offer N virtual GPUs (e.g. --gpus 8 --preset dgx-a100), "
+                             "as `corral node-resources` does.") from None
+        devices = nvml.devices()
+        if not devices:
+            nvml.close()
+            raise AgentError("--gpus auto: NVML works but sees no GPU. Pass --gpus N --preset P for virtual GPUs.")
+        return discovered(devices, opts.preset), nvml
+    except SpecError as exc:
+        raise AgentError(str(exc)) from None
+
+
+def find_mps_control(explicit: str | None) -> str | None:
+    if explicit is not None:
+        path = shutil.which(explicit)
+        if path is None:
+            raise AgentError(f"--mps-control {explicit}: not an executable file")
+        return str(Path(path).resolve())
+    return shutil.which(MPS_CONTROL)
+
+
+def ray_executable() -> str:
+    # The `ray` beside this Python first: the one whose version matches the Ray library the workers import.
+    beside = Path(sys.executable).with_name("ray")
+    found = str(beside) if beside.exists() else shutil.which("ray")
+    if found is None:
+        raise AgentError("the `ray` command is not installed beside this Python nor on PATH")
+    return found
+
+
+def ray_command(opts: AgentOptions, resources: dict[str, float]) -> list[str]:
+    return [ray_executable(), "start", f"--address={opts.address}", f"--resources={json.dumps(resources)}",
+            "--block", *opts.ray_args]
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: if the agent is SIGKILLed (so cannot forward anything), the kernel sends Ray
+    # SIGTERM, and Ray stops its node instead of staying behind in its own process group (`ray start` makes one).
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the forwarded signals still work
+
+
+class NodeAgent:
+    def __init__(self, opts: AgentOptions, out: Callable[[str], None] | None = None,
+                 nvml_module: ModuleType | Any | None = None) -> None:
+        self.opts = opts
+        self._out = out or (lambda line: print(line, flush=True))
+        self._nvml_module = nvml_module
+        self._child: subprocess.Popen[bytes] | None = None
+        self._signals = 0
+        self._stop = threading.Event()
+        self.mps: MpsManager | None = None
+        self.hardware: NodeHardware | None = None
+        self._nvml: Nvml | None = None
+        self._folder_lock: IO[str] | None = None
+
+    # -- setup --
+
+    def prepare(self, write: bool = True) -> list[str]:
+        """Discover, write the node folder (hardware, MPS config) and return the `ray start` command. `write=False`
+        (a dry run) changes nothing on disk: an agent may be running with this folder."""
+        opts = self.opts
+        check_name(opts.name)
+        self.hardware, self._nvml = discover(opts, self._nvml_module)
+        hw = self.hardware
+        folder = opts.folder
+        if write:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._hold_folder(folder)
+            (folder / "node.json").write_text(json.dumps({"name": opts.name, **hw.as_json()}, indent=1))
+        self._out(f"corral node {opts.name}: {hw.summary}" + (f", preset {hw.preset}" if hw.preset else ""))
+        for note in hw.notes:
+            self._out(f"  note: {note}")
+        self._setup_mps(folder, write)
+        resources = node_resources(opts.name, hw.gpus)
+        self._out(f"  resources: {json.dumps(resources)}")
+        self._out(f"  node folder: {folder} (health in {folder / 'health.json'})")
+        return ray_command(opts, resources)
+
+    def _hold_folder(self, folder: Path) -> None:
+        # One agent per folder, for as long as it runs (the kernel drops the lock when it exits, however it exits):
+        # a second agent would reset the first one's MPS daemon under its running jobs.
+        self._folder_lock = (folder / "agent.lock").open("a")
+        try:
+            fcntl.flock(self._folder_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._folder_lock.close()
+            raise AgentError(f"another node agent is running with {folder} (node {self.opts.name}); stop it, or "
+                             "give this one another --name or --state-dir") from None
+
+    def _setup_mps(self, folder: Path, write: bool) -> None:
+        control = find_mps_control(self.opts.mps_control)
+        if control is None:
+            if write:
+                write_config(folder, None)
+            virtual_gpus = self.hardware is not None and self.hardware.source == "virtual"
+            self._out(f"  MPS: no {MPS_CONTROL} on PATH: fractional jobs run without MPS, their shares are "
+                      + ("bookkeeping only (virtual GPUs)" if virtual_gpus else
+                         "NOT enforced on these real GPUs (install the CUDA toolkit's MPS or pass --mps-control)"))
+            return
+        config = MpsConfig(control, str(folder / "mps" / "pipe"), str(folder / "mps" / "log"))
+        if write:
+            self.mps = MpsManager(folder, config)
+            try:
+                self.mps.shutdown()  # a daemon a previous agent here left running (it crashed): start afresh
+            except MpsError as exc:
+                self._out(f"  MPS: stopping the previous daemon failed: {exc}")
+            write_config(folder, config)
+        self._out(f"  MPS: {control}, started before the first fractional job, stopped after the last; "
+                  f"CUDA_MPS_PIPE_DIRECTORY={config.pipe_dir}")
+        if config.socket_path_too_long():
+            self._out("  MPS: warning: the pipe folder's path is too long for a Unix socket; pass a shorter "
+                      "--state-dir")
+
+    # -- running --
+
+    def run(self) -> int:
+        """Prepare, then run Ray in the foreground; returns the exit status to leave with."""
+        argv = self.prepare(write=not self.opts.dry_run)
+        if self.opts.dry_run:
+            self._out("  dry run: would run " + " ".join(argv))
+            self.close()
+            return 0
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            env = {**os.environ, NODE_DIR_ENV: str(self.opts.folder), "CORRAL_NODE_NAME": self.opts.name}
+            env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            self._child = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent)  # noqa: PLW1509 - see above
+            self._out(f"  joining Ray at {self.opts.address}: ray start pid {self._child.pid}")
+            if self._signals:  # a signal came before there was a child to forward it to
+                self._child.send_signal(signal.SIGTERM)
+            health = threading.Thread(target=self._health_loop, daemon=True, name="corral-node-health")
+            health.start()
+            code = self._child.wait()
+            self._stop.set()
+            health.join(timeout=self.opts.health_interval_s + 30)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.close()
+        status = code if code >= 0 else 128 - code  # killed by a signal: report it as a shell would
+        self._out(f"corral node {self.opts.name}: Ray exited with status {status}")
+        return status
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        child = self._child
+        if child is None or child.poll() is not None:
+            return
+        if self._signals == 1:
+            # Both become SIGTERM: `ray start` drains and stops its node on SIGTERM. (Ray made itself its own process
+            # group, so a terminal's Ctrl-C reaches only the agent: forwarding it is the only way Ray hears of it.)
+            child.send_signal(signal.SIGTERM)
+        else:  # asked twice: stop waiting for the drain
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _health_loop(self) -> None:
+        while True:
+            self.check_health()
+            if self._stop.wait(self.opts.health_interval_s):
+                return
+
+    def check_health(self, agent: str = "running") -> dict[str, Any]:
+        """Read the GPUs, write health.json, and stop an MPS daemon whose workers died without releasing it."""
+        assert self.hardware is not None
+        mps_state: dict[str, object] = {"enabled": self.mps is not None}
+        if self.mps is not None:
+            try:
+                if self.mps.sweep():
+                    self._out("  MPS: stopped the daemon: its last client had died without releasing it")
+            except MpsError as exc:
+                self._out(f"  MPS: {exc}")
+            mps_state.update(daemon_running=self.mps.daemon_running(), clients=self.mps.leases())
+        return write_health(self.opts.folder, self.opts.name, self.hardware, readings(self.hardware, self._nvml),
+                            mps_state, agent=agent)
+
+    def close(self) -> None:
+        """Give back what `prepare` took: the MPS daemon if one runs, NVML, the folder (health says "stopped")."""
+        if self.mps is not None:
+            try:
+                self.mps.shutdown()  # the node left Ray, so its workers are gone: nothing needs the daemon
+            except MpsError as exc:
+                self._out(f"  MPS: {exc}")
+        if self.hardware is not None and self._folder_lock is not None:  # not after a dry run: it wrote nothing
+            try:
+                self.check_health(agent="stopped")
+            except OSError:
+                pass
+        if self._nvml is not None:
+            self._nvml.close()
+            self._nvml = None
+        if self._folder_lock is not None:
+            self._folder_lock.close()
+            self._folder_lock = None
+
