@@ -1,6 +1,6 @@
 """Issue 14 item 3: Corral across real network hosts. Linux network namespaces make a head host (Ray's head and
 `corral serve`, SQLite) and worker hosts, each with its own address on a private bridge (tests/netns.py); every
-worker host runs a Corral node joined to the head. A gang job runs across two hosts; a worker host is partitioned
+worker host runs `corral node start` (the node agent) joined to the head. A gang job runs across two hosts; a worker host is partitioned
 mid-run (its link taken down): its job is requeued and finishes on the other host, and when the link comes back the
 stale workers count for nothing (each job succeeds exactly once); a third host brought in mid-run is used.
 
@@ -9,7 +9,6 @@ Root only (CI runs as root); skipped with the reason elsewhere. Every wait is bo
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -25,7 +24,6 @@ import requests
 from conftest import wait_until
 from netns import Host, Hosts, hosts_or_skip
 
-from scheduler.live.runs import node_resources
 from scheduler.live.store import Store, queries
 
 pytest.importorskip("ray")
@@ -50,7 +48,7 @@ class Cluster:
     env: dict[str, str]
 
     def worker(self, name: str) -> Host:
-        """A new host running a Corral node of GPUS virtual GPUs joined to the head, in the foreground."""
+        """A new host running `corral node start` (GPUS virtual GPUs) joined to the head, in the foreground."""
         host = self.hosts.add(name)
         self.join(host)
         return host
@@ -58,9 +56,10 @@ class Cluster:
     def join(self, host: Host) -> None:
         tmp = self.ray_tmp / host.name
         shutil.rmtree(tmp, ignore_errors=True)  # a host that rejoins starts a fresh Ray node
-        self.hosts.popen(host, [str(BIN / "ray"), "start", "--block", "--address", f"{self.head.address}:{RAY_PORT}",
-                                "--node-ip-address", host.address, "--num-cpus", "2", "--temp-dir", str(tmp),
-                                "--resources", json.dumps(node_resources(host.name, GPUS))],
+        self.hosts.popen(host, [str(BIN / "corral"), "node", "start", "--address", f"{self.head.address}:{RAY_PORT}",
+                                "--name", host.name, "--gpus", str(GPUS), "--preset", "dgx-a100", "--mps-control", "none",
+                                "--state-dir", str(tmp / "agent"), "--",
+                                "--node-ip-address", host.address, "--num-cpus", "2", "--temp-dir", str(tmp)],
                          self.env, f"{host.name}.log")
 
     def submit(self, **fields: Any) -> int:

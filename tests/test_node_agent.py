@@ -173,6 +173,20 @@ def test_virtual_gpus_without_mps_say_so_once(tmp_path: Path, monkeypatch: pytes
     assert MpsManager.for_this_node() is None  # so a fractional worker there runs as it did before the agent
 
 
+def test_mps_control_none_turns_mps_off_even_where_the_program_is_installed(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "nvidia-cuda-mps-control"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    run = ["node", "start", "--address", "127.0.0.1:1", "--name", "v2", "--gpus", "2", "--preset", "pcie-t4",
+           "--state-dir", str(tmp_path / "v2"), "--dry-run"]
+    assert "fractional jobs run without MPS" not in CliRunner().invoke(main, run).output  # found on PATH: used
+    off = CliRunner().invoke(main, [*run, "--mps-control", "none"])
+    assert off.exit_code == 0, off.output
+    assert "fractional jobs run without MPS" in off.output
+
+
 # ---- health ---------------------------------------------------------------------------------------------------------
 
 

@@ -92,6 +92,10 @@ def discover(opts: AgentOptions, nvml_module: ModuleType | Any | None = None) ->
 
 
 def find_mps_control(explicit: str | None) -> str | None:
+    """The MPS control program: `explicit` (a path or a name on PATH; "none": no MPS on this node), else the one on
+    PATH, if any."""
+    if explicit == "none":
+        return None
     if explicit is not None:
         path = shutil.which(explicit)
         if path is None:
