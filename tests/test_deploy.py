@@ -243,22 +243,25 @@ def test_ray_head_offers_no_resources_for_jobs() -> None:
     assert "deploy" not in RAW["services"]["ray-head"]
 
 
-def test_worker_joins_the_head_with_the_resources_node_resources_gives(env: dict[str, str], tmp_path: Path) -> None:
+def test_worker_runs_the_node_agent_joined_to_the_head(env: dict[str, str], tmp_path: Path) -> None:
+    """Each worker container is one `corral node start`, whose resources are exactly `node_resources` for its name
+    and GPU count (checked by running the real agent's dry run with the same arguments)."""
     assert CORRAL_CLI.exists(), f"the project's console script is missing: {CORRAL_CLI}"
     c = compose(env)
     worker = c["services"]["ray-worker"]
     hostname = "3f2a9c0d1b7e"  # what Docker sets HOSTNAME to: the container's short ID
-    calls = run_command(worker, tmp_path, {"ray": "exit 0"}, {"HOSTNAME": hostname}, real_corral=True)
-    assert [call[:2] for call in calls] == [["ray", "start"]], calls
+    calls = run_command(worker, tmp_path, {"corral": "exit 0"}, {"HOSTNAME": hostname})
+    assert [call[:3] for call in calls] == [["corral", "node", "start"]], calls
     args = calls[0]
     assert option(args, "--address") == head_address(c)
-    assert "--block" in args  # the container lives as long as the Ray node
+    assert option(args, "--name") == hostname
     gpus = int(environment(worker)["CORRAL_GPUS_PER_NODE"])
-    assert gpus == int(env.get("CORRAL_GPUS_PER_NODE", 8))
-    resources = json.loads(option(args, "--resources"))
-    cli = subprocess.run([str(CORRAL_CLI), "node-resources", "--name", hostname, "--gpus", str(gpus)],
-                         capture_output=True, text=True, timeout=60, check=True)
-    assert resources == json.loads(cli.stdout) == node_resources(hostname, gpus)
+    assert gpus == int(env.get("CORRAL_GPUS_PER_NODE", 8)) and option(args, "--gpus") == str(gpus)
+    assert option(args, "--preset") == env.get("CORRAL_PRESET", "dgx-a100")
+    dry = subprocess.run([str(CORRAL_CLI), *args[1:], "--dry-run", "--state-dir", str(tmp_path / "agent"),
+                          "--mps-control", "none"], capture_output=True, text=True, timeout=60, check=True)
+    line = next(x for x in dry.stdout.splitlines() if x.strip().startswith("resources:"))
+    assert json.loads(line.split(":", 1)[1]) == node_resources(hostname, gpus)
 
 
 def test_worker_node_names_differ_per_replica(tmp_path: Path) -> None:
@@ -266,9 +269,9 @@ def test_worker_node_names_differ_per_replica(tmp_path: Path) -> None:
     names = set()
     for hostname in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):
         (tmp_path / hostname).mkdir()
-        calls = run_command(worker, tmp_path / hostname, {"ray": "exit 0"}, {"HOSTNAME": hostname}, real_corral=True)
-        names |= {k for k in json.loads(option(calls[0], "--resources")) if k.startswith("corral_node_")}
-    assert names == {"corral_node_aaaaaaaaaaaa", "corral_node_bbbbbbbbbbbb"}
+        calls = run_command(worker, tmp_path / hostname, {"corral": "exit 0"}, {"HOSTNAME": hostname})
+        names.add(option(calls[0], "--name"))
+    assert names == {"aaaaaaaaaaaa", "bbbbbbbbbbbb"}
 
 
 def test_worker_reserves_the_hosts_nvidia_gpus() -> None:
