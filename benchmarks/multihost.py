@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from corral_hosts import GPUS, HEALTH, corral_on_hosts, nodes_of  # noqa: E402
+from corral_hosts import GPUS, HEALTH, corral_on_hosts, nodes_of
 
 DETECTION_S = (int(HEALTH["RAY_health_check_period_ms"]) * int(HEALTH["RAY_health_check_failure_threshold"])
                + int(HEALTH["RAY_health_check_timeout_ms"])) / 1000.0
