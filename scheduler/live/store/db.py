@@ -14,12 +14,13 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.core.paths import corral_home
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the PostgreSQL advisory lock that serialises replicas' migrations
 BEGIN_OPTION = "corral_sqlite_begin"
 
 
@@ -107,5 +108,9 @@ def upgrade(engine: Engine, url: str) -> None:
     """Bring the schema to the newest migration (idempotent; safe on every start)."""
     cfg = alembic_config(url)
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # Two replicas starting together would both create the same tables; the second waits here until the
+            # first commits, then finds the schema at head and does nothing. Released at the transaction's end.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
