@@ -398,6 +398,12 @@ def test_sigkill_the_leader_and_the_standby_takes_over(ray_cluster: Any, pg_url:
             epochs = {a.epoch for a in s.scalars(select(Allocation).where(Allocation.job_id.in_(ids)))}
         store.close()
         assert epochs <= {1, 2} and 1 in epochs
+        # By the workers' own logs too: no job has two runs that worked to the end.
+        logs = tmp_path / "corral-home" / "logs"
+        for job_id in ids:
+            done = [p for p in (logs / f"job-{job_id}").glob("attempt-*/rank-0.log")
+                    if "[corral] done at 100.0%" in p.read_text(errors="replace")]
+            assert len(done) == 1, (job_id, done)
         wait_until("finished jobs' workers to be reaped", lambda: not corral_actors(), timeout=30)
     finally:
         for server in (again, second, first):
