@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sqlalchemy import Float, cast, func, select, update
+from sqlalchemy import Float, cast, func, select, text, update
 from sqlalchemy.orm import Session
 
 from scheduler.live.store.db import Store
@@ -56,6 +56,9 @@ LEASE_ID = 1
 
 # The database's own clock, in Unix seconds (clock_timestamp, not now(): now() is frozen at the transaction's start).
 _DB_NOW = cast(func.extract("epoch", func.clock_timestamp()), Float(precision=53))
+# How long taking or renewing the lease waits for the row lock a pass's fence holds (FOR SHARE, until it commits):
+# passes hold it for milliseconds; past this the statement fails and the lease's thread tries again at its next turn.
+_LOCK_TIMEOUT = text("SET LOCAL lock_timeout = '2s'")
 
 
 class NotLeader(Exception):
@@ -149,6 +152,7 @@ class Lease:
         replicas trying at once, the second re-reads the row after the first commits and finds it held."""
         sent = time.monotonic()
         with self.store.engine.begin() as conn:
+            conn.execute(_LOCK_TIMEOUT)  # a pass in flight holds the row briefly; a stuck one must not stall us
             epoch = conn.execute(
                 update(ControllerLease)
                 .where(ControllerLease.id == LEASE_ID, ControllerLease.expires_at < _DB_NOW)
@@ -169,6 +173,7 @@ class Lease:
             return False
         sent = time.monotonic()
         with self.store.engine.begin() as conn:
+            conn.execute(_LOCK_TIMEOUT)
             held = conn.execute(
                 update(ControllerLease)
                 .where(ControllerLease.id == LEASE_ID, ControllerLease.holder == self.replica,

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from scheduler.core.paths import corral_home
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+IDLE_IN_TRANSACTION_TIMEOUT_S = 30
 MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the PostgreSQL advisory lock that serialises replicas' migrations
 BEGIN_OPTION = "corral_sqlite_begin"
 
@@ -64,7 +65,23 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get(BEGIN_OPTION, 'DEFERRED')}")
 
         return engine
-    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    if url.startswith("postgresql"):
+
+        @event.listens_for(engine, "connect")
+        def _session_settings(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            # A client that vanishes mid-transaction without closing its socket (a partitioned or frozen host) keeps
+            # its row locks until TCP gives up, which can take hours; a standby taking over would wait on them. No
+            # Corral transaction sits idle this long, so the server ends such a session and frees its locks. Set
+            # outside a transaction: the pool's rollback on return would undo it otherwise.
+            autocommit = dbapi_conn.autocommit
+            dbapi_conn.autocommit = True
+            cur = dbapi_conn.cursor()
+            cur.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT_S}s'")
+            cur.close()
+            dbapi_conn.autocommit = autocommit
+
+    return engine
 
 
 def alembic_config(url: str) -> Config:
