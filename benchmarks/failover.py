@@ -41,11 +41,11 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sqlalchemy import create_engine, select, text  # noqa: E402
+from sqlalchemy import create_engine, select, text
 
-from scheduler.live.runs import node_resources  # noqa: E402
-from scheduler.live.store import Store, queries  # noqa: E402
-from scheduler.live.store.models import JobEvent  # noqa: E402
+from scheduler.live.runs import node_resources
+from scheduler.live.store import Store, queries
+from scheduler.live.store.models import JobEvent
 
 CORRAL = Path(sys.executable).with_name("corral")
 POSTGRES = os.environ.get("CORRAL_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -172,17 +172,26 @@ def main() -> None:
                 r.raise_for_status()
                 return r.json()  # type: ignore[no-any-return]
 
-            running = wait("jobs to run", lambda: [i for i in ids if job(i, standby.api)["started_at"]], timeout=90)
+            # Kill while several of them run (at least half, or whatever runs 10 s after the first started).
+            def started(ids: list[int] = ids, api: str = standby.api) -> list[int]:
+                return [i for i in ids if job(i, api)["started_at"]]
+
+            running = wait("jobs to run", started, timeout=90)
+            first_ran = time.monotonic()
+            while len(running) < (len(ids) + 1) // 2 and time.monotonic() - first_ran < 10.0:
+                time.sleep(0.2)
+                running = started()
             leader.kill()
             t0 = time.monotonic()
-            wait("the standby to lead", lambda: standby.role() == "leader", timeout=60, every=0.05)
+            wait("the standby to lead", lambda r=standby: r.role() == "leader", timeout=60, every=0.05)
             takeover = time.monotonic() - t0
             takeovers.append(takeover)
             replicas.remove(leader)
             leader, standby = standby, Replica(work, rep + 3, env, cluster.address)
             replicas.append(standby)
             wait(f"repetition {rep}'s jobs to finish",
-                 lambda: all(job(i, leader.api)["state"] in TERMINAL for i in ids), timeout=240, every=0.5)
+                 lambda ids=ids, api=leader.api: all(job(i, api)["state"] in TERMINAL for i in ids),
+                 timeout=240, every=0.5)
             print(f"  {rep + 1:2d}: takeover {takeover:5.2f} s ({len(running)} of {len(ids)} jobs running at the "
                   f"kill); the restarted replica says {standby.role()}", flush=True)
 

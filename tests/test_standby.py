@@ -140,6 +140,33 @@ def test_a_lease_needs_a_shared_database(tmp_path: Path) -> None:
         store.close()
 
 
+class Idle(InMemoryBackend):
+    def poll(self, timeout_s: float = 5.0) -> list[JobStatus]:
+        return []
+
+
+def test_on_sqlite_the_controller_always_leads_and_health_says_so(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """No PostgreSQL needed: SQLite has no lease, its one controller leads, and /health reports that with no epoch."""
+    from web import create_app
+
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path / "home"))
+    store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+    ctl = Controller(store, Idle(NAMES, GPUS), build_live_cluster("dgx-a100", [GPUS] * len(NAMES)), NAMES,
+                     make_policy, default_policy="fifo", tick_s=0.1, preset="dgx-a100")
+    ctl.start()
+    try:
+        assert isinstance(ctl.leadership, SoleLeader)
+        body = create_app(store, controller_status=ctl.status).test_client().get("/api/v1/health").get_json()
+        assert body["controller"] == "leader" and body["epoch"] is None and "SQLite" in body["lease"]
+        assert body["leader"] == body["replica"]
+        bare = create_app(store).test_client().get("/api/v1/health").get_json()  # an app without a controller
+        assert "controller" not in bare and bare["database"] == "ok"
+    finally:
+        ctl.stop()
+        store.close()
+
+
 # ---- two controllers, one fake Ray ----------------------------------------------------------------------------------
 
 
