@@ -436,3 +436,33 @@ def test_sigkill_the_leader_and_the_standby_takes_over(ray_cluster: Any, pg_url:
         for server in (again, second, first):
             if server is not None:
                 server.stop()
+
+
+def test_a_running_controller_that_loses_its_lease_stands_by_and_leaves_the_workers(pg_store: Store) -> None:
+    """The loop's own path: another replica takes the lease (written here straight into the row, as a takeover
+    after a pause would); the renewal fails, the controller steps down, ends no worker, and schedules no more."""
+    from sqlalchemy import update
+
+    ray = FakeRay()
+    lease = short_lease(pg_store, "a")
+    ctl = make_controller(pg_store, ray, lease)
+    ctl.start()
+    try:
+        assert ctl.status()["controller"] == "leader"
+        running = submit(pg_store, "running")
+        ctl.wake()
+        wait_until("the job to run", lambda: state(pg_store, running) == "running", timeout=20, every=0.05)
+        with pg_store.session() as s:
+            s.execute(update(ControllerLease).where(ControllerLease.id == 1).values(
+                holder="intruder", epoch=ControllerLease.epoch + 1, expires_at=ControllerLease.expires_at + 3600))
+        wait_until("the controller to stand by", lambda: ctl.status()["controller"] == "standby", timeout=10,
+                   every=0.05)
+        assert not ctl.running and not ctl.backend.launches  # type: ignore[attr-defined]
+        assert ray.killed == [] and len(ray.runs) == 1, "stepping down must not end the workers"
+        waiting = submit(pg_store, "waiting")
+        ctl.wake()
+        time.sleep(1.0)
+        assert state(pg_store, waiting) == "pending", "a standby scheduled"
+        assert ctl.status()["leader"] == "intruder" and ctl.status()["epoch"] == 2
+    finally:
+        ctl.stop()
