@@ -206,8 +206,8 @@ def main() -> None:
         t = np.array(takeovers)
         print(f"\ntakeover after SIGKILL of the leader, {len(t)} failovers: p50 {np.percentile(t, 50):.2f} s, "
               f"max {t.max():.2f} s (target <= 15 s; lease 10 s renewed every 2 s, standby polls every 1 s)")
-        print(f"jobs: {len(all_ids)} submitted, lost {len(lost)} {lost or ''}, run twice to completion {len(twice)} "
-              f"{twice or ''} (targets 0 and 0)")
+        print(f"jobs: {len(all_ids)} submitted, lost {len(lost)}{f' {lost}' if lost else ''}, run twice to "
+              f"completion {len(twice)}{f' {twice}' if twice else ''} (targets 0 and 0)")
         if lost or twice or t.max() > 15.0:
             sys.exit(1)
     finally:
