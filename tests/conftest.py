@@ -231,5 +231,8 @@ class InMemoryBackend:
     def forget(self, job_id: int) -> None:
         self.launches.pop(job_id, None)
 
-    def poll(self, timeout_s: float = 5.0) -> list[JobStatus]:
+    def disown(self) -> None:
+        self.launches.clear()
+
+    def poll(self) -> list[JobStatus]:
         raise NotImplementedError

@@ -369,3 +369,28 @@ def test_discovery_keeps_the_numbering_of_nodes_the_store_knows() -> None:
     assert [int(cl.node_num_gpus[i]) for i in range(cl.num_nodes)] == [2, 8, 4, 2]
     names, _ = discover(Nodes(), cfg)  # a new store: by name
     assert names == ["a", "b", "c"]
+
+
+def test_a_replica_taking_over_takes_the_store_s_node_numbering(store: Store) -> None:
+    """Nodes n3 then n2 joined while another replica led, which numbered them in that order: this replica, built
+    when only n0 and n1 existed, takes the store's numbering when it recovers (allocations were written in it), not
+    its own by-name order, and keeps it in the store."""
+    from conftest import InMemoryBackend
+
+    from scheduler.live.nodes import register_nodes
+
+    order = ["n0", "n1", "n3", "n2"]
+    backend = InMemoryBackend(sorted(order), GPUS)
+    with store.session() as s:
+        register_nodes(s, backend.nodes(), build_live_cluster("dgx-a100", [GPUS] * 4), order, "dgx-a100", time.time())
+    ctl = Controller(store, backend, build_live_cluster("dgx-a100", [GPUS] * 2), ["n0", "n1"], make_policy,
+                     default_policy="fifo", preset="dgx-a100", nodes_from_store=True)
+    ctl.recover()
+    assert ctl.node_names == order and ctl.cluster.num_gpus == 4 * GPUS
+    with store.session() as s:
+        assert [(n.name, [g.index for g in n.gpus]) for n in s.scalars(select(Node).order_by(Node.index))] == [
+            (name, [i * GPUS + k for k in range(GPUS)]) for i, name in enumerate(order)]
+    own = Controller(store, InMemoryBackend(["n0", "n1"], GPUS), build_live_cluster("dgx-a100", [GPUS] * 2),
+                     ["n0", "n1"], make_policy, default_policy="fifo", preset="dgx-a100")
+    own.recover()  # a local cluster of its own (no --ray-address): its own nodes, whatever the store held
+    assert own.node_names == ["n0", "n1"]

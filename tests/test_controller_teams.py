@@ -32,7 +32,7 @@ class StartingBackend(InMemoryBackend):
     def __init__(self) -> None:
         super().__init__(NAMES, GPUS)
 
-    def poll(self, timeout_s: float = 5.0) -> list[JobStatus]:
+    def poll(self) -> list[JobStatus]:
         now = time.time()
         return [JobStatus(job_id=j, attempt=r.attempt, phase="running", started_at=[now] * len(r.ranks),
                           ended_at=[None] * len(r.ranks), exit_codes=[None] * len(r.ranks), done_s=0.0, error="")

@@ -34,7 +34,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 CORRAL_CLI = Path(sys.executable).parent / "corral"
-SERVICES = {"postgres", "ray-head", "ray-worker", "corral"}
+SERVICES = {"postgres", "ray-head", "ray-worker", "corral", "corral-standby"}
 
 # -- Compose's variable interpolation ------------------------------------------------------------------------------
 
@@ -165,10 +165,10 @@ def head_address(c: dict[str, Any]) -> str:
 
 # -- compose: structure and wiring -----------------------------------------------------------------------------------
 
-def test_compose_is_the_compose_spec_with_the_four_services() -> None:
+def test_compose_is_the_compose_spec_with_the_five_services() -> None:
     assert "version" not in RAW  # the Compose specification has none; Compose v2 warns that it is obsolete
     assert set(RAW["services"]) == SERVICES
-    for name in ("ray-head", "ray-worker", "corral"):
+    for name in ("ray-head", "ray-worker", "corral", "corral-standby"):
         svc = RAW["services"][name]
         assert svc.get("build"), f"{name} must build the Corral image"
         assert svc["image"] == RAW["services"]["corral"]["image"], f"{name} must run the same image as corral"
@@ -197,6 +197,18 @@ def test_database_url_names_the_postgres_service_and_its_credentials(env: dict[s
     assert url.password == pg["POSTGRES_PASSWORD"]
     assert url.path == "/" + pg["POSTGRES_DB"]
     assert pg["POSTGRES_DB"] == "corral"
+
+
+def test_the_standby_replica_is_the_service_again_on_another_port(env: dict[str, str]) -> None:
+    """`--profile ha` adds a second replica: the same command, database, Ray head and CORRAL_HOME volume (so it can
+    adopt the leader's workers and read their logs), its API published on 8081; without the profile it stays off."""
+    c = compose(env)
+    main, standby = c["services"]["corral"], c["services"]["corral-standby"]
+    assert standby["profiles"] == ["ha"] and "profiles" not in main
+    for key in ("command", "environment", "volumes", "depends_on", "image"):
+        assert standby[key] == main[key], key
+    assert [str(p) for p in standby["ports"]] == ["8081:8080"] and [str(p) for p in main["ports"]] == ["8080:8080"]
+    assert urlsplit(environment(standby)["DATABASE_URL"]).scheme.startswith("postgres"), "replicas need PostgreSQL"
 
 
 def test_database_url_is_what_the_store_opens(monkeypatch: pytest.MonkeyPatch) -> None:

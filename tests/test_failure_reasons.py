@@ -33,7 +33,7 @@ class ScriptedBackend(InMemoryBackend):
         super().__init__(NAMES, GPUS)
         self.outcome: dict[int, str] = {}  # job id -> the phase its run reports: failed or lost
 
-    def poll(self, timeout_s: float = 5.0) -> list[JobStatus]:
+    def poll(self) -> list[JobStatus]:
         out = []
         for job_id, launch in list(self.launches.items()):
             ranks = len(launch.ranks)

@@ -18,7 +18,7 @@ from werkzeug.routing import IntegerConverter
 from scheduler.live.store import Store
 from web import auth, metrics
 from web.api import register_blueprints
-from web.api.context import NOTIFY_KEY, STORE_KEY, WRITE_LOCK_KEY, init_app_writes
+from web.api.context import CONTROLLER_KEY, NOTIFY_KEY, STORE_KEY, WRITE_LOCK_KEY, init_app_writes
 from web.schemas import DB_INT_MAX, GpuCount
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -92,9 +92,12 @@ def _refuse_huge_ids(endpoint: str | None, values: dict[str, Any] | None) -> Non
 
 
 def create_app(store: Store | None = None, *, notify: Callable[[], None] | None = None,
-               config: dict[str, Any] | None = None) -> Flask:
+               config: dict[str, Any] | None = None,
+               controller_status: Callable[[], dict[str, Any]] | None = None) -> Flask:
     """The API app on `store` (default: `Store.open()`, i.e. DATABASE_URL or SQLite under CORRAL_HOME). `notify` is
-    called after every change the controller must react to: a submission, a cancel, a policy switch."""
+    called after every change the controller must react to: a submission, a cancel, a policy switch.
+    `controller_status` says whether this replica's controller leads or stands by (`Controller.status`; None: the
+    app runs without a controller, and /health says nothing of one)."""
     app = Flask(__name__)
     app.url_map.converters["int"] = StoreIdConverter  # before any route is registered
     app.url_value_preprocessor(_refuse_huge_ids)
@@ -105,6 +108,7 @@ def create_app(store: Store | None = None, *, notify: Callable[[], None] | None 
     app.extensions[STORE_KEY] = store
     app.extensions[WRITE_LOCK_KEY] = init_app_writes(store)
     app.extensions[NOTIFY_KEY] = notify or (lambda: None)
+    app.extensions[CONTROLLER_KEY] = controller_status
     auth.init_app(app, float(app.config["CORRAL_TOKEN_TTL_S"]))
     api = CorralApi(app)
     api.register_field(GpuCount, "number", None)

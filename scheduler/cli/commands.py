@@ -628,7 +628,8 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
               help="Virtual GPUs per node of the local Ray cluster.")
 @click.option("--preset", default="dgx-a100", show_default=True,
               help="Server model the contention model assumes for every node (dgx-a100, pcie-v100, pcie-t4).")
-@click.option("--ray-address", default=None, help="Join this Ray cluster instead of starting a local one.")
+@click.option("--ray-address", default=None,
+              help="Join this Ray cluster instead of starting a local one (replicas must all join the same one).")
 @click.option("--policy", default=None,
               help="Make this policy active (default: keep the store's active one; rl:default on a new store).")
 @click.option("--tick", default=0.5, show_default=True, type=click.FloatRange(0.05, 60),
@@ -644,7 +645,13 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
                    "PriorityDecayHalfLife; 168 h is its default, 7 days).")
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
           policy: str | None, tick: float, job_user: str | None, command_jobs: str, half_life_h: float) -> None:
-    """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL)."""
+    """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
+
+    Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
+    --ray-address. One controller leads through a lease in the database (10 s, renewed every 2 s); the others serve
+    the API and stand by, and one takes over within about 12 s if the leader dies. With SQLite the store belongs to
+    one process, which always leads: run a single replica.
+    """
     from scheduler.live.serve import ServeConfig
     from scheduler.live.serve import serve as run_service
 

@@ -11,6 +11,12 @@ fail by the job's restart policy); workers the store does not know are killed. N
 
 Events wake the loop at once (`wake()`, called by the API); a periodic tick polls the workers and catches writes
 from other processes.
+
+Several `corral serve` replicas may share one PostgreSQL store and one Ray cluster (`scheduler.live.leader`): the
+controller schedules only while its replica holds the lease. Taking over is `recover()` (the same as a restart: adopt,
+requeue what cannot be adopted, reap the rest); every pass ends with the lease's fence inside its transaction, so a
+deposed leader's pass rolls back; and the pass stops or forgets workers only after its commit (`_AfterCommit`), so
+a deposed leader never touches the workers its successor adopted. It then stands by, its memory emptied.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -33,6 +40,7 @@ from scheduler.core.workloads import ModelProfile, catalog
 from scheduler.live import metrics
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.explain import capacity_reason
+from scheduler.live.leader import Leadership, NotLeader, SoleLeader
 from scheduler.live.nodes import register_nodes
 from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
 from scheduler.live.runs import Backend, JobStatus, Launch, NodeInfo, RankSpec, actor_name
@@ -51,6 +59,51 @@ MAX_ROUNDS = 10_000  # policy calls at one instant before we call the policy bro
 STARTING_TICK_S = 0.02  # the loop's period while a launched gang waits for its workers
 MIN_PASS_INTERVAL_S = 0.05  # under a burst of events, one pass per 50 ms takes them all
 FULL_SYNC_S = 5.0  # a full scan of the pending jobs at least this often
+STANDBY_TICK_S = 1.0  # a standby's loop looks at the lease this often (the lease's thread also wakes it)
+
+
+class _AfterCommit:
+    """The backend as one unit of work sees it: `stop` and `forget` (which end workers) wait until the unit's
+    transaction has committed, and are dropped if it does not. So a pass the fence refuses (a deposed leader's) or that
+    fails half-way leaves every worker as the store says it is: the new leader adopts them, or the rebuilt state
+    does, instead of finding them killed by a decision that was never recorded."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._queued: list[tuple[Callable[[int], None], int]] = []
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.backend.nodes()
+
+    def launch(self, launch: Launch) -> None:
+        self.backend.launch(launch)
+
+    def adopt(self, launch: Launch) -> bool:
+        return self.backend.adopt(launch)
+
+    def reap_orphans(self, keep: set[str]) -> list[str]:
+        return self.backend.reap_orphans(keep)
+
+    def set_rate(self, job_id: int, rate: float) -> None:
+        self.backend.set_rate(job_id, rate)  # only an emulated worker's pace: harmless if the pass rolls back
+
+    def stop(self, job_id: int) -> None:
+        self._queued.append((self.backend.stop, job_id))
+
+    def forget(self, job_id: int) -> None:
+        self._queued.append((self.backend.forget, job_id))
+
+    def poll(self) -> list[JobStatus]:
+        return self.backend.poll()
+
+    def disown(self) -> None:
+        self.backend.disown()
+
+    def flush(self) -> None:
+        """The transaction committed: carry the queued calls out, in order."""
+        for call, job_id in self._queued:
+            call(job_id)
+        self._queued.clear()
 
 
 @dataclass
@@ -81,6 +134,8 @@ class Controller:
         preset: str = "",
         job_user: str | None = None,
         half_life_s: float = DEFAULT_HALF_LIFE_S,
+        nodes_from_store: bool = False,
+        leadership: Leadership | None = None,
     ) -> None:
         if len(node_names) != cluster.num_nodes:
             raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
@@ -95,8 +150,14 @@ class Controller:
         self.preset = preset
         self.job_user = job_user  # the OS user command jobs run as (see docs/security.md)
         self.half_life_s = half_life_s  # of the teams' fair-share usage
+        # A Ray cluster that outlives this process (or is shared with a standby replica): the store's node numbering
+        # is the truth, and recovering takes it (see `_take_store_numbering`).
+        self.nodes_from_store = nodes_from_store
         self.profiles = profiles if profiles is not None else catalog()
         self.params = params
+        # Whether this replica may schedule (default: it alone writes the store, e.g. SQLite; see scheduler.live.leader)
+        self.leadership: Leadership = leadership if leadership is not None else SoleLeader()
+        self.leading = False  # this controller has taken over (recovered) and schedules; False: it stands by
         self._forget_memory()
         self._in_sync = True  # memory matches the store (false after a failed pass, until rebuilt)
         self._wake = threading.Event()
@@ -153,11 +214,29 @@ class Controller:
         restarted: its workers are adopted) or, `after_failure`, in this same process after a pass failed half-way
         (nothing restarted: a job this controller was already running and still is gets no event)."""
         tracked = set(self.running) if after_failure else set()
+        if self.nodes_from_store:
+            self._take_store_numbering()
         self._forget_memory()
         now = time.time()
         self._register_nodes(now)
         keep: set[str] = set()
         lost: list[int] = []
+        epoch = self.leadership.epoch
+        who = (f"the controller leading from epoch {epoch}" if epoch is not None else "the restarted controller")
+        backend, deferred = self.backend, _AfterCommit(self.backend)
+        self.backend = deferred
+        try:
+            self._recover(tracked, after_failure, who, now, keep, lost)
+        finally:
+            self.backend = backend
+        deferred.flush()
+        self.backend.reap_orphans(keep)
+        for job in self.running.values():
+            self._set_rate(job)
+        log.info("recovered: %d running (%d lost), %d pending", len(self.running), len(lost), len(self.pending))
+
+    def _recover(self, tracked: set[int], after_failure: bool, who: str, now: float, keep: set[str],
+                 lost: list[int]) -> None:
         with self.store.session(write=True) as s:
             self._load_policy(s)
             rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
@@ -180,12 +259,12 @@ class Controller:
                     if row.id not in tracked:
                         queries.add_event(s, row.id, "adopted", "the controller, resynchronising after a failed "
                                           "pass, found its workers running" if after_failure else
-                                          "the restarted controller found its workers running")
+                                          f"{who} found its workers running")
                 else:
                     lost.append(row.id)
             for job_id in lost:
                 self._lose(s, job_id, "its workers were gone when the controller resynchronised after a failed pass"
-                           if after_failure else "its workers were gone when the controller restarted", now)
+                           if after_failure else f"its workers were gone when {who} started", now)
             # Nodes Ray reports dead leave the model; a run adopted there a moment ago cannot be alive either.
             for i in self._down:
                 for job_id in [j for j, job in self.running.items() if job.placement is not None
@@ -198,10 +277,7 @@ class Controller:
                 self.state.cordon(list(self.cluster.node_gpus(i)))
             for row in s.scalars(select(JobRow).where(JobRow.state == S.PENDING).order_by(JobRow.id)):
                 self.pending[row.id] = self._job(row)
-        self.backend.reap_orphans(keep)
-        for job in self.running.values():
-            self._set_rate(job)
-        log.info("recovered: %d running (%d lost), %d pending", len(self.running), len(lost), len(self.pending))
+            self.leadership.fence(s)  # a replica that lost the lease meanwhile must not requeue what another adopted
 
     def _register_nodes(self, now: float) -> None:
         with self.store.session(write=True) as s:
@@ -214,7 +290,13 @@ class Controller:
         self._wake.set()
 
     def start(self) -> None:
-        self.recover()
+        """Take part in the leadership (at once: a lone replica leads from its first pass, having recovered here, so a
+        broken store fails `corral serve` at start) and run the loop in a thread; a standby's loop waits."""
+        self.leadership.start(self.wake)
+        if self.leadership.leading:
+            self._take_over()
+        else:
+            log.warning("standing by: another replica's controller leads (%s)", self.leadership.status())
         self._thread = threading.Thread(target=self._run, name="corral-controller", daemon=True)
         self._thread.start()
 
@@ -223,19 +305,50 @@ class Controller:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self.leadership.stop()  # after the last pass: a standby takes over at once, with nothing in flight here
+
+    def _take_over(self) -> None:
+        """Lead: rebuild from the store and adopt the running workers (what a restart does), then schedule."""
+        if self.leadership.epoch is not None:
+            log.warning("leading with epoch %d: adopting the running workers", self.leadership.epoch)
+        self.recover()
+        self.leading = True
+        self._in_sync = True
+
+    def _step_down(self, why: str) -> None:
+        """Stop scheduling without ending a worker: the new leader adopts them (or has already). Memory is emptied;
+        taking the lease again means recovering from the store again."""
+        log.warning("not leading any more (%s): standing by", why)
+        self.backend.disown()
+        self._forget_memory()
+        self.leading = False
+        self._in_sync = True
+
+    def status(self) -> dict[str, Any]:
+        """This replica's role and the lease, for `GET /health` and the dashboard."""
+        return {"controller": "leader" if self.leading and self.leadership.leading else "standby",
+                "replica": self.leadership.replica, **self.leadership.status()}
 
     def _run(self) -> None:
         while not self._stop.is_set():
             # Poll fast while workers are coming up (a gang starts at the first poll that finds all of it up).
-            tick = STARTING_TICK_S if self._starting else self.tick_s
+            tick = (STARTING_TICK_S if self._starting else self.tick_s) if self.leading else STANDBY_TICK_S
             self._wake.wait(min(tick, max(0.0, self._wake_at - time.time())))
             self._wake.clear()
             try:
-                if not self._in_sync:  # a pass failed half-way: memory may disagree with the store, the truth
+                if not self.leadership.leading:
+                    if self.leading:
+                        self._step_down("the lease lapsed or another replica took it")
+                    continue
+                if not self.leading:
+                    self._take_over()
+                elif not self._in_sync:  # a pass failed half-way: memory may disagree with the store, the truth
                     self.recover(after_failure=True)
                     self._in_sync = True
                 self.step()
                 self.last_error = ""
+            except NotLeader as exc:  # the fence refused this pass: it rolled back, and no worker was touched
+                self._step_down(str(exc))
             except Exception as exc:  # keep serving (e.g. the database restarting): log, rebuild, carry on
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 self._in_sync = False
@@ -246,6 +359,8 @@ class Controller:
 
     def step(self) -> StepStats:
         """One pass: read new submissions and cancel requests, collect what workers did, then let the policy act."""
+        if not self.leadership.leading:  # before the poll, which may start gangs: a deposed leader touches no worker
+            raise NotLeader("the lease lapsed or another replica took it")
         stats = StepStats()
         launches: list[Launch] = []
         now = time.time()
@@ -265,17 +380,26 @@ class Controller:
             stats.ray_s += time.perf_counter() - t0
             self._last_poll = now
             self._starting = any(st.phase == "starting" for st in statuses)
-        with self.store.session(write=True) as s:
-            self._load_policy(s)
-            self._sync_submissions(s, now)
-            self._sync_cancels(s, now)
-            self._collect(s, statuses, now, stats)
-            if polled:
-                self._check_nodes(s, nodes, now)
-            if self.pending and self.policy is not None:
-                self._wake_at = float("inf")
-                launches = self._schedule(s, now, stats)
-                self._explain_waits(s)
+        backend, deferred = self.backend, _AfterCommit(self.backend)
+        self.backend = deferred
+        try:
+            with self.store.session(write=True) as s:
+                self._load_policy(s)
+                self._sync_submissions(s, now)
+                self._sync_cancels(s, now)
+                self._collect(s, statuses, now, stats)
+                if polled:
+                    self._check_nodes(s, nodes, now)
+                if self.pending and self.policy is not None:
+                    self._wake_at = float("inf")
+                    launches = self._schedule(s, now, stats)
+                    self._explain_waits(s)
+                # Last, in the same transaction: this pass's placements (and every other write) commit only if its
+                # replica still holds the lease with the epoch they were made under.
+                self.leadership.fence(s)
+        finally:
+            self.backend = backend
+        deferred.flush()  # stops and forgets, now that the decisions behind them are committed
         for launch in launches:  # only after the placements are committed (see the module docstring)
             self.backend.launch(launch)
         if launches:
@@ -421,13 +545,29 @@ class Controller:
         workers adopted again, as after a failed pass. Rare, so the simplest correct rebuild; it takes the policy's
         caches, built for the old cluster, with it."""
         joined = sorted(joined, key=lambda n: n.name)
-        gpus = [int(self.cluster.node_num_gpus[i]) for i in range(self.cluster.num_nodes)] + [n.gpus for n in joined]
-        self.cluster = build_live_cluster(self.preset, gpus)
-        self.node_names = [*self.node_names, *(n.name for n in joined)]
-        self.node_index = {n: i for i, n in enumerate(self.node_names)}
+        self._renumber([*self._node_gpus(), *((n.name, n.gpus) for n in joined)])
         log.info("node(s) joined: %s; the cluster has %d nodes and %d GPUs now",
                  ", ".join(f"{n.name} ({n.gpus} GPUs)" for n in joined), self.cluster.num_nodes, self.cluster.num_gpus)
         self.recover(after_failure=True)
+
+    def _node_gpus(self) -> list[tuple[str, int]]:
+        return [(name, int(self.cluster.node_num_gpus[i])) for i, name in enumerate(self.node_names)]
+
+    def _renumber(self, nodes: list[tuple[str, int]]) -> None:
+        self.cluster = build_live_cluster(self.preset, [gpus for _, gpus in nodes])
+        self.node_names = [name for name, _ in nodes]
+        self.node_index = {n: i for i, n in enumerate(self.node_names)}
+
+    def _take_store_numbering(self) -> None:
+        """Another replica may have led while nodes joined, and numbered them in the order they came: take the
+        store's numbering (the one allocations were written in), then the nodes only this replica knows of."""
+        with self.store.session() as s:
+            known = [(n.name, len(n.gpus)) for n in queries.nodes_with_gpus(s)]
+        names = dict(known)
+        nodes = [*known, *((n, g) for n, g in self._node_gpus() if n not in names)]
+        if nodes != self._node_gpus():
+            log.info("taking the store's node numbering: %s", ", ".join(n for n, _ in nodes))
+            self._renumber(nodes)
 
     def _check_nodes(self, s: Session, nodes: list[NodeInfo], now: float) -> None:
         """A Ray node that died takes its GPUs out of the model until it comes back."""
@@ -632,7 +772,8 @@ class Controller:
             first = int(self.cluster.node_first_gpu[self.node_index[rank.node]])
             for local in rank.local_gpus:
                 s.add(Allocation(job_id=row.id, attempt=attempt, rank=rank.rank, node=rank.node, gpu=first + local,
-                                 local_gpu=local, share=d.placement.share, allocated_at=now))
+                                 local_gpu=local, share=d.placement.share, allocated_at=now,
+                                 epoch=self.leadership.epoch))
         s.add(DecisionRow(
             job_id=row.id, at=now, policy=self.policy_name, action="place", reason=d.reason,
             gpus=list(d.placement.gpus), share=d.placement.share, predicted_slowdown=predicted.slowdown,

@@ -427,6 +427,13 @@ class RayBackend:
             for a in run.actors:
                 self._kill(a)
 
+    def disown(self) -> None:
+        """Stop tracking every run, ending no worker: this replica's controller no longer leads, and the leader
+        adopts the workers by name (or has already). Workers being stopped were stopped by committed decisions: the
+        leader's `reap_orphans` ends them."""
+        self._runs.clear()
+        self._stopping.clear()
+
     @staticmethod
     def _kill(actor: Any) -> None:
         try:

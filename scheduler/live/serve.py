@@ -22,6 +22,7 @@ from scheduler.live.cluster import build_live_cluster, node_type
 
 if TYPE_CHECKING:
     from scheduler.live.controller import Controller
+    from scheduler.live.leader import Leadership
     from scheduler.live.ray_backend import RayBackend
     from scheduler.live.store import Store
 
@@ -72,6 +73,21 @@ def discover(backend: RayBackend, cfg: ServeConfig, known: Sequence[tuple[str, i
     return [name for name, _ in order], build_live_cluster(cfg.preset, [gpus for _, gpus in order])
 
 
+def leadership_for(store: Store, cfg: ServeConfig) -> Leadership:
+    """A lease on a shared database (PostgreSQL: replicas may stand by for each other); on SQLite this process alone
+    leads. Standing by needs the replicas to share one Ray cluster (`--ray-address`): a replica that started its own
+    would find none of the other's workers to adopt."""
+    from scheduler.live.leader import Lease, SoleLeader
+
+    if store.engine.dialect.name == "sqlite":
+        log.info("SQLite store: this process is the only controller (a standby replica needs PostgreSQL)")
+        return SoleLeader()
+    if not cfg.ray_address:
+        log.warning("no --ray-address: this replica runs its own Ray cluster, so it can lead but a standby could not "
+                    "adopt its workers; for two replicas start both with the same --ray-address")
+    return Lease(store)
+
+
 def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Controller:
     from policies import make_policy
     from scheduler.live.controller import Controller
@@ -83,7 +99,8 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Con
             known = [(n.name, len(n.gpus)) for n in queries.nodes_with_gpus(s)]
     names, cluster = discover(backend, cfg, known)
     return Controller(store, backend, cluster, names, make_policy, default_policy=cfg.policy or "rl:default",
-                      tick_s=cfg.tick_s, preset=cfg.preset, job_user=cfg.job_user, half_life_s=cfg.half_life_s)
+                      tick_s=cfg.tick_s, preset=cfg.preset, job_user=cfg.job_user, half_life_s=cfg.half_life_s,
+                      leadership=leadership_for(store, cfg), nodes_from_store=bool(cfg.ray_address))
 
 
 def check_job_user(user: str | None, home: Path) -> None:
@@ -133,16 +150,21 @@ def gpus_text(cluster: Cluster) -> str:
     return f"{cluster.num_nodes} nodes with {'+'.join(map(str, per_node))} GPUs ({cluster.num_gpus} GPUs)"
 
 
-def banner(cluster: Cluster, cfg: ServeConfig, policy: str, where: str, db_url: str, ray_address: str) -> str:
+def banner(cluster: Cluster, cfg: ServeConfig, policy: str, where: str, db_url: str, ray_address: str,
+           role: dict[str, object] | None = None) -> str:
     """What `corral serve` prints once it is up: where everything is, and the exact next commands."""
     from scheduler.live.history import redact
 
     corral = corral_command()
+    # Only with a lease (PostgreSQL): which replica this is and whether it leads or stands by.
+    replica = (f"  replica:   {role['replica']}, controller {role['controller']} (lease epoch {role['epoch']})\n"
+               if role and role.get("epoch") is not None else "")
     return (
         f"\nCorral is serving {gpus_text(cluster)} ({cfg.preset}) with policy {policy}\n"
         f"  dashboard: {where}/\n"
         f"  API:       {where}/api/v1  (OpenAPI {where}/api/v1/openapi.json, Swagger UI {where}/api/docs)\n"
         f"  database:  {redact(db_url)}\n  Ray:       {ray_address}\n"
+        f"{replica}"
         f"  a token:   {corral} token create --user \"$(whoami)\" --admin\n"
         f"  then:      export CORRAL_URL={where} CORRAL_TOKEN=<the token>; {corral} submit --name demo "
         "--model ResNet-50-bs64 --gpus 1 --duration 60\n"
@@ -185,7 +207,8 @@ def serve(cfg: ServeConfig) -> None:
     try:
         controller.start()
         app = create_app(store, notify=controller.wake, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
-                                                                "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s})
+                                                                "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s},
+                         controller_status=controller.status)
         server = create_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads)
 
         def _terminate(signum: int, _frame: object) -> None:
@@ -193,8 +216,8 @@ def serve(cfg: ServeConfig) -> None:
 
         signal.signal(signal.SIGTERM, _terminate)
         where = f"http://{cfg.host}:{server.effective_port}"  # type: ignore[union-attr]
-        print(banner(controller.cluster, cfg, controller.policy_name, where, url, backend.address), file=sys.stderr,
-              flush=True)
+        print(banner(controller.cluster, cfg, controller.policy_name or "(the leader's)", where, url, backend.address,
+                     controller.status()), file=sys.stderr, flush=True)
         server.run()  # type: ignore[union-attr]
     except KeyboardInterrupt:
         log.info("shutting down")

@@ -7,6 +7,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from typing import Any
 
 from flask import current_app
 from sqlalchemy.orm import Session
@@ -16,6 +17,7 @@ from scheduler.live.store import Store
 STORE_KEY = "corral.store"
 NOTIFY_KEY = "corral.notify"
 WRITE_LOCK_KEY = "corral.write_lock"
+CONTROLLER_KEY = "corral.controller_status"
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,12 @@ def write_session() -> Iterator[Session]:
     lock: threading.Lock | None = current_app.extensions[WRITE_LOCK_KEY]
     with lock or nullcontext(), store().session(write=True) as s:
         yield s
+
+
+def controller_status() -> dict[str, Any] | None:
+    """This replica's controller: leader or standby, with the lease's epoch and holder (None: no controller here)."""
+    status: Callable[[], dict[str, Any]] | None = current_app.extensions.get(CONTROLLER_KEY)
+    return status() if status is not None else None
 
 
 def notify() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from flask_smorest import Blueprint
 from sqlalchemy import text
 
-from web.api.context import store
+from web.api.context import controller_status, store
 from web.schemas import HealthSchema
 
 
@@ -34,6 +34,9 @@ def blueprint(prefix: str) -> Blueprint:
         """Check liveness
 
         Open to all (no token). 200 with `database: ok` when the database answers a query, else 503 saying why.
+        `controller` is `leader` when this replica's controller schedules, `standby` when it waits for the lease
+        (replicas on one PostgreSQL database); `epoch` is the lease's (null on SQLite, where the one process always
+        leads), `leader` the replica holding it.
         """
         try:
             with store().session() as s:
@@ -41,8 +44,14 @@ def blueprint(prefix: str) -> Blueprint:
             database, code = "ok", 200
         except Exception as exc:  # noqa: BLE001 - any driver error means the same thing to a health check
             database, code = f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", 503
-        body = {"status": "ok" if code == 200 else "degraded", "database": database, "version": VERSION,
-                "time": time.time()}
+        body: dict[str, Any] = {"status": "ok" if code == 200 else "degraded", "database": database,
+                                "version": VERSION, "time": time.time()}
+        try:
+            role = controller_status()
+        except Exception as exc:  # noqa: BLE001 - the lease is read from the database, which may be down
+            role = {"controller": "unknown", "lease": f"error: {type(exc).__name__}"}
+        if role is not None:
+            body.update(role)
         return body, code
 
     return blp

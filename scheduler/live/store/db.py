@@ -14,12 +14,14 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.core.paths import corral_home
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+IDLE_IN_TRANSACTION_TIMEOUT_S = 30
+MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the PostgreSQL advisory lock that serialises replicas' migrations
 BEGIN_OPTION = "corral_sqlite_begin"
 
 
@@ -63,7 +65,23 @@ def make_engine(url: str) -> Engine:
             conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get(BEGIN_OPTION, 'DEFERRED')}")
 
         return engine
-    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    if url.startswith("postgresql"):
+
+        @event.listens_for(engine, "connect")
+        def _session_settings(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+            # A client that vanishes mid-transaction without closing its socket (a partitioned or frozen host) keeps
+            # its row locks until TCP gives up, which can take hours; a standby taking over would wait on them. No
+            # Corral transaction sits idle this long, so the server ends such a session and frees its locks. Set
+            # outside a transaction: the pool's rollback on return would undo it otherwise.
+            autocommit = dbapi_conn.autocommit
+            dbapi_conn.autocommit = True
+            cur = dbapi_conn.cursor()
+            cur.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT_S}s'")
+            cur.close()
+            dbapi_conn.autocommit = autocommit
+
+    return engine
 
 
 def alembic_config(url: str) -> Config:
@@ -107,5 +125,9 @@ def upgrade(engine: Engine, url: str) -> None:
     """Bring the schema to the newest migration (idempotent; safe on every start)."""
     cfg = alembic_config(url)
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # Two replicas starting together would both create the same tables; the second waits here until the
+            # first commits, then finds the schema at head and does nothing. Released at the transaction's end.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")

@@ -158,6 +158,10 @@ class Allocation(Base):
     share: Mapped[float]
     allocated_at: Mapped[float]
     released_at: Mapped[float | None]
+    # The leader's lease epoch the placement was committed under (None: SQLite, one process, no lease). The fence
+    # (`scheduler.live.leader`) refuses a pass whose epoch is no longer the lease's, so no two epochs' open
+    # allocations ever overlap in time for one job.
+    epoch: Mapped[int | None]
 
     job: Mapped[Job] = relationship(back_populates="allocations")
 
@@ -221,3 +225,18 @@ class PolicyVersion(Base):
     activated_at: Mapped[float | None]
     activated_by: Mapped[str | None] = mapped_column(String(64))
     info: Mapped[dict[str, Any]] = mapped_column(default=dict)  # e.g. a trained agent's sidecar metadata
+
+
+class ControllerLease(Base):
+    """The one row (id 1) that says which `corral serve` replica's controller leads, and until when
+    (`scheduler.live.leader`). `epoch` grows by one at every change of holder: a pass commits only while its
+    leader's epoch is still the row's. Times are the database's clock, not the replicas'."""
+
+    __tablename__ = "controller_lease"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(200))  # the replica's id (host:pid:random); None: never held
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    acquired_at: Mapped[float | None]
+    renewed_at: Mapped[float | None]
+    expires_at: Mapped[float] = mapped_column(default=0.0)

@@ -48,9 +48,14 @@
   }
 
   async function refreshStatus() {
-    const c = await C.request("/cluster");
+    const [c, h] = await Promise.all([C.request("/cluster"), C.request("/health").catch(() => ({}))]);
+    // Replicas on one PostgreSQL database share the API: say which one this page talks to, and whether it leads.
+    // (On SQLite there is one process and no lease: epoch is null and nothing is added.)
+    const replica = h.epoch === null || h.epoch === undefined ? "" :
+      ` · this replica ${h.controller === "leader" ? "leads" : "stands by"} (epoch ${h.epoch})`;
     statusEl.textContent = `${c.active_policy || "no policy"} · ${c.queue.running} running · ${c.queue.pending} ` +
-      `pending · ${c.totals.gpus_allocated}/${c.totals.gpus} GPUs in use`;
+      `pending · ${c.totals.gpus_allocated}/${c.totals.gpus} GPUs in use${replica}`;
+    statusEl.title = h.replica ? `replica ${h.replica}; lease held by ${h.leader || "nobody"}; ${h.lease || ""}` : "";
   }
 
   function route() {

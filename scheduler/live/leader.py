@@ -1,0 +1,260 @@
+"""Which `corral serve` replica's controller leads: a lease row with an epoch on PostgreSQL; on SQLite, always this one.
+
+Several replicas may share one PostgreSQL database and one Ray cluster. All of them serve the API and the dashboard;
+one controller schedules, the others stand by and take over when it dies. The leader is whoever holds the one row of
+`controller_lease` (`scheduler.live.store.models.ControllerLease`) with an unexpired `expires_at`.
+
+Why a lease row rather than a PostgreSQL session advisory lock:
+- **Fencing for free.** `epoch` grows by one at every change of holder. Every pass of the controller reads the row
+  `FOR SHARE` in its own transaction, just before it commits, and commits only if the epoch is still its own
+  (`Lease.fence`); each allocation also records the epoch it was placed under. A deposed leader (paused, partitioned
+  from the database, or just slow) therefore cannot commit a placement once another replica took the lease: the new
+  holder's acquiring UPDATE waits for the row lock of a pass in flight, so a pass either commits before the takeover
+  (and the new leader's `recover()` sees it) or sees the new epoch and rolls back. An advisory lock has no number to
+  compare, and it belongs to one connection: the passes run on other pooled connections and could not prove, inside
+  their own transaction, that the lock is still held (a dropped connection frees it silently).
+- **Expiry on the database's clock.** `expires_at` is set and compared with PostgreSQL's `clock_timestamp()`, so the
+  replicas' clocks may disagree without harm; each replica also keeps a conservative local deadline (monotonic clock,
+  measured from *before* its renewing statement) so it stops scheduling on its own when it cannot reach the database.
+- **Visible.** The row says who leads and since when; `GET /api/v1/health` shows it.
+
+The numbers: the lease lasts `LEASE_TTL_S` = 10 s and the leader renews it every `RENEW_S` = 2 s (four renewals may
+fail before it lapses); a standby tries to take it every `STANDBY_POLL_S` = 1 s. A SIGKILLed leader's lease therefore
+lapses 8 to 10 s after the kill and a standby holds it at most 1 s later; it then runs `Controller.recover()` (adopts
+the running workers by their Ray actor names) before its first pass: takeover in about 9 to 12 s, within the 15 s
+target (`benchmarks/failover.py` measures it). A pass commits only with at least `FENCE_MARGIN_S` = 3 s of lease
+left, so the workers it launches right after its commit are launched while it still certainly leads. A leader that
+stops cleanly (SIGTERM) releases the lease: a standby takes over within a second.
+
+SQLite is one file on one machine, written by one process: `SoleLeader` always leads, with no lease and no epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from sqlalchemy import Float, cast, func, select, text, update
+from sqlalchemy.orm import Session
+
+from scheduler.live.store.db import Store
+from scheduler.live.store.models import ControllerLease
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 10.0
+RENEW_S = 2.0
+STANDBY_POLL_S = 1.0
+FENCE_MARGIN_S = 3.0
+LEASE_ID = 1
+
+# The database's own clock, in Unix seconds (clock_timestamp, not now(): now() is frozen at the transaction's start).
+_DB_NOW = cast(func.extract("epoch", func.clock_timestamp()), Float(precision=53))
+# How long taking or renewing the lease waits for the row lock a pass's fence holds (FOR SHARE, until it commits):
+# passes hold it for milliseconds; past this the statement fails and the lease's thread tries again at its next turn.
+_LOCK_TIMEOUT = text("SET LOCAL lock_timeout = '2s'")
+
+
+class NotLeader(Exception):
+    """This controller's pass may not commit: another replica holds the lease (or this one's is about to lapse)."""
+
+
+def replica_id() -> str:
+    """This process's name among the replicas: host and pid to find it, a random suffix so that a restarted process
+    with a recycled pid is never mistaken for its predecessor."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Leadership(Protocol):
+    """What the controller asks: does it lead, and may this pass commit?"""
+
+    replica: str
+
+    @property
+    def leading(self) -> bool: ...
+    @property
+    def epoch(self) -> int | None: ...
+    def start(self, on_change: Callable[[], None]) -> None: ...
+    def stop(self) -> None: ...
+    def fence(self, s: Session) -> None: ...
+    def status(self) -> dict[str, Any]: ...
+
+
+class SoleLeader:
+    """SQLite: one process writes the store, so its controller always leads; nothing to fence."""
+
+    def __init__(self, replica: str | None = None) -> None:
+        self.replica = replica or replica_id()
+
+    @property
+    def leading(self) -> bool:
+        return True
+
+    @property
+    def epoch(self) -> int | None:
+        return None
+
+    def start(self, on_change: Callable[[], None]) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def fence(self, s: Session) -> None:
+        pass
+
+    def status(self) -> dict[str, Any]:
+        return {"epoch": None, "leader": self.replica, "lease": "none: a SQLite store has one process, which leads"}
+
+
+class Lease:
+    """The lease row on PostgreSQL: acquire, renew, release, and the fence a pass runs before it commits. A thread
+    (`start`) renews it while held and tries to take it while not, calling `on_change` when that flips."""
+
+    def __init__(self, store: Store, replica: str | None = None, *, ttl_s: float = LEASE_TTL_S,
+                 renew_s: float = RENEW_S, poll_s: float = STANDBY_POLL_S, margin_s: float = FENCE_MARGIN_S) -> None:
+        if store.engine.dialect.name == "sqlite":
+            raise ValueError("a lease needs a shared database (PostgreSQL); a SQLite store has one process: SoleLeader")
+        if not renew_s < ttl_s - margin_s:
+            raise ValueError(f"renewing every {renew_s} s cannot keep a {ttl_s} s lease above its {margin_s} s margin")
+        self.store = store
+        self.replica = replica or replica_id()
+        self.ttl_s, self.renew_s, self.poll_s, self.margin_s = ttl_s, renew_s, poll_s, margin_s
+        self._epoch: int | None = None
+        self._valid_until = 0.0  # monotonic: a lower bound of when the database will consider our lease lapsed
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._on_change: Callable[[], None] = lambda: None
+
+    @property
+    def leading(self) -> bool:
+        """Held, as far as this process knows: its last renewal succeeded less than a lease's time ago (counted from
+        before that renewal was sent, so never later than the database's own expiry)."""
+        with self._lock:
+            return self._epoch is not None and time.monotonic() < self._valid_until
+
+    @property
+    def epoch(self) -> int | None:
+        with self._lock:
+            return self._epoch
+
+    # ---- the row -------------------------------------------------------------------------------------------------
+
+    def try_acquire(self) -> bool:
+        """Take the lease if it has lapsed (or was released), with the next epoch. One conditional UPDATE: of two
+        replicas trying at once, the second re-reads the row after the first commits and finds it held."""
+        sent = time.monotonic()
+        with self.store.engine.begin() as conn:
+            conn.execute(_LOCK_TIMEOUT)  # a pass in flight holds the row briefly; a stuck one must not stall us
+            epoch = conn.execute(
+                update(ControllerLease)
+                .where(ControllerLease.id == LEASE_ID, ControllerLease.expires_at < _DB_NOW)
+                .values(holder=self.replica, epoch=ControllerLease.epoch + 1, acquired_at=_DB_NOW,
+                        renewed_at=_DB_NOW, expires_at=_DB_NOW + self.ttl_s)
+                .returning(ControllerLease.epoch)).scalar()
+        if epoch is None:
+            return False
+        with self._lock:
+            self._epoch, self._valid_until = int(epoch), sent + self.ttl_s
+        log.warning("this replica (%s) now holds the controller lease, epoch %d", self.replica, epoch)
+        return True
+
+    def renew(self) -> bool:
+        """Extend the lease by a full term if this replica still holds it with its epoch; False: deposed."""
+        epoch = self.epoch
+        if epoch is None:
+            return False
+        sent = time.monotonic()
+        with self.store.engine.begin() as conn:
+            conn.execute(_LOCK_TIMEOUT)
+            held = conn.execute(
+                update(ControllerLease)
+                .where(ControllerLease.id == LEASE_ID, ControllerLease.holder == self.replica,
+                       ControllerLease.epoch == epoch)
+                .values(renewed_at=_DB_NOW, expires_at=_DB_NOW + self.ttl_s)).rowcount == 1
+        with self._lock:
+            if held and self._epoch == epoch:
+                self._valid_until = sent + self.ttl_s
+            elif not held:
+                self._epoch = None
+        if not held:
+            log.warning("this replica (%s) lost the controller lease (epoch %d): another replica took it", self.replica,
+                        epoch)
+        return held
+
+    def release(self) -> None:
+        """Give the lease up at once (a clean shutdown): a standby takes it at its next try, not after a full term."""
+        epoch = self.epoch
+        with self._lock:
+            self._epoch = None
+        if epoch is None:
+            return
+        with self.store.engine.begin() as conn:
+            conn.execute(update(ControllerLease)
+                         .where(ControllerLease.id == LEASE_ID, ControllerLease.holder == self.replica,
+                                ControllerLease.epoch == epoch)
+                         .values(expires_at=0.0))
+        log.info("released the controller lease (epoch %d)", epoch)
+
+    def fence(self, s: Session) -> None:
+        """Raise `NotLeader` unless this replica still holds the lease with its epoch and at least `margin_s` of it
+        is left. Run in the pass's own transaction just before it commits: `FOR SHARE` keeps a taker's UPDATE
+        waiting until this transaction ends, so what the check saw still holds at the commit."""
+        epoch = self.epoch
+        row = s.execute(select(ControllerLease.holder, ControllerLease.epoch, ControllerLease.expires_at - _DB_NOW)
+                        .where(ControllerLease.id == LEASE_ID).with_for_update(read=True)).one()
+        holder, current, left = row
+        if epoch is None or holder != self.replica or current != epoch:
+            raise NotLeader(f"epoch {epoch} is over: the lease is {holder}'s, epoch {current}")
+        if left < self.margin_s:
+            raise NotLeader(f"only {left:.1f} s left of the lease (epoch {epoch}): not renewed in time")
+
+    def status(self) -> dict[str, Any]:
+        """The lease as the database has it (for /health): who leads, with which epoch, for how much longer."""
+        with self.store.session() as s:
+            holder, epoch, left = s.execute(select(ControllerLease.holder, ControllerLease.epoch,
+                                                   ControllerLease.expires_at - _DB_NOW)
+                                            .where(ControllerLease.id == LEASE_ID)).one()
+        return {"epoch": int(epoch), "leader": holder if left > 0 else None,
+                "lease": f"{self.ttl_s:g} s, renewed every {self.renew_s:g} s; {max(0.0, left):.1f} s left"}
+
+    # ---- the thread that keeps it ----------------------------------------------------------------------------------
+
+    def start(self, on_change: Callable[[], None]) -> None:
+        """Try once now (a lone replica leads from its first pass), then keep trying or renewing in a thread."""
+        self._on_change = on_change
+        try:
+            self.try_acquire()
+        except Exception:  # the database may be restarting: the thread tries again
+            log.exception("could not read the controller lease")
+        self._thread = threading.Thread(target=self._keep, name="corral-lease", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        try:
+            self.release()
+        except Exception:  # it lapses on its own within a term
+            log.exception("could not release the controller lease")
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self.renew_s if self.epoch is not None else self.poll_s):
+            was = self.leading
+            try:
+                if self.epoch is not None:
+                    self.renew()
+                else:
+                    self.try_acquire()
+            except Exception:  # keep trying; `leading` turns false on its own once the local deadline passes
+                log.exception("controller lease: the database did not answer")
+            if self.leading != was:
+                self._on_change()
