@@ -435,7 +435,7 @@ if mode == "joined":
     backend.launch(launch)
     phase = "none"
     while phase not in ("succeeded", "failed", "lost") and time.time() < deadline:
-        phase = next((s.phase for s in backend.poll(timeout_s=2)), "none")
+        phase = next((s.phase for s in backend.poll()), "none")
         time.sleep(0.2)
     backend.forget(1)
     print(json.dumps({"resources": res, "nodes": [[n.name, n.gpus, n.alive] for n in backend.nodes()],
