@@ -15,7 +15,7 @@ for its workload and load, chosen beforehand on training windows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,20 +25,32 @@ from agents.scenarios import SYNTHETIC, Scenario, is_synthetic
 from policies import make_policy
 from policies.base import Place, Preempt
 from policies.rl_encoding import WAIT, DecisionPoint
+from scheduler.core.model import Job
 from scheduler.core.simulator import Simulator
 
 
-def teacher_action(sim: Simulator, point: DecisionPoint, teacher: str) -> tuple[int, bool]:
+def teacher_action(sim: Simulator, point: DecisionPoint, teacher: str,
+                   queue: Collection[Job] | None = None, swap: bool = False) -> tuple[int, bool]:
     """The action standing for what `teacher` would do now, and whether it was representable exactly (its job is
     a candidate here). A fresh policy each time: heuristics keep per-run memos that assume their decisions were
-    all applied, and here only the first one is."""
-    decisions = make_policy(teacher).schedule(sim.view, sim.pending.values(), sim.now)
+    all applied, and here only the first one is. `queue`: the jobs the decision is about (inside the tenancy frame,
+    those it asked the agent about: `PlacementEnv.decision_queue`), by default every pending job. `swap`: the frame
+    asks about jobs that may start only by preempting their own team's jobs; a teacher's start that is not an action
+    there is labelled as declining (the frame would drop it, or it is a swap the slots do not offer), and counts as
+    exact only if the frame would have dropped it (it preempts another team's job)."""
+    queue = sim.pending.values() if queue is None else queue
+    decisions = make_policy(teacher).schedule(sim.view, queue, sim.now)
     place = next((d for d in decisions if isinstance(d, Place)), None)
     if place is None:
         return point.quiet_action(), bool(point.mask[WAIT])
     preempts = any(isinstance(d, Preempt) for d in decisions[:decisions.index(place)])
     action = point.action_of(place.job_id, place.placement.gpus, preempts)
     if action is None:
+        if swap:
+            team = sim.jobs[place.job_id].spec.team
+            victims = [sim.jobs[d.job_id].spec.team for d in decisions[:decisions.index(place)]
+                       if isinstance(d, Preempt)]
+            return point.quiet_action(), any(t != team for t in victims)
         return point.quiet_action(), False
     return action, True
 
@@ -129,7 +141,9 @@ def collect(env: PlacementEnv, samples: int, seed: int, teachers: Teachers | str
         while True:
             point, sim = env._point, env.sim
             assert point is not None and sim is not None
-            action, ok = teacher_action(sim, point, teacher)
+            # Inside the tenancy frame the teacher is asked about the jobs the agent is (eligible ones, or swaps),
+            # so it teaches the frame's choices, not ones the frame would drop.
+            action, ok = teacher_action(sim, point, teacher, env.decision_queue, env.decision_is_swap)
             exact += ok
             total += 1
             mask = env.action_masks()

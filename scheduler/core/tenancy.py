@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,7 @@ from scheduler.core.model import (
     NodeTypeSpec,
     build_cluster,
 )
+from scheduler.core.standing import TeamStanding, TenancyStanding
 from scheduler.core.state import ClusterView
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0  # Slurm's PriorityDecayHalfLife default
@@ -546,6 +549,34 @@ class TenancyFrame:
         return bool((free >= spec.share - EPS).any()) or any(free[g] + s >= spec.share - EPS
                                                              for g, s in freed.items())
 
+    # ---- what the wrapped policy is told ----------------------------------------------------------------------
+
+    def told(self, view: ClusterView, standings: Mapping[str, Standing], frame: Frame,
+             swaps: bool = False) -> TenancyStanding:
+        """Each team's standing for the wrapped policy (`ClusterView.tenancy`); `swaps`: it is asked about the jobs
+        that may start only by a swap."""
+        demand = [name for name, st in standings.items() if st.pending or st.in_use > EPS]  # fair-share order
+        last = max(len(demand) - 1, 1)
+        rank = {name: i / last for i, name in enumerate(demand)}
+        teams = {name: TeamStanding(name, st.team.quota_gpus, st.in_use, st.borrowed, rank.get(name, 0.0),
+                                    name in rank) for name, st in standings.items()}
+        # Borrowers take the GPUs in no team's quota first; only beyond those do they hold others' idle quota.
+        unowned = max(0.0, view.cluster.num_gpus - sum(t.quota_gpus for t in self.teams.teams.values()))
+        lent = max(0.0, sum(st.borrowed for st in standings.values()) - unowned)
+        return TenancyStanding(MappingProxyType(teams), frozenset(frame.within_quota),
+                               frozenset(j.id for j in frame.swaps) if swaps else frozenset(), frame.lendable, lent)
+
+    @staticmethod
+    @contextmanager
+    def _telling(view: ClusterView, standing: TenancyStanding) -> Iterator[None]:
+        """The standing on the view while the wrapped policy decides, and the view as it was afterwards (whatever
+        the policy raised: the view outlives this call)."""
+        before, view.tenancy = view.tenancy, standing
+        try:
+            yield
+        finally:
+            view.tenancy = before
+
     # ---- the policy protocol -------------------------------------------------------------------------------------
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
@@ -579,7 +610,9 @@ class TenancyFrame:
         kept: list[Decision] = []
         victims: list[Preempt] = []
         blocked: set[int] = set()  # GPUs of victims whose preemption was dropped: still held
-        for d in self.inner.schedule(view, frame.swaps, now):
+        with self._telling(view, self.told(view, standings, frame, swaps=True)):
+            asked = self.inner.schedule(view, frame.swaps, now)
+        for d in asked:
             if isinstance(d, Preempt):
                 victims.append(d)
                 continue
@@ -614,7 +647,8 @@ class TenancyFrame:
             eligible = [j for j in frame.eligible if j.id not in held]
             if not eligible:
                 return []
-            decisions = self.inner.schedule(view, eligible, now)
+            with self._telling(view, self.told(view, standings, frame)):
+                decisions = self.inner.schedule(view, eligible, now)
             kept, bad = self._inside(view, decisions, team_of, frame.within_quota, standings)
             if bad is None:
                 return kept
