@@ -209,8 +209,8 @@ def env_class(cfg: TrainConfig) -> type:
 
 
 def env_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(workloads=cfg.workloads, presets=cfg.presets, nodes=cfg.nodes, window=cfg.window,
-                                  load=cfg.load, part="train")
+    kwargs: dict[str, Any] = {"workloads": cfg.workloads, "presets": cfg.presets, "nodes": cfg.nodes,
+                              "window": cfg.window, "load": cfg.load, "part": "train"}
     if cfg.formulation == "corral":
         kwargs["team_share"] = cfg.team_share
     return kwargs

@@ -36,8 +36,21 @@ Observation (`OBS_SIZE` floats in [`OBS_LOW`, `OBS_HIGH`], independent of the cl
   (`CANDIDATE_FEATURES`): valid, log of its own predicted slowdown, slowdown it adds to the jobs it joins (per GPU of
   the job), nodes beyond the fewest possible, busiest NIC load among its nodes, whether it breaks into a wholly free
   node, the GPU share it strands, tenants already on its GPUs;
+  then its team's standing (`TEAM_JOB_FEATURES`, `team_job_features`): whether it would borrow (start beyond its
+  team's quota), whether it is offered only as a swap, its team's borrowed GPUs over its quota, the borrowed share
+  of what its team holds, and its team's fair-share rank among the teams with demand (0 first, 1 last);
 * the cluster and queue (`CLUSTER_FEATURES`): free whole GPUs, free capacity, wholly free nodes, queue length, GPUs
-  the queue asks for, GPUs shared through MPS, running jobs per GPU, the queue's fraction of fractional jobs.
+  the queue asks for, GPUs shared through MPS, running jobs per GPU, the queue's fraction of fractional jobs; then the
+  teams (`TEAM_CLUSTER_FEATURES`): the borrowed share of the running GPUs, the idle quota lent to borrowers (per GPU),
+  how many teams have demand beyond the first (log2 / 4).
+
+Teams: inside the tenancy frame (`scheduler.core.tenancy`) the frame hands its policy each team's standing on the
+view (`ClusterView.tenancy`) while it asks. Without teams it is None and every team feature is 0: what one team
+owning the whole cluster would see (nothing borrowed or lent, one team with demand, every job offered within its
+quota), so the observation does not depend on the number of teams and a cluster without them encodes as one team's.
+Inside the frame the preemption slots take only victims the frame would keep (the job's own team's jobs; for a job
+within its quota, borrowers' too), and when the frame asks about jobs that may start only by a swap, only the
+preemption slots are offered (a start on free GPUs would be dropped: they are held for others).
 
 Action `j * MAX_CANDIDATES + k` starts job slot `j` on its placement `k`; `WAIT` (the last) waits.
 

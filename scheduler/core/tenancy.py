@@ -34,8 +34,8 @@ import statistics
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
