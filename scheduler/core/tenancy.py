@@ -416,6 +416,13 @@ class TenancyFrame:
         self.share = FairShare(teams)
         self.reclaims = 0  # preemptions the frame made to give teams their quota back
         self.swaps = 0  # preemptions the policy made of a team's own jobs to start one of its jobs beyond its quota
+        # Reclaims at the current instant: the jobs reclaimed for (each at most once per instant), and the one whose
+        # reclaimed GPUs the next call offers to it alone. Without these, a policy that ranks a victim above the
+        # owner (Gittins, Tiresias) put the victim straight back on the reclaimed GPUs, the owner still did not fit,
+        # and the frame reclaimed the same job again, forever (a round limit in the simulator).
+        self._instant: float | None = None
+        self._reclaimed_for: set[int] = set()
+        self._focus: int | None = None
 
     def team_of(self, spec: JobSpec) -> str:
         return spec.team if spec.team in self.teams.teams else DEFAULT_TEAM
@@ -501,8 +508,14 @@ class TenancyFrame:
             for job in st.pending:
                 if job.id not in frame.within_quota or self._room(view, job.spec, []):
                     continue
+                if job.id in self._reclaimed_for:  # its policy started others on what was reclaimed for it
+                    frame.waits.setdefault(job.id, f"waiting for GPUs within team {st.team.name}'s quota; those "
+                                                   "reclaimed for it went to other jobs, it reclaims again later")
+                    continue
                 victims = self._victims(view, job.spec, standings, candidates)
                 if victims:
+                    self._reclaimed_for.add(job.id)
+                    self._focus = job.id
                     self.reclaims += len(victims)
                     by = {v: self.team_of(view.running[v].spec) for v in victims}
                     return [Preempt(v, f"reclaimed for team {st.team.name} (job {job.spec.name}): team {by[v]} "
@@ -581,9 +594,19 @@ class TenancyFrame:
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         self.share.observe(now, view.running.values(), self.team_of)
+        if now != self._instant:
+            self._instant, self._reclaimed_for, self._focus = now, set(), None
         standings = self.standings(view, queue)
         frame = self.frame(view, standings)
-        decisions = self.reclaim(view, standings, frame)
+        owner = next((j for j in frame.eligible if j.id == self._focus and j.id in frame.within_quota), None)
+        if owner is not None and self._room(view, owner.spec, []):
+            # Just reclaimed for: it alone is offered the reclaimed GPUs, before borrowers or swaps could take them.
+            # (The focus is dropped only once the policy has answered: the RL environment replays an unanswered call.)
+            frame.eligible, frame.swaps = [owner], []
+            decisions: list[Decision] = []
+        else:
+            self._focus = None
+            decisions = self.reclaim(view, standings, frame)
         if not decisions:
             decisions = self._ask(view, frame, standings, now)
             by_id = {j.id: j for j in frame.eligible}
@@ -597,6 +620,8 @@ class TenancyFrame:
             # the runner asks again after every change, so a swap is looked at on the state they leave.
             if not started and frame.swaps:
                 decisions += self._swap(view, frame, standings, now)
+            if owner is not None:
+                self._focus = None
         return decisions + [Wait(j, why) for j, why in frame.waits.items()]
 
     def _swap(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> list[Decision]:
