@@ -206,9 +206,10 @@ def test_a_scenario_with_teams_builds_the_same_jobs_with_skewed_teams_and_equal_
 
 
 def test_the_warm_start_teacher_is_asked_inside_the_frame() -> None:
-    """The teacher is asked about the jobs the frame asks the agent about, so nearly all its choices are actions."""
+    """The teacher is asked about the jobs the frame asks the agent about, so most of its choices are actions (not
+    all: asked about swaps, the job it would swap in is sometimes not the head of any preemption slot)."""
     demos = collect(env_with_teams(), 300, seed=3, teachers="tiresias")
-    assert len(demos) >= 300 and demos.exact >= 0.95
+    assert len(demos) >= 300 and demos.exact >= 0.85
     assert demos.obs.shape[1] == OBS_SIZE and demos.masks[np.arange(len(demos)), demos.actions].all()
 
 
@@ -227,3 +228,27 @@ def test_a_version_4_agent_is_refused_with_the_usual_message(tmp_path: Path) -> 
     with pytest.raises(AgentLoadError, match=r"trained for encoding version 4, this Corral speaks version 5; "
                                              r"retrain it with `corral train"):
         make_policy(f"rl:{tmp_path / 'old.zip'}")
+
+
+def test_asked_about_swaps_the_teacher_is_labelled_by_the_start_the_frame_would_keep() -> None:
+    """In a swap call a teacher's start on free GPUs (held for others) is not an action; its job's swap is, and a
+    start preempting another team's job is dropped by the frame: declining is the label."""
+    from agents.imitation import kept_swap
+    from scheduler.core.decisions import Place, Preempt
+
+    placed = [Placed(tjob(f"a-run{g}", 1, "a", 90000.0), Placement((g,)), 90000.0) for g in range(4)]
+    placed += [Placed(tjob("b-run", 2, "b", 90000.0), Placement((4, 5)), 90000.0)]
+    capture = Capture()
+    frame = TenancyFrame(capture, teams(("a", 4), ("b", 4)))
+    pending = [tjob("a9", 1, "a", submit=7200.0), tjob("b9", 2, "b", submit=7200.0)]
+    sim = Simulator(small_cluster(nodes=2, gpus=4), pending, frame, contention=False, initial=placed)
+    sim.advance()
+    frame.schedule(sim.view, sim.pending.values(), sim.now)
+    point = capture.calls[1][2]
+    assert point is not None
+    ids = {j.spec.name: j.id for j in sim.jobs}
+    on_free = [Place(ids["a9"], Placement((6,)))]
+    action, exact = kept_swap(sim, point, on_free)
+    assert exact and action == point.action_of(ids["a9"], (6,), preempts=True) and action != point.quiet_action()
+    other_team = [Preempt(ids["b-run"]), Place(ids["a9"], Placement((4,)))]
+    assert kept_swap(sim, point, other_team) == (point.quiet_action(), True)
