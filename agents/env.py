@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -10,7 +10,9 @@ import numpy as np
 from gymnasium import spaces
 
 from agents.scenarios import SYNTHETIC, Scenario, ScenarioSource, is_synthetic, scale_to_load
+from policies.base import Decision
 from policies.gittins import SizeDistribution, default_sizes
+from policies.rl import RLPolicy
 from policies.rl_encoding import (
     N_ACTIONS,
     OBS_HIGH,
@@ -22,8 +24,58 @@ from policies.rl_encoding import (
     next_demotion,
 )
 from scheduler.core.decisions import WakeAt
-from scheduler.core.model import parse_cluster
-from scheduler.core.simulator import Simulator
+from scheduler.core.model import Job, parse_cluster
+from scheduler.core.simulator import MAX_ROUNDS, SimulationError, Simulator
+from scheduler.core.state import ClusterView
+from scheduler.core.tenancy import TenancyFrame
+
+DEFAULT_TEAM_SHARE = 0.3  # training windows shared by teams (`corral train --team-share`)
+
+
+class _NeedAction(Exception):
+    """The tenancy frame asked the agent's seat at a decision point its script had no action for."""
+
+    def __init__(self, point: DecisionPoint, queue: list[Job], swap: bool) -> None:
+        super().__init__("the agent's action is needed")
+        self.point = point
+        self.queue = queue
+        self.swap = swap
+
+
+class _Seat(RLPolicy):
+    """The agent's place inside the tenancy frame: the `rl:` policy's own decision logic, whose actions come from
+    the agent, one `step` at a time.
+
+    The frame calls its wrapped policy from the middle of its own work (perhaps several times at one instant: again
+    after holding back a job, then about swaps), so the environment cannot hand control back to the agent from
+    there. Instead, every call of the frame at an instant replays the actions the agent has taken at this call
+    (`script`, in order) and raises `_NeedAction` at the first decision point beyond them; the frame is deterministic
+    and changes nothing before its policy has answered every question, so a replay reaches the same points."""
+
+    def __init__(self, sizes: SizeDistribution) -> None:
+        super().__init__(None, "env", sizes)
+        self.script: list[int] = []
+        self._used = 0
+        self._queue: list[Job] = []
+        self._swap = False
+
+    def replay(self) -> None:
+        self._used = 0
+
+    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        self._queue = list(queue)
+        self._swap = view.tenancy is not None and view.tenancy.swap_call
+        return super().schedule(view, self._queue, now)
+
+    def choose(self, point: DecisionPoint) -> int:
+        if self._used < len(self.script):
+            self._used += 1
+            return self.script[self._used - 1]
+        raise _NeedAction(point, self._queue, self._swap)
+
+    @staticmethod
+    def _with_candidates(view: ClusterView, job: Job, cands: list, decisions: list[Decision]) -> list[Decision]:
+        return decisions  # what the agent chose between is for explanations; training needs none
 
 
 class PlacementEnv(gym.Env[np.ndarray, np.int64]):
@@ -32,7 +84,11 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     ## Description
     Each episode replays a window of jobs (a synthetic workload, or a random window of the training part of a real
     trace) on a cluster brought to an offered load drawn from a range (`agents.scenarios`), through the same simulator
-    and contention model `corral simulate` uses. Whenever a pending job can start (preempting lower-priority jobs if
+    and contention model `corral simulate` uses. With probability `team_share` the window's jobs belong to 2 to 4
+    teams with skewed demand, each with an equal share of the cluster as quota, and the agent acts inside the tenancy
+    frame (`scheduler.core.tenancy`) as the `rl:` policy does with teams: it is asked about the jobs the frame makes
+    eligible, then about the jobs that may start only by a swap, and sees each job's team standing in the
+    observation. Whenever a pending job can start (preempting lower-priority jobs if
     it must), the agent decides which of a few candidate jobs (the heads of several queue orders) starts, on which of
     its candidate placements, or waits. The encoding is `policies.rl_encoding`, shared with the `rl:` policy, so a
     trained agent acts identically in the simulator and the live controller.
@@ -45,10 +101,11 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     not an error: it is taken as wait (or, where wait is masked, as the first valid action) and reported in `info`.
 
     ## Observation Space
-    `Box(0, 8, (494,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
-    wait, attained service, queue, Gittins index, expected remaining service and the preemption it needs, and per
-    placement slot its predicted slowdowns, spread, link load, fragmentation and sharing; cluster and queue summaries.
-    Nothing depends on the cluster's or the queue's size.
+    `Box(0, 8, (542,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
+    wait, attained service, queue, Gittins index, expected remaining service, the preemption it needs and its team's
+    standing (borrowing or within quota, swap, the team's borrowed GPUs and fair-share rank), and per placement slot
+    its predicted slowdowns, spread, link load, fragmentation and sharing; cluster, queue and teams summaries.
+    Nothing depends on the cluster's or the queue's size, or on the number of teams.
 
     ## Rewards
     Minus the number of jobs in the system times the time until the next decision, minus `slo_weight` times the
@@ -64,7 +121,8 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     ## Arguments
     `workloads`: "synthetic" and/or trace paths; `presets`; `nodes` (inclusive range) for synthetic clusters;
     `window` jobs per episode; `load` the range of offered load; `part` the part of traces to draw windows from
-    ("train", "test" or "all"); `scenarios` a fixed list to cycle through instead of drawing (for evaluation).
+    ("train", "test" or "all"); `scenarios` a fixed list to cycle through instead of drawing (for evaluation);
+    `team_share` the probability that a drawn window is shared by teams (0: never, the default).
     `reset(options=...)` may give a `scenario` (a `Scenario` or its dict), a `workload` or `window` to draw with, or
     a fixed `cluster` spec.
     """
@@ -83,9 +141,10 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         reward_scale_s: float | None = None,
         slo_weight: float = 1.0,
         max_decisions: int = 50_000,
+        team_share: float = 0.0,
     ) -> None:
         super().__init__()
-        self.source = ScenarioSource(workloads, presets, nodes, window, load, part, scenarios)
+        self.source = ScenarioSource(workloads, presets, nodes, window, load, part, scenarios, team_share)
         self.reward_scale_s = reward_scale_s
         self.slo_weight = slo_weight
         self.max_decisions = max_decisions
@@ -98,6 +157,10 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self._scale = 1.0
         self._decisions = 0
         self.sizes: SizeDistribution = default_sizes()
+        self.frame: TenancyFrame | None = None  # with teams: the frame the agent's seat acts in
+        self._seat = _Seat(self.sizes)
+        self._asked: list[Job] = []  # the queue of the current decision point, inside the frame
+        self._asked_swap = False  # and whether the frame asks about swaps there
 
     # ---- episode set-up ---------------------------------------------------------------------------------------------
 
@@ -116,11 +179,14 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
                 jobs = scale_to_load(jobs, cluster.num_gpus, scenario.load)
         self.scenario = scenario
         self.sim = Simulator(cluster, jobs, None)
+        teams = scenario.tenancy(cluster)
+        self._seat = _Seat(self.sizes)
+        self.frame = TenancyFrame(self._seat, teams) if teams is not None else None
         self._waited = None
         self._scale = self.reward_scale_s or max(sum(j.duration_s for j in jobs), 1.0)
         self._decisions = 0
         self._advance()
-        info = {"cluster": cluster.name, "scenario": scenario.label, "jobs": len(jobs)}
+        info = {"cluster": cluster.name, "scenario": scenario.label, "jobs": len(jobs), "teams": scenario.teams}
         return self._obs(), info
 
     # ---- stepping ---------------------------------------------------------------------------------------------------
@@ -135,19 +201,53 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
             return mask
         return self._point.mask.copy()
 
+    @property
+    def decision_queue(self) -> list[Job]:
+        """The pending jobs the current decision is about: all of them, or inside the frame those it asks about."""
+        if self.frame is not None:
+            return self._asked
+        return list(self.sim.pending.values()) if self.sim is not None else []
+
+    @property
+    def decision_is_swap(self) -> bool:
+        """Inside the frame, the current decision is about jobs that may start only by a swap."""
+        return self.frame is not None and self._asked_swap
+
+    def _framed(self) -> bool:
+        """Inside the tenancy frame: let it act at this instant (its reclaims, and the agent's choices replayed by
+        the seat) until the agent must choose (True) or nothing more happens now (False)."""
+        sim, frame = self.sim, self.frame
+        assert sim is not None and frame is not None
+        for _ in range(MAX_ROUNDS):
+            if not sim.pending:
+                return False
+            self._seat.replay()
+            try:
+                decisions = frame.schedule(sim.view, sim.pending.values(), sim.now)
+            except _NeedAction as need:
+                self._point, self._asked, self._asked_swap = need.point, need.queue, need.swap
+                return True
+            self._seat.script = []  # this call's questions are answered; the next call asks afresh
+            if not sim.apply(decisions):
+                return False
+        raise SimulationError(f"the tenancy frame kept acting at t={sim.now} for {MAX_ROUNDS} rounds")
+
     def _advance(self) -> float:
         """Run the simulator to the next decision (or the end); returns the reward accrued on the way."""
         sim = self.sim
         assert sim is not None
         reward = 0.0
         while True:
-            if sim.pending and self._waited != (sim.now, len(sim.running)):
+            if self.frame is not None:
+                if self._framed():
+                    return reward
+            elif sim.pending and self._waited != (sim.now, len(sim.running)):
                 point = decision_point(sim.view, sim.pending.values(), sim.now, self.sizes)
                 if point is not None:
                     self._point = point
                     return reward
-            if sim.pending and (wake := next_demotion(sim.view, sim.now)) is not None:
-                sim.apply([WakeAt(wake)])  # as the rl: policy does: a demoted job may become a victim
+            if self.frame is None and sim.pending and (wake := next_demotion(sim.view, sim.now)) is not None:
+                sim.apply([WakeAt(wake)])  # as the rl: policy does (inside the frame, the seat asks for it itself)
             in_system, late, t0 = sim.jobs_in_system(), sim.slo_violations(), sim.now
             if not sim.advance():
                 self._point = None
@@ -163,8 +263,9 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         if not (0 <= action < N_ACTIONS and point.mask[action]):
             info["invalid_action"] = action
             action = WAIT if point.mask[WAIT] else int(np.flatnonzero(point.mask)[0])
-        decisions = point.decisions(action, "rl")
-        if decisions:
+        if self.frame is not None:
+            self._seat.script.append(action)  # replayed by the frame's next call (`_framed`)
+        elif decisions := point.decisions(action, "rl"):
             self.sim.apply(decisions)
         else:
             self._waited = (self.sim.now, len(self.sim.running))

@@ -15,7 +15,7 @@ for its workload and load, chosen beforehand on training windows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,16 +23,23 @@ import numpy as np
 from agents.env import PlacementEnv
 from agents.scenarios import SYNTHETIC, Scenario, is_synthetic
 from policies import make_policy
-from policies.base import Place, Preempt
+from policies.base import Decision, Place, Preempt
 from policies.rl_encoding import WAIT, DecisionPoint
+from scheduler.core.model import Job
 from scheduler.core.simulator import Simulator
 
 
-def teacher_action(sim: Simulator, point: DecisionPoint, teacher: str) -> tuple[int, bool]:
+def teacher_action(sim: Simulator, point: DecisionPoint, teacher: str,
+                   queue: Collection[Job] | None = None, swap: bool = False) -> tuple[int, bool]:
     """The action standing for what `teacher` would do now, and whether it was representable exactly (its job is
     a candidate here). A fresh policy each time: heuristics keep per-run memos that assume their decisions were
-    all applied, and here only the first one is."""
-    decisions = make_policy(teacher).schedule(sim.view, sim.pending.values(), sim.now)
+    all applied, and here only the first one is. `queue`: the jobs the decision is about (inside the tenancy frame,
+    those it asked the agent about: `PlacementEnv.decision_queue`), by default every pending job. `swap`: the frame
+    asks about jobs that may start only by preempting their own team's jobs (`kept_swap`)."""
+    queue = sim.pending.values() if queue is None else queue
+    decisions = make_policy(teacher).schedule(sim.view, queue, sim.now)
+    if swap:
+        return kept_swap(sim, point, decisions)
     place = next((d for d in decisions if isinstance(d, Place)), None)
     if place is None:
         return point.quiet_action(), bool(point.mask[WAIT])
@@ -41,6 +48,33 @@ def teacher_action(sim: Simulator, point: DecisionPoint, teacher: str) -> tuple[
     if action is None:
         return point.quiet_action(), False
     return action, True
+
+
+def kept_swap(sim: Simulator, point: DecisionPoint, decisions: list[Decision]) -> tuple[int, bool]:
+    """Asked about swaps, the teacher's first start that is a swap here: in the teacher's order, the first job it
+    starts without preempting another team's job whose swap (preempting its own team's) a slot offers. Declining if
+    there is none (exact if the teacher starts nothing the frame could keep).
+
+    Labelling by the teacher's first start instead, as outside the frame, declined most swaps the teacher makes: that
+    start was often on free GPUs held for others (which a swap call cannot offer) or preempted another team (which
+    the frame drops), and the agent so trained left short jobs of a busy team waiting for hours."""
+    victims: list[Preempt] = []
+    wanted = False
+    for d in decisions:
+        if isinstance(d, Preempt):
+            victims.append(d)
+            continue
+        if not isinstance(d, Place):
+            continue
+        group, victims = victims, []
+        team = sim.jobs[d.job_id].spec.team
+        if any(sim.jobs[v.job_id].spec.team != team for v in group):
+            continue  # the frame drops it
+        wanted = True
+        action = point.action_of(d.job_id, d.placement.gpus, preempts=True)
+        if action is not None:
+            return action, True
+    return point.quiet_action(), not wanted and bool(point.mask[WAIT])
 
 
 @dataclass(frozen=True)
@@ -129,7 +163,9 @@ def collect(env: PlacementEnv, samples: int, seed: int, teachers: Teachers | str
         while True:
             point, sim = env._point, env.sim
             assert point is not None and sim is not None
-            action, ok = teacher_action(sim, point, teacher)
+            # Inside the tenancy frame the teacher is asked about the jobs the agent is (eligible ones, or swaps),
+            # so it teaches the frame's choices, not ones the frame would drop.
+            action, ok = teacher_action(sim, point, teacher, env.decision_queue, env.decision_is_swap)
             exact += ok
             total += 1
             mask = env.action_masks()

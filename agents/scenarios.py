@@ -14,7 +14,7 @@ shrinking further); a synthetic window keeps its node count and has its arrival 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.model import PRESETS, Cluster, JobSpec, parse_cluster
+from scheduler.core.tenancy import Teams
 from scheduler.core.traces import (
     TraceError,
     fit_load,
@@ -32,6 +33,7 @@ from scheduler.core.traces import (
     window,
     window_starts,
 )
+from scheduler.core.traces.generator import team_draw
 
 __all__ = ["SYNTHETIC", "SYNTHETIC_MIXES", "Scenario", "ScenarioSource", "draw", "held_out", "is_synthetic", "scale_to_load", "trace_jobs"]
 
@@ -59,6 +61,10 @@ def synthetic_mix(workload: str) -> dict[str, Any]:
                          f"of {', '.join(SYNTHETIC_MIXES)}")
     return SYNTHETIC_MIXES[mix]
 MODEL_SEEDS = 4  # model assignments drawn for trace windows in training (each seed a different mix of models)
+TEAM_COUNTS = (2, 4)  # inclusive range of teams a training window with teams is shared by
+# Fair-share half-life of windows with teams: as `benchmarks/teams.py`, short enough that usage within a window of a
+# few hundred jobs matters (the 7-day default would make it the window's whole history).
+TEAM_HALF_LIFE_S = 3600.0
 
 
 @cache
@@ -78,14 +84,35 @@ class Scenario:
     seed: int
     start: int = 0
     nodes: int = 0
+    teams: int = 0  # shared by this many teams (`tenancy`), 0: no teams
 
     @property
     def label(self) -> str:
         name = self.workload if is_synthetic(self.workload) else Path(self.workload).stem
         where = f"seed {self.seed}" if is_synthetic(self.workload) else f"jobs {self.start}+{self.window}, seed {self.seed}"
-        return f"{name} ({where}) on {self.preset}, target load {self.load:.2f}"
+        shared = f", {self.teams} teams" if self.teams else ""
+        return f"{name} ({where}) on {self.preset}, target load {self.load:.2f}{shared}"
 
     def build(self) -> tuple[Cluster, list[JobSpec]]:
+        """The cluster and the jobs; with teams, each job's team is drawn with skewed demand (`team_draw`: team k
+        submits in proportion to 1 / (k + 1)), from the scenario's own seed."""
+        cluster, jobs = self._build()
+        if self.teams:
+            names = team_draw(np.random.default_rng([self.seed, self.start, self.teams]), self.teams, len(jobs))
+            jobs = [replace(j, team=t) for j, t in zip(jobs, names, strict=True)]
+        return cluster, jobs
+
+    def tenancy(self, cluster: Cluster) -> Teams | None:
+        """The teams sharing the cluster: each an equal share of it as quota, no borrowing limit (as
+        `benchmarks/teams.py`); None without teams."""
+        if not self.teams:
+            return None
+        quota = cluster.num_gpus / self.teams
+        return Teams.parse({"half_life_s": TEAM_HALF_LIFE_S,
+                            "teams": [{"name": f"team{k}", "quota_gpus": quota} for k in range(self.teams)]},
+                           cluster.num_gpus)
+
+    def _build(self) -> tuple[Cluster, list[JobSpec]]:
         gpn = PRESETS[self.preset].gpus_per_node
         if is_synthetic(self.workload):
             nodes = max(self.nodes, 1)
@@ -103,19 +130,24 @@ class Scenario:
 
 def draw(
     rng: np.random.Generator, workloads: Sequence[str], presets: Sequence[str], nodes: tuple[int, int],
-    window_size: int, load: tuple[float, float], part: str = "train",
+    window_size: int, load: tuple[float, float], part: str = "train", team_share: float = 0.0,
 ) -> Scenario:
-    """A random scenario: a workload, a preset, a load in the range; trace windows from `part` of the trace."""
+    """A random scenario: a workload, a preset, a load in the range; trace windows from `part` of the trace; with
+    probability `team_share`, shared by `TEAM_COUNTS` teams (none drawn when it is 0, so the draws are those of
+    before teams)."""
     workload = workloads[int(rng.integers(len(workloads)))]
     preset = presets[int(rng.integers(len(presets)))]
     target = float(rng.uniform(*load))
+    teams = 0
+    if team_share > 0 and rng.random() < team_share:
+        teams = int(rng.integers(TEAM_COUNTS[0], TEAM_COUNTS[1] + 1))
     if is_synthetic(workload):
         return Scenario(workload, preset, target, window_size, int(rng.integers(2**31)),
-                        nodes=int(rng.integers(nodes[0], nodes[1] + 1)))
+                        nodes=int(rng.integers(nodes[0], nodes[1] + 1)), teams=teams)
     seed = int(rng.integers(MODEL_SEEDS))
     n = len(trace_jobs(workload, seed))
     lo, hi = window_starts(n, window_size, part)
-    return Scenario(workload, preset, target, min(window_size, n), seed, start=int(rng.integers(lo, hi)))
+    return Scenario(workload, preset, target, min(window_size, n), seed, start=int(rng.integers(lo, hi)), teams=teams)
 
 
 class ScenarioSource:
@@ -126,8 +158,10 @@ class ScenarioSource:
     """
 
     def __init__(self, workloads: Sequence[str], presets: Sequence[str], nodes: tuple[int, int], window: int,
-                 load: tuple[float, float], part: str, scenarios: Sequence[Scenario] | None) -> None:
+                 load: tuple[float, float], part: str, scenarios: Sequence[Scenario] | None,
+                 team_share: float = 0.0) -> None:
         self.workloads = list(workloads)
+        self.team_share = team_share
         self.presets = list(presets)
         self.nodes = nodes
         self.window = window
@@ -150,7 +184,7 @@ class ScenarioSource:
             return sc
         workloads = [options["workload"]] if "workload" in options else self.workloads
         return draw(rng, workloads, self.presets, self.nodes, int(options.get("window", self.window)), self.load,
-                    self.part)
+                    self.part, float(options.get("team_share", self.team_share)))
 
 
 def held_out(

@@ -71,6 +71,9 @@ class TrainConfig(BaseModel):
     # ...), labels the decisions it reaches with the teacher's action (half as many as the first clone's) and clones
     # again on everything collected so far.
     dagger_rounds: int = Field(2, ge=0, le=10)
+    # Probability that a training window is shared by teams (the agent acts inside the tenancy frame there, and
+    # learns from states where its team's standing matters). Validation windows have no teams.
+    team_share: float = Field(0.3, ge=0.0, le=1.0)
     learning_rate: float = Field(1e-4, gt=0, le=1)
     n_steps: int = Field(1024, ge=16, le=65_536)  # per environment, per rollout
     batch_size: int = Field(256, ge=8)
@@ -131,6 +134,7 @@ class TrainConfig(BaseModel):
             self.algo = "ppo"  # DeepShare trains plain PPO: its actions are not masked
         if self.formulation == "deepshare":
             self.warm_start = "none"  # DeepShare trains from scratch; its actions have no teacher in our frame
+            self.team_share = 0.0  # its grid encodes no teams
         if self.batch_size > self.n_steps * self.n_envs:
             raise ValueError(f"batch_size {self.batch_size} exceeds a rollout of n_steps x n_envs = "
                              f"{self.n_steps * self.n_envs}")
@@ -148,6 +152,7 @@ FLAGS = {  # config field -> the flag users typed, so an error names what they c
     "eval_window": "--eval-window", "eval_load": "--eval-load", "algo": "--algo", "formulation": "--formulation",
     "learning_rate": "--learning-rate", "warm_start": "--warm-start", "warm_start_samples": "--warm-start-samples",
     "dagger_rounds": "--dagger-rounds", "n_steps": "--n-steps", "batch_size": "--batch-size",
+    "team_share": "--team-share",
 }
 
 
@@ -204,8 +209,11 @@ def env_class(cfg: TrainConfig) -> type:
 
 
 def env_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    return dict(workloads=cfg.workloads, presets=cfg.presets, nodes=cfg.nodes, window=cfg.window, load=cfg.load,
-                part="train")
+    kwargs: dict[str, Any] = {"workloads": cfg.workloads, "presets": cfg.presets, "nodes": cfg.nodes,
+                              "window": cfg.window, "load": cfg.load, "part": "train"}
+    if cfg.formulation == "corral":
+        kwargs["team_share"] = cfg.team_share
+    return kwargs
 
 
 def eval_scenarios(cfg: TrainConfig) -> list[Scenario]:

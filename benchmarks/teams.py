@@ -19,11 +19,16 @@ Preemptions with teams are split into the frame's reclaims and swaps (a team's o
 another of its jobs beyond its quota).
 
     python benchmarks/teams.py [--policy tiresias] [--load 1.3] [--windows 5] [--window 500] [--half-life 3600]
+        [--json out.json]
+
+`--json` writes every window's figures (avg JCT with and without teams among them), so two policies, or two
+versions of one, can be compared case by case (the windows depend only on the seed, load and trace).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -35,11 +40,11 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.scenarios import held_out  # noqa: E402
-from policies import make_policy  # noqa: E402
-from scheduler.core.simulator import Simulator  # noqa: E402
-from scheduler.core.tenancy import Teams  # noqa: E402
-from scheduler.core.traces.generator import team_draw  # noqa: E402
+from agents.scenarios import held_out
+from policies import make_policy
+from scheduler.core.simulator import Simulator
+from scheduler.core.tenancy import Teams
+from scheduler.core.traces.generator import team_draw
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly_day60.csv"
 TEAMS = 4
@@ -61,12 +66,14 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=500, help="jobs per window")
     ap.add_argument("--half-life", type=float, default=3600.0, help="fair-share half-life, seconds")
     ap.add_argument("--trace", type=Path, default=TRACE)
+    ap.add_argument("--json", type=Path, help="write each window's figures here")
     args = ap.parse_args()
     if not args.trace.is_file():
         print(f"{args.trace}: not found (the dev traces live in ../shared/traces beside the project)")
         return 1
     scenarios = held_out([str(args.trace)], ["pcie-v100"], args.window, (args.load, args.load), args.windows)
     jains, starved, ratios, rhos, rhos_plain = [], [], [], [], []
+    rows: list[dict[str, object]] = []
     print(f"{args.policy} on {args.trace.name}, load {args.load}, {TEAMS} teams (skewed demand), "
           f"half-life {args.half_life:g} s")
     for k, sc in enumerate(scenarios):
@@ -92,6 +99,12 @@ def main() -> int:
         ratios.append(ratio)
         rhos.append(report["rho_max"])
         rhos_plain.append(rho_plain)
+        rows.append({"window": k, "scenario": sc.label, "gpus": cluster.num_gpus,
+                     "avg_jct_s": shared.metrics["avg_jct_s"], "avg_jct_s_without_teams": plain.metrics["avg_jct_s"],
+                     "p99_jct_s": shared.metrics["p99_jct_s"], "jain": report["jain"], "worst_starved": worst,
+                     "rho_max": report["rho_max"], "rho_max_without_teams": rho_plain,
+                     "preemptions": shared.metrics["preemptions"], "reclaims": report["reclaims"],
+                     "swaps": report["swaps"], "teams": report["teams"]})
         used = ", ".join(f"{n} {t['gpu_hours']:.0f}/{t['quota_gpu_hours']:.0f}"
                          for n, t in sorted(report["teams"].items()))
         print(f"  window {k}: {cluster.num_gpus} GPUs, Jain {report['jain']:.3f}, worst starved {worst:.1%}, "
@@ -105,6 +118,9 @@ def main() -> int:
     for label, xs in (("with teams", rhos), ("without teams", rhos_plain)):
         print(f"finish-time fairness, max rho {label}: median {np.median(xs):.2f} over windows, range "
               f"[{min(xs):.2f}, {max(xs):.2f}]")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"policy": args.policy, "load": args.load, "trace": args.trace.name,
+                                         "half_life_s": args.half_life, "windows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -24,6 +24,7 @@ from policies.rl_encoding import (
     MAX_CANDIDATES,
     N_ACTIONS,
     OBS_SIZE,
+    DecisionPoint,
     decision_point,
     next_demotion,
 )
@@ -89,13 +90,17 @@ class RLPolicy:
             masked = masked - masked.logsumexp(dim=-1, keepdim=True)
             return int(th.argmax(th.softmax(masked, dim=-1), dim=1)[0])
 
+    def choose(self, point: DecisionPoint) -> int:
+        """The action at this decision point (the training environment's seat overrides it: its agent acts there)."""
+        return self.act(point.obs, point.mask)
+
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         # As in the environment: after a wait, nothing more starts until something changes (the clock moves or a
-        # job leaves).
+        # job leaves). Inside the tenancy frame a wait holds for the swaps it offers next at this instant too.
         if self._waited != (now, len(view.running)):
             point = decision_point(view, queue, now, self.sizes)
             if point is not None:
-                action = self.act(point.obs, point.mask)
+                action = self.choose(point)
                 chosen = point.choice(action)
                 if chosen is not None:
                     slot, _ = chosen

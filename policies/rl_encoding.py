@@ -36,8 +36,21 @@ Observation (`OBS_SIZE` floats in [`OBS_LOW`, `OBS_HIGH`], independent of the cl
   (`CANDIDATE_FEATURES`): valid, log of its own predicted slowdown, slowdown it adds to the jobs it joins (per GPU of
   the job), nodes beyond the fewest possible, busiest NIC load among its nodes, whether it breaks into a wholly free
   node, the GPU share it strands, tenants already on its GPUs;
+  then its team's standing (`TEAM_JOB_FEATURES`, `team_job_features`): whether it would borrow (start beyond its
+  team's quota), whether it is offered only as a swap, its team's borrowed GPUs over its quota, the borrowed share
+  of what its team holds, and its team's fair-share rank among the teams with demand (0 first, 1 last);
 * the cluster and queue (`CLUSTER_FEATURES`): free whole GPUs, free capacity, wholly free nodes, queue length, GPUs
-  the queue asks for, GPUs shared through MPS, running jobs per GPU, the queue's fraction of fractional jobs.
+  the queue asks for, GPUs shared through MPS, running jobs per GPU, the queue's fraction of fractional jobs; then the
+  teams (`TEAM_CLUSTER_FEATURES`): the borrowed share of the running GPUs, the idle quota lent to borrowers (per GPU),
+  how many teams have demand beyond the first (log2 / 4).
+
+Teams: inside the tenancy frame (`scheduler.core.tenancy`) the frame hands its policy each team's standing on the
+view (`ClusterView.tenancy`) while it asks. Without teams it is None and every team feature is 0: what one team
+owning the whole cluster would see (nothing borrowed or lent, one team with demand, every job offered within its
+quota), so the observation does not depend on the number of teams and a cluster without them encodes as one team's.
+Inside the frame the preemption slots take only victims the frame would keep (the job's own team's jobs; for a job
+within its quota, borrowers' too), and when the frame asks about jobs that may start only by a swap, only the
+preemption slots are offered (a start on free GPUs would be dropped: they are held for others).
 
 Action `j * MAX_CANDIDATES + k` starts job slot `j` on its placement `k`; `WAIT` (the last) waits.
 
@@ -60,9 +73,10 @@ from policies.placement import Planner
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.contention import Prediction
 from scheduler.core.model import Job, JobKind, JobSpec, Placement
+from scheduler.core.standing import TenancyStanding
 from scheduler.core.state import EPS, ClusterView
 
-ENCODING_VERSION = 4
+ENCODING_VERSION = 5
 ORDERS = ("las", "las-fine", "gittins", "remaining", "fifo", "smallest", "preempt-las", "preempt-fine",
           "preempt-gittins")
 MAX_JOBS = len(ORDERS)  # job slots: one per order
@@ -70,9 +84,11 @@ MAX_CANDIDATES = 4  # placement slots per job
 WAIT = MAX_JOBS * MAX_CANDIDATES  # the last action
 N_ACTIONS = WAIT + 1
 CANDIDATE_FEATURES = 8
-JOB_FEATURES = 1 + len(ORDERS) + 12
+TEAM_JOB_FEATURES = 5  # the job's team's standing (`team_job_features`)
+JOB_FEATURES = 1 + len(ORDERS) + 12 + TEAM_JOB_FEATURES
 SLOT_SIZE = JOB_FEATURES + MAX_CANDIDATES * CANDIDATE_FEATURES
-CLUSTER_FEATURES = 8
+TEAM_CLUSTER_FEATURES = 3  # the teams together (`team_cluster_features`)
+CLUSTER_FEATURES = 8 + TEAM_CLUSTER_FEATURES
 OBS_SIZE = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES
 OBS_LOW, OBS_HIGH = 0.0, 8.0  # every feature is clipped into this range
 THRESHOLDS = DEFAULT_THRESHOLDS  # the `las` order's queues
@@ -196,7 +212,49 @@ def cluster_features(view: ClusterView, queued: QueueSummary) -> np.ndarray:
         shared,
         len(view.running) / c.num_gpus,
         queued.fractional,
+        *team_cluster_features(view.tenancy, c.num_gpus),
     ], dtype=np.float32)
+
+
+# Without teams (`view.tenancy` None) every team feature takes the value one team owning the whole cluster would give
+# it (nothing borrowed or lent, one team with demand, every job the policy is offered within its quota, none a swap),
+# so an agent sees a cluster without teams as that one team's.
+NO_TEAM_JOB = (0.0,) * TEAM_JOB_FEATURES
+NO_TEAM_CLUSTER = (0.0,) * TEAM_CLUSTER_FEATURES
+
+
+def team_cluster_features(tenancy: TenancyStanding | None, num_gpus: int) -> tuple[float, ...]:
+    """The fraction of running GPUs that are borrowed, the idle quota lent to borrowers (per cluster GPU), and how
+    many teams have demand beyond the first (log2 / 4)."""
+    if tenancy is None:
+        return NO_TEAM_CLUSTER
+    in_use = tenancy.in_use_gpus
+    return (
+        tenancy.borrowed_gpus / in_use if in_use > EPS else 0.0,
+        tenancy.lent_gpus / num_gpus,
+        math.log2(max(tenancy.teams_with_demand, 1)) / 4.0,
+    )
+
+
+def team_job_features(tenancy: TenancyStanding | None, job: Job) -> tuple[float, ...]:
+    """The job's standing in the frame: whether it would borrow (start beyond its team's quota), whether it is
+    offered only as a swap (by preempting its own team's jobs), its team's borrowed GPUs over its quota (a team
+    without quota that borrows: the top of the range), the borrowed share of what its team holds, and its team's
+    fair-share rank among the teams with demand (0 first, 1 last)."""
+    if tenancy is None:
+        return NO_TEAM_JOB
+    team = tenancy.of(job.spec)
+    if team.quota_gpus > EPS:
+        over = team.borrowed_gpus / team.quota_gpus
+    else:
+        over = OBS_HIGH if team.borrowed_gpus > EPS else 0.0
+    return (
+        0.0 if job.id in tenancy.within_quota else 1.0,
+        1.0 if job.id in tenancy.swaps else 0.0,
+        over,
+        team.borrowed_gpus / team.in_use_gpus if team.in_use_gpus > EPS else 0.0,
+        team.rank,
+    )
 
 
 def job_features(view: ClusterView, sizes: SizeDistribution, job: Job, now: float, level: int,
@@ -222,6 +280,7 @@ def job_features(view: ClusterView, sizes: SizeDistribution, job: Job, now: floa
         victim_gpus / spec.gpu_demand,
         math.log1p(victim_service / 3600.0) / 4.0,
         1.0 if victims else 0.0,
+        *team_job_features(view.tenancy, job),
     ], dtype=np.float32)
 
 
@@ -386,7 +445,9 @@ class _Frame:
         self.preempt = preempt and bool(view.running)
         self._running: tuple[Sequence[Job], np.ndarray, np.ndarray] | None = None  # jobs, attained, submit
         self._by_ladder: dict[tuple[float, ...] | str, tuple[np.ndarray, np.ndarray]] = {}  # levels, order
-        self._no_victims_from: dict[tuple[tuple[float, ...] | str, int], float] = {}  # smallest demand found none
+        # Smallest demand that found no victims, per ladder, queue and (inside the tenancy frame) which victims the
+        # job may take (`_may_take`).
+        self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool]], float] = {}
         self.scanned = 0  # preemption attempts at this decision point (bounded by PREEMPT_SCAN per order)
 
     def _scored(self, spec: JobSpec, cands: list[Placement], victims: list[Job]) -> Choice:
@@ -412,6 +473,25 @@ class _Frame:
             keep = non_dominated(preds)[:MAX_CANDIDATES]
             return [fit.candidates[i] for i in keep], [preds[i] for i in keep], []
         return fit
+
+    def _may_take(self, job: Job) -> tuple[Callable[[Job], bool] | None, tuple[str, bool]]:
+        """Which running jobs `job` may preempt inside the tenancy frame (None: any), as the frame keeps them: its
+        own team's, or, for a job within its team's quota and not in a swap, those of teams that borrow. A slot
+        whose preemption the frame would drop would be an action that does nothing. With the key that names that
+        set of victims."""
+        tenancy = self.view.tenancy
+        if tenancy is None:
+            return None, ("", True)
+        mine = tenancy.of(job.spec).name
+        within = job.id in tenancy.within_quota and not tenancy.swap_call
+        if not within:
+            return (lambda v: tenancy.of(v.spec).name == mine), (mine, False)
+
+        def may(v: Job) -> bool:
+            theirs = tenancy.of(v.spec)
+            return theirs.name == mine or theirs.borrowed_gpus > EPS
+
+        return may, (mine, True)
 
     def level(self, job: Job, ladder: tuple[float, ...] | str) -> int:
         if ladder == GITTINS:
@@ -442,16 +522,20 @@ class _Frame:
         `ladder`, or of Gittins rank) are preempted, chosen by Tiresias' rule; None if no such set makes room."""
         view, planner, spec = self.view, self.planner, job.spec
         level = self.level(job, ladder)
-        if not self.preempt or spec.num_gpus >= self._no_victims_from.get((ladder, level), math.inf):
+        may_take, whose = self._may_take(job)
+        key = (ladder, level, whose)
+        if not self.preempt or spec.num_gpus >= self._no_victims_from.get(key, math.inf):
             return None
         levels, order = self._ranked(ladder)
         count = int(np.count_nonzero(levels > level))
         running = self._running[0]  # type: ignore[index]
         # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands.
-        victims = pick_victims(view, planner, spec, (running[k] for k in order[:count])) if count else []
+        ranked = (running[k] for k in order[:count])
+        victims = pick_victims(view, planner, spec, filter(may_take, ranked) if may_take else ranked) if count else []
         if not victims:
-            # Within a level victims are the same set, so a larger demand finds none either.
-            self._no_victims_from[(ladder, level)] = spec.num_gpus
+            # Within a level (and a set of teams it may take from) victims are the same set, so a larger demand finds
+            # none either.
+            self._no_victims_from[key] = spec.num_gpus
             return None
         for v in victims:
             planner.give_back(v)
@@ -540,9 +624,14 @@ def decision_point(
     fits: dict[int, Choice | _Unscored | None] = {}
     refused = never.copy()
     heads: dict[str, tuple[int, Choice]] = {}
+    # Offered only as swaps (`scheduler.core.tenancy`), a job starts only by preempting its own team's jobs: the frame
+    # would drop a start on free GPUs, so only the preemption slots are offered.
+    swap_call = view.tenancy is not None and view.tenancy.swap_call
     for name in ORDERS:
         ladder = PREEMPT_LADDERS.get(name)
         if ladder is None:
+            if swap_call:
+                continue
             order = orders[name]
             # The first job in this order that fits: only the jobs not refused are asked, in order, as they were.
             looked = order[~not_now[order]]
@@ -563,7 +652,9 @@ def decision_point(
         attempts = 0
         skip = refused.tolist()
         for i in orders[name].tolist():
-            if i in fits:
+            if swap_call:
+                fit = None  # free GPUs it might fit on are held for others: only a swap may start it
+            elif i in fits:
                 fit = fits[i]
             elif skip[i]:
                 fit = fits[i] = None

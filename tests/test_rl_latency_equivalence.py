@@ -7,7 +7,10 @@ Two halves, so that retraining the agent never invalidates the check:
   decisions with their placements, victims, reasons and the candidates weighed with their predicted slowdowns, and
   the final metrics). The digests were recorded from a checkout of 88f2dc5 and from the faster code: they match. They
   also depend on the floating-point behaviour of the locked numpy (requirements.lock); after upgrading it, re-record
-  them from a checkout of that commit before trusting a mismatch to mean the encoding changed.
+  them from a checkout of that commit before trusting a mismatch to mean the encoding changed. Encoding 5 added the
+  teams' standing (`TEAM_JOB_FEATURES` per job slot, `TEAM_CLUSTER_FEATURES` at the end); these runs have no teams,
+  so those features must all be 0 (checked) and the observation is hashed without them: what remains is encoding 4's
+  observation, byte for byte, so the digests of 88f2dc5 still hold.
 * The forward pass: `RLPolicy.act` skips `predict()`'s wrappers; on the observations and masks of a simulation it
   picks the action `model.predict(..., deterministic=True)` picks.
 """
@@ -24,6 +27,14 @@ import pytest
 from agents.scenarios import SYNTHETIC_MIXES
 from policies import make_policy
 from policies.rl import RLPolicy
+from policies.rl_encoding import (
+    CLUSTER_FEATURES,
+    JOB_FEATURES,
+    MAX_JOBS,
+    SLOT_SIZE,
+    TEAM_CLUSTER_FEATURES,
+    TEAM_JOB_FEATURES,
+)
 from scheduler.core.model import parse_cluster
 from scheduler.core.simulator import Simulator
 from scheduler.core.traces import scale_to_load, synthetic
@@ -50,6 +61,18 @@ def _simulate(policy: Any, cluster: str, mix: dict[str, Any], n_jobs: int, load:
     return sim
 
 
+TEAM_AT = JOB_FEATURES - TEAM_JOB_FEATURES
+TEAM_COLUMNS = np.array([j * SLOT_SIZE + TEAM_AT + k for j in range(MAX_JOBS) for k in range(TEAM_JOB_FEATURES)]
+                        + [MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - TEAM_CLUSTER_FEATURES + k
+                           for k in range(TEAM_CLUSTER_FEATURES)])
+
+
+def without_teams(obs: np.ndarray) -> np.ndarray:
+    """Encoding 4's observation: encoding 5's without the team features, which must be 0 (no teams)."""
+    assert not obs[TEAM_COLUMNS].any()
+    return np.delete(obs, TEAM_COLUMNS)
+
+
 def decision_digest(cluster: str, mix: dict[str, Any], n_jobs: int, load: float, seed: int) -> tuple[str, int, int]:
     """(digest, decisions taken, preemptions) of the `rl:` decision path driven by a fixed rule: the valid actions
     in turn, stepping by 7, so every slot (preempting ones included) and candidate gets chosen."""
@@ -61,7 +84,7 @@ def decision_digest(cluster: str, mix: dict[str, Any], n_jobs: int, load: float,
     def rule(obs: np.ndarray, mask: np.ndarray) -> int:
         valid = np.flatnonzero(mask)
         action = int(valid[(counts[0] * 7) % len(valid)])
-        h.update(obs.tobytes())
+        h.update(without_teams(obs).tobytes())
         h.update(mask.tobytes())
         h.update(str(action).encode())
         counts[0] += 1

@@ -28,6 +28,7 @@ TINY = dict(timesteps=512, n_envs=1, n_steps=256, batch_size=64, window=40, eval
 
 @pytest.mark.parametrize(("kwargs", "flag"), [
     ({"timesteps": 10}, "--timesteps"),
+    ({"team_share": 1.5}, "--team-share"),
     ({"n_envs": 0}, "--n-envs"),
     ({"presets": ["dgx-h100"]}, "--cluster"),
     ({"nodes": (5, 2)}, "--cluster"),
@@ -69,7 +70,10 @@ def test_a_short_run_leaves_a_loadable_agent_and_its_report(trained: tuple[Path,
     report = json.loads((out.parent / "tiny.eval.json").read_text())
     assert len(report["scenarios"]) == 1
     assert set(report["baselines"]) == {"tiresias", "contention-greedy", "gittins"}
-    assert sidecar["warm_start"]["teacher_exact"] == 1.0  # every choice of the teachers was an action
+    # Without teams every choice of the teachers is an action (tests/test_rl_encoding.py); inside the tenancy frame
+    # (30% of windows by default) a teacher sometimes proposes a preemption the frame would not keep, which no slot
+    # offers.
+    assert sidecar["config"]["team_share"] == 0.3 and sidecar["warm_start"]["teacher_exact"] >= 0.95
     rounds = sidecar["warm_start"]["dagger"]  # DAgger: the clone's own rollouts, labelled, then cloned again
     assert [r["round"] for r in rounds] == [1, 2] and [r["beta"] for r in rounds] == [0.5, 0.25]
     assert all(r["samples"] >= 150 and 0.0 <= r["agreement_before"] <= 1.0 for r in rounds)

@@ -285,6 +285,9 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
 @click.option("--dagger-rounds", type=int, default=2, show_default=True,
               help="After cloning, roll the clone out, label what it reaches with the teacher's actions and clone "
                    "again (DAgger), this many times.")
+@click.option("--team-share", type=float, default=0.3, show_default=True,
+              help="Probability that a training window is shared by 2 to 4 teams, the agent acting inside the "
+                   "tenancy frame (0: never).")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @click.option("--from-history", is_flag=True,
               help="Fine-tune the store's active policy on the jobs the live service recorded, replayed on the live "
@@ -295,8 +298,8 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
 def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int, cluster: str,
           workloads: tuple[str, ...], window: int, load: str, n_envs: int, seed: int,
           tensorboard: Path | None, eval_freq: int, eval_scenarios: int, eval_window: int, warm_start: str,
-          warm_start_samples: int, dagger_rounds: int, no_progress: bool, from_history: bool, db_url: str | None,
-          out: Path | None, force: bool) -> None:
+          warm_start_samples: int, dagger_rounds: int, team_share: float, no_progress: bool, from_history: bool,
+          db_url: str | None, out: Path | None, force: bool) -> None:
     """Train a placement agent and evaluate it against tiresias and contention-greedy on held-out windows."""
     from agents.train import check_out, default_out, make_config, parse_cluster_range, parse_range
     from agents.train import train as run_training
@@ -324,7 +327,7 @@ def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int
             timesteps=timesteps, presets=presets, nodes=nodes, workloads=list(workloads), window=window,
             load=parse_range("--load", load), n_envs=n_envs, seed=seed, out=out, tensorboard=tensorboard,
             eval_freq=eval_freq, eval_scenarios=eval_scenarios, eval_window=eval_window, warm_start=warm_start,
-            warm_start_samples=warm_start_samples, dagger_rounds=dagger_rounds,
+            warm_start_samples=warm_start_samples, dagger_rounds=dagger_rounds, team_share=team_share,
         )
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None

@@ -15,6 +15,7 @@ import numpy as np
 
 from scheduler.core.contention import ContentionModel, Prediction
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
+from scheduler.core.standing import TenancyStanding
 from scheduler.core.workloads import ModelProfile
 
 EPS = 1e-9
@@ -134,6 +135,8 @@ class ClusterView:
         self.used_mem = _readonly(state.used_mem)
         self.node_free = _readonly(state.node_free)
         self.now = 0.0
+        # Set by the tenancy frame while it asks the policy it wraps (`scheduler.core.standing`); None without teams.
+        self.tenancy: TenancyStanding | None = None
 
     @property
     def free_whole(self) -> int:

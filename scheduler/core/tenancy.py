@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
@@ -48,6 +50,7 @@ from scheduler.core.model import (
     NodeTypeSpec,
     build_cluster,
 )
+from scheduler.core.standing import TeamStanding, TenancyStanding
 from scheduler.core.state import ClusterView
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0  # Slurm's PriorityDecayHalfLife default
@@ -413,6 +416,13 @@ class TenancyFrame:
         self.share = FairShare(teams)
         self.reclaims = 0  # preemptions the frame made to give teams their quota back
         self.swaps = 0  # preemptions the policy made of a team's own jobs to start one of its jobs beyond its quota
+        # Reclaims at the current instant: the jobs reclaimed for (each at most once per instant), and the one whose
+        # reclaimed GPUs the next call offers to it alone. Without these, a policy that ranks a victim above the
+        # owner (Gittins, Tiresias) put the victim straight back on the reclaimed GPUs, the owner still did not fit,
+        # and the frame reclaimed the same job again, forever (a round limit in the simulator).
+        self._instant: float | None = None
+        self._reclaimed_for: set[int] = set()
+        self._focus: int | None = None
 
     def team_of(self, spec: JobSpec) -> str:
         return spec.team if spec.team in self.teams.teams else DEFAULT_TEAM
@@ -498,8 +508,14 @@ class TenancyFrame:
             for job in st.pending:
                 if job.id not in frame.within_quota or self._room(view, job.spec, []):
                     continue
+                if job.id in self._reclaimed_for:  # its policy started others on what was reclaimed for it
+                    frame.waits.setdefault(job.id, f"waiting for GPUs within team {st.team.name}'s quota; those "
+                                                   "reclaimed for it went to other jobs, it reclaims again later")
+                    continue
                 victims = self._victims(view, job.spec, standings, candidates)
                 if victims:
+                    self._reclaimed_for.add(job.id)
+                    self._focus = job.id
                     self.reclaims += len(victims)
                     by = {v: self.team_of(view.running[v].spec) for v in victims}
                     return [Preempt(v, f"reclaimed for team {st.team.name} (job {job.spec.name}): team {by[v]} "
@@ -546,13 +562,51 @@ class TenancyFrame:
         return bool((free >= spec.share - EPS).any()) or any(free[g] + s >= spec.share - EPS
                                                              for g, s in freed.items())
 
+    # ---- what the wrapped policy is told ----------------------------------------------------------------------
+
+    def told(self, view: ClusterView, standings: Mapping[str, Standing], frame: Frame,
+             swaps: bool = False) -> TenancyStanding:
+        """Each team's standing for the wrapped policy (`ClusterView.tenancy`); `swaps`: it is asked about the jobs
+        that may start only by a swap."""
+        demand = [name for name, st in standings.items() if st.pending or st.in_use > EPS]  # fair-share order
+        last = max(len(demand) - 1, 1)
+        rank = {name: i / last for i, name in enumerate(demand)}
+        teams = {name: TeamStanding(name, st.team.quota_gpus, st.in_use, st.borrowed, rank.get(name, 0.0),
+                                    name in rank) for name, st in standings.items()}
+        # Borrowers take the GPUs in no team's quota first; only beyond those do they hold others' idle quota.
+        unowned = max(0.0, view.cluster.num_gpus - sum(t.quota_gpus for t in self.teams.teams.values()))
+        lent = max(0.0, sum(st.borrowed for st in standings.values()) - unowned)
+        return TenancyStanding(MappingProxyType(teams), frozenset(frame.within_quota),
+                               frozenset(j.id for j in frame.swaps) if swaps else frozenset(), frame.lendable, lent)
+
+    @staticmethod
+    @contextmanager
+    def _telling(view: ClusterView, standing: TenancyStanding) -> Iterator[None]:
+        """The standing on the view while the wrapped policy decides, and the view as it was afterwards (whatever
+        the policy raised: the view outlives this call)."""
+        before, view.tenancy = view.tenancy, standing
+        try:
+            yield
+        finally:
+            view.tenancy = before
+
     # ---- the policy protocol -------------------------------------------------------------------------------------
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         self.share.observe(now, view.running.values(), self.team_of)
+        if now != self._instant:
+            self._instant, self._reclaimed_for, self._focus = now, set(), None
         standings = self.standings(view, queue)
         frame = self.frame(view, standings)
-        decisions = self.reclaim(view, standings, frame)
+        owner = next((j for j in frame.eligible if j.id == self._focus and j.id in frame.within_quota), None)
+        if owner is not None and self._room(view, owner.spec, []):
+            # Just reclaimed for: it alone is offered the reclaimed GPUs, before borrowers or swaps could take them.
+            # (The focus is dropped only once the policy has answered: the RL environment replays an unanswered call.)
+            frame.eligible, frame.swaps = [owner], []
+            decisions: list[Decision] = []
+        else:
+            self._focus = None
+            decisions = self.reclaim(view, standings, frame)
         if not decisions:
             decisions = self._ask(view, frame, standings, now)
             by_id = {j.id: j for j in frame.eligible}
@@ -566,6 +620,8 @@ class TenancyFrame:
             # the runner asks again after every change, so a swap is looked at on the state they leave.
             if not started and frame.swaps:
                 decisions += self._swap(view, frame, standings, now)
+            if owner is not None:
+                self._focus = None
         return decisions + [Wait(j, why) for j, why in frame.waits.items()]
 
     def _swap(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> list[Decision]:
@@ -579,7 +635,9 @@ class TenancyFrame:
         kept: list[Decision] = []
         victims: list[Preempt] = []
         blocked: set[int] = set()  # GPUs of victims whose preemption was dropped: still held
-        for d in self.inner.schedule(view, frame.swaps, now):
+        with self._telling(view, self.told(view, standings, frame, swaps=True)):
+            asked = self.inner.schedule(view, frame.swaps, now)
+        for d in asked:
             if isinstance(d, Preempt):
                 victims.append(d)
                 continue
@@ -614,7 +672,8 @@ class TenancyFrame:
             eligible = [j for j in frame.eligible if j.id not in held]
             if not eligible:
                 return []
-            decisions = self.inner.schedule(view, eligible, now)
+            with self._telling(view, self.told(view, standings, frame)):
+                decisions = self.inner.schedule(view, eligible, now)
             kept, bad = self._inside(view, decisions, team_of, frame.within_quota, standings)
             if bad is None:
                 return kept
