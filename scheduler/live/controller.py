@@ -364,7 +364,6 @@ class Controller:
         stats = StepStats()
         launches: list[Launch] = []
         now = time.time()
-        self.view.now = now
         statuses: list[JobStatus] = []
         polled = self._starting or now - self._last_poll >= self.tick_s * 0.5
         nodes: list[NodeInfo] = []
@@ -380,6 +379,7 @@ class Controller:
             stats.ray_s += time.perf_counter() - t0
             self._last_poll = now
             self._starting = any(st.phase == "starting" for st in statuses)
+        self.view.now = now  # (after a node joined, the view is a new one)
         backend, deferred = self.backend, _AfterCommit(self.backend)
         self.backend = deferred
         try:
