@@ -46,3 +46,22 @@ def test_a_stale_attempt_never_overwrites_a_later_attempt_s_checkpoint(tmp_path:
         stale._write_checkpoint()
     assert json.loads(ckpt.read_text()) == {"done_s": 4.0, "attempt": 2}
     assert (tmp_path / "logs-1" / "rank-0.log").read_text().count("is stale") == 1
+
+
+def test_finished_answers_not_yet_after_its_timeout_then_the_end(tmp_path: Path) -> None:
+    """`finished` holds one of the actor's few threads: it must give it back after its timeout (the backend asks
+    again), and answer at once with the final status once the rank has ended."""
+    import time
+
+    from scheduler.live.ray_backend import Worker
+    from scheduler.live.runs import Launch, RankSpec
+
+    w = Worker(Launch(3, 1, "emulated", (RankSpec(0, "n0", (0,), 1.0, 80.0),), 1.0, 1.0, str(tmp_path / "logs"),
+                      str(tmp_path / "ckpt")), 0)
+    t0 = time.monotonic()
+    assert w.finished(timeout_s=0.1)["phase"] == "ready"
+    assert 0.1 <= time.monotonic() - t0 < 5.0
+    w._finish(0)
+    t0 = time.monotonic()
+    st = w.finished(timeout_s=30.0)
+    assert st["phase"] == "exited" and st["exit_code"] == 0 and time.monotonic() - t0 < 1.0

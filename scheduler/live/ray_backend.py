@@ -42,6 +42,7 @@ _NODE_RES = re.compile(r"^corral_node_(.+)$")
 # How often a running run's progress is asked for. Each ask is one call per worker (about 1 ms each to send), so asking
 # every run at every poll made the Ray calls most of a controller pass with 32 runs; ends are known at once anyway.
 PROGRESS_EVERY_S = 2.0
+FINISHED_WAIT_S = 60.0  # how long one `Worker.finished` call waits before it answers "not yet"
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this: time for a preempted job to write its checkpoint
 _RES_PRECISION = 10_000  # Ray accounts fractional resources in 1/10,000ths
 
@@ -145,11 +146,13 @@ class Worker:
         return {"phase": self.phase, "started_at": self.started_at, "ended_at": self.ended_at,
                 "exit_code": self.exit_code, "done_s": self.done_s, "error": self.error}
 
-    def finished(self) -> dict[str, Any]:
-        """Return once this rank's work has ended, with its final status. The backend keeps one call outstanding
-        per rank, so it learns of the end (or, as an error on this call, of the worker's loss) from a local check
-        rather than from a round trip to every worker at every poll."""
-        self._ended.wait()
+    def finished(self, timeout_s: float = FINISHED_WAIT_S) -> dict[str, Any]:
+        """Return once this rank's work has ended, with its final status, or after `timeout_s` with its status then
+        (phase not "exited": the caller asks again). The backend keeps one call outstanding per rank, so it learns
+        of the end (or, as an error on this call, of the worker's loss) from a local check rather than from a round
+        trip to every worker at every poll. The timeout bounds the threads held by calls nobody will read (a
+        controller that restarted or rebuilt its state asks anew): the actor has only `max_concurrency` of them."""
+        self._ended.wait(timeout_s)
         return self.status()
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
@@ -478,12 +481,23 @@ class RayBackend:
             out.append(self._status(run, refs))
             if answered:
                 run.asked = None
+            for i, end in enumerate(run.ends):  # a `finished` call that timed out: ask again
+                if end in ready and not self._exited(end):
+                    run.ends[i] = run.actors[i].finished.remote()
         for run in self._runs.values():
             if not run.started:
                 n = len(run.actors)
                 out.append(JobStatus(run.launch.job_id, run.launch.attempt, "starting", [None] * n, [None] * n,
                                      [None] * n, 0.0))
         return out
+
+    @staticmethod
+    def _exited(ref: Any) -> bool:
+        """Whether a returned `finished` call saw its rank end (a lost worker counts: there is nothing to wait for)."""
+        try:
+            return bool(ray.get(ref, timeout=0)["phase"] == "exited")
+        except RayActorError:
+            return True
 
     def _maybe_start(self, run: _Run) -> None:
         assert run.ready is not None
