@@ -100,12 +100,18 @@ class Service(ServeProcess):
         return r.json()  # type: ignore[no-any-return]
 
     def cancel_all(self) -> None:
-        """Cancel every live job and wait until none runs: the next test gets the whole cluster."""
-        for state in ("pending", "running"):
-            for j in self.get(f"/jobs?state={state}&limit=1000")["jobs"]:
+        """Cancel every live job and wait until none runs: the next test gets the whole cluster. The cancels are sent
+        again at each look: a job preempted between the two listings (running at the first, pending at the second)
+        is in neither, and was once left running for the whole wait."""
+
+        def none_left() -> bool:
+            live = [j for state in ("pending", "running")
+                    for j in self.get(f"/jobs?state={state}&limit=1000")["jobs"]]
+            for j in live:
                 self.post(f"/jobs/{j['id']}/cancel")
-        wait_until("every job to stop", lambda: self.get("/jobs?state=running&limit=1")["total"] == 0
-                   and self.get("/jobs?state=pending&limit=1")["total"] == 0, timeout=60)
+            return not live
+
+        wait_until("every job to stop", none_left, timeout=60, every=0.5)
 
 
 @pytest.fixture(scope="module")
