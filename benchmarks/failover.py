@@ -25,13 +25,11 @@ import argparse
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,10 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' helpers: one copy of free_port and the bounded wait
 
+from conftest import free_port
+from conftest import wait_until as wait
 from sqlalchemy import create_engine, select, text
 
 from scheduler.live.runs import node_resources
@@ -51,22 +52,6 @@ CORRAL = Path(sys.executable).with_name("corral")
 POSTGRES = os.environ.get("CORRAL_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TERMINAL = {"succeeded", "failed", "cancelled"}
 SHAPES = [0.25, 0.5, 1, 1, 2, 4]
-
-
-def wait(what: str, pred: Callable[[], Any], timeout: float, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every)
-    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Replica:

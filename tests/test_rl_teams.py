@@ -118,10 +118,9 @@ def test_the_standing_features_of_a_job_within_quota_and_of_a_borrower() -> None
     assert OBS_SIZE == MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES and ENCODING_VERSION == 5
 
 
-def test_a_swap_call_says_so_and_offers_only_starts_that_preempt_the_jobs_own_team() -> None:
+def swap_scene() -> tuple[Simulator, Capture]:
     """Team a (quota 4) runs 4 GPUs and has a9 waiting; b (quota 4) runs 2 and waits for b9 (2 GPUs within its
-    quota), so the 2 free GPUs are held for b9 and a9 may start only by a swap: preempting one of a's own jobs (two
-    GPU-hours in, they are in a lower queue than a9, as are b's)."""
+    quota), so the 2 free GPUs are held for b9 and a9 may start only by a swap. The frame has been asked once."""
     placed = [Placed(tjob(f"a-run{g}", 1, "a", 90000.0), Placement((g,)), 90000.0) for g in range(4)]
     placed += [Placed(tjob("b-run", 2, "b", 90000.0), Placement((4, 5)), 90000.0)]
     capture = Capture()
@@ -130,6 +129,14 @@ def test_a_swap_call_says_so_and_offers_only_starts_that_preempt_the_jobs_own_te
     sim = Simulator(small_cluster(nodes=2, gpus=4), pending, frame, contention=False, initial=placed)
     sim.advance()
     frame.schedule(sim.view, sim.pending.values(), sim.now)
+    return sim, capture
+
+
+def test_a_swap_call_says_so_and_offers_only_starts_that_preempt_the_jobs_own_team() -> None:
+    """Team a (quota 4) runs 4 GPUs and has a9 waiting; b (quota 4) runs 2 and waits for b9 (2 GPUs within its
+    quota), so the 2 free GPUs are held for b9 and a9 may start only by a swap: preempting one of a's own jobs (two
+    GPU-hours in, they are in a lower queue than a9, as are b's)."""
+    sim, capture = swap_scene()
     (asked, queue_a, _), (swap, queue_s, point) = capture.calls
     assert queue_a == ["b9"] and queue_s == ["a9"] and swap is not None and swap.swap_call and asked is not None and not asked.swap_call
     assert point is not None and all(s is None or s.victims for s in point.slots)  # no start on the held GPUs
@@ -236,14 +243,7 @@ def test_asked_about_swaps_the_teacher_is_labelled_by_the_start_the_frame_would_
     from agents.imitation import kept_swap
     from scheduler.core.decisions import Place, Preempt
 
-    placed = [Placed(tjob(f"a-run{g}", 1, "a", 90000.0), Placement((g,)), 90000.0) for g in range(4)]
-    placed += [Placed(tjob("b-run", 2, "b", 90000.0), Placement((4, 5)), 90000.0)]
-    capture = Capture()
-    frame = TenancyFrame(capture, teams(("a", 4), ("b", 4)))
-    pending = [tjob("a9", 1, "a", submit=7200.0), tjob("b9", 2, "b", submit=7200.0)]
-    sim = Simulator(small_cluster(nodes=2, gpus=4), pending, frame, contention=False, initial=placed)
-    sim.advance()
-    frame.schedule(sim.view, sim.pending.values(), sim.now)
+    sim, capture = swap_scene()
     point = capture.calls[1][2]
     assert point is not None
     ids = {j.spec.name: j.id for j in sim.jobs}
