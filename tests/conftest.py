@@ -236,3 +236,13 @@ class InMemoryBackend:
 
     def poll(self) -> list[JobStatus]:
         raise NotImplementedError
+
+
+class StartingBackend(InMemoryBackend):
+    """Every launched run's workers are up at the next poll and run until stopped."""
+
+    def poll(self) -> list[JobStatus]:
+        now = time.time()
+        return [JobStatus(job_id=j, attempt=r.attempt, phase="running", started_at=[now] * len(r.ranks),
+                          ended_at=[None] * len(r.ranks), exit_codes=[None] * len(r.ranks), done_s=0.0, error="")
+                for j, r in self.launches.items()]

@@ -9,14 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import InMemoryBackend
+from conftest import StartingBackend
 from sqlalchemy import select
 
 from policies import make_policy
 from scheduler.core.tenancy import TenancyFrame
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
-from scheduler.live.runs import JobStatus
 from scheduler.live.store import Store
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Job, JobEvent, Team
@@ -24,19 +23,6 @@ from scheduler.live.store.models import Allocation, Job, JobEvent, Team
 NAMES = ["n0", "n1"]
 GPUS = 4
 HALF_LIFE_S = 3600.0
-
-
-class StartingBackend(InMemoryBackend):
-    """Every launched run's workers are up at the next poll and run until stopped."""
-
-    def __init__(self) -> None:
-        super().__init__(NAMES, GPUS)
-
-    def poll(self) -> list[JobStatus]:
-        now = time.time()
-        return [JobStatus(job_id=j, attempt=r.attempt, phase="running", started_at=[now] * len(r.ranks),
-                          ended_at=[None] * len(r.ranks), exit_codes=[None] * len(r.ranks), done_s=0.0, error="")
-                for j, r in self.launches.items()]
 
 
 def controller(store: Store, backend: StartingBackend) -> Controller:
@@ -76,7 +62,7 @@ def steps(ctl: Controller, n: int = 3) -> None:
 
 
 def test_no_frame_until_a_team_has_a_quota_then_the_next_pass_applies_it(store: Store, corral_home: Path) -> None:
-    backend = StartingBackend()
+    backend = StartingBackend(NAMES, GPUS)
     ctl = controller(store, backend)
     assert not isinstance(ctl.policy, TenancyFrame)  # only `default`: the policy alone, as before teams
     set_teams(store, {"A": 4.0, "B": 4.0})
@@ -99,7 +85,7 @@ def test_no_frame_until_a_team_has_a_quota_then_the_next_pass_applies_it(store: 
 
 
 def test_a_quota_change_keeps_the_fair_share_usage(store: Store, corral_home: Path) -> None:
-    ctl = controller(store, StartingBackend())
+    ctl = controller(store, StartingBackend(NAMES, GPUS))
     set_teams(store, {"A": 4.0, "B": 4.0})
     submit(store, "ann", "A", 4)
     steps(ctl)
@@ -131,7 +117,7 @@ def test_a_restarted_controller_rebuilds_fair_share_from_the_history(store: Stor
         s.add_all([Allocation(job_id=job.id, attempt=1, rank=0, node="n0", gpu=g, local_gpu=g, share=1.0,
                               allocated_at=now - 7200, released_at=now - 3600) for g in (0, 1)])
     submit(store, "ben", "B", 1)
-    ctl = controller(store, StartingBackend())
+    ctl = controller(store, StartingBackend(NAMES, GPUS))
     assert isinstance(ctl.policy, TenancyFrame)
     expected = 2 * HALF_LIFE_S / math.log(2) * (0.5 - 0.25)
     assert ctl.policy.share.usage["A"] == pytest.approx(expected, rel=1e-3)

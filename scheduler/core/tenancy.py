@@ -430,14 +430,11 @@ class TenancyFrame:
     def standings(self, view: ClusterView, queue: Iterable[Job]) -> dict[str, Standing]:
         """Each team now, in fair-share order (lowest usage over quota first)."""
         out = {name: Standing(team, ratio=self.share.ratio(name)) for name, team in self.teams.teams.items()}
+        default = out[DEFAULT_TEAM]  # `team_of` inlined: this runs over the whole queue at every pass
         for job in view.running.values():
-            st = out.get(self.team_of(job.spec))
-            if st is not None:
-                st.in_use += job.spec.gpu_demand
+            out.get(job.spec.team, default).in_use += job.spec.gpu_demand
         for job in queue:
-            st = out.get(self.team_of(job.spec))
-            if st is not None:
-                st.pending.append(job)
+            out.get(job.spec.team, default).pending.append(job)
         for st in out.values():
             if st.pending:
                 st.pending.sort(key=lambda j: -j.spec.priority)  # stable: arrival order within a priority
@@ -466,30 +463,31 @@ class TenancyFrame:
             wanted_within[st.team.name] = taken
         reserved = sum(wanted_within.values())  # each at most the team's unused quota
         lendable = max(0.0, view.free_capacity - reserved)
-        swaps: list[Job] = []
+        held = f", {_gpus(reserved)} held for teams under their quota" if reserved > EPS else ""
+        offered: list[tuple[Job, Standing]] = []
         for st in order:
             name = st.team.name
             head = st.in_use + wanted_within[name]
+            # One wording per team and kind: the figures in it are the team's, the same for each of its jobs.
+            at_limit = over_quota = ""
             for job in over.get(name, ()):
                 d = job.spec.gpu_demand
                 if head + d > st.team.ceiling + EPS:
-                    waits[job.id] = (f"team {name} at its quota: {_gpus(st.in_use)}/{_gpus(st.team.quota_gpus)} "
-                                     f"GPUs, borrowing limit reached ({_gpus(st.team.borrow_limit_gpus or 0.0)} "
-                                     "GPUs)")
+                    waits[job.id] = at_limit = at_limit or (
+                        f"team {name} at its quota: {_gpus(st.in_use)}/{_gpus(st.team.quota_gpus)} GPUs, borrowing "
+                        f"limit reached ({_gpus(st.team.borrow_limit_gpus or 0.0)} GPUs)")
                 elif d > lendable + EPS:
-                    held = f", {_gpus(reserved)} held for teams under their quota" if reserved > EPS else ""
-                    waits[job.id] = (f"team {name} over its quota ({_gpus(st.in_use)}/{_gpus(st.team.quota_gpus)} "
-                                     f"GPUs): waiting for idle GPUs to borrow ({_gpus(view.free_capacity)} free"
-                                     f"{held})")
+                    waits[job.id] = over_quota = over_quota or (
+                        f"team {name} over its quota ({_gpus(st.in_use)}/{_gpus(st.team.quota_gpus)} GPUs): waiting "
+                        f"for idle GPUs to borrow ({_gpus(view.free_capacity)} free{held})")
                 else:
                     head += d
                     lendable -= d
                     eligible.append(job)
                     continue
-                swaps.append(job)
+                offered.append((job, st))
         # A swap can free at most what the team runs, and the rest must be lendable: offer only jobs that could fit.
-        swaps = [j for j in swaps if j.spec.gpu_demand <= min(standings[self.team_of(j.spec)].in_use + lendable,
-                                                              standings[self.team_of(j.spec)].team.ceiling) + EPS]
+        swaps = [j for j, st in offered if j.spec.gpu_demand <= min(st.in_use + lendable, st.team.ceiling) + EPS]
         return Frame(eligible, within, waits, swaps, lendable)
 
     # ---- reclaim -------------------------------------------------------------------------------------------------

@@ -165,6 +165,8 @@ class Controller:
         self._thread: threading.Thread | None = None
         self.last_error = ""
 
+    _generation = 0  # bumped whenever the view or the policy is replaced (see `_scene`)
+
     def _forget_memory(self) -> None:
         """Empty in-memory state: `recover()` rebuilds it from the store (at start, and after a failed pass)."""
         self.state = ClusterState(self.cluster, self.profiles)
@@ -189,6 +191,14 @@ class Controller:
         self._last_sync = 0.0
         self._last_full_sync = 0.0
         self._max_seen = 0  # highest job id taken in
+        self._generation += 1  # a new view: what the policy was last asked about is gone
+        self._asked: tuple[object, ...] = ()  # `_scene()` after the policy's last answer
+
+    def _scene(self) -> tuple[object, ...]:
+        """What the policy's answer depends on besides the clock: the queue in its order, the runs and whether their
+        workers are up, the nodes down, and which view and policy (`_generation`)."""
+        return (self._generation, tuple(self.pending), tuple(self._started.get(j, False) for j in self.running),
+                tuple(self.running), frozenset(self._down))
 
     # ---- between rows and the model ---------------------------------------------------------------------------
 
@@ -391,8 +401,13 @@ class Controller:
                 if polled:
                     self._check_nodes(s, nodes, now)
                 if self.pending and self.policy is not None:
-                    self._wake_at = float("inf")
-                    launches = self._schedule(s, now, stats)
+                    # As the simulator does, the policy is asked when something it sees changed (a submission, an end,
+                    # a start, a node, the policy or the teams) or at a time it asked to be woken (`WakeAt`), not at
+                    # every tick: its last answer stands until then, and a pass with 1,000 queued stays cheap.
+                    if self._scene() != self._asked or now >= self._wake_at:
+                        self._wake_at = float("inf")
+                        launches = self._schedule(s, now, stats)
+                        self._asked = self._scene()
                     self._explain_waits(s)
                 # Last, in the same transaction: this pass's placements (and every other write) commit only if its
                 # replica still holds the lease with the epoch they were made under.
@@ -423,6 +438,7 @@ class Controller:
         teams = tuple((t.name, t.quota_gpus, t.borrow_limit_gpus) for t in queries.list_teams(s))
         if switched or teams != self._teams_key:
             self._teams_key = teams
+            self._generation += 1
             assert self.inner is not None
             self.policy = self._framed(s, self.inner, teams)
             self._reasons.clear()
