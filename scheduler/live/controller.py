@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from scheduler.core.contention import ContentionModel, ContentionParams
@@ -59,6 +59,9 @@ MAX_ROUNDS = 10_000  # policy calls at one instant before we call the policy bro
 STARTING_TICK_S = 0.02  # the loop's period while a launched gang waits for its workers
 MIN_PASS_INTERVAL_S = 0.05  # under a burst of events, one pass per 50 ms takes them all
 FULL_SYNC_S = 5.0  # a full scan of the pending jobs at least this often
+# Ray's node table is read at most this often (a read costs about as much as the rest of a settled pass): a node
+# that joins or leaves is seen up to 1 s later, well inside issue 14's 10 s, and Ray's own death detection is longer.
+NODES_EVERY_S = 1.0
 STANDBY_TICK_S = 1.0  # a standby's loop looks at the lease this often (the lease's thread also wakes it)
 
 
@@ -188,7 +191,9 @@ class Controller:
         self._down: set[int] = set()  # nodes whose Ray node is gone
         self._starting = True  # some launched run's workers may not all be up yet
         self._last_poll = 0.0
+        self._last_nodes = 0.0
         self._last_sync = 0.0
+        self._reported: dict[int, JobStatus] = {}  # running job -> the last status `_collect` took in
         self._last_full_sync = 0.0
         self._max_seen = 0  # highest job id taken in
         self._generation += 1  # a new view: what the policy was last asked about is gone
@@ -376,16 +381,22 @@ class Controller:
         now = time.time()
         statuses: list[JobStatus] = []
         polled = self._starting or now - self._last_poll >= self.tick_s * 0.5
-        nodes: list[NodeInfo] = []
+        nodes: list[NodeInfo] | None = None
         if polled:
             t0 = time.perf_counter()
-            nodes = self.backend.nodes()
+            if now - self._last_nodes >= NODES_EVERY_S:
+                nodes = self.backend.nodes()
+                self._last_nodes = now
             stats.ray_s += time.perf_counter() - t0
-            joined = [n for n in nodes if n.alive and n.name not in self.node_index]
+            joined = [n for n in nodes or () if n.alive and n.name not in self.node_index]
             if joined:
                 self._grow(joined)
             t0 = time.perf_counter()
             statuses = self.backend.poll()
+            if nodes is None and any(st.phase == "lost" for st in statuses):
+                # Workers were lost: if their node is gone, know it before the policy can place a job there again.
+                nodes = self.backend.nodes()
+                self._last_nodes = now
             stats.ray_s += time.perf_counter() - t0
             self._last_poll = now
             self._starting = any(st.phase == "starting" for st in statuses)
@@ -398,7 +409,7 @@ class Controller:
                 self._sync_submissions(s, now)
                 self._sync_cancels(s, now)
                 self._collect(s, statuses, now, stats)
-                if polled:
+                if nodes is not None:
                     self._check_nodes(s, nodes, now)
                 if self.pending and self.policy is not None:
                     # As the simulator does, the policy is asked when something it sees changed (a submission, an end,
@@ -435,7 +446,7 @@ class Controller:
             self.inner = self.make_policy(name)
             self.policy_name = name
             log.info("active policy: %s", name)
-        teams = tuple((t.name, t.quota_gpus, t.borrow_limit_gpus) for t in queries.list_teams(s))
+        teams = queries.team_quotas(s)
         if switched or teams != self._teams_key:
             self._teams_key = teams
             self._generation += 1
@@ -475,10 +486,12 @@ class Controller:
             ids = set(s.scalars(select(JobRow.id).where(JobRow.state == S.PENDING)))
             gone = [j for j in self.pending if j not in ids]
             self._max_seen = max(self._max_seen, *ids) if ids else self._max_seen
-        else:
-            gone = list(s.scalars(select(JobRow.id).where(
-                JobRow.state == S.CANCELLED, JobRow.finished_at >= self._last_sync - 1.0)))
-            ids = set(s.scalars(select(JobRow.id).where(JobRow.state == S.PENDING, JobRow.id > self._max_seen)))
+        else:  # one query for both: new submissions, and recent cancellations
+            rows = s.execute(select(JobRow.id, JobRow.state).where(or_(
+                and_(JobRow.state == S.PENDING, JobRow.id > self._max_seen),
+                and_(JobRow.state == S.CANCELLED, JobRow.finished_at >= self._last_sync - 1.0)))).all()
+            gone = [i for i, st in rows if st == S.CANCELLED]
+            ids = {i for i, st in rows if st == S.PENDING}
         new = ids - self.pending.keys()
         self._last_sync = now
         for job_id in gone:
@@ -521,7 +534,10 @@ class Controller:
     # ---- what the workers did ------------------------------------------------------------------------------------
 
     def _collect(self, s: Session, statuses: list[JobStatus], now: float, stats: StepStats) -> None:
-        current = [st for st in statuses if st.job_id in self.running and st.attempt == self._attempt.get(st.job_id)]
+        # A status the backend repeats unchanged (no worker answered since) was taken in already: skipped, so a settled
+        # pass writes no row.
+        current = [st for st in statuses if st.job_id in self.running and st.attempt == self._attempt.get(st.job_id)
+                   and self._reported.get(st.job_id) != st]
         # One query for every run's row (not one `get` each, which autoflushes the previous row's progress first).
         rows = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_([st.job_id for st in current])))
                 } if current else {}
@@ -543,6 +559,7 @@ class Controller:
                 self.slowdowns.started(row.id, row.started_at)
                 queries.add_event(s, row.id, "started", f"{len(started)} worker(s) started", at=row.started_at,
                                   attempt=st.attempt, ranks_started_at=st.started_at)
+            self._reported[st.job_id] = st
             if st.phase == "succeeded":
                 self._finish(s, row, S.SUCCEEDED, 0, "", now, st.ended_at)
                 stats.finished += 1
@@ -607,6 +624,7 @@ class Controller:
         """Take a run off its GPUs: close its allocations, account its service, and re-rate its neighbours."""
         slow_integral = self.slowdowns.close(row.id, now, self._ran_from(row.id))
         self._started.pop(row.id, None)
+        self._reported.pop(row.id, None)
         job = self.running.pop(row.id)
         job.end_s = now  # the fair share counts its GPUs up to here, even if the frame looks later
         attempt = self._attempt.pop(row.id)

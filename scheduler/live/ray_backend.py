@@ -478,7 +478,9 @@ class RayBackend:
             answered = run.asked is not None and all(ref in ready for ref in run.asked)
             refs = [end if end in ready else asked if answered else None
                     for end, asked in zip(run.ends, run.asked or [None] * len(run.ends), strict=True)]
-            out.append(self._status(run, refs))
+            # Nothing answered since the last poll: the run's last status stands (the same object, so the controller
+            # sees at once that there is nothing new).
+            out.append(run.status if run.status is not None and all(r is None for r in refs) else self._status(run, refs))
             if answered:
                 run.asked = None
             for i, end in enumerate(run.ends):  # a `finished` call that timed out: ask again
