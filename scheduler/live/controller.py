@@ -185,6 +185,7 @@ class Controller:
         self._started: dict[int, bool] = {}  # running job -> its workers have started
         self.slowdowns = SlowdownLedger()
         self._reasons: dict[int, str] = {}  # pending job -> the reason last written to the store
+        self._unwritten: dict[int, str] = {}  # reasons set this pass, written at its end (`_write_reasons`)
         self._policy_said: set[int] = set()  # pending jobs the policy gave a reason for since the last explanation
         self._reasons_key: tuple[object, ...] = ()
         self._wake_at = float("inf")
@@ -419,7 +420,8 @@ class Controller:
                         self._wake_at = float("inf")
                         launches = self._schedule(s, now, stats)
                         self._asked = self._scene()
-                    self._explain_waits(s)
+                    self._explain_waits()
+                self._write_reasons(s)
                 # Last, in the same transaction: this pass's placements (and every other write) commit only if its
                 # replica still holds the lease with the epoch they were made under.
                 self.leadership.fence(s)
@@ -759,19 +761,27 @@ class Controller:
             elif isinstance(d, Wait) and d.job_id in self.pending:
                 waits += 1
                 self._policy_said.add(d.job_id)
-                self._set_reason(s, d.job_id, d.reason)
+                self._set_reason(d.job_id, d.reason)
             elif isinstance(d, WakeAt):
                 self._wake_at = min(self._wake_at, d.time)
         if waits:
             metrics.DECISIONS.labels("wait").inc(waits)
         return acted
 
-    def _set_reason(self, s: Session, job_id: int, reason: str) -> None:
+    def _set_reason(self, job_id: int, reason: str) -> None:
         if self._reasons.get(job_id) != reason:
             self._reasons[job_id] = reason
-            s.execute(update(JobRow).where(JobRow.id == job_id).values(pending_reason=reason))
+            self._unwritten[job_id] = reason
 
-    def _explain_waits(self, s: Session) -> None:
+    def _write_reasons(self, s: Session) -> None:
+        """The reasons that changed this pass, in one statement (a thousand jobs' reasons change at once when the
+        cluster does), for the jobs still pending."""
+        rows = [{"id": i, "pending_reason": why} for i, why in self._unwritten.items() if i in self.pending]
+        self._unwritten.clear()
+        if rows:
+            s.execute(update(JobRow), rows)
+
+    def _explain_waits(self) -> None:
         """Give every job still pending a reason: the policy's own words where it said why (a `Wait`), else what the
         cluster lacks for it. Recomputed only when free capacity, the policy or the queue changed."""
         key = (self.state.free_whole, round(self.state.allocated_share, 6), self.policy_name, len(self.pending))
@@ -780,7 +790,7 @@ class Controller:
         self._reasons_key = key
         for job_id, job in self.pending.items():
             if job_id not in self._policy_said:
-                self._set_reason(s, job_id, capacity_reason(self.view, job.spec, self.policy_name))
+                self._set_reason(job_id, capacity_reason(self.view, job.spec, self.policy_name))
         self._policy_said.clear()
 
     def _place(self, s: Session, d: Place, now: float, ms: float, launches: dict[int, Launch]) -> bool:
