@@ -33,6 +33,7 @@ import math
 import statistics
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from operator import attrgetter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -399,6 +400,9 @@ class Frame:
     lendable: float = 0.0  # free GPUs no job within its quota needs and no eligible borrower was counted on
 
 
+_PRIORITY = attrgetter("spec.priority")
+
+
 def _gpus(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".")
 
@@ -423,6 +427,7 @@ class TenancyFrame:
         self._instant: float | None = None
         self._reclaimed_for: set[int] = set()
         self._focus: int | None = None
+        self._said: dict[int, Wait] = {}  # the last call's waits (see `_waits`)
 
     def team_of(self, spec: JobSpec) -> str:
         return spec.team if spec.team in self.teams.teams else DEFAULT_TEAM
@@ -437,42 +442,45 @@ class TenancyFrame:
             out.get(job.spec.team, default).pending.append(job)
         for st in out.values():
             if st.pending:
-                st.pending.sort(key=lambda j: -j.spec.priority)  # stable: arrival order within a priority
+                st.pending.sort(key=_PRIORITY, reverse=True)  # stable even reversed: arrival order within a priority
         return dict(sorted(out.items(), key=lambda kv: (kv[1].ratio, kv[0])))
 
     # ---- eligibility ---------------------------------------------------------------------------------------------
 
     def frame(self, view: ClusterView, standings: Mapping[str, Standing]) -> Frame:
+        # This runs over the whole queue at every call (a thousand jobs at a pass of the live controller): each job's
+        # demand is read once, and each team's figures are taken out of the loops over its jobs.
         order = list(standings.values())
         within: set[int] = set()
         waits: dict[int, str] = {}
         eligible: list[Job] = []
         wanted_within: dict[str, float] = {}
-        over: dict[str, list[Job]] = {}
+        over: dict[str, list[tuple[Job, float]]] = {}
         for st in order:
-            room = st.unused_quota
+            room = st.unused_quota + EPS
             taken = 0.0
+            rest = over[st.team.name] = []
             for job in st.pending:
                 d = job.spec.gpu_demand
-                if taken + d <= room + EPS:
+                if taken + d <= room:
                     taken += d
                     within.add(job.id)
                     eligible.append(job)
                 else:
-                    over.setdefault(st.team.name, []).append(job)
+                    rest.append((job, d))
             wanted_within[st.team.name] = taken
         reserved = sum(wanted_within.values())  # each at most the team's unused quota
         lendable = max(0.0, view.free_capacity - reserved)
         held = f", {_gpus(reserved)} held for teams under their quota" if reserved > EPS else ""
-        offered: list[tuple[Job, Standing]] = []
+        offered: list[tuple[Job, float, str]] = []
         for st in order:
             name = st.team.name
             head = st.in_use + wanted_within[name]
+            limit = st.team.ceiling + EPS
             # One wording per team and kind: the figures in it are the team's, the same for each of its jobs.
             at_limit = over_quota = ""
-            for job in over.get(name, ()):
-                d = job.spec.gpu_demand
-                if head + d > st.team.ceiling + EPS:
+            for job, d in over[name]:
+                if head + d > limit:
                     waits[job.id] = at_limit = at_limit or (
                         f"team {name} at its quota: {_gpus(st.in_use)}/{_gpus(st.team.quota_gpus)} GPUs, borrowing "
                         f"limit reached ({_gpus(st.team.borrow_limit_gpus or 0.0)} GPUs)")
@@ -485,9 +493,10 @@ class TenancyFrame:
                     lendable -= d
                     eligible.append(job)
                     continue
-                offered.append((job, st))
+                offered.append((job, d, name))
         # A swap can free at most what the team runs, and the rest must be lendable: offer only jobs that could fit.
-        swaps = [j for j, st in offered if j.spec.gpu_demand <= min(st.in_use + lendable, st.team.ceiling) + EPS]
+        cap = {st.team.name: min(st.in_use + lendable, st.team.ceiling) + EPS for st in order}
+        swaps = [j for j, d, name in offered if d <= cap[name]]
         return Frame(eligible, within, waits, swaps, lendable)
 
     # ---- reclaim -------------------------------------------------------------------------------------------------
@@ -620,7 +629,17 @@ class TenancyFrame:
                 decisions += self._swap(view, frame, standings, now)
             if owner is not None:
                 self._focus = None
-        return decisions + [Wait(j, why) for j, why in frame.waits.items()]
+        return decisions + self._waits(frame.waits)
+
+    def _waits(self, waits: Mapping[int, str]) -> list[Decision]:
+        """A `Wait` per job the frame holds back, the same object as last call's where its reason is unchanged (most
+        of a thousand, each call)."""
+        last, said = self._said, {}
+        for job_id, why in waits.items():
+            w = last.get(job_id)
+            said[job_id] = w if w is not None and w.reason == why else Wait(job_id, why)
+        self._said = said
+        return list(said.values())
 
     def _swap(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> list[Decision]:
         """Ask the wrapped policy about the jobs beyond their quota that idle GPUs cannot hold; keep each start whose
