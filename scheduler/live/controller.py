@@ -10,7 +10,9 @@ the store says is running and either adopts its workers (still alive: keep) or t
 fail by the job's restart policy); workers the store does not know are killed. No job is lost, none runs twice.
 
 Events wake the loop at once (`wake()`, called by the API); a periodic tick polls the workers and catches writes
-from other processes.
+from other processes. As in the simulator, the policy is asked only when something it sees changed (the queue, the
+runs, a worker start, a node, the policy or the teams) or at a time it asked to be woken (`WakeAt`): a pass where
+nothing changed polls and reads but leaves the policy's last answer standing.
 
 Several `corral serve` replicas may share one PostgreSQL store and one Ray cluster (`scheduler.live.leader`): the
 controller schedules only while its replica holds the lease. Taking over is `recover()` (the same as a restart: adopt,
