@@ -3,7 +3,9 @@ stored hashed, idempotent submission and the cancel race behave."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -11,7 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import func, select, text
 
 from scheduler.live.store import JobState, Store, queries
-from scheduler.live.store.models import ApiToken, Base, Job, JobEvent, User
+from scheduler.live.store.models import ApiToken, Base, Job, JobEvent, Team, User
 
 EMULATED = {"name": "a", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 10.0}
 
@@ -115,3 +117,97 @@ def test_cancel_loses_the_race_to_a_placement(store: Store) -> None:
         assert queries.cancel(s, job2).state == JobState.CANCELLED
         kinds = [e.kind for e in s.scalars(select(JobEvent).where(JobEvent.job_id == job2.id))]
         assert kinds == ["submitted", "cancelled"]
+
+
+# ---- deleting a team while one of its members submits ------------------------------------------------------------
+
+
+def _team_with_member(store: Store) -> None:
+    with store.session(write=True) as s:
+        now = time.time()
+        s.add(Team(name="vision", quota_gpus=2.0, borrow_limit_gpus=None, created_at=now, updated_at=now))
+        s.flush()
+        queries.ensure_user(s, "vera", team="vision")
+
+
+def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """Run `fn` in a thread; its result or exception lands in the list."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception as exc:  # the test reads it
+            out.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_a_team_deleted_while_a_member_submits_counts_the_job_or_moves_it_to_default(store: Store) -> None:
+    """Two orders of one race, each held open on purpose: a submission whose transaction is open when the team is
+    deleted makes the deletion wait, then refuse (the team has a job); a deletion whose transaction is open makes the
+    submission wait, and its job lands in `default`. Either way no job names a team that is gone."""
+    _team_with_member(store)
+    submitted, go = threading.Event(), threading.Event()
+
+    def submit_and_hold() -> int:
+        with store.session(write=True) as s:
+            job, _ = queries.submit(s, queries.ensure_user(s, "vera"), EMULATED)
+            submitted.set()
+            assert go.wait(10)
+            return job.id
+
+    def delete() -> list[str]:
+        with store.session(write=True) as s:
+            team = queries.team_by_name(s, "vision")
+            assert team is not None
+            return queries.delete_team(s, team)
+
+    a, a_out = _in_thread(submit_and_hold)
+    assert submitted.wait(10)
+    b, b_out = _in_thread(delete)
+    b.join(0.5)
+    assert b.is_alive(), "the deletion did not wait for the open submission"
+    go.set()
+    a.join(10)
+    b.join(10)
+    assert not a.is_alive() and not b.is_alive()
+    assert isinstance(b_out[0], queries.TeamConflict), b_out
+    with store.session() as s:
+        assert queries.team_by_name(s, "vision") is not None
+        assert s.get(Job, a_out[0]).team == "vision"  # type: ignore[union-attr]
+
+    # The other order: the deletion's transaction is open first.
+    with store.session(write=True) as s:
+        for row in s.scalars(select(Job)):
+            row.state = JobState.CANCELLED
+    deleted, go = threading.Event(), threading.Event()
+
+    def delete_and_hold() -> list[str]:
+        with store.session(write=True) as s:
+            team = queries.team_by_name(s, "vision")
+            assert team is not None
+            moved = queries.delete_team(s, team)
+            deleted.set()
+            assert go.wait(10)
+            return moved
+
+    def submit() -> int:
+        with store.session(write=True) as s:
+            return queries.submit(s, queries.ensure_user(s, "vera"), {**EMULATED, "name": "b"})[0].id
+
+    b, b_out = _in_thread(delete_and_hold)
+    assert deleted.wait(10)
+    a, a_out = _in_thread(submit)
+    a.join(0.5)
+    assert a.is_alive(), "the submission did not wait for the open deletion"
+    go.set()
+    b.join(10)
+    a.join(10)
+    assert not a.is_alive() and not b.is_alive()
+    assert b_out == [["vera"]]
+    with store.session() as s:
+        assert queries.team_by_name(s, "vision") is None
+        assert s.get(Job, a_out[0]).team == queries.DEFAULT_TEAM  # type: ignore[union-attr]
