@@ -92,7 +92,14 @@ def kinds(row: Job) -> list[str]:
     return [e.kind for e in row.events]
 
 
-def test_preempted_job_resumes_from_its_checkpoint(cluster: Any, store: Store) -> None:
+def test_preempted_job_resumes_from_its_checkpoint(cluster: Any, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with the leader's reap of stray workers at every pass: it kills a worker no run owns, not the running
+    job's (the preempted one's, while it checkpoints: `test_reaping_strays_spares_workers_being_stopped`)."""
+    import scheduler.live.controller as controller_module
+    from scheduler.live.ray_backend import RemoteWorker
+    from scheduler.live.runs import Launch, RankSpec
+
+    monkeypatch.setattr(controller_module, "REAP_EVERY_S", 0.0)
     # Tiresias with a 2 GPU-second first queue: the running job drops a queue within a second and a new arrival
     # (queue 0) preempts it.
     ctl = controller(store, Tiresias(thresholds=[2.0]))
@@ -102,8 +109,14 @@ def test_preempted_job_resumes_from_its_checkpoint(cluster: Any, store: Store) -
     deadline = time.time() + 30
     while job(store, big).started_at is None and time.time() < deadline:
         ctl.step()
+    # A stray: a worker of a run no controller tracks (as a deposed leader's late launch would leave), on no GPU.
+    stray = Launch(9998, 3, "emulated", (RankSpec(0, "n0", (), 1.0, 80.0),), 100.0, 1.0, "/tmp", "/tmp")
+    RemoteWorker.options(name="corral-9998-3-0", namespace=NAMESPACE, lifetime="detached").remote(  # type: ignore[attr-defined]
+        stray, 0)
     time.sleep(1.5)  # 4 GPUs x 1.5 s: past the 2 GPU-second threshold
     ctl.step()
+    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+    assert "corral-9998-3-0" not in names and f"corral-{big}-1-0" in names
     small = submit(store, name="small", num_gpus=4, duration_s=1.0)
     run_until(ctl, store, [big, small], {"succeeded"}, timeout=90)
     b, s = job(store, big), job(store, small)
@@ -116,6 +129,32 @@ def test_preempted_job_resumes_from_its_checkpoint(cluster: Any, store: Store) -
     assert "stopped at" in first
     left = float(re.search(r"([\d.]+) s of isolated work left", second).group(1))  # type: ignore[union-attr]
     assert 0.5 < left < 6.0 - 0.5, left
+
+
+def test_reaping_strays_spares_workers_being_stopped(cluster: Any, tmp_path: Path) -> None:
+    """A worker being stopped checkpoints within its grace period: a reap of strays in the meantime leaves it, and
+    the backend's own poll ends it once its stop returned."""
+    from scheduler.live.ray_backend import RayBackend
+    from scheduler.live.runs import Launch, RankSpec
+
+    def names() -> set[str]:
+        return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+
+    backend = RayBackend()
+    backend.launch(Launch(9997, 1, "emulated", (RankSpec(0, "n0", (), 1.0, 80.0),), 100.0, 1.0, str(tmp_path),
+                          str(tmp_path)))
+    deadline = time.time() + 60
+    while not any(st.phase == "running" for st in backend.poll()) and time.time() < deadline:
+        time.sleep(0.1)
+    backend.stop(9997)
+    assert backend.reap_orphans(set()) == []
+    time.sleep(1.0)
+    assert "corral-9997-1-0" in names()
+    deadline = time.time() + 30
+    while "corral-9997-1-0" in names() and time.time() < deadline:
+        backend.poll()
+        time.sleep(0.1)
+    assert "corral-9997-1-0" not in names()
 
 
 def test_lost_node_requeues_or_fails_by_restart_policy(cluster: Any, store: Store) -> None:

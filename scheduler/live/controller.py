@@ -64,6 +64,7 @@ FULL_SYNC_S = 5.0  # a full scan of the pending jobs at least this often
 # Ray's node table is read at most this often (a read costs about as much as the rest of a settled pass): a node
 # that joins or leaves is seen up to 1 s later, well inside issue 14's 10 s, and Ray's own death detection is longer.
 NODES_EVERY_S = 1.0
+REAP_EVERY_S = 30.0  # how often the leader kills workers no run of its own has (see `_reap_strays`)
 STANDBY_TICK_S = 1.0  # a standby's loop looks at the lease this often (the lease's thread also wakes it)
 
 
@@ -195,6 +196,7 @@ class Controller:
         self._starting = True  # some launched run's workers may not all be up yet
         self._last_poll = 0.0
         self._last_nodes = 0.0
+        self._last_reap = time.time()  # `recover()` has just reaped
         self._last_sync = 0.0
         self._reported: dict[int, JobStatus] = {}  # running job -> the last status `_collect` took in
         self._last_full_sync = 0.0
@@ -430,11 +432,27 @@ class Controller:
         finally:
             self.backend = backend
         deferred.flush()  # stops and forgets, now that the decisions behind them are committed
+        if now - self._last_reap >= REAP_EVERY_S:
+            self._last_reap = now
+            self._reap_strays()
         for launch in launches:  # only after the placements are committed (see the module docstring)
             self.backend.launch(launch)
         if launches:
             self._starting = True
         return stats
+
+    def _reap_strays(self) -> None:
+        """Kill Corral workers that belong to no run of this leader: those a deposed leader launched after its
+        successor had taken over (it paused between committing a placement and launching it; the successor found the
+        run without workers and requeued it, so they run an attempt nobody tracks, holding GPUs). Only after this
+        pass's commit, whose fence proved the lease, and before its own launches: every worker of a tracked run is
+        named in `keep`."""
+        keep = {actor_name(j, self._attempt[j], r.rank) for j, job in self.running.items()
+                if job.placement is not None for r in self._placement(job)}
+        killed = self.backend.reap_orphans(keep)
+        if killed:
+            log.warning("killed %d stray worker(s) that no run of this controller owns: %s", len(killed),
+                        ", ".join(sorted(killed)))
 
     # ---- reading the store ---------------------------------------------------------------------------------------
 

@@ -306,7 +306,7 @@ class RayBackend:
     def __init__(self, *, cluster: Any = None) -> None:
         self._cluster = cluster  # a ray.cluster_utils.Cluster we started, or None when we joined one
         self._runs: dict[int, _Run] = {}
-        self._stopping: list[tuple[Any, Any, float]] = []  # (actor, ref of stop(), deadline)
+        self._stopping: list[tuple[str, Any, Any, float]] = []  # (actor's name, actor, ref of stop(), deadline)
 
     # -- lifecycle --
 
@@ -396,8 +396,10 @@ class RayBackend:
 
     def reap_orphans(self, keep: set[str]) -> list[str]:
         """Kill Corral workers whose names are not in `keep` (runs a crashed controller launched but never recorded
-        as running, or stopped but never reaped)."""
+        as running, or stopped but never reaped), except those this backend is stopping: they checkpoint within
+        their grace period, and are killed at its end."""
         killed = []
+        keep = keep | {name for name, *_ in self._stopping}
         for actor in ray.util.list_named_actors(all_namespaces=True):  # live named actors (no dashboard needed)
             name = actor["name"]
             if actor["namespace"] == NAMESPACE and name.startswith("corral-") and name not in keep:
@@ -420,8 +422,10 @@ class RayBackend:
         run = self._runs.pop(job_id, None)
         if run is None:
             return
-        for a in run.actors:
-            self._stopping.append((a, a.stop.remote(), time.time() + STOP_GRACE_S + 2.0))
+        launch = run.launch
+        for spec, a in zip(launch.ranks, run.actors, strict=True):
+            self._stopping.append((actor_name(launch.job_id, launch.attempt, spec.rank), a, a.stop.remote(),
+                                   time.time() + STOP_GRACE_S + 2.0))
 
     def forget(self, job_id: int) -> None:
         """Drop a finished run: its workers have exited; kill the actors to give back their resources."""
@@ -566,10 +570,10 @@ class RayBackend:
     def _reap_stopped(self) -> None:
         keep = []
         now = time.time()
-        for actor, ref, deadline in self._stopping:
+        for name, actor, ref, deadline in self._stopping:
             done, _ = ray.wait([ref], timeout=0)
             if done or now >= deadline:
                 self._kill(actor)
             else:
-                keep.append((actor, ref, deadline))
+                keep.append((name, actor, ref, deadline))
         self._stopping = keep
