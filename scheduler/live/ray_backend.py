@@ -42,6 +42,8 @@ _NODE_RES = re.compile(r"^corral_node_(.+)$")
 # How often a running run's progress is asked for. Each ask is one call per worker (about 1 ms each to send), so asking
 # every run at every poll made the Ray calls most of a controller pass with 32 runs; ends are known at once anyway.
 PROGRESS_EVERY_S = 2.0
+STATUS_CALLS_PER_POLL = 8  # progress questions to running workers per poll (each is an actor call)
+EMULATE_WAKE_S = 0.5  # an emulated worker's progress is at most this old (it is asked for every PROGRESS_EVERY_S)
 FINISHED_WAIT_S = 60.0  # how long one `Worker.finished` call waits before it answers "not yet"
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this: time for a preempted job to write its checkpoint
 _RES_PRECISION = 10_000  # Ray accounts fractional resources in 1/10,000ths
@@ -103,6 +105,8 @@ class Worker:
         self.error = ""
         self._stop = threading.Event()
         self._ended = threading.Event()
+        self._poke = threading.Event()  # wakes the emulation at once: a stop or a new rate
+        self._new_rate: float | None = None
         self._fenced = False  # a later attempt's checkpoint was found: this run is stale
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
@@ -140,7 +144,12 @@ class Worker:
         return self.started_at
 
     def set_rate(self, rate: float) -> None:
-        self.rate = rate
+        """The emulation counts the time so far at the old rate, then runs at this one (at once: it is poked)."""
+        if self.launch.kind == "emulated" and self.phase == "running":
+            self._new_rate = rate
+            self._poke.set()
+        else:
+            self.rate = rate
 
     def status(self) -> dict[str, Any]:
         return {"phase": self.phase, "started_at": self.started_at, "ended_at": self.ended_at,
@@ -158,6 +167,7 @@ class Worker:
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """Stop the work: emulated ranks write their checkpoint; a command gets SIGTERM, then SIGKILL."""
         self._stop.set()
+        self._poke.set()
         proc = self._proc
         if proc is not None and proc.poll() is None:
             try:
@@ -222,10 +232,15 @@ class Worker:
             last_checkpoint = last
             progress = ProgressLog()
             while self.done_s < work and not self._stop.is_set():
-                self._stop.wait(min(0.05, max(0.0, (work - self.done_s) / max(self.rate, 1e-9))))
+                # Asleep until the work is done, a stop or a new rate pokes it, or EMULATE_WAKE_S passed (progress
+                # for `status`): dozens of emulated workers share a test machine's cores with the controller.
+                self._poke.wait(min(EMULATE_WAKE_S, max(0.0, (work - self.done_s) / max(self.rate, 1e-9))))
+                self._poke.clear()
                 now = time.time()
                 self.done_s = min(work, self.done_s + (now - last) * self.rate)
                 last = now
+                if self._new_rate is not None:
+                    self.rate, self._new_rate = self._new_rate, None
                 line = progress.line(self.done_s / work, self.rate)
                 if line:
                     out.write(line + "\n")
@@ -466,14 +481,19 @@ class RayBackend:
                 self._maybe_start(run)
         runs = [r for r in self._runs.values() if r.started]
         now = time.time()
-        for run in runs:
+        budget = STATUS_CALLS_PER_POLL
+        for run in sorted(runs, key=lambda r: r.asked_at):  # the longest unasked first
             if run.ends is None:
                 run.ends = [a.finished.remote() for a in run.actors]
-            # Asked until one answer says running (it carries the start times), then every PROGRESS_EVERY_S.
+            if run.asked is not None:
+                continue
+            # Asked until one answer says running (it carries the start times), then every PROGRESS_EVERY_S, within a
+            # budget of calls per poll: runs started together would otherwise all be asked at the same poll.
             known = run.status is not None and run.status.phase != "starting"
-            if run.asked is None and (not known or now - run.asked_at >= PROGRESS_EVERY_S):
+            if not known or (now - run.asked_at >= PROGRESS_EVERY_S and budget > 0):
                 run.asked = [a.status.remote() for a in run.actors]
                 run.asked_at = now
+                budget -= len(run.actors) if known else 0
         flat = [ref for r in runs for ref in (*(r.ends or ()), *(r.asked or ()))]
         ready = set(ray.wait(flat, num_returns=len(flat), timeout=0)[0]) if flat else set()
         out = []
