@@ -265,8 +265,11 @@ def nodes_with_gpus(s: Session) -> list[Node]:
     return list(s.scalars(select(Node).options(selectinload(Node.gpus)).order_by(Node.index)).all())
 
 
+_ACTIVE_POLICY = select(PolicyVersion.name).where(PolicyVersion.active.is_(True))  # built once: read every pass
+
+
 def active_policy(s: Session) -> str | None:
-    return s.scalars(select(PolicyVersion.name).where(PolicyVersion.active.is_(True))).first()
+    return s.scalars(_ACTIVE_POLICY).first()
 
 
 def activate_policy(s: Session, name: str, *, by: str) -> PolicyVersion:
@@ -317,8 +320,10 @@ def list_teams(s: Session) -> list[Team]:
 def team_quotas(s: Session) -> tuple[tuple[str, float, float | None], ...]:
     """(name, quota, borrowing limit) of every team, by name: what the controller re-reads every pass (plain rows, not
     ORM objects: it costs a fraction as much)."""
-    rows = s.execute(select(Team.name, Team.quota_gpus, Team.borrow_limit_gpus).order_by(Team.name))
-    return tuple((name, quota, borrow) for name, quota, borrow in rows)
+    return tuple((name, quota, borrow) for name, quota, borrow in s.execute(_TEAM_QUOTAS))
+
+
+_TEAM_QUOTAS = select(Team.name, Team.quota_gpus, Team.borrow_limit_gpus).order_by(Team.name)
 
 
 def cluster_gpus(s: Session) -> int:
