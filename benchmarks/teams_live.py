@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.live.ray_backend import STOP_GRACE_S, RayBackend
+from scheduler.live.runs import JobStatus, Launch, NodeInfo
 from scheduler.live.serve import ServeConfig, build_controller
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Job, JobState, Team
@@ -110,17 +111,60 @@ def reclaim_latency(repeats: int, tick_s: float) -> None:
           f"(n={len(t)}; bound tick {tick_s:g} + grace {STOP_GRACE_S:g} + 2 = {bound:g} s)")
 
 
-def pass_time(queued: int, policies: list[str], passes: int) -> None:
+class SettledWorkers:
+    """The backend protocol with workers that start at once and run on, each reporting one unchanging status, as the
+    Ray backend repeats a run's last status between its progress answers: the controller's own pass time, without
+    the 32 worker processes and 4 raylets of a local Ray cluster sharing this machine's cores with it (on a real
+    cluster they run on the GPU servers)."""
+
+    def __init__(self, names: list[str], gpus: int) -> None:
+        self.names, self.gpus = names, gpus
+        self.runs: dict[int, JobStatus] = {}
+
+    def nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(n, self.gpus, True, n, "127.0.0.1") for n in self.names]
+
+    def launch(self, launch: Launch) -> None:
+        n = len(launch.ranks)
+        self.runs[launch.job_id] = JobStatus(launch.job_id, launch.attempt, "running", [time.time()] * n, [None] * n,
+                                             [None] * n, 0.0)
+
+    def adopt(self, launch: Launch) -> bool:
+        return False
+
+    def reap_orphans(self, keep: set[str]) -> list[str]:
+        return []
+
+    def set_rate(self, job_id: int, rate: float) -> None:
+        pass
+
+    def stop(self, job_id: int) -> None:
+        self.runs.pop(job_id, None)
+
+    forget = stop
+
+    def disown(self) -> None:
+        self.runs.clear()
+
+    def poll(self) -> list[JobStatus]:
+        return list(self.runs.values())
+
+    def shutdown(self) -> None:
+        pass
+
+
+def pass_time(queued: int, policies: list[str], passes: int, workers: str) -> None:
     rng = np.random.default_rng(0)
     quotas = {f"team{k:02d}": (2.0 if k < 12 else 1.0) for k in range(20)}
-    backend = RayBackend.local(4, 8)
+    backend: RayBackend | SettledWorkers = (RayBackend.local(4, 8) if workers == "ray"
+                                            else SettledWorkers([f"node{i}" for i in range(4)], 8))
     try:
         for name in policies:
             with tempfile.TemporaryDirectory() as tmp:
                 os.environ["CORRAL_HOME"] = tmp
                 store = Store.open(f"sqlite:///{tmp}/bench.db")
                 add_teams(store, quotas)
-                ctl = build_controller(store, backend, ServeConfig(nodes=4, gpus_per_node=8, policy=name))
+                ctl = build_controller(store, backend, ServeConfig(nodes=4, gpus_per_node=8, policy=name))  # type: ignore[arg-type]
                 ctl.recover()
                 for team, quota in quotas.items():
                     submit(store, team, int(quota), 1.0, 3600.0)
@@ -136,7 +180,8 @@ def pass_time(queued: int, policies: list[str], passes: int) -> None:
                 for k, team in enumerate(teams):
                     submit(store, team, 0, [float(g) for g, o in zip(sizes, owners, strict=True) if o == k], 600.0)
                 ctl.step()  # takes the queue in
-                print(f"{name:>18}, 20 teams, {queued} queued, 32 running (ms, p50 / p99; target whole pass p99 <= 10):")
+                print(f"{name:>18}, 20 teams, {queued} queued, 32 running, {workers} workers (ms, p50 / p99; "
+                      "target whole pass p99 <= 10):")
                 # Settled: nothing the policy sees changes, so a pass polls the workers, reads the store and does not
                 # ask the policy (the controller asks when something changed or at a WakeAt, as the simulator does).
                 # Churn: before every pass one queued job is cancelled and one submitted, so every pass asks.
@@ -176,11 +221,15 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=50)
     ap.add_argument("--policies", default="tiresias,rl:default,contention-greedy")
     ap.add_argument("--skip-reclaim", action="store_true")
+    ap.add_argument("--workers", choices=["settled", "ray", "both"], default="both",
+                    help="pass time against settled in-process workers (the controller's own time), a local Ray "
+                         "cluster's (its 36 processes share the machine's cores with the controller), or both")
     args = ap.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not args.skip_reclaim:
         reclaim_latency(args.repeats, args.tick)
-    pass_time(args.queued, args.policies.split(","), args.passes)
+    for workers in (["settled", "ray"] if args.workers == "both" else [args.workers]):
+        pass_time(args.queued, args.policies.split(","), args.passes, workers)
 
 
 if __name__ == "__main__":
