@@ -466,3 +466,26 @@ def test_a_running_controller_that_loses_its_lease_stands_by_and_leaves_the_work
         assert ctl.status()["leader"] == "intruder" and ctl.status()["epoch"] == 2
     finally:
         ctl.stop()
+
+
+def test_a_change_through_another_replica_wakes_the_leader_through_the_doorbell(pg_store: Store) -> None:
+    """The leader's tick is 30 s; a job submitted through another replica (its row written, then the doorbell rung,
+    as that replica's API does) is placed within a few seconds, because the NOTIFY wakes the leader."""
+    from conftest import StartingBackend
+
+    from scheduler.live import doorbell
+
+    ctl = Controller(pg_store, StartingBackend(NAMES, GPUS), build_live_cluster("dgx-a100", [GPUS] * len(NAMES)),
+                     NAMES, make_policy, default_policy="fifo", tick_s=30.0, preset="dgx-a100")
+    listener = doorbell.Listener(pg_store, ctl.wake).start()
+    ctl.start()
+    try:
+        time.sleep(1.0)  # its first pass, then it waits for the tick
+        job_id = submit(pg_store, "rung")
+        t0 = time.time()
+        doorbell.ring(pg_store)
+        wait_until("the leader to place the job", lambda: state(pg_store, job_id) == "running", timeout=10)
+        assert time.time() - t0 < 5.0 and listener.heard >= 1
+    finally:
+        ctl.stop()
+        listener.stop()

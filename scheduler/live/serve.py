@@ -177,6 +177,7 @@ def serve(cfg: ServeConfig) -> None:
     from policies import make_policy
     from scheduler.core.paths import corral_home, secure_home
     from scheduler.live.ray_backend import RayBackend
+    from scheduler.live import doorbell
     from scheduler.live.store import Store, database_url, queries
     from web import create_app
 
@@ -204,10 +205,17 @@ def serve(cfg: ServeConfig) -> None:
         log.info("starting a local Ray cluster: %d virtual nodes x %d virtual GPUs", cfg.nodes, cfg.gpus_per_node)
         backend = RayBackend.local(cfg.nodes, cfg.gpus_per_node)
     controller = build_controller(store, backend, cfg)
+    # Other replicas' APIs wake this controller through the doorbell, and this one's wakes theirs (PostgreSQL only).
+    listener = doorbell.Listener(store, controller.wake).start() if doorbell.shared(store) else None
+
+    def notify() -> None:
+        controller.wake()
+        doorbell.ring(store)
+
     try:
         controller.start()
-        app = create_app(store, notify=controller.wake, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
-                                                                "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s},
+        app = create_app(store, notify=notify, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
+                                                       "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s},
                          controller_status=controller.status)
         server = create_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads)
 
@@ -222,6 +230,8 @@ def serve(cfg: ServeConfig) -> None:
     except KeyboardInterrupt:
         log.info("shutting down")
     finally:
+        if listener is not None:
+            listener.stop()
         controller.stop()
         backend.shutdown()
         store.close()
