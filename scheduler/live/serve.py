@@ -176,8 +176,8 @@ def serve(cfg: ServeConfig) -> None:
 
     from policies import make_policy
     from scheduler.core.paths import corral_home, secure_home
-    from scheduler.live.ray_backend import RayBackend
     from scheduler.live import doorbell
+    from scheduler.live.ray_backend import RayBackend
     from scheduler.live.store import Store, database_url, queries
     from web import create_app
 
