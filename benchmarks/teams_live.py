@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler.live.ray_backend import STOP_GRACE_S, RayBackend
 from scheduler.live.runs import JobStatus, Launch, NodeInfo
-from scheduler.live.serve import ServeConfig, build_controller
+from scheduler.live.serve import ServeConfig, build_controller, freeze_heap
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Job, JobState, Team
 
@@ -75,7 +75,7 @@ def reclaim_latency(repeats: int, tick_s: float) -> None:
     backend = RayBackend.local(2, 4)
     times: list[float] = []
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # stopped workers may still log
             os.environ["CORRAL_HOME"] = tmp
             store = Store.open(f"sqlite:///{tmp}/bench.db")
             add_teams(store, {"A": 4.0, "B": 4.0})
@@ -160,7 +160,7 @@ def pass_time(queued: int, policies: list[str], passes: int, workers: str) -> No
                                             else SettledWorkers([f"node{i}" for i in range(4)], 8))
     try:
         for name in policies:
-            with tempfile.TemporaryDirectory() as tmp:
+            with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # stopped workers may still log
                 os.environ["CORRAL_HOME"] = tmp
                 store = Store.open(f"sqlite:///{tmp}/bench.db")
                 add_teams(store, quotas)
@@ -180,6 +180,7 @@ def pass_time(queued: int, policies: list[str], passes: int, workers: str) -> No
                 for k, team in enumerate(teams):
                     submit(store, team, 0, [float(g) for g, o in zip(sizes, owners, strict=True) if o == k], 600.0)
                 ctl.step()  # takes the queue in
+                freeze_heap()  # as `corral serve` does once its controller has started
                 print(f"{name:>18}, 20 teams, {queued} queued, 32 running, {workers} workers (ms, p50 / p99; "
                       "target whole pass p99 <= 10):")
                 # Settled: nothing the policy sees changes, so a pass polls the workers, reads the store and does not
