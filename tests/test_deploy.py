@@ -273,7 +273,8 @@ def test_worker_runs_the_node_agent_joined_to_the_head(env: dict[str, str], tmp_
     dry = subprocess.run([str(CORRAL_CLI), *args[1:], "--dry-run", "--state-dir", str(tmp_path / "agent"),
                           "--mps-control", "none"], capture_output=True, text=True, timeout=60, check=True)
     line = next(x for x in dry.stdout.splitlines() if x.strip().startswith("resources:"))
-    assert json.loads(line.split(":", 1)[1]) == node_resources(hostname, gpus)
+    # The worker's preset travels with it: the controller models the node as that preset.
+    assert json.loads(line.split(":", 1)[1]) == node_resources(hostname, gpus, env.get("CORRAL_PRESET", "dgx-a100"))
 
 
 def test_worker_node_names_differ_per_replica(tmp_path: Path) -> None:

@@ -121,12 +121,40 @@ def test_an_unknown_model_is_described_and_the_node_still_joins(tmp_path: Path) 
     assert "2 x NVIDIA L4 (22.5 GiB)" in text
     assert "no Corral preset matches" in text and "generic GPU(s)" in text
     assert '"corral_gpu_n1_1": 1.0' in text and "corral_gpu_n1_2" not in text
+    assert "corral_preset_" not in text  # no preset to advertise: the controller models it as serve's --preset
     assert not (tmp_path / "n1").exists()  # a dry run writes nothing: an agent may be running with that folder
     agent = NodeAgent(options(tmp_path), out=lines.append, nvml_module=nv)
     agent.prepare()
     agent.close()
     node = json.loads((tmp_path / "n1" / "node.json").read_text())
     assert node["preset"] is None and [d["memory_mib"] for d in node["devices"]] == [23034, 23034]
+
+
+def resources_line(lines: list[str]) -> dict[str, float]:
+    line = next(x for x in lines if x.strip().startswith("resources:"))
+    return dict(json.loads(line.split(":", 1)[1]))
+
+
+@pytest.mark.parametrize(("gpus", "given", "advertised"), [
+    ([("NVIDIA A100-SXM4-80GB", 81920)] * 8, None, "dgx-a100"),  # NVML's match
+    ([("NVIDIA L4", 23034)] * 4, "pcie-t4", "pcie-t4"),  # --preset names what NVML cannot
+    ([("NVIDIA A100-SXM4-80GB", 81920)] * 4, "pcie-t4", "pcie-t4"),  # --preset overrides the match
+    (None, "pcie-v100", "pcie-v100"),  # --gpus 2 --preset: virtual GPUs of that model
+    (None, None, None),  # --gpus 2 alone: nothing to advertise
+])
+def test_the_node_advertises_its_preset_to_ray(tmp_path: Path, gpus: list[tuple[str, int]] | None, given: str | None,
+                                               advertised: str | None) -> None:
+    """The preset travels with the node: the resources `ray start` gets carry its marker, which the controller
+    reads back (`advertised_preset`) to model the node as that server."""
+    from scheduler.live.ray_backend import advertised_preset
+    from scheduler.live.runs import node_resources
+
+    lines: list[str] = []
+    opts = options(tmp_path, preset=given, gpus=None if gpus else 2)
+    NodeAgent(opts, out=lines.append, nvml_module=fake_pynvml(gpus) if gpus else None).run()
+    res = resources_line(lines)
+    assert res == node_resources("n1", len(gpus) if gpus else 2, advertised)
+    assert advertised_preset(res) == advertised
 
 
 def test_a_preset_given_overrides_the_match_and_says_so(tmp_path: Path) -> None:
@@ -438,7 +466,7 @@ if mode == "joined":
         phase = next((s.phase for s in backend.poll()), "none")
         time.sleep(0.2)
     backend.forget(1)
-    print(json.dumps({"resources": res, "nodes": [[n.name, n.gpus, n.alive] for n in backend.nodes()],
+    print(json.dumps({"resources": res, "nodes": [[n.name, n.gpus, n.alive, n.preset] for n in backend.nodes()],
                       "phase": phase}))
 else:
     while any(n["Alive"] for n in n1()) and time.time() < deadline:
@@ -503,9 +531,11 @@ def test_a_node_joins_runs_a_fractional_job_under_mps_and_leaves(
                              capture_output=True, text=True, timeout=240, check=False)
         assert out.returncode == 0, out.stderr[-3000:] + log_path.read_text()[-3000:]
         seen = json.loads(out.stdout.strip().splitlines()[-1])
-        # Ray's node table has the node with Corral's resources for 2 GPUs, and the backend reads it as Corral node n1
-        assert seen["resources"] == {"corral_node_n1": 1.0, "corral_gpu_n1_0": 1.0, "corral_gpu_n1_1": 1.0}
-        assert ["n1", 2, True] in seen["nodes"]
+        # Ray's node table has the node with Corral's resources for 2 GPUs and its preset's marker, and the backend
+        # reads it as Corral node n1, a pcie-t4
+        assert seen["resources"] == {"corral_node_n1": 1.0, "corral_gpu_n1_0": 1.0, "corral_gpu_n1_1": 1.0,
+                                     "corral_preset_pcie-t4": 1.0}
+        assert ["n1", 2, True, "pcie-t4"] in seen["nodes"]
         # The fractional job ran on n1 under the node's MPS daemon: started before it, stopped after it.
         assert seen["phase"] == "succeeded", log_path.read_text()[-3000:]
         assert kinds(record) == ["start", "quit"]

@@ -392,7 +392,7 @@ def calibrate(db_url: str | None, kind: str, json_out: Path | None, plot_out: Pa
         raise click.ClickException(str(exc)) from None
     console.print(f"[bold]{history.url}[/]: {len(records)} succeeded jobs with an observed slowdown "
                   f"({history.finished} succeeded in all) over {format_duration(history.span_s)}, live cluster "
-                  f"{history.preset} x {len(history.gpus_by_node)} nodes")
+                  f"{history.cluster_text}")
 
     def num(v: float | None, fmt: str = "{:.3f}") -> str:
         return "-" if v is None or not math.isfinite(v) else fmt.format(v)
@@ -630,7 +630,9 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
 @click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64),
               help="Virtual GPUs per node of the local Ray cluster.")
 @click.option("--preset", default="dgx-a100", show_default=True,
-              help="Server model the contention model assumes for every node (dgx-a100, pcie-v100, pcie-t4).")
+              help="Server model the contention model assumes for a node that does not say which it is (dgx-a100, "
+                   "pcie-v100, pcie-t4); a node started with `corral node start` or `node-resources --preset` "
+                   "brings its own.")
 @click.option("--ray-address", default=None,
               help="Join this Ray cluster instead of starting a local one (replicas must all join the same one).")
 @click.option("--policy", default=None,
@@ -669,11 +671,19 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
 @main.command("node-resources")
 @click.option("--name", required=True, help="The Corral node name this Ray node will be (unique in the cluster).")
 @click.option("--gpus", required=True, type=click.IntRange(1, 64), help="GPUs on this node.")
-def node_resources_cmd(name: str, gpus: int) -> None:
+@click.option("--preset", default=None, help="The server model this node is (dgx-a100, pcie-v100, pcie-t4): the "
+              "controller models it so. Default: none, and the controller models it as `corral serve --preset`.")
+def node_resources_cmd(name: str, gpus: int, preset: str | None) -> None:
     """Print the JSON for `ray start --resources` that makes a Ray node a Corral node."""
+    from scheduler.live.cluster import node_type
     from scheduler.live.runs import node_resources
 
-    click.echo(json.dumps(node_resources(name, gpus)))
+    if preset is not None:
+        try:
+            node_type(preset, gpus)
+        except SpecError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--preset'") from None
+    click.echo(json.dumps(node_resources(name, gpus, preset)))
 
 
 

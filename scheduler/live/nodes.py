@@ -13,11 +13,13 @@ from scheduler.live.store.models import Gpu, Node
 
 
 def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, node_names: Sequence[str],
-                   preset: str, now: float) -> set[int]:
-    """Write the cluster model's nodes and GPUs with what the backend reports of each; returns the indices of the
-    nodes that are not alive. Nodes in the store that the model no longer has (a smaller cluster than last time) are
-    marked gone. A node's `updated_at` is when its `alive` last changed (or it was first seen): the dashboard's
-    "since"."""
+                   presets: Sequence[str], now: float) -> set[int]:
+    """Write the cluster model's nodes (each with the preset it is modelled with, `presets[i]`) and GPUs with what
+    the backend reports of each; returns the indices of the nodes that are not alive. Nodes in the store that the
+    model no longer has (a smaller cluster than last time) are marked gone. A node's `updated_at` is when its `alive`
+    last changed (or it was first seen): the dashboard's "since"."""
+    if len(presets) != len(node_names):
+        raise ValueError(f"{len(presets)} presets for {len(node_names)} nodes")
     by_name = {n.name: n for n in reported}
     down: set[int] = set()
     existing = {n.name: n for n in s.scalars(select(Node))}
@@ -25,9 +27,9 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
         info = by_name.get(name)
         node = existing.pop(name, None)
         if node is None:
-            node = Node(name=name, index=i, preset=preset, updated_at=now)
+            node = Node(name=name, index=i, preset=presets[i], updated_at=now)
             s.add(node)
-        node.index, node.preset = i, preset
+        node.index, node.preset = i, presets[i]
         alive = bool(info and info.alive)
         if node.alive != alive:
             node.updated_at = now
@@ -37,11 +39,15 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
         if not node.alive:
             down.add(i)
         s.flush()
-        have = {g.index for g in node.gpus}
+        have = {gpu.index: gpu for gpu in node.gpus}
         for g in cluster.node_gpus(i):
-            if g not in have:
-                s.add(Gpu(node_id=node.id, index=g, local_index=g - int(cluster.node_first_gpu[i]),
-                          gpu_type=cluster.gpu_types[int(cluster.gpu_type[g])].name, mem_gb=float(cluster.gpu_mem[g])))
+            gpu_type, mem_gb = cluster.gpu_types[int(cluster.gpu_type[g])].name, float(cluster.gpu_mem[g])
+            row = have.get(g)
+            if row is None:
+                s.add(Gpu(node_id=node.id, index=g, local_index=g - int(cluster.node_first_gpu[i]), gpu_type=gpu_type,
+                          mem_gb=mem_gb))
+            elif (row.gpu_type, row.mem_gb) != (gpu_type, mem_gb):  # modelled as another preset than last time
+                row.gpu_type, row.mem_gb = gpu_type, mem_gb
     for stale in existing.values():
         if stale.alive:
             stale.alive, stale.updated_at = False, now

@@ -159,7 +159,9 @@ class NodeAgent:
         for note in hw.notes:
             self._out(f"  note: {note}")
         self._setup_mps(folder, write)
-        resources = node_resources(opts.name, hw.gpus)
+        # The preset travels with the node: the controller models it as this server (no preset: as `corral serve
+        # --preset`, the service's fallback).
+        resources = node_resources(opts.name, hw.gpus, hw.preset)
         self._out(f"  resources: {json.dumps(resources)}")
         self._out(f"  node folder: {folder} (health in {folder / 'health.json'})")
         return ray_command(opts, resources)
