@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -82,6 +83,42 @@ def fake_pynvml(gpus: list[tuple[str, int]], *, no_driver: bool = False, lost: t
         nvmlEventSetCreate=lambda: object(), nvmlDeviceRegisterEvents=lambda h, kind, events: None,
         nvmlEventSetWait=event_wait, nvmlEventSetFree=lambda events: None,
     )
+
+
+# ---- a stand-in for the Corral API (the agent's health push) ------------------------------------------------------
+
+
+class StandIn:
+    """An HTTP server that records each request and answers with the next of `answers` (the last one repeats)."""
+
+    def __init__(self, answers: list[int]) -> None:
+        self.answers = answers
+        self.requests: list[dict[str, Any]] = []
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_PUT(self) -> None:  # http.server's name for the PUT handler
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                stand_in.requests.append({"path": self.path, "auth": self.headers.get("Authorization"),
+                                          "body": json.loads(body)})
+                code = stand_in.answers[min(len(stand_in.requests), len(stand_in.answers)) - 1]
+                out = json.dumps({"message": "node 'n1' not found" if code == 404 else "ok"}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def options(tmp_path: Path, name: str = "n1", **kw: Any) -> AgentOptions:
@@ -511,19 +548,32 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, di
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
 def test_a_node_joins_runs_a_fractional_job_under_mps_and_leaves(
         ray_head: tuple[str, dict[str, str], Path], tmp_path: Path) -> None:
+    """Also: the agent pushes its health to the API it is given (a stand-in here), with its token, and keeps that
+    admin token from Ray and the processes Ray starts."""
     address, env, _ = ray_head
     control, record = stand_in_mps(tmp_path)
     node_dir = tmp_path / "n1"
     log_path = tmp_path / "agent.log"
+    api = StandIn([200])
+    token = secrets.token_hex(16)
     with log_path.open("ab") as log:
         agent = subprocess.Popen(
             [sys.executable, "-m", "scheduler.cli.commands", "node", "start", "--address", address, "--gpus", "2",
              "--preset", "pcie-t4", "--name", "n1", "--state-dir", str(node_dir), "--mps-control", str(control),
-             "--health-interval", "0.5", "--", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+             "--health-interval", "0.5", "--api", api.url, "--", "--node-ip-address=127.0.0.1", "--num-cpus=1",
              f"--temp-dir={env['CORRAL_TEST_RAY_TEMP']}", *_ports()],
-            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            env={**env, "CORRAL_TOKEN": token}, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
     try:
         ray_pid = int(wait_until("the agent to start ray", lambda: re.search(
             r"ray start pid (\d+)", log_path.read_text()), timeout=60).group(1))
@@ -545,6 +595,14 @@ def test_a_node_joins_runs_a_fractional_job_under_mps_and_leaves(
         health = wait_until("a health report", lambda: (node_dir / "health.json").exists() and read_health(node_dir),
                             timeout=30)
         assert health["agent"] == "running" and [g["status"] for g in health["gpus"]] == ["virtual", "virtual"]
+        # The same readings reached the API, every half second, with the token.
+        wait_until("two health pushes", lambda: len(api.requests) >= 2, timeout=30)
+        pushed = api.requests[-1]
+        assert pushed["path"] == "/api/v1/nodes/n1/health" and pushed["auth"] == f"Bearer {token}"
+        assert pushed["body"]["agent"] == "running" and pushed["body"]["interval_s"] == 0.5
+        assert [g["status"] for g in pushed["body"]["gpus"]] == ["virtual", "virtual"]
+        assert "CORRAL_TOKEN" not in _environ(ray_pid)
+        assert _processes_with_env("CORRAL_TOKEN", token) == [agent.pid], "the token reached a process Ray started"
 
         agent.send_signal(signal.SIGTERM)
         code = agent.wait(timeout=90)
@@ -554,11 +612,13 @@ def test_a_node_joins_runs_a_fractional_job_under_mps_and_leaves(
         wait_until("the node's processes to end", lambda: not _group_alive(agent.pid) and not _group_alive(ray_pid)
                    and not _processes_with_env(NODE_DIR_ENV, str(node_dir)), timeout=60)
         assert read_health(node_dir)["agent"] == "stopped"
+        assert api.requests[-1]["body"]["agent"] == "stopped"  # its last report told the API it left
         out = subprocess.run([sys.executable, "-c", DRIVER, address, "left", str(tmp_path)], env=env,
                              capture_output=True, text=True, timeout=180, check=False)
         assert out.returncode == 0, out.stderr[-3000:]
         assert True not in json.loads(out.stdout.strip().splitlines()[-1])["alive"]  # the node left Ray
     finally:
+        api.close()
         if agent.poll() is None:
             agent.kill()
             agent.wait(timeout=30)

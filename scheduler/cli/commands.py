@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -704,6 +705,17 @@ def _parse_gpus(ctx: click.Context, param: click.Parameter, value: str) -> int |
     return n
 
 
+def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from scheduler.cli.client import ClientError, check_url
+
+    if value is None:
+        return None
+    try:
+        return check_url(value)
+    except ClientError as exc:
+        raise click.BadParameter(str(exc).replace("(CORRAL_URL or --url) ", ""), ctx, param) from None
+
+
 @node_group.command("start", context_settings={"ignore_unknown_options": True})
 @click.option("--address", required=True, metavar="HOST:PORT", help="The Ray head's address (its GCS port).")
 @click.option("--name", default=None, help="Corral node name, unique in the cluster [default: the short hostname].")
@@ -717,18 +729,23 @@ def _parse_gpus(ctx: click.Context, param: click.Parameter, value: str) -> int |
               help="The agent's folder: MPS pipes and logs, health.json [default: CORRAL_HOME/nodes/NAME].")
 @click.option("--health-interval", default=10.0, show_default=True, type=click.FloatRange(0.2, 3600),
               help="Seconds between GPU health readings.")
+@click.option("--api", default=None, metavar="URL", callback=_api_url,
+              help="Push each GPU health reading to the Corral API at URL (e.g. http://corral:8080), with the admin "
+                   "token in CORRAL_TOKEN; the cluster map shows it.")
 @click.option("--dry-run", is_flag=True, help="Discover and print what the node would join with, then exit.")
 @click.argument("ray_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- RAY_START_ARGS]...")
 def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str | None, mps_control: str | None,
-                   state_dir: Path | None, health_interval: float, dry_run: bool, ray_args: tuple[str, ...]) -> None:
+                   state_dir: Path | None, health_interval: float, api: str | None, dry_run: bool,
+                   ray_args: tuple[str, ...]) -> None:
     """Join the Ray cluster at ADDRESS as a Corral node, in the foreground until stopped (like `ray start --block`):
     discover the GPUs (NVML), run `ray start` with Corral's resources for them, start CUDA MPS while fractional jobs
-    run here, and write GPU health. SIGTERM or SIGINT stops Ray; the command exits with Ray's status."""
-    from scheduler.live.node.agent import AgentError, AgentOptions, NodeAgent, default_name
+    run here, and write GPU health (and push it to the API with --api). SIGTERM or SIGINT stops Ray; the command
+    exits with Ray's status."""
+    from scheduler.live.node.agent import TOKEN_ENV, AgentError, AgentOptions, NodeAgent, default_name
 
     opts = AgentOptions(address=address, name=name or default_name(), gpus=gpus, preset=preset, node_dir=state_dir,
                         mps_control=mps_control, ray_args=ray_args, health_interval_s=health_interval,
-                        dry_run=dry_run)
+                        dry_run=dry_run, api=api, api_token=os.environ.get(TOKEN_ENV) or None)
     try:
         code = NodeAgent(opts).run()
     except AgentError as exc:

@@ -1,8 +1,10 @@
-"""The store's record of the cluster's nodes and GPUs, which the API's cluster map reads."""
+"""The store's record of the cluster's nodes and GPUs, which the API's cluster map reads, and the GPU health their
+agents report."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -52,3 +54,22 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
         if stale.alive:
             stale.alive, stale.updated_at = False, now
     return down
+
+
+# A report older than this many of its agent's reporting intervals is stale: the agent (or its way to the API) is down,
+# and what it last said may no longer be true. Three, so one lost or slow push is not an alarm.
+STALE_INTERVALS = 3
+GOOD_GPU_STATUSES = ("ok", "virtual")  # a GPU in any other status (degraded, unreachable) makes its node degraded
+
+
+def node_status(gpus: Iterable[Mapping[str, Any]]) -> str:
+    """A node's overall health from its GPUs': `degraded` if any GPU is not ok (virtual GPUs are)."""
+    return "ok" if all(g.get("status") in GOOD_GPU_STATUSES for g in gpus) else "degraded"
+
+
+def health_view(report: Mapping[str, Any] | None, reported_at: float | None, now: float) -> dict[str, Any] | None:
+    """A node's last health report as the API shows it, with `stale` and `age_s` as of `now` (None: no report)."""
+    if report is None or reported_at is None:
+        return None
+    age = max(0.0, now - reported_at)
+    return {**report, "age_s": round(age, 3), "stale": age > STALE_INTERVALS * float(report["interval_s"])}
