@@ -163,14 +163,19 @@ def test_the_store_records_each_node_s_own_preset_and_gpus(store: Store) -> None
 
 
 class Joining(StartingBackend):
-    """Workers start at the next poll; `joined` nodes appear in the node table when the test says."""
+    """Workers start at the next poll; `joined` nodes appear in the node table when the test says, `down` ones are
+    reported dead, and `presets` says what a first node advertises."""
 
     def __init__(self, names: list[str], gpus: int) -> None:
         super().__init__(names, gpus)
         self.joined: list[NodeInfo] = []
+        self.down: set[str] = set()
+        self.presets: dict[str, str] = {}
 
     def nodes(self) -> list[NodeInfo]:
-        return [*super().nodes(), *self.joined]
+        first = [NodeInfo(n.name, n.gpus, n.name not in self.down, n.ray_node_id, n.address, self.presets.get(n.name))
+                 for n in super().nodes()]
+        return [*first, *self.joined]
 
 
 def submit(store: Store, name: str, num_gpus: float, duration_s: float = 600.0) -> int:
@@ -232,6 +237,42 @@ def test_a_restarted_or_standby_controller_takes_the_store_s_presets(store: Stor
     assert ctl.node_names == order and ctl.node_presets == presets
     assert gpu_types(ctl.cluster) == ["A100-80GB"] * 4 + ["T4"] * 2
     assert [p for _, p, _ in stored_nodes(store)] == presets  # and it writes them back unchanged
+
+
+def test_a_node_that_comes_back_as_another_preset_stays_as_recorded(store: Store, corral_home: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Its GPUs keep their numbering and type (allocations and GPU rows name them); the log says what to do."""
+    backend = Joining(["n0", "n1"], 2)
+    ctl = Controller(store, backend, build_live_cluster("dgx-a100", [2, 2]), ["n0", "n1"], make_policy,
+                     default_policy="fifo", tick_s=0.1, preset="dgx-a100")
+    ctl.recover()
+    backend.down.add("n1")
+    steps(ctl)
+    assert ctl._down == {1}
+    backend.down.clear()
+    backend.presets["n1"] = "pcie-t4"
+    steps(ctl)
+    assert ctl._down == set() and ctl.node_presets == ["dgx-a100", "dgx-a100"]
+    assert gpu_types(ctl.cluster) == ["A100-80GB"] * 4
+    assert any("node n1 came back as preset pcie-t4; it stays modelled as dgx-a100" in r.message
+               for r in caplog.records)
+
+
+def test_serve_builds_its_controller_with_each_node_s_preset(store: Store, corral_home: Path) -> None:
+    """`corral serve --ray-address` restarted: the nodes the store knows with their recorded presets, the node
+    that joined meanwhile with the one it advertises, and the banner names them."""
+    from scheduler.live.serve import banner, build_controller
+
+    with store.session() as s:
+        register_nodes(s, [NodeInfo("a", 2, True, "a", "")], build_live_cluster("pcie-t4", [2]), ["a"], ["pcie-t4"],
+                       time.time())
+    backend = Reported([NodeInfo("a", 2, True, "a", ""), NodeInfo("b", 8, True, "b", "", "dgx-a100")])
+    cfg = ServeConfig(ray_address="127.0.0.1:1", preset="pcie-v100", policy="fifo")
+    ctl = build_controller(store, backend, cfg)  # type: ignore[arg-type]
+    assert (ctl.node_names, ctl.node_presets, ctl.preset) == (["a", "b"], ["pcie-t4", "dgx-a100"], "pcie-v100")
+    assert gpu_types(ctl.cluster) == ["T4"] * 2 + ["A100-80GB"] * 8
+    text = banner(ctl.cluster, cfg, "fifo", "http://h:1", "sqlite:///x.db", "127.0.0.1:1", None, ctl.node_presets)
+    assert "Corral is serving 2 nodes with 2+8 GPUs (10 GPUs) (pcie-t4 x 1 + dgx-a100 x 1)" in text
 
 
 def test_the_controller_refuses_presets_that_do_not_match_its_nodes(store: Store) -> None:
