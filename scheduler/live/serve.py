@@ -65,7 +65,7 @@ def discover(backend: RayBackend, cfg: ServeConfig,
         raise SpecError(
             f"--ray-address {cfg.ray_address}: no Ray node carries Corral's resources after {FIRST_NODE_WAIT_S:g} s; "
             "start each worker node with `corral node start --address ADDR` or `ray start --address ADDR --resources "
-            "\"$(corral node-resources --name NAME --gpus 8)\"`"
+            "\"$(corral node-resources --name NAME --gpus 8 --preset dgx-a100)\"`"
         )
     order = [stored(node, alive.get(node.name), cfg.preset) for node in known]
     names = {node.name for node in known}
