@@ -201,6 +201,32 @@ def test_cluster_table(server: Server) -> None:
     assert json.loads(ok(server, "cluster", "--json"))["totals"]["share_allocated"] == 0.5
 
 
+def test_cluster_table_shows_gpu_health(server: Server) -> None:
+    """What the node agents reported: the node's state in its title, each GPU's reading in a column; nothing for a
+    node whose agent never reported."""
+    now = time.time()
+    readings = [{"index": 0, "status": "ok", "temperature_c": 44, "ecc_uncorrected": 0, "xid_errors": [], "error": ""},
+                {"index": 1, "status": "degraded", "temperature_c": 80, "ecc_uncorrected": 3, "xid_errors": [48, 79],
+                 "error": ""}]
+    with server.store.session() as s:
+        for i, (name, health_at) in enumerate((("hot", now), ("quiet", now - 100), ("plain", None))):
+            node = Node(name=name, index=i, preset="dgx-a100", alive=True, updated_at=now, health_at=health_at,
+                        health=None if health_at is None else {
+                            "agent": "running", "updated_at": now, "interval_s": 10.0, "mps": None,
+                            "status": "degraded" if name == "hot" else "ok",
+                            "gpus": readings if name == "hot" else [readings[0], {**readings[0], "index": 1}]})
+            node.gpus = [Gpu(index=2 * i + k, local_index=k, gpu_type="A100-80GB", mem_gb=80.0) for k in range(2)]
+            s.add(node)
+    out = ok(server, "cluster")
+    assert "hot (dgx-a100, alive, GPUs degraded)" in out
+    hot_gpu1 = next(ln for ln in out.splitlines() if ln.split()[:2] == ["1", "1"])
+    assert "degraded 80 °C 3 ECC XID 48,79" in hot_gpu1
+    assert "quiet (dgx-a100, alive, health stale (100 s old))" in " ".join(out.split())
+    assert "plain (dgx-a100, alive)" in out
+    plain = out.split("plain (dgx-a100, alive)")[1].splitlines()[1]
+    assert plain.split() == ["gpu", "local", "type", "mem", "free", "tenants"]  # no health column without a report
+
+
 @pytest.mark.parametrize(("args", "field"), [
     (("--gpus", "1.5"), "num_gpus"),
     (("--gpus", "0"), "num_gpus"),

@@ -352,7 +352,9 @@ def test_the_shipped_agent_schedules_the_live_cluster(cluster: Any, store: Store
 def test_a_node_that_joins_is_used_without_a_restart(cluster: Any, store: Store) -> None:
     """Issue 14 item 1: a Ray node with Corral's resources that joins at run time enters the model (appended, so the
     GPUs already numbered keep their indices) and gets work, while the runs already going are neither lost nor
-    restarted. Last in the module: it removes its node at the end, and a controller made later would take it in."""
+    restarted. It advertises its own preset (pcie-t4, where the service's is dgx-a100): Ray carries the marker, and
+    the node is modelled and recorded as T4s. Last in the module: it removes its node at the end, and a controller
+    made later would take it in."""
     ctl = controller(store)
     fill = [submit(store, name=f"fill{i}", num_gpus=2, duration_s=60.0) for i in range(len(NAMES))]
     run_until(ctl, store, fill, {"running"})
@@ -360,14 +362,18 @@ def test_a_node_that_joins_is_used_without_a_restart(cluster: Any, store: Store)
     waiting = submit(store, name="waiting", num_gpus=2, duration_s=1.0)
     ctl.step()
     assert job(store, waiting).state == "pending"  # both nodes are full
-    node = cluster.add_node(num_cpus=1, num_gpus=GPUS, resources=node_resources("n2", GPUS))
+    node = cluster.add_node(num_cpus=1, num_gpus=GPUS, resources=node_resources("n2", GPUS, "pcie-t4"))
     try:
         cluster.wait_for_nodes()
-        run_until(ctl, store, [waiting], {"succeeded"}, timeout=60)
+        presets = {n.name: n.preset for n in ctl.backend.nodes() if n.alive}
+        assert presets == {"n0": None, "n1": None, "n2": "pcie-t4"}  # the marker, through Ray's node table
+        run_until(ctl, store, [waiting], {"succeeded"}, timeout=90)
         w = job(store, waiting)
         assert {a.node for a in w.allocations} == {"n2"}
         assert sorted(a.gpu for a in w.allocations) == [len(NAMES) * GPUS, len(NAMES) * GPUS + 1]
         assert ctl.node_names == [*NAMES, "n2"] and ctl.cluster.num_gpus == (len(NAMES) + 1) * GPUS
+        assert ctl.node_presets == ["dgx-a100", "dgx-a100", "pcie-t4"]
+        assert [ctl.cluster.gpu_types[int(t)].name for t in ctl.cluster.gpu_type] == ["A100-80GB"] * 4 + ["T4"] * 2
         for i in fill:  # taken over where they ran: no loss, no second attempt, same GPUs
             f = job(store, i)
             assert f.state == "running" and f.attempt == 1 and "lost" not in kinds(f), kinds(f)
@@ -375,6 +381,7 @@ def test_a_node_that_joins_is_used_without_a_restart(cluster: Any, store: Store)
         with store.session() as s:
             n2 = s.scalars(select(Node).where(Node.name == "n2")).one()
             assert n2.alive and n2.index == len(NAMES) and [g.index for g in n2.gpus] == [4, 5]
+            assert n2.preset == "pcie-t4" and {g.gpu_type for g in n2.gpus} == {"T4"}
     finally:
         cluster.remove_node(node)
         with store.session() as s:
@@ -394,6 +401,7 @@ def test_discovery_keeps_the_numbering_of_nodes_the_store_knows() -> None:
     """Allocations record GPUs by cluster-wide index, so a restarted controller joining a Ray cluster must number
     the nodes as before: known ones in the store's order (even one Ray does not have now, whose GPUs stay in the
     model, down), then new ones by name."""
+    from scheduler.live.cluster import ModelNode
     from scheduler.live.runs import NodeInfo
     from scheduler.live.serve import ServeConfig, discover
 
@@ -403,11 +411,12 @@ def test_discovery_keeps_the_numbering_of_nodes_the_store_knows() -> None:
                     NodeInfo("b", 2, True, "rb", "")]
 
     cfg = ServeConfig(ray_address="127.0.0.1:1", preset="dgx-a100")
-    names, cl = discover(Nodes(), cfg, known=[("b", 2), ("gone", 8), ("a", 4)])  # type: ignore[arg-type]
-    assert names == ["b", "gone", "a", "c"]  # z is dead and unknown: not taken in
+    known = [ModelNode("b", 2, "dgx-a100"), ModelNode("gone", 8, "dgx-a100"), ModelNode("a", 4, "dgx-a100")]
+    nodes, cl = discover(Nodes(), cfg, known=known)  # type: ignore[arg-type]
+    assert [n.name for n in nodes] == ["b", "gone", "a", "c"]  # z is dead and unknown: not taken in
     assert [int(cl.node_num_gpus[i]) for i in range(cl.num_nodes)] == [2, 8, 4, 2]
-    names, _ = discover(Nodes(), cfg)  # a new store: by name
-    assert names == ["a", "b", "c"]
+    nodes, _ = discover(Nodes(), cfg)  # a new store: by name
+    assert [n.name for n in nodes] == ["a", "b", "c"]
 
 
 def test_a_replica_taking_over_takes_the_store_s_node_numbering(store: Store) -> None:
@@ -421,7 +430,8 @@ def test_a_replica_taking_over_takes_the_store_s_node_numbering(store: Store) ->
     order = ["n0", "n1", "n3", "n2"]
     backend = InMemoryBackend(sorted(order), GPUS)
     with store.session() as s:
-        register_nodes(s, backend.nodes(), build_live_cluster("dgx-a100", [GPUS] * 4), order, "dgx-a100", time.time())
+        register_nodes(s, backend.nodes(), build_live_cluster("dgx-a100", [GPUS] * 4), order, ["dgx-a100"] * 4,
+                       time.time())
     ctl = Controller(store, backend, build_live_cluster("dgx-a100", [GPUS] * 2), ["n0", "n1"], make_policy,
                      default_policy="fifo", preset="dgx-a100", nodes_from_store=True)
     ctl.recover()

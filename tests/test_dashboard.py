@@ -169,6 +169,45 @@ def test_sign_in_refuses_a_bad_token_then_accepts_a_good_one(page: Any, service:
     sign_in(page, service)
 
 
+def put_health(service: Service, node: str, interval_s: float, bad: dict[int, dict[str, Any]]) -> None:
+    """What `corral node start --api` pushes for `node`: virtual GPUs, but those in `bad`."""
+    gpus = [{"index": i, "status": "virtual", "temperature_c": None, "ecc_uncorrected": None, "xid_errors": [],
+             "error": "", **bad.get(i, {})} for i in range(GPUS)]
+    r = requests.put(f"{service.api}/nodes/{node}/health", headers={"Authorization": f"Bearer {service.token}"},
+                     json={"agent": "running", "updated_at": time.time(), "interval_s": interval_s, "gpus": gpus},
+                     timeout=10)
+    assert r.status_code == 200, r.text
+
+
+def test_the_map_shows_the_gpu_health_agents_report(page: Any, service: Service) -> None:
+    """Issue 14: the node agents' GPU health on the map. A degraded GPU is badged on its node (how many of its GPUs)
+    and on the GPU itself, with the readings in its tooltip; a node whose reports stopped coming says its health is
+    stale; a node that never reported (no agent) shows nothing. The error text is the node's: shown as text."""
+    payload = "<img src=x onerror=\"window.__pwned=1\">"
+    put_health(service, "node0", 60.0, {3: {"status": "degraded", "temperature_c": 71, "ecc_uncorrected": 2,
+                                            "xid_errors": [48], "error": payload}})
+    put_health(service, "node1", 0.2, {})  # reports every 0.2 s, then no more: stale after 0.6 s
+    sign_in(page, service)
+    page.goto(f"{service.base}/#/map")
+    degraded = page.wait_for_selector(".node[data-node='node0'] .node-health[data-health='degraded']")
+    assert " ".join(degraded.inner_text().split()) == "GPU trouble: 1 of 8"
+    gpu = page.locator(".node[data-node='node0'] .gpu[data-gpu='3'] .gpu-health")
+    assert gpu.inner_text() == "degraded"
+    title = gpu.get_attribute("title") or ""
+    assert "71 °C" in title and "2 uncorrected ECC" in title and "XID 48" in title and payload in title
+    assert page.locator(".node[data-node='node0'] .gpu-health").count() == 1  # only the GPU in trouble
+    assert page.locator(".node[data-node='node0'] .gpu.unhealthy").count() == 1
+    stale = page.wait_for_selector(".node[data-node='node1'] .node-health-stale")
+    assert "health stale" in stale.inner_text()
+    page.wait_for_function("document.querySelector(\".node[data-node='node1'] .node-health[data-health='ok']\")"
+                           ".textContent.trim() === 'last: GPUs ok'")  # its last word, said as such
+    for never in ("node2", "node3"):
+        assert page.locator(f".node[data-node='{never}'] .node-health, "
+                            f".node[data-node='{never}'] .node-health-stale").count() == 0
+    assert page.evaluate("window.__pwned") is None and page.locator(".node img").count() == 0
+    shoot(page, service, "map-health")
+
+
 def test_submit_from_the_form_and_find_the_job_on_the_map(page: Any, service: Service) -> None:
     sign_in(page, service)
     page.goto(f"{service.base}/#/submit")

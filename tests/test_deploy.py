@@ -10,6 +10,7 @@ compose plugin, `docker compose config --quiet` validates the file against the C
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -79,7 +80,7 @@ VARIABLES = {m["braced"] or m["named"] for m in _VAR.finditer(COMPOSE.read_text(
 # The settings the compose file reads from the shell or .env, each with a value of its own: a setting that reaches one
 # service but not the one it must agree with shows. Compose is checked as run with none set and with all of them.
 KNOBS = {"POSTGRES_PASSWORD": "s3cret-from-env", "CORRAL_GPUS_PER_NODE": "4", "CORRAL_PRESET": "pcie-v100",
-         "CORRAL_MIN_NODES": "5", "CORRAL_IMAGE": "registry.example/corral:1.2"}
+         "CORRAL_MIN_NODES": "5", "CORRAL_IMAGE": "registry.example/corral:1.2", "CORRAL_NODE_TOKEN": "node-token-1"}
 ENVS = {"defaults": {}, "overridden": KNOBS}
 
 
@@ -273,7 +274,27 @@ def test_worker_runs_the_node_agent_joined_to_the_head(env: dict[str, str], tmp_
     dry = subprocess.run([str(CORRAL_CLI), *args[1:], "--dry-run", "--state-dir", str(tmp_path / "agent"),
                           "--mps-control", "none"], capture_output=True, text=True, timeout=60, check=True)
     line = next(x for x in dry.stdout.splitlines() if x.strip().startswith("resources:"))
-    assert json.loads(line.split(":", 1)[1]) == node_resources(hostname, gpus)
+    # The worker's preset travels with it: the controller models the node as that preset.
+    assert json.loads(line.split(":", 1)[1]) == node_resources(hostname, gpus, env.get("CORRAL_PRESET", "dgx-a100"))
+
+
+def test_worker_pushes_gpu_health_to_the_service_s_api(env: dict[str, str], tmp_path: Path) -> None:
+    """`--api` names the corral service at the port its API listens on inside the network, and the agent's token is
+    CORRAL_NODE_TOKEN (empty by default: the agent then says it does not push, and runs)."""
+    c = compose(env)
+    worker, svc = c["services"]["ray-worker"], c["services"]["corral"]
+    calls = run_command(worker, tmp_path, {"corral": "exit 0"}, {"HOSTNAME": "3f2a9c0d1b7e"})
+    api = urlsplit(option(calls[0], "--api"))
+    assert api.scheme == "http" and api.hostname in c["services"] and api.hostname == "corral"
+    serve = shlex.split(svc["command"][-1].split("exec ", 1)[1])
+    assert api.port == int(option(serve, "--port")) and api.path in ("", "/")
+    assert environment(worker)["CORRAL_TOKEN"] == env.get("CORRAL_NODE_TOKEN", "")
+    dry = subprocess.run([str(CORRAL_CLI), *calls[0][1:], "--dry-run", "--state-dir", str(tmp_path / "agent"),
+                          "--mps-control", "none"], capture_output=True, text=True, timeout=60, check=True,
+                         env={**os.environ, "CORRAL_TOKEN": environment(worker)["CORRAL_TOKEN"]})
+    said = "health: pushed to http://corral:8080/api/v1/nodes/3f2a9c0d1b7e/health" if env else \
+        "health: not pushed to http://corral:8080: CORRAL_TOKEN is not set"
+    assert said in dry.stdout, dry.stdout
 
 
 def test_worker_node_names_differ_per_replica(tmp_path: Path) -> None:

@@ -239,7 +239,8 @@ def test_train_from_history_fine_tunes_the_active_agent(history_db: str, tmp_pat
     meta = json.loads(out.with_suffix(".json").read_text())
     hist = meta["trained_from_history"]
     assert hist["jobs"] == 2 * len(PAIRS) + len(SOLOS) and hist["span_s"] > 0
-    assert hist["db"].startswith("sqlite:///") and hist["cluster"] == {"preset": PRESET, "gpus_by_node": GPUS_BY_NODE}
+    assert hist["db"].startswith("sqlite:///") and hist["cluster"] == {"preset": PRESET, "gpus_by_node": GPUS_BY_NODE,
+                                                                  "presets_by_node": [PRESET] * len(GPUS_BY_NODE)}
     assert meta["warm_start"]["from"] == "rl:default"
     # The end says which weights were kept, and whether they are the starting point (the active agent's weights).
     kept = meta["kept"]

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -84,6 +85,42 @@ def fake_pynvml(gpus: list[tuple[str, int]], *, no_driver: bool = False, lost: t
     )
 
 
+# ---- a stand-in for the Corral API (the agent's health push) ------------------------------------------------------
+
+
+class StandIn:
+    """An HTTP server that records each request and answers with the next of `answers` (the last one repeats)."""
+
+    def __init__(self, answers: list[int]) -> None:
+        self.answers = answers
+        self.requests: list[dict[str, Any]] = []
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_PUT(self) -> None:  # http.server's name for the PUT handler
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                stand_in.requests.append({"path": self.path, "auth": self.headers.get("Authorization"),
+                                          "body": json.loads(body)})
+                code = stand_in.answers[min(len(stand_in.requests), len(stand_in.answers)) - 1]
+                out = json.dumps({"message": "node 'n1' not found" if code == 404 else "ok"}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def options(tmp_path: Path, name: str = "n1", **kw: Any) -> AgentOptions:
     base: dict[str, Any] = {"address": "127.0.0.1:1", "name": name, "gpus": None, "node_dir": tmp_path / name,
                             "dry_run": True, "mps_control": None}
@@ -121,12 +158,40 @@ def test_an_unknown_model_is_described_and_the_node_still_joins(tmp_path: Path) 
     assert "2 x NVIDIA L4 (22.5 GiB)" in text
     assert "no Corral preset matches" in text and "generic GPU(s)" in text
     assert '"corral_gpu_n1_1": 1.0' in text and "corral_gpu_n1_2" not in text
+    assert "corral_preset_" not in text  # no preset to advertise: the controller models it as serve's --preset
     assert not (tmp_path / "n1").exists()  # a dry run writes nothing: an agent may be running with that folder
     agent = NodeAgent(options(tmp_path), out=lines.append, nvml_module=nv)
     agent.prepare()
     agent.close()
     node = json.loads((tmp_path / "n1" / "node.json").read_text())
     assert node["preset"] is None and [d["memory_mib"] for d in node["devices"]] == [23034, 23034]
+
+
+def resources_line(lines: list[str]) -> dict[str, float]:
+    line = next(x for x in lines if x.strip().startswith("resources:"))
+    return dict(json.loads(line.split(":", 1)[1]))
+
+
+@pytest.mark.parametrize(("gpus", "given", "advertised"), [
+    ([("NVIDIA A100-SXM4-80GB", 81920)] * 8, None, "dgx-a100"),  # NVML's match
+    ([("NVIDIA L4", 23034)] * 4, "pcie-t4", "pcie-t4"),  # --preset names what NVML cannot
+    ([("NVIDIA A100-SXM4-80GB", 81920)] * 4, "pcie-t4", "pcie-t4"),  # --preset overrides the match
+    (None, "pcie-v100", "pcie-v100"),  # --gpus 2 --preset: virtual GPUs of that model
+    (None, None, None),  # --gpus 2 alone: nothing to advertise
+])
+def test_the_node_advertises_its_preset_to_ray(tmp_path: Path, gpus: list[tuple[str, int]] | None, given: str | None,
+                                               advertised: str | None) -> None:
+    """The preset travels with the node: the resources `ray start` gets carry its marker, which the controller
+    reads back (`advertised_preset`) to model the node as that server."""
+    from scheduler.live.ray_backend import advertised_preset
+    from scheduler.live.runs import node_resources
+
+    lines: list[str] = []
+    opts = options(tmp_path, preset=given, gpus=None if gpus else 2)
+    NodeAgent(opts, out=lines.append, nvml_module=fake_pynvml(gpus) if gpus else None).run()
+    res = resources_line(lines)
+    assert res == node_resources("n1", len(gpus) if gpus else 2, advertised)
+    assert advertised_preset(res) == advertised
 
 
 def test_a_preset_given_overrides_the_match_and_says_so(tmp_path: Path) -> None:
@@ -438,7 +503,7 @@ if mode == "joined":
         phase = next((s.phase for s in backend.poll()), "none")
         time.sleep(0.2)
     backend.forget(1)
-    print(json.dumps({"resources": res, "nodes": [[n.name, n.gpus, n.alive] for n in backend.nodes()],
+    print(json.dumps({"resources": res, "nodes": [[n.name, n.gpus, n.alive, n.preset] for n in backend.nodes()],
                       "phase": phase}))
 else:
     while any(n["Alive"] for n in n1()) and time.time() < deadline:
@@ -483,19 +548,32 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, di
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
 def test_a_node_joins_runs_a_fractional_job_under_mps_and_leaves(
         ray_head: tuple[str, dict[str, str], Path], tmp_path: Path) -> None:
+    """Also: the agent pushes its health to the API it is given (a stand-in here), with its token, and keeps that
+    admin token from Ray and the processes Ray starts."""
     address, env, _ = ray_head
     control, record = stand_in_mps(tmp_path)
     node_dir = tmp_path / "n1"
     log_path = tmp_path / "agent.log"
+    api = StandIn([200])
+    token = secrets.token_hex(16)
     with log_path.open("ab") as log:
         agent = subprocess.Popen(
             [sys.executable, "-m", "scheduler.cli.commands", "node", "start", "--address", address, "--gpus", "2",
              "--preset", "pcie-t4", "--name", "n1", "--state-dir", str(node_dir), "--mps-control", str(control),
-             "--health-interval", "0.5", "--", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+             "--health-interval", "0.5", "--api", api.url, "--", "--node-ip-address=127.0.0.1", "--num-cpus=1",
              f"--temp-dir={env['CORRAL_TEST_RAY_TEMP']}", *_ports()],
-            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            env={**env, "CORRAL_TOKEN": token}, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
     try:
         ray_pid = int(wait_until("the agent to start ray", lambda: re.search(
             r"ray start pid (\d+)", log_path.read_text()), timeout=60).group(1))
@@ -503,9 +581,11 @@ def test_a_node_joins_runs_a_fractional_job_under_mps_and_leaves(
                              capture_output=True, text=True, timeout=240, check=False)
         assert out.returncode == 0, out.stderr[-3000:] + log_path.read_text()[-3000:]
         seen = json.loads(out.stdout.strip().splitlines()[-1])
-        # Ray's node table has the node with Corral's resources for 2 GPUs, and the backend reads it as Corral node n1
-        assert seen["resources"] == {"corral_node_n1": 1.0, "corral_gpu_n1_0": 1.0, "corral_gpu_n1_1": 1.0}
-        assert ["n1", 2, True] in seen["nodes"]
+        # Ray's node table has the node with Corral's resources for 2 GPUs and its preset's marker, and the backend
+        # reads it as Corral node n1, a pcie-t4
+        assert seen["resources"] == {"corral_node_n1": 1.0, "corral_gpu_n1_0": 1.0, "corral_gpu_n1_1": 1.0,
+                                     "corral_preset_pcie-t4": 1.0}
+        assert ["n1", 2, True, "pcie-t4"] in seen["nodes"]
         # The fractional job ran on n1 under the node's MPS daemon: started before it, stopped after it.
         assert seen["phase"] == "succeeded", log_path.read_text()[-3000:]
         assert kinds(record) == ["start", "quit"]
@@ -515,6 +595,14 @@ def test_a_node_joins_runs_a_fractional_job_under_mps_and_leaves(
         health = wait_until("a health report", lambda: (node_dir / "health.json").exists() and read_health(node_dir),
                             timeout=30)
         assert health["agent"] == "running" and [g["status"] for g in health["gpus"]] == ["virtual", "virtual"]
+        # The same readings reached the API, every half second, with the token.
+        wait_until("two health pushes", lambda: len(api.requests) >= 2, timeout=30)
+        pushed = api.requests[-1]
+        assert pushed["path"] == "/api/v1/nodes/n1/health" and pushed["auth"] == f"Bearer {token}"
+        assert pushed["body"]["agent"] == "running" and pushed["body"]["interval_s"] == 0.5
+        assert [g["status"] for g in pushed["body"]["gpus"]] == ["virtual", "virtual"]
+        assert "CORRAL_TOKEN" not in _environ(ray_pid)
+        assert _processes_with_env("CORRAL_TOKEN", token) == [agent.pid], "the token reached a process Ray started"
 
         agent.send_signal(signal.SIGTERM)
         code = agent.wait(timeout=90)
@@ -524,11 +612,13 @@ def test_a_node_joins_runs_a_fractional_job_under_mps_and_leaves(
         wait_until("the node's processes to end", lambda: not _group_alive(agent.pid) and not _group_alive(ray_pid)
                    and not _processes_with_env(NODE_DIR_ENV, str(node_dir)), timeout=60)
         assert read_health(node_dir)["agent"] == "stopped"
+        assert api.requests[-1]["body"]["agent"] == "stopped"  # its last report told the API it left
         out = subprocess.run([sys.executable, "-c", DRIVER, address, "left", str(tmp_path)], env=env,
                              capture_output=True, text=True, timeout=180, check=False)
         assert out.returncode == 0, out.stderr[-3000:]
         assert True not in json.loads(out.stdout.strip().splitlines()[-1])["alive"]  # the node left Ray
     finally:
+        api.close()
         if agent.poll() is None:
             agent.kill()
             agent.wait(timeout=30)

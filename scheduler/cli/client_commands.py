@@ -296,6 +296,33 @@ def logs(job_id: int, rank: int | None, attempt: int | None, tail: int, url: str
         click.echo(entry["text"], nl=not entry["text"].endswith("\n") and bool(entry["text"]))
 
 
+def health_text(health: dict[str, Any] | None) -> str:
+    """', GPUs ok' / ', GPUs degraded' / ', health stale (...)' for a node's title; '' without a report."""
+    if health is None:
+        return ""
+    if health["stale"]:
+        return f", [yellow]health stale[/] ({health['age_s']:.0f} s old)"
+    if health["agent"] == "stopped":
+        return ", [yellow]agent stopped[/]"
+    return ", GPUs [green]ok[/]" if health["status"] == "ok" else ", GPUs [red]degraded[/]"
+
+
+def gpu_health_text(reading: dict[str, Any] | None) -> str:
+    """One GPU's reading: its status, with the temperature and whatever made it not ok."""
+    if reading is None:
+        return "-"
+    parts = [reading["status"]]
+    if reading.get("temperature_c") is not None:
+        parts.append(f"{reading['temperature_c']} °C")
+    if reading.get("ecc_uncorrected"):
+        parts.append(f"{reading['ecc_uncorrected']} ECC")
+    if reading.get("xid_errors"):
+        parts.append("XID " + ",".join(map(str, reading["xid_errors"][-3:])))
+    if reading.get("error"):
+        parts.append(reading["error"][:60])
+    return escape(" ".join(parts))
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
 @connection
@@ -309,14 +336,17 @@ def cluster(as_json: bool, url: str, token: str | None) -> None:
     out = console()
     for node in c["nodes"]:
         status = "[green]alive[/]" if node["alive"] else "[red]down[/]"
-        table = Table(title=f"{escape(node['name'])} ({escape(node['preset'])}, {status})", title_justify="left",
-                      box=None, header_style="bold")
-        for col in ("gpu", "local", "type", "mem", "free", "tenants"):
-            table.add_column(col, justify="left" if col in ("type", "tenants") else "right")
+        health = node.get("health")
+        by_gpu = {h["index"]: h for h in health["gpus"]} if health else {}
+        table = Table(title=f"{escape(node['name'])} ({escape(node['preset'])}, {status}{health_text(health)})",
+                      title_justify="left", box=None, header_style="bold")
+        for col in ("gpu", "local", "type", "mem", "free", *(("health",) if health else ()), "tenants"):
+            table.add_column(col, justify="left" if col in ("type", "health", "tenants") else "right")
         for g in node["gpus"]:
             tenants = ", ".join(f"job {t['job_id']} {t['name']} ({t['user']}) ×{t['share']:g}" for t in g["tenants"])
+            gpu_health = (gpu_health_text(by_gpu.get(g["local_index"])),) if health else ()
             table.add_row(str(g["index"]), str(g["local_index"]), escape(g["gpu_type"]), f"{g['mem_gb']:g} GB",
-                          f"{g['free_share']:g}", escape(tenants) or "-")
+                          f"{g['free_share']:g}", *gpu_health, escape(tenants) or "-")
         out.print(table)
     t, q = c["totals"], c["queue"]
     out.print(f"{t['nodes']} nodes, {t['gpus']} GPUs: {t['gpus_allocated']} allocated ({t['gpus_shared']} shared), "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -392,7 +393,7 @@ def calibrate(db_url: str | None, kind: str, json_out: Path | None, plot_out: Pa
         raise click.ClickException(str(exc)) from None
     console.print(f"[bold]{history.url}[/]: {len(records)} succeeded jobs with an observed slowdown "
                   f"({history.finished} succeeded in all) over {format_duration(history.span_s)}, live cluster "
-                  f"{history.preset} x {len(history.gpus_by_node)} nodes")
+                  f"{history.cluster_text}")
 
     def num(v: float | None, fmt: str = "{:.3f}") -> str:
         return "-" if v is None or not math.isfinite(v) else fmt.format(v)
@@ -630,7 +631,9 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
 @click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64),
               help="Virtual GPUs per node of the local Ray cluster.")
 @click.option("--preset", default="dgx-a100", show_default=True,
-              help="Server model the contention model assumes for every node (dgx-a100, pcie-v100, pcie-t4).")
+              help="Server model the contention model assumes for a node that does not say which it is (dgx-a100, "
+                   "pcie-v100, pcie-t4); a node started with `corral node start` or `node-resources --preset` "
+                   "brings its own.")
 @click.option("--ray-address", default=None,
               help="Join this Ray cluster instead of starting a local one (replicas must all join the same one).")
 @click.option("--policy", default=None,
@@ -669,11 +672,19 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
 @main.command("node-resources")
 @click.option("--name", required=True, help="The Corral node name this Ray node will be (unique in the cluster).")
 @click.option("--gpus", required=True, type=click.IntRange(1, 64), help="GPUs on this node.")
-def node_resources_cmd(name: str, gpus: int) -> None:
+@click.option("--preset", default=None, help="The server model this node is (dgx-a100, pcie-v100, pcie-t4): the "
+              "controller models it so. Default: none, and the controller models it as `corral serve --preset`.")
+def node_resources_cmd(name: str, gpus: int, preset: str | None) -> None:
     """Print the JSON for `ray start --resources` that makes a Ray node a Corral node."""
+    from scheduler.live.cluster import node_type
     from scheduler.live.runs import node_resources
 
-    click.echo(json.dumps(node_resources(name, gpus)))
+    if preset is not None:
+        try:
+            node_type(preset, gpus)
+        except SpecError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--preset'") from None
+    click.echo(json.dumps(node_resources(name, gpus, preset)))
 
 
 
@@ -694,6 +705,17 @@ def _parse_gpus(ctx: click.Context, param: click.Parameter, value: str) -> int |
     return n
 
 
+def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from scheduler.cli.client import ClientError, check_url
+
+    if value is None:
+        return None
+    try:
+        return check_url(value)
+    except ClientError as exc:
+        raise click.BadParameter(str(exc).replace("(CORRAL_URL or --url) ", ""), ctx, param) from None
+
+
 @node_group.command("start", context_settings={"ignore_unknown_options": True})
 @click.option("--address", required=True, metavar="HOST:PORT", help="The Ray head's address (its GCS port).")
 @click.option("--name", default=None, help="Corral node name, unique in the cluster [default: the short hostname].")
@@ -707,18 +729,23 @@ def _parse_gpus(ctx: click.Context, param: click.Parameter, value: str) -> int |
               help="The agent's folder: MPS pipes and logs, health.json [default: CORRAL_HOME/nodes/NAME].")
 @click.option("--health-interval", default=10.0, show_default=True, type=click.FloatRange(0.2, 3600),
               help="Seconds between GPU health readings.")
+@click.option("--api", default=None, metavar="URL", callback=_api_url,
+              help="Push each GPU health reading to the Corral API at URL (e.g. http://corral:8080), with the admin "
+                   "token in CORRAL_TOKEN; the cluster map shows it.")
 @click.option("--dry-run", is_flag=True, help="Discover and print what the node would join with, then exit.")
 @click.argument("ray_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- RAY_START_ARGS]...")
 def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str | None, mps_control: str | None,
-                   state_dir: Path | None, health_interval: float, dry_run: bool, ray_args: tuple[str, ...]) -> None:
+                   state_dir: Path | None, health_interval: float, api: str | None, dry_run: bool,
+                   ray_args: tuple[str, ...]) -> None:
     """Join the Ray cluster at ADDRESS as a Corral node, in the foreground until stopped (like `ray start --block`):
     discover the GPUs (NVML), run `ray start` with Corral's resources for them, start CUDA MPS while fractional jobs
-    run here, and write GPU health. SIGTERM or SIGINT stops Ray; the command exits with Ray's status."""
-    from scheduler.live.node.agent import AgentError, AgentOptions, NodeAgent, default_name
+    run here, and write GPU health (and push it to the API with --api). SIGTERM or SIGINT stops Ray; the command
+    exits with Ray's status."""
+    from scheduler.live.node.agent import TOKEN_ENV, AgentError, AgentOptions, NodeAgent, default_name
 
     opts = AgentOptions(address=address, name=name or default_name(), gpus=gpus, preset=preset, node_dir=state_dir,
                         mps_control=mps_control, ray_args=ray_args, health_interval_s=health_interval,
-                        dry_run=dry_run)
+                        dry_run=dry_run, api=api, api_token=os.environ.get(TOKEN_ENV) or None)
     try:
         code = NodeAgent(opts).run()
     except AgentError as exc:

@@ -1,9 +1,21 @@
-"""The cluster model of a live service: its Ray nodes described by a preset, shared by `corral serve`, what-if and
-the store's history."""
+"""The cluster model of a live service: its Ray nodes, each described by its own preset, shared by `corral serve`,
+what-if and the store's history."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple, overload
+
 from scheduler.core.model import PRESETS, Cluster, ClusterSpec, NodeGroupSpec, NodeTypeSpec, SpecError, build_cluster
+
+
+class ModelNode(NamedTuple):
+    """A node as the cluster model has it, in the model's order: its name, its GPUs and the preset it is modelled
+    with (its own, or `corral serve --preset` for a node that advertises none)."""
+
+    name: str
+    gpus: int
+    preset: str
 
 
 def node_type(preset: str, gpus_per_node: int) -> NodeTypeSpec:
@@ -16,12 +28,56 @@ def node_type(preset: str, gpus_per_node: int) -> NodeTypeSpec:
         raise SpecError(f"--gpus-per-node {gpus_per_node} does not fit preset {preset}: {exc}") from None
 
 
-def build_live_cluster(preset: str, gpus_by_node: list[int]) -> Cluster:
-    """The cluster model of the Ray nodes, in order: consecutive nodes with as many GPUs form one group."""
+def node_preset(own: str | None, fallback: str, gpus: int) -> tuple[str, str | None]:
+    """The preset a node with `gpus` GPUs is modelled with, and why not its own when it had one: its own (`own`,
+    what it advertises or what the store recorded) if Corral knows it and it allows that many GPUs, else `fallback`
+    (`corral serve --preset`). A node that joins with a preset this version does not know (a newer agent's) still
+    joins, modelled as the fallback, rather than failing every controller pass."""
+    if own is None or own == fallback:
+        return fallback, None
+    try:
+        node_type(own, gpus)
+    except SpecError as exc:
+        return fallback, f"its preset {own!r} cannot be modelled ({exc}); modelled as {fallback}"
+    return own, None
+
+
+@overload
+def build_live_cluster(nodes: Sequence[tuple[str, int]]) -> Cluster: ...
+@overload
+def build_live_cluster(nodes: str, gpus_by_node: Sequence[int]) -> Cluster: ...
+
+
+def build_live_cluster(nodes: Sequence[tuple[str, int]] | str, gpus_by_node: Sequence[int] | None = None) -> Cluster:
+    """The cluster model of the Ray nodes, in order, each given as (preset, GPUs): consecutive nodes of one preset
+    with as many GPUs form one group. The cluster is named `live-<preset>`, or `live-<a>+<b>` (sorted) when the
+    presets differ. `build_live_cluster(preset, gpus_by_node)` is the same for nodes that all have `preset` (kept for
+    the callers that model one preset, e.g. `corral train --from-history`)."""
+    if isinstance(nodes, str):
+        shape = [(nodes, gpus) for gpus in gpus_by_node or ()]
+        presets = [nodes]
+    else:
+        shape = [(preset, gpus) for preset, gpus in nodes]
+        presets = sorted({preset for preset, _ in shape})
     groups: list[NodeGroupSpec] = []
-    for gpus in gpus_by_node:
-        if groups and groups[-1].node is not None and groups[-1].node.gpus_per_node == gpus:
+    last: tuple[str, int] | None = None
+    for preset, gpus in shape:
+        if last == (preset, gpus):
             groups[-1].count += 1
         else:
             groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus)))
-    return build_cluster(ClusterSpec(name=f"live-{preset}", groups=groups))
+        last = (preset, gpus)
+    return build_cluster(ClusterSpec(name="live-" + "+".join(presets), groups=groups))
+
+
+def model_cluster(nodes: Sequence[ModelNode]) -> Cluster:
+    """The cluster model of `nodes`, in their order."""
+    return build_live_cluster([(n.preset, n.gpus) for n in nodes])
+
+
+def presets_text(presets: Sequence[str]) -> str:
+    """'dgx-a100', or 'dgx-a100 x 2 + pcie-t4 x 1' for nodes of several presets (in the order they first come)."""
+    counts = {p: presets.count(p) for p in dict.fromkeys(presets)}
+    if len(counts) <= 1:
+        return next(iter(counts), "")
+    return " + ".join(f"{p} x {n}" for p, n in counts.items())

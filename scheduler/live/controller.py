@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S, Team, Teams, TenancyFrame
 from scheduler.core.workloads import ModelProfile, catalog
 from scheduler.live import metrics
-from scheduler.live.cluster import build_live_cluster
+from scheduler.live.cluster import ModelNode, model_cluster, node_preset
 from scheduler.live.explain import capacity_reason
 from scheduler.live.leader import Leadership, NotLeader, SoleLeader
 from scheduler.live.nodes import register_nodes
@@ -146,6 +146,7 @@ class Controller:
         profiles: Mapping[str, ModelProfile] | None = None,
         params: ContentionParams | None = None,
         preset: str = "",
+        node_presets: Sequence[str] | None = None,
         job_user: str | None = None,
         half_life_s: float = DEFAULT_HALF_LIFE_S,
         nodes_from_store: bool = False,
@@ -153,15 +154,20 @@ class Controller:
     ) -> None:
         if len(node_names) != cluster.num_nodes:
             raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
+        if node_presets is not None and len(node_presets) != cluster.num_nodes:
+            raise ValueError(f"{len(node_presets)} node presets for a cluster of {cluster.num_nodes} nodes")
         self.store = store
         self.backend = backend
         self.cluster = cluster
         self.node_names = node_names
+        # The preset each node is modelled with, in the model's order: its own (it travels with the node, see
+        # `node_resources`), or `preset` (`corral serve --preset`) for a node that advertises none.
+        self.node_presets = list(node_presets) if node_presets is not None else [preset] * len(node_names)
         self.node_index = {n: i for i, n in enumerate(node_names)}
         self.make_policy = make_policy
         self.default_policy = default_policy
         self.tick_s = tick_s
-        self.preset = preset
+        self.preset = preset  # the fallback preset
         self.job_user = job_user  # the OS user command jobs run as (see docs/security.md)
         self.half_life_s = half_life_s  # of the teams' fair-share usage
         # A Ray cluster that outlives this process (or is shared with a standby replica): the store's node numbering
@@ -310,7 +316,8 @@ class Controller:
 
     def _register_nodes(self, now: float) -> None:
         with self.store.session(write=True) as s:
-            self._down |= register_nodes(s, self.backend.nodes(), self.cluster, self.node_names, self.preset, now)
+            self._down |= register_nodes(s, self.backend.nodes(), self.cluster, self.node_names, self.node_presets,
+                                         now)
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 
@@ -607,36 +614,54 @@ class Controller:
         workers adopted again, as after a failed pass. Rare, so the simplest correct rebuild; it takes the policy's
         caches, built for the old cluster, with it."""
         joined = sorted(joined, key=lambda n: n.name)
-        self._renumber([*self._node_gpus(), *((n.name, n.gpus) for n in joined)])
+        added = [ModelNode(n.name, n.gpus, self._preset_of(n.name, n.preset, n.gpus)) for n in joined]
+        self._renumber([*self._node_gpus(), *added])
         log.info("node(s) joined: %s; the cluster has %d nodes and %d GPUs now",
-                 ", ".join(f"{n.name} ({n.gpus} GPUs)" for n in joined), self.cluster.num_nodes, self.cluster.num_gpus)
+                 ", ".join(f"{n.name} ({n.gpus} GPUs, {n.preset})" for n in added), self.cluster.num_nodes,
+                 self.cluster.num_gpus)
         self.recover(after_failure=True)
 
-    def _node_gpus(self) -> list[tuple[str, int]]:
-        return [(name, int(self.cluster.node_num_gpus[i])) for i, name in enumerate(self.node_names)]
+    def _preset_of(self, name: str, own: str | None, gpus: int) -> str:
+        """The preset node `name` is modelled with: its own, or `corral serve --preset` (saying why, if it had one)."""
+        preset, why = node_preset(own, self.preset, gpus)
+        if why:
+            log.warning("node %s: %s", name, why)
+        return preset
 
-    def _renumber(self, nodes: list[tuple[str, int]]) -> None:
-        self.cluster = build_live_cluster(self.preset, [gpus for _, gpus in nodes])
-        self.node_names = [name for name, _ in nodes]
+    def _node_gpus(self) -> list[ModelNode]:
+        return [ModelNode(name, int(self.cluster.node_num_gpus[i]), self.node_presets[i])
+                for i, name in enumerate(self.node_names)]
+
+    def _renumber(self, nodes: list[ModelNode]) -> None:
+        self.cluster = model_cluster(nodes)
+        self.node_names = [n.name for n in nodes]
+        self.node_presets = [n.preset for n in nodes]
         self.node_index = {n: i for i, n in enumerate(self.node_names)}
 
     def _take_store_numbering(self) -> None:
         """Another replica may have led while nodes joined, and numbered them in the order they came: take the
-        store's numbering (the one allocations were written in), then the nodes only this replica knows of."""
+        store's numbering (the one allocations were written in) with the presets it recorded, then the nodes only
+        this replica knows of."""
         with self.store.session() as s:
-            known = [(n.name, len(n.gpus)) for n in queries.nodes_with_gpus(s)]
-        names = dict(known)
-        nodes = [*known, *((n, g) for n, g in self._node_gpus() if n not in names)]
+            known = [ModelNode(n.name, len(n.gpus), self._preset_of(n.name, n.preset, len(n.gpus)))
+                     for n in queries.nodes_with_gpus(s)]
+        names = {n.name for n in known}
+        nodes = [*known, *(n for n in self._node_gpus() if n.name not in names)]
         if nodes != self._node_gpus():
-            log.info("taking the store's node numbering: %s", ", ".join(n for n, _ in nodes))
+            log.info("taking the store's node numbering: %s", ", ".join(f"{n.name} ({n.preset})" for n in nodes))
             self._renumber(nodes)
 
     def _check_nodes(self, s: Session, nodes: list[NodeInfo], now: float) -> None:
         """A Ray node that died takes its GPUs out of the model until it comes back."""
         alive = {n.name: n.alive for n in nodes}
+        advertised = {n.name: n.preset for n in nodes}
         for i, name in enumerate(self.node_names):
             up = alive.get(name, False)
             if up and i in self._down:
+                if advertised.get(name) not in (None, self.node_presets[i]):
+                    # Its GPUs keep their numbering and type: allocations and the store's GPU rows name them.
+                    log.warning("node %s came back as preset %s; it stays modelled as %s (give it a new name to "
+                                "model it as the new preset)", name, advertised[name], self.node_presets[i])
                 self._down.discard(i)
                 self.state.uncordon(list(self.cluster.node_gpus(i)))
                 s.execute(update(Node).where(Node.name == name).values(alive=True, updated_at=now))

@@ -39,7 +39,7 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.model import Cluster, JobKind, JobSpec, Placement, SpecError
 from scheduler.core.traces import Trace
 from scheduler.core.workloads import catalog
-from scheduler.live.cluster import build_live_cluster
+from scheduler.live.cluster import build_live_cluster, presets_text
 from scheduler.live.store.db import Store
 from scheduler.live.store.models import Allocation, Gpu, Job, JobEvent, JobState, Node, PolicyVersion, User
 
@@ -114,8 +114,8 @@ class CalibrationRecord:
 @dataclass
 class History:
     url: str  # redacted
-    cluster: Cluster | None
-    preset: str
+    cluster: Cluster | None  # each node modelled as the preset the store recorded for it
+    preset: str  # the nodes' preset; with several, the most common (what a one-preset model of the cluster uses)
     gpus_by_node: list[int]
     active_policy: str | None
     finished: int  # succeeded jobs in the store
@@ -126,6 +126,14 @@ class History:
     first_submitted_at: float | None = None
     last_finished_at: float | None = None
     notes: list[str] = field(default_factory=list)
+    presets_by_node: list[str] = field(default_factory=list)  # in the store's node order
+
+    @property
+    def cluster_text(self) -> str:
+        """'dgx-a100 x 4 nodes', or 'dgx-a100 x 2 + pcie-t4 x 1 nodes' for nodes of several presets."""
+        if len(set(self.presets_by_node)) > 1:
+            return f"{presets_text(self.presets_by_node)} nodes"
+        return f"{self.preset} x {len(self.gpus_by_node)} nodes"
 
     @property
     def span_s(self) -> float:
@@ -138,7 +146,9 @@ class History:
             "db": self.url, "jobs": len(self.trace.jobs), "succeeded_in_store": self.finished,
             "skipped": dict(self.trace.skipped), "span_s": round(self.span_s, 3),
             "first_submitted_at": self.first_submitted_at, "last_finished_at": self.last_finished_at,
-            "cluster": {"preset": self.preset, "gpus_by_node": self.gpus_by_node}, "active_policy": self.active_policy,
+            "cluster": {"preset": self.preset, "gpus_by_node": self.gpus_by_node,
+                        "presets_by_node": self.presets_by_node},
+            "active_policy": self.active_policy,
         }
 
     def require(self, minimum: int, what: str) -> None:
@@ -187,14 +197,16 @@ def read_history(store: Store) -> History:
     # the live cluster's shape, as the controller registered it
     per_node = Counter(g.node_id for g in gpu_rows)
     gpus_by_node = [per_node.get(n.id, 0) for n in nodes]
-    presets = Counter(n.preset for n in nodes)
+    presets_by_node = [n.preset for n in nodes]
+    presets = Counter(presets_by_node)
     preset = presets.most_common(1)[0][0] if presets else ""
     cluster: Cluster | None = None
     if nodes and all(gpus_by_node):
         if len(presets) > 1:
-            notes.append(f"nodes record several presets ({dict(presets)}); the cluster is modelled as {preset}")
+            notes.append(f"nodes record several presets ({presets_text(presets_by_node)}): each is modelled as its "
+                         f"own; a model of one preset (`corral train --from-history`'s scenarios) uses {preset}")
         try:
-            cluster = build_live_cluster(preset, gpus_by_node)
+            cluster = build_live_cluster(list(zip(presets_by_node, gpus_by_node, strict=True)))
         except SpecError as exc:
             notes.append(f"could not rebuild the live cluster ({exc})")
 
@@ -263,7 +275,7 @@ def read_history(store: Store) -> History:
         url=redact(store.url), cluster=cluster, preset=preset, gpus_by_node=gpus_by_node, active_policy=active,
         finished=len(succeeded), trace=trace, records=records, runs=runs, specs=specs,
         first_submitted_at=t0 if kept else None, last_finished_at=max(finished_at) if finished_at else None,
-        notes=notes,
+        notes=notes, presets_by_node=presets_by_node,
     )
 
 

@@ -1,9 +1,10 @@
 """Running jobs' workers on Ray: the only module that imports ray.
 
 A Corral node is a Ray node that carries the custom resources `corral_node_<name>` and one `corral_gpu_<name>_<i>` per
-GPU (capacity 1). A worker asks for exactly the GPUs and share the policy chose as those resources, so Ray itself
-refuses to over-commit a GPU even if the controller were wrong, and the worker lands on its node. Ray's own GPU
-resource is left alone: Ray would pick GPU ids itself, and here the policy picks them.
+GPU (capacity 1), and `corral_preset_<preset>` when it says which server model it is. A worker asks for exactly the
+GPUs and share the policy chose as those resources, so Ray itself refuses to over-commit a GPU even if the controller
+were wrong, and the worker lands on its node. Ray's own GPU resource is left alone: Ray would pick GPU ids itself, and
+here the policy picks them.
 
 Each worker (one per node of a placement: it drives that node's GPUs, like a torchrun launcher) is a *detached*
 named actor, `corral-<job>-<attempt>-<rank>`, so it outlives a controller that dies: a restarted controller finds it
@@ -34,7 +35,16 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from scheduler.live.node.mps import MpsError, MpsManager
-from scheduler.live.runs import NAMESPACE, JobStatus, Launch, NodeInfo, actor_name, node_resources, rank_env
+from scheduler.live.runs import (
+    NAMESPACE,
+    PRESET_PREFIX,
+    JobStatus,
+    Launch,
+    NodeInfo,
+    actor_name,
+    node_resources,
+    rank_env,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +57,13 @@ EMULATE_WAKE_S = 0.5  # an emulated worker's progress is at most this old (it is
 FINISHED_WAIT_S = 60.0  # how long one `Worker.finished` call waits before it answers "not yet"
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this: time for a preempted job to write its checkpoint
 _RES_PRECISION = 10_000  # Ray accounts fractional resources in 1/10,000ths
+
+
+def advertised_preset(resources: dict[str, Any]) -> str | None:
+    """The preset a node's marker resource names; None without one, or with several (a node started by hand with two
+    markers is ambiguous: the controller then models it as `corral serve --preset`)."""
+    presets = [key[len(PRESET_PREFIX):] for key in resources if key.startswith(PRESET_PREFIX)]
+    return presets[0] if len(presets) == 1 else None
 
 
 def _share_resource(share: float) -> float:
@@ -369,7 +386,8 @@ class RayBackend:
                     continue
                 name = m.group(1)
                 gpus = sum(1 for k in res if k.startswith(f"corral_gpu_{name}_"))
-                info = NodeInfo(name, gpus, bool(n.get("Alive")), n.get("NodeID", ""), n.get("NodeManagerAddress", ""))
+                info = NodeInfo(name, gpus, bool(n.get("Alive")), n.get("NodeID", ""), n.get("NodeManagerAddress", ""),
+                                advertised_preset(res))
                 if info.alive or name not in found:  # a restarted node replaces its dead record
                     found[name] = info
         return list(found.values())

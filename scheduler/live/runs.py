@@ -10,13 +10,20 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 NAMESPACE = "corral"
+# The marker resource that says which server model (preset) a node is: `corral_preset_dgx-a100`. Its amount means
+# nothing and no task asks for it; it only travels with the node in Ray's node table, so the controller models each
+# node as what it is. The prefix shares nothing with `corral_node_` and `corral_gpu_`, whose parsers it cannot confuse.
+PRESET_PREFIX = "corral_preset_"
 
 
-def node_resources(name: str, gpus: int) -> dict[str, float]:
+def node_resources(name: str, gpus: int, preset: str | None = None) -> dict[str, float]:
     """The custom resources a Ray node must carry to be Corral node `name` with `gpus` GPUs (for `ray start
-    --resources`)."""
+    --resources`), and with its preset's marker when it has one (None: the controller models it as `corral serve
+    --preset`)."""
     res = {f"corral_node_{name}": 1.0}
     res.update({f"corral_gpu_{name}_{i}": 1.0 for i in range(gpus)})
+    if preset is not None:
+        res[PRESET_PREFIX + preset] = 1.0
     return res
 
 
@@ -27,6 +34,7 @@ class NodeInfo:
     alive: bool
     ray_node_id: str
     address: str
+    preset: str | None = None  # the preset the node advertises (None: none, or several markers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scheduler.core.model import Cluster, SpecError
-from scheduler.live.cluster import build_live_cluster, node_type
+from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_type, presets_text
 
 if TYPE_CHECKING:
     from scheduler.live.controller import Controller
     from scheduler.live.leader import Leadership
     from scheduler.live.ray_backend import RayBackend
+    from scheduler.live.runs import NodeInfo
     from scheduler.live.store import Store
 
 log = logging.getLogger("corral")
@@ -49,29 +50,48 @@ class ServeConfig:
 FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
 
 
-def discover(backend: RayBackend, cfg: ServeConfig, known: Sequence[tuple[str, int]] = ()) -> tuple[list[str], Cluster]:
-    """The cluster model's nodes, in order: the nodes of an earlier run in the store's order (`known`: name and GPU
-    count; allocations record GPUs by their index in that order, so it must not change), whether Ray has them now or
-    not, then the others Ray reports, by name. Nodes joining later are appended by the controller."""
-    alive = {n.name: n.gpus for n in backend.nodes() if n.alive}
+def discover(backend: RayBackend, cfg: ServeConfig,
+             known: Sequence[ModelNode] = ()) -> tuple[list[ModelNode], Cluster]:
+    """The cluster model's nodes, in order: the nodes of an earlier run in the store's order (`known`: name, GPU
+    count and preset; allocations record GPUs by their index in that order, so it must not change), whether Ray has
+    them now or not, then the others Ray reports, by name, each with the preset it advertises (`cfg.preset` for one
+    that advertises none). Nodes joining later are appended by the controller."""
+    alive = {n.name: n for n in backend.nodes() if n.alive}
     deadline = time.monotonic() + (FIRST_NODE_WAIT_S if cfg.ray_address else 0.0)
     while not alive and not known and time.monotonic() < deadline:
         log.info("waiting for a Ray node with Corral's resources to join")
         time.sleep(2.0)
-        alive = {n.name: n.gpus for n in backend.nodes() if n.alive}
+        alive = {n.name: n for n in backend.nodes() if n.alive}
     if not alive and not known:
         raise SpecError(
             f"--ray-address {cfg.ray_address}: no Ray node carries Corral's resources after {FIRST_NODE_WAIT_S:g} s; "
             "start each worker node with `corral node start --address ADDR` or `ray start --address ADDR --resources "
-            "\"$(corral node-resources --name NAME --gpus 8)\"`"
+            "\"$(corral node-resources --name NAME --gpus 8 --preset dgx-a100)\"`"
         )
-    for name, gpus in known:
-        if alive.get(name, gpus) != gpus:  # the GPUs after it would be renumbered: keep the recorded count
-            log.warning("node %s reports %d GPUs, the store %d: restart it with %d, or remove it from the store",
-                        name, alive[name], gpus, gpus)
-    names = dict(known)
-    order = [*known, *sorted((name, gpus) for name, gpus in alive.items() if name not in names)]
-    return [name for name, _ in order], build_live_cluster(cfg.preset, [gpus for _, gpus in order])
+    order = [stored(node, alive.get(node.name), cfg.preset) for node in known]
+    names = {node.name for node in known}
+    for name in sorted(alive.keys() - names):
+        preset, why = node_preset(alive[name].preset, cfg.preset, alive[name].gpus)
+        if why:
+            log.warning("node %s: %s", name, why)
+        order.append(ModelNode(name, alive[name].gpus, preset))
+    return order, model_cluster(order)
+
+
+def stored(node: ModelNode, now: NodeInfo | None, fallback: str) -> ModelNode:
+    """A node the store knows, as the store has it: the GPUs after it would be renumbered if its count changed, and
+    its GPU rows and the placements on them were modelled as its recorded preset. Says so when Ray reports it
+    otherwise now."""
+    if now is not None and now.gpus != node.gpus:
+        log.warning("node %s reports %d GPUs, the store %d: restart it with %d, or remove it from the store",
+                    node.name, now.gpus, node.gpus, node.gpus)
+    if now is not None and now.preset not in (None, node.preset):
+        log.warning("node %s advertises preset %s, the store records %s: it stays %s (give it a new name to model "
+                    "it as the new preset)", node.name, now.preset, node.preset, node.preset)
+    preset, why = node_preset(node.preset, fallback, node.gpus)
+    if why:
+        log.warning("node %s: %s", node.name, why)
+    return node._replace(preset=preset)
 
 
 def freeze_heap() -> None:
@@ -103,13 +123,14 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Con
     from scheduler.live.controller import Controller
     from scheduler.live.store import queries
 
-    known: list[tuple[str, int]] = []
+    known: list[ModelNode] = []
     if cfg.ray_address:  # a cluster that outlives this process: keep the numbering its allocations were written in
         with store.session() as s:
-            known = [(n.name, len(n.gpus)) for n in queries.nodes_with_gpus(s)]
-    names, cluster = discover(backend, cfg, known)
-    return Controller(store, backend, cluster, names, make_policy, default_policy=cfg.policy or "rl:default",
-                      tick_s=cfg.tick_s, preset=cfg.preset, job_user=cfg.job_user, half_life_s=cfg.half_life_s,
+            known = [ModelNode(n.name, len(n.gpus), n.preset) for n in queries.nodes_with_gpus(s)]
+    nodes, cluster = discover(backend, cfg, known)
+    return Controller(store, backend, cluster, [n.name for n in nodes], make_policy,
+                      default_policy=cfg.policy or "rl:default", tick_s=cfg.tick_s, preset=cfg.preset,
+                      node_presets=[n.preset for n in nodes], job_user=cfg.job_user, half_life_s=cfg.half_life_s,
                       leadership=leadership_for(store, cfg), nodes_from_store=bool(cfg.ray_address))
 
 
@@ -161,7 +182,7 @@ def gpus_text(cluster: Cluster) -> str:
 
 
 def banner(cluster: Cluster, cfg: ServeConfig, policy: str, where: str, db_url: str, ray_address: str,
-           role: dict[str, object] | None = None) -> str:
+           role: dict[str, object] | None = None, presets: Sequence[str] = ()) -> str:
     """What `corral serve` prints once it is up: where everything is, and the exact next commands."""
     from scheduler.live.history import redact
 
@@ -170,7 +191,7 @@ def banner(cluster: Cluster, cfg: ServeConfig, policy: str, where: str, db_url: 
     replica = (f"  replica:   {role['replica']}, controller {role['controller']} (lease epoch {role['epoch']})\n"
                if role and role.get("epoch") is not None else "")
     return (
-        f"\nCorral is serving {gpus_text(cluster)} ({cfg.preset}) with policy {policy}\n"
+        f"\nCorral is serving {gpus_text(cluster)} ({presets_text(presets) or cfg.preset}) with policy {policy}\n"
         f"  dashboard: {where}/\n"
         f"  API:       {where}/api/v1  (OpenAPI {where}/api/v1/openapi.json, Swagger UI {where}/api/docs)\n"
         f"  database:  {redact(db_url)}\n  Ray:       {ray_address}\n"
@@ -236,7 +257,7 @@ def serve(cfg: ServeConfig) -> None:
         signal.signal(signal.SIGTERM, _terminate)
         where = f"http://{cfg.host}:{server.effective_port}"  # type: ignore[union-attr]
         print(banner(controller.cluster, cfg, controller.policy_name or "(the leader's)", where, url, backend.address,
-                     controller.status()), file=sys.stderr, flush=True)
+                     controller.status(), controller.node_presets), file=sys.stderr, flush=True)
         server.run()  # type: ignore[union-attr]
     except KeyboardInterrupt:
         log.info("shutting down")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,12 +36,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from scheduler.core.decisions import Policy
-from scheduler.core.model import PRESETS, Cluster, ClusterSpec, JobSpec, JobState, NodeGroupSpec, Placement, SpecError
-from scheduler.core.model import build_cluster as build_cluster_model
+from scheduler.core.model import PRESETS, Cluster, JobSpec, JobState, Placement, SpecError
 from scheduler.core.simulator import Placed, SimulationError, Simulator
 from scheduler.core.state import PlacementError
 from scheduler.core.workloads import ModelProfile, catalog
-from scheduler.live.cluster import build_live_cluster, node_type
+from scheduler.live.cluster import build_live_cluster
 
 SIGMA = 0.3  # log-normal spread of a job's true remaining work around its estimate
 MAX_SEEDS = 20
@@ -196,22 +195,6 @@ def snapshot(store: Any) -> Snapshot:
 # ---- the model of the cluster --------------------------------------------------------------------------------------
 
 
-def live_cluster(nodes: Sequence[tuple[str, int]]) -> Cluster:
-    """The cluster model of (preset, GPUs) nodes in order: with one preset, exactly what `corral serve` builds."""
-    presets = {p for p, _ in nodes}
-    if len(presets) == 1:
-        return build_live_cluster(presets.pop(), [g for _, g in nodes])
-    groups: list[NodeGroupSpec] = []
-    last: tuple[str, int] | None = None
-    for preset, gpus in nodes:
-        if last == (preset, gpus):
-            groups[-1].count += 1
-        else:
-            groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus)))
-        last = (preset, gpus)
-    return build_cluster_model(ClusterSpec(name="live-" + "+".join(sorted(presets)), groups=groups))
-
-
 @dataclass
 class _World:
     """Everything one request simulates, ready to be drawn per seed."""
@@ -239,8 +222,8 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
         if n.preset not in PRESETS:
             raise WhatIfError(None, f"node {n.name} has unknown preset {n.preset!r}")
     shape = [(n.preset, len(n.gpus)) for n in snap.nodes]
-    base_cluster = live_cluster(shape)
-    cluster = live_cluster(shape + [shape[-1]] * req.extra_nodes) if req.extra_nodes else base_cluster
+    base_cluster = build_live_cluster(shape)  # what the controller models: each node as its recorded preset
+    cluster = build_live_cluster(shape + [shape[-1]] * req.extra_nodes) if req.extra_nodes else base_cluster
     if req.extra_nodes:
         notes.append(f"{req.extra_nodes} extra {shape[-1][0]} node(s) of {shape[-1][1]} GPUs join at t=0")
 

@@ -5,11 +5,26 @@ from __future__ import annotations
 
 from flask_smorest import Api
 
-from web.api import catalog, cluster, explain, health, jobs, policies, reports, stats, teams, tokens, users, whatif
+from web.api import (
+    catalog,
+    cluster,
+    explain,
+    health,
+    jobs,
+    nodes,
+    policies,
+    reports,
+    stats,
+    teams,
+    tokens,
+    users,
+    whatif,
+)
 
 PREFIX = "/api/v1"
 
 
 def register_blueprints(api: Api) -> None:
-    for module in (health, jobs, explain, cluster, catalog, policies, stats, reports, tokens, teams, users, whatif):
+    for module in (health, jobs, explain, cluster, nodes, catalog, policies, stats, reports, tokens, teams, users,
+                   whatif):
         api.register_blueprint(module.blueprint(PREFIX))

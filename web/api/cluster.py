@@ -3,11 +3,13 @@ controller (the only writer of placements) is down."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any
 
 from flask_smorest import Blueprint
 
+from scheduler.live.nodes import health_view
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from web.api.context import store
@@ -16,6 +18,7 @@ from web.schemas import ClusterSchema
 
 
 def cluster_json() -> dict[str, Any]:
+    now = time.time()
     with store().session() as s:
         nodes = q.nodes_with_gpus(s)
         tenants: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -40,7 +43,8 @@ def cluster_json() -> dict[str, Any]:
                                  "mem_gb": gpu.mem_gb, "free_share": round(max(0.0, 1.0 - used), 6),
                                  "tenants": held})
             out_nodes.append({"name": node.name, "index": node.index, "preset": node.preset, "alive": node.alive,
-                              "since": node.updated_at, "address": node.address, "gpus": out_gpus})
+                              "since": node.updated_at, "address": node.address, "gpus": out_gpus,
+                              "health": health_view(node.health, node.health_at, now), "health_at": node.health_at})
     return {
         "nodes": out_nodes,
         "totals": {"nodes": len(out_nodes), "gpus": gpus, "gpus_allocated": allocated, "gpus_shared": shared,
@@ -58,8 +62,9 @@ def blueprint(prefix: str) -> Blueprint:
     def cluster() -> Any:
         """Show the cluster map
 
-        Every node (alive or not) with its GPUs and the jobs holding each, with their shares. Read from the database only,
-        so it answers while the controller is down.
+        Every node (alive or not) with its GPUs and the jobs holding each, with their shares, and the GPUs' health as
+        the node's agent last reported it (stale when older than 3 of its reporting intervals). Read from the database
+        only, so it answers while the controller is down.
         """
         return cluster_json()
 

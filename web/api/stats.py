@@ -24,6 +24,7 @@ from scheduler.core.model import JobSpec, Placement
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S
 from scheduler.core.workloads import catalog
 from scheduler.live import whatif
+from scheduler.live.cluster import build_live_cluster
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, Job
@@ -286,7 +287,7 @@ def network_json() -> dict[str, Any]:
     snap = whatif.snapshot(store())
     if not snap.nodes:
         return {"approximate": False, "method": NETWORK_METHOD, "nodes": [], "uplinks": []}
-    cluster = whatif.live_cluster([(n.preset, len(n.gpus)) for n in snap.nodes])
+    cluster = build_live_cluster([(n.preset, len(n.gpus)) for n in snap.nodes])
     # The store numbers GPUs cluster-wide over every node; the model numbers those of the live nodes, in order.
     to_model = {g: int(cluster.node_first_gpu[i]) + k for i, n in enumerate(snap.nodes) for k, g in enumerate(n.gpus)}
     model = ContentionModel(cluster, catalog())

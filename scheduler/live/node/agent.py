@@ -1,4 +1,5 @@
-"""`corral node start`: discover the GPUs, join Ray with Corral's resources for them, run MPS and report health.
+"""`corral node start`: discover the GPUs, join Ray with Corral's resources for them, run MPS and report health (to
+`health.json`, and to the Corral API with `--api`).
 
 The agent is the parent of `ray start --block` and stays in the foreground until it exits, so whoever started the
 agent (systemd, compose, a test) owns the node: SIGTERM or SIGINT to the agent reaches Ray, and the agent exits with
@@ -30,9 +31,11 @@ from scheduler.live.node.hardware import NodeHardware, discovered, virtual
 from scheduler.live.node.health import readings, write_health
 from scheduler.live.node.mps import NODE_DIR_ENV, MpsConfig, MpsError, MpsManager, write_config
 from scheduler.live.node.nvml import Nvml, NvmlUnavailable
+from scheduler.live.node.report import HealthPusher
 from scheduler.live.runs import node_resources
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
+TOKEN_ENV = "CORRAL_TOKEN"  # the admin token health is pushed with: the agent's alone, never passed on to Ray
 # Node names become Ray resource names (corral_node_NAME, corral_gpu_NAME_I). No "_": the controller finds a node's
 # GPUs by the prefix corral_gpu_NAME_, which for a node "a" would also match a node "a_b"'s.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$")
@@ -54,6 +57,8 @@ class AgentOptions:
     ray_args: tuple[str, ...] = ()
     health_interval_s: float = 10.0
     dry_run: bool = False
+    api: str | None = None  # the Corral API's base URL to push health to (None: health.json only)
+    api_token: str | None = None  # an admin's token for it (from CORRAL_TOKEN)
 
     @property
     def folder(self) -> Path:
@@ -140,6 +145,7 @@ class NodeAgent:
         self.hardware: NodeHardware | None = None
         self._nvml: Nvml | None = None
         self._folder_lock: IO[str] | None = None
+        self.pusher: HealthPusher | None = None
 
     # -- setup --
 
@@ -159,10 +165,25 @@ class NodeAgent:
         for note in hw.notes:
             self._out(f"  note: {note}")
         self._setup_mps(folder, write)
-        resources = node_resources(opts.name, hw.gpus)
+        # The preset travels with the node: the controller models it as this server (no preset: as `corral serve
+        # --preset`, the service's fallback).
+        resources = node_resources(opts.name, hw.gpus, hw.preset)
         self._out(f"  resources: {json.dumps(resources)}")
         self._out(f"  node folder: {folder} (health in {folder / 'health.json'})")
+        self._setup_push()
         return ray_command(opts, resources)
+
+    def _setup_push(self) -> None:
+        opts = self.opts
+        if opts.api is None:
+            return
+        if not opts.api_token:
+            # Not fatal: the node is useful without it, and the map shows it has no report.
+            self._out(f"  health: not pushed to {opts.api}: {TOKEN_ENV} is not set (an admin creates a token with "
+                      "`corral token create --user node-agent --admin`)")
+            return
+        self.pusher = HealthPusher(opts.api, opts.api_token, opts.name, self._out)
+        self._out(f"  health: pushed to {self.pusher.url} every {opts.health_interval_s:g} s")
 
     def _hold_folder(self, folder: Path) -> None:
         # One agent per folder, for as long as it runs (the kernel drops the lock when it exits, however it exits):
@@ -211,6 +232,7 @@ class NodeAgent:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             env = {**os.environ, NODE_DIR_ENV: str(self.opts.folder), "CORRAL_NODE_NAME": self.opts.name}
+            env.pop(TOKEN_ENV, None)  # an admin's token: Ray's workers, and the jobs they run, have no use for it
             env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             self._child = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent)  # noqa: PLW1509 - see above
             self._out(f"  joining Ray at {self.opts.address}: ray start pid {self._child.pid}")
@@ -246,9 +268,17 @@ class NodeAgent:
 
     def _health_loop(self) -> None:
         while True:
-            self.check_health()
+            self.report_health()
             if self._stop.wait(self.opts.health_interval_s):
                 return
+
+    def report_health(self, agent: str = "running") -> dict[str, Any]:
+        """Read the GPUs, write health.json, and push the report to the API (with `--api`; a failed push is logged by
+        the pusher and tried again at the next reading)."""
+        report = self.check_health(agent)
+        if self.pusher is not None:
+            self.pusher.push(report, self.opts.health_interval_s)
+        return report
 
     def check_health(self, agent: str = "running") -> dict[str, Any]:
         """Read the GPUs, write health.json, and stop an MPS daemon whose workers died without releasing it."""
@@ -273,7 +303,7 @@ class NodeAgent:
                 self._out(f"  MPS: {exc}")
         if self.hardware is not None and self._folder_lock is not None:  # not after a dry run: it wrote nothing
             try:
-                self.check_health(agent="stopped")
+                self.report_health(agent="stopped")  # the API's last word from this agent: it has left
             except OSError:
                 pass
         if self._nvml is not None:

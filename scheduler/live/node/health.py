@@ -1,5 +1,6 @@
-"""The GPUs' health as the node agent last read it, in `health.json` in the node folder: what a controller (or a
-person, `corral node health`) reads. The controller does not read it yet; that is a follow-up."""
+"""The GPUs' health as the node agent last read it, in `health.json` in the node folder: what a person reads
+(`corral node health`), and what the agent pushes to the API with `--api` (`scheduler.live.node.report`). The
+controller does not act on it yet."""
 
 from __future__ import annotations
 

@@ -196,6 +196,11 @@ class Node(Base):
     ray_node_id: Mapped[str | None] = mapped_column(String(64))
     address: Mapped[str | None] = mapped_column(String(64))
     updated_at: Mapped[float]  # when `alive` last changed, or the node was first seen ("since" in the API)
+    # The GPUs' health as the node's agent last pushed it (`PUT /nodes/<name>/health`; None: never), and when the
+    # API received it, on the API's clock (not the node's: a node's skewed clock cannot make its report look fresh).
+    # The API writes these two; the controller never does.
+    health: Mapped[dict[str, Any] | None]
+    health_at: Mapped[float | None]
 
     gpus: Mapped[list[Gpu]] = relationship(back_populates="node", order_by="Gpu.index", cascade="all, delete-orphan")
 

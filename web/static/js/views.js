@@ -129,10 +129,45 @@ const Views = (() => {
           ${t.share < 1 ? t.share : "whole"} · ${C.slow(sd)}</span></a>`;
   }
 
-  function gpuCell(g, jobs, teams) {
+  // GPU health, as the node's agent last reported it (`corral node start --api`): a badge per node, and one on each
+  // GPU that is not ok. Nodes whose agent never reported show nothing (a plain `ray start` node, `corral serve`'s own).
+  const GOOD_GPU = ["ok", "virtual"];
+
+  function gpuReadingText(r) {
+    const parts = [`GPU ${r.index}: ${r.status}`];
+    if (r.temperature_c !== null && r.temperature_c !== undefined) parts.push(`${r.temperature_c} °C`);
+    if (r.ecc_uncorrected) parts.push(`${r.ecc_uncorrected} uncorrected ECC error(s)`);
+    if (r.xid_errors && r.xid_errors.length) parts.push(`XID ${r.xid_errors.join(", ")}`);
+    if (r.error) parts.push(r.error);
+    return parts.join(", ");
+  }
+
+  function nodeHealthBadge(h) {
+    if (!h) return "";
+    const bad = h.gpus.filter((r) => !GOOD_GPU.includes(r.status));
+    const title = `reported ${C.duration(h.age_s)} ago (every ${h.interval_s} s)` +
+      (h.gpus.length ? `\n${h.gpus.map(gpuReadingText).join("\n")}` : "");
+    const stale = h.stale ? html`<span class="badge health-stale node-health-stale" title="${title}">health stale:
+      last report ${C.duration(h.age_s)} ago</span>` : h.agent === "stopped"
+      ? html`<span class="badge health-stale node-health-stale" title="${title}">agent stopped</span>` : "";
+    const was = h.stale || h.agent === "stopped" ? "last: " : "";  // what the node said, not what it is now
+    const state = bad.length
+      ? html`<span class="badge state-failed node-health" data-health="degraded" title="${title}">${was}GPU trouble:
+          ${bad.length} of ${h.gpus.length}</span>`
+      : html`<span class="badge health-ok node-health" data-health="ok" title="${title}">${was}GPUs ok</span>`;
+    return html`${state}${stale}`;
+  }
+
+  function gpuHealthBadge(r) {
+    if (!r || GOOD_GPU.includes(r.status)) return "";
+    return html`<span class="badge state-failed gpu-health" title="${gpuReadingText(r)}">${r.status}</span>`;
+  }
+
+  function gpuCell(g, jobs, teams, reading) {
     const free = g.free_share;
-    return html`<div class="gpu" data-gpu="${g.index}">
-      <div class="gpu-head"><b>GPU ${g.local_index}</b><span>#${g.index}</span></div>
+    const bad = reading && !GOOD_GPU.includes(reading.status);
+    return html`<div class="gpu${bad ? " unhealthy" : ""}" data-gpu="${g.index}">
+      <div class="gpu-head"><b>GPU ${g.local_index}</b>${gpuHealthBadge(reading)}<span>#${g.index}</span></div>
       <div class="gpu-body">${g.tenants.map((t) => tenantCell(t, jobs.get(t.job_id), teams))}
         ${free > 1e-6 ? html`<div class="free" style="flex:${free} 0 0">${free >= 1 ? "free" :
           `free ${+free.toFixed(2)}`}</div>` : ""}</div>
@@ -188,14 +223,17 @@ const Views = (() => {
           <span><b>${cluster.queue.running}</b> running</span>
           <span><a href="#/queue"><b>${cluster.queue.pending}</b> pending</a></span>
           <span>policy <b>${cluster.active_policy || "–"}</b></span>`);
-        mount(nodesEl, cluster.nodes.map((n) => html`
+        mount(nodesEl, cluster.nodes.map((n) => {
+          const readings = new Map((n.health ? n.health.gpus : []).map((r) => [r.index, r]));
+          return html`
           <div class="node${n.alive ? "" : " dead"}" data-node="${n.name}">
             <div class="node-head"><b>${n.name}</b><span class="muted">${n.preset} · ${n.gpus.length} GPUs</span>
               ${n.alive ? html`<span class="muted node-since" title="${C.stamp(n.since)}">up since ${C.ago(n.since)}</span>`
-                : html`<span class="badge state-failed" title="${C.stamp(n.since)}">down since ${C.ago(n.since)}</span>`}${nicBar(nics.get(n.name))}</div>
+                : html`<span class="badge state-failed" title="${C.stamp(n.since)}">down since ${C.ago(n.since)}</span>`}${nodeHealthBadge(n.health)}${nicBar(nics.get(n.name))}</div>
             <div class="gpus" style="grid-template-columns: repeat(${Math.min(8, n.gpus.length)}, minmax(0, 1fr))">
-              ${n.gpus.map((g) => gpuCell(g, jobs, teams))}</div>
-          </div>`));
+              ${n.gpus.map((g) => gpuCell(g, jobs, teams, readings.get(g.local_index)))}</div>
+          </div>`;
+        }));
       },
     };
   }
