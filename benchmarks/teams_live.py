@@ -25,9 +25,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' in-memory backend
+
+from conftest import InMemoryBackend
 
 from scheduler.live.ray_backend import STOP_GRACE_S, RayBackend
-from scheduler.live.runs import JobStatus, Launch, NodeInfo
+from scheduler.live.runs import JobStatus
 from scheduler.live.serve import ServeConfig, build_controller, freeze_heap
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Job, JobState, Team
@@ -111,43 +114,24 @@ def reclaim_latency(repeats: int, tick_s: float) -> None:
           f"(n={len(t)}; bound tick {tick_s:g} + grace {STOP_GRACE_S:g} + 2 = {bound:g} s)")
 
 
-class SettledWorkers:
-    """The backend protocol with workers that start at once and run on, each reporting one unchanging status, as the
-    Ray backend repeats a run's last status between its progress answers: the controller's own pass time, without
-    the 32 worker processes and 4 raylets of a local Ray cluster sharing this machine's cores with it (on a real
-    cluster they run on the GPU servers)."""
+class SettledWorkers(InMemoryBackend):
+    """The tests' in-memory backend with workers that start at once and run on, each reporting one unchanging status,
+    as the Ray backend repeats a run's last status between its progress answers: the controller's own pass time,
+    without the 32 worker processes and 4 raylets of a local Ray cluster sharing this machine's cores with it (on a
+    real cluster they run on the GPU servers)."""
 
     def __init__(self, names: list[str], gpus: int) -> None:
-        self.names, self.gpus = names, gpus
-        self.runs: dict[int, JobStatus] = {}
-
-    def nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(n, self.gpus, True, n, "127.0.0.1") for n in self.names]
-
-    def launch(self, launch: Launch) -> None:
-        n = len(launch.ranks)
-        self.runs[launch.job_id] = JobStatus(launch.job_id, launch.attempt, "running", [time.time()] * n, [None] * n,
-                                             [None] * n, 0.0)
-
-    def adopt(self, launch: Launch) -> bool:
-        return False
-
-    def reap_orphans(self, keep: set[str]) -> list[str]:
-        return []
-
-    def set_rate(self, job_id: int, rate: float) -> None:
-        pass
-
-    def stop(self, job_id: int) -> None:
-        self.runs.pop(job_id, None)
-
-    forget = stop
-
-    def disown(self) -> None:
-        self.runs.clear()
+        super().__init__(names, gpus)
+        self.status: dict[int, JobStatus] = {}
 
     def poll(self) -> list[JobStatus]:
-        return list(self.runs.values())
+        for job_id, run in self.launches.items():
+            st = self.status.get(job_id)
+            if st is None or st.attempt != run.attempt:
+                n = len(run.ranks)
+                self.status[job_id] = JobStatus(job_id, run.attempt, "running", [time.time()] * n, [None] * n,
+                                                [None] * n, 0.0)
+        return [self.status[j] for j in self.launches]
 
     def shutdown(self) -> None:
         pass
