@@ -11,6 +11,10 @@
    teams; the time of one whole pass (store reads and writes included) and of its policy calls, over `--passes`
    passes, twice: settled (nothing changes, so the policy is not asked) and with a change before every pass (one
    queued job cancelled and one submitted, so the policy is asked at every pass). Target: pass p99 <= 10 ms.
+
+   With `--workers ray --pin`, the controller's process (its Ray driver threads too) runs on core 0 alone and every
+   process of the local Ray cluster (GCS, raylets, the 32 workers) on the other cores, as on a cluster, where workers
+   run on the GPU servers: the pass then pays Ray's real calls but does not share its core with the workers.
 """
 
 from __future__ import annotations
@@ -137,7 +141,55 @@ class SettledWorkers(InMemoryBackend):
         pass
 
 
-def pass_time(queued: int, policies: list[str], passes: int, workers: str) -> None:
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc: Ray's processes are children of this one and of its raylets)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue  # it ended
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _pin(pid: int, cores: set[int]) -> None:
+    """Every thread of `pid` on `cores` (sched_setaffinity takes one thread id at a time)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tasks:
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:
+            pass  # the thread ended
+
+
+CORES = sorted(os.sched_getaffinity(0))  # before any pinning: a second policy's pass pins again from these
+
+
+def pin_controller() -> str:
+    """The controller on core 0, Ray's processes on the others; how it was done, for the printout."""
+    cores = CORES
+    if len(cores) < 2:
+        raise SystemExit("--pin needs at least 2 cores")
+    mine, rest = {cores[0]}, set(cores[1:])
+    ray_pids = _descendants(os.getpid())
+    for pid in ray_pids:
+        _pin(pid, rest)
+    _pin(os.getpid(), mine)
+    return f"controller on core {cores[0]}, {len(ray_pids)} Ray processes on core(s) {sorted(rest)}"
+
+
+def pass_time(queued: int, policies: list[str], passes: int, workers: str, pin: bool = False) -> None:
     rng = np.random.default_rng(0)
     quotas = {f"team{k:02d}": (2.0 if k < 12 else 1.0) for k in range(20)}
     backend: RayBackend | SettledWorkers = (RayBackend.local(4, 8) if workers == "ray"
@@ -165,7 +217,8 @@ def pass_time(queued: int, policies: list[str], passes: int, workers: str) -> No
                     submit(store, team, 0, [float(g) for g, o in zip(sizes, owners, strict=True) if o == k], 600.0)
                 ctl.step()  # takes the queue in
                 freeze_heap()  # as `corral serve` does once its controller has started
-                print(f"{name:>18}, 20 teams, {queued} queued, 32 running, {workers} workers (ms, p50 / p99; "
+                pinned = f", {pin_controller()}" if pin else ""
+                print(f"{name:>18}, 20 teams, {queued} queued, 32 running, {workers} workers{pinned} (ms, p50 / p99; "
                       "target whole pass p99 <= 10):")
                 # Settled: nothing the policy sees changes, so a pass polls the workers, reads the store and does not
                 # ask the policy (the controller asks when something changed or at a WakeAt, as the simulator does).
@@ -209,12 +262,16 @@ def main() -> None:
     ap.add_argument("--workers", choices=["settled", "ray", "both"], default="both",
                     help="pass time against settled in-process workers (the controller's own time), a local Ray "
                          "cluster's (its 36 processes share the machine's cores with the controller), or both")
+    ap.add_argument("--pin", action="store_true",
+                    help="with --workers ray: the controller alone on core 0, Ray's processes on the other cores")
     args = ap.parse_args()
+    if args.pin and args.workers != "ray":
+        ap.error("--pin: only with --workers ray (the settled workers run inside the controller's process)")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not args.skip_reclaim:
         reclaim_latency(args.repeats, args.tick)
     for workers in (["settled", "ray"] if args.workers == "both" else [args.workers]):
-        pass_time(args.queued, args.policies.split(","), args.passes, workers)
+        pass_time(args.queued, args.policies.split(","), args.passes, workers, args.pin)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,6 +185,7 @@ class Controller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error = ""
+        self._node_reader: ThreadPoolExecutor | None = None  # reads Ray's node table off the pass (`_read_nodes`)
 
     _generation = 0  # bumped whenever the view or the policy is replaced (see `_scene`)
 
@@ -210,6 +212,7 @@ class Controller:
         self._starting = True  # some launched run's workers may not all be up yet
         self._last_poll = 0.0
         self._last_nodes = 0.0
+        self._nodes_read: Future[list[NodeInfo]] | None = None  # a read of the node table under way (`_read_nodes`)
         self._last_reap = time.time()  # `recover()` has just reaped
         self._last_sync = 0.0
         self._reported: dict[int, JobStatus] = {}  # running job -> the last status `_collect` took in
@@ -341,6 +344,8 @@ class Controller:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self._node_reader is not None:
+            self._node_reader.shutdown(wait=False, cancel_futures=True)
         self.leadership.stop()  # after the last pass: a standby takes over at once, with nothing in flight here
 
     def _take_over(self) -> None:
@@ -405,9 +410,7 @@ class Controller:
         nodes: list[NodeInfo] | None = None
         if polled:
             t0 = time.perf_counter()
-            if now - self._last_nodes >= NODES_EVERY_S:
-                nodes = self.backend.nodes()
-                self._last_nodes = now
+            nodes = self._read_nodes(now)
             stats.ray_s += time.perf_counter() - t0
             joined = [n for n in nodes or () if n.alive and n.name not in self.node_index]
             if joined:
@@ -416,8 +419,9 @@ class Controller:
             statuses = self.backend.poll()
             if nodes is None and any(st.phase == "lost" for st in statuses):
                 # Workers were lost: if their node is gone, know it before the policy can place a job there again.
+                # A read under way in the background started before this one: what it says is older, and dropped.
                 nodes = self.backend.nodes()
-                self._last_nodes = now
+                self._last_nodes, self._nodes_read = now, None
             stats.ray_s += time.perf_counter() - t0
             self._last_poll = now
             self._starting = any(st.phase == "starting" for st in statuses)
@@ -456,6 +460,26 @@ class Controller:
         if launches:
             self._starting = True
         return stats
+
+    def _read_nodes(self, now: float) -> list[NodeInfo] | None:
+        """The node table, every NODES_EVERY_S (None in between). A backend whose read is a round trip (Ray's: a call
+        to its GCS, 1-4 ms here, in a pass of 3-5 ms) is read on another thread: a pass starts a read and a later pass
+        takes its answer, so the node table is up to one pass older and no pass waits for it."""
+        if not getattr(self.backend, "nodes_in_background", False):
+            if now - self._last_nodes < NODES_EVERY_S:
+                return None
+            self._last_nodes = now
+            return self.backend.nodes()
+        nodes = None
+        if self._nodes_read is not None and self._nodes_read.done():
+            read, self._nodes_read = self._nodes_read, None
+            nodes = read.result()  # a read that failed fails this pass, as a read in it would have
+        if self._nodes_read is None and now - self._last_nodes >= NODES_EVERY_S:
+            if self._node_reader is None:
+                self._node_reader = ThreadPoolExecutor(1, thread_name_prefix="corral-nodes")
+            self._nodes_read = self._node_reader.submit(self.backend.nodes)
+            self._last_nodes = now
+        return nodes
 
     def _reap_strays(self) -> None:
         """Kill Corral workers that belong to no run of this leader: those a deposed leader launched after its

@@ -335,6 +335,9 @@ class _Run:
 
 
 class RayBackend:
+    # The controller reads `nodes()` off its pass: each read is a round trip to Ray's GCS (`Controller._read_nodes`).
+    nodes_in_background = True
+
     def __init__(self, *, cluster: Any = None) -> None:
         self._cluster = cluster  # a ray.cluster_utils.Cluster we started, or None when we joined one
         self._runs: dict[int, _Run] = {}
