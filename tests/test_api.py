@@ -19,6 +19,7 @@ from sqlalchemy import func, select, update
 
 from scheduler.core.paths import log_path
 from scheduler.core.workloads import catalog
+from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.store import JobState, Store, queries
 from scheduler.live.store.models import Allocation, Decision, Gpu, Job, Node, PolicyVersion
 from scheduler.live.store.queries import create_token
@@ -176,7 +177,8 @@ def test_unknown_route_is_a_json_error(env: Env) -> None:
 # ---- submission --------------------------------------------------------------------------------------------------
 
 
-def test_submit_emulated_and_command_jobs(env: Env) -> None:
+def test_submit_emulated_and_command_jobs(store: Store, corral_home: Path) -> None:
+    env = make_env(store, CORRAL_COMMAND_JOBS="everyone")
     a = env.post("/jobs", EMULATED)
     assert a.status_code == 201
     assert a.json["id"] > 0 and a.json["state"] == "pending" and a.json["user"] == "alice"
@@ -599,4 +601,28 @@ def test_admins_can_keep_command_jobs_to_themselves(store: Store, corral_home: P
     assert env.job_count() == 0
     assert env.post("/jobs", EMULATED, "alice").status_code == 201
     assert env.post("/jobs", COMMAND, "root").status_code == 201
-    assert make_env(store).post("/jobs", COMMAND, "bob").status_code == 201  # the default: everyone
+    assert make_env(store, CORRAL_COMMAND_JOBS="everyone").post("/jobs", COMMAND, "bob").status_code == 201
+
+
+def test_non_admins_command_jobs_need_an_account_other_than_the_servers(store: Store, corral_home: Path) -> None:
+    """Secure by default: with no job accounts configured a non-admin's command job would run as the server's own OS
+    user (which can read the store and make itself admin), so it is a 403 saying how to enable them; an admin's is
+    taken. With one OS account per user (or a map), it is taken; a user the map lacks, or whose name the pattern
+    cannot make an account of, is refused naming the reason."""
+    env = make_env(store)
+    resp = env.post("/jobs", COMMAND, "alice")
+    assert resp.status_code == 403 and "--job-user-pattern" in resp.json["message"]
+    assert env.job_count() == 0
+    assert env.post("/jobs", COMMAND, "root").status_code == 201
+
+    per_user = make_env(store, CORRAL_JOB_ACCOUNTS=JobAccounts(pattern="corral-{user}"))
+    assert per_user.post("/jobs", COMMAND, "alice").status_code == 201
+    mapped = make_env(store, CORRAL_JOB_ACCOUNTS=JobAccounts(mapping={"bob": "bob"}, mapping_file="users.yaml"))
+    assert mapped.post("/jobs", COMMAND, "bob").status_code == 201
+    refused = mapped.post("/jobs", COMMAND, "alice")
+    assert refused.status_code == 403 and "no OS account in the job-user map" in refused.json["message"]
+    with store.session() as s:
+        token = create_token(s, "Carol")
+    resp = per_user.client.post(f"{API}/jobs", json=COMMAND, headers={"Authorization": f"Bearer {token}"})
+    assert resp.status_code == 403 and "not a valid OS account name" in resp.json["message"]
+    assert env.job_count() == 3

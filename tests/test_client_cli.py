@@ -43,7 +43,9 @@ def server(corral_home: Path) -> Iterator[Server]:
     store = Store.open()  # CORRAL_HOME's SQLite: what `corral token create` opens too
     with store.session() as s:
         token = create_token(s, "alice")
-    http = make_server("127.0.0.1", 0, create_app(store), threaded=True, request_handler=QuietHandler)
+    # alice submits command jobs: this server trusts its users with its own account (`--command-jobs everyone`)
+    app = create_app(store, config={"CORRAL_COMMAND_JOBS": "everyone"})
+    http = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
     thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield Server(f"http://127.0.0.1:{http.server_port}", store, token)

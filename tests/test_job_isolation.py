@@ -1,4 +1,5 @@
-"""Command jobs cannot read the store or other jobs' files (issue 10, security 2).
+"""Command jobs cannot read the store or other jobs' files (issue 10, security 2), nor, with one OS account per user,
+another user's job's environment, files or processes (issue 25).
 
 A worker (the same class Ray runs as an actor, here driven in-process) starts a command job as an unprivileged OS
 user in a CORRAL_HOME laid out by `secure_home`, as `corral serve --job-user` does. The job tries to read the
@@ -21,9 +22,10 @@ import pytest
 
 from scheduler.core.model import SpecError
 from scheduler.core.paths import checkpoint_dir, log_path, secure_home
+from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.ray_backend import Worker
 from scheduler.live.runs import Launch, RankSpec, rank_env
-from scheduler.live.serve import check_job_user
+from scheduler.live.serve import ServeConfig, job_accounts_for
 
 JOB_USER = "corral-test-job"
 
@@ -95,10 +97,87 @@ def test_a_command_job_cannot_read_the_store_or_another_jobs_log(job_user: str, 
 
 def test_serve_refuses_a_job_user_that_could_not_work(job_user: str, home: Path) -> None:
     with pytest.raises(SpecError, match="no OS user 'no-such-user-xyz'"):
-        check_job_user("no-such-user-xyz", home)
+        job_accounts_for(ServeConfig(job_user="no-such-user-xyz"), home)
     closed = home / "closed"
     closed.mkdir(mode=0o700)
     os.chmod(closed, 0o700)
     with pytest.raises(SpecError, match="closed to other users"):
-        check_job_user(job_user, closed / "corral")
-    check_job_user(job_user, home)  # a passable path: accepted
+        job_accounts_for(ServeConfig(job_user=job_user), closed / "corral")
+    job_accounts_for(ServeConfig(job_user=job_user), home)  # a passable path: accepted
+
+
+# ---- one OS account per Corral user (corral serve --job-user-pattern) ----------------------------------------------
+
+PATTERN = "corral-test-{user}"
+
+
+@pytest.fixture
+def per_user_accounts() -> Iterator[JobAccounts]:
+    """Two users' accounts, made on demand by their first job's worker and removed after the test."""
+    accounts = JobAccounts(pattern=PATTERN)
+    yield accounts
+    for user in ("ann", "ben"):
+        subprocess.run(["userdel", PATTERN.format(user=user)], check=False, capture_output=True)
+
+
+def start_as(job_id: int, entrypoint: str, account: str, env: dict[str, str] | None = None) -> Worker:
+    launch = Launch(job_id=job_id, attempt=1, kind="command", ranks=(RankSpec(0, "node0", (0,), 1.0, 80.0),),
+                    work_s=1.0, rate=1.0, log_dir=str(log_path(job_id, 1, 0).parent),
+                    checkpoint_dir=str(checkpoint_dir(job_id)), entrypoint=entrypoint, env=env or {},
+                    run_as=account, create_account=True)
+    worker = Worker(launch, 0)
+    worker.start(rank_env(launch.ranks[0], 1, "127.0.0.1", 29500, launch))
+    return worker
+
+
+def test_one_users_job_cannot_read_or_signal_anothers(per_user_accounts: JobAccounts, home: Path) -> None:
+    """Ann's job holds a secret in its environment and its checkpoint; Ben's job, on the same node, tries to read her
+    process's environment, list and read her checkpoint folder, and signal her process: the kernel refuses each, and
+    her job runs on untouched. Each account was made on demand, with a group of its own and no login shell."""
+    secure_home(home)
+    ann, ben = (per_user_accounts.account(u, i) for i, u in ((1, "ann"), (2, "ben")))
+    assert ann == "corral-test-ann" and ben == "corral-test-ben"
+    victim = start_as(11, "echo s3cret-ckpt > $CORRAL_CHECKPOINT_DIR/state; echo ready; sleep 60", ann,
+                      {"API_KEY": "s3cret-env"})
+    ready = log_path(11, 1, 0)
+    deadline = time.time() + 30
+    while "ready" not in (ready.read_text() if ready.exists() else "") and time.time() < deadline:
+        time.sleep(0.05)
+    assert victim.phase == "running" and victim._proc is not None
+    pid = victim._proc.pid
+    theirs = checkpoint_dir(11)
+    script = (f"id -un; cat /proc/{pid}/environ || echo ENV-REFUSED; ls {theirs} || echo LS-REFUSED; "
+              f"cat {theirs}/state || echo READ-REFUSED; kill -0 {pid} || echo SIGNAL-REFUSED; "
+              f"kill -TERM {pid} || echo TERM-REFUSED")
+    attacker = start_as(12, script, ben)
+    deadline = time.time() + 30
+    while attacker.phase == "running" and time.time() < deadline:
+        time.sleep(0.05)
+    out = log_path(12, 1, 0).read_text()
+    assert out.splitlines()[0] == ben
+    for refused in ("ENV-REFUSED", "LS-REFUSED", "READ-REFUSED", "SIGNAL-REFUSED", "TERM-REFUSED"):
+        assert refused in out, out
+    assert "s3cret" not in out
+    assert victim.phase == "running"  # untouched
+    victim.stop(grace_s=2.0)
+    a, b = pwd.getpwnam(ann), pwd.getpwnam(ben)
+    assert a.pw_uid != b.pw_uid and a.pw_gid != b.pw_gid and a.pw_shell.endswith(("nologin", "false"))
+    assert os.stat(theirs).st_uid == a.pw_uid and os.stat(theirs).st_mode & 0o777 == 0o700
+
+
+def test_serve_checks_the_accounts_it_is_given(home: Path, tmp_path: Path) -> None:
+    """A pattern that cannot make OS names, two choices at once, and a map with a bad account are refused at start."""
+    with pytest.raises(SpecError, match="at most one"):
+        job_accounts_for(ServeConfig(job_user="x", job_user_pattern="corral-{user}"), home)
+    with pytest.raises(SpecError, match=r"put \{user\} or \{id\}"):
+        job_accounts_for(ServeConfig(job_user_pattern="corral-jobs"), home)
+    with pytest.raises(SpecError, match="only {user} and {id}"):
+        job_accounts_for(ServeConfig(job_user_pattern="corral-{uid}"), home)
+    bad = tmp_path / "map.yaml"
+    bad.write_text("alice: Alice Smith\n")
+    with pytest.raises(SpecError, match="not a valid OS account name"):
+        job_accounts_for(ServeConfig(job_user_map=bad), home)
+    good = tmp_path / "ok.yaml"
+    good.write_text("alice: root\n")
+    accounts = job_accounts_for(ServeConfig(job_user_map=good), home)
+    assert accounts.account("alice", 1) == "root" and accounts.isolated and not accounts.creates

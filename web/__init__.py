@@ -15,6 +15,7 @@ from flask_smorest import Api, abort
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import IntegerConverter
 
+from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.store import Store
 from web import auth, metrics
 from web.api import register_blueprints
@@ -29,6 +30,10 @@ SWAGGER_UI_ASSETS = "/api/docs/assets/"
 DEFAULT_CONFIG: dict[str, Any] = {
     "MAX_CONTENT_LENGTH": MAX_BODY_BYTES,
     "CORRAL_TOKEN_TTL_S": auth.TOKEN_TTL_S,
+    # Who may submit command jobs, and the OS accounts they run as (scheduler.live.job_accounts; `corral serve` sets
+    # both): by default only admins' jobs may run as the server's own user.
+    "CORRAL_COMMAND_JOBS": "isolated",
+    "CORRAL_JOB_ACCOUNTS": JobAccounts(),
     "API_TITLE": "Corral",
     "API_VERSION": "v1",
     "OPENAPI_VERSION": "3.0.3",

@@ -640,17 +640,33 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
               help="Make this policy active (default: keep the store's active one; rl:default on a new store).")
 @click.option("--tick", default=0.5, show_default=True, type=click.FloatRange(0.05, 60),
               help="Seconds between the controller's periodic passes (events wake it sooner).")
+@click.option("--job-user-pattern", default=None, metavar="PATTERN",
+              help="Run each user's command jobs as an OS account of their own, made on first use, e.g. "
+                   "'corral-{user}' ({user}: the Corral user's name, {id}: its number). Needs root.")
+@click.option("--job-user-map", default=None, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              metavar="FILE", help="Run command jobs as the OS accounts a YAML file maps Corral users to "
+                                   "(`alice: alice`). Needs root.")
 @click.option("--job-user", default=None, metavar="USER",
-              help="Run command jobs as this unprivileged OS user (the server must run as root); default: the "
-                   "server's own user, which lets jobs read what the server can.")
-@click.option("--command-jobs", type=click.Choice(["all", "admins"]), default="all", show_default=True,
-              help="Who may submit command jobs (admins: other users get 403 and may submit emulated jobs only).")
+              help="Run every command job as this one unprivileged OS user (isolates the server, not users from "
+                   "each other). Needs root.")
+@click.option("--command-jobs", type=click.Choice(["isolated", "admins", "everyone"]), default="isolated",
+              show_default=True,
+              help="Who may submit command jobs. isolated: admins, and other users when their jobs run as an OS "
+                   "account that is not the server's; admins: admins only; everyone: every user, even as the "
+                   "server's own account (not as root).")
+@click.option("--log-limit-mb", default=64.0, show_default=True, type=click.FloatRange(0.01, 1e6),
+              help="What one rank of a command job may write to its log in one run; the rest is dropped, with a note.")
+@click.option("--allow-unauthenticated-ray", is_flag=True,
+              help="Join a --ray-address cluster that takes no token (anyone who reaches it runs code as its "
+                   "workers' user; refused without this flag).")
 @click.option("--fair-share-half-life", "half_life_h", default=168.0, show_default=True,
               type=click.FloatRange(0.01, 1e6), metavar="HOURS",
               help="Half-life of the teams' fair-share usage: how fast past GPU use is forgotten (Slurm's "
                    "PriorityDecayHalfLife; 168 h is its default, 7 days).")
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
-          policy: str | None, tick: float, job_user: str | None, command_jobs: str, half_life_h: float) -> None:
+          policy: str | None, tick: float, job_user_pattern: str | None, job_user_map: Path | None,
+          job_user: str | None, command_jobs: str, log_limit_mb: float, allow_unauthenticated_ray: bool,
+          half_life_h: float) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
 
     Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
@@ -664,7 +680,9 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
     try:
         run_service(ServeConfig(host=host, port=port, nodes=nodes, gpus_per_node=gpus_per_node, preset=preset,
                                 ray_address=ray_address, policy=policy, tick_s=tick, job_user=job_user,
-                                command_jobs=command_jobs, half_life_s=half_life_h * 3600.0))
+                                job_user_pattern=job_user_pattern, job_user_map=job_user_map,
+                                command_jobs=command_jobs, log_limit_mb=log_limit_mb,
+                                allow_unauthenticated_ray=allow_unauthenticated_ray, half_life_s=half_life_h * 3600.0))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -733,10 +751,12 @@ def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> s
               help="Push each GPU health reading to the Corral API at URL (e.g. http://corral:8080), with the admin "
                    "token in CORRAL_TOKEN; the cluster map shows it.")
 @click.option("--dry-run", is_flag=True, help="Discover and print what the node would join with, then exit.")
+@click.option("--allow-unauthenticated-ray", is_flag=True,
+              help="Join a Ray cluster that takes no token (anyone who reaches it runs code on this node).")
 @click.argument("ray_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- RAY_START_ARGS]...")
 def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str | None, mps_control: str | None,
                    state_dir: Path | None, health_interval: float, api: str | None, dry_run: bool,
-                   ray_args: tuple[str, ...]) -> None:
+                   allow_unauthenticated_ray: bool, ray_args: tuple[str, ...]) -> None:
     """Join the Ray cluster at ADDRESS as a Corral node, in the foreground until stopped (like `ray start --block`):
     discover the GPUs (NVML), run `ray start` with Corral's resources for them, start CUDA MPS while fractional jobs
     run here, and write GPU health (and push it to the API with --api). SIGTERM or SIGINT stops Ray; the command
@@ -745,7 +765,8 @@ def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str
 
     opts = AgentOptions(address=address, name=name or default_name(), gpus=gpus, preset=preset, node_dir=state_dir,
                         mps_control=mps_control, ray_args=ray_args, health_interval_s=health_interval,
-                        dry_run=dry_run, api=api, api_token=os.environ.get(TOKEN_ENV) or None)
+                        dry_run=dry_run, api=api, api_token=os.environ.get(TOKEN_ENV) or None,
+                        allow_unauthenticated_ray=allow_unauthenticated_ray)
     try:
         code = NodeAgent(opts).run()
     except AgentError as exc:

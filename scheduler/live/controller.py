@@ -43,10 +43,11 @@ from scheduler.core.workloads import ModelProfile, catalog
 from scheduler.live import metrics
 from scheduler.live.cluster import ModelNode, model_cluster, node_preset
 from scheduler.live.explain import capacity_reason
+from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.leader import Leadership, NotLeader, SoleLeader
 from scheduler.live.nodes import register_nodes
 from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
-from scheduler.live.runs import Backend, JobStatus, Launch, NodeInfo, RankSpec, actor_name
+from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, Backend, JobStatus, Launch, NodeInfo, RankSpec, actor_name
 from scheduler.live.slowdown import SlowdownLedger
 from scheduler.live.store import queries
 from scheduler.live.store.db import Store
@@ -148,7 +149,8 @@ class Controller:
         params: ContentionParams | None = None,
         preset: str = "",
         node_presets: Sequence[str] | None = None,
-        job_user: str | None = None,
+        accounts: JobAccounts | None = None,
+        log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES,
         half_life_s: float = DEFAULT_HALF_LIFE_S,
         nodes_from_store: bool = False,
         leadership: Leadership | None = None,
@@ -169,7 +171,8 @@ class Controller:
         self.default_policy = default_policy
         self.tick_s = tick_s
         self.preset = preset  # the fallback preset
-        self.job_user = job_user  # the OS user command jobs run as (see docs/security.md)
+        self.accounts = accounts or JobAccounts()  # the OS accounts command jobs run as (docs/security.md)
+        self.log_limit_bytes = log_limit_bytes
         self.half_life_s = half_life_s  # of the teams' fair-share usage
         # A Ray cluster that outlives this process (or is shared with a standby replica): the store's node numbering
         # is the truth, and recovering takes it (see `_take_store_numbering`).
@@ -237,7 +240,7 @@ class Controller:
         return rank_specs(self.cluster, self.node_names, job.placement)
 
     def _launch_spec(self, row: JobRow, job: Job, attempt: int) -> Launch:
-        return launch_of(row, job, attempt, self._placement(job), self.job_user)
+        return launch_of(row, job, attempt, self._placement(job), self.accounts, self.log_limit_bytes)
 
     def _ran_from(self, job_id: int) -> float | None:
         """When the job's current run's workers started (None: not running, or its workers are not up yet)."""

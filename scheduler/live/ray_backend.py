@@ -22,6 +22,8 @@ import logging
 import os
 import pwd
 import re
+import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,8 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray._private import ray_constants
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from scheduler.live import ray_auth
+from scheduler.live.job_accounts import AccountError, ensure_os_account
 from scheduler.live.node.mps import MpsError, MpsManager
 from scheduler.live.runs import (
     NAMESPACE,
@@ -57,6 +62,18 @@ EMULATE_WAKE_S = 0.5  # an emulated worker's progress is at most this old (it is
 FINISHED_WAIT_S = 60.0  # how long one `Worker.finished` call waits before it answers "not yet"
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this: time for a preempted job to write its checkpoint
 _RES_PRECISION = 10_000  # Ray accounts fractional resources in 1/10,000ths
+LOOPBACK = "127.0.0.1"
+_ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER  # as Ray set it at import, for `connect`
+
+
+def _reload_auth() -> None:
+    """Make this process's Ray read the authentication variables again: Ray caches its configuration and the token
+    when first used, and a server (or a test) may start or join a second cluster with another token. Ray's own test
+    helpers do the same (ray._private.authentication_test_utils.reset_auth_token_state)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
 
 
 def advertised_preset(resources: dict[str, Any]) -> str | None:
@@ -128,13 +145,24 @@ class Worker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._mps: MpsManager | None = None  # the node's MPS daemon, while this rank holds a lease on it
+        self._log_path = Path(launch.log_dir) / f"rank-{rank}.log"
         Path(launch.log_dir).mkdir(parents=True, exist_ok=True)
         Path(launch.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        if launch.run_as is not None:  # the job's own folder: its user's alone (logs stay the server's)
-            pw = pwd.getpwnam(launch.run_as)
-            os.chown(launch.checkpoint_dir, pw.pw_uid, pw.pw_gid)
-            os.chmod(launch.checkpoint_dir, 0o700)
-        self._log_path = Path(launch.log_dir) / f"rank-{rank}.log"
+        # A run that cannot start here (no account for its user, one that cannot be made) is not a lost worker to
+        # retry elsewhere: `start` fails the job with the reason, and its GPUs are freed.
+        self._setup_error = launch.account_error
+        self._account: pwd.struct_passwd | None = None
+        if launch.run_as is not None and not self._setup_error:
+            try:
+                self._account = (ensure_os_account(launch.run_as) if launch.create_account
+                                 else pwd.getpwnam(launch.run_as))
+                # The job's own folder: its account's alone (logs stay the server's).
+                os.chown(launch.checkpoint_dir, self._account.pw_uid, self._account.pw_gid)
+                os.chmod(launch.checkpoint_dir, 0o700)
+            except KeyError:
+                self._setup_error = f"no OS account {launch.run_as!r} on this node"
+            except (AccountError, OSError) as exc:
+                self._setup_error = f"preparing the job's OS account {launch.run_as!r}: {exc}"
 
     def ready(self) -> tuple[str, int]:
         """This worker's address and a free port on it (rank 0's become MASTER_ADDR and MASTER_PORT)."""
@@ -147,6 +175,10 @@ class Worker:
         with self._lock:
             if self.phase != "ready":  # a restarted controller may say go twice
                 return self.started_at or 0.0
+            if self._setup_error:
+                self.started_at = time.time()
+                self._fail_to_start(self._setup_error)
+                return self.started_at
             try:
                 env = {**env, **self._acquire_mps()}
             except MpsError as exc:  # a share MPS cannot enforce is not the share asked for: fail, do not run uncapped
@@ -290,30 +322,74 @@ class Worker:
         tmp.write_text(json.dumps({"done_s": self.done_s, "attempt": self.launch.attempt}))
         tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
 
+    def _fail_to_start(self, why: str) -> None:
+        with self._log_path.open("a") as out:
+            out.write(f"[corral] could not start: {why}\n")
+        self._finish(127, f"could not start: {why}")
+
     def _command(self, env: dict[str, str]) -> None:
-        user = self.launch.run_as
+        """Run the entrypoint as the job's account, its output through a pipe into the rank's log (capped: see
+        `copy_capped`). Whatever stops it from starting (a missing folder, an environment the OS refuses) ends the
+        run as failed with the reason; the thread never dies leaving the job running."""
         workdir = self.launch.workdir or self.launch.checkpoint_dir
-        full_env = command_env(env, user, workdir)
         as_user: dict[str, Any] = {}
-        if user is not None:  # drop to the job's OS user: it cannot read the store, other jobs' logs, the agents
-            pw = pwd.getpwnam(user)
-            as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+        if self._account is not None:  # drop to the job's account: no store, no other job's files or processes
+            as_user = {"user": self._account.pw_uid, "group": self._account.pw_gid, "extra_groups": []}
+        try:
+            full_env = command_env(env, self.launch.run_as, workdir)
+            self._proc = subprocess.Popen(
+                ["/bin/sh", "-c", self.launch.entrypoint or "true"], cwd=workdir, env=full_env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: stop() signals the whole tree
+                **as_user,
+            )
+        except (OSError, ValueError, UnicodeError, subprocess.SubprocessError) as exc:
+            self._fail_to_start(str(exc))
+            return
         try:
             with self._log_path.open("ab") as out:
-                self._proc = subprocess.Popen(
-                    ["/bin/sh", "-c", self.launch.entrypoint or "true"], cwd=workdir, env=full_env,
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,  # its own process group: stop() signals the whole tree
-                    **as_user,
-                )
-                code = self._proc.wait()
-        except OSError as exc:  # e.g. the working directory does not exist
-            with self._log_path.open("a") as out:
-                out.write(f"[corral] could not start: {exc}\n")
-            self._finish(127, f"could not start: {exc}")
-            return
+                copy_capped(self._proc, out, self.launch.log_limit_bytes)
+        except OSError as exc:  # the log's disk is full or gone: the job goes on, its output is lost
+            log.warning("job %s rank %s: writing its log: %s", self.launch.job_id, self.rank, exc)
+            copy_capped(self._proc, None, 0)
+        code = self._proc.wait()
         # A signal shows as a negative return code; report it the way a shell would.
         self._finish(code if code >= 0 else 128 - code)
+
+
+LOG_CHUNK = 64 * 1024
+DRAIN_AFTER_EXIT_S = 2.0  # how long output left in the pipe is read after the job's process has exited
+
+
+def copy_capped(proc: subprocess.Popen[bytes], out: Any, limit: int) -> None:
+    """Copy the process's output into `out` up to `limit` bytes; past it, say so in the log once and drop the rest
+    (still read, so the job never blocks on a full pipe). Returns when the output ends, or soon after the process exits
+    if something it left running in the background keeps the pipe open."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    written, dropped = 0, False
+    exited_at: float | None = None
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            chunk = os.read(fd, LOG_CHUNK)
+            if not chunk:
+                break
+            keep = chunk[: max(0, limit - written)]
+            if out is not None and keep:
+                out.write(keep)
+                out.flush()
+            written += len(keep)
+            if out is not None and len(keep) < len(chunk) and not dropped:
+                dropped = True
+                out.write(f"\n[corral] log truncated at {limit} bytes (corral serve --log-limit-mb): the rest of "
+                          "this run's output is dropped\n".encode())
+                out.flush()
+        if proc.poll() is not None:
+            exited_at = exited_at or time.monotonic()
+            if not ready or time.monotonic() - exited_at > DRAIN_AFTER_EXIT_S:
+                break
+    proc.stdout.close()
 
 
 RemoteWorker = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)(Worker)
@@ -338,8 +414,9 @@ class RayBackend:
     # The controller reads `nodes()` off its pass: each read is a round trip to Ray's GCS (`Controller._read_nodes`).
     nodes_in_background = True
 
-    def __init__(self, *, cluster: Any = None) -> None:
+    def __init__(self, *, cluster: Any = None, temp_dir: Path | None = None) -> None:
         self._cluster = cluster  # a ray.cluster_utils.Cluster we started, or None when we joined one
+        self._temp_dir = temp_dir  # the private folder of its Ray sessions
         self._runs: dict[int, _Run] = {}
         self._stopping: list[tuple[str, Any, Any, float]] = []  # (actor's name, actor, ref of stop(), deadline)
 
@@ -347,22 +424,41 @@ class RayBackend:
 
     @classmethod
     def local(cls, nodes: int, gpus_per_node: int, *, names: list[str] | None = None) -> RayBackend:
-        """Start a local Ray cluster of `nodes` virtual nodes with `gpus_per_node` virtual GPUs each."""
+        """Start a local Ray cluster of `nodes` virtual nodes with `gpus_per_node` virtual GPUs each, reachable by
+        the server's user alone: every Ray process listens on loopback and checks the token of `CORRAL_HOME` (made
+        if missing), and Ray's session folders (sockets, logs) sit in a folder only that user may enter."""
         from ray.cluster_utils import Cluster
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray_auth.use_token(ray_auth.ensure_token())
+        temp = ray_auth.private_temp_dir()
+        os.environ["RAY_TMPDIR"] = str(temp)  # Ray's folders go under $RAY_TMPDIR/ray
+        _reload_auth()
+        # Ray turns a loopback address into the machine's own when a driver connects (it assumes a multi-machine
+        # cluster); with every Ray process bound to loopback, the driver must connect to loopback too.
+        ray_constants.ENABLE_RAY_CLUSTER = False
         names = names or [f"node{i}" for i in range(nodes)]
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                                 "node_ip_address": LOOPBACK})
         for name in names:
-            cluster.add_node(num_cpus=1, num_gpus=gpus_per_node, resources=node_resources(name, gpus_per_node))
+            cluster.add_node(num_cpus=1, num_gpus=gpus_per_node, resources=node_resources(name, gpus_per_node),
+                             node_ip_address=LOOPBACK)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
-        return cls(cluster=cluster)
+        return cls(cluster=cluster, temp_dir=temp)
 
     @classmethod
-    def connect(cls, address: str) -> RayBackend:
-        """Join an existing Ray cluster (its nodes carry `node_resources`)."""
+    def connect(cls, address: str, *, allow_unauthenticated: bool = False) -> RayBackend:
+        """Join an existing Ray cluster (its nodes carry `node_resources`) with the token of `RAY_AUTH_TOKEN`,
+        `RAY_AUTH_TOKEN_PATH` or `CORRAL_HOME/ray-token`. A cluster that lets anyone in without a token is refused
+        unless `allow_unauthenticated`: whoever reaches it runs code as its workers' user (see docs/security.md)."""
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray_constants.ENABLE_RAY_CLUSTER = _ENABLE_RAY_CLUSTER
+        ray_auth.check_cluster_auth(address, allow_unauthenticated)
+        source = ray_auth.existing_token()
+        if source is not None:
+            ray_auth.use_token(source)
+            _reload_auth()
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
         return cls()
 
@@ -375,6 +471,8 @@ class RayBackend:
         ray.shutdown()
         if self._cluster is not None:
             self._cluster.shutdown()
+            if self._temp_dir is not None and self._temp_dir.name.startswith("corral-ray-"):
+                shutil.rmtree(self._temp_dir, ignore_errors=True)  # the fallback outside CORRAL_HOME
 
     # -- nodes --
 

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from scheduler.core import paths
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
 from scheduler.core.workloads import ModelProfile
-from scheduler.live.runs import Launch, RankSpec
+from scheduler.live.job_accounts import AccountError, JobAccounts
+from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, Launch, RankSpec
 from scheduler.live.store.models import Job as JobRow
 from scheduler.live.store.models import JobType
 
@@ -61,12 +62,20 @@ def rank_specs(cluster: Cluster, node_names: Sequence[str], placement: Placement
     return ranks
 
 
-def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], job_user: str | None) -> Launch:
-    """What the backend needs to start (or, after a restart, find) this run's workers."""
+def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], accounts: JobAccounts,
+              log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES) -> Launch:
+    """What the backend needs to start (or, after a restart, find) this run's workers. A command job whose user has no
+    account now (the server was restarted with another map since it was accepted) fails at launch, saying why."""
+    run_as, account_error = None, ""
+    if row.kind == JobType.COMMAND:
+        try:
+            run_as = accounts.account(row.user.name, row.user_id, admin=row.user.admin)
+        except AccountError as exc:
+            account_error = str(exc)
     return Launch(
         job_id=row.id, attempt=attempt, kind=row.kind, ranks=tuple(ranks),
         work_s=row.duration_s, rate=job.rate, log_dir=str(paths.log_path(row.id, attempt, 0).parent),
         checkpoint_dir=str(paths.checkpoint_dir(row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
         env={str(k): str(v) for k, v in (row.env or {}).items()},
-        run_as=job_user if row.kind == JobType.COMMAND else None,
+        run_as=run_as, create_account=accounts.creates, account_error=account_error, log_limit_bytes=log_limit_bytes,
     )

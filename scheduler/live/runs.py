@@ -27,6 +27,11 @@ def node_resources(name: str, gpus: int, preset: str | None = None) -> dict[str,
     return res
 
 
+# What one rank of a command job may write to its log in one run: enough for any training log, small enough that a
+# job printing without end cannot fill CORRAL_HOME's disk (`corral serve --log-limit-mb`).
+DEFAULT_LOG_LIMIT_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     name: str
@@ -62,6 +67,9 @@ class Launch:
     workdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     run_as: str | None = None  # command jobs: the OS user their process runs as (None: the worker's own user)
+    account_error: str = ""  # why this job has no account to run as: its launch fails with this reason
+    create_account: bool = False  # make `run_as` on the node if it has no such account (scheduler.live.job_accounts)
+    log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES  # a command rank's log stops growing here (the rest is dropped)
 
 
 @dataclass(slots=True)

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from scheduler.core.model import Cluster, SpecError
 from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_type, presets_text
+from scheduler.live.job_accounts import JobAccounts
+from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES
 
 if TYPE_CHECKING:
     from scheduler.live.controller import Controller
@@ -42,8 +44,12 @@ class ServeConfig:
     policy: str | None = None  # None: keep the store's active policy (rl:default on a new store)
     tick_s: float = 0.5
     threads: int = 16
-    job_user: str | None = None  # the OS user command jobs run as (None: the server's own user)
-    command_jobs: str = "all"  # who may submit command jobs: "all" or "admins"
+    job_user: str | None = None  # one OS user every command job runs as (scheduler.live.job_accounts)
+    job_user_pattern: str | None = None  # or one OS account per Corral user, e.g. "corral-{user}"
+    job_user_map: Path | None = None  # or a YAML file mapping Corral users to OS accounts
+    command_jobs: str = "isolated"  # who may submit command jobs: isolated, admins or everyone (job_accounts)
+    log_limit_mb: float = DEFAULT_LOG_LIMIT_BYTES / 2**20  # what one rank of a command job may log per run
+    allow_unauthenticated_ray: bool = False  # join a --ray-address cluster that takes no token
     half_life_s: float = 7 * 24 * 3600.0  # of the teams' fair-share usage (scheduler.core.tenancy)
 
 
@@ -118,7 +124,8 @@ def leadership_for(store: Store, cfg: ServeConfig) -> Leadership:
     return Lease(store)
 
 
-def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Controller:
+def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
+                     accounts: JobAccounts | None = None) -> Controller:
     from policies import make_policy
     from scheduler.live.controller import Controller
     from scheduler.live.store import queries
@@ -130,29 +137,29 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig) -> Con
     nodes, cluster = discover(backend, cfg, known)
     return Controller(store, backend, cluster, [n.name for n in nodes], make_policy,
                       default_policy=cfg.policy or "rl:default", tick_s=cfg.tick_s, preset=cfg.preset,
-                      node_presets=[n.preset for n in nodes], job_user=cfg.job_user, half_life_s=cfg.half_life_s,
+                      node_presets=[n.preset for n in nodes], accounts=accounts or JobAccounts(shared=cfg.job_user),
+                      log_limit_bytes=int(cfg.log_limit_mb * 2**20), half_life_s=cfg.half_life_s,
                       leadership=leadership_for(store, cfg), nodes_from_store=bool(cfg.ray_address))
 
 
-def check_job_user(user: str | None, home: Path) -> None:
-    """Refuse a `--job-user` that cannot work: it must exist, the server must be root to switch to it, and it must be
-    able to reach its checkpoint folder under CORRAL_HOME (every folder above it passable by others)."""
-    if user is None:
-        return
-    import pwd
+def job_accounts_for(cfg: ServeConfig, home: Path) -> JobAccounts:
+    """The OS accounts command jobs run as, from the flags, refused at start if they cannot work: the server must be
+    root to switch users, and each account must be able to reach its checkpoint folder under CORRAL_HOME (every
+    folder above it passable by others)."""
+    from scheduler.live import job_accounts
 
-    try:
-        pwd.getpwnam(user)
-    except KeyError:
-        raise SpecError(f"--job-user: no OS user {user!r} on this machine (create it, e.g. `useradd --system "
-                        f"--no-create-home {user}`)") from None
-    if os.geteuid() != 0:
-        raise SpecError("--job-user: switching command jobs to another OS user needs the server to run as root")
-    for folder in home.parents:  # (CORRAL_HOME itself is opened to passing by `secure_home`)
-        if folder.exists() and not folder.stat().st_mode & 0o001:
-            raise SpecError(f"--job-user: {folder} is closed to other users, so {user!r} cannot reach its "
-                            f"checkpoint folder under CORRAL_HOME={home}; put CORRAL_HOME under a passable path "
-                            "such as /var/lib/corral")
+    accounts = job_accounts.load(cfg.job_user, cfg.job_user_pattern, cfg.job_user_map)
+    job_accounts.check_server(accounts, cfg.command_jobs)
+    if accounts.isolated:
+        for folder in home.parents:  # (CORRAL_HOME itself is opened to passing by `secure_home`)
+            if folder.exists() and not folder.stat().st_mode & 0o001:
+                raise SpecError(f"{folder} is closed to other users, so the jobs' OS accounts cannot reach their "
+                                f"checkpoint folders under CORRAL_HOME={home}; put CORRAL_HOME under a passable path "
+                                "such as /var/lib/corral")
+    for name in job_accounts.missing(accounts):
+        log.warning("--job-user-map: no OS account %r on this machine: jobs mapped to it fail on a node without it",
+                    name)
+    return accounts
 
 
 def pwd_name() -> str:
@@ -217,12 +224,14 @@ def serve(cfg: ServeConfig) -> None:
     if cfg.policy is not None:
         make_policy(cfg.policy)  # an unknown name or a broken agent fails here, not in the controller thread
     home = corral_home()
-    check_job_user(cfg.job_user, home)
+    accounts = job_accounts_for(cfg, home)
     os.umask(0o077)  # the store, logs and agents the server writes are its own user's alone
     secure_home(home)
-    if cfg.job_user is None:
-        log.warning("command jobs run as this server's OS user (%s) and can read what it can; see docs/security.md "
-                    "(--job-user, --command-jobs admins)", pwd_name())
+    if not accounts.isolated:
+        log.warning("command jobs run as this server's OS user (%s) and can read what it can, so %s; see "
+                    "docs/security.md (--job-user-pattern, --job-user-map, --job-user)", pwd_name(),
+                    "EVERY user's can (--command-jobs everyone)" if cfg.command_jobs == "everyone" else
+                    "only admins may submit them")
     url = database_url()
     store = Store.open(url)
     secure_home(home)  # again: the database file exists now
@@ -231,11 +240,11 @@ def serve(cfg: ServeConfig) -> None:
             queries.activate_policy(s, cfg.policy, by="corral serve --policy")
     if cfg.ray_address:
         log.info("joining the Ray cluster at %s", cfg.ray_address)
-        backend = RayBackend.connect(cfg.ray_address)
+        backend = RayBackend.connect(cfg.ray_address, allow_unauthenticated=cfg.allow_unauthenticated_ray)
     else:
         log.info("starting a local Ray cluster: %d virtual nodes x %d virtual GPUs", cfg.nodes, cfg.gpus_per_node)
         backend = RayBackend.local(cfg.nodes, cfg.gpus_per_node)
-    controller = build_controller(store, backend, cfg)
+    controller = build_controller(store, backend, cfg, accounts)
     # Other replicas' APIs wake this controller through the doorbell, and this one's wakes theirs (PostgreSQL only).
     listener = doorbell.Listener(store, controller.wake).start() if doorbell.shared(store) else None
 
@@ -247,6 +256,7 @@ def serve(cfg: ServeConfig) -> None:
         controller.start()
         freeze_heap()
         app = create_app(store, notify=notify, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
+                                                       "CORRAL_JOB_ACCOUNTS": accounts,
                                                        "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s},
                          controller_status=controller.status)
         server = create_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads)

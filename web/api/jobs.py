@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from scheduler.core.paths import log_path
 from scheduler.core.workloads import catalog
+from scheduler.live import job_accounts
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
@@ -134,10 +135,11 @@ def blueprint(prefix: str) -> Blueprint:
         if fields["kind"] == JobType.COMMAND and fields["duration_s"] is None:
             fields["duration_s"] = DEFAULT_COMMAND_DURATION_S
         who = caller()
-        if fields["kind"] == JobType.COMMAND and not who.admin and \
-                current_app.config.get("CORRAL_COMMAND_JOBS", "all") == "admins":
-            abort(403, message="kind: command jobs run code on the cluster's machines, and this server takes them from "
-                               "admins only (corral serve --command-jobs admins); submit an emulated job instead")
+        if fields["kind"] == JobType.COMMAND:
+            why = job_accounts.refusal(current_app.config["CORRAL_JOB_ACCOUNTS"], current_app.config[
+                "CORRAL_COMMAND_JOBS"], who.name, who.id, who.admin)
+            if why is not None:
+                abort(403, message=f"kind: {why}")
         # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
         # query per submission, which the token cache exists to avoid.
         user = User(id=who.id, name=who.name, admin=who.admin)

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from scheduler.core.errors import SpecError
 from scheduler.core.paths import corral_home
+from scheduler.live import ray_auth
 from scheduler.live.node.hardware import NodeHardware, discovered, virtual
 from scheduler.live.node.health import readings, write_health
 from scheduler.live.node.mps import NODE_DIR_ENV, MpsConfig, MpsError, MpsManager, write_config
@@ -59,6 +60,7 @@ class AgentOptions:
     dry_run: bool = False
     api: str | None = None  # the Corral API's base URL to push health to (None: health.json only)
     api_token: str | None = None  # an admin's token for it (from CORRAL_TOKEN)
+    allow_unauthenticated_ray: bool = False  # join a Ray cluster without a token (docs/security.md says why not)
 
     @property
     def folder(self) -> Path:
@@ -234,6 +236,7 @@ class NodeAgent:
             env = {**os.environ, NODE_DIR_ENV: str(self.opts.folder), "CORRAL_NODE_NAME": self.opts.name}
             env.pop(TOKEN_ENV, None)  # an admin's token: Ray's workers, and the jobs they run, have no use for it
             env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            env.update(self._ray_env())
             self._child = subprocess.Popen(argv, env=env, preexec_fn=_die_with_parent)  # noqa: PLW1509 - see above
             self._out(f"  joining Ray at {self.opts.address}: ray start pid {self._child.pid}")
             if self._signals:  # a signal came before there was a child to forward it to
@@ -250,6 +253,27 @@ class NodeAgent:
         status = code if code >= 0 else 128 - code  # killed by a signal: report it as a shell would
         self._out(f"corral node {self.opts.name}: Ray exited with status {status}")
         return status
+
+    def _ray_env(self) -> dict[str, str]:
+        """What `ray start` needs to join safely: the cluster's token (Ray checks it on every call, so a job on this
+        node cannot drive Ray as Ray's user), and a private folder for Ray's sockets and logs."""
+        env = {"RAY_TMPDIR": str(ray_auth.private_temp_dir())}
+        try:
+            source = ray_auth.existing_token()
+            ray_auth.check_cluster_auth(self.opts.address, self.opts.allow_unauthenticated_ray)
+        except SpecError as exc:
+            raise AgentError(str(exc)) from None
+        if source is None:
+            if not self.opts.allow_unauthenticated_ray:
+                raise AgentError(
+                    f"no Ray token on this machine: copy the cluster's token (the server's CORRAL_HOME/ray-token) to "
+                    f"{ray_auth.token_path()} with mode 0600, or set {ray_auth.TOKEN_PATH_VAR}; "
+                    "--allow-unauthenticated-ray joins without one")
+            self._out("  Ray: joining WITHOUT a token (--allow-unauthenticated-ray): anyone who reaches the cluster "
+                      "runs code as its workers' user")
+            return env
+        self._out(f"  Ray: token from {source}")
+        return {**env, **ray_auth.token_env(source)}
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1

@@ -1,0 +1,73 @@
+"""A command job's worker (the class Ray runs as an actor, driven here in-process): a launch that fails ends the job as
+failed with its reason instead of leaving it running with its GPUs, and a job's log stops growing at its cap (issue 25,
+items 3 and 5)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from scheduler.live.ray_backend import Worker
+from scheduler.live.runs import Launch, RankSpec, rank_env
+
+
+def launch(tmp_path: Path, entrypoint: str, **kw: object) -> Launch:
+    return Launch(job_id=5, attempt=1, kind="command", ranks=(RankSpec(0, "node0", (0,), 1.0, 80.0),), work_s=1.0,
+                  rate=1.0, log_dir=str(tmp_path / "logs"), checkpoint_dir=str(tmp_path / "ckpt"),
+                  entrypoint=entrypoint, **kw)  # type: ignore[arg-type]
+
+
+def run(l: Launch, timeout_s: float = 30.0) -> Worker:  # noqa: E741
+    worker = Worker(l, 0)
+    worker.start(rank_env(l.ranks[0], 1, "127.0.0.1", 29500, l))
+    deadline = time.monotonic() + timeout_s
+    while worker.phase != "exited" and time.monotonic() < deadline:
+        worker.finished(0.2)
+    assert worker.phase == "exited", f"the worker did not end within {timeout_s} s"
+    return worker
+
+
+def test_an_environment_the_os_refuses_fails_the_job_with_its_reason(tmp_path: Path) -> None:
+    """A lone surrogate in `env` cannot be encoded for execve: the thread used to die inside Popen, and the job stayed
+    running with an empty log, holding its GPU, until cancelled."""
+    w = run(launch(tmp_path, "echo hi", env={"BAD": "\ud800"}))
+    assert w.exit_code == 127 and w.error.startswith("could not start:") and "surrogate" in w.error
+    assert "could not start" in (tmp_path / "logs" / "rank-0.log").read_text()
+
+
+def test_a_missing_working_directory_fails_the_job(tmp_path: Path) -> None:
+    w = run(launch(tmp_path, "true", workdir=str(tmp_path / "nowhere")))
+    assert w.exit_code == 127 and "nowhere" in w.error
+
+
+def test_a_user_without_an_account_fails_the_job_saying_why(tmp_path: Path) -> None:
+    """The user's account is not in the job-user map any more (or the node lacks it): failed, not lost and retried."""
+    w = run(launch(tmp_path, "true", account_error="user 'bob' has no OS account in the job-user map (m.yaml)"))
+    assert w.exit_code == 127 and "no OS account in the job-user map" in w.error
+    w = run(launch(tmp_path, "true", run_as="no-such-account-xyz"))
+    assert w.exit_code == 127 and "no OS account 'no-such-account-xyz' on this node" in w.error
+
+
+def test_a_log_stops_at_its_cap_and_says_so(tmp_path: Path) -> None:
+    """300 MB without a newline used to land in the log whole; now the first `log_limit_bytes` do, then one note, and
+    the job still runs to its end (its output is read and dropped, so it never blocks on a full pipe)."""
+    limit = 100_000
+    w = run(launch(tmp_path, "head -c 5000000 /dev/zero | tr '\\0' x; echo; echo tail-end", log_limit_bytes=limit))
+    assert w.exit_code == 0
+    text = (tmp_path / "logs" / "rank-0.log").read_text()
+    assert text.count("x") == limit and "tail-end" not in text
+    assert text.count("log truncated at 100000 bytes") == 1 and len(text) < limit + 300
+
+
+def test_a_log_under_its_cap_is_whole(tmp_path: Path) -> None:
+    w = run(launch(tmp_path, "for i in 1 2 3; do echo line $i; done; echo err >&2", log_limit_bytes=1000))
+    assert w.exit_code == 0
+    assert (tmp_path / "logs" / "rank-0.log").read_text() == "line 1\nline 2\nline 3\nerr\n"
+
+
+def test_a_background_child_holding_the_output_open_does_not_keep_the_job_running(tmp_path: Path) -> None:
+    """The job's shell exits; something it left behind keeps the pipe open. The run ends soon after its process."""
+    start = time.monotonic()
+    w = run(launch(tmp_path, "(sleep 20 &) ; echo started", log_limit_bytes=1000), timeout_s=15.0)
+    assert w.exit_code == 0 and time.monotonic() - start < 15.0
+    assert (tmp_path / "logs" / "rank-0.log").read_text().startswith("started")
