@@ -1,0 +1,203 @@
+"""Ray is no open door (issue 25, item 1).
+
+The attack found in review: a command job, running as an unprivileged job user, connected to the local Ray cluster's
+GCS (its port is readable from `ps`), rewrote the pickle of Corral's `Worker` class in Ray's internal KV, and the next
+job anyone submitted ran that code as root. Here a local cluster is started the way `corral serve` starts it, and a
+real command job launched through it as another OS user tries exactly that: the GCS refuses it for want of the token,
+the token file and Ray's session folders are closed to it, and nothing it tried to write is in the KV. Every Ray
+process of the cluster listens on loopback only.
+
+The attack needs root (to run the job as another user) and a Python that user can run with Ray importable; elsewhere
+it skips saying why. The other checks run everywhere.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ray
+import ray.experimental.internal_kv as internal_kv
+
+from scheduler.core.paths import checkpoint_dir, log_path, secure_home
+from scheduler.live import ray_auth
+from scheduler.live.ray_backend import RayBackend
+from scheduler.live.runs import Launch, RankSpec
+
+ATTACKER = "corral-test-attacker"
+KV_KEY = b"corral-test-attack"
+
+# Run as the job's OS user: once holding no token at all, once claiming token mode with a guessed token.
+ATTACK = r"""
+import os, sys
+from ray._raylet import GcsClient
+from ray.exceptions import AuthenticationError
+address, home = sys.argv[1], sys.argv[2]
+for what, path in (("TOKEN", os.path.join(home, "ray-token")), ("SESSIONS", os.path.join(home, "ray"))):
+    try:
+        os.listdir(path) if os.path.isdir(path) else open(path).read()
+        print(what + "-OPEN")
+    except OSError:
+        print(what + "-REFUSED")
+try:
+    client = GcsClient(address=address)
+    client.internal_kv_put(b"corral-test-attack", b"evil", True, None, timeout=5)
+    print("KV-OPEN", client.internal_kv_get(b"corral-test-attack", None, timeout=5))
+except AuthenticationError:
+    print("KV-REFUSED")
+except Exception as exc:
+    print("KV-ERROR", type(exc).__name__, exc)
+"""
+
+
+@pytest.fixture(scope="module")
+def home() -> Iterator[Path]:
+    """A CORRAL_HOME other users may pass through (pytest's tmp_path lies under a folder closed to them)."""
+    path = Path(tempfile.mkdtemp(prefix="corral-rayauth-"))
+    os.chmod(path, 0o755)
+    old = os.environ.get("CORRAL_HOME")
+    os.environ["CORRAL_HOME"] = str(path / "home")
+    secure_home(path / "home")
+    yield path / "home"
+    if old is None:
+        os.environ.pop("CORRAL_HOME", None)
+    else:
+        os.environ["CORRAL_HOME"] = old
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def backend(home: Path) -> Iterator[RayBackend]:
+    b = RayBackend.local(1, 2)
+    yield b
+    b.shutdown()
+
+
+def test_the_token_is_the_servers_alone_and_rays_folders_are_private(backend: RayBackend, home: Path) -> None:
+    token = home / ray_auth.TOKEN_FILE
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text()) == 64
+    assert stat.S_IMODE((home / "ray").stat().st_mode) == 0o700
+    assert any((home / "ray" / "ray").glob("session_*")), "Ray's session folders are not under CORRAL_HOME/ray"
+    assert os.environ[ray_auth.MODE_VAR] == "token" and os.environ[ray_auth.TOKEN_PATH_VAR] == str(token)
+
+
+def test_a_client_without_the_token_is_refused(backend: RayBackend) -> None:
+    assert ray_auth.cluster_requires_token(backend.address) is True
+
+
+def test_every_ray_process_listens_on_loopback_only(backend: RayBackend) -> None:
+    listening = listening_addresses(descendants(os.getpid()))
+    assert listening, "found no listening socket of the cluster's processes"
+    assert all(_loopback(ip) for ip, _ in listening), listening
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                    reason="running the job as another OS user needs root and useradd")
+def test_a_job_cannot_drive_ray(backend: RayBackend, home: Path) -> None:
+    python, pythonpath = attacker_python()
+    script = home.parent / "attack.py"
+    script.write_text(ATTACK)
+    os.chmod(script, 0o644)
+    entry = f"{python} {script} {backend.address} {home}"
+    launch = Launch(job_id=1, attempt=1, kind="command", ranks=(RankSpec(0, "node0", (0,), 1.0, 80.0),), work_s=1.0,
+                    rate=1.0, log_dir=str(log_path(1, 1, 0).parent), checkpoint_dir=str(checkpoint_dir(1)),
+                    entrypoint=entry, env={"PYTHONPATH": pythonpath}, run_as=ATTACKER, create_account=True)
+    try:
+        backend.launch(launch)
+        deadline = time.monotonic() + 120
+        phase = "starting"
+        while phase not in ("succeeded", "failed", "lost") and time.monotonic() < deadline:
+            statuses = {s.job_id: s for s in backend.poll()}
+            phase = statuses[1].phase if 1 in statuses else phase
+            time.sleep(0.1)
+        backend.forget(1)
+        out = log_path(1, 1, 0).read_text()
+        assert phase == "succeeded", out
+        assert "TOKEN-REFUSED" in out and "SESSIONS-REFUSED" in out, out
+        assert "KV-REFUSED" in out and "KV-OPEN" not in out, out
+        assert internal_kv._internal_kv_get(KV_KEY) is None  # nothing was written
+    finally:
+        subprocess.run(["userdel", ATTACKER], check=False, capture_output=True)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------------
+
+
+def attacker_python() -> tuple[str, str]:
+    """A Python the job user can run, and the PYTHONPATH that lets it import this Ray (the same minor version: Ray's
+    extension is built for it). Skips if there is none (e.g. the only Python lives under /root)."""
+    site = str(Path(ray.__file__).resolve().parents[1])
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (sys.executable, shutil.which(version) or "", f"/usr/bin/{version}"):
+        if not candidate:
+            continue
+        probe = subprocess.run(["su", "-s", "/bin/sh", "nobody", "-c",
+                                f"cd / && PYTHONPATH={site} {candidate} -c 'import ray._raylet'"],
+                               capture_output=True, check=False)
+        if probe.returncode == 0:
+            return candidate, site
+    pytest.skip(f"no {version} that an unprivileged user can run with Ray from {site}")
+
+
+def descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def listening_addresses(pids: set[int]) -> list[tuple[str, int]]:
+    """The (address, port) of every TCP socket in LISTEN state that one of `pids` holds, read from /proc."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(fd))
+                if m:
+                    inodes.add(m.group(1))
+        except OSError:
+            continue
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                hex_ip, hex_port = cols[1].split(":")
+                found.append((_ip(hex_ip, width), int(hex_port, 16)))
+    return found
+
+
+def _loopback(text: str) -> bool:
+    ip = ipaddress.ip_address(text)
+    mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1, a v4 loopback socket seen through tcp6
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _ip(hex_ip: str, width: int) -> str:
+    raw = bytes.fromhex(hex_ip)
+    # /proc prints each 32-bit word in host (little-endian) order.
+    words = b"".join(struct.pack(">I", struct.unpack("<I", raw[i:i + 4])[0]) for i in range(0, len(raw), 4))
+    return str(ipaddress.IPv4Address(words) if width == 8 else ipaddress.IPv6Address(words))
+
