@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,56 @@ def job(name: str, submit: float, gpus: float, duration: float, model: str = "Re
 def tiny_cluster() -> Cluster:
     """One node of four GPUs: small enough to compute schedules by hand."""
     return small_cluster(nodes=1, gpus=4)
+
+
+# ---- Ray clusters a test starts itself ----------------------------------------------------------------------------
+
+
+@contextmanager
+def ray_token_env(folder: Path) -> Iterator[Path]:
+    """Token authentication for a Ray cluster a test starts by hand (`ray.cluster_utils.Cluster`), as every cluster
+    Corral starts or joins has it (scheduler.live.ray_auth): a token file in `folder`, and RAY_AUTH_MODE=token with
+    its path in this process's environment, which Ray's processes and `corral serve` subprocesses inherit, until the
+    block ends. Without it `corral serve --ray-address` refuses the cluster."""
+    from scheduler.live import ray_auth
+    from scheduler.live.ray_backend import _reload_auth
+
+    saved = {k: os.environ.get(k) for k in (ray_auth.MODE_VAR, ray_auth.TOKEN_VAR, ray_auth.TOKEN_PATH_VAR)}
+    path = ray_auth.ensure_token(folder)
+    ray_auth.use_token(path)
+    _reload_auth()
+    try:
+        yield path
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _reload_auth()
+
+
+@contextmanager
+def virtual_ray_cluster(folder: Path, nodes: dict[str, int]) -> Iterator[Any]:
+    """A real Ray cluster for one test module, with the token of `ray_token_env`: a head with no Corral resources and
+    one Corral node per entry of `nodes` (name: virtual GPUs); this process is connected to it. `corral_nodes` maps
+    each name to Ray's handle of its node (to remove it)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from scheduler.live.runs import node_resources
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    with ray_token_env(folder):
+        cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        cluster.corral_nodes = {name: cluster.add_node(num_cpus=1, num_gpus=gpus, resources=node_resources(name, gpus))
+                                for name, gpus in nodes.items()}
+        cluster.wait_for_nodes()
+        try:
+            yield cluster
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
 
 
 # ---- the live service's store: every store test runs on SQLite and on PostgreSQL ----------------------------------

@@ -18,6 +18,7 @@ import requests
 from conftest import wait_until
 from netns import Host, Hosts
 
+from scheduler.live import ray_auth
 from scheduler.live.store import Store, queries
 
 BIN = Path(sys.executable).parent
@@ -91,8 +92,10 @@ def corral_on_hosts(logs: Path, workers: Sequence[str] = ("w1", "w2"), policy: s
     with store.session() as s:
         token = queries.create_token(s, "alice")
     store.close()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "DATABASE_URL": db_url,
-           "CORRAL_HOME": str(home)}
+    # Every host reads the cluster's token from the shared home, as `corral serve` and `corral node start` do.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "DATABASE_URL": db_url, "CORRAL_HOME": str(home),
+           **ray_auth.token_env(ray_auth.ensure_token(home))}
+    env.pop(ray_auth.TOKEN_VAR, None)  # (it would win over the file)
     hosts = Hosts(logs)
     try:
         head = hosts.add("head")

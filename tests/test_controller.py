@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import virtual_ray_cluster
 from sqlalchemy import select
 
 from policies import make_policy
@@ -31,16 +32,9 @@ NAMES = ["n0", "n1"]
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    c = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    c.corral_nodes = {n: c.add_node(num_cpus=1, num_gpus=GPUS, resources=node_resources(n, GPUS)) for n in NAMES}
-    c.wait_for_nodes()
-    yield c
-    ray.shutdown()
-    c.shutdown()
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {n: GPUS for n in NAMES}) as c:
+        yield c
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 CORRAL_CLI = Path(sys.executable).parent / "corral"
-SERVICES = {"postgres", "ray-head", "ray-worker", "corral", "corral-standby"}
+SERVICES = {"ray-token", "postgres", "ray-head", "ray-worker", "corral", "corral-standby"}
 
 # -- Compose's variable interpolation ------------------------------------------------------------------------------
 
@@ -166,10 +166,10 @@ def head_address(c: dict[str, Any]) -> str:
 
 # -- compose: structure and wiring -----------------------------------------------------------------------------------
 
-def test_compose_is_the_compose_spec_with_the_five_services() -> None:
+def test_compose_is_the_compose_spec_with_the_six_services() -> None:
     assert "version" not in RAW  # the Compose specification has none; Compose v2 warns that it is obsolete
     assert set(RAW["services"]) == SERVICES
-    for name in ("ray-head", "ray-worker", "corral", "corral-standby"):
+    for name in ("ray-token", "ray-head", "ray-worker", "corral", "corral-standby"):
         svc = RAW["services"][name]
         assert svc.get("build"), f"{name} must build the Corral image"
         assert svc["image"] == RAW["services"]["corral"]["image"], f"{name} must run the same image as corral"
@@ -380,6 +380,40 @@ def test_the_wait_counts_alive_corral_nodes(tmp_path: Path, monkeypatch: pytest.
         exec(compile(_wait_code(tmp_path), "<corral wait>", "exec"), {"__name__": "__main__"})  # noqa: S102
     assert (not exit_.value.code) is ready
     assert seen == ["ray-head:6379"] and FakeBackend.shut
+
+
+RAY_SERVICES = ("ray-head", "ray-worker", "corral", "corral-standby")
+
+
+def test_every_ray_process_takes_the_token_made_before_any_starts(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Token authentication on every Ray node (issue 25): each service that runs Ray has RAY_AUTH_MODE=token and reads
+    the token from the shared volume, where the one-shot `ray-token` service makes it before the Ray head starts
+    (everything else waits on the head). Its command is the real `corral ray-token`, run here: a 0600 file."""
+    c = compose({})
+    token = c["services"]["ray-token"]
+    for name in RAY_SERVICES:
+        svc = c["services"][name]
+        env = environment(svc)
+        assert env["RAY_AUTH_MODE"] == "token", name
+        folder = str(Path(env["RAY_AUTH_TOKEN_PATH"]).parent)
+        assert mounts(svc).get(folder) == mounts(token)[folder], f"{name} does not mount the token's volume"
+    assert c["services"]["ray-head"]["depends_on"]["ray-token"]["condition"] == "service_completed_successfully"
+    for name in ("ray-worker", "corral"):
+        assert c["services"][name]["depends_on"]["ray-head"]["condition"] == "service_healthy"
+    assert token["command"][:2] == ["corral", "ray-token"]
+
+    from click.testing import CliRunner
+
+    from scheduler.cli.commands import main
+
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    result = CliRunner().invoke(main, token["command"][1:])
+    assert result.exit_code == 0, result.output
+    made = Path(result.output.strip())
+    assert made == tmp_path / "ray-token" and made.stat().st_mode & 0o777 == 0o600
+    first = made.read_text()
+    assert CliRunner().invoke(main, ["ray-token", "--print"]).output.strip() == first  # kept, not remade
 
 
 def test_corral_home_is_one_volume_at_one_path_for_service_and_workers() -> None:

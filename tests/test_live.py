@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import CORRAL, ServeProcess, drop_postgres_schema, postgres_schema_url, wait_until
+from conftest import CORRAL, ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
 from sqlalchemy import select
 
 from scheduler.core.workloads import catalog
-from scheduler.live.runs import NAMESPACE, node_resources
+from scheduler.live.runs import NAMESPACE
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Allocation, Gpu, JobEvent
 from scheduler.live.store.models import Job as JobRow
@@ -34,18 +34,9 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, connect=True,
-                      head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for i in range(NODES):
-        cluster.add_node(num_cpus=1, num_gpus=GPUS, resources=node_resources(f"node{i}", GPUS))
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {f"node{i}": GPUS for i in range(NODES)}) as c:
+        yield c
 
 
 @dataclass
@@ -113,7 +104,9 @@ def live(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path_factory: pyt
     db_url = f"sqlite:///{home / 'corral.db'}" if request.param == "sqlite" else postgres_schema_url(schema)
     store = Store.open(db_url)
     with store.session() as s:
-        token = queries.create_token(s, "alice")
+        # alice is an admin: her command jobs may run as the server's own OS user, which a non-admin's may not
+        # unless the server maps users to OS accounts (issue 25; tests/test_job_isolation.py runs those as root)
+        token = queries.create_token(s, "alice", admin=True)
         other = queries.create_token(s, "bob")
     store.close()
     service = Service(ray_cluster.address, db_url, home, token=token, other_token=other)

@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, wait_until
+from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
 from sqlalchemy import func, select
 
 from scheduler.live.ray_backend import STOP_GRACE_S
-from scheduler.live.runs import node_resources
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import JobEvent, Team
 
@@ -31,17 +30,9 @@ A_WORK_S, B_WORK_S = 25.0, 4.0  # A's jobs still run when B's arrive; B's finish
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for i in range(NODES):
-        cluster.add_node(num_cpus=1, num_gpus=GPUS, resources=node_resources(f"node{i}", GPUS))
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {f"node{i}": GPUS for i in range(NODES)}) as c:
+        yield c
 
 
 class Client:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import ray
-import ray.experimental.internal_kv as internal_kv
+from ray.experimental import internal_kv
 
 from scheduler.core.paths import checkpoint_dir, log_path, secure_home
 from scheduler.live import ray_auth

@@ -21,14 +21,21 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import InMemoryBackend, ServeProcess, drop_postgres_schema, postgres_schema_url, wait_until
+from conftest import (
+    InMemoryBackend,
+    ServeProcess,
+    drop_postgres_schema,
+    postgres_schema_url,
+    virtual_ray_cluster,
+    wait_until,
+)
 from sqlalchemy import select
 
 from policies import make_policy
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
 from scheduler.live.leader import Lease, NotLeader, SoleLeader
-from scheduler.live.runs import NAMESPACE, JobStatus, Launch, actor_name, node_resources
+from scheduler.live.runs import NAMESPACE, JobStatus, Launch, actor_name
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Allocation, ControllerLease, JobEvent
 from scheduler.live.store.models import Job as JobRow
@@ -312,19 +319,10 @@ E2E_GPUS = 4
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
-    ray = pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    cluster = Cluster(initialize_head=True, connect=True,
-                      head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for i in range(E2E_NODES):
-        cluster.add_node(num_cpus=1, num_gpus=E2E_GPUS, resources=node_resources(f"node{i}", E2E_GPUS))
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("ray")
+    with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {f"node{i}": E2E_GPUS for i in range(E2E_NODES)}) as c:
+        yield c
 
 
 def corral_actors() -> list[str]:

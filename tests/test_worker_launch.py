@@ -17,7 +17,7 @@ def launch(tmp_path: Path, entrypoint: str, **kw: object) -> Launch:
                   entrypoint=entrypoint, **kw)  # type: ignore[arg-type]
 
 
-def run(l: Launch, timeout_s: float = 30.0) -> Worker:  # noqa: E741
+def run(l: Launch, timeout_s: float = 30.0) -> Worker:
     worker = Worker(l, 0)
     worker.start(rank_env(l.ranks[0], 1, "127.0.0.1", 29500, l))
     deadline = time.monotonic() + timeout_s

@@ -687,6 +687,20 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
         raise click.UsageError(str(exc)) from None
 
 
+@main.command("ray-token")
+@click.option("--print", "show", is_flag=True,
+              help="Print the token itself, to copy to another machine's CORRAL_HOME/ray-token over a secure channel.")
+def ray_token_cmd(show: bool) -> None:
+    """Make the Ray cluster's token in CORRAL_HOME/ray-token (mode 0600) if there is none yet, and print its path.
+
+    `corral serve` makes it on its own; a cluster of several machines needs the same token on every Ray node
+    (`corral node start` and `ray start` read it there, or where RAY_AUTH_TOKEN_PATH says)."""
+    from scheduler.live import ray_auth
+
+    path = ray_auth.ensure_token()
+    click.echo(path.read_text().strip() if show else str(path))
+
+
 @main.command("node-resources")
 @click.option("--name", required=True, help="The Corral node name this Ray node will be (unique in the cluster).")
 @click.option("--gpus", required=True, type=click.IntRange(1, 64), help="GPUs on this node.")

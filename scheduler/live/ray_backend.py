@@ -64,6 +64,7 @@ STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this: time for a preempted job
 _RES_PRECISION = 10_000  # Ray accounts fractional resources in 1/10,000ths
 LOOPBACK = "127.0.0.1"
 _ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER  # as Ray set it at import, for `connect`
+_LOCAL_ENV = (ray_auth.MODE_VAR, ray_auth.TOKEN_VAR, ray_auth.TOKEN_PATH_VAR, "RAY_TMPDIR")
 
 
 def _reload_auth() -> None:
@@ -417,6 +418,7 @@ class RayBackend:
     def __init__(self, *, cluster: Any = None, temp_dir: Path | None = None) -> None:
         self._cluster = cluster  # a ray.cluster_utils.Cluster we started, or None when we joined one
         self._temp_dir = temp_dir  # the private folder of its Ray sessions
+        self._saved_env: dict[str, str | None] = {}  # what `local` changed in this process's environment
         self._runs: dict[int, _Run] = {}
         self._stopping: list[tuple[str, Any, Any, float]] = []  # (actor's name, actor, ref of stop(), deadline)
 
@@ -430,6 +432,7 @@ class RayBackend:
         from ray.cluster_utils import Cluster
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        saved = {k: os.environ.get(k) for k in _LOCAL_ENV}  # given back at shutdown (a test may start another)
         ray_auth.use_token(ray_auth.ensure_token())
         temp = ray_auth.private_temp_dir()
         os.environ["RAY_TMPDIR"] = str(temp)  # Ray's folders go under $RAY_TMPDIR/ray
@@ -445,7 +448,9 @@ class RayBackend:
                              node_ip_address=LOOPBACK)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
-        return cls(cluster=cluster, temp_dir=temp)
+        backend = cls(cluster=cluster, temp_dir=temp)
+        backend._saved_env = saved
+        return backend
 
     @classmethod
     def connect(cls, address: str, *, allow_unauthenticated: bool = False) -> RayBackend:
@@ -473,6 +478,13 @@ class RayBackend:
             self._cluster.shutdown()
             if self._temp_dir is not None and self._temp_dir.name.startswith("corral-ray-"):
                 shutil.rmtree(self._temp_dir, ignore_errors=True)  # the fallback outside CORRAL_HOME
+            for key, value in self._saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            ray_constants.ENABLE_RAY_CLUSTER = _ENABLE_RAY_CLUSTER
+            _reload_auth()
 
     # -- nodes --
 
