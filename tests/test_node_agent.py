@@ -433,6 +433,7 @@ sys.exit(99)
 """)
     stand_in.chmod(0o755)
     monkeypatch.setattr("scheduler.live.node.agent.ray_executable", lambda: str(stand_in))
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "t" * 64)  # the cluster's token (the agent refuses to join without one)
     lines: list[str] = []
     agent = NodeAgent(options(tmp_path, gpus=1, dry_run=False, health_interval_s=0.2), out=lines.append)
 

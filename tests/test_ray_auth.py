@@ -17,6 +17,8 @@ import ipaddress
 import os
 import re
 import shutil
+import signal
+import socket
 import stat
 import struct
 import subprocess
@@ -30,6 +32,7 @@ import pytest
 import ray
 from ray.experimental import internal_kv
 
+from scheduler.core.errors import SpecError
 from scheduler.core.paths import checkpoint_dir, log_path, secure_home
 from scheduler.live import ray_auth
 from scheduler.live.ray_backend import RayBackend
@@ -201,3 +204,68 @@ def _ip(hex_ip: str, width: int) -> str:
     words = b"".join(struct.pack(">I", struct.unpack("<I", raw[i:i + 4])[0]) for i in range(0, len(raw), 4))
     return str(ipaddress.IPv4Address(words) if width == 8 else ipaddress.IPv6Address(words))
 
+
+
+# ---- joining a cluster: refused without authentication unless the operator says so -------------------------------
+
+
+@pytest.fixture(scope="module")
+def open_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray head on 127.0.0.1 started WITHOUT token authentication, as an operator might have one."""
+    folder = Path(tempfile.mkdtemp(prefix="corral-open-"))  # short: Ray's socket paths live under it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH_", "RAY_ADDRESS"))}
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", HOME=str(folder))
+    log = (tmp_path_factory.mktemp("open-head") / "head.log").open("ab")
+    head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+                             "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=0", "--num-gpus=0",
+                             "--include-dashboard=false", f"--temp-dir={folder / 'ray'}"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while ray_auth.cluster_requires_token(address) is None and time.monotonic() < deadline:
+            assert head.poll() is None, "the Ray head exited"
+            time.sleep(1.0)
+        yield address
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_joining_an_unauthenticated_cluster_is_refused_unless_allowed(open_head: str, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ray_auth.cluster_requires_token(open_head) is False
+    with pytest.raises(SpecError, match="accepts clients without a token.*--allow-unauthenticated-ray"):
+        RayBackend.connect(open_head)
+    ray_auth.check_cluster_auth(open_head, allow_unauthenticated=True)  # the operator's explicit choice
+
+    from scheduler.live.node.agent import AgentError, AgentOptions, NodeAgent
+
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    monkeypatch.delenv(ray_auth.TOKEN_PATH_VAR, raising=False)
+    monkeypatch.delenv(ray_auth.TOKEN_VAR, raising=False)
+    agent = NodeAgent(AgentOptions(address=open_head, name="n1", gpus=1, node_dir=tmp_path / "n1"), out=print)
+    with pytest.raises(AgentError, match="no Ray token on this machine"):
+        agent._ray_env()
+    ray_auth.ensure_token(tmp_path)  # a token, but the cluster takes anyone: still refused
+    with pytest.raises(AgentError, match="accepts clients without a token"):
+        agent._ray_env()
+    allowed = NodeAgent(AgentOptions(address=open_head, name="n1", gpus=1, node_dir=tmp_path / "n1",
+                                     allow_unauthenticated_ray=True), out=print)
+    assert allowed._ray_env()[ray_auth.MODE_VAR] == "token"
+
+
+def test_a_cluster_nobody_answers_for_is_not_called_open() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    start = time.monotonic()
+    assert ray_auth.cluster_requires_token(f"127.0.0.1:{port}") is None
+    assert time.monotonic() - start < 10

@@ -21,6 +21,7 @@ import os
 import pwd
 import re
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,10 +173,13 @@ def ensure_os_account(name: str) -> pwd.struct_passwd:
     except KeyError:
         pass
     shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
-    proc = subprocess.run(["useradd", "--system", "--no-create-home", "--user-group", "--shell", shell, name],
-                          capture_output=True, text=True, check=False)
-    try:  # another worker on this node may have made it first (useradd then fails): either way it exists now
-        return pwd.getpwnam(name)
-    except KeyError:
-        raise AccountError(f"could not create the OS account {name!r}: {proc.stderr.strip() or proc.returncode}") \
-            from None
+    why = ""
+    for attempt in range(3):  # two workers of one user on a node race to make it: the loser finds it made
+        proc = subprocess.run(["useradd", "--system", "--no-create-home", "--user-group", "--shell", shell, name],
+                              capture_output=True, text=True, check=False)
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            why = proc.stderr.strip() or f"useradd exited with {proc.returncode}"
+            time.sleep(0.2 * (attempt + 1))  # useradd holds /etc/passwd's lock while the other one writes
+    raise AccountError(f"could not create the OS account {name!r}: {why}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import tempfile
@@ -122,6 +123,8 @@ def private_temp_dir(home: Path | None = None) -> Path:
 
 def cluster_requires_token(address: str) -> bool | None:
     """Whether the Ray cluster at `address` refuses a client without a token (None: it could not be asked)."""
+    if address != "auto" and not _reachable(address):
+        return None  # nobody there yet (a head still starting): whoever joins finds out
     with tempfile.TemporaryDirectory() as empty_home:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_")}
         env["HOME"] = empty_home
@@ -131,6 +134,15 @@ def cluster_requires_token(address: str) -> bool | None:
         except subprocess.TimeoutExpired:
             return None
     return {0: False, 10: True}.get(proc.returncode)
+
+
+def _reachable(address: str, timeout_s: float = 3.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def check_cluster_auth(address: str, allow_unauthenticated: bool) -> None:

@@ -260,15 +260,15 @@ class NodeAgent:
         env = {"RAY_TMPDIR": str(ray_auth.private_temp_dir())}
         try:
             source = ray_auth.existing_token()
-            ray_auth.check_cluster_auth(self.opts.address, self.opts.allow_unauthenticated_ray)
-        except SpecError as exc:
-            raise AgentError(str(exc)) from None
-        if source is None:
-            if not self.opts.allow_unauthenticated_ray:
+            if source is None and not self.opts.allow_unauthenticated_ray:
                 raise AgentError(
                     f"no Ray token on this machine: copy the cluster's token (the server's CORRAL_HOME/ray-token) to "
                     f"{ray_auth.token_path()} with mode 0600, or set {ray_auth.TOKEN_PATH_VAR}; "
                     "--allow-unauthenticated-ray joins without one")
+            ray_auth.check_cluster_auth(self.opts.address, self.opts.allow_unauthenticated_ray)
+        except SpecError as exc:
+            raise AgentError(str(exc)) from None
+        if source is None:
             self._out("  Ray: joining WITHOUT a token (--allow-unauthenticated-ray): anyone who reaches the cluster "
                       "runs code as its workers' user")
             return env
