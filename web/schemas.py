@@ -76,8 +76,8 @@ def _bounded(low: float, high: float, **kw: Any) -> fields.Float:
 
 def _bad_string(text: str) -> str | None:
     """Why `text` cannot be stored or passed on, or None. A NUL byte: PostgreSQL's text cannot hold one, and no name,
-    command or path needs it. A lone surrogate ("\\ud800" in JSON): not Unicode, so it cannot be encoded as UTF-8 for the
-    database, a log or a process's environment (it made the insert, and a worker's Popen, fail)."""
+    command or path needs it. A lone surrogate ("\\ud800" in JSON): not Unicode, so it cannot be encoded as UTF-8
+    for the database, a log or a process's environment (it made the insert, and a worker's Popen, fail)."""
     if "\x00" in text:
         return "Must not contain a NUL byte."
     try:
