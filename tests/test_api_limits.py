@@ -329,3 +329,13 @@ def test_an_error_names_the_problem_never_the_servers_folders(env: Env) -> None:
         text = resp.get_data(as_text=True)
         assert str(corral_home()) not in text and "$CORRAL_HOME/traces" in text, text
     assert "missing.csv does not exist" in env.post("/whatif", {"trace": "missing.csv"}, who="root").json["message"]
+
+
+@pytest.mark.parametrize("name", ["rl:no-such-agent", "deepshare:no-such-agent", "rl:../agent"])
+def test_an_agent_that_cannot_load_is_named_not_its_folder(env: Env, name: str) -> None:
+    """The policy layer says where it looked for an agent; the API says it with names ($CORRAL_HOME, <corral>)."""
+    resp = env.put("/policies/active", {"name": name}, who="root")
+    assert resp.status_code == 422
+    text = resp.get_data(as_text=True)
+    code_dir = str(Path(__file__).resolve().parents[1])
+    assert code_dir not in text and str(corral_home()) not in text and "agents/zoo" in text, text
