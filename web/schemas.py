@@ -8,12 +8,12 @@ from typing import Any, ClassVar
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
+import web.limits as lim
 from scheduler.core.tenancy import TeamError, make_team
 from scheduler.core.workloads import catalog
 from scheduler.live.node.report import MAX_XIDS  # the agent sends the latest ones
 from scheduler.live.store.models import JobState, JobType, RestartPolicy
 from scheduler.live.store.queries import check_user_name
-from web import limits as lim
 
 DEFAULT_COMMAND_DURATION_S = 3600.0  # a command job's run-time estimate when the user gives none
 # The store's Integer columns (ids included) are 32-bit on PostgreSQL, 64-bit on SQLite: a larger number in a request
