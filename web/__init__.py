@@ -17,7 +17,7 @@ from werkzeug.routing import IntegerConverter
 
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.store import Store
-from web import auth, metrics
+from web import auth, jsonio, metrics, security
 from web.api import register_blueprints
 from web.api.context import CONTROLLER_KEY, NOTIFY_KEY, STORE_KEY, WRITE_LOCK_KEY, init_app_writes
 from web.schemas import DB_INT_MAX, GpuCount
@@ -72,6 +72,11 @@ class CorralApi(Api):
         payload, code, headers = super().handle_http_exception(error)
         if "message" not in payload:
             payload["message"] = _summarize(payload.get("errors")) or error.description or error.name
+        # Messages can quote what a lower layer said (a trace file not found, an unreadable file): say what is wrong,
+        # never where the server keeps its files.
+        for key in ("message", "errors"):
+            if key in payload:
+                payload[key] = security.redact_paths(payload[key])
         return payload, code, headers
 
 
@@ -84,7 +89,10 @@ class StoreIdConverter(IntegerConverter):
         self.max = DB_INT_MAX  # read by flask-smorest for the parameter's `maximum`
 
     def to_python(self, value: str) -> int:
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:  # more digits than int() converts (4,300): beyond any id, so refused as too large
+            return DB_INT_MAX + 1
 
 
 def _refuse_huge_ids(endpoint: str | None, values: dict[str, Any] | None) -> None:
@@ -108,7 +116,8 @@ def create_app(store: Store | None = None, *, notify: Callable[[], None] | None 
     app.url_value_preprocessor(_refuse_huge_ids)
     app.config.update(DEFAULT_CONFIG)
     app.config.update(config or {})
-    app.json.sort_keys = False  # type: ignore[attr-defined]  # keep the schemas' field order: easier to read
+    jsonio.init_app(app)  # strict request parsing, never NaN in a response
+    security.init_app(app)  # CSP, X-Frame-Options, ... on every response
     store = store if store is not None else Store.open()
     app.extensions[STORE_KEY] = store
     app.extensions[WRITE_LOCK_KEY] = init_app_writes(store)

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
+import web.limits as lim
 from scheduler.core.tenancy import TeamError, make_team
 from scheduler.core.workloads import catalog
 from scheduler.live.node.report import MAX_XIDS  # the agent sends the latest ones
@@ -26,14 +27,21 @@ class GpuCount(fields.Field):
 
     default_error_messages: ClassVar[dict[str, str]] = {
         "invalid": "Not a number.",
-        "range": "Must be a whole number of GPUs >= 1, or a fraction strictly between 0 and 1.",
+        "range": f"Must be a whole number of GPUs from 1 to {lim.MAX_JOB_GPUS}, or a fraction from "
+                 f"{lim.MIN_GPU_SHARE} to below 1.",
     }
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["metadata"] = {"minimum": lim.MIN_GPU_SHARE, "maximum": lim.MAX_JOB_GPUS, **kwargs.get("metadata", {})}
+        super().__init__(**kwargs)
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.make_error("invalid")
+        if isinstance(value, int) and value > lim.MAX_JOB_GPUS:  # before float(): a long int would overflow it
+            raise self.make_error("range")
         x = float(value)
-        if not math.isfinite(x) or not (0 < x < 1 or (x >= 1 and x.is_integer())):
+        if not math.isfinite(x) or not (lim.MIN_GPU_SHARE <= x < 1 or (1 <= x <= lim.MAX_JOB_GPUS and x.is_integer())):
             raise self.make_error("range")
         return x
 
@@ -58,37 +66,59 @@ def _positive(**kw: Any) -> fields.Float:
     return fields.Float(validate=validate.Range(min=0, min_inclusive=False, max=MAX_SECONDS), allow_nan=False, **kw)
 
 
+def _bounded(low: float, high: float, **kw: Any) -> fields.Float:
+    """A finite float in [low, high] (web.limits says why each bound), stated in the OpenAPI document."""
+    return fields.Float(validate=validate.Range(min=low, max=high), allow_nan=False, **kw)
+
+
 # ---- requests ------------------------------------------------------------------------------------------------------
 
 
-def _nul_fields(data: Any, path: str = "") -> list[str]:
-    """The dotted names of every string (key or value) holding a NUL byte, anywhere in `data`."""
-    found = []
-    if isinstance(data, dict):
-        for key, value in data.items():
-            name = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and "\x00" in key:
-                found.append(name)
-            found += _nul_fields(value, name)
-    elif isinstance(data, list):
-        for i, value in enumerate(data):
-            found += _nul_fields(value, f"{path}.{i}" if path else str(i))
-    elif isinstance(data, str) and "\x00" in data:
-        found.append(path or "_schema")
+def _bad_string(text: str) -> str | None:
+    """Why `text` cannot be stored or passed on, or None. A NUL byte: PostgreSQL's text cannot hold one, and no name,
+    command or path needs it. A lone surrogate ("\\ud800" in JSON): not Unicode, so it cannot be encoded as UTF-8
+    for the database, a log or a process's environment (it made the insert, and a worker's Popen, fail)."""
+    if "\x00" in text:
+        return "Must not contain a NUL byte."
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"Must be valid Unicode: a lone surrogate (U+{ord(text[exc.start]):04X}) at character {exc.start}."
+    return None
+
+
+def bad_strings(data: Any) -> dict[str, str]:
+    """{dotted name: why} for every string (key or value) anywhere in `data` that `_bad_string` refuses. Iterative:
+    the app refuses deep JSON, but this must not be the thing that overflows the stack either."""
+    found: dict[str, str] = {}
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                name = f"{path}.{key}" if path else str(key)
+                why = _bad_string(key) if isinstance(key, str) else None
+                if why:
+                    found[name.encode("utf-8", "backslashreplace").decode()] = why
+                stack.append((name, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}.{i}" if path else str(i), item) for i, item in enumerate(value))
+        elif isinstance(value, str) and (why := _bad_string(value)):
+            found[path.encode("utf-8", "backslashreplace").decode() or "_schema"] = why
     return found
 
 
 class RequestSchema(Schema):
-    """What every request schema shares: no string may hold a NUL byte (PostgreSQL's text cannot store one, and no
-    name, command or path needs it), refused as a 422 naming the field before anything reads it."""
+    """What every request schema shares: no string, key or value, at any depth, may hold a NUL byte or a lone
+    surrogate (see `_bad_string`); refused as a 422 naming the field before anything reads it."""
 
     @pre_load
-    def _no_nul_bytes(self, data: Any, **kwargs: Any) -> Any:
+    def _storable_strings(self, data: Any, **kwargs: Any) -> Any:
         # Query strings arrive as a (proxy of a) MultiDict: look at every value, but hand on the data unchanged.
         seen = {k: data.getlist(k) for k in data} if hasattr(data, "getlist") else data
-        bad = _nul_fields(seen)
+        bad = bad_strings(seen)
         if bad:
-            raise ValidationError({name.split(".")[0]: ["Must not contain a NUL byte."] for name in bad})
+            raise ValidationError({name.split(".")[0]: [why] for name, why in bad.items()})
         return data
 
 
@@ -96,20 +126,25 @@ class JobSubmitSchema(RequestSchema):
     """A submission. Unknown fields are refused (marshmallow's default), so a misspelt field is an error, not
     silently ignored."""
 
-    name = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    name = fields.String(required=True, validate=validate.Length(min=1, max=lim.MAX_NAME))
     kind = fields.String(required=True, validate=validate.OneOf([k.value for k in JobType]))
     # The error lists the choices, so a typo is fixed without a second request to /models.
     model = fields.String(required=True, validate=validate.OneOf(list(catalog())))
     num_gpus = GpuCount(required=True)
-    duration_s = _positive(load_default=None, metadata={
+    duration_s = _bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, load_default=None, metadata={
         "description": "emulated: required run time in isolation; command: optional estimate (default 3600)"})
-    entrypoint = fields.String(load_default=None, metadata={"description": "command jobs only: the shell command"})
-    workdir = fields.String(load_default=None, validate=validate.Length(max=4096))
-    env = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
-    priority = _db_int(-DB_INT_MAX, strict=True, load_default=0)
-    client_token = fields.String(load_default=None, validate=validate.Length(min=1, max=200), metadata={
+    entrypoint = fields.String(load_default=None, validate=validate.Length(max=lim.MAX_ENTRYPOINT),
+                               metadata={"description": "command jobs only: the shell command"})
+    workdir = fields.String(load_default=None, validate=validate.Length(max=lim.MAX_WORKDIR))
+    env = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict, validate=lim.check_env,
+                      metadata={"maxProperties": lim.MAX_ENV_VARS, "description": (
+                          f"variables for command jobs: at most {lim.MAX_ENV_VARS}; names of letters, digits and _ "
+                          f"(at most {lim.MAX_ENV_NAME}), values of at most {lim.MAX_ENV_VALUE} characters, "
+                          f"{lim.MAX_ENV_TOTAL} in all")})
+    priority = _db_int(-lim.MAX_PRIORITY, lim.MAX_PRIORITY, strict=True, load_default=0)
+    client_token = fields.String(load_default=None, validate=validate.Length(min=1, max=lim.MAX_NAME), metadata={
         "description": "idempotency key: a retry with the same token returns the first job (200) and stores nothing"})
-    slo_ms = _positive(load_default=None)
+    slo_ms = _bounded(lim.MIN_SLO_MS, lim.MAX_SLO_MS, load_default=None)
     restart_policy = fields.String(load_default=RestartPolicy.REQUEUE.value,
                                    validate=validate.OneOf([r.value for r in RestartPolicy]))
     max_restarts = fields.Integer(strict=True, load_default=3, validate=validate.Range(min=0, max=100))
@@ -134,7 +169,15 @@ class JobListArgs(RequestSchema):
     user = fields.String(validate=validate.Length(min=1, max=64))
     team = fields.String(validate=validate.Length(min=1, max=64), metadata={
         "description": "jobs submitted under this team (the submitter's team at submission)"})
-    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
+    limit = fields.Integer(load_default=lim.DEFAULT_JOB_PAGE, validate=validate.Range(min=1, max=lim.MAX_PAGE),
+                           metadata={"description": "jobs per page"})
+    offset = _db_int(load_default=0)
+
+
+class PageArgs(RequestSchema):
+    """A page of a short list (tokens, users, teams): by default all of it, up to the maximum page."""
+
+    limit = fields.Integer(load_default=lim.MAX_PAGE, validate=validate.Range(min=1, max=lim.MAX_PAGE))
     offset = _db_int(load_default=0)
 
 
@@ -346,8 +389,18 @@ class JobDetailSchema(JobSchema):
     decisions = fields.List(fields.Nested(DecisionSchema), metadata={"description": "the latest decisions, oldest first"})
 
 
+class JobSummarySchema(JobSchema):
+    """A job as lists show it: without its command, working directory and environment, which are the large fields
+    (up to web.limits' sizes each) and which no list view shows; GET /jobs/{job_id} has them."""
+
+    class Meta:
+        exclude = ("entrypoint", "workdir", "env")
+
+
 class JobListSchema(Schema):
-    jobs = fields.List(fields.Nested(JobSchema))
+    jobs = fields.List(fields.Nested(JobSummarySchema), metadata={
+        "description": f"at most `limit` (<= {lim.MAX_PAGE}) jobs; each without entrypoint, workdir and env, which "
+                       "GET /jobs/{job_id} shows"})
     total = fields.Integer(metadata={"description": "jobs matching the filters, all pages"})
 
 
@@ -485,6 +538,7 @@ class TokenSchema(Schema):
 
 class TokenListSchema(Schema):
     tokens = fields.List(fields.Nested(TokenSchema))
+    total = fields.Integer(metadata={"description": "how many there are, all pages"})
 
 
 class TeamSchema(Schema):
@@ -504,6 +558,7 @@ class TeamSchema(Schema):
 
 class TeamListSchema(Schema):
     teams = fields.List(fields.Nested(TeamSchema))
+    total = fields.Integer(metadata={"description": "how many there are, all pages"})
     cluster_gpus = fields.Integer(metadata={"description": "GPUs the controller registered (0 before its first start)"})
 
 
@@ -523,6 +578,7 @@ class UserSchema(Schema):
 
 class UserListSchema(Schema):
     users = fields.List(fields.Nested(UserSchema))
+    total = fields.Integer(metadata={"description": "how many there are, all pages"})
 
 
 class HealthSchema(Schema):
@@ -614,7 +670,8 @@ class WhatIfJobArgs(RequestSchema):
     name = fields.String(load_default=None, validate=validate.Length(min=1, max=200))
     model = fields.String(required=True, validate=validate.OneOf(list(catalog())))
     num_gpus = GpuCount(required=True)
-    duration_s = _positive(required=True, metadata={"description": "isolated run time (an estimate)"})
+    duration_s = _bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, required=True,
+                          metadata={"description": "isolated run time (an estimate)"})
     submit_in_s = fields.Float(load_default=0.0, validate=validate.Range(min=0, max=MAX_SECONDS), allow_nan=False,
                                metadata={"description": "arrival, seconds from now"})
 

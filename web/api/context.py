@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import current_app
 from sqlalchemy.orm import Session
@@ -18,6 +18,7 @@ STORE_KEY = "corral.store"
 NOTIFY_KEY = "corral.notify"
 WRITE_LOCK_KEY = "corral.write_lock"
 CONTROLLER_KEY = "corral.controller_status"
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,12 @@ def write_session() -> Iterator[Session]:
     lock: threading.Lock | None = current_app.extensions[WRITE_LOCK_KEY]
     with lock or nullcontext(), store().session(write=True) as s:
         yield s
+
+
+def page(items: Sequence[T], args: dict[str, Any]) -> tuple[list[T], int]:
+    """One page (`limit`, `offset` from PageArgs) of a list and its length. For the short lists admins make (tokens,
+    users, teams), which the store returns whole: the page bounds the response, not the query."""
+    return list(items[args["offset"]:args["offset"] + args["limit"]]), len(items)
 
 
 def controller_status() -> dict[str, Any] | None:

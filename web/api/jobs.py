@@ -3,10 +3,8 @@ state changes belong to the controller, which `notify()` wakes."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from flask import current_app
@@ -22,7 +20,9 @@ from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
 from web.api.context import notify, store, write_session
 from web.api.explain import queue_start_estimates
+from web.api.logread import tail_lines
 from web.auth import caller, protect, require_owner
+from web.limits import MAX_LOG_RESPONSE_BYTES, MIN_RANK_LOG_BYTES
 from web.schemas import (
     DEFAULT_COMMAND_DURATION_S,
     JobDetailSchema,
@@ -43,7 +43,6 @@ JOB_COLUMNS = (
 )
 RECENT_DECISIONS = 10
 RANK_LOG = re.compile(r"rank-(\d+)\.log")
-TAIL_BLOCK = 64 * 1024
 
 
 def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (), positions: dict[int, int] | None = None,
@@ -71,25 +70,6 @@ def _full_json(s: Session, job: Job) -> dict[str, Any]:
     pending = job.state == JobState.PENDING
     return job_json(job, q.user_names(s, [job.user_id])[job.user_id], allocs,
                     q.queue_positions(s) if pending else None, queue_start_estimates(s) if pending else None)
-
-
-def tail_lines(path: Path, lines: int) -> str:
-    """The last `lines` lines of a file, reading backwards from its end (worker logs can grow to gigabytes)."""
-    try:
-        with path.open("rb") as f:
-            pos = f.seek(0, os.SEEK_END)
-            chunks: list[bytes] = []
-            newlines = 0
-            while pos > 0 and newlines <= lines:  # one newline more than wanted: the first line is then whole
-                step = min(TAIL_BLOCK, pos)
-                pos -= step
-                f.seek(pos)
-                chunks.append(f.read(step))
-                newlines += chunks[-1].count(b"\n")
-    except FileNotFoundError:
-        return ""
-    kept = b"".join(reversed(chunks)).splitlines(keepends=True)[-lines:]
-    return b"".join(kept).decode("utf-8", errors="replace")
 
 
 # Built once: this runs on every submission (a hot path), and building the statement cost more than running it.
@@ -229,7 +209,9 @@ def blueprint(prefix: str) -> Blueprint:
     def logs(args: dict[str, Any], job_id: int) -> Any:
         """Read a job's worker logs
 
-        The last `tail` lines of each rank's log for an attempt (default: the current one).
+        The last `tail` lines of each rank's log for an attempt (default: the current one). One answer reads at most
+        1 MiB of logs, shared by the ranks (each at least 4 KiB): a log whose tail is longer is cut at the start,
+        behind a marker line.
         """
         with store().session() as s:
             job = _job_or_404(s, job_id)
@@ -241,8 +223,9 @@ def blueprint(prefix: str) -> Blueprint:
             ranks |= {int(m.group(1)) for p in folder.iterdir() if (m := RANK_LOG.fullmatch(p.name))}
         if "rank" in args:
             ranks = {args["rank"]}
+        budget = max(MIN_RANK_LOG_BYTES, MAX_LOG_RESPONSE_BYTES // max(1, len(ranks)))  # bytes read per rank
         out = [{"rank": r, "path": str(log_path(job_id, attempt, r)),
-                "text": tail_lines(log_path(job_id, attempt, r), args["tail"])} for r in sorted(ranks)]
+                "text": tail_lines(log_path(job_id, attempt, r), args["tail"], budget)} for r in sorted(ranks)]
         return {"job_id": job_id, "attempt": attempt, "logs": out}
 
     return blp

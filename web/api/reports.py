@@ -23,7 +23,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # its reason, never its path (str(exc) would say where the agents are)
+        abort(500, message=f"{path.name} is unreadable: {exc.strerror or type(exc).__name__}")
+    except ValueError as exc:
         abort(500, message=f"{path.name} is unreadable: {exc}")
     return data if isinstance(data, dict) else None
 

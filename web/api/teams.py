@@ -14,9 +14,9 @@ from scheduler.core.model import DEFAULT_TEAM
 from scheduler.core.tenancy import EPS
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Team
-from web.api.context import notify, store, write_session
+from web.api.context import notify, page, store, write_session
 from web.auth import protect, require_admin
-from web.schemas import TeamCreateArgs, TeamDeletedSchema, TeamListSchema, TeamPatchArgs, TeamSchema
+from web.schemas import PageArgs, TeamCreateArgs, TeamDeletedSchema, TeamListSchema, TeamPatchArgs, TeamSchema
 
 USAGE_KEYS = ("in_use_gpus", "borrowed_gpus", "lent_gpus")
 COUNT_KEYS = ("pending_jobs", "running_jobs")
@@ -67,8 +67,9 @@ def blueprint(prefix: str) -> Blueprint:
             require_admin()
 
     @blp.route("/teams", methods=["GET"])
+    @blp.arguments(PageArgs(), location="query")
     @blp.response(200, TeamListSchema)
-    def list_teams() -> Any:
+    def list_teams(args: dict[str, Any]) -> Any:
         """List the teams
 
         Each team's quota and borrowing limit, and now: the GPUs its running jobs hold, how many of those it borrows
@@ -77,7 +78,8 @@ def blueprint(prefix: str) -> Blueprint:
         """
         with store().session() as s:
             usage = q.team_usage(s)
-            return {"teams": [team_json(t, usage.get(t.name)) for t in q.list_teams(s)],
+            teams, total = page(q.list_teams(s), args)
+            return {"teams": [team_json(t, usage.get(t.name)) for t in teams], "total": total,
                     "cluster_gpus": q.cluster_gpus(s)}
 
     @blp.route("/teams/<name>", methods=["GET"])

@@ -10,9 +10,9 @@ from flask_smorest import Blueprint, abort
 
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import ApiToken
-from web.api.context import store, write_session
+from web.api.context import page, store, write_session
 from web.auth import CACHE_KEY, TokenCache, protect, require_admin
-from web.schemas import TokenListSchema, TokenSchema
+from web.schemas import PageArgs, TokenListSchema, TokenSchema
 
 MAX_TOKEN_ID = 2**63 - 1
 
@@ -26,15 +26,17 @@ def blueprint(prefix: str) -> Blueprint:
     blp = protect(Blueprint("tokens", __name__, url_prefix=prefix, description="API tokens (admins only)"))
 
     @blp.route("/tokens", methods=["GET"])
+    @blp.arguments(PageArgs(), location="query")
     @blp.response(200, TokenListSchema)
-    def list_tokens() -> Any:
+    def list_tokens(args: dict[str, Any]) -> Any:
         """List API tokens (admins)
 
         Each token's id, prefix, owner, creation, expiry and revocation; never the token itself.
         """
         require_admin()
         with store().session() as s:
-            return {"tokens": [token_json(t) for t in q.list_tokens(s)]}
+            tokens, total = page(q.list_tokens(s), args)
+            return {"tokens": [token_json(t) for t in tokens], "total": total}
 
     @blp.route("/tokens/<int:token_id>", methods=["DELETE"])
     @blp.response(200, TokenSchema)

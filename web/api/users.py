@@ -9,9 +9,9 @@ from flask_smorest import Blueprint, abort
 
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import User
-from web.api.context import notify, store, write_session
+from web.api.context import notify, page, store, write_session
 from web.auth import protect, require_admin
-from web.schemas import UserListSchema, UserPatchArgs, UserSchema
+from web.schemas import PageArgs, UserListSchema, UserPatchArgs, UserSchema
 
 
 def user_json(user: User, active_jobs: int) -> dict[str, Any]:
@@ -29,14 +29,16 @@ def blueprint(prefix: str) -> Blueprint:
         require_admin()
 
     @blp.route("/users", methods=["GET"])
+    @blp.arguments(PageArgs(), location="query")
     @blp.response(200, UserListSchema)
-    def list_users() -> Any:
+    def list_users(args: dict[str, Any]) -> Any:
         """List users (admins)
 
         Each user's team, admin flag, creation time and jobs pending or running.
         """
         with store().session() as s:
-            return {"users": [user_json(u, n) for u, n in q.list_users(s)]}
+            users, total = page(q.list_users(s), args)
+            return {"users": [user_json(u, n) for u, n in users], "total": total}
 
     @blp.route("/users/<name>", methods=["PATCH"])
     @blp.arguments(UserPatchArgs())

@@ -1,0 +1,61 @@
+"""How large what a client sends (and what a list or a log read answers) may be. Each bound is far beyond real use
+and small enough that no one request, nor a queue of them, can fill the store or the server's memory: 100 jobs with
+1 MB commands once grew the database by 100 MB and made every queue poll 100 MB. docs/security.md lists them.
+
+Bounds on single fields are marshmallow validators (web/schemas.py), so the OpenAPI document states them and a
+request past one is a 422 naming the field, with nothing stored."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from marshmallow import ValidationError
+
+# A job's GPUs: a share of one GPU down to 1% (MPS shares GPUs in whole percent of its threads), or whole GPUs up to
+# more than any cluster Corral runs (what-if can add up to 1024 nodes).
+MIN_GPU_SHARE = 0.01
+MAX_JOB_GPUS = 8192
+# A job's isolated run time: at least a second (5e-324 s made its observed slowdown infinite), at most a year.
+MIN_JOB_SECONDS = 1.0
+MAX_JOB_SECONDS = 365 * 24 * 3600.0
+# An inference job's latency SLO: from 0.1 ms (the catalog's fastest model takes 6 ms) to an hour.
+MIN_SLO_MS = 0.1
+MAX_SLO_MS = 3600 * 1000.0
+MAX_PRIORITY = 1_000_000  # either sign
+
+MAX_NAME = 200  # a job's name, a client token
+MAX_ENTRYPOINT = 16 * 1024  # characters of a command job's shell command
+MAX_WORKDIR = 4096  # PATH_MAX
+MAX_ENV_VARS = 64
+MAX_ENV_NAME = 128
+MAX_ENV_VALUE = 4096
+MAX_ENV_TOTAL = 32 * 1024  # characters of all names and values together
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # POSIX's portable names: no '=', nothing a shell cannot export
+
+# Lists: the most items one page may hold (GET /jobs, /tokens, /users, /teams), and the default for jobs.
+MAX_PAGE = 1000
+DEFAULT_JOB_PAGE = 100
+
+# Logs: the most bytes one GET /jobs/ID/logs answers, shared by its ranks (each gets at least MIN_RANK_LOG_BYTES).
+MAX_LOG_RESPONSE_BYTES = 1024 * 1024
+MIN_RANK_LOG_BYTES = 4 * 1024
+
+
+def check_env(env: Any) -> None:
+    """A job's environment: how many variables, their names, and how large (the field's own validator)."""
+    if len(env) > MAX_ENV_VARS:
+        raise ValidationError(f"At most {MAX_ENV_VARS} variables, got {len(env)}.")
+    problems = []
+    for name, value in env.items():
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        if len(name) > MAX_ENV_NAME or not ENV_NAME.fullmatch(name):
+            problems.append(f"{shown!r}: a name is 1 to {MAX_ENV_NAME} letters, digits or '_', not starting with a "
+                            "digit.")
+        elif len(value) > MAX_ENV_VALUE:
+            problems.append(f"{shown}: a value is at most {MAX_ENV_VALUE} characters, got {len(value)}.")
+    total = sum(len(k) + len(v) for k, v in env.items())
+    if total > MAX_ENV_TOTAL:
+        problems.append(f"At most {MAX_ENV_TOTAL} characters of names and values in all, got {total}.")
+    if problems:
+        raise ValidationError(problems)
