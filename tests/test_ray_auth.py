@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 import shutil
 import signal
 import socket
 import stat
-import struct
 import subprocess
 import sys
 import tempfile
@@ -37,6 +35,7 @@ from scheduler.core.paths import checkpoint_dir, log_path, secure_home
 from scheduler.live import ray_auth
 from scheduler.live.ray_backend import RayBackend
 from scheduler.live.runs import Launch, RankSpec
+from scheduler.live.sockets import exposed, listening
 
 ATTACKER = "corral-test-attacker"
 KV_KEY = b"corral-test-attack"
@@ -100,9 +99,10 @@ def test_a_client_without_the_token_is_refused(backend: RayBackend) -> None:
 
 
 def test_every_ray_process_listens_on_loopback_only(backend: RayBackend) -> None:
-    listening = listening_addresses(descendants(os.getpid()))
-    assert listening, "found no listening socket of the cluster's processes"
-    assert all(_loopback(ip) for ip, _ in listening), listening
+    found = listening(os.getpid())
+    assert len(found) >= 5, f"found too few listening sockets of the cluster's processes: {found}"
+    assert all(ipaddress.ip_address(ip).is_loopback for ip, _ in found), found
+    assert exposed(os.getpid()) == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -151,59 +151,6 @@ def attacker_python() -> tuple[str, str]:
         if probe.returncode == 0:
             return candidate, site
     pytest.skip(f"no {version} that an unprivileged user can run with Ray from {site}")
-
-
-def descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def listening_addresses(pids: set[int]) -> list[tuple[str, int]]:
-    """The (address, port) of every TCP socket in LISTEN state that one of `pids` holds, read from /proc."""
-    inodes = set()
-    for pid in pids:
-        try:
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(fd))
-                if m:
-                    inodes.add(m.group(1))
-        except OSError:
-            continue
-    found = []
-    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
-        for line in Path(table).read_text().splitlines()[1:]:
-            cols = line.split()
-            if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
-                hex_ip, hex_port = cols[1].split(":")
-                found.append((_ip(hex_ip, width), int(hex_port, 16)))
-    return found
-
-
-def _loopback(text: str) -> bool:
-    ip = ipaddress.ip_address(text)
-    mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:127.0.0.1, a v4 loopback socket seen through tcp6
-    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
-
-
-def _ip(hex_ip: str, width: int) -> str:
-    raw = bytes.fromhex(hex_ip)
-    # /proc prints each 32-bit word in host (little-endian) order.
-    words = b"".join(struct.pack(">I", struct.unpack("<I", raw[i:i + 4])[0]) for i in range(0, len(raw), 4))
-    return str(ipaddress.IPv4Address(words) if width == 8 else ipaddress.IPv6Address(words))
-
 
 
 # ---- joining a cluster: refused without authentication unless the operator says so -------------------------------

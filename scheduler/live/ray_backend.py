@@ -37,7 +37,7 @@ import ray
 from ray._private import ray_constants
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from scheduler.live import ray_auth
+from scheduler.live import ray_auth, sockets
 from scheduler.live.job_accounts import AccountError, ensure_os_account
 from scheduler.live.node.mps import MpsError, MpsManager
 from scheduler.live.runs import (
@@ -448,6 +448,8 @@ class RayBackend:
                              node_ip_address=LOOPBACK)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+        for ip, port in sockets.exposed(os.getpid()):  # a Ray release that binds a new port elsewhere: say so
+            log.warning("a process of the local Ray cluster listens on %s:%d, not only on loopback", ip, port)
         backend = cls(cluster=cluster, temp_dir=temp)
         backend._saved_env = saved
         return backend

@@ -1,0 +1,282 @@
+"""The security review's probe, re-run against a real `corral serve` (issue 25): what an ordinary user, or a job of
+theirs, tried, how many times, and whether the service held.
+
+    python benchmarks/security_probe.py [--keep]
+
+It starts `corral serve` on loopback (local Ray, 2 virtual nodes x 4 GPUs, SQLite, fifo) in a fresh CORRAL_HOME under
+the system's temporary folder; as root it gives the server one OS account per user (`--job-user-pattern`), as the
+review's attacker faced. Then, as users `alice` and `bob` (and an admin where a job must print a lot):
+
+  ray        a client with no token asks the GCS; every listening socket of the server's processes; the token's mode
+  jobs       (root) a command job of bob's tries to read alice's job's environment and checkpoint, signal it, and
+             read the job store; (not root) a non-admin's command job is refused
+  values     absurd numbers in a submission (5e-324 s, 1e308 GPUs, -1, 0, NaN, Infinity)
+  sizes      a 1 MB entrypoint, 10,000 env variables, a 10 KB name; a 1,000-job list stays small
+  logs       an admin's job prints 100 MB without a newline: its log on disk, and `logs?tail=1`
+  malformed  100k-deep arrays, 50k-deep objects, lone surrogates in a name, a client token and a header, a
+             5,000-digit integer
+  fair use   bob floods submissions: how many are refused with 429 and Retry-After, and whether alice's what-if
+             still answers while bob's queue is deep
+  headers    the dashboard's and the API's security headers
+
+Each row prints `held` when every attempt got the answer a safe service gives, else `FAILED`. Exit status 1 if any
+row failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import requests
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import select
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scheduler.live import ray_auth  # noqa: E402
+from scheduler.live.sockets import listening  # noqa: E402
+from scheduler.live.store import Store, queries  # noqa: E402
+from scheduler.live.store.models import User  # noqa: E402
+
+CORRAL = Path(sys.executable).with_name("corral")
+ROOT_USER = os.geteuid() == 0
+Row = tuple[str, str, int, int]  # (area, what was tried, attempts, attempts that held)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        port = free_port()
+        args = [str(CORRAL), "serve", "--port", str(port), "--nodes", "2", "--gpus-per-node", "4", "--policy", "fifo"]
+        if ROOT_USER:
+            args += ["--job-user-pattern", "corral-probe-{id}"]
+        env = {**os.environ, "CORRAL_HOME": str(home)}
+        for key in ("DATABASE_URL", ray_auth.MODE_VAR, ray_auth.TOKEN_VAR, ray_auth.TOKEN_PATH_VAR, "RAY_TMPDIR"):
+            env.pop(key, None)
+        store = Store.open(f"sqlite:///{home / 'corral.db'}")
+        with store.session() as s:
+            self.tokens = {"alice": queries.create_token(s, "alice"), "bob": queries.create_token(s, "bob"),
+                           "admin": queries.create_token(s, "probe-admin", admin=True)}
+            self.ids = {u.name: u.id for u in s.scalars(select(User))}
+        store.close()
+        self.log = (home / "serve.log").open("ab")
+        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=self.log, start_new_session=True)
+        self.base = f"http://127.0.0.1:{port}"
+        self.api = self.base + "/api/v1"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"corral serve exited:\n{(home / 'serve.log').read_text()[-3000:]}")
+            try:
+                if requests.get(f"{self.api}/health", timeout=2).ok:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.5)
+        raise SystemExit("corral serve did not answer within 180 s")
+
+    def headers(self, who: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"}
+
+    def post(self, path: str, body: object, who: str = "alice", **kw: object) -> requests.Response:
+        return requests.post(self.api + path, json=body, headers=self.headers(who), timeout=30, **kw)  # type: ignore[arg-type]
+
+    def raw(self, path: str, data: bytes, who: str = "alice") -> requests.Response:
+        return requests.post(self.api + path, data=data, timeout=30,
+                             headers={**self.headers(who), "Content-Type": "application/json"})
+
+    def job(self, job_id: int, who: str) -> dict[str, object]:
+        return requests.get(f"{self.api}/jobs/{job_id}", headers=self.headers(who), timeout=10).json()  # type: ignore[no-any-return]
+
+    def wait(self, job_id: int, who: str, states: tuple[str, ...], timeout_s: float = 120) -> dict[str, object]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            job = self.job(job_id, who)
+            if job["state"] in states:
+                return job
+            time.sleep(0.3)
+        raise SystemExit(f"job {job_id} never reached {states}: {self.job(job_id, who)}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def job_body(**kw: object) -> dict[str, object]:
+    return {"name": "probe", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 600, **kw}
+
+
+# ---- the probes ----------------------------------------------------------------------------------------------------
+
+
+def ray_rows(srv: Server) -> list[Row]:
+    address = (srv.home / "ray" / "ray" / "ray_current_cluster").read_text().strip()
+    refused = ray_auth.cluster_requires_token(address) is True
+    sockets = [ip for ip, _ in listening(srv.proc.pid)]
+    token = srv.home / ray_auth.TOKEN_FILE
+    private = (stat.S_IMODE(token.stat().st_mode) == 0o600) + (stat.S_IMODE((srv.home / "ray").stat().st_mode) == 0o700)
+    return [("ray", "a client without the token asks the GCS for its KV", 1, int(refused)),
+            ("ray", "listening TCP sockets of the server's processes, on loopback", len(sockets),
+             sum(ipaddress.ip_address(ip).is_loopback for ip in sockets)),
+            ("ray", "the token file 0600 and Ray's folder 0700", 2, private)]
+
+
+def job_rows(srv: Server) -> list[Row]:
+    if not ROOT_USER:
+        resp = srv.post("/jobs", job_body(kind="command", entrypoint="id"), "bob")
+        return [("jobs", "a non-admin's command job on a server with no job accounts", 1, int(resp.status_code == 403))]
+    victim = srv.post("/jobs", job_body(kind="command", name="victim", entrypoint="echo ckpt > $CORRAL_CHECKPOINT_DIR/s;"
+                                        " sleep 120", env={"SECRET": "alice-s3cret"}), "alice").json()
+    srv.wait(int(victim["id"]), "alice", ("running",))
+    deadline = time.monotonic() + 30
+    pid = None
+    while pid is None and time.monotonic() < deadline:  # the sleep that holds her secret in its environment
+        out = subprocess.run(["pgrep", "-u", f"corral-probe-{srv.ids['alice']}", "-f", "sleep 120"],
+                             capture_output=True, text=True, check=False).stdout.split()
+        pid = out[0] if out else None
+        if pid is None:
+            time.sleep(0.3)
+    ckpt = srv.home / "checkpoints" / f"job-{victim['id']}"
+    script = (f"cat /proc/{pid}/environ; cat {ckpt}/s; kill -0 {pid}; kill -TERM {pid}; "
+              f"cat {srv.home}/corral.db | head -c 10; cat {srv.home}/ray-token; ls {srv.home}/ray; true")
+    attack = srv.post("/jobs", job_body(kind="command", name="attack", entrypoint=script), "bob").json()
+    srv.wait(int(attack["id"]), "bob", ("succeeded", "failed"))
+    text = requests.get(f"{srv.api}/jobs/{attack['id']}/logs", headers=srv.headers("bob"), timeout=10).text
+    refusals = text.count("Permission denied") + text.count("Operation not permitted")
+    alive = srv.job(int(victim["id"]), "alice")["state"] == "running"
+    requests.post(f"{srv.api}/jobs/{victim['id']}/cancel", headers=srv.headers("alice"), timeout=10)
+    what = ("bob's job reads alice's job's environment and checkpoint, signals it twice, reads the store, the Ray token "
+            "and Ray's folder")
+    return [("jobs", what, 7, min(7, refusals) - ("alice-s3cret" in text) * 7),
+            ("jobs", "alice's job still running after bob's attempts", 1, int(alive))]
+
+
+def value_rows(srv: Server) -> list[Row]:
+    bad = [{"duration_s": 5e-324}, {"duration_s": 1e308}, {"num_gpus": 1e308}, {"num_gpus": -1}, {"num_gpus": 0},
+           {"duration_s": -5}, {"slo_ms": 1e-300}, {"priority": 10**30}]
+    held = sum(srv.post("/jobs", job_body(**b)).status_code == 422 for b in bad)
+    texts = ['{"name":"x","model":"ResNet-50-bs64","num_gpus":1,"duration_s":NaN}',
+             '{"name":"x","model":"ResNet-50-bs64","num_gpus":1,"duration_s":Infinity}']
+    held += sum(400 <= srv.raw("/jobs", t.encode()).status_code < 500 for t in texts)
+    return [("values", "absurd and non-finite numbers in a submission", len(bad) + len(texts), held)]
+
+
+def size_rows(srv: Server) -> list[Row]:
+    tries = [job_body(kind="command", entrypoint="x" * 1_000_000), job_body(name="n" * 10_000),
+             job_body(kind="command", entrypoint="true", env={f"V{i}": "x" for i in range(10_000)})]
+    held = sum(400 <= srv.post("/jobs", t, "admin").status_code < 500 for t in tries)
+    for i in range(20):
+        srv.post("/jobs", job_body(kind="command", entrypoint="#" + "y" * 16_000, name=f"big-{i}", num_gpus=8), "admin")
+    listed = requests.get(f"{srv.api}/jobs?limit=1000", headers=srv.headers("admin"), timeout=30)
+    return [("sizes", "a 1 MB entrypoint, a 10 KB name, 10,000 env variables", len(tries), held),
+            ("sizes", f"GET /jobs with 20 jobs of 16 KB entrypoints: {len(listed.content) / 1024:.0f} KiB", 1,
+             int(len(listed.content) < 200_000))]
+
+
+def log_rows(srv: Server) -> list[Row]:
+    job = srv.post("/jobs", job_body(kind="command", name="loud", num_gpus=1, entrypoint="head -c 100000000 /dev/zero "
+                                     "| tr '\\0' x; echo done"), "admin").json()
+    srv.wait(int(job["id"]), "admin", ("succeeded", "failed"), timeout_s=300)
+    logs = sorted((srv.home / "logs" / f"job-{job['id']}").rglob("*.log"))
+    on_disk = sum(p.stat().st_size for p in logs)
+    tail = requests.get(f"{srv.api}/jobs/{job['id']}/logs?tail=1", headers=srv.headers("admin"), timeout=30)
+    return [("logs", f"100 MB printed without a newline: {on_disk / 2**20:.1f} MiB kept on disk", 1,
+             int(on_disk <= 65 * 2**20)),
+            ("logs", f"logs?tail=1 of it: {len(tail.content) / 1024:.0f} KiB", 1,
+             int(tail.ok and len(tail.content) <= 2 * 2**20))]
+
+
+def malformed_rows(srv: Server) -> list[Row]:
+    bodies = [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+              json.dumps(job_body(name="\ud800")).encode(), json.dumps(job_body(client_token="\ud800")).encode(),
+              b'{"name":"x","model":"ResNet-50-bs64","num_gpus":1,"duration_s":' + b"9" * 5000 + b"}"]
+    codes = [srv.raw("/jobs", b).status_code for b in bodies]
+    codes.append(requests.get(f"{srv.api}/jobs", headers={"Authorization": "Bearer \udc80".encode(
+        "utf-8", "surrogateescape").decode("latin-1")}, timeout=10).status_code)
+    return [("malformed", "deep nesting, lone surrogates, a 5,000-digit integer, a broken token", len(codes),
+             sum(400 <= c < 500 for c in codes))]
+
+
+def fair_use_rows(srv: Server) -> list[Row]:
+    codes, retry_after = [], 0
+    for i in range(300):
+        r = srv.post("/jobs", job_body(name=f"flood-{i}", num_gpus=8, duration_s=3600), "bob")
+        codes.append(r.status_code)
+        retry_after += r.status_code == 429 and "Retry-After" in r.headers
+    refused = codes.count(429)
+    whatif = srv.post("/whatif", {"jobs": [job_body()]}, "alice")
+    return [("fair use", f"300 submissions by one user as fast as it can: {refused} refused with 429", 1,
+             int(refused > 0 and retry_after == refused and 500 not in codes)),
+            ("fair use", "another user's what-if while that queue is deep", 1, int(whatif.status_code == 200))]
+
+
+def header_rows(srv: Server) -> list[Row]:
+    wanted = ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options")
+    pages = [requests.get(srv.base + "/", timeout=10), requests.get(f"{srv.api}/health", timeout=10),
+             requests.get(f"{srv.api}/jobs/999999", headers=srv.headers("alice"), timeout=10)]
+    return [("headers", "CSP, X-Frame-Options, nosniff on the dashboard, the API and an error", len(pages),
+             sum(all(h in p.headers for h in wanted) for p in pages))]
+
+
+PROBES: list[Callable[[Server], list[Row]]] = [ray_rows, job_rows, value_rows, size_rows, log_rows, malformed_rows,
+                                                header_rows, fair_use_rows]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keep", action="store_true", help="keep the server's CORRAL_HOME (its logs) afterwards")
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="corral-probe-"))
+    os.chmod(home, 0o755)  # the jobs' accounts pass through it to their checkpoint folders
+    console = Console()
+    console.print(f"corral serve in {home} ({'root: one OS account per user' if ROOT_USER else 'not root'})")
+    srv = Server(home / "home")
+    rows: list[Row] = []
+    try:
+        for probe in PROBES:
+            t = time.monotonic()
+            rows += probe(srv)
+            console.print(f"  {probe.__name__}: {time.monotonic() - t:.1f} s")
+    finally:
+        srv.stop()
+        if ROOT_USER:
+            for line in Path("/etc/passwd").read_text().splitlines():
+                if line.startswith("corral-probe-"):
+                    subprocess.run(["userdel", line.split(":")[0]], check=False, capture_output=True)
+        if not args.keep:
+            shutil.rmtree(home, ignore_errors=True)
+    table = Table(title="issue 25 probe, re-run")
+    for col in ("area", "what was tried", "attempts", "held", "result"):
+        table.add_column(col)
+    for area, what, n, held in rows:
+        table.add_row(area, what, str(n), str(held), "held" if held == n else "[red]FAILED[/]")
+    console.print(table)
+    sys.exit(0 if all(held == n for *_, n, held in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
