@@ -11,6 +11,7 @@ from web.api import (
     explain,
     health,
     jobs,
+    limits,
     nodes,
     policies,
     reports,
@@ -26,5 +27,5 @@ PREFIX = "/api/v1"
 
 def register_blueprints(api: Api) -> None:
     for module in (health, jobs, explain, cluster, nodes, catalog, policies, stats, reports, tokens, teams, users,
-                   whatif):
+                   limits, whatif):
         api.register_blueprint(module.blueprint(PREFIX))
