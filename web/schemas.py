@@ -756,10 +756,9 @@ class WhatIfBoundsSchema(Schema):
         "description": "the request's own jobs (hypothetical, or a trace's) x seeds a non-admin may ask for; null: "
                        "no bound (admins)"})
     request_job_seeds = fields.Integer(metadata={"description": "this request's own jobs x seeds"})
-    queue_budget = fields.Integer(allow_none=True, metadata={
-        "description": "pending jobs x seeds a non-admin's what-if simulates in detail; null: the whole queue"})
-    queue_detail = fields.Integer(allow_none=True, metadata={
-        "description": "the most pending jobs simulated per seed for this request; null: all (admins, traces)"})
+    queue_cap = fields.Integer(allow_none=True, metadata={
+        "description": "the most pending jobs a non-admin's what-if simulates, the first in queue order; null: all "
+                       "(admins, traces)"})
     pending_total = fields.Integer(metadata={"description": "jobs queued now (pending, and running on lost nodes)"})
     pending_simulated = fields.Integer(metadata={"description": "of those, the first in queue order, simulated"})
     pending_left_out = fields.Integer(metadata={

@@ -6,9 +6,8 @@ worker pool (`CORRAL_WHATIF_WORKERS`, default 2) and a request that finds every 
 Retry-After at once, rather than queued behind the others. The request thread waits for its own answer (the API
 stays synchronous for the client). Non-admins are also bounded in size, by what their request brings: at most
 `CORRAL_WHATIF_BUDGET` of its own jobs (hypothetical, or a trace's) x seeds (422 naming the field to lower). The live
-queue never makes a request fail: a non-admin's what-if simulates at most `queue_detail(seeds,
-CORRAL_WHATIF_QUEUE_BUDGET)` pending jobs, the first in queue order, and its answer's `bounds` says how many were left
-out. Admins are bounded by neither. Each user has a number of what-ifs a minute (`whatif_per_min`, web.limits)."""
+queue never makes a request fail: a non-admin's what-if simulates at most `CORRAL_WHATIF_QUEUE` (default 100) pending
+jobs, the first in queue order, and its answer's `bounds` says how many were left out. Admins are bounded by neither. Each user has a number of what-ifs a minute (`whatif_per_min`, web.limits)."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from scheduler.core.paths import traces_dir
 from scheduler.live.whatif import (
     DEFAULT_BUDGET,
     DEFAULT_POLICY,
-    DEFAULT_QUEUE_BUDGET,
+    DEFAULT_QUEUE_CAP,
     WhatIfError,
     WhatIfRequest,
     what_if,
@@ -130,12 +129,12 @@ def blueprint(prefix: str) -> Blueprint:
             _refuse(exc)
         app = current_app._get_current_object()  # type: ignore[attr-defined]
         budget = None if admin else setting(app, "CORRAL_WHATIF_BUDGET", DEFAULT_BUDGET)
-        queue_budget = None if admin else setting(app, "CORRAL_WHATIF_QUEUE_BUDGET", DEFAULT_QUEUE_BUDGET)
+        queue_cap = None if admin else setting(app, "CORRAL_WHATIF_QUEUE", DEFAULT_QUEUE_CAP)
         st = store()  # the worker has no app context: hand it the store itself
 
         def run() -> dict[str, Any]:
             return what_if(st, req, make_policy, default_policy=DEFAULT_POLICY, budget=budget,
-                           queue_budget=queue_budget)
+                           queue_cap=queue_cap)
 
         future = pool(app).try_submit(run)
         if future is None:
