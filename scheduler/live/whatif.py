@@ -54,7 +54,7 @@ DEFAULT_BUDGET = 2_500
 # The live queue's cost is bounded apart: a non-admin what-if simulates the running jobs (they hold GPUs: as many as
 # the cluster holds) and at most DEFAULT_QUEUE_CAP pending jobs (CORRAL_WHATIF_QUEUE overrides it), the first in queue
 # order; the later ones are left out and the answer says so (`bounds`, `notes`). Pending jobs all arrive at t=0, and
-# such a queue costs more than linearly under rl:default (16 GPUs, one seed, 1-GPU jobs: 100 pending 0.3 s, 200 about
+# such a queue costs more than linearly under rl:default (16 GPUs, one seed, 1-GPU jobs: 100 pending 0.3-2 s, 200 about
 # 2 s, 500 10 s, 1,000 45 s, 3,025 305 s), so the cap is per simulation; seeds (at most MAX_SEEDS) multiply it.
 DEFAULT_QUEUE_CAP = 100
 MIN_WORK_S = 1.0  # a running job reported (almost) done still has this much left: it has not finished yet
