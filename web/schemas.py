@@ -252,6 +252,43 @@ class UserPatchArgs(RequestSchema):
         "description": "the team to move the user to; refused while they have jobs pending or running"})
 
 
+# Fair use (web.limits): bounds far beyond any sensible limit, so a typo cannot store something absurd; null clears a
+# setting (a user's override falls back to the cluster's default, a default to the built-in one).
+MAX_PENDING_LIMIT = 1_000_000
+MAX_SUBMIT_RATE = 10_000.0
+MAX_SUBMIT_BURST = 1_000_000
+MAX_WHATIF_PER_MIN = 10_000
+
+
+class LimitsArgs(RequestSchema):
+    """Only the limits given change; null clears one (back to the cluster's default, or the built-in one)."""
+
+    max_pending = fields.Integer(strict=True, allow_none=True, validate=validate.Range(min=1, max=MAX_PENDING_LIMIT),
+                                 metadata={"description": "jobs a user may have pending at once"})
+    submit_rate = fields.Float(allow_none=True, allow_nan=False,
+                               validate=validate.Range(min=0, min_inclusive=False, max=MAX_SUBMIT_RATE),
+                               metadata={"description": "submissions a second, on average (a token bucket)"})
+    submit_burst = fields.Integer(strict=True, allow_none=True, validate=validate.Range(min=1, max=MAX_SUBMIT_BURST),
+                                  metadata={"description": "submissions at once before the rate applies"})
+    whatif_per_min = fields.Integer(strict=True, allow_none=True,
+                                    validate=validate.Range(min=1, max=MAX_WHATIF_PER_MIN),
+                                    metadata={"description": "what-if calls a minute"})
+
+    @pre_load
+    def _no_booleans(self, data: Any, **kwargs: Any) -> Any:
+        # JSON true is not 1: a boolean for a number is a mistake, refused by name.
+        if isinstance(data, dict):
+            bad = {k: ["Not a valid number."] for k, v in data.items() if k in self.fields and isinstance(v, bool)}
+            if bad:
+                raise ValidationError(bad)
+        return data
+
+    @validates_schema
+    def _something(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if not data:
+            raise ValidationError("nothing to change: give max_pending, submit_rate, submit_burst or whatif_per_min")
+
+
 # What a node agent pushes (`PUT /nodes/<name>/health`): its health.json, less what the server derives or does not
 # keep. Bounds are far beyond real readings; they keep a broken or hostile client from storing anything huge.
 GPU_HEALTH_STATUSES = ("ok", "degraded", "unreachable", "virtual")
@@ -576,6 +613,21 @@ class UserSchema(Schema):
     active_jobs = fields.Integer(metadata={"description": "jobs pending or running (a user with any cannot move)"})
 
 
+LIMIT_SOURCES = ("user", "cluster", "built-in")
+
+
+class LimitsSchema(Schema):
+    user = fields.String(allow_none=True, metadata={"description": "null: the cluster-wide defaults"})
+    exempt = fields.Boolean(metadata={"description": "an admin: no limit applies"})
+    max_pending = fields.Integer(metadata={"description": "jobs pending at once (429 past it)"})
+    submit_rate = fields.Float(metadata={"description": "submissions a second after the burst (429, Retry-After)"})
+    submit_burst = fields.Integer(metadata={"description": "submissions at once"})
+    whatif_per_min = fields.Integer(metadata={"description": "what-if calls a minute (429, Retry-After)"})
+    sources = fields.Dict(keys=fields.String(), values=fields.String(validate=validate.OneOf(LIMIT_SOURCES)),
+                          metadata={"description": "where each value comes from: user (an override), cluster (an "
+                                                   "admin's default) or built-in"})
+
+
 class UserListSchema(Schema):
     users = fields.List(fields.Nested(UserSchema))
     total = fields.Integer(metadata={"description": "how many there are, all pages"})
@@ -750,9 +802,24 @@ class WhatIfClusterSchema(Schema):
 
 class WhatIfJobCountsSchema(Schema):
     running = fields.Integer(metadata={"description": "keep their GPUs at t=0"})
-    pending = fields.Integer(metadata={"description": "arrive at t=0 in submission order"})
+    pending = fields.Integer(metadata={"description": "arrive at t=0 in submission order (those simulated: see "
+                                                      "bounds)"})
     trace = fields.Integer()
     hypothetical = fields.Integer()
+
+
+class WhatIfBoundsSchema(Schema):
+    budget = fields.Integer(allow_none=True, metadata={
+        "description": "the request's own jobs (hypothetical, or a trace's) x seeds a non-admin may ask for; null: "
+                       "no bound (admins)"})
+    request_job_seeds = fields.Integer(metadata={"description": "this request's own jobs x seeds"})
+    queue_cap = fields.Integer(allow_none=True, metadata={
+        "description": "the most pending jobs a non-admin's what-if simulates, the first in queue order; null: all "
+                       "(admins, traces)"})
+    pending_total = fields.Integer(metadata={"description": "jobs queued now (pending, and running on lost nodes)"})
+    pending_simulated = fields.Integer(metadata={"description": "of those, the first in queue order, simulated"})
+    pending_left_out = fields.Integer(metadata={
+        "description": "the later ones, left out: queueing and JCTs are then optimistic (see notes)"})
 
 
 class WhatIfSchema(Schema):
@@ -771,5 +838,7 @@ class WhatIfSchema(Schema):
                        "request changes none of them"})
     delta = fields.Dict(keys=fields.String(), values=fields.Nested(DistributionSchema), allow_none=True,
                         metadata={"description": "per metric, scenario minus baseline, paired by seed"})
+    bounds = fields.Nested(WhatIfBoundsSchema, metadata={
+        "description": "what bounded the simulation: the request's budget, and the pending jobs left out"})
     notes = fields.List(fields.String())
     wall_s = fields.Float()

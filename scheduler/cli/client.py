@@ -164,6 +164,18 @@ class CorralClient:
         return self.request("PATCH", f"/users/{quote(name, safe='')}",  # type: ignore[no-any-return]
                             json={"team": team})
 
+    # ---- fair use (admins) --------------------------------------------------------------------------------------
+
+    def limits(self, user: str | None = None) -> dict[str, Any]:
+        """The limits that apply to `user` (None: the cluster-wide defaults), with where each comes from."""
+        path = "/limits" if user is None else f"/users/{quote(user, safe='')}/limits"
+        return self.request("GET", path)  # type: ignore[no-any-return]
+
+    def set_limits(self, changes: Mapping[str, float | None], user: str | None = None) -> dict[str, Any]:
+        """Only the keys given change; None clears one (back to the default)."""
+        path = "/limits" if user is None else f"/users/{quote(user, safe='')}/limits"
+        return self.request("PATCH", path, json=dict(changes))  # type: ignore[no-any-return]
+
 
 def _error(resp: requests.Response, body: Any, url: str) -> ClientError:
     if isinstance(body, Mapping):

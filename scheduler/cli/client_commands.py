@@ -626,7 +626,79 @@ def user_set_team(name: str, team_name: str, url: str, token: str | None) -> Non
     click.echo(f"user {u['name']} is in team {u['team']}")
 
 
-COMMANDS = (submit, jobs, show, cancel, logs, cluster, models, policy, token, team, user)
+# ---- fair use: per-user limits (admins) ----------------------------------------------------------------------------
+
+LIMIT_OPTIONS = (("max_pending", "max pending"), ("submit_rate", "submissions/s"), ("submit_burst", "burst"),
+                 ("whatif_per_min", "what-ifs/min"))
+
+
+def limit_options(f: F) -> F:
+    """--max-pending, --submit-rate, --submit-burst, --whatif-per-min and --clear: what `user limits` and `limits`
+    share. The server checks the values and names the field."""
+    f = click.option("--clear", "clear", multiple=True, metavar="LIMIT",
+                     type=click.Choice([n.replace("_", "-") for n, _ in LIMIT_OPTIONS]),
+                     help="Remove a setting (back to the default); repeat for several.")(f)
+    f = click.option("--whatif-per-min", type=int, help="What-if calls a minute.")(f)
+    f = click.option("--submit-burst", type=int, help="Submissions at once before the rate applies.")(f)
+    f = click.option("--submit-rate", type=float, metavar="PER_S", help="Submissions a second after the burst.")(f)
+    f = click.option("--max-pending", type=int, help="Jobs pending at once.")(f)
+    return f
+
+
+def _limit_changes(given: dict[str, Any], clear: tuple[str, ...]) -> dict[str, Any]:
+    cleared = {c.replace("-", "_") for c in clear}
+    both = sorted(n for n in cleared if given.get(n) is not None)
+    if both:
+        raise click.UsageError(f"--{both[0].replace('_', '-')} given and cleared: choose one")
+    if given.get("submit_rate") is not None and not math.isfinite(given["submit_rate"]):
+        raise click.BadParameter(f"{given['submit_rate']!r} is not a finite number", param_hint="'--submit-rate'")
+    return {n: v for n, v in given.items() if v is not None} | dict.fromkeys(cleared)
+
+
+def print_limits(res: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(res)
+        return
+    who = f"user {res['user']}" if res["user"] else "cluster-wide defaults"
+    if res["exempt"]:
+        who += " (an admin: exempt from every limit)"
+    table = Table(box=None, header_style="bold", title=escape(who), title_justify="left")
+    for col in ("limit", "value", "from"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for name, label in LIMIT_OPTIONS:
+        table.add_row(label, f"{res[name]:g}", res["sources"][name])
+    console().print(table)
+
+
+@user.command("limits")
+@click.argument("name")
+@limit_options
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def user_limits(name: str, clear: tuple[str, ...], as_json: bool, url: str, token: str | None,
+                **given: Any) -> None:
+    """Show user NAME's fair-use limits, or override them (admins); what is not given stays."""
+    changes = _limit_changes(given, clear)
+    with api_errors():
+        c = client(url, token)
+        res = c.set_limits(changes, name) if changes else c.limits(name)
+    print_limits(res, as_json)
+
+
+@click.command("limits")
+@limit_options
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def limits(clear: tuple[str, ...], as_json: bool, url: str, token: str | None, **given: Any) -> None:
+    """Show the cluster-wide fair-use limits, or change them (admins); users' overrides stay."""
+    changes = _limit_changes(given, clear)
+    with api_errors():
+        c = client(url, token)
+        res = c.set_limits(changes) if changes else c.limits()
+    print_limits(res, as_json)
+
+
+COMMANDS = (submit, jobs, show, cancel, logs, cluster, models, policy, token, team, user, limits)
 
 
 def register_client_commands(group: click.Group) -> None:

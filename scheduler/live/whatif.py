@@ -47,9 +47,16 @@ MAX_SEEDS = 20
 MAX_EXTRA_NODES = 1024
 MAX_HYPOTHETICAL = 1000
 MAX_JOBS = 20_000  # jobs in one simulation (live or trace, plus hypothetical): the request runs synchronously
-# Jobs x seeds a non-admin request may simulate (the server's default; CORRAL_WHATIF_BUDGET overrides it). A
-# 1,000-job trace x 10 seeds held a server thread for 72 s; 2,500 job-seeds is a few seconds under rl:default.
+# The request's own jobs (hypothetical, or a trace's) x seeds a non-admin request may simulate (the server's default;
+# CORRAL_WHATIF_BUDGET overrides it). A 1,000-job trace x 10 seeds held a server thread for 72 s; 2,500 job-seeds is a
+# few seconds under rl:default. Only what the request brings counts: other users' queues never make it fail.
 DEFAULT_BUDGET = 2_500
+# The live queue's cost is bounded apart: a non-admin what-if simulates the running jobs (they hold GPUs: as many as
+# the cluster holds) and at most DEFAULT_QUEUE_CAP pending jobs (CORRAL_WHATIF_QUEUE overrides it), the first in queue
+# order; the later ones are left out and the answer says so (`bounds`, `notes`). Pending jobs all arrive at t=0, and
+# such a queue costs more than linearly under rl:default (16 GPUs, one seed, 1-GPU jobs: 100 pending 0.3-2 s, 200 about
+# 2 s, 500 10 s, 1,000 45 s, 3,025 305 s), so the cap is per simulation; seeds (at most MAX_SEEDS) multiply it.
+DEFAULT_QUEUE_CAP = 100
 MIN_WORK_S = 1.0  # a running job reported (almost) done still has this much left: it has not finished yet
 DEFAULT_POLICY = "rl:default"
 METRICS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "gpu_util", "makespan_s",
@@ -386,23 +393,45 @@ def _mean_or_none(values: list[float | None]) -> float | None:
 
 
 def check_budget(n_jobs: int, req: WhatIfRequest, budget: int | None) -> None:
-    """Refuse a request that would simulate more than `budget` jobs x seeds (None: no bound). The field named is the
-    one to lower: `seeds` when one seed fits, else what brought the jobs (`limit` for a trace, else `jobs`)."""
+    """Refuse a request whose own jobs (hypothetical, or a trace's) x seeds exceed `budget` (None: no bound). The
+    live queue is not counted here (see `cap_queue`): nothing but the request's own fields can make it fail. The
+    field named is the one to lower: `seeds` when one seed fits, else what brought the jobs (`limit` for a trace,
+    else `jobs`)."""
     if budget is None or n_jobs * req.seeds <= budget:
         return
     if n_jobs <= budget:
-        raise WhatIfError("seeds", f"{n_jobs} jobs x {req.seeds} seeds exceeds the budget of {budget} jobs x seeds "
-                                   f"for non-admins: use at most {budget // n_jobs} seeds")
+        raise WhatIfError("seeds", f"{n_jobs} jobs of the request x {req.seeds} seeds exceeds the budget of {budget} "
+                                   f"jobs x seeds for non-admins: use at most {budget // n_jobs} seeds")
     field = "limit" if req.trace is not None else "jobs"
-    raise WhatIfError(field, f"{n_jobs} jobs exceed the budget of {budget} jobs x seeds for non-admins even with one "
-                             "seed" + (": give a smaller limit" if req.trace is not None else ""))
+    raise WhatIfError(field, f"{n_jobs} jobs of the request exceed the budget of {budget} jobs x seeds for "
+                             "non-admins even with one seed" + (": give a smaller limit" if req.trace is not None
+                                                                 else ""))
+
+
+def cap_queue(world: _World, cap: int | None) -> dict[str, Any]:
+    """Keep the first `cap` queued jobs of `world` (requeued, then pending, in queue order) and say what was left
+    out: the `bounds` block of the answer."""
+    queued = len(world.arrivals)
+    kept = queued if cap is None else min(queued, cap)
+    if kept < queued:
+        world.arrivals = world.arrivals[:kept]
+        world.attained = {i: v for i, v in world.attained.items() if i < kept}
+        world.notes.append(
+            f"{queued - kept} of the {queued} pending job(s) were left out: a non-admin what-if simulates the first "
+            f"{kept} in queue order (the server's CORRAL_WHATIF_QUEUE). The "
+            "ones left out were submitted later, yet they compete for the same GPUs: queueing and JCTs here are "
+            "optimistic, most of all for hypothetical jobs, which arrive after every pending job (an admin's "
+            "what-if simulates the whole queue)")
+    return {"queue_cap": cap, "pending_total": queued, "pending_simulated": kept, "pending_left_out": queued - kept}
 
 
 def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int], Policy], *,
              default_policy: str = DEFAULT_POLICY, profiles: dict[str, ModelProfile] | None = None,
-             budget: int | None = None) -> dict[str, Any]:
+             budget: int | None = None, queue_cap: int | None = None) -> dict[str, Any]:
     """Answer `req` about `snap` (see the module docstring); the result is plain JSON-able data. With `budget`, a
-    request simulating more than that many jobs x seeds is refused (WhatIfError) before any simulation runs."""
+    request whose own jobs (hypothetical or trace) x seeds exceed it is refused (WhatIfError) before any simulation
+    runs. With `queue_cap`, only the first `queue_cap` pending jobs are simulated (the answer's `bounds` says how many
+    were left out); None: all of them."""
     wall0 = time.perf_counter()
     profiles = profiles if profiles is not None else catalog()
     active = snap.active_policy or default_policy
@@ -416,7 +445,10 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
 
     policy(name, 0)  # an unknown name is refused before anything is built
     world = _world(snap, req, profiles)
-    check_budget(len(world.initial) + len(world.arrivals) + len(world.hypothetical), req, budget)
+    own = len(world.hypothetical) + (len(world.arrivals) if req.trace is not None else 0)
+    check_budget(own, req, budget)
+    bounds = {"budget": budget, "request_job_seeds": own * req.seeds,
+              **cap_queue(world, None if req.trace is not None else queue_cap)}
     seeds = list(range(req.seeds))
     runs = [_simulate(world, world.cluster, policy(name, s), s, with_hypothetical=True, horizon_s=req.horizon_s,
                       profiles=profiles) for s in seeds]
@@ -454,13 +486,16 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
         "hypothetical": hypothetical,
         "baseline": baseline,
         "delta": delta,
+        "bounds": bounds,
         "notes": world.notes,
         "wall_s": time.perf_counter() - wall0,
     }
 
 
 def what_if(store: Any, request: WhatIfRequest | dict[str, Any], make_policy: Callable[[str, int], Policy], *,
-            default_policy: str = DEFAULT_POLICY, budget: int | None = None) -> dict[str, Any]:
+            default_policy: str = DEFAULT_POLICY, budget: int | None = None,
+            queue_cap: int | None = None) -> dict[str, Any]:
     """Snapshot `store` and answer `request` (a dict is validated first). Raises WhatIfError naming the bad field."""
     req = request if isinstance(request, WhatIfRequest) else WhatIfRequest.parse(request)
-    return evaluate(snapshot(store), req, make_policy, default_policy=default_policy, budget=budget)
+    return evaluate(snapshot(store), req, make_policy, default_policy=default_policy, budget=budget,
+                    queue_cap=queue_cap)

@@ -9,6 +9,7 @@ from web.api import (
     catalog,
     cluster,
     explain,
+    fair_use,
     health,
     jobs,
     nodes,
@@ -26,5 +27,5 @@ PREFIX = "/api/v1"
 
 def register_blueprints(api: Api) -> None:
     for module in (health, jobs, explain, cluster, nodes, catalog, policies, stats, reports, tokens, teams, users,
-                   whatif):
+                   fair_use, whatif):
         api.register_blueprint(module.blueprint(PREFIX))

@@ -18,6 +18,7 @@ from scheduler.live import job_accounts
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
+from web.fair_use import submission as fair_use
 from web.api.context import notify, store, write_session
 from web.api.explain import queue_start_estimates
 from web.api.logread import tail_lines
@@ -123,13 +124,15 @@ def blueprint(prefix: str) -> Blueprint:
         # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
         # query per submission, which the token cache exists to avoid.
         user = User(id=who.id, name=who.name, admin=who.admin)
-        with write_session() as s:  # one transaction: the check, then the insert (an abort rolls back, stores nothing)
+        with fair_use(who, fields.get("client_token")) as gate, write_session() as s:  # 429 past fair use
+            # one transaction: the checks, then the insert (an abort rolls back, stores nothing)
             problem = capacity_problem(s, fields)
             if problem is not None:
                 field, message = problem
                 abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
-            job, created = q.submit(s, user, fields)
+            job, created = q.submit(s, user, fields, max_pending=gate.max_pending)
             body = job_json(job, user.name) if created else _full_json(s, job)
+            gate.created = created
         if created:
             notify()
         return body, 201 if created else 200

@@ -4,8 +4,10 @@ snapshots the store and runs the simulator for several seeds (`scheduler.live.wh
 A what-if can take seconds of CPU, so it never runs on an unbounded number of request threads: each app has a small
 worker pool (`CORRAL_WHATIF_WORKERS`, default 2) and a request that finds every worker busy is answered 429 with
 Retry-After at once, rather than queued behind the others. The request thread waits for its own answer (the API
-stays synchronous for the client). Non-admins are also bounded in size: at most `CORRAL_WHATIF_BUDGET` jobs x seeds
-(422 naming the field to lower); admins are not."""
+stays synchronous for the client). Non-admins are also bounded in size, by what their request brings: at most
+`CORRAL_WHATIF_BUDGET` of its own jobs (hypothetical, or a trace's) x seeds (422 naming the field to lower). The live
+queue never makes a request fail: a non-admin's what-if simulates at most `CORRAL_WHATIF_QUEUE` (default 100) pending
+jobs, the first in queue order, and its answer's `bounds` says how many were left out. Admins are bounded by neither. Each user has a number of what-ifs a minute (`whatif_per_min`, web.limits)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,15 @@ from flask_smorest import Blueprint, abort
 from policies import make_policy
 from policies.agent_files import AgentLoadError, check_api_name
 from scheduler.core.paths import traces_dir
-from scheduler.live.whatif import DEFAULT_BUDGET, DEFAULT_POLICY, WhatIfError, WhatIfRequest, what_if
+from scheduler.live.whatif import (
+    DEFAULT_BUDGET,
+    DEFAULT_POLICY,
+    DEFAULT_QUEUE_CAP,
+    WhatIfError,
+    WhatIfRequest,
+    what_if,
+)
+from web.fair_use import check_whatif
 from web.api.context import store
 from web.auth import caller, protect
 from web.schemas import WhatIfArgs, WhatIfSchema
@@ -90,14 +100,18 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.route("/whatif", methods=["POST"])
     @blp.arguments(WhatIfArgs())
     @blp.response(200, WhatIfSchema, description="distributions over the seeds of JCT, queueing and utilisation")
-    @blp.alt_response(429, description="every what-if worker is busy: try again after Retry-After seconds")
+    @blp.alt_response(429, description="every what-if worker is busy, or the caller ran their what-ifs a minute "
+                                       "(`whatif_per_min`): try again after Retry-After seconds")
     def whatif(args: dict[str, Any]) -> Any:
         """Simulate a what-if
 
         Replays the present queue and running jobs in the simulator under another policy, with extra nodes or extra jobs,
         over several seeds, and returns the distributions next to the same runs under the active policy. Non-admins have
-        a budget of simulated jobs; when every worker is busy, 429 with Retry-After.
+        a budget of the request's own jobs x seeds, simulate at most a bounded number of the pending jobs (`bounds`
+        says how many were left out) and a number of what-ifs a minute; when every worker is busy, or past that
+        number, 429 with Retry-After.
         """
+        check_whatif(caller())  # 429 past the user's what-ifs a minute (admins are exempt)
         trace = args.get("trace")
         admin = caller().admin
         if trace is not None and not trace.startswith("synthetic:"):
@@ -115,10 +129,12 @@ def blueprint(prefix: str) -> Blueprint:
             _refuse(exc)
         app = current_app._get_current_object()  # type: ignore[attr-defined]
         budget = None if admin else setting(app, "CORRAL_WHATIF_BUDGET", DEFAULT_BUDGET)
+        queue_cap = None if admin else setting(app, "CORRAL_WHATIF_QUEUE", DEFAULT_QUEUE_CAP)
         st = store()  # the worker has no app context: hand it the store itself
 
         def run() -> dict[str, Any]:
-            return what_if(st, req, make_policy, default_policy=DEFAULT_POLICY, budget=budget)
+            return what_if(st, req, make_policy, default_policy=DEFAULT_POLICY, budget=budget,
+                           queue_cap=queue_cap)
 
         future = pool(app).try_submit(run)
         if future is None:

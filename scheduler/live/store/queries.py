@@ -10,7 +10,9 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from sqlalchemy import func, or_, select, update
@@ -26,10 +28,12 @@ from scheduler.live.store.models import (
     Job,
     JobEvent,
     JobState,
+    LimitDefaults,
     Node,
     PolicyVersion,
     Team,
     User,
+    UserLimits,
 )
 
 TOKEN_PREFIX = "corral_"
@@ -141,14 +145,17 @@ def add_event(s: Session, job_id: int, kind: str, message: str = "", *, at: floa
     s.add(JobEvent(job_id=job_id, at=time.time() if at is None else at, kind=kind, message=message, data=data))
 
 
-def submit(s: Session, user: User, fields: dict[str, Any]) -> tuple[Job, bool]:
+def submit(s: Session, user: User, fields: dict[str, Any], *, max_pending: int | None = None) -> tuple[Job, bool]:
     """Store a validated submission. Returns (job, created): a retry with the same `client_token` returns the job the
-    first attempt stored, and stores nothing new."""
+    first attempt stored, and stores nothing new. With `max_pending`, a new job is refused (PendingLimit) while the
+    user already has that many pending (a known retry never is: it adds nothing)."""
     token = fields.get("client_token")
     if token is not None:
-        existing = s.scalars(select(Job).where(Job.user_id == user.id, Job.client_token == token)).one_or_none()
+        existing = known_submission(s, user.id, token)
         if existing is not None:
             return existing, False
+    if max_pending is not None:
+        check_pending(s, user, max_pending)
     now = time.time()
     # Read now, in the submission's transaction, not from `user`: the API passes a stand-in from its token cache,
     # and an admin may have moved the user a moment ago.
@@ -166,6 +173,11 @@ def submit(s: Session, user: User, fields: dict[str, Any]) -> tuple[Job, bool]:
             return s.scalars(select(Job).where(Job.user_id == user.id, Job.client_token == token)).one(), False
     add_event(s, job.id, "submitted", f"submitted by {user.name}", at=now)
     return job, True
+
+
+def known_submission(s: Session, user_id: int, client_token: str) -> Job | None:
+    """The job `user_id` already submitted with `client_token`, if any: a retry of it is no new submission."""
+    return s.scalars(select(Job).where(Job.user_id == user_id, Job.client_token == client_token)).one_or_none()
 
 
 def cancel(s: Session, job: Job) -> Job:
@@ -467,3 +479,96 @@ def held_intervals(s: Session, since: float, now: float) -> list[tuple[str, floa
         .group_by(Job.team, Allocation.allocated_at, Allocation.released_at)
     )
     return [(team, float(gpus), start, end) for team, gpus, start, end in rows]
+
+
+# ---- fair use: per-user limits ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One user's fair-use limits (admins are exempt from all of them). `max_pending`: jobs pending at once;
+    `submit_rate` and `submit_burst`: a token bucket of submissions (per second, and how many at once);
+    `whatif_per_min`: what-if calls per minute (a bucket of that size, refilled over a minute)."""
+
+    max_pending: int
+    submit_rate: float
+    submit_burst: int
+    whatif_per_min: int
+
+
+# Built-in defaults, far above what one person submits by hand or by a sweep script, far below a flood (issue 25: 6,310
+# jobs in 40 s, 3,025 of them pending at once). A thousand pending jobs is hours of a whole cluster's work for one
+# user. A burst of 100 lets a 100-job sweep through at once (and leaves room for the concurrent retries of a client
+# that resends while its first attempts are in flight), then 10 a second: a 1,000-job sweep takes about 90 s for a
+# client that waits out Retry-After, a flood gets 400 jobs into 40 s instead of 6,310. 60 what-ifs a minute is one a
+# second, more than anyone reads, while each can hold a worker for seconds.
+BUILTIN_LIMITS = Limits(max_pending=1_000, submit_rate=10.0, submit_burst=100, whatif_per_min=60)
+LIMIT_NAMES = tuple(f.name for f in dataclass_fields(Limits))
+
+
+class PendingLimit(RuntimeError):
+    """A submission past the user's `max_pending`."""
+
+    def __init__(self, user: str, pending: int, limit: int) -> None:
+        super().__init__(f"max_pending: {user} has {pending} job(s) pending, the most a user may have is {limit}; "
+                         "submit more when some have started, or cancel some (an admin sets the limit: "
+                         "`corral user limits`)")
+        self.pending, self.limit = pending, limit
+
+
+def pending_jobs_of_user(s: Session, user_id: int) -> int:
+    return s.scalar(select(func.count()).select_from(Job).where(Job.user_id == user_id,
+                                                                Job.state == JobState.PENDING)) or 0
+
+
+def check_pending(s: Session, user: User, max_pending: int) -> None:
+    """PendingLimit if `user` already has `max_pending` jobs pending. The user's row is locked first (PostgreSQL; on
+    SQLite the submission holds the one write lock), as `move_user` does: two submissions of one user then count in
+    turn, each seeing the other's job once it committed, so concurrent submissions cannot overshoot the limit."""
+    s.execute(select(User.id).where(User.id == user.id).with_for_update())
+    pending = pending_jobs_of_user(s, user.id)
+    if pending >= max_pending:
+        raise PendingLimit(user.name, pending, max_pending)
+
+
+def _set_columns(row: LimitDefaults | UserLimits | None) -> dict[str, Any]:
+    return {} if row is None else {n: getattr(row, n) for n in LIMIT_NAMES if getattr(row, n) is not None}
+
+
+def limit_settings(s: Session, user_id: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the defaults an admin set, `user_id`'s overrides): only the limits set, by name."""
+    defaults = _set_columns(s.get(LimitDefaults, 1))
+    return defaults, (_set_columns(s.get(UserLimits, user_id)) if user_id is not None else {})
+
+
+def effective_limits(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> Limits:
+    """The limits that apply: a user's override, else the admins' default, else the built-in one."""
+    return replace(BUILTIN_LIMITS, **{**defaults, **overrides})
+
+
+def limits_of(s: Session, user_id: int) -> Limits:
+    return effective_limits(*limit_settings(s, user_id))
+
+
+def set_limits(s: Session, changes: Mapping[str, Any], *, user_id: int | None = None, by: str) -> None:
+    """Write the limits in `changes` (by name; None clears one, back to the default) as the cluster-wide defaults, or
+    as `user_id`'s overrides. The caller validates the values."""
+    unknown = set(changes) - set(LIMIT_NAMES)
+    if unknown:
+        raise ValueError(f"unknown limits: {', '.join(sorted(unknown))}")
+    now = time.time()
+    row: LimitDefaults | UserLimits | None
+    if user_id is None:
+        row = s.get(LimitDefaults, 1, with_for_update=True)
+        if row is None:
+            row = LimitDefaults(id=1, updated_at=now)
+            s.add(row)
+    else:
+        row = s.get(UserLimits, user_id, with_for_update=True)
+        if row is None:
+            row = UserLimits(user_id=user_id, updated_at=now)
+            s.add(row)
+    for name, value in changes.items():
+        setattr(row, name, value)
+    row.updated_at, row.updated_by = now, by
+    s.flush()

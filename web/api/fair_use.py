@@ -1,0 +1,94 @@
+"""Fair-use limits, for admins: the cluster-wide defaults (`/limits`) and each user's overrides
+(`/users/<name>/limits`). What they limit and how is web.fair_use; the values live in the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask_smorest import Blueprint, abort
+
+from scheduler.live.store import queries as q
+from scheduler.live.store.models import User
+from web.fair_use import state as fair_use
+from web.api.context import store, write_session
+from web.auth import caller, protect, require_admin
+from web.schemas import LimitsArgs, LimitsSchema
+
+
+def limits_json(defaults: dict[str, Any], overrides: dict[str, Any], user: User | None) -> dict[str, Any]:
+    effective = q.effective_limits(defaults, overrides)
+    return {"user": user.name if user else None, "exempt": bool(user and user.admin),
+            **{n: getattr(effective, n) for n in q.LIMIT_NAMES},
+            "sources": {n: "user" if n in overrides else "cluster" if n in defaults else "built-in"
+                        for n in q.LIMIT_NAMES}}
+
+
+def _user_or_404(s: Any, name: str) -> User:
+    user = q.user_by_name(s, name) if q.USER_NAME.fullmatch(name) else None
+    if user is None:
+        abort(404, message=f"user {name!r} not found")
+    return user
+
+
+def blueprint(prefix: str) -> Blueprint:
+    blp = protect(Blueprint("limits", __name__, url_prefix=prefix,
+                            description="Fair use: per-user limits on pending jobs, submissions and what-ifs (admins)"))
+
+    @blp.before_request
+    def admins_only() -> None:
+        require_admin()  # before the body is parsed, as for users and teams: 403 whatever a non-admin sends
+
+    @blp.route("/limits", methods=["GET"])
+    @blp.response(200, LimitsSchema)
+    def show_defaults() -> Any:
+        """Show the cluster-wide limits (admins)
+
+        What applies to every user without an override of their own, and where each value comes from.
+        """
+        with store().session() as s:
+            defaults, _ = q.limit_settings(s)
+            return limits_json(defaults, {}, None)
+
+    @blp.route("/limits", methods=["PATCH"])
+    @blp.arguments(LimitsArgs())
+    @blp.response(200, LimitsSchema, description="the cluster-wide limits after the change")
+    def set_defaults(args: dict[str, Any]) -> Any:
+        """Change the cluster-wide limits (admins)
+
+        Only the limits given change; null puts one back to its built-in value. Users with an override keep it.
+        """
+        with write_session() as s:
+            q.set_limits(s, args, by=caller().name)
+            defaults, _ = q.limit_settings(s)
+            body = limits_json(defaults, {}, None)
+        fair_use().forget_limits()
+        return body
+
+    @blp.route("/users/<name>/limits", methods=["GET"])
+    @blp.response(200, LimitsSchema)
+    def show_user(name: str) -> Any:
+        """Show a user's limits (admins)
+
+        The limits that apply to the user, and for each whether it is their own override, the cluster's default or
+        the built-in value. Admins are exempt (`exempt`).
+        """
+        with store().session() as s:
+            user = _user_or_404(s, name)
+            return limits_json(*q.limit_settings(s, user.id), user)
+
+    @blp.route("/users/<name>/limits", methods=["PATCH"])
+    @blp.arguments(LimitsArgs())
+    @blp.response(200, LimitsSchema, description="the user's limits after the change")
+    def set_user(args: dict[str, Any], name: str) -> Any:
+        """Override a user's limits (admins)
+
+        Only the limits given change; null removes the override, so the cluster's default applies again.
+        """
+        with write_session() as s:
+            user = _user_or_404(s, name)
+            q.set_limits(s, args, user_id=user.id, by=caller().name)
+            body = limits_json(*q.limit_settings(s, user.id), user)
+        fair_use().forget_limits()
+        return body
+
+    return blp

@@ -1,0 +1,177 @@
+"""Fair use over HTTP: the per-user limits (`scheduler.live.store.queries.Limits`) on submissions and what-ifs.
+Admins are exempt from all of them.
+
+- `max_pending`: counted in the submission's own transaction, under a lock on the user's row
+  (`queries.check_pending`), so it holds under concurrent submissions and across replicas sharing the database. Past
+  it: 429 naming `max_pending`, without Retry-After (when a slot frees depends on the scheduler).
+- `submit_rate` / `submit_burst` and `whatif_per_min`: token buckets kept in this process, per user and per API
+  replica (thread-safe; several replicas each keep their own, so spreading requests over N replicas gets up to N
+  times the rate). Past them: 429 with Retry-After, the seconds until the bucket holds a token again.
+
+A retry with a client_token the user already submitted is no new submission: it is neither counted nor refused.
+The limits are read from the store at most every `LIMITS_TTL_S` per user; a change made through this replica's API
+applies at once, one made through another replica within that time. The clock is `time.monotonic`, or the
+`CORRAL_CLOCK` callable in the app's config (the tests drive time with it instead of sleeping).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from flask import Flask, current_app
+from flask_smorest import abort
+
+from scheduler.live.store import queries as q
+from web.api.context import store
+from web.auth import Principal
+
+STATE_KEY = "corral.fair_use"
+CLOCK_CONFIG = "CORRAL_CLOCK"
+LIMITS_TTL_S = 5.0
+SUBMIT, WHATIF = "submit", "whatif"
+_state_lock = threading.Lock()
+
+
+class TokenBucket:
+    """`burst` tokens at most, refilled at `rate` per second; a request takes one."""
+
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.stamp = rate, burst, float(burst), now
+
+    def _refill(self, now: float) -> None:
+        if now > self.stamp:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+
+    def take(self, now: float) -> float:
+        """0.0 if a token was taken, else the seconds until one is there."""
+        self._refill(now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
+
+    def give_back(self) -> None:
+        self.tokens = min(float(self.burst), self.tokens + 1.0)
+
+    def resize(self, rate: float, burst: int, now: float) -> None:
+        """New limits (an admin changed them): what was earned at the old rate stays, up to the new burst."""
+        self._refill(now)
+        self.rate, self.burst = rate, burst
+        self.tokens = min(self.tokens, float(burst))
+
+
+class FairUse:
+    """One app's buckets and cached limits, by user id. Thread-safe."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._buckets: dict[tuple[str, int], TokenBucket] = {}
+        self._limits: dict[int, tuple[float, q.Limits]] = {}
+
+    def limits(self, user_id: int) -> q.Limits:
+        now = self.clock()
+        with self._lock:
+            cached = self._limits.get(user_id)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        with store().session() as s:
+            found = q.limits_of(s, user_id)
+        with self._lock:
+            self._limits[user_id] = (now + LIMITS_TTL_S, found)
+        return found
+
+    def forget_limits(self) -> None:
+        """An admin changed limits through this replica: read them again at the next request."""
+        with self._lock:
+            self._limits.clear()
+
+    def take(self, kind: str, user_id: int, rate: float, burst: int) -> float:
+        now = self.clock()
+        with self._lock:
+            bucket = self._buckets.get((kind, user_id))
+            if bucket is None:
+                bucket = self._buckets[(kind, user_id)] = TokenBucket(rate, burst, now)
+            elif (bucket.rate, bucket.burst) != (rate, burst):
+                bucket.resize(rate, burst, now)
+            return bucket.take(now)
+
+    def give_back(self, kind: str, user_id: int) -> None:
+        with self._lock:
+            bucket = self._buckets.get((kind, user_id))
+            if bucket is not None:
+                bucket.give_back()
+
+
+def state(app: Flask | None = None) -> FairUse:
+    """The app's FairUse, made on first use (so tests can put a clock in the app's config first)."""
+    app = app or current_app._get_current_object()  # type: ignore[attr-defined]
+    with _state_lock:
+        if STATE_KEY not in app.extensions:
+            app.extensions[STATE_KEY] = FairUse(app.config.get(CLOCK_CONFIG) or time.monotonic)
+        fair: FairUse = app.extensions[STATE_KEY]
+        return fair
+
+
+def _too_many(message: str, wait_s: float | None) -> None:
+    headers = {} if wait_s is None else {"Retry-After": str(max(1, math.ceil(wait_s)))}
+    abort(429, message=message, headers=headers)
+
+
+def _known_retry(user_id: int, client_token: str | None) -> bool:
+    if client_token is None:
+        return False
+    with store().session() as s:
+        return q.known_submission(s, user_id, client_token) is not None
+
+
+@dataclass
+class SubmissionGate:
+    """What the submit handler needs from fair use: the pending cap to pass to `queries.submit` (None: none), and
+    whether the job was created (False for a known retry, whose token is given back)."""
+
+    max_pending: int | None
+    created: bool = True
+
+
+@contextmanager
+def submission(who: Principal, client_token: str | None) -> Iterator[SubmissionGate]:
+    """Around a submission's transaction: 429 past the user's submission rate (before anything is read or written)
+    or past their pending cap (`queries.PendingLimit`, raised in the transaction, which rolls back)."""
+    if who.admin:
+        yield SubmissionGate(None)
+        return
+    fair = state()
+    lim = fair.limits(who.id)
+    wait = fair.take(SUBMIT, who.id, lim.submit_rate, lim.submit_burst)
+    charged = wait == 0.0
+    if not charged and not _known_retry(who.id, client_token):
+        _too_many(f"submit_rate: {who.name} may submit {lim.submit_rate:g} job(s) a second after a burst of "
+                  f"{lim.submit_burst}; try again in {max(1, math.ceil(wait))} s", wait)
+    gate = SubmissionGate(lim.max_pending)
+    try:
+        yield gate
+    except q.PendingLimit as exc:
+        _too_many(str(exc), None)
+    if charged and not gate.created:  # a retry of a job already stored: not a new submission
+        fair.give_back(SUBMIT, who.id)
+
+
+def check_whatif(who: Principal) -> None:
+    """429 with Retry-After past the user's what-ifs per minute (a bucket of that many, refilled over a minute)."""
+    if who.admin:
+        return
+    fair = state()
+    lim = fair.limits(who.id)
+    wait = fair.take(WHATIF, who.id, lim.whatif_per_min / 60.0, lim.whatif_per_min)
+    if wait > 0.0:
+        _too_many(f"whatif_per_min: {who.name} may run {lim.whatif_per_min} what-if(s) a minute; try again in "
+                  f"{max(1, math.ceil(wait))} s", wait)
