@@ -9,9 +9,9 @@ from flask_smorest import Blueprint, abort
 
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import User
-from web.fair_use import state as fair_use
 from web.api.context import store, write_session
 from web.auth import caller, protect, require_admin
+from web.fair_use import state as fair_use
 from web.schemas import LimitsArgs, LimitsSchema
 
 

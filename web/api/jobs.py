@@ -18,11 +18,11 @@ from scheduler.live import job_accounts
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
-from web.fair_use import submission as fair_use
 from web.api.context import notify, store, write_session
 from web.api.explain import queue_start_estimates
 from web.api.logread import tail_lines
 from web.auth import caller, protect, require_owner
+from web.fair_use import submission as fair_use
 from web.limits import MAX_LOG_RESPONSE_BYTES, MIN_RANK_LOG_BYTES
 from web.schemas import (
     DEFAULT_COMMAND_DURATION_S,

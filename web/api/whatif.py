@@ -33,9 +33,9 @@ from scheduler.live.whatif import (
     WhatIfRequest,
     what_if,
 )
-from web.fair_use import check_whatif
 from web.api.context import store
 from web.auth import caller, protect
+from web.fair_use import check_whatif
 from web.schemas import WhatIfArgs, WhatIfSchema
 
 POOL_KEY = "corral.whatif_pool"
