@@ -247,31 +247,30 @@ class ControllerLease(Base):
     expires_at: Mapped[float] = mapped_column(default=0.0)
 
 
-class LimitDefaults(Base):
+class _LimitColumns:
+    """The fair-use limits, as the cluster's defaults and a user's overrides both hold them (null: not set here)."""
+
+    max_pending: Mapped[int | None]
+    submit_rate: Mapped[float | None]
+    submit_burst: Mapped[int | None]
+    whatif_per_min: Mapped[int | None]
+    updated_at: Mapped[float]
+    updated_by: Mapped[str | None] = mapped_column(String(64))
+
+
+class LimitDefaults(_LimitColumns, Base):
     """The one row (id 1) of cluster-wide fair-use limits an admin set (`corral limits`, `PUT /limits`). A null column
     means the built-in default (`queries.BUILTIN_LIMITS`); no row at all means every one is built in."""
 
     __tablename__ = "limit_defaults"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    max_pending: Mapped[int | None]
-    submit_rate: Mapped[float | None]
-    submit_burst: Mapped[int | None]
-    whatif_per_min: Mapped[int | None]
-    updated_at: Mapped[float]
-    updated_by: Mapped[str | None] = mapped_column(String(64))
 
 
-class UserLimits(Base):
+class UserLimits(_LimitColumns, Base):
     """One user's fair-use limits where an admin overrode the defaults (`corral user limits NAME`); a null column
     follows the defaults."""
 
     __tablename__ = "user_limits"
 
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
-    max_pending: Mapped[int | None]
-    submit_rate: Mapped[float | None]
-    submit_burst: Mapped[int | None]
-    whatif_per_min: Mapped[int | None]
-    updated_at: Mapped[float]
-    updated_by: Mapped[str | None] = mapped_column(String(64))
