@@ -296,6 +296,23 @@ def test_every_response_carries_the_security_headers(env: Env, path: str) -> Non
     assert resp.headers["Referrer-Policy"] == "no-referrer"
 
 
+def test_an_inline_script_is_allowed_on_swagger_uis_page_only() -> None:
+    """A page that reflected a request's text into an inline <script> must not get it allowed by hash: only Swagger
+    UI's page (flask-smorest's template) has its inline script hashed into the policy."""
+    from flask import Flask
+
+    from web import security
+
+    app = Flask(__name__)
+    security.init_app(app)
+    page = "<html><script>alert(1)</script></html>"
+    app.add_url_rule("/echo", "echo", lambda: page)
+    app.add_url_rule(security.SWAGGER_PAGE, "docs", lambda: page)
+    client = app.test_client()
+    assert "sha256-" not in client.get("/echo").headers["Content-Security-Policy"]
+    assert "sha256-" in client.get(security.SWAGGER_PAGE).headers["Content-Security-Policy"]
+
+
 def test_the_pages_scripts_are_all_allowed_by_the_policy(env: Env) -> None:
     """The dashboard has no inline script (its scripts come from 'self'); Swagger UI's page has one, allowed by its
     hash and nothing else, and every asset either page names is served from this origin."""
