@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.core.model import Cluster, SpecError
 from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_type, presets_text
+from scheduler.live import job_accounts
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES
 
@@ -146,8 +147,6 @@ def job_accounts_for(cfg: ServeConfig, home: Path) -> JobAccounts:
     """The OS accounts command jobs run as, from the flags, refused at start if they cannot work: the server must be
     root to switch users, and each account must be able to reach its checkpoint folder under CORRAL_HOME (every
     folder above it passable by others)."""
-    from scheduler.live import job_accounts
-
     accounts = job_accounts.load(cfg.job_user, cfg.job_user_pattern, cfg.job_user_map)
     job_accounts.check_server(accounts, cfg.command_jobs)
     if accounts.isolated:
