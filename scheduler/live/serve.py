@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scheduler.core.model import Cluster, SpecError
-from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_type, presets_text
 from scheduler.live import job_accounts
+from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_type, presets_text
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES
 
