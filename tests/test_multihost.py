@@ -72,7 +72,7 @@ def test_a_partitioned_host_s_job_finishes_elsewhere_exactly_once(cluster: Clust
     # report (their attempt is over) and their checkpoint writes are refused (a later attempt wrote one).
     time.sleep(5.0)
     j = c.job(long)
-    assert j["attempt"] == 2 and j["state"] == "succeeded"
+    assert j["attempt"] == 2 and j["state"] == "succeeded", c.events(long)  # (what happened, if not)
     for job_id in (long, short):
         succeeded_once(c, job_id)
     second = (c.home / "logs" / f"job-{long}" / "attempt-2" / "rank-0.log").read_text()
