@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' helpers: one copy of free_port and the bounded wait
 
-from conftest import free_port
+from conftest import free_port, ray_token_env
 from conftest import wait_until as wait
 from sqlalchemy import create_engine, select, text
 
@@ -120,6 +121,10 @@ def main() -> None:
     db_url = f"{POSTGRES}?options=-csearch_path%3D{schema}"
     work = Path(tempfile.mkdtemp(prefix="corral-failover-"))
     home = work / "corral-home"
+    # Every Ray cluster Corral joins takes a token (`serve --ray-address` refuses an open one): this process, the
+    # cluster's processes and both replicas read it from the replicas' CORRAL_HOME.
+    stack = ExitStack()
+    stack.enter_context(ray_token_env(home))
     env = {**os.environ, "DATABASE_URL": db_url, "CORRAL_HOME": str(home)}
     cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     replicas: list[Replica] = []
@@ -200,6 +205,7 @@ def main() -> None:
             r.stop()
         ray.shutdown()
         cluster.shutdown()
+        stack.close()
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()

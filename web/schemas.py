@@ -252,7 +252,7 @@ class UserPatchArgs(RequestSchema):
         "description": "the team to move the user to; refused while they have jobs pending or running"})
 
 
-# Fair use (web.limits): bounds far beyond any sensible limit, so a typo cannot store something absurd; null clears a
+# Fair use (web.fair_use): bounds far beyond any sensible limit, so a typo cannot store something absurd; null clears a
 # setting (a user's override falls back to the cluster's default, a default to the built-in one).
 MAX_PENDING_LIMIT = 1_000_000
 MAX_SUBMIT_RATE = 10_000.0

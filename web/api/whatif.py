@@ -7,7 +7,8 @@ Retry-After at once, rather than queued behind the others. The request thread wa
 stays synchronous for the client). Non-admins are also bounded in size, by what their request brings: at most
 `CORRAL_WHATIF_BUDGET` of its own jobs (hypothetical, or a trace's) x seeds (422 naming the field to lower). The live
 queue never makes a request fail: a non-admin's what-if simulates at most `CORRAL_WHATIF_QUEUE` (default 100) pending
-jobs, the first in queue order, and its answer's `bounds` says how many were left out. Admins are bounded by neither. Each user has a number of what-ifs a minute (`whatif_per_min`, web.limits)."""
+jobs, the first in queue order, and its answer's `bounds` says how many were left out. Admins are bounded by neither.
+Each user has a number of what-ifs a minute (`whatif_per_min`, web.fair_use)."""
 
 from __future__ import annotations
 
