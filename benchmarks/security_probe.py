@@ -72,7 +72,7 @@ class Server:
         if ROOT_USER:
             args += ["--job-user-pattern", "corral-probe-{id}"]
         env = {**os.environ, "CORRAL_HOME": str(home)}
-        for key in ("DATABASE_URL", ray_auth.MODE_VAR, ray_auth.TOKEN_VAR, ray_auth.TOKEN_PATH_VAR, "RAY_TMPDIR"):
+        for key in ("DATABASE_URL", *ray_auth.RAY_ENV):  # its own store and its own Ray token, not ours
             env.pop(key, None)
         store = Store.open(f"sqlite:///{home / 'corral.db'}")
         with store.session() as s:

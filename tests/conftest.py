@@ -64,18 +64,14 @@ def ray_token_env(folder: Path) -> Iterator[Path]:
     from scheduler.live import ray_auth
     from scheduler.live.ray_backend import _reload_auth
 
-    saved = {k: os.environ.get(k) for k in (ray_auth.MODE_VAR, ray_auth.TOKEN_VAR, ray_auth.TOKEN_PATH_VAR)}
+    saved = ray_auth.saved_env()
     path = ray_auth.ensure_token(folder)
     ray_auth.use_token(path)
     _reload_auth()
     try:
         yield path
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        ray_auth.restore_env(saved)
         _reload_auth()
 
 

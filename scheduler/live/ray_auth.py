@@ -103,6 +103,24 @@ def use_token(source: Path | str) -> None:
         os.environ.pop(TOKEN_VAR, None)
 
 
+# What `use_token` and a local cluster's private folder set in this process's environment.
+RAY_ENV = (MODE_VAR, TOKEN_VAR, TOKEN_PATH_VAR, "RAY_TMPDIR")
+
+
+def saved_env() -> dict[str, str | None]:
+    """The Ray variables this module may set, as they are now (to be given back with `restore_env`: a test, or a
+    process that starts a second cluster, must not inherit the first one's token)."""
+    return {k: os.environ.get(k) for k in RAY_ENV}
+
+
+def restore_env(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def private_temp_dir(home: Path | None = None) -> Path:
     """A folder for Ray's session folders that only the server's user may enter: `CORRAL_HOME/ray` (0700), or, when
     CORRAL_HOME's path is too long for Ray's Unix sockets under it, a fresh 0700 folder in the system's temporary

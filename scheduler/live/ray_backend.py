@@ -64,7 +64,6 @@ STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this: time for a preempted job
 _RES_PRECISION = 10_000  # Ray accounts fractional resources in 1/10,000ths
 LOOPBACK = "127.0.0.1"
 _ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER  # as Ray set it at import, for `connect`
-_LOCAL_ENV = (ray_auth.MODE_VAR, ray_auth.TOKEN_VAR, ray_auth.TOKEN_PATH_VAR, "RAY_TMPDIR")
 
 
 def _reload_auth() -> None:
@@ -432,7 +431,7 @@ class RayBackend:
         from ray.cluster_utils import Cluster
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        saved = {k: os.environ.get(k) for k in _LOCAL_ENV}  # given back at shutdown (a test may start another)
+        saved = ray_auth.saved_env()  # given back at shutdown (a test may start another cluster)
         ray_auth.use_token(ray_auth.ensure_token())
         temp = ray_auth.private_temp_dir()
         os.environ["RAY_TMPDIR"] = str(temp)  # Ray's folders go under $RAY_TMPDIR/ray
@@ -480,11 +479,7 @@ class RayBackend:
             self._cluster.shutdown()
             if self._temp_dir is not None and self._temp_dir.name.startswith("corral-ray-"):
                 shutil.rmtree(self._temp_dir, ignore_errors=True)  # the fallback outside CORRAL_HOME
-            for key, value in self._saved_env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+            ray_auth.restore_env(self._saved_env)
             ray_constants.ENABLE_RAY_CLUSTER = _ENABLE_RAY_CLUSTER
             _reload_auth()
 
