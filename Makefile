@@ -29,9 +29,10 @@ lock:
 venv: $(STAMP)
 
 # The live service on embedded defaults: 4 virtual nodes x 8 virtual GPUs on a local Ray cluster, SQLite under
-# CORRAL_HOME (~/.corral), the pretrained rl:default policy, the API on http://127.0.0.1:8080.
+# CORRAL_HOME (~/.corral), the pretrained rl:default policy, the API on http://127.0.0.1:$(PORT) (`make run PORT=9090`).
+PORT ?= 8080
 run: $(STAMP)
-	$(BIN)/corral serve --host 127.0.0.1 --port 8080 --nodes 4 --gpus-per-node 8 --preset dgx-a100
+	$(BIN)/corral serve --host 127.0.0.1 --port $(PORT) --nodes 4 --gpus-per-node 8 --preset dgx-a100
 
 # The offline comparison `make run` used to print: six policies on a synthetic trace, in the simulator.
 simulate: $(STAMP)

@@ -663,18 +663,27 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
               type=click.FloatRange(0.01, 1e6), metavar="HOURS",
               help="Half-life of the teams' fair-share usage: how fast past GPU use is forgotten (Slurm's "
                    "PriorityDecayHalfLife; 168 h is its default, 7 days).")
+@click.option("--drain-timeout", default=0.0, show_default=True, type=click.FloatRange(0, 7 * 24 * 3600),
+              metavar="SECONDS",
+              help="At SIGTERM or Ctrl-C, stop starting jobs and give the running ones this long to end on their own "
+                   "before the rest are checkpointed and requeued (an orderly upgrade; a second signal stops "
+                   "waiting). Requeued jobs spend no restart and resume from their checkpoints at the next start.")
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
           policy: str | None, tick: float, job_user_pattern: str | None, job_user_map: Path | None,
           job_user: str | None, command_jobs: str, log_limit_mb: float, allow_unauthenticated_ray: bool,
-          half_life_h: float) -> None:
+          half_life_h: float, drain_timeout: float) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
 
     Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
     --ray-address. One controller leads through a lease in the database (10 s, renewed every 2 s); the others serve
     the API and stand by, and one takes over within about 12 s if the leader dies. With SQLite the store belongs to
-    one process, which always leads: run a single replica.
+    one process, which always leads: a second `corral serve` on the same store refuses to start, naming the first.
+
+    Stopping (SIGTERM, Ctrl-C) costs the jobs nothing: with a local Ray cluster, each running job is checkpointed and
+    requeued without spending a restart, and resumes at the next start; with --ray-address the workers keep running
+    and the next controller adopts them.
     """
-    from scheduler.live.serve import ServeConfig
+    from scheduler.live.serve import ServeConfig, ServeError
     from scheduler.live.serve import serve as run_service
 
     try:
@@ -682,9 +691,12 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
                                 ray_address=ray_address, policy=policy, tick_s=tick, job_user=job_user,
                                 job_user_pattern=job_user_pattern, job_user_map=job_user_map,
                                 command_jobs=command_jobs, log_limit_mb=log_limit_mb,
-                                allow_unauthenticated_ray=allow_unauthenticated_ray, half_life_s=half_life_h * 3600.0))
+                                allow_unauthenticated_ray=allow_unauthenticated_ray, half_life_s=half_life_h * 3600.0,
+                                drain_timeout_s=drain_timeout))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
+    except ServeError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command("ray-token")

@@ -189,6 +189,7 @@ class Controller:
         self._thread: threading.Thread | None = None
         self.last_error = ""
         self._node_reader: ThreadPoolExecutor | None = None  # reads Ray's node table off the pass (`_read_nodes`)
+        self.placing = True  # False while the server shuts down: runs end and are recorded, nothing new starts
 
     _generation = 0  # bumped whenever the view or the policy is replaced (see `_scene`)
 
@@ -284,7 +285,9 @@ class Controller:
                 allocs = [a for a in row.allocations if a.attempt == row.attempt and a.released_at is None]
                 gpus = tuple(a.gpu for a in sorted(allocs, key=lambda a: a.gpu))
                 job = self._job(row)
-                if not gpus:
+                if not gpus or gpus[-1] >= self.cluster.num_gpus:
+                    # None recorded, or GPUs this cluster does not have (restarted with fewer local nodes): the
+                    # workers went with the old cluster.
                     lost.append(row.id)
                     continue
                 placement = Placement(gpus, allocs[0].share)
@@ -342,14 +345,56 @@ class Controller:
         self._thread = threading.Thread(target=self._run, name="corral-controller", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, checkpoint: str | None = None) -> None:
+        """End the loop. With `checkpoint` (why: the server shuts down and its local Ray cluster goes with it), every
+        running job is then checkpointed and requeued (`checkpoint_all`) while this replica still leads."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
         if self._node_reader is not None:
             self._node_reader.shutdown(wait=False, cancel_futures=True)
+        if checkpoint is not None:
+            try:
+                self.checkpoint_all(checkpoint)
+            except NotLeader as exc:  # another replica leads now: the runs are its to adopt or requeue
+                log.warning("not checkpointing the running jobs: %s", exc)
         self.leadership.stop()  # after the last pass: a standby takes over at once, with nothing in flight here
+
+    def stop_placing(self) -> None:
+        """The server is shutting down: keep collecting what the workers do, start nothing more (`corral serve
+        --drain-timeout`: running jobs may end on their own before the rest are checkpointed)."""
+        self.placing = False
+        self.wake()
+
+    def checkpoint_all(self, why: str, grace_s: float | None = None) -> list[int]:
+        """Stop every run this controller leads (each worker gets SIGTERM and its grace period to checkpoint) and put
+        its job back in the queue in its old place, spending none of its restarts: the server is shutting down and
+        takes its local Ray cluster with it, which is no fault of the job's. Waits for the workers to finish their
+        checkpoints (up to `grace_s`, default the backend's). Called by `stop(checkpoint=...)`, once no pass runs.
+        Returns the jobs requeued."""
+        if not self.leading or not self.running:
+            return []
+        now = time.time()
+        backend, deferred = self.backend, _AfterCommit(self.backend)
+        self.backend = deferred
+        try:
+            with self.store.session(write=True) as s:
+                requeued = list(self.running)
+                for job_id in requeued:
+                    row = s.get(JobRow, job_id)
+                    assert row is not None
+                    self.backend.stop(job_id)
+                    self._requeue(s, row, now, "checkpointed", f"{why}: checkpointed and requeued (no restart spent)")
+                self.leadership.fence(s)
+        finally:
+            self.backend = backend
+        deferred.flush()
+        settle = getattr(self.backend, "settle", None)
+        if settle is not None:  # the workers write their checkpoints within their grace period
+            settle(grace_s)
+        log.info("checkpointed and requeued %d running job(s): %s", len(requeued), why)
+        return requeued
 
     def _take_over(self) -> None:
         """Lead: rebuild from the store and adopt the running workers (what a restart does), then schedule."""
@@ -439,7 +484,7 @@ class Controller:
                 self._collect(s, statuses, now, stats)
                 if nodes is not None:
                     self._check_nodes(s, nodes, now)
-                if self.pending and self.policy is not None:
+                if self.pending and self.policy is not None and self.placing:
                     # As the simulator does, the policy is asked when something it sees changed (a submission, an end,
                     # a start, a node, the policy or the teams) or at a time it asked to be woken (`WakeAt`), not at
                     # every tick: its last answer stands until then, and a pass with 1,000 queued stays cheap.
@@ -769,6 +814,18 @@ class Controller:
             row.state, row.finished_at, row.error = S.FAILED, now, f"lost: {why}"
             queries.add_event(s, job_id, "failed", f"not restarted ({row.restart_policy}, "
                               f"{row.restarts} of {row.max_restarts} restarts used)", at=now)
+
+    def _requeue(self, s: Session, row: JobRow, now: float, event: str, why: str) -> None:
+        """Take a run off its GPUs and put its job back in the queue, in its old place, without spending a restart:
+        the run was stopped for a reason that is not the job's (a shutdown, a drain, a GPU fault). The caller has
+        stopped its workers, which checkpoint within their grace period, so the next run resumes from there."""
+        self._end_run(s, row, now)
+        row.state, row.queued_since = S.PENDING, now
+        row.pending_reason = why
+        queries.add_event(s, row.id, event, why, at=now, attempt=row.attempt)
+        self.pending[row.id] = self._job(row)
+        self._sort_pending()
+        self._reasons[row.id] = why
 
     # ---- deciding ------------------------------------------------------------------------------------------------
 

@@ -26,11 +26,20 @@ target (`benchmarks/failover.py` measures it). A pass commits only with at least
 left, so the workers it launches right after its commit are launched while it still certainly leads. A leader that
 stops cleanly (SIGTERM) releases the lease: a standby takes over within a second.
 
-SQLite is one file on one machine, written by one process: `SoleLeader` always leads, with no lease and no epoch.
+SQLite is one file on one machine, written by one process: `SoleLeader` leads, with no lease and no epoch, and
+`StoreLock` makes sure it is the only one. It is an OS lock (`flock`) on a file beside the database, taken before
+Ray starts and held for the life of the process: a second `corral serve` on the same store fails to take it and
+refuses to start, naming the process that holds it (host, pid, URL) from what that process wrote into the file. The
+kernel drops the lock when its holder exits, however it exits (SIGKILL included), so a crash never leaves a stale
+lock to clear by hand. Why not the lease row on SQLite too: a lease needs an expiry, so a crashed server would keep
+the store for a term, and two processes' passes would contend on one file's write lock to fence; a lock file
+costs nothing and is exact.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import logging
 import os
 import socket
@@ -38,7 +47,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
+from pathlib import Path
+from typing import IO, Any, Protocol
 
 from sqlalchemy import Float, cast, func, select, text, update
 from sqlalchemy.orm import Session
@@ -65,6 +75,67 @@ class NotLeader(Exception):
     """This controller's pass may not commit: another replica holds the lease (or this one's is about to lapse)."""
 
 
+class StoreBusy(Exception):
+    """Another process already serves this SQLite store (its message names it, in one line)."""
+
+
+class StoreLock:
+    """The exclusive OS lock on `<database>.lock` that makes one process the controller of a SQLite store.
+
+    `acquire` takes it without waiting (raising `StoreBusy` with the holder's host, pid and URL), then writes who
+    holds it into the file for the next one to read; `release` (or the process's exit) gives it back. The file is
+    the server's alone (0600, like the database)."""
+
+    def __init__(self, database: Path) -> None:
+        self.path = database.with_name(database.name + ".lock")
+        self._file: IO[str] | None = None
+
+    @classmethod
+    def for_url(cls, url: str) -> StoreLock | None:
+        """The lock of a SQLite file store; None for a shared database (PostgreSQL has the lease) or an in-memory
+        one (it belongs to its process anyway)."""
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+        if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+            return None
+        return cls(Path(parsed.database).resolve())
+
+    def acquire(self, about: dict[str, Any]) -> None:
+        """Hold the lock from now on, or raise `StoreBusy` naming its holder. `about`: what to tell a second server
+        about this one (its URL, port), besides the host, pid and start time written here."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        f = os.fdopen(fd, "r+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder_text(f.read())
+            f.close()
+            raise StoreBusy(f"the store {self.path.with_suffix('')} already has a controller: {holder}. Stop it first, "
+                            "or give this server its own store (another CORRAL_HOME, or DATABASE_URL)") from None
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(), **about}))
+        f.flush()
+        self._file = f
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor drops the flock
+            self._file = None
+
+
+def _holder_text(text: str) -> str:
+    """'pid 4242 on host gpu-head, serving http://127.0.0.1:8080 since 10:02:11' from what the holder wrote."""
+    try:
+        about = json.loads(text)
+    except ValueError:
+        return "a process that has not said which yet (it is starting)"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(about.get("since", 0))))
+    where = f", serving {about['url']}" if about.get("url") else ""
+    return f"pid {about.get('pid')} on host {about.get('host')}{where} since {since}"
+
+
 def replica_id() -> str:
     """This process's name among the replicas: host and pid to find it, a random suffix so that a restarted process
     with a recycled pid is never mistaken for its predecessor."""
@@ -87,10 +158,12 @@ class Leadership(Protocol):
 
 
 class SoleLeader:
-    """SQLite: one process writes the store, so its controller always leads; nothing to fence."""
+    """SQLite: one process writes the store, so its controller always leads; nothing to fence. With `lock` (the
+    store's `StoreLock`, already acquired by `corral serve` before Ray started), it gives the lock back at `stop`."""
 
-    def __init__(self, replica: str | None = None) -> None:
+    def __init__(self, replica: str | None = None, lock: StoreLock | None = None) -> None:
         self.replica = replica or replica_id()
+        self.lock = lock
 
     @property
     def leading(self) -> bool:
@@ -104,13 +177,16 @@ class SoleLeader:
         pass
 
     def stop(self) -> None:
-        pass
+        if self.lock is not None:
+            self.lock.release()
 
     def fence(self, s: Session) -> None:
         pass
 
     def status(self) -> dict[str, Any]:
-        return {"epoch": None, "leader": self.replica, "lease": "none: a SQLite store has one process, which leads"}
+        lease = ("none: this process holds the SQLite store's lock file, so no other controller can run on it"
+                 if self.lock is not None else "none: a SQLite store has one process, which leads")
+        return {"epoch": None, "leader": self.replica, "lease": lease}
 
 
 class Lease:

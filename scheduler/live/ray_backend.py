@@ -570,6 +570,18 @@ class RayBackend:
             self._stopping.append((actor_name(launch.job_id, launch.attempt, spec.rank), a, a.stop.remote(),
                                    time.time() + STOP_GRACE_S + 2.0))
 
+    def settle(self, timeout_s: float | None = None) -> None:
+        """Wait (up to `timeout_s`, default a stop's grace period and a margin) for the workers being stopped to end
+        on their own, having written their checkpoints, then kill what is left: called once, at a shutdown that takes
+        the Ray cluster down with it, so the checkpoints are on disk before the processes go."""
+        deadline = time.time() + (STOP_GRACE_S + 2.0 if timeout_s is None else timeout_s)
+        refs = [ref for _, _, ref, _ in self._stopping]
+        while refs and time.time() < deadline:
+            _, refs = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.time()))
+        for _, actor, _, _ in self._stopping:
+            self._kill(actor)
+        self._stopping.clear()
+
     def forget(self, job_id: int) -> None:
         """Drop a finished run: its workers have exited; kill the actors to give back their resources."""
         run = self._runs.pop(job_id, None)

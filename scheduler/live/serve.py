@@ -5,13 +5,16 @@ only kind of module in `scheduler/` allowed to reach up into `policies` and `web
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import os
 import shlex
 import shutil
 import signal
+import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +29,7 @@ from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES
 
 if TYPE_CHECKING:
     from scheduler.live.controller import Controller
-    from scheduler.live.leader import Leadership
+    from scheduler.live.leader import Leadership, StoreLock
     from scheduler.live.ray_backend import RayBackend
     from scheduler.live.runs import NodeInfo
     from scheduler.live.store import Store
@@ -52,6 +55,7 @@ class ServeConfig:
     log_limit_mb: float = DEFAULT_LOG_LIMIT_BYTES / 2**20  # what one rank of a command job may log per run
     allow_unauthenticated_ray: bool = False  # join a --ray-address cluster that takes no token
     half_life_s: float = 7 * 24 * 3600.0  # of the teams' fair-share usage (scheduler.core.tenancy)
+    drain_timeout_s: float = 0.0  # at SIGTERM: how long running jobs may take to end before they are checkpointed
 
 
 FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
@@ -110,15 +114,22 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-def leadership_for(store: Store, cfg: ServeConfig) -> Leadership:
+class ServeError(Exception):
+    """`corral serve` cannot start as asked, for a reason outside its flags (the port is taken, another server holds
+    the store): one line, no traceback."""
+
+
+def leadership_for(store: Store, cfg: ServeConfig, lock: StoreLock | None = None) -> Leadership:
     """A lease on a shared database (PostgreSQL: replicas may stand by for each other); on SQLite this process alone
-    leads. Standing by needs the replicas to share one Ray cluster (`--ray-address`): a replica that started its own
-    would find none of the other's workers to adopt."""
+    leads, holding the store's lock file (`lock`, taken before Ray started). Standing by needs the replicas to share
+    one Ray cluster (`--ray-address`): a replica that started its own would find none of the other's workers to
+    adopt."""
     from scheduler.live.leader import Lease, SoleLeader
 
     if store.engine.dialect.name == "sqlite":
-        log.info("SQLite store: this process is the only controller (a standby replica needs PostgreSQL)")
-        return SoleLeader()
+        log.info("SQLite store: this process is its only controller (it holds the store's lock; a standby replica "
+                 "needs PostgreSQL)")
+        return SoleLeader(lock=lock)
     if not cfg.ray_address:
         log.warning("no --ray-address: this replica runs its own Ray cluster, so it can lead but a standby could not "
                     "adopt its workers; for two replicas start both with the same --ray-address")
@@ -126,7 +137,7 @@ def leadership_for(store: Store, cfg: ServeConfig) -> Leadership:
 
 
 def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
-                     accounts: JobAccounts | None = None) -> Controller:
+                     accounts: JobAccounts | None = None, lock: StoreLock | None = None) -> Controller:
     from policies import make_policy
     from scheduler.live.controller import Controller
     from scheduler.live.store import queries
@@ -140,7 +151,7 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
                       default_policy=cfg.policy or "rl:default", tick_s=cfg.tick_s, preset=cfg.preset,
                       node_presets=[n.preset for n in nodes], accounts=accounts or JobAccounts(shared=cfg.job_user),
                       log_limit_bytes=int(cfg.log_limit_mb * 2**20), half_life_s=cfg.half_life_s,
-                      leadership=leadership_for(store, cfg), nodes_from_store=bool(cfg.ray_address))
+                      leadership=leadership_for(store, cfg, lock), nodes_from_store=bool(cfg.ray_address))
 
 
 def job_accounts_for(cfg: ServeConfig, home: Path) -> JobAccounts:
@@ -179,6 +190,40 @@ def corral_command() -> str:
     return shlex.quote(str(here))
 
 
+def store_env() -> str:
+    """The variable that names this server's store, as a shell prefix: `corral token create` run in another shell
+    must write to the same store, or the server answers its token with 401."""
+    from scheduler.core.paths import corral_home
+
+    if os.environ.get("DATABASE_URL"):
+        return "DATABASE_URL=<this server's> "
+    return f"CORRAL_HOME={shlex.quote(str(corral_home()))} "
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The API's socket, bound before anything else starts: a port in use (or a host this machine does not have)
+    fails `corral serve` in a second with one line, not after Ray and the controller came up."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise ServeError(f"--host {host}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as waitress does: a restart need not wait TIME_WAIT
+    try:
+        # Bound, not yet listening: a client meanwhile is refused at once rather than left waiting for the server to
+        # come up. (With SO_REUSEADDR a port is refused here only once another socket listens on it; two servers
+        # starting in the same second both bind, and the second's `listen` then fails, in `serve`.)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        why = f"--port {port} on {host}: {exc.strerror}"
+        if exc.errno == errno.EADDRINUSE:
+            why += (f"; another process listens there (`ss -ltnp 'sport = :{port}'` says which): choose another "
+                    "port with --port, or `make run PORT=...`")
+        raise ServeError(why) from None
+    return sock
+
+
 def gpus_text(cluster: Cluster) -> str:
     """'4 nodes x 8 GPUs (32 GPUs)', or the per-node counts of a mixed cluster."""
     per_node = [int((cluster.gpu_node == n).sum()) for n in range(cluster.num_nodes)]
@@ -202,18 +247,21 @@ def banner(cluster: Cluster, cfg: ServeConfig, policy: str, where: str, db_url: 
         f"  API:       {where}/api/v1  (OpenAPI {where}/api/v1/openapi.json, Swagger UI {where}/api/docs)\n"
         f"  database:  {redact(db_url)}\n  Ray:       {ray_address}\n"
         f"{replica}"
-        f"  a token:   {corral} token create --user \"$(whoami)\" --admin\n"
+        f"  a token:   {store_env()}{corral} token create --user \"$(whoami)\" --admin\n"
         f"  then:      export CORRAL_URL={where} CORRAL_TOKEN=<the token>; {corral} submit --name demo "
         "--model ResNet-50-bs64 --gpus 1 --duration 60\n"
     )
 
 
 def serve(cfg: ServeConfig) -> None:
+    """Run the service until SIGTERM or SIGINT, then stop as `stop_service` says. What can refuse to start (the
+    flags, the store's lock, the port) is checked before Ray starts."""
     from waitress import create_server
 
     from policies import make_policy
     from scheduler.core.paths import corral_home, secure_home
     from scheduler.live import doorbell
+    from scheduler.live.leader import StoreBusy, StoreLock
     from scheduler.live.ray_backend import RayBackend
     from scheduler.live.store import Store, database_url, queries
     from web import create_app
@@ -232,6 +280,15 @@ def serve(cfg: ServeConfig) -> None:
                     "EVERY user's can (--command-jobs everyone)" if cfg.command_jobs == "everyone" else
                     "only admins may submit them")
     url = database_url()
+    sock = listening_socket(cfg.host, cfg.port)
+    where = f"http://{cfg.host}:{sock.getsockname()[1]}"
+    lock = StoreLock.for_url(url)
+    if lock is not None:  # SQLite: this process must be the store's only controller, before it touches anything
+        try:
+            lock.acquire({"url": where, "port": sock.getsockname()[1]})
+        except StoreBusy as exc:
+            sock.close()
+            raise ServeError(str(exc)) from None
     store = Store.open(url)
     secure_home(home)  # again: the database file exists now
     if cfg.policy is not None:
@@ -243,14 +300,19 @@ def serve(cfg: ServeConfig) -> None:
     else:
         log.info("starting a local Ray cluster: %d virtual nodes x %d virtual GPUs", cfg.nodes, cfg.gpus_per_node)
         backend = RayBackend.local(cfg.nodes, cfg.gpus_per_node)
-    controller = build_controller(store, backend, cfg, accounts)
+    controller = build_controller(store, backend, cfg, accounts, lock)
     # Other replicas' APIs wake this controller through the doorbell, and this one's wakes theirs (PostgreSQL only).
     listener = doorbell.Listener(store, controller.wake).start() if doorbell.shared(store) else None
+    again = threading.Event()  # a signal during the shutdown: stop waiting for running jobs to end
 
     def notify() -> None:
         controller.wake()
         doorbell.ring(store)
 
+    def _terminate(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    server = None
     try:
         controller.start()
         freeze_heap()
@@ -258,21 +320,43 @@ def serve(cfg: ServeConfig) -> None:
                                                        "CORRAL_JOB_ACCOUNTS": accounts,
                                                        "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s},
                          controller_status=controller.status)
-        server = create_server(app, host=cfg.host, port=cfg.port, threads=cfg.threads)
-
-        def _terminate(signum: int, _frame: object) -> None:
-            raise KeyboardInterrupt
-
+        try:
+            server = create_server(app, sockets=[sock], threads=cfg.threads)  # it listens from here
+        except OSError as exc:
+            raise ServeError(f"--port {cfg.port} on {cfg.host}: {exc.strerror}") from None
         signal.signal(signal.SIGTERM, _terminate)
-        where = f"http://{cfg.host}:{server.effective_port}"  # type: ignore[union-attr]
         print(banner(controller.cluster, cfg, controller.policy_name or "(the leader's)", where, url, backend.address,
                      controller.status(), controller.node_presets), file=sys.stderr, flush=True)
         server.run()  # type: ignore[union-attr]
     except KeyboardInterrupt:
         log.info("shutting down")
     finally:
+        signal.signal(signal.SIGINT, lambda *_: again.set())  # a second ^C cuts the drain short, nothing more
+        signal.signal(signal.SIGTERM, lambda *_: again.set())
+        if server is not None:
+            server.close()  # type: ignore[union-attr]  # no new work from here on
+        else:
+            sock.close()
         if listener is not None:
             listener.stop()
-        controller.stop()
+        stop_service(controller, cfg, local=not cfg.ray_address, interrupted=again)
         backend.shutdown()
         store.close()
+
+
+def stop_service(controller: Controller, cfg: ServeConfig, *, local: bool, interrupted: threading.Event) -> None:
+    """Stop so that a restart costs the jobs nothing. With `--drain-timeout`, running jobs first get that long to end
+    on their own while nothing new starts. Then, in local mode, the Ray cluster is about to go with this process: every
+    job still running is checkpointed and requeued, spending no restart, and resumes when the server is back. With
+    `--ray-address` the workers outlive this process and the next controller adopts them where they are."""
+    if cfg.drain_timeout_s > 0 and controller.leading and controller.running:
+        controller.stop_placing()
+        log.info("draining: %d running job(s) may take up to %g s to end; nothing new starts (signal again to stop "
+                 "waiting)", len(controller.running), cfg.drain_timeout_s)
+        deadline = time.monotonic() + cfg.drain_timeout_s
+        while controller.running and time.monotonic() < deadline and not interrupted.wait(0.5):
+            pass
+    running = len(controller.running)
+    controller.stop(checkpoint="the server shut down" if local else None)
+    if not local and running:
+        log.info("leaving %d running job(s) to the next controller, which adopts their workers", running)
