@@ -468,6 +468,9 @@ class GpuSchema(Schema):
     mem_gb = fields.Float()
     free_share = fields.Float()
     tenants = fields.List(fields.Nested(TenantSchema))
+    closed = fields.String(allow_none=True, metadata={
+        "description": "why no new job may start on this GPU (its node is down or drained, or its agent reports it "
+                       "faulty); null: open"})
 
 
 class GpuHealthSchema(Schema):
@@ -497,6 +500,26 @@ class NodeHealthSchema(Schema):
     mps = fields.Nested(MpsHealthSchema, allow_none=True)
 
 
+class NodeDrainArgs(RequestSchema):
+    reason = fields.String(load_default="", validate=validate.Length(max=500),
+                           metadata={"description": "why, shown on the cluster map and in the jobs' reasons"})
+    now = fields.Boolean(load_default=False, metadata={
+        "description": "also checkpoint and requeue the jobs running there now (they spend no restart); false: "
+                       "they finish, and nothing new starts there"})
+
+
+class DrainSchema(Schema):
+    at = fields.Float(metadata={"description": "when the node was drained (Unix seconds)"})
+    by = fields.String(allow_none=True)
+    reason = fields.String()
+    now = fields.Boolean(metadata={"description": "its jobs were checkpointed and requeued at once"})
+
+
+class NodeDrainSchema(Schema):
+    name = fields.String()
+    drain = fields.Nested(DrainSchema, allow_none=True, metadata={"description": "null: not drained"})
+
+
 class NodeSchema(Schema):
     name = fields.String()
     index = fields.Integer()
@@ -511,11 +534,15 @@ class NodeSchema(Schema):
                        "never reported"})
     health_at = fields.Float(allow_none=True, metadata={
         "description": "when the API received that report (Unix seconds, the API's clock)"})
+    drain = fields.Nested(DrainSchema, allow_none=True, metadata={"description": "null: not drained"})
 
 
 class TotalsSchema(Schema):
     nodes = fields.Integer()
     gpus = fields.Integer()
+    gpus_usable = fields.Integer(metadata={"description": "GPUs that may take new jobs: not on a down or drained "
+                                                          "node, not faulty"})
+    gpus_free = fields.Integer(metadata={"description": "usable GPUs with no tenant"})
     gpus_allocated = fields.Integer(metadata={"description": "GPUs with any tenant"})
     gpus_shared = fields.Integer(metadata={"description": "GPUs with more than one tenant"})
     share_allocated = fields.Float(metadata={"description": "sum of the tenants' shares, in GPUs"})

@@ -126,6 +126,13 @@ class CorralClient:
         return self.request("GET", f"/jobs/{job_id}/logs",  # type: ignore[no-any-return]
                             params={"attempt": attempt, "rank": rank, "tail": tail})
 
+    def drain_node(self, name: str, reason: str, now: bool) -> dict[str, Any]:
+        return self.request("POST", f"/nodes/{quote(name, safe='')}/drain",  # type: ignore[no-any-return]
+                            json={"reason": reason, "now": now})
+
+    def resume_node(self, name: str) -> dict[str, Any]:
+        return self.request("POST", f"/nodes/{quote(name, safe='')}/resume")  # type: ignore[no-any-return]
+
     def cluster(self) -> dict[str, Any]:
         return self.request("GET", "/cluster")  # type: ignore[no-any-return]
 

@@ -663,6 +663,10 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
               type=click.FloatRange(0.01, 1e6), metavar="HOURS",
               help="Half-life of the teams' fair-share usage: how fast past GPU use is forgotten (Slurm's "
                    "PriorityDecayHalfLife; 168 h is its default, 7 days).")
+@click.option("--on-gpu-fault", type=click.Choice(["requeue", "keep"]), default="requeue", show_default=True,
+              help="What the jobs on a GPU its node agent reports faulty (XID, ECC, unreachable, over temperature) "
+                   "do: requeue (checkpointed and started elsewhere, spending no restart) or keep running. Either "
+                   "way no new job starts on it.")
 @click.option("--drain-timeout", default=0.0, show_default=True, type=click.FloatRange(0, 7 * 24 * 3600),
               metavar="SECONDS",
               help="At SIGTERM or Ctrl-C, stop starting jobs and give the running ones this long to end on their own "
@@ -671,7 +675,7 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
           policy: str | None, tick: float, job_user_pattern: str | None, job_user_map: Path | None,
           job_user: str | None, command_jobs: str, log_limit_mb: float, allow_unauthenticated_ray: bool,
-          half_life_h: float, drain_timeout: float) -> None:
+          half_life_h: float, on_gpu_fault: str, drain_timeout: float) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
 
     Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
@@ -692,7 +696,7 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
                                 job_user_pattern=job_user_pattern, job_user_map=job_user_map,
                                 command_jobs=command_jobs, log_limit_mb=log_limit_mb,
                                 allow_unauthenticated_ray=allow_unauthenticated_ray, half_life_s=half_life_h * 3600.0,
-                                drain_timeout_s=drain_timeout))
+                                on_gpu_fault=on_gpu_fault, drain_timeout_s=drain_timeout))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     except ServeError as exc:
@@ -734,7 +738,7 @@ def node_resources_cmd(name: str, gpus: int, preset: str | None) -> None:
 
 @main.group("node")
 def node_group() -> None:
-    """Run this machine as a Corral node (the node agent) and read its state."""
+    """Run this machine as a Corral node (the node agent) and read its state; drain and resume nodes (admins)."""
 
 
 def _parse_gpus(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
@@ -818,7 +822,33 @@ def node_health_cmd(name: str | None, state_dir: Path | None) -> None:
 
 
 # The API client commands (submit, jobs, show, cancel, logs, cluster, token): they import no upper layer.
-from scheduler.cli.client_commands import register_client_commands
+from scheduler.cli.client_commands import api_errors, client, connection, register_client_commands  # noqa: E402
+
+
+@node_group.command("drain")
+@click.argument("name")
+@click.option("--reason", default="", help="Why (shown on the cluster map and in the reasons of the jobs it moves).")
+@click.option("--now", is_flag=True,
+              help="Also checkpoint and requeue the jobs running there now (they spend no restart); without it they "
+                   "finish and nothing new starts there (Slurm's DRAIN).")
+@connection
+def node_drain_cmd(name: str, reason: str, now: bool, url: str, token: str | None) -> None:
+    """Take node NAME out of service for maintenance (admins): no new job starts there until `corral node resume`."""
+    with api_errors():
+        node = client(url, token).drain_node(name, reason, now)
+    what = "its jobs are being checkpointed and requeued" if node["drain"]["now"] else "its running jobs may finish"
+    click.echo(f"node {name} drained: nothing new starts there; {what}")
+
+
+@node_group.command("resume")
+@click.argument("name")
+@connection
+def node_resume_cmd(name: str, url: str, token: str | None) -> None:
+    """Put drained node NAME back in service (admins): it takes new jobs again."""
+    with api_errors():
+        client(url, token).resume_node(name)
+    click.echo(f"node {name} resumed: it takes new jobs again")
+
 
 register_client_commands(main)
 

@@ -27,12 +27,14 @@ import numpy as np
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, JobKind, JobSpec, JobState, Placement
+from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import Isolated, TeamLedger, Teams, TenancyFrame, quota_cluster
 from scheduler.core.workloads import ModelProfile, catalog
 
 _FINISH = 0
 _WAKE = 1
+_OUTAGE = 2  # an outage starts (version 0) or ends (version 1); its index in `outages` rides as the job id
 MAX_ROUNDS = 100_000  # scheduling rounds at one instant before we call the policy broken
 
 
@@ -80,6 +82,8 @@ class Simulator:
         progress: Callable[[int], None] | None = None,
         initial: Sequence[Placed | tuple[JobSpec, Placement, float]] = (),
         teams: Teams | None = None,
+        outages: Sequence[Outage] = (),
+        on_fault: OnFault = OnFault.REQUEUE,
     ) -> None:
         """`initial`: jobs running from t=0 on the given placements (validated like any placement: PlacementError if
         they overlap or do not fit), each with its isolated work left. Their specs must have `submit_s <= 0`; they get
@@ -88,7 +92,11 @@ class Simulator:
         `teams`: the cluster is shared by these teams; the policy acts inside the tenancy frame
         (`scheduler.core.tenancy`) and the result reports each team's share. `run()` then also replays each team's
         jobs alone on its quota under the same policy (one more, smaller simulation per team with a quota of at least
-        one GPU) for Themis' finish-time fairness (`tenancy.Isolated`)."""
+        one GPU) for Themis' finish-time fairness (`tenancy.Isolated`).
+
+        `outages`: node drains and GPU faults over time (`scheduler.core.outages`): while one is in effect its GPUs
+        take no new job, and the runs it evicts (an evicting drain; a fault, with `on_fault` requeue) are
+        checkpointed and requeued, as the live controller does. ValueError naming the field for an impossible one."""
         self.cluster = cluster
         self.specs = sorted(jobs, key=lambda s: s.submit_s)
         placed = [p if isinstance(p, Placed) else Placed(*p) for p in initial]
@@ -127,6 +135,16 @@ class Simulator:
         self.pending_reasons: dict[int, str] = {}
         for k, p in enumerate(placed):
             self._place_initial(self.jobs[self._arrivals + k], p)
+        self.outages = list(outages)
+        self._spans = spans(cluster)
+        self.on_fault = on_fault
+        self._outages_on: set[int] = set()  # indices into `outages` in effect now
+        for k, o in enumerate(self.outages):
+            o.check(cluster)
+            self._push(o.start_s, _OUTAGE, k, 0)
+            if math.isfinite(o.end_s):
+                self._push(o.end_s, _OUTAGE, k, 1)
+        self.evicted = 0  # runs checkpointed and requeued because an outage took their GPUs
 
     def _place_initial(self, job: Job, p: Placed) -> None:
         if p.spec.submit_s > 0:
@@ -237,17 +255,30 @@ class Simulator:
         job.work_left = 0.0
         self._finished += 1
 
-    def _preempt(self, job: Job) -> None:
+    def _preempt(self, job: Job, *, by_policy: bool = True) -> None:
         if job.id not in self.running:
             raise SimulationError(f"{self._who} preempted job {job.spec.name}, which is not running")
         self._stop(job)
         job.state = JobState.PENDING
-        job.preemptions += 1
+        if by_policy:  # (an outage's eviction is not the policy's choice: it costs the same, but is not counted)
+            job.preemptions += 1
         job.work_left += self.preempt_overhead_s  # checkpoint restore and warm-up on restart
         job.queued_since = self.now
         self.pending[job.id] = job
         # Keep the queue in arrival order: rebuild it (preemptions are rare next to arrivals).
         self.pending = dict(sorted(self.pending.items(), key=lambda kv: (kv[1].spec.submit_s, kv[0])))
+
+    def _outages_changed(self) -> None:
+        """Outages started or ended at this instant: requeue the runs they evict, then close exactly the GPUs the
+        outages in effect close (the rule of `scheduler.core.outages`, as the live controller applies it)."""
+        drained, faults = conditions(self.outages[k] for k in sorted(self._outages_on))
+        placements = {j: job.placement for j, job in self.running.items() if job.placement is not None}
+        for job_id, why in evictions(self._spans, placements, drained=drained, faults=faults,
+                                     on_fault=self.on_fault).items():
+            self._preempt(self.jobs[job_id], by_policy=False)
+            self.pending_reasons[job_id] = why
+            self.evicted += 1
+        self.state.set_closed(closed_gpus(self._spans, drained=drained, faults=faults))
 
     def apply(self, decisions: Sequence[Decision]) -> bool:
         """Carry out decisions (preemptions first: they free what placements may use). True if anything changed."""
@@ -297,6 +328,7 @@ class Simulator:
             return False
         heap = self._heap
         self.now = self.view.now = self.next_event_time()
+        outages = False
         while heap and heap[0][0] <= self.now:
             _, _, kind, job_id, version = heapq.heappop(heap)
             self._events += 1
@@ -304,6 +336,11 @@ class Simulator:
                 self._finish(self.jobs[job_id])
             elif kind == _WAKE:
                 self._wakes.discard(self.now)
+            elif kind == _OUTAGE:
+                (self._outages_on.discard if version else self._outages_on.add)(job_id)
+                outages = True
+        if outages:
+            self._outages_changed()
         n = self._arrivals
         while self._next_arrival < n and self.specs[self._next_arrival].submit_s <= self.now:
             self._arrive(self.jobs[self._next_arrival])

@@ -43,6 +43,8 @@ class ClusterState:
         self.tenants: dict[int, list[int]] = {}
         self.placements: dict[int, Placement] = {}
         self._mem: dict[int, float] = {}
+        self.closed: dict[int, str] = {}  # GPU -> why no new job may start on it (`set_closed`)
+        self._hidden: dict[int, float] = {}  # a closed GPU's true free share
 
     def mem_need(self, spec: JobSpec) -> float:
         return self.profiles[spec.model].mem_gb
@@ -87,6 +89,9 @@ class ClusterState:
         placement = self.placements.pop(job_id)
         mem = self._mem.pop(job_id)
         for g in placement.gpus:
+            closed = g in self.closed
+            if closed:  # account the release on its true free share, then close the GPU again
+                self._show(g)
             tenants = self.tenants[g]
             tenants.remove(job_id)
             if tenants:
@@ -99,28 +104,39 @@ class ClusterState:
             if self.free_share[g] >= 1.0 - EPS:
                 self.node_free[self.cluster.gpu_node[g]] += 1
                 self.free_whole += 1
+            if closed:
+                self._hide(g)
         self.allocated_share -= placement.share * len(placement.gpus)
         return placement
 
-    def cordon(self, gpus: list[int]) -> None:
-        """Take idle GPUs out of service (their node is gone): nothing can be placed on them until `uncordon`.
-        Their tenants must have been released first."""
-        for g in gpus:
-            if g in self.tenants:
-                raise PlacementError(f"GPU {g} still has tenants {self.tenants[g]}; release them before cordoning")
-            if self.free_share[g] > 0.0:
-                self.free_share[g] = 0.0
-                self.node_free[self.cluster.gpu_node[g]] -= 1
-                self.free_whole -= 1
-                self.allocated_share += 1.0
+    def set_closed(self, closed: Mapping[int, str]) -> None:
+        """Close exactly these GPUs to new placements (GPU -> why: `scheduler.core.outages.closed_gpus`), reopening
+        the others. A closed GPU looks full to every policy (no free share, not wholly free) while its tenants, if
+        any, keep it as they are; the capacity they leave when they end stays closed until the GPU reopens."""
+        for g in [g for g in self.closed if g not in closed]:
+            self._show(g)
+            del self.closed[g]
+        for g, why in closed.items():
+            if g not in self.closed:
+                self._hide(g)
+            self.closed[g] = why
 
-    def uncordon(self, gpus: list[int]) -> None:
-        for g in gpus:
-            if self.free_share[g] == 0.0 and g not in self.tenants:
-                self.free_share[g] = 1.0
-                self.node_free[self.cluster.gpu_node[g]] += 1
-                self.free_whole += 1
-                self.allocated_share -= 1.0
+    def _hide(self, g: int) -> None:
+        free = float(self.free_share[g])
+        if free >= 1.0 - EPS:
+            self.node_free[self.cluster.gpu_node[g]] -= 1
+            self.free_whole -= 1
+        self._hidden[g] = free
+        self.free_share[g] = 0.0
+        self.allocated_share += free
+
+    def _show(self, g: int) -> None:
+        free = self._hidden.pop(g)
+        self.free_share[g] = free
+        self.allocated_share -= free
+        if free >= 1.0 - EPS:
+            self.node_free[self.cluster.gpu_node[g]] += 1
+            self.free_whole += 1
 
 
 class ClusterView:

@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session, joinedload
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, JobKind, Placement
+from scheduler.core.outages import Drain, OnFault, closed_gpus, evictions, spans
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S, Team, Teams, TenancyFrame
 from scheduler.core.workloads import ModelProfile, catalog
@@ -45,7 +46,7 @@ from scheduler.live.cluster import ModelNode, model_cluster, node_preset
 from scheduler.live.explain import capacity_reason
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.leader import Leadership, NotLeader, SoleLeader
-from scheduler.live.nodes import register_nodes
+from scheduler.live.nodes import CONDITION_COLUMNS, conditions, register_nodes
 from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, Backend, JobStatus, Launch, NodeInfo, RankSpec, actor_name
 from scheduler.live.slowdown import SlowdownLedger
@@ -154,6 +155,7 @@ class Controller:
         half_life_s: float = DEFAULT_HALF_LIFE_S,
         nodes_from_store: bool = False,
         leadership: Leadership | None = None,
+        on_fault: OnFault = OnFault.REQUEUE,
     ) -> None:
         if len(node_names) != cluster.num_nodes:
             raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
@@ -174,6 +176,7 @@ class Controller:
         self.accounts = accounts or JobAccounts()  # the OS accounts command jobs run as (docs/security.md)
         self.log_limit_bytes = log_limit_bytes
         self.half_life_s = half_life_s  # of the teams' fair-share usage
+        self.on_fault = on_fault  # what a faulty GPU's runs do (`corral serve --on-gpu-fault`)
         # A Ray cluster that outlives this process (or is shared with a standby replica): the store's node numbering
         # is the truth, and recovering takes it (see `_take_store_numbering`).
         self.nodes_from_store = nodes_from_store
@@ -213,6 +216,9 @@ class Controller:
         self._reasons_key: tuple[object, ...] = ()
         self._wake_at = float("inf")
         self._down: set[int] = set()  # nodes whose Ray node is gone
+        self._drained: dict[int, Drain] = {}  # nodes an admin drained (the store's `nodes.drained_at`)
+        self._faults: dict[int, str] = {}  # cluster-wide GPU -> why its agent reports it faulty
+        self._last_conditions = 0.0  # when the drains and the agents' reports were last read
         self._starting = True  # some launched run's workers may not all be up yet
         self._last_poll = 0.0
         self._last_nodes = 0.0
@@ -229,7 +235,7 @@ class Controller:
         """What the policy's answer depends on besides the clock: the queue in its order, the runs and whether their
         workers are up, the nodes down, and which view and policy (`_generation`)."""
         return (self._generation, tuple(self.pending), tuple(self._started.get(j, False) for j in self.running),
-                tuple(self.running), frozenset(self._down))
+                tuple(self.running), frozenset(self._down), frozenset(self.state.closed))
 
     # ---- between rows and the model ---------------------------------------------------------------------------
 
@@ -317,7 +323,8 @@ class Controller:
                                            for r in self._placement(job))
                     self.backend.stop(job_id)
                     self._lose(s, job_id, f"node {self.node_names[i]} is down", now)
-                self.state.cordon(list(self.cluster.node_gpus(i)))
+            self._read_conditions(s, now)
+            self._apply_outages(s, now)
             for row in s.scalars(select(JobRow).where(JobRow.state == S.PENDING).options(joinedload(JobRow.user))
                                  .order_by(JobRow.id)):
                 self.pending[row.id] = self._job(row)
@@ -482,8 +489,15 @@ class Controller:
                 self._sync_submissions(s, now)
                 self._sync_cancels(s, now)
                 self._collect(s, statuses, now, stats)
+                changed = False
                 if nodes is not None:
+                    down = set(self._down)
                     self._check_nodes(s, nodes, now)
+                    changed = down != self._down
+                if now - self._last_conditions >= NODES_EVERY_S:
+                    changed = self._read_conditions(s, now) or changed
+                if changed:
+                    self._apply_outages(s, now)
                 if self.pending and self.policy is not None and self.placing:
                     # As the simulator does, the policy is asked when something it sees changed (a submission, an end,
                     # a start, a node, the policy or the teams) or at a time it asked to be woken (`WakeAt`), not at
@@ -735,7 +749,6 @@ class Controller:
                     log.warning("node %s came back as preset %s; it stays modelled as %s (give it a new name to "
                                 "model it as the new preset)", name, advertised[name], self.node_presets[i])
                 self._down.discard(i)
-                self.state.uncordon(list(self.cluster.node_gpus(i)))
                 s.execute(update(Node).where(Node.name == name).values(alive=True, updated_at=now))
             elif not up and i not in self._down:
                 for job_id in [j for j, job in self.running.items() if job.placement is not None
@@ -743,8 +756,35 @@ class Controller:
                     self.backend.stop(job_id)
                     self._lose(s, job_id, f"node {name} was lost", now)
                 self._down.add(i)
-                self.state.cordon(list(self.cluster.node_gpus(i)))
                 s.execute(update(Node).where(Node.name == name).values(alive=False, updated_at=now))
+
+    def _read_conditions(self, s: Session, now: float) -> bool:
+        """Read the admins' drains and the node agents' GPU reports from the store; True if what they close changed.
+        A stale report closes nothing (`gpu_faults`)."""
+        self._last_conditions = now
+        drained, faults = conditions(s.execute(select(*CONDITION_COLUMNS)),
+                                     spans(self.cluster, self.node_names), now)
+        if drained == self._drained and faults == self._faults:
+            return False
+        for g in faults.keys() - self._faults.keys():
+            log.warning("GPU %d is faulty: %s", g, faults[g])
+        for g in self._faults.keys() - faults.keys():
+            log.info("GPU %d is healthy again", g)
+        self._drained, self._faults = drained, faults
+        return True
+
+    def _apply_outages(self, s: Session, now: float) -> None:
+        """The one rule (`scheduler.core.outages`), as the simulator applies it: checkpoint and requeue the runs a
+        drain `--now` or a faulty GPU evicts (spending no restart), then close exactly the GPUs no new job may use."""
+        placements = {j: job.placement for j, job in self.running.items() if job.placement is not None}
+        nodes = spans(self.cluster, self.node_names)
+        for job_id, why in evictions(nodes, placements, drained=self._drained, faults=self._faults,
+                                     on_fault=self.on_fault).items():
+            row = s.get(JobRow, job_id)
+            assert row is not None
+            self.backend.stop(job_id)
+            self._requeue(s, row, now, "evicted", f"{why}: checkpointed and requeued (no restart spent)")
+        self.state.set_closed(closed_gpus(nodes, down=self._down, drained=self._drained, faults=self._faults))
 
     def _end_run(self, s: Session, row: JobRow, now: float) -> Job:
         """Take a run off its GPUs: close its allocations, account its service, and re-rate its neighbours."""

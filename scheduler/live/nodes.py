@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from scheduler.core.model import Cluster
+from scheduler.core.outages import Drain, NodeSpan, closed_gpus
 from scheduler.live.runs import NodeInfo
 from scheduler.live.store.models import Gpu, Node
 
@@ -73,3 +74,73 @@ def health_view(report: Mapping[str, Any] | None, reported_at: float | None, now
         return None
     age = max(0.0, now - reported_at)
     return {**report, "age_s": round(age, 3), "stale": age > STALE_INTERVALS * float(report["interval_s"])}
+
+
+# A GPU this hot is throttling hard or about to shut itself down (NVML's slowdown threshold is near 90 °C on data-centre
+# parts): the controller treats it as faulty, like an XID error.
+HOT_GPU_C = 90
+
+
+def gpu_faults(report: Mapping[str, Any] | None, reported_at: float | None, now: float) -> dict[int, str]:
+    """The node's faulty GPUs (local index -> why) by its agent's last report: XID errors, uncorrected ECC errors, an
+    unreachable device, or over `HOT_GPU_C`. A stale report (the agent stopped reporting: `health_view`) says nothing
+    for sure any more: no GPU is faulty by it, and the cluster map shows it as unknown."""
+    view = health_view(report, reported_at, now)
+    if view is None or view["stale"]:
+        return {}
+    faults: dict[int, str] = {}
+    for gpu in view.get("gpus") or ():
+        why = []
+        if gpu.get("status") == "unreachable":
+            why.append("unreachable" + (f" ({gpu['error']})" if gpu.get("error") else ""))
+        if gpu.get("xid_errors"):
+            why.append("XID " + ", ".join(str(x) for x in gpu["xid_errors"]))
+        if gpu.get("ecc_uncorrected"):
+            why.append(f"{gpu['ecc_uncorrected']} uncorrected ECC error(s)")
+        if gpu.get("temperature_c") is not None and gpu["temperature_c"] >= HOT_GPU_C:
+            why.append(f"over temperature ({gpu['temperature_c']} °C)")
+        if not why and gpu.get("status") not in GOOD_GPU_STATUSES:
+            why.append(str(gpu.get("status")))
+        if why:
+            faults[int(gpu["index"])] = "; ".join(why)
+    return faults
+
+
+# What the store says of a node's drain and health: name, drained_at, drain_reason, drain_evict, health, health_at.
+ConditionRow = tuple[str, float | None, str | None, bool, Mapping[str, Any] | None, float | None]
+CONDITION_COLUMNS = (Node.name, Node.drained_at, Node.drain_reason, Node.drain_evict, Node.health, Node.health_at)
+
+
+def conditions(rows: Iterable[ConditionRow], nodes: Sequence[NodeSpan], now: float
+               ) -> tuple[dict[int, Drain], dict[int, str]]:
+    """The drains (node position in `nodes` -> Drain) and GPU faults (cluster-wide GPU -> why) the store's rows
+    say, for the rule of `scheduler.core.outages`: what the controller acts on and the cluster map shows."""
+    index = {n.name: i for i, n in enumerate(nodes)}
+    drained: dict[int, Drain] = {}
+    faults: dict[int, str] = {}
+    for name, drained_at, reason, evict, health, health_at in rows:
+        i = index.get(name)
+        if i is None:
+            continue
+        if drained_at is not None:
+            drained[i] = Drain(reason or "", bool(evict))
+        for local, why in gpu_faults(health, health_at, now).items():
+            if local < nodes[i].gpus:
+                faults[nodes[i].first_gpu + local] = why
+    return drained, faults
+
+
+def closed_in_store(nodes: Sequence[Node], now: float) -> dict[int, str]:
+    """Every GPU of the store's nodes (with their GPU rows) that takes no new job, with why: down, drained or
+    faulty, by the controller's rule. For the cluster map, its totals and the start estimates."""
+    spans = [NodeSpan(n.name, min((g.index for g in n.gpus), default=0), len(n.gpus)) for n in nodes]
+    drained, faults = conditions(((n.name, n.drained_at, n.drain_reason, n.drain_evict, n.health, n.health_at)
+                                  for n in nodes), spans, now)
+    return closed_gpus(spans, down=[i for i, n in enumerate(nodes) if not n.alive], drained=drained, faults=faults)
+
+
+def drain_view(node: Node) -> dict[str, Any] | None:
+    """A node's drain as the API shows it (None: not drained)."""
+    if node.drained_at is None:
+        return None
+    return {"at": node.drained_at, "by": node.drained_by, "reason": node.drain_reason or "", "now": node.drain_evict}

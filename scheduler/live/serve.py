@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scheduler.core.model import Cluster, SpecError
+from scheduler.core.outages import OnFault
 from scheduler.live import job_accounts
 from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_type, presets_text
 from scheduler.live.job_accounts import JobAccounts
@@ -56,6 +57,7 @@ class ServeConfig:
     allow_unauthenticated_ray: bool = False  # join a --ray-address cluster that takes no token
     half_life_s: float = 7 * 24 * 3600.0  # of the teams' fair-share usage (scheduler.core.tenancy)
     drain_timeout_s: float = 0.0  # at SIGTERM: how long running jobs may take to end before they are checkpointed
+    on_gpu_fault: str = "requeue"  # what the runs on a GPU its agent reports faulty do (scheduler.core.outages)
 
 
 FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
@@ -151,7 +153,8 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
                       default_policy=cfg.policy or "rl:default", tick_s=cfg.tick_s, preset=cfg.preset,
                       node_presets=[n.preset for n in nodes], accounts=accounts or JobAccounts(shared=cfg.job_user),
                       log_limit_bytes=int(cfg.log_limit_mb * 2**20), half_life_s=cfg.half_life_s,
-                      leadership=leadership_for(store, cfg, lock), nodes_from_store=bool(cfg.ray_address))
+                      leadership=leadership_for(store, cfg, lock), nodes_from_store=bool(cfg.ray_address),
+                      on_fault=OnFault(cfg.on_gpu_fault))
 
 
 def job_accounts_for(cfg: ServeConfig, home: Path) -> JobAccounts:

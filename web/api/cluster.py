@@ -9,7 +9,7 @@ from typing import Any
 
 from flask_smorest import Blueprint
 
-from scheduler.live.nodes import health_view
+from scheduler.live.nodes import closed_in_store, drain_view, health_view
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from web.api.context import store
@@ -27,8 +27,9 @@ def cluster_json() -> dict[str, Any]:
                                        "team": job.team})
         counts = q.count_by_state(s)
         active = q.active_policy(s)
+        closed = closed_in_store(nodes, now)
         out_nodes = []
-        gpus = allocated = shared = 0
+        gpus = allocated = shared = free = 0
         share_total = 0.0
         for node in nodes:
             out_gpus = []
@@ -39,16 +40,18 @@ def cluster_json() -> dict[str, Any]:
                 allocated += bool(held)
                 shared += len(held) > 1
                 share_total += used
+                free += not held and gpu.index not in closed
                 out_gpus.append({"index": gpu.index, "local_index": gpu.local_index, "gpu_type": gpu.gpu_type,
                                  "mem_gb": gpu.mem_gb, "free_share": round(max(0.0, 1.0 - used), 6),
-                                 "tenants": held})
+                                 "tenants": held, "closed": closed.get(gpu.index)})
             out_nodes.append({"name": node.name, "index": node.index, "preset": node.preset, "alive": node.alive,
                               "since": node.updated_at, "address": node.address, "gpus": out_gpus,
-                              "health": health_view(node.health, node.health_at, now), "health_at": node.health_at})
+                              "health": health_view(node.health, node.health_at, now), "health_at": node.health_at,
+                              "drain": drain_view(node)})
     return {
         "nodes": out_nodes,
-        "totals": {"nodes": len(out_nodes), "gpus": gpus, "gpus_allocated": allocated, "gpus_shared": shared,
-                   "share_allocated": round(share_total, 6)},
+        "totals": {"nodes": len(out_nodes), "gpus": gpus, "gpus_usable": gpus - len(closed), "gpus_free": free,
+                   "gpus_allocated": allocated, "gpus_shared": shared, "share_allocated": round(share_total, 6)},
         "queue": {"pending": counts.get(JobState.PENDING, 0), "running": counts.get(JobState.RUNNING, 0)},
         "active_policy": active,
     }
@@ -63,8 +66,10 @@ def blueprint(prefix: str) -> Blueprint:
         """Show the cluster map
 
         Every node (alive or not) with its GPUs and the jobs holding each, with their shares, and the GPUs' health as
-        the node's agent last reported it (stale when older than 3 of its reporting intervals). Read from the database
-        only, so it answers while the controller is down.
+        the node's agent last reported it (stale when older than 3 of its reporting intervals: shown, not acted on).
+        A GPU on a down or drained node, or one its agent reports faulty, is `closed` (with why): it takes no new job,
+        and `totals.gpus_usable` leaves it out. Read from the database only, so it answers while the controller is
+        down.
         """
         return cluster_json()
 

@@ -1,6 +1,8 @@
-"""`PUT /nodes/<name>/health`: a node agent reports its GPUs' health (`corral node start --api URL`), stored on the
-node's row for the cluster map (`GET /cluster`). Agents authenticate with an admin token: what they write is shown to
-everyone, and a user must not be able to mark someone else's node healthy."""
+"""Admins' node endpoints. `PUT /nodes/<name>/health`: a node agent reports its GPUs' health (`corral node start --api
+URL`), stored on the node's row for the cluster map (`GET /cluster`) and acted on by the controller (a faulty GPU
+takes no new job). `POST /nodes/<name>/drain` and `/resume`: an admin takes a node out of service for maintenance and
+back (`corral node drain`). Agents authenticate with an admin token: what they write is shown to everyone and moves
+jobs, and a user must not be able to mark someone else's node healthy."""
 
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ from flask_smorest import Blueprint, abort
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.live.nodes import health_view, node_status
+from scheduler.live.nodes import drain_view, health_view, node_status
 from scheduler.live.store.models import Node
-from web.api.context import write_session
-from web.auth import protect, require_admin
-from web.schemas import NodeHealthArgs, NodeHealthSchema
+from web.api.context import notify, write_session
+from web.auth import caller, protect, require_admin
+from web.schemas import NodeDrainArgs, NodeDrainSchema, NodeHealthArgs, NodeHealthSchema
 
 NODE_NAME_MAX = 64  # the column's length
 
@@ -64,6 +66,43 @@ def blueprint(prefix: str) -> Blueprint:
             node = node_or_404(s, name)
             check_gpus(node, report)
             node.health, node.health_at = report, now
+        notify()  # a GPU that turned faulty (or healthy) closes (or reopens) at the controller's next pass
         return health_view(report, now, now)
+
+    @blp.route("/nodes/<name>/drain", methods=["POST"])
+    @blp.arguments(NodeDrainArgs())
+    @blp.response(200, NodeDrainSchema, description="the node's drain as `GET /cluster` now shows it")
+    def drain(args: dict[str, Any], name: str) -> Any:
+        """Drain a node (admins)
+
+        No new job starts on the node until it is resumed; the jobs running there finish (Slurm's DRAIN), or, with
+        `now`, are checkpointed and requeued at the controller's next pass, spending no restart. Draining a drained
+        node replaces its reason (and `now` can only be added). The node must be registered (404 otherwise).
+        """
+        with write_session() as s:
+            node = node_or_404(s, name)
+            if node.drained_at is None:
+                node.drained_at, node.drain_evict = time.time(), False
+            node.drained_by = caller().name
+            node.drain_reason = args["reason"]
+            node.drain_evict = node.drain_evict or args["now"]
+            view = drain_view(node)
+        notify()
+        return {"name": name, "drain": view}
+
+    @blp.route("/nodes/<name>/resume", methods=["POST"])
+    @blp.response(200, NodeDrainSchema, description="the node, with `drain` null: it takes jobs again")
+    def resume(name: str) -> Any:
+        """Resume a drained node (admins)
+
+        The node takes new jobs again from the controller's next pass (its faulty GPUs, if any, still do not).
+        Resuming a node that is not drained changes nothing.
+        """
+        with write_session() as s:
+            node = node_or_404(s, name)
+            node.drained_at = node.drained_by = node.drain_reason = None
+            node.drain_evict = False
+        notify()
+        return {"name": name, "drain": None}
 
     return blp

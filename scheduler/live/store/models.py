@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from scheduler.core.model import DEFAULT_TEAM
@@ -201,6 +201,12 @@ class Node(Base):
     # The API writes these two; the controller never does.
     health: Mapped[dict[str, Any] | None]
     health_at: Mapped[float | None]
+    # An admin's drain (`corral node drain`; None: not drained): no new placement on the node until it is resumed,
+    # and with `drain_evict` (`--now`) its runs are checkpointed and requeued (scheduler.core.outages).
+    drained_at: Mapped[float | None]
+    drained_by: Mapped[str | None] = mapped_column(String(64))
+    drain_reason: Mapped[str | None] = mapped_column(Text)
+    drain_evict: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     gpus: Mapped[list[Gpu]] = relationship(back_populates="node", order_by="Gpu.index", cascade="all, delete-orphan")
 

@@ -1,0 +1,315 @@
+"""Drains and GPU faults act (issue 26): a drained node takes no new job (and with `--now` its jobs are checkpointed
+and requeued, spending no restart), a GPU its agent reports faulty takes no new job and its jobs are requeued (or
+kept, `--on-gpu-fault keep`), a stale report closes nothing. One rule (`scheduler.core.outages`) for the controller
+and the simulator: both are tested here, the controller in-process on a real local Ray cluster (Ray starts once for
+the module) with its store on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import job as spec
+from conftest import small_cluster, virtual_ray_cluster
+from sqlalchemy import select, update
+
+from policies import make_policy
+from scheduler.core.model import Placement
+from scheduler.core.outages import OnFault, Outage
+from scheduler.core.simulator import Simulator
+from scheduler.core.state import ClusterState
+from scheduler.core.workloads import catalog
+from scheduler.live.cluster import build_live_cluster
+from scheduler.live.controller import Controller
+from scheduler.live.nodes import gpu_faults
+from scheduler.live.store import Store, queries
+from scheduler.live.store.models import Job, JobEvent, Node
+from web import create_app
+
+GPUS = 2
+NAMES = ["n0", "n1"]
+API = "/api/v1"
+
+
+# ---- the rule, in the core ----------------------------------------------------------------------------------------
+
+
+def test_closing_a_gpu_hides_it_from_placement_and_keeps_the_books_exact() -> None:
+    cluster = small_cluster(nodes=2, gpus=2)
+    state = ClusterState(cluster, catalog())
+    a = spec("a", 0, 0.5, 10)
+    state.allocate(1, a, Placement((0,), 0.5))
+    before = (state.free_whole, state.allocated_share, list(state.node_free))
+    state.set_closed({0: "node node0 is drained", 1: "node node0 is drained"})
+    assert state.free_whole == 2 and list(state.node_free) == [0, 2]
+    assert state.check(a, Placement((0,), 0.5)) is not None  # the half it has free is closed to new jobs
+    assert state.check(a, Placement((1,), 0.5)) is not None
+    state.release(1)  # its tenant ends while the GPU is closed: still closed
+    assert state.free_whole == 2 and state.check(a, Placement((0,), 0.5)) is not None
+    state.set_closed({})  # reopened: exactly the books of an empty cluster
+    assert (state.free_whole, state.allocated_share, list(state.node_free)) == (4, 0.0, [2, 2])
+    assert before == (3, 0.5, [1, 2])
+
+
+def test_the_simulator_replays_a_drain_and_a_fault_as_the_controller_acts_on_them() -> None:
+    """8 one-GPU jobs of 100 s on 2 x 4 GPUs. GPU 5 is faulty from the start (7 start at once); node 0 is drained
+    with --now from t=10 to t=50: its 4 runs are requeued (10 s done, 30 s of restore) and restart at t=50."""
+    cluster = small_cluster(nodes=2, gpus=4)
+    trace = [spec(f"j{i}", 0, 1, 100) for i in range(8)]
+    sim = Simulator(cluster, trace, make_policy("fifo"), preempt_overhead_s=30.0,
+                    outages=[Outage(10, 50, node=0, reason="maintenance", evict=True),
+                             Outage(0, gpu=5, reason="XID 79")])
+    result = sim.run()
+    ends = {j.spec.name: j.end_s for j in result.jobs}
+    assert sim.evicted == 4 and all(j.preemptions == 0 for j in result.jobs)
+    assert [ends[f"j{i}"] for i in range(4)] == [170.0] * 4  # 50 + 100 - 10 + 30
+    assert [ends[f"j{i}"] for i in range(4, 7)] == [100.0] * 3
+    assert ends["j7"] == 200.0  # it never got GPU 5, nor node 0 while drained
+    # Without --now the drained node's runs finish and only new placements avoid it.
+    sim = Simulator(cluster, trace, make_policy("fifo"), outages=[Outage(10, 50, node=0, reason="maintenance")])
+    result = sim.run()
+    assert sim.evicted == 0 and sorted(j.end_s for j in result.jobs) == [100.0] * 8
+
+
+def test_keep_leaves_a_faulty_gpu_s_run_in_place() -> None:
+    cluster = small_cluster(nodes=1, gpus=2)
+    trace = [spec("a", 0, 1, 100), spec("b", 0, 1, 100), spec("c", 1, 1, 100)]
+    # a and b start on GPUs 0 and 1 at t=0; GPU 0 turns faulty at t=5; c (t=1) can only ever have GPU 1.
+    for on_fault, a_end, c_end in ((OnFault.KEEP, 100.0, 200.0), (OnFault.REQUEUE, 195.0, 295.0)):
+        sim = Simulator(cluster, trace, make_policy("fifo"), on_fault=on_fault, preempt_overhead_s=0.0,
+                        outages=[Outage(5, gpu=0, reason="XID 48")])
+        result = sim.run()
+        ends = {j.spec.name: j.end_s for j in result.jobs}
+        assert sim.evicted == (1 if on_fault is OnFault.REQUEUE else 0)
+        # keep: a finishes where it is. requeue: a (95 s left) waits for GPU 1 with c behind it, in submit order.
+        assert (ends["a"], ends["b"], ends["c"]) == (a_end, 100.0, c_end)
+
+
+def test_an_impossible_outage_is_refused_naming_the_field() -> None:
+    cluster = small_cluster(nodes=1, gpus=2)
+    with pytest.raises(ValueError, match="outage gpu"):
+        Simulator(cluster, [], make_policy("fifo"), outages=[Outage(0, gpu=7)])
+    with pytest.raises(ValueError, match="exactly one"):
+        Simulator(cluster, [], make_policy("fifo"), outages=[Outage(0)])
+
+
+def test_a_stale_or_healthy_report_names_no_fault() -> None:
+    now = time.time()
+    report = {"interval_s": 10.0, "gpus": [
+        {"index": 0, "status": "degraded", "xid_errors": [79], "ecc_uncorrected": 0, "temperature_c": 50},
+        {"index": 1, "status": "ok", "xid_errors": [], "ecc_uncorrected": 0, "temperature_c": 95},
+        {"index": 2, "status": "unreachable", "error": "GPU is lost"},
+        {"index": 3, "status": "ok", "temperature_c": 60}]}
+    faults = gpu_faults(report, now - 5, now)
+    assert faults == {0: "XID 79", 1: "over temperature (95 °C)", 2: "unreachable (GPU is lost)"}
+    assert gpu_faults(report, now - 31, now) == {}  # three intervals old: unknown, not faulty
+
+
+# ---- the controller on a real local Ray cluster -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    pytest.importorskip("ray")
+    with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {n: GPUS for n in NAMES}) as c:
+        yield c
+
+
+@pytest.fixture
+def live_store(db_url: str, corral_home: Any) -> Iterator[Store]:
+    st = Store.open(db_url)
+    yield st
+    st.close()
+
+
+class Live:
+    def __init__(self, store: Store, on_fault: OnFault = OnFault.REQUEUE) -> None:
+        from scheduler.live.ray_backend import RayBackend
+
+        self.store = store
+        self.ctl = Controller(store, RayBackend(), build_live_cluster("dgx-a100", [GPUS] * len(NAMES)), NAMES,
+                              make_policy, default_policy="fifo", tick_s=0.2, preset="dgx-a100", on_fault=on_fault)
+        self.ctl.recover()
+        with store.session() as s:
+            self.admin = queries.create_token(s, "root", admin=True)
+            self.user = queries.create_token(s, "alice")
+        self.http = create_app(store).test_client()
+
+    def call(self, method: str, path: str, who: str = "admin", **kw: Any) -> Any:
+        token = self.admin if who == "admin" else self.user
+        return self.http.open(f"{API}{path}", method=method, headers={"Authorization": f"Bearer {token}"}, **kw)
+
+    def submit(self, name: str, gpus: int, duration: float) -> int:
+        with self.store.session() as s:
+            job, _ = queries.submit(s, queries.ensure_user(s, "alice"), {
+                "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": gpus, "duration_s": duration,
+                "name": name})
+            return job.id
+
+    def job(self, job_id: int) -> Job:
+        with self.store.session() as s:
+            row = s.get(Job, job_id)
+            assert row is not None
+            row.events, row.allocations  # noqa: B018  # loaded before the session closes
+            return row
+
+    def step_until(self, what: str, pred: Any, timeout: float = 60.0) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            self.ctl.step()
+            if pred():
+                return
+            time.sleep(0.05)
+        states = {j.id: (j.state, j.pending_reason) for j in self.jobs()}
+        raise AssertionError(f"timed out waiting for {what}: {states}")
+
+    def jobs(self) -> list[Job]:
+        with self.store.session() as s:
+            return list(s.scalars(select(Job)))
+
+    def node_of(self, job_id: int) -> str:
+        return str(next(a.node for a in self.job(job_id).allocations if a.released_at is None))
+
+    def started(self, job_id: int) -> bool:
+        row = self.job(job_id)
+        return row.state == "running" and row.started_at is not None
+
+    def cluster_map(self) -> dict[str, Any]:
+        resp = self.call("GET", "/cluster", who="user")
+        assert resp.status_code == 200, resp.json
+        return dict(resp.json)
+
+    def close(self) -> None:
+        for row in self.jobs():
+            if row.state in ("pending", "running"):
+                with self.store.session() as s:
+                    queries.cancel(s, s.get(Job, row.id))  # type: ignore[arg-type]
+        self.step_until("every job to end", lambda: all(j.state not in ("pending", "running") for j in self.jobs()))
+
+
+def test_drain_now_checkpoints_the_node_s_jobs_and_resume_reopens_it(cluster: Any, live_store: Store) -> None:
+    live = Live(live_store)
+    try:
+        big = live.submit("big", 2, 30.0)
+        live.step_until("big to start", lambda: live.started(big))
+        node = live.node_of(big)
+        other = next(n for n in NAMES if n != node)
+        live.step_until("some work done", lambda: (live.job(big).work_done_s or 0) > 1.0)
+        # Only admins drain; an unknown node is a 404; a bad body a 422 naming the field.
+        assert live.call("POST", f"/nodes/{node}/drain", who="user", json={}).status_code == 403
+        assert live.call("POST", "/nodes/nope/drain", json={}).status_code == 404
+        bad = live.call("POST", f"/nodes/{node}/drain", json={"now": "soon"})
+        assert bad.status_code == 422 and "now" in bad.json["message"]
+        resp = live.call("POST", f"/nodes/{node}/drain", json={"reason": "new NIC firmware", "now": True})
+        assert resp.status_code == 200 and resp.json["drain"]["now"] is True, resp.json
+        live.step_until("big to run elsewhere", lambda: live.started(big) and live.node_of(big) == other)
+        row = live.job(big)
+        assert row.restarts == 0 and row.preemptions == 0 and row.attempt == 2
+        evicted = [e for e in row.events if e.kind == "evicted"]
+        assert len(evicted) == 1 and f"node {node} was drained now (new NIC firmware)" in evicted[0].message
+        # The map shows the drain and leaves the node's GPUs out of its totals.
+        m = live.cluster_map()
+        drained = next(n for n in m["nodes"] if n["name"] == node)
+        assert drained["drain"]["reason"] == "new NIC firmware" and drained["drain"]["by"] == "root"
+        assert all(g["closed"] == f"node {node} is drained: new NIC firmware" for g in drained["gpus"])
+        assert m["totals"]["gpus"] == 4 and m["totals"]["gpus_usable"] == 2 and m["totals"]["gpus_free"] == 0
+        # Nothing new goes to the drained node, even with its GPUs idle.
+        second = live.submit("second", 2, 30.0)
+        for _ in range(10):
+            live.ctl.step()
+        assert live.job(second).state == "pending"
+        assert live.call("POST", f"/nodes/{node}/resume").json == {"name": node, "drain": None}
+        live.step_until("second to run on the resumed node", lambda: live.started(second))
+        assert live.node_of(second) == node
+        assert live.cluster_map()["totals"]["gpus_usable"] == 4
+    finally:
+        live.close()
+
+
+def test_drain_lets_running_jobs_finish(cluster: Any, live_store: Store) -> None:
+    live = Live(live_store)
+    try:
+        short = live.submit("short", 2, 3.0)
+        live.step_until("short to start", lambda: live.started(short))
+        node = live.node_of(short)
+        assert live.call("POST", f"/nodes/{node}/drain", json={"reason": "reboot"}).status_code == 200
+        after = [live.submit(f"after{i}", 2, 2.0) for i in range(2)]
+        live.step_until("short to succeed", lambda: live.job(short).state == "succeeded")
+        live.step_until("one later job to finish", lambda: any(live.job(i).state == "succeeded" for i in after))
+        row = live.job(short)
+        assert [e.kind for e in row.events].count("placed") == 1 and row.attempt == 1
+        with live_store.session() as s:  # after the drain, every placement went to the other node
+            for i in after:
+                nodes = {a.node for a in s.get(Job, i).allocations}  # type: ignore[union-attr]
+                assert node not in nodes, (i, nodes)
+    finally:
+        live.call("POST", f"/nodes/{NAMES[0]}/resume")
+        live.call("POST", f"/nodes/{NAMES[1]}/resume")
+        live.close()
+
+
+@pytest.mark.parametrize("on_fault", [OnFault.REQUEUE, OnFault.KEEP])
+def test_a_faulty_gpu_takes_no_new_job_and_its_job_follows_the_operator_s_choice(
+        cluster: Any, live_store: Store, on_fault: OnFault) -> None:
+    live = Live(live_store, on_fault)
+    try:
+        first = live.submit("first", 1, 30.0)
+        live.step_until("first to start", lambda: live.started(first))
+        alloc = next(a for a in live.job(first).allocations if a.released_at is None)
+        node, local = alloc.node, alloc.local_gpu
+        report = {"agent": "running", "updated_at": time.time(), "interval_s": 10.0,
+                  "gpus": [{"index": i, "status": "degraded" if i == local else "ok",
+                            "xid_errors": [79] if i == local else []} for i in range(GPUS)]}
+        assert live.call("PUT", f"/nodes/{node}/health", json=report).status_code == 200
+        if on_fault is OnFault.REQUEUE:
+            live.step_until("first to be requeued", lambda: any(e.kind == "evicted" for e in live.job(first).events))
+            why = next(e.message for e in live.job(first).events if e.kind == "evicted")
+            assert f"GPU {local} of {node} is faulty (XID 79)" in why and live.job(first).restarts == 0
+            live.step_until("first to run again", lambda: live.started(first))
+        else:
+            for _ in range(10):
+                live.ctl.step()
+            assert live.job(first).attempt == 1 and live.started(first)
+        gpu = next(g for n in live.cluster_map()["nodes"] if n["name"] == node for g in n["gpus"]
+                   if g["local_index"] == local)
+        assert gpu["closed"] == f"GPU {local} of {node} is faulty: XID 79"
+        # Fill the cluster: of three more one-GPU jobs, those that fit get the open GPUs, never the faulty one (with
+        # requeue, `first` holds one of the three open GPUs; with keep, it still holds the faulty one).
+        more = [live.submit(f"m{i}", 1, 30.0) for i in range(3)]
+        fit = 2 if on_fault is OnFault.REQUEUE else 3
+        live.step_until("the open GPUs to fill", lambda: sum(live.job(i).state == "running" for i in more) == fit)
+        for _ in range(5):
+            live.ctl.step()
+        assert sum(live.job(i).state == "running" for i in more) == fit
+        faulty = int(alloc.gpu)
+        for i in [first, *more]:
+            row = live.job(i)
+            held = [a.gpu for a in row.allocations if a.released_at is None]
+            if i != first or on_fault is OnFault.REQUEUE:
+                assert faulty not in held, (i, held)
+        # The report goes stale (its agent stopped): the GPU is unknown, not faulty, and opens again.
+        with live_store.session() as s:
+            s.execute(update(Node).where(Node.name == node).values(health_at=time.time() - 60))
+        live.step_until("the stale GPU to reopen", lambda: not live.ctl.state.closed)
+    finally:
+        live.close()
+
+
+def test_events_of_a_fault_name_the_gpu(cluster: Any, live_store: Store) -> None:
+    """(The requeue above, read from the events table: what `corral show` prints.)"""
+    live = Live(live_store)
+    try:
+        j = live.submit("x", 2, 30.0)
+        live.step_until("x to start", lambda: live.started(j))
+        node = live.node_of(j)
+        report = {"agent": "running", "updated_at": time.time(), "interval_s": 10.0,
+                  "gpus": [{"index": 1, "status": "unreachable", "error": "fell off the bus"}]}
+        assert live.call("PUT", f"/nodes/{node}/health", json=report).status_code == 200
+        live.step_until("x to be requeued", lambda: live.job(j).state == "pending" or live.job(j).attempt > 1)
+        with live_store.session() as s:
+            msgs = [e.message for e in s.scalars(select(JobEvent).where(JobEvent.job_id == j))]
+        assert any(f"GPU 1 of {node} is faulty (unreachable (fell off the bus))" in m for m in msgs), msgs
+    finally:
+        live.close()
