@@ -75,7 +75,7 @@ def failure(result: Result, code: int = 1) -> str:
     assert result.exit_code == code, result.output
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 or code == 2, result.stderr  # click's usage errors add a usage line
+    assert len(lines) == 1 and lines[0].startswith("corral: "), result.stderr  # usage errors too: no usage block
     return result.stderr
 
 
@@ -231,9 +231,9 @@ def test_cluster_table_shows_gpu_health(server: Server) -> None:
 
 @pytest.mark.parametrize(("args", "field"), [
     (("--gpus", "1.5"), "num_gpus"),
-    (("--gpus", "0"), "num_gpus"),
+    (("--gpus", "0.005"), "num_gpus"),
     (("--model", "NoSuchNet"), "model"),
-    (("--duration", "-1"), "duration_s"),
+    (("--duration", "1e12"), "duration_s"),
     (("--entrypoint", "sleep 1"), "entrypoint"),
 ])
 def test_bad_field_exits_1_naming_it(server: Server, args: tuple[str, ...], field: str) -> None:
@@ -247,7 +247,11 @@ def test_bad_field_exits_1_naming_it(server: Server, args: tuple[str, ...], fiel
 
 def test_usage_errors_exit_2(server: Server) -> None:
     err = failure(corral(server, "submit", "--name", "x", "--model", "MoE", "--gpus", "many"), code=2)
-    assert "--gpus" in err and "'many' is not a number" in err
+    assert err == "corral: --gpus: must be a number, got 'many'\n"
+    # What the server would refuse too, refused before a request (NaN and infinity cannot even be sent as JSON).
+    for args in (("--gpus", "nan"), ("--gpus", "-2"), ("--duration", "inf"), ("--duration", "-1")):
+        err = failure(corral(server, "submit", "--name", "x", "--model", "MoE", *args), code=2)
+        assert err.startswith(f"corral: {args[0]}: must be ")
     assert "--env" in failure(corral(server, "submit", "--env", "NOEQUALS"), code=2)
 
 
@@ -468,8 +472,10 @@ def test_team_errors_print_the_servers_message(server: Server) -> None:
         before = sorted(s.scalars(select(Team.name)))
     err = failure(corral(server, "team", "create", "vision", "--quota", "4"))  # alice is not an admin
     assert "HTTP 403" in err and "not an admin" in err
-    err = failure(corral(server, "team", "create", "vision", "--quota", "-1", token=root))
-    assert "HTTP 422" in err and "quota_gpus: must be >= 0, got -1" in err
+    err = failure(corral(server, "team", "create", "vision", "--quota", "2e6", token=root))
+    assert "HTTP 422" in err and "quota_gpus: must be at most 1000000 GPUs" in err
+    err = failure(corral(server, "team", "create", "vision", "--quota", "-1", token=root), code=2)
+    assert err == "corral: --quota: must be at least 0, got -1\n"  # refused before a request
     err = failure(corral(server, "team", "create", "-vision", "--quota", "1", token=root), code=2)
     assert "No such option" in err  # click takes it for a flag: it never reaches the server
     err = failure(corral(server, "team", "create", "a b", "--quota", "1", token=root))
@@ -523,9 +529,25 @@ def test_token_create_puts_the_user_in_a_team(server: Server) -> None:
 
     before = state()
     err = failure(runner.invoke(main, ["token", "create", "--user", "nel", "--team", "nlp"]), code=2)
-    assert "'--team'" in err and "team 'nlp' does not exist; the teams are default, vision" in err
+    assert err.startswith("corral: --team: team 'nlp' does not exist; the teams are default, vision")
     err = failure(runner.invoke(main, ["token", "create", "--user", "vic", "--team", "default"]))
-    assert err.startswith("Error: --team: user 'vic' has 1 job(s) pending or running in team 'vision'")
+    assert err.startswith("corral: --team: user 'vic' has 1 job(s) pending or running in team 'vision'")
     assert state() == before  # no user, no token, no move
     result = runner.invoke(main, ["token", "create", "--user", "alice", "--team", "vision"])  # no active jobs
     assert result.exit_code == 0 and state()[0]["alice"] == "vision"
+
+
+def test_a_servers_message_over_several_lines_prints_as_one(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the server (or a proxy before it) answers, the CLI prints one line: the message folded."""
+    def refuse(self: CorralClient, **kwargs: object) -> None:
+        raise ClientError("HTTP 400: bad request\n  from a proxy\n", status=400)
+
+    monkeypatch.setattr(CorralClient, "jobs", refuse)
+    assert failure(corral(server, "jobs")) == "corral: HTTP 400: bad request from a proxy\n"
+
+
+def test_a_job_file_with_nan_is_refused_by_name(server: Server, tmp_path: Path) -> None:
+    spec = tmp_path / "job.json"
+    spec.write_text('{"name": "a", "model": "MoE", "num_gpus": 1, "duration_s": NaN}')
+    err = failure(corral(server, "submit", "--file", str(spec)))
+    assert err == f"corral: {spec} is not valid JSON: NaN is not a JSON number\n"

@@ -9,7 +9,6 @@ and exits 1 (2 for usage errors, as click does).
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 import time
@@ -26,9 +25,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from scheduler.cli.client import DEFAULT_URL, ClientError, CorralClient
+from scheduler.cli.params import COUNT, JOB_ID, NATURAL, NON_NEGATIVE, POSITIVE, Number
 from scheduler.core.states import JobState, JobType, RestartPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
+GPUS = Number("number", 0, min_open=True)  # whole GPUs or a share of one: the server checks which shares it takes
 RECENT_EVENTS = 20
 
 
@@ -119,14 +120,9 @@ def state_text(state: str) -> str:
 # ---- commands ------------------------------------------------------------------------------------------------------
 
 
-def _number(ctx: click.Context, param: click.Parameter, value: str | None) -> int | float | None:
-    if value is None:
-        return None
-    try:
-        x = float(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a number") from None
-    return int(x) if x.is_integer() else x
+def _no_constant(name: str) -> Any:
+    """json.loads takes NaN and Infinity, which no JSON parser (nor the server) reads back: refuse them here."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _env(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
@@ -145,16 +141,16 @@ def _env(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> 
 @click.option("--name", help="The job's name.")
 @click.option("--kind", type=click.Choice([k.value for k in JobType]), help="emulated (default) or command.")
 @click.option("--model", help="A model of the catalog (GET /api/v1/models).")
-@click.option("--gpus", "num_gpus", callback=_number, help="Whole GPUs (1, 2, ...) or a share of one (0.5).")
-@click.option("--duration", "duration_s", type=float, help="Seconds: the run time (emulated) or an estimate.")
+@click.option("--gpus", "num_gpus", type=GPUS, help="Whole GPUs (1, 2, ...) or a share of one (0.5).")
+@click.option("--duration", "duration_s", type=POSITIVE, help="Seconds: the run time (emulated) or an estimate.")
 @click.option("--entrypoint", help="The shell command (command jobs).")
 @click.option("--workdir", help="Working directory of the command.")
 @click.option("--env", "env", multiple=True, callback=_env, metavar="K=V", help="Environment variable (repeatable).")
-@click.option("--priority", type=int)
+@click.option("--priority", type=Number("int"))
 @click.option("--client-token", help="Idempotency key: resubmitting with it returns the first job.")
-@click.option("--slo-ms", type=float, help="Latency SLO (inference).")
+@click.option("--slo-ms", type=POSITIVE, help="Latency SLO (inference).")
 @click.option("--restart-policy", type=click.Choice([r.value for r in RestartPolicy]))
-@click.option("--max-restarts", type=int)
+@click.option("--max-restarts", type=NATURAL)
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @connection
 def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, **flags: Any) -> None:
@@ -162,7 +158,7 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
     spec: dict[str, Any] = {}
     if spec_file is not None:
         try:
-            spec = json.loads(spec_file.read_text())
+            spec = json.loads(spec_file.read_text(), parse_constant=_no_constant)
         except ValueError as exc:
             raise click.ClickException(f"{spec_file} is not valid JSON: {exc}") from None
         if not isinstance(spec, dict):
@@ -186,8 +182,8 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
 @click.option("--state", type=click.Choice([s.value for s in JobState]))
 @click.option("--user", help="Another user's jobs (admins only).")
 @click.option("--team", help="Jobs submitted under this team.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
-@click.option("--offset", type=click.IntRange(0), default=0)
+@click.option("--limit", type=Number("int", 1, 1000), default=100, show_default=True)
+@click.option("--offset", type=NATURAL, default=0)
 @click.option("--json", "as_json", is_flag=True)
 @connection
 def jobs(state: str | None, user: str | None, team: str | None, limit: int, offset: int, as_json: bool, url: str,
@@ -215,7 +211,7 @@ def jobs(state: str | None, user: str | None, team: str | None, limit: int, offs
 
 
 @click.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True)
 @connection
 def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
@@ -259,7 +255,7 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
 
 
 @click.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @connection
 def cancel(job_id: int, url: str, token: str | None) -> None:
     """Cancel a job: a pending one at once, a running one once the controller stops its workers."""
@@ -277,10 +273,10 @@ def cancel(job_id: int, url: str, token: str | None) -> None:
 
 
 @click.command()
-@click.argument("job_id", type=int)
-@click.option("--rank", type=click.IntRange(0), help="One worker's log (default: all).")
-@click.option("--attempt", type=click.IntRange(0), help="Which run (default: the current one).")
-@click.option("--tail", type=click.IntRange(1, 100_000), default=200, show_default=True, help="Last lines per rank.")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--rank", type=NATURAL, help="One worker's log (default: all).")
+@click.option("--attempt", type=NATURAL, help="Which run (default: the current one).")
+@click.option("--tail", type=Number("int", 1, 100_000), default=200, show_default=True, help="Last lines per rank.")
 @connection
 def logs(job_id: int, rank: int | None, attempt: int | None, tail: int, url: str, token: str | None) -> None:
     """Print a job's worker logs."""
@@ -501,14 +497,6 @@ def token_revoke(key: str) -> None:
 # ---- teams and users (admins) --------------------------------------------------------------------------------------
 
 
-def _gpus(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """--quota and --borrow-limit: a finite number (JSON carries no NaN or infinity); the server checks the rest and
-    names the field."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"{value!r} is not a finite number of GPUs", ctx, param)
-    return value
-
-
 def limit_text(limit: float | None) -> str:
     return "none" if limit is None else gpus_text(limit)
 
@@ -520,8 +508,8 @@ def team() -> None:
 
 @team.command("create")
 @click.argument("name")
-@click.option("--quota", type=float, required=True, callback=_gpus, help="GPUs the team may always use.")
-@click.option("--borrow-limit", type=float, callback=_gpus,
+@click.option("--quota", type=NON_NEGATIVE, required=True, help="GPUs the team may always use.")
+@click.option("--borrow-limit", type=NON_NEGATIVE,
               help="GPUs it may borrow beyond its quota while others leave them idle (default: no limit).")
 @connection
 def team_create(name: str, quota: float, borrow_limit: float | None, url: str, token: str | None) -> None:
@@ -560,8 +548,8 @@ def team_list(as_json: bool, url: str, token: str | None) -> None:
 
 @team.command("set")
 @click.argument("name")
-@click.option("--quota", type=float, callback=_gpus, help="The new quota, in GPUs.")
-@click.option("--borrow-limit", type=float, callback=_gpus, help="The new borrowing limit, in GPUs.")
+@click.option("--quota", type=NON_NEGATIVE, help="The new quota, in GPUs.")
+@click.option("--borrow-limit", type=NON_NEGATIVE, help="The new borrowing limit, in GPUs.")
 @click.option("--no-borrow-limit", is_flag=True, help="Remove the borrowing limit.")
 @connection
 def team_set(name: str, quota: float | None, borrow_limit: float | None, no_borrow_limit: bool, url: str,
@@ -638,10 +626,10 @@ def limit_options(f: F) -> F:
     f = click.option("--clear", "clear", multiple=True, metavar="LIMIT",
                      type=click.Choice([n.replace("_", "-") for n, _ in LIMIT_OPTIONS]),
                      help="Remove a setting (back to the default); repeat for several.")(f)
-    f = click.option("--whatif-per-min", type=int, help="What-if calls a minute.")(f)
-    f = click.option("--submit-burst", type=int, help="Submissions at once before the rate applies.")(f)
-    f = click.option("--submit-rate", type=float, metavar="PER_S", help="Submissions a second after the burst.")(f)
-    f = click.option("--max-pending", type=int, help="Jobs pending at once.")(f)
+    f = click.option("--whatif-per-min", type=COUNT, help="What-if calls a minute.")(f)
+    f = click.option("--submit-burst", type=COUNT, help="Submissions at once before the rate applies.")(f)
+    f = click.option("--submit-rate", type=POSITIVE, metavar="PER_S", help="Submissions a second after the burst.")(f)
+    f = click.option("--max-pending", type=COUNT, help="Jobs pending at once.")(f)
     return f
 
 
@@ -650,8 +638,6 @@ def _limit_changes(given: dict[str, Any], clear: tuple[str, ...]) -> dict[str, A
     both = sorted(n for n in cleared if given.get(n) is not None)
     if both:
         raise click.UsageError(f"--{both[0].replace('_', '-')} given and cleared: choose one")
-    if given.get("submit_rate") is not None and not math.isfinite(given["submit_rate"]):
-        raise click.BadParameter(f"{given['submit_rate']!r} is not a finite number", param_hint="'--submit-rate'")
     return {n: v for n, v in given.items() if v is not None} | dict.fromkeys(cleared)
 
 
