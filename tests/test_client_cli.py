@@ -551,3 +551,57 @@ def test_a_job_file_with_nan_is_refused_by_name(server: Server, tmp_path: Path) 
     spec.write_text('{"name": "a", "model": "MoE", "num_gpus": 1, "duration_s": NaN}')
     err = failure(corral(server, "submit", "--file", str(spec)))
     assert err == f"corral: {spec} is not valid JSON: NaN is not a JSON number\n"
+
+
+def a_job(job_id: int, state: str, name: str, **fields: object) -> dict[str, object]:
+    """A job as GET /jobs lists it."""
+    return {"id": job_id, "name": name, "user": "alice-researcher", "team": "vision-team", "state": state,
+            "num_gpus": 4, "model": "Transformer-XL-bs32", "progress": 0.42, "queue_position": None,
+            "start_estimate_s": None, "preemptions": 0, "allocation": [], "pending_reason": None, "error": None,
+            "exit_code": None} | fields
+
+
+def test_jobs_table_is_readable_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80 columns rich squeezed all 13 columns ("fai…", "runn…"): now ids, states, users, GPUs and progress stay
+    whole, the name ellipsizes, and the columns left out are named under the table."""
+    from rich.console import Console
+
+    import scheduler.cli.client_commands as commands
+
+    jobs = [
+        a_job(10412, "failed", "a-very-long-experiment-name-for-sweep-17", error="node node-a was lost"),
+        a_job(10413, "running", "bert", preemptions=2,
+              allocation=[{"node": "node-3", "local_gpu": g, "share": 1} for g in range(4)]),
+        a_job(10414, "pending", "resnet", queue_position=3, start_estimate_s=1800,
+              pending_reason="waiting for 4 GPUs on one node"),
+        a_job(10415, "succeeded", "x", progress=1.0),
+        a_job(10416, "cancelled", "y"),
+    ]
+    monkeypatch.setattr(CorralClient, "jobs", lambda self, **kw: {"jobs": jobs, "total": len(jobs)})
+    monkeypatch.setattr(commands, "console", lambda: Console(width=80, highlight=False))
+    result = CliRunner().invoke(main, ["jobs"], env={"CORRAL_TOKEN": "t"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), result.stdout
+    assert lines[0].split()[:6] == ["id", "name", "user", "state", "gpus", "progress"]
+    for job in jobs:
+        row = next(line for line in lines if line.split()[:1] == [str(job["id"])])
+        assert f" {job['state']} " in row and " alice-researcher " in row and f"{job['progress']:.0%}" in row, row
+    assert "a-very-long-experi…" in result.stdout  # the name gives way, not the state
+    footer = " ".join(result.stdout.split("1-5 of 5 jobs\n", 1)[1].split())
+    assert footer.startswith("left out at this width: ") and "reason" in footer and "model" in footer
+
+
+def test_jobs_table_shows_every_column_when_there_is_room() -> None:
+    from rich.console import Console
+
+    from scheduler.cli.client_commands import JOB_COLUMNS, jobs_table
+
+    jobs = [a_job(1, "pending", "resnet", queue_position=1, start_estimate_s=30, pending_reason="quota",
+                  preemptions=1, allocation=[{"node": "n", "local_gpu": 0, "share": 0.5}])]
+    table, hidden = jobs_table(jobs, 200)
+    assert hidden == [] and [c.header for c in table.columns] == list(JOB_COLUMNS)
+    out = Console(width=200, record=True)
+    out.print(table)
+    text = out.export_text()
+    assert "n[0×0.5]" in text and "in ~30 s" in text and "quota" in text

@@ -15,11 +15,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -117,6 +119,72 @@ def state_text(state: str) -> str:
     return f"[{style}]{state}[/]" if style else state
 
 
+# ---- the jobs table ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobColumn:
+    cell: Callable[[dict[str, Any]], str]  # plain text
+    right: bool = False
+    wraps: bool = False  # folds onto more lines rather than widen the table (the reason, free text)
+
+
+JOB_COLUMNS: dict[str, JobColumn] = {  # in the order they are shown
+    "id": JobColumn(lambda j: str(j["id"]), right=True),
+    "name": JobColumn(lambda j: j["name"]),
+    "user": JobColumn(lambda j: j["user"]),
+    "team": JobColumn(lambda j: j["team"]),
+    "state": JobColumn(lambda j: j["state"]),
+    "gpus": JobColumn(lambda j: gpus_text(j["num_gpus"]), right=True),
+    "model": JobColumn(lambda j: j["model"]),
+    "progress": JobColumn(lambda j: f"{j['progress']:.0%}", right=True),
+    "queue": JobColumn(lambda j: f"#{j['queue_position']}" if j.get("queue_position") else "", right=True),
+    "starts": JobColumn(lambda j: start_text(j) if j["state"] == JobState.PENDING else ""),
+    "preempted": JobColumn(lambda j: str(j["preemptions"] or ""), right=True),
+    "placement": JobColumn(lambda j: placement(j["allocation"])),
+    "reason": JobColumn(reason_text, wraps=True),
+}
+# Always shown, whole: what a job is and where it stands. The name alone shrinks (with an ellipsis) to make room.
+ESSENTIAL_COLUMNS = ("id", "name", "user", "state", "gpus", "progress")
+# The others get room in this order while the terminal has it: why a job waits or failed first.
+OPTIONAL_COLUMNS = ("reason", "queue", "starts", "model", "placement", "team", "preempted")
+NAME_MIN, REASON_MIN = 16, 20  # the name keeps this much before the optional columns get room
+COLUMN_PAD = 2  # rich's padding of one space either side
+STATE_WIDTH = max(len(s.value) for s in JobState)  # "succeeded", "cancelled": never "fai…"
+
+
+def jobs_table(jobs: list[dict[str, Any]], width: int) -> tuple[Table, list[str]]:
+    """The jobs as a table that fits `width` columns, and the columns left out for want of room (those with
+    something to show). Rich squeezes every column of a table too wide for the terminal, ids and states included
+    ("fai…", "runn…"), so the columns are chosen here instead: the essential ones whole, then the others while
+    they fit."""
+    rows = [{col: spec.cell(j) for col, spec in JOB_COLUMNS.items()} for j in jobs]
+    natural = {col: max([len(col), *(cell_len(r[col]) for r in rows)]) for col in JOB_COLUMNS}
+    natural["state"] = max(natural["state"], STATE_WIDTH)
+    used = sum(natural[c] + COLUMN_PAD for c in ESSENTIAL_COLUMNS if c != "name")
+    used += min(natural["name"], NAME_MIN) + COLUMN_PAD
+    chosen = set(ESSENTIAL_COLUMNS)
+    # Columns with nothing in them (no preemptions yet) get room last.
+    for col in sorted(OPTIONAL_COLUMNS, key=lambda c: not any(r[c] for r in rows)):
+        need = (min(natural[col], REASON_MIN) if JOB_COLUMNS[col].wraps else natural[col]) + COLUMN_PAD
+        if used + need <= width:
+            chosen.add(col)
+            used += need
+    name_width = max(NAME_MIN, min(natural["name"], width - used + min(natural["name"], NAME_MIN)))
+    table = Table(box=None, header_style="bold")
+    for col, spec in JOB_COLUMNS.items():
+        if col in chosen:
+            table.add_column(col, justify="right" if spec.right else "left", no_wrap=not spec.wraps,
+                             overflow="ellipsis" if col == "name" else "fold",
+                             min_width=natural[col] if col != "name" and not spec.wraps else None,
+                             max_width=name_width if col == "name" else None)
+    for job, r in zip(jobs, rows, strict=True):
+        table.add_row(*(state_text(job["state"]) if col == "state" else escape(r[col])
+                        for col in JOB_COLUMNS if col in chosen))
+    hidden = [col for col in JOB_COLUMNS if col not in chosen and any(r[col] for r in rows)]
+    return table, hidden
+
+
 # ---- commands ------------------------------------------------------------------------------------------------------
 
 
@@ -194,20 +262,14 @@ def jobs(state: str | None, user: str | None, team: str | None, limit: int, offs
     if as_json:
         print_json(page)
         return
-    table = Table(box=None, header_style="bold")
-    for col in ("id", "name", "user", "team", "state", "gpus", "model", "progress", "queue", "starts", "preempted",
-                "placement", "reason"):
-        table.add_column(col, justify="right" if col in ("id", "gpus", "progress", "queue", "preempted") else "left")
-    for j in page["jobs"]:
-        table.add_row(str(j["id"]), escape(j["name"]), escape(j["user"]), escape(j["team"]),
-                      state_text(j["state"]), gpus_text(j["num_gpus"]), escape(j["model"]), f"{j['progress']:.0%}",
-                      f"#{j['queue_position']}" if j.get("queue_position") else "",
-                      start_text(j) if j["state"] == JobState.PENDING else "", str(j["preemptions"] or ""),
-                      escape(placement(j["allocation"])), escape(reason_text(j)))
+    out = console()
+    table, hidden = jobs_table(page["jobs"], out.width)
     out = console()
     out.print(table)
     shown = len(page["jobs"])
     out.print(f"{offset + 1 if shown else 0}-{offset + shown} of {page['total']} jobs", style="dim")
+    if hidden:
+        out.print(f"left out at this width: {', '.join(hidden)} (`corral show ID` or --json has them)", style="dim")
 
 
 @click.command()
