@@ -605,3 +605,40 @@ def test_jobs_table_shows_every_column_when_there_is_room() -> None:
     out.print(table)
     text = out.export_text()
     assert "n[0×0.5]" in text and "in ~30 s" in text and "quota" in text
+
+
+def test_token_create_says_which_store_it_wrote_to(server: Server, corral_home: Path) -> None:
+    result = CliRunner().invoke(main, ["token", "create", "--user", "carol"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"token written to sqlite:///{corral_home / 'corral.db'} (CORRAL_HOME={corral_home})\n"
+
+
+def test_token_create_in_a_new_store_warns_and_the_server_says_where_tokens_come_from(
+        server: Server, tmp_path: Path) -> None:
+    """The shell without the server's CORRAL_HOME: the token lands in a new store the server never reads. Both the
+    command and the server's 401 say so, instead of sending the user round to `corral token create` again."""
+    elsewhere = tmp_path / "other-home"
+    result = CliRunner().invoke(main, ["token", "create", "--user", "dave"], env={"CORRAL_HOME": str(elsewhere)})
+    assert result.exit_code == 0, result.output
+    written, warning = result.stderr.splitlines()
+    assert written == f"token written to sqlite:///{elsewhere / 'corral.db'} (CORRAL_HOME={elsewhere})"
+    assert warning.startswith("corral: warning: no store was there, so a new, empty one was made")
+    err = failure(corral(server, "jobs", token=result.stdout.strip()))
+    assert err == ("corral: HTTP 401: invalid token: create a new one with `corral token create` run with this "
+                   "server's CORRAL_HOME (or DATABASE_URL)\n")
+    again = CliRunner().invoke(main, ["token", "create", "--user", "erin"], env={"CORRAL_HOME": str(elsewhere)})
+    assert again.exit_code == 0 and "warning" not in again.stderr  # that store exists now
+
+
+def test_token_create_names_database_url_without_its_password(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    result = CliRunner().invoke(main, ["token", "create", "--user", "fay"], env={"DATABASE_URL": url})
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == f"token written to {url} (DATABASE_URL)"
+
+    from scheduler.cli.client_commands import store_text
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DATABASE_URL", "postgresql://corral:s3cret@db/corral")
+        assert store_text("postgresql+psycopg://corral:s3cret@db/corral") == (
+            "postgresql+psycopg://corral:***@db/corral (DATABASE_URL)")

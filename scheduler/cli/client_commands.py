@@ -486,10 +486,13 @@ def token() -> None:
                              "have jobs pending or running). Default: 'default' for a new user, unchanged otherwise.")
 def token_create(user_name: str, admin: bool, expires_at: float | None, team: str | None) -> None:
     """Create a token and print it alone on stdout (store it now: only its hash is kept)."""
-    from scheduler.live.store import Store  # alembic and the migrations: only the token commands need them
+    from scheduler.live.store import Store, database_url  # alembic and the migrations: only the token commands
+    from scheduler.live.store.db import store_exists
     from scheduler.live.store.queries import TeamConflict, UnknownTeam, create_token, list_teams
 
-    store = Store.open()
+    url = database_url()
+    new_store = not store_exists(url)
+    store = Store.open(url)
     try:
         # A refusal raised inside the session rolls it back: no user, no token, no move.
         with store.session(write=True) as s:
@@ -504,6 +507,25 @@ def token_create(user_name: str, admin: bool, expires_at: float | None, team: st
     finally:
         store.close()
     click.echo(tok)
+    # On stderr: stdout is the token alone, for `export CORRAL_TOKEN=$(corral token create ...)`.
+    click.echo(f"token written to {store_text(url)}", err=True)
+    if new_store:
+        click.echo("corral: warning: no store was there, so a new, empty one was made: a server started with another "
+                   "CORRAL_HOME (or DATABASE_URL) will not know this token", err=True)
+
+
+def store_text(url: str) -> str:
+    """The store `corral token` opened, as a person checks it against the server's: the URL without its password,
+    and the setting it came from."""
+    import os
+
+    from scheduler.core.paths import corral_home
+    from scheduler.live.history import redact
+
+    if os.environ.get("DATABASE_URL"):
+        return f"{redact(url)} (DATABASE_URL)"
+    home = os.environ.get("CORRAL_HOME")
+    return f"{redact(url)} ({f'CORRAL_HOME={home}' if home else f'CORRAL_HOME unset: {corral_home()}'})"
 
 
 @token.command("list")
