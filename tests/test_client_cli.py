@@ -642,3 +642,12 @@ def test_token_create_names_database_url_without_its_password(tmp_path: Path) ->
         mp.setenv("DATABASE_URL", "postgresql://corral:s3cret@db/corral")
         assert store_text("postgresql+psycopg://corral:s3cret@db/corral") == (
             "postgresql+psycopg://corral:***@db/corral (DATABASE_URL)")
+
+
+def test_submit_without_kind_makes_an_emulated_job_and_file_kind_is_kept(server: Server, tmp_path: Path) -> None:
+    job = json.loads(ok(server, "submit", "--name", "a", "--model", "MoE", "--gpus", "1", "--duration", "5", "--json"))
+    assert job["kind"] == "emulated"
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"name": "c", "kind": "command", "model": "MoE", "num_gpus": 1,
+                                "entrypoint": "true"}))
+    assert json.loads(ok(server, "submit", "--file", str(spec), "--json"))["kind"] == "command"

@@ -28,7 +28,7 @@ from rich.table import Table
 
 from scheduler.cli.client import DEFAULT_URL, ClientError, CorralClient
 from scheduler.cli.params import COUNT, JOB_ID, NATURAL, NON_NEGATIVE, POSITIVE, Number
-from scheduler.core.states import JobState, JobType, RestartPolicy
+from scheduler.core.states import DEFAULT_JOB_KIND, JobState, JobType, RestartPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
 GPUS = Number("number", 0, min_open=True)  # whole GPUs or a share of one: the server checks which shares it takes
@@ -207,7 +207,9 @@ def _env(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> 
 @click.option("--file", "spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A JOB.json with the submission's fields; the flags below override it.")
 @click.option("--name", help="The job's name.")
-@click.option("--kind", type=click.Choice([k.value for k in JobType]), help="emulated (default) or command.")
+@click.option("--kind", type=click.Choice([k.value for k in JobType]),
+              help="emulated (runs for the time the contention model predicts) or command (runs --entrypoint); "
+                   f"default: --file's, else {DEFAULT_JOB_KIND.value}.")
 @click.option("--model", help="A model of the catalog (GET /api/v1/models).")
 @click.option("--gpus", "num_gpus", type=GPUS, help="Whole GPUs (1, 2, ...) or a share of one (0.5).")
 @click.option("--duration", "duration_s", type=POSITIVE, help="Seconds: the run time (emulated) or an estimate.")
@@ -235,7 +237,8 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
     spec |= {k: v for k, v in flags.items() if v is not None}
     if env:
         spec["env"] = {**(spec.get("env") or {}), **env}
-    spec.setdefault("kind", JobType.EMULATED.value)
+    # Not a flag default: that would override the kind in --file. The server has the same default.
+    spec.setdefault("kind", DEFAULT_JOB_KIND.value)
     with api_errors():
         job, created = client(url, token).submit(spec)
     if as_json:
