@@ -161,6 +161,11 @@ def test_every_numeric_option_refuses_non_finite_and_out_of_range_numbers_in_one
                              f"must be a finite number, got {value}")
 
 
+def test_a_huge_whole_number_is_refused_by_its_bound_not_a_crash() -> None:
+    line = one_line_usage_error(CliRunner().invoke(main, ["jobs", "--limit", "9" * 400]), "--limit")
+    assert "must be at most 1000" in line
+
+
 @pytest.mark.parametrize("args", [["submit", "--gpus", "nan"], ["submit", "--duration", "nan"],
                                   ["submit", "--gpus", "inf"], ["submit", "--duration", "-3"]])
 def test_submit_refuses_what_json_cannot_carry_before_any_request(args: list[str]) -> None:
@@ -216,7 +221,8 @@ def test_an_os_error_while_writing_is_one_line(trace: Path, tmp_path: Path, monk
     result = CliRunner().invoke(main, ["simulate", "--trace", str(trace), "--cluster", "dgx-a100:1", "--policy", "fifo",
                                        "--json", str(tmp_path / "m.json")])
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert result.stderr.strip().splitlines() == [f"corral: [Errno 28] No space left on device: '{tmp_path / 'm.json'}'"]
+    written = tmp_path / "m.json"
+    assert result.stderr.strip().splitlines() == [f"corral: [Errno 28] No space left on device: '{written}'"]
 
 
 # ---- corral serve's banner ----------------------------------------------------------------------------------------

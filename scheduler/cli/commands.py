@@ -626,7 +626,8 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the API listens on.")
-@click.option("--port", default=8080, show_default=True, type=Number("int", 0, 65535), help="API port (0: any free one).")
+@click.option("--port", default=8080, show_default=True, type=Number("int", 0, 65535),
+              help="API port (0: any free one).")
 @click.option("--nodes", default=4, show_default=True, type=Number("int", 1, 1024),
               help="Virtual nodes of the local Ray cluster (ignored with --ray-address).")
 @click.option("--gpus-per-node", default=8, show_default=True, type=Number("int", 1, 64),

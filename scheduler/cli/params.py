@@ -49,7 +49,7 @@ class Number(click.ParamType):
             number: int | float = value
         else:
             number = self._parse(str(value).strip(), param, ctx)
-        if not math.isfinite(number):
+        if isinstance(number, float) and not math.isfinite(number):  # an int is finite (and may not fit a float)
             self.fail(f"must be a finite number, got {value}", param, ctx)
         self._check_bounds(number, value, param, ctx)
         if self.kind == "float":
