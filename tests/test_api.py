@@ -169,6 +169,24 @@ def test_openapi_document_lists_every_path_with_bearer_auth(env: Env) -> None:
     assert asset.status_code == 200 and len(asset.data) > 100_000
 
 
+def test_kind_defaults_to_emulated_and_the_spec_lists_exactly_the_required_fields(env: Env) -> None:
+    """The API, `corral submit` and the docs agree: kind defaults to emulated. The OpenAPI document says which fields
+    a submission must have, and nothing else."""
+    body = {k: v for k, v in EMULATED.items() if k != "kind"}
+    resp = env.post("/jobs", body)
+    assert resp.status_code == 201, resp.json
+    assert resp.json["kind"] == "emulated"
+    without_duration = env.post("/jobs", {k: v for k, v in body.items() if k != "duration_s"})
+    assert without_duration.status_code == 422 and set(field_errors(without_duration)) == {"duration_s"}
+    spec = env.client.get(f"{API}/openapi.json").json
+    submit = spec["components"]["schemas"]["JobSubmit"]
+    assert sorted(submit["required"]) == ["model", "name", "num_gpus"]
+    assert submit["properties"]["kind"]["default"] == "emulated"
+    for field in ("model", "name", "num_gpus"):  # each refused by name when left out
+        resp = env.post("/jobs", {k: v for k, v in body.items() if k != field})
+        assert resp.status_code == 422 and field in field_errors(resp), resp.json
+
+
 def test_unknown_route_is_a_json_error(env: Env) -> None:
     resp = env.get("/nope")
     assert resp.status_code == 404 and resp.is_json
@@ -288,7 +306,7 @@ def test_unknown_model_error_lists_the_choices(env: Env) -> None:
 def test_missing_required_fields_are_each_named(env: Env) -> None:
     resp = env.post("/jobs", {})
     assert resp.status_code == 422
-    assert {"name", "kind", "model", "num_gpus"} <= set(field_errors(resp))
+    assert set(field_errors(resp)) == {"name", "model", "num_gpus"}  # kind has a default: emulated
 
 
 def test_malformed_json_is_400(env: Env) -> None:

@@ -75,7 +75,7 @@ def failure(result: Result, code: int = 1) -> str:
     assert result.exit_code == code, result.output
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 or code == 2, result.stderr  # click's usage errors add a usage line
+    assert len(lines) == 1 and lines[0].startswith("corral: "), result.stderr  # usage errors too: no usage block
     return result.stderr
 
 
@@ -231,9 +231,9 @@ def test_cluster_table_shows_gpu_health(server: Server) -> None:
 
 @pytest.mark.parametrize(("args", "field"), [
     (("--gpus", "1.5"), "num_gpus"),
-    (("--gpus", "0"), "num_gpus"),
+    (("--gpus", "0.005"), "num_gpus"),
     (("--model", "NoSuchNet"), "model"),
-    (("--duration", "-1"), "duration_s"),
+    (("--duration", "1e12"), "duration_s"),
     (("--entrypoint", "sleep 1"), "entrypoint"),
 ])
 def test_bad_field_exits_1_naming_it(server: Server, args: tuple[str, ...], field: str) -> None:
@@ -247,7 +247,11 @@ def test_bad_field_exits_1_naming_it(server: Server, args: tuple[str, ...], fiel
 
 def test_usage_errors_exit_2(server: Server) -> None:
     err = failure(corral(server, "submit", "--name", "x", "--model", "MoE", "--gpus", "many"), code=2)
-    assert "--gpus" in err and "'many' is not a number" in err
+    assert err == "corral: --gpus: must be a number, got 'many'\n"
+    # What the server would refuse too, refused before a request (NaN and infinity cannot even be sent as JSON).
+    for args in (("--gpus", "nan"), ("--gpus", "-2"), ("--duration", "inf"), ("--duration", "-1")):
+        err = failure(corral(server, "submit", "--name", "x", "--model", "MoE", *args), code=2)
+        assert err.startswith(f"corral: {args[0]}: must be ")
     assert "--env" in failure(corral(server, "submit", "--env", "NOEQUALS"), code=2)
 
 
@@ -468,8 +472,10 @@ def test_team_errors_print_the_servers_message(server: Server) -> None:
         before = sorted(s.scalars(select(Team.name)))
     err = failure(corral(server, "team", "create", "vision", "--quota", "4"))  # alice is not an admin
     assert "HTTP 403" in err and "not an admin" in err
-    err = failure(corral(server, "team", "create", "vision", "--quota", "-1", token=root))
-    assert "HTTP 422" in err and "quota_gpus: must be >= 0, got -1" in err
+    err = failure(corral(server, "team", "create", "vision", "--quota", "2e6", token=root))
+    assert "HTTP 422" in err and "quota_gpus: must be at most 1000000 GPUs" in err
+    err = failure(corral(server, "team", "create", "vision", "--quota", "-1", token=root), code=2)
+    assert err == "corral: --quota: must be at least 0, got -1\n"  # refused before a request
     err = failure(corral(server, "team", "create", "-vision", "--quota", "1", token=root), code=2)
     assert "No such option" in err  # click takes it for a flag: it never reaches the server
     err = failure(corral(server, "team", "create", "a b", "--quota", "1", token=root))
@@ -523,9 +529,125 @@ def test_token_create_puts_the_user_in_a_team(server: Server) -> None:
 
     before = state()
     err = failure(runner.invoke(main, ["token", "create", "--user", "nel", "--team", "nlp"]), code=2)
-    assert "'--team'" in err and "team 'nlp' does not exist; the teams are default, vision" in err
+    assert err.startswith("corral: --team: team 'nlp' does not exist; the teams are default, vision")
     err = failure(runner.invoke(main, ["token", "create", "--user", "vic", "--team", "default"]))
-    assert err.startswith("Error: --team: user 'vic' has 1 job(s) pending or running in team 'vision'")
+    assert err.startswith("corral: --team: user 'vic' has 1 job(s) pending or running in team 'vision'")
     assert state() == before  # no user, no token, no move
     result = runner.invoke(main, ["token", "create", "--user", "alice", "--team", "vision"])  # no active jobs
     assert result.exit_code == 0 and state()[0]["alice"] == "vision"
+
+
+def test_a_servers_message_over_several_lines_prints_as_one(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the server (or a proxy before it) answers, the CLI prints one line: the message folded."""
+    def refuse(self: CorralClient, **kwargs: object) -> None:
+        raise ClientError("HTTP 400: bad request\n  from a proxy\n", status=400)
+
+    monkeypatch.setattr(CorralClient, "jobs", refuse)
+    assert failure(corral(server, "jobs")) == "corral: HTTP 400: bad request from a proxy\n"
+
+
+def test_a_job_file_with_nan_is_refused_by_name(server: Server, tmp_path: Path) -> None:
+    spec = tmp_path / "job.json"
+    spec.write_text('{"name": "a", "model": "MoE", "num_gpus": 1, "duration_s": NaN}')
+    err = failure(corral(server, "submit", "--file", str(spec)))
+    assert err == f"corral: {spec} is not valid JSON: NaN is not a JSON number\n"
+
+
+def a_job(job_id: int, state: str, name: str, **fields: object) -> dict[str, object]:
+    """A job as GET /jobs lists it."""
+    return {"id": job_id, "name": name, "user": "alice-researcher", "team": "vision-team", "state": state,
+            "num_gpus": 4, "model": "Transformer-XL-bs32", "progress": 0.42, "queue_position": None,
+            "start_estimate_s": None, "preemptions": 0, "allocation": [], "pending_reason": None, "error": None,
+            "exit_code": None} | fields
+
+
+def test_jobs_table_is_readable_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80 columns rich squeezed all 13 columns ("fai…", "runn…"): now ids, states, users, GPUs and progress stay
+    whole, the name ellipsizes, and the columns left out are named under the table."""
+    from rich.console import Console
+
+    import scheduler.cli.client_commands as commands
+
+    jobs = [
+        a_job(10412, "failed", "a-very-long-experiment-name-for-sweep-17", error="node node-a was lost"),
+        a_job(10413, "running", "bert", preemptions=2,
+              allocation=[{"node": "node-3", "local_gpu": g, "share": 1} for g in range(4)]),
+        a_job(10414, "pending", "resnet", queue_position=3, start_estimate_s=1800,
+              pending_reason="waiting for 4 GPUs on one node"),
+        a_job(10415, "succeeded", "x", progress=1.0),
+        a_job(10416, "cancelled", "y"),
+    ]
+    monkeypatch.setattr(CorralClient, "jobs", lambda self, **kw: {"jobs": jobs, "total": len(jobs)})
+    monkeypatch.setattr(commands, "console", lambda: Console(width=80, highlight=False))
+    result = CliRunner().invoke(main, ["jobs"], env={"CORRAL_TOKEN": "t"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), result.stdout
+    assert lines[0].split()[:6] == ["id", "name", "user", "state", "gpus", "progress"]
+    for job in jobs:
+        row = next(line for line in lines if line.split()[:1] == [str(job["id"])])
+        assert f" {job['state']} " in row and " alice-researcher " in row and f"{job['progress']:.0%}" in row, row
+    assert "a-very-long-experi…" in result.stdout  # the name gives way, not the state
+    footer = " ".join(result.stdout.split("1-5 of 5 jobs\n", 1)[1].split())
+    assert footer.startswith("left out at this width: ") and "reason" in footer and "model" in footer
+
+
+def test_jobs_table_shows_every_column_when_there_is_room() -> None:
+    from rich.console import Console
+
+    from scheduler.cli.client_commands import JOB_COLUMNS, jobs_table
+
+    jobs = [a_job(1, "pending", "resnet", queue_position=1, start_estimate_s=30, pending_reason="quota",
+                  preemptions=1, allocation=[{"node": "n", "local_gpu": 0, "share": 0.5}])]
+    table, hidden = jobs_table(jobs, 200)
+    assert hidden == [] and [c.header for c in table.columns] == list(JOB_COLUMNS)
+    out = Console(width=200, record=True)
+    out.print(table)
+    text = out.export_text()
+    assert "n[0×0.5]" in text and "in ~30 s" in text and "quota" in text
+
+
+def test_token_create_says_which_store_it_wrote_to(server: Server, corral_home: Path) -> None:
+    result = CliRunner().invoke(main, ["token", "create", "--user", "carol"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == f"token written to sqlite:///{corral_home / 'corral.db'} (CORRAL_HOME={corral_home})\n"
+
+
+def test_token_create_in_a_new_store_warns_and_the_server_says_where_tokens_come_from(
+        server: Server, tmp_path: Path) -> None:
+    """The shell without the server's CORRAL_HOME: the token lands in a new store the server never reads. Both the
+    command and the server's 401 say so, instead of sending the user round to `corral token create` again."""
+    elsewhere = tmp_path / "other-home"
+    result = CliRunner().invoke(main, ["token", "create", "--user", "dave"], env={"CORRAL_HOME": str(elsewhere)})
+    assert result.exit_code == 0, result.output
+    written, warning = result.stderr.splitlines()
+    assert written == f"token written to sqlite:///{elsewhere / 'corral.db'} (CORRAL_HOME={elsewhere})"
+    assert warning.startswith("corral: warning: no store was there, so a new, empty one was made")
+    err = failure(corral(server, "jobs", token=result.stdout.strip()))
+    assert err == ("corral: HTTP 401: invalid token: create a new one with `corral token create` run with this "
+                   "server's CORRAL_HOME (or DATABASE_URL)\n")
+    again = CliRunner().invoke(main, ["token", "create", "--user", "erin"], env={"CORRAL_HOME": str(elsewhere)})
+    assert again.exit_code == 0 and "warning" not in again.stderr  # that store exists now
+
+
+def test_token_create_names_database_url_without_its_password(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    result = CliRunner().invoke(main, ["token", "create", "--user", "fay"], env={"DATABASE_URL": url})
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == f"token written to {url} (DATABASE_URL)"
+
+    from scheduler.cli.client_commands import store_text
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DATABASE_URL", "postgresql://corral:s3cret@db/corral")
+        assert store_text("postgresql+psycopg://corral:s3cret@db/corral") == (
+            "postgresql+psycopg://corral:***@db/corral (DATABASE_URL)")
+
+
+def test_submit_without_kind_makes_an_emulated_job_and_file_kind_is_kept(server: Server, tmp_path: Path) -> None:
+    job = json.loads(ok(server, "submit", "--name", "a", "--model", "MoE", "--gpus", "1", "--duration", "5", "--json"))
+    assert job["kind"] == "emulated"
+    spec = tmp_path / "job.json"
+    spec.write_text(json.dumps({"name": "c", "kind": "command", "model": "MoE", "num_gpus": 1,
+                                "entrypoint": "true"}))
+    assert json.loads(ok(server, "submit", "--file", str(spec), "--json"))["kind"] == "command"

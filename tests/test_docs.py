@@ -1,4 +1,5 @@
-"""The documentation site builds with warnings as errors, and the "writing a policy" guide's code runs as written."""
+"""The documentation site builds with warnings as errors, the "writing a policy" guide's code runs as written, and every
+`corral` command the docs show exists."""
 
 from __future__ import annotations
 
@@ -76,3 +77,68 @@ def test_every_page_is_in_the_navigation_and_the_readme_stays_short() -> None:
     readme = (ROOT / "README.md").read_text().splitlines()
     assert len(readme) <= 80, f"README.md has {len(readme)} lines; move reference material into docs/"
     assert "make run" in "\n".join(readme) and "make test" in "\n".join(readme)
+
+
+# ---- every `corral ...` command the docs show exists ----------------------------------------------------------------
+
+FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+INLINE = re.compile(r"`([^`]+)`")  # a span may wrap onto the next line
+# `corral` as a command: at the start, after a space, a path (.venv/bin/corral), `$(` or `;`; then its words.
+INVOCATION = re.compile(r"(?:^|(?<=[\s/(;]))corral(?=((?:[ \t]+[^\s;|&)]+)*))")
+WORD = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def shown_commands(text: str) -> set[tuple[str, ...]]:
+    """The sub-command paths of every `corral ...` in a page's code blocks and inline code: the words after `corral`
+    that name a sub-command, and the first plain word that does not (a command that does not exist)."""
+    import click
+
+    from scheduler.cli.commands import main
+
+    code = FENCED.findall(text)
+    code += INLINE.findall(FENCED.sub("", text))
+    found = set()
+    for snippet in code:
+        for line in snippet.splitlines():
+            for match in INVOCATION.finditer(line):
+                words = match.group(1).split()
+                if words[:1] == ["corral"]:  # `docker compose exec corral corral ...`: the service, then the command
+                    continue
+                path: list[str] = []
+                command: click.Command = main
+                for word in words:
+                    if not isinstance(command, click.Group) or not WORD.fullmatch(word):
+                        break
+                    path.append(word)
+                    if word not in command.commands:
+                        break  # `corral explain`: kept, so that its --help fails
+                    command = command.commands[word]
+                found.add(tuple(path))
+    return found
+
+
+def test_every_corral_command_in_the_docs_exists() -> None:
+    """`corral X Y --help` succeeds for every `corral X Y ...` the README and docs/ show (in code, inline or in
+    blocks), in-process: a renamed or imagined command in the docs fails here."""
+    from click.testing import CliRunner
+
+    from scheduler.cli.commands import main
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    shown = {(page.relative_to(ROOT).as_posix(), path) for page in pages for path in shown_commands(page.read_text())}
+    assert len({path for _, path in shown}) >= 25, "the docs show more commands than this: is the pattern broken?"
+    runner = CliRunner()
+    broken = []
+    for page, path in sorted(shown):
+        result = runner.invoke(main, [*path, "--help"])
+        if result.exit_code != 0:
+            broken.append(f"{page}: corral {' '.join(path)} ({result.output.strip()})")
+    assert not broken, "the docs show commands that do not exist:\n" + "\n".join(broken)
+
+
+def test_the_docs_command_finder_reads_blocks_inline_code_and_paths() -> None:
+    text = ("Run `corral token create --user x` or `.venv/bin/corral team set a --quota 1`.\n\n"
+            "```bash\nexport T=$(docker compose exec corral corral token list)\ncorral explain 3\n"
+            "corral node start --address H:1  # a comment\n```\nThe corral command (prose) is not code.\n")
+    assert shown_commands(text) == {("token", "create"), ("team", "set"), ("token", "list"), ("explain",),
+                                    ("node", "start")}

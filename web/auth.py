@@ -88,6 +88,11 @@ def init_app(app: Flask, ttl_s: float = TOKEN_TTL_S) -> None:
     app.extensions[CACHE_KEY] = TokenCache(ttl_s)
 
 
+# `corral token create` writes to the store its own environment names: run with another CORRAL_HOME (a shell without
+# it means ~/.corral) it makes a token in another store, which this server never sees. Say so where the hint is.
+HOW_TO_CREATE = "`corral token create` run with this server's CORRAL_HOME (or DATABASE_URL)"
+
+
 def _unauthorized(message: str) -> None:
     abort(401, message=message, headers={"WWW-Authenticate": 'Bearer realm="corral"'})
 
@@ -115,12 +120,12 @@ def authenticate() -> None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
-        _unauthorized("missing bearer token: send 'Authorization: Bearer TOKEN' (create one with `corral token create`)")
+        _unauthorized(f"missing bearer token: send 'Authorization: Bearer TOKEN' (create one with {HOW_TO_CREATE})")
     principal = lookup(token)
     if principal is None:
         with current_app.extensions["corral.store"].session() as s:  # only refusals pay for this second query
             reason = token_refusal(s, token)
-        _unauthorized(f"{reason}: create a new one with `corral token create`")
+        _unauthorized(f"{reason}: create a new one with {HOW_TO_CREATE}")
     g.principal = principal
 
 

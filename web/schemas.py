@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 import web.limits as lim
+from scheduler.core.states import DEFAULT_JOB_KIND
 from scheduler.core.tenancy import TeamError, make_team
 from scheduler.core.workloads import catalog
 from scheduler.live.node.report import MAX_XIDS  # the agent sends the latest ones
@@ -127,7 +128,9 @@ class JobSubmitSchema(RequestSchema):
     silently ignored."""
 
     name = fields.String(required=True, validate=validate.Length(min=1, max=lim.MAX_NAME))
-    kind = fields.String(required=True, validate=validate.OneOf([k.value for k in JobType]))
+    kind = fields.String(load_default=DEFAULT_JOB_KIND.value, validate=validate.OneOf([k.value for k in JobType]),
+                         metadata={"description": "emulated: runs for the time the contention model predicts (no "
+                                                  "GPU work); command: runs `entrypoint`"})
     # The error lists the choices, so a typo is fixed without a second request to /models.
     model = fields.String(required=True, validate=validate.OneOf(list(catalog())))
     num_gpus = GpuCount(required=True)

@@ -81,6 +81,8 @@ class CorralClient:
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             resp = self.http.request(method, url, json=json, params=clean, headers=headers, timeout=self.timeout)
+        except requests.exceptions.InvalidJSONError as exc:  # NaN or infinity in a body: JSON has neither
+            raise ClientError(f"cannot send this request as JSON: {exc}", url=url) from None
         except requests.Timeout:
             raise ClientError(f"{url} did not answer within {self.timeout[1]:.0f}s", url=url) from None
         except requests.ConnectionError:

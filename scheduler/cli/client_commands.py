@@ -9,26 +9,29 @@ and exits 1 (2 for usage errors, as click does).
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from scheduler.cli.client import DEFAULT_URL, ClientError, CorralClient
-from scheduler.core.states import JobState, JobType, RestartPolicy
+from scheduler.cli.params import COUNT, JOB_ID, NATURAL, NON_NEGATIVE, POSITIVE, Number
+from scheduler.core.states import DEFAULT_JOB_KIND, JobState, JobType, RestartPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
+GPUS = Number("number", 0, min_open=True)  # whole GPUs or a share of one: the server checks which shares it takes
 RECENT_EVENTS = 20
 
 
@@ -116,17 +119,78 @@ def state_text(state: str) -> str:
     return f"[{style}]{state}[/]" if style else state
 
 
+# ---- the jobs table ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobColumn:
+    cell: Callable[[dict[str, Any]], str]  # plain text
+    right: bool = False
+    wraps: bool = False  # folds onto more lines rather than widen the table (the reason, free text)
+
+
+JOB_COLUMNS: dict[str, JobColumn] = {  # in the order they are shown
+    "id": JobColumn(lambda j: str(j["id"]), right=True),
+    "name": JobColumn(lambda j: j["name"]),
+    "user": JobColumn(lambda j: j["user"]),
+    "team": JobColumn(lambda j: j["team"]),
+    "state": JobColumn(lambda j: j["state"]),
+    "gpus": JobColumn(lambda j: gpus_text(j["num_gpus"]), right=True),
+    "model": JobColumn(lambda j: j["model"]),
+    "progress": JobColumn(lambda j: f"{j['progress']:.0%}", right=True),
+    "queue": JobColumn(lambda j: f"#{j['queue_position']}" if j.get("queue_position") else "", right=True),
+    "starts": JobColumn(lambda j: start_text(j) if j["state"] == JobState.PENDING else ""),
+    "preempted": JobColumn(lambda j: str(j["preemptions"] or ""), right=True),
+    "placement": JobColumn(lambda j: placement(j["allocation"])),
+    "reason": JobColumn(reason_text, wraps=True),
+}
+# Always shown, whole: what a job is and where it stands. The name alone shrinks (with an ellipsis) to make room.
+ESSENTIAL_COLUMNS = ("id", "name", "user", "state", "gpus", "progress")
+# The others get room in this order while the terminal has it: why a job waits or failed first.
+OPTIONAL_COLUMNS = ("reason", "queue", "starts", "model", "placement", "team", "preempted")
+NAME_MIN, REASON_MIN = 16, 20  # the name keeps this much before the optional columns get room
+COLUMN_PAD = 2  # rich's padding of one space either side
+STATE_WIDTH = max(len(s.value) for s in JobState)  # "succeeded", "cancelled": never "fai…"
+
+
+def jobs_table(jobs: list[dict[str, Any]], width: int) -> tuple[Table, list[str]]:
+    """The jobs as a table that fits `width` columns, and the columns left out for want of room (those with
+    something to show). Rich squeezes every column of a table too wide for the terminal, ids and states included
+    ("fai…", "runn…"), so the columns are chosen here instead: the essential ones whole, then the others while
+    they fit."""
+    rows = [{col: spec.cell(j) for col, spec in JOB_COLUMNS.items()} for j in jobs]
+    natural = {col: max([len(col), *(cell_len(r[col]) for r in rows)]) for col in JOB_COLUMNS}
+    natural["state"] = max(natural["state"], STATE_WIDTH)
+    used = sum(natural[c] + COLUMN_PAD for c in ESSENTIAL_COLUMNS if c != "name")
+    used += min(natural["name"], NAME_MIN) + COLUMN_PAD
+    chosen = set(ESSENTIAL_COLUMNS)
+    # Columns with nothing in them (no preemptions yet) get room last.
+    for col in sorted(OPTIONAL_COLUMNS, key=lambda c: not any(r[c] for r in rows)):
+        need = (min(natural[col], REASON_MIN) if JOB_COLUMNS[col].wraps else natural[col]) + COLUMN_PAD
+        if used + need <= width:
+            chosen.add(col)
+            used += need
+    name_width = max(NAME_MIN, min(natural["name"], width - used + min(natural["name"], NAME_MIN)))
+    table = Table(box=None, header_style="bold")
+    for col, spec in JOB_COLUMNS.items():
+        if col in chosen:
+            table.add_column(col, justify="right" if spec.right else "left", no_wrap=not spec.wraps,
+                             overflow="ellipsis" if col == "name" else "fold",
+                             min_width=natural[col] if col != "name" and not spec.wraps else None,
+                             max_width=name_width if col == "name" else None)
+    for job, r in zip(jobs, rows, strict=True):
+        table.add_row(*(state_text(job["state"]) if col == "state" else escape(r[col])
+                        for col in JOB_COLUMNS if col in chosen))
+    hidden = [col for col in JOB_COLUMNS if col not in chosen and any(r[col] for r in rows)]
+    return table, hidden
+
+
 # ---- commands ------------------------------------------------------------------------------------------------------
 
 
-def _number(ctx: click.Context, param: click.Parameter, value: str | None) -> int | float | None:
-    if value is None:
-        return None
-    try:
-        x = float(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a number") from None
-    return int(x) if x.is_integer() else x
+def _no_constant(name: str) -> Any:
+    """json.loads takes NaN and Infinity, which no JSON parser (nor the server) reads back: refuse them here."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _env(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
@@ -143,18 +207,20 @@ def _env(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> 
 @click.option("--file", "spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A JOB.json with the submission's fields; the flags below override it.")
 @click.option("--name", help="The job's name.")
-@click.option("--kind", type=click.Choice([k.value for k in JobType]), help="emulated (default) or command.")
+@click.option("--kind", type=click.Choice([k.value for k in JobType]),
+              help="emulated (runs for the time the contention model predicts) or command (runs --entrypoint); "
+                   f"default: --file's, else {DEFAULT_JOB_KIND.value}.")
 @click.option("--model", help="A model of the catalog (GET /api/v1/models).")
-@click.option("--gpus", "num_gpus", callback=_number, help="Whole GPUs (1, 2, ...) or a share of one (0.5).")
-@click.option("--duration", "duration_s", type=float, help="Seconds: the run time (emulated) or an estimate.")
+@click.option("--gpus", "num_gpus", type=GPUS, help="Whole GPUs (1, 2, ...) or a share of one (0.5).")
+@click.option("--duration", "duration_s", type=POSITIVE, help="Seconds: the run time (emulated) or an estimate.")
 @click.option("--entrypoint", help="The shell command (command jobs).")
 @click.option("--workdir", help="Working directory of the command.")
 @click.option("--env", "env", multiple=True, callback=_env, metavar="K=V", help="Environment variable (repeatable).")
-@click.option("--priority", type=int)
+@click.option("--priority", type=Number("int"))
 @click.option("--client-token", help="Idempotency key: resubmitting with it returns the first job.")
-@click.option("--slo-ms", type=float, help="Latency SLO (inference).")
+@click.option("--slo-ms", type=POSITIVE, help="Latency SLO (inference).")
 @click.option("--restart-policy", type=click.Choice([r.value for r in RestartPolicy]))
-@click.option("--max-restarts", type=int)
+@click.option("--max-restarts", type=NATURAL)
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @connection
 def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, **flags: Any) -> None:
@@ -162,7 +228,7 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
     spec: dict[str, Any] = {}
     if spec_file is not None:
         try:
-            spec = json.loads(spec_file.read_text())
+            spec = json.loads(spec_file.read_text(), parse_constant=_no_constant)
         except ValueError as exc:
             raise click.ClickException(f"{spec_file} is not valid JSON: {exc}") from None
         if not isinstance(spec, dict):
@@ -171,7 +237,8 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
     spec |= {k: v for k, v in flags.items() if v is not None}
     if env:
         spec["env"] = {**(spec.get("env") or {}), **env}
-    spec.setdefault("kind", JobType.EMULATED.value)
+    # Not a flag default: that would override the kind in --file. The server has the same default.
+    spec.setdefault("kind", DEFAULT_JOB_KIND.value)
     with api_errors():
         job, created = client(url, token).submit(spec)
     if as_json:
@@ -186,8 +253,8 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
 @click.option("--state", type=click.Choice([s.value for s in JobState]))
 @click.option("--user", help="Another user's jobs (admins only).")
 @click.option("--team", help="Jobs submitted under this team.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
-@click.option("--offset", type=click.IntRange(0), default=0)
+@click.option("--limit", type=Number("int", 1, 1000), default=100, show_default=True)
+@click.option("--offset", type=NATURAL, default=0)
 @click.option("--json", "as_json", is_flag=True)
 @connection
 def jobs(state: str | None, user: str | None, team: str | None, limit: int, offset: int, as_json: bool, url: str,
@@ -198,24 +265,18 @@ def jobs(state: str | None, user: str | None, team: str | None, limit: int, offs
     if as_json:
         print_json(page)
         return
-    table = Table(box=None, header_style="bold")
-    for col in ("id", "name", "user", "team", "state", "gpus", "model", "progress", "queue", "starts", "preempted",
-                "placement", "reason"):
-        table.add_column(col, justify="right" if col in ("id", "gpus", "progress", "queue", "preempted") else "left")
-    for j in page["jobs"]:
-        table.add_row(str(j["id"]), escape(j["name"]), escape(j["user"]), escape(j["team"]),
-                      state_text(j["state"]), gpus_text(j["num_gpus"]), escape(j["model"]), f"{j['progress']:.0%}",
-                      f"#{j['queue_position']}" if j.get("queue_position") else "",
-                      start_text(j) if j["state"] == JobState.PENDING else "", str(j["preemptions"] or ""),
-                      escape(placement(j["allocation"])), escape(reason_text(j)))
+    out = console()
+    table, hidden = jobs_table(page["jobs"], out.width)
     out = console()
     out.print(table)
     shown = len(page["jobs"])
     out.print(f"{offset + 1 if shown else 0}-{offset + shown} of {page['total']} jobs", style="dim")
+    if hidden:
+        out.print(f"left out at this width: {', '.join(hidden)} (`corral show ID` or --json has them)", style="dim")
 
 
 @click.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True)
 @connection
 def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
@@ -259,7 +320,7 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
 
 
 @click.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @connection
 def cancel(job_id: int, url: str, token: str | None) -> None:
     """Cancel a job: a pending one at once, a running one once the controller stops its workers."""
@@ -277,10 +338,10 @@ def cancel(job_id: int, url: str, token: str | None) -> None:
 
 
 @click.command()
-@click.argument("job_id", type=int)
-@click.option("--rank", type=click.IntRange(0), help="One worker's log (default: all).")
-@click.option("--attempt", type=click.IntRange(0), help="Which run (default: the current one).")
-@click.option("--tail", type=click.IntRange(1, 100_000), default=200, show_default=True, help="Last lines per rank.")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--rank", type=NATURAL, help="One worker's log (default: all).")
+@click.option("--attempt", type=NATURAL, help="Which run (default: the current one).")
+@click.option("--tail", type=Number("int", 1, 100_000), default=200, show_default=True, help="Last lines per rank.")
 @connection
 def logs(job_id: int, rank: int | None, attempt: int | None, tail: int, url: str, token: str | None) -> None:
     """Print a job's worker logs."""
@@ -428,10 +489,13 @@ def token() -> None:
                              "have jobs pending or running). Default: 'default' for a new user, unchanged otherwise.")
 def token_create(user_name: str, admin: bool, expires_at: float | None, team: str | None) -> None:
     """Create a token and print it alone on stdout (store it now: only its hash is kept)."""
-    from scheduler.live.store import Store  # alembic and the migrations: only the token commands need them
+    from scheduler.live.store import Store, database_url  # alembic and the migrations: only the token commands
+    from scheduler.live.store.db import store_exists
     from scheduler.live.store.queries import TeamConflict, UnknownTeam, create_token, list_teams
 
-    store = Store.open()
+    url = database_url()
+    new_store = not store_exists(url)
+    store = Store.open(url)
     try:
         # A refusal raised inside the session rolls it back: no user, no token, no move.
         with store.session(write=True) as s:
@@ -446,6 +510,25 @@ def token_create(user_name: str, admin: bool, expires_at: float | None, team: st
     finally:
         store.close()
     click.echo(tok)
+    # On stderr: stdout is the token alone, for `export CORRAL_TOKEN=$(corral token create ...)`.
+    click.echo(f"token written to {store_text(url)}", err=True)
+    if new_store:
+        click.echo("corral: warning: no store was there, so a new, empty one was made: a server started with another "
+                   "CORRAL_HOME (or DATABASE_URL) will not know this token", err=True)
+
+
+def store_text(url: str) -> str:
+    """The store `corral token` opened, as a person checks it against the server's: the URL without its password,
+    and the setting it came from."""
+    import os
+
+    from scheduler.core.paths import corral_home
+    from scheduler.live.history import redact
+
+    if os.environ.get("DATABASE_URL"):
+        return f"{redact(url)} (DATABASE_URL)"
+    home = os.environ.get("CORRAL_HOME")
+    return f"{redact(url)} ({f'CORRAL_HOME={home}' if home else f'CORRAL_HOME unset: {corral_home()}'})"
 
 
 @token.command("list")
@@ -501,14 +584,6 @@ def token_revoke(key: str) -> None:
 # ---- teams and users (admins) --------------------------------------------------------------------------------------
 
 
-def _gpus(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """--quota and --borrow-limit: a finite number (JSON carries no NaN or infinity); the server checks the rest and
-    names the field."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter(f"{value!r} is not a finite number of GPUs", ctx, param)
-    return value
-
-
 def limit_text(limit: float | None) -> str:
     return "none" if limit is None else gpus_text(limit)
 
@@ -520,8 +595,8 @@ def team() -> None:
 
 @team.command("create")
 @click.argument("name")
-@click.option("--quota", type=float, required=True, callback=_gpus, help="GPUs the team may always use.")
-@click.option("--borrow-limit", type=float, callback=_gpus,
+@click.option("--quota", type=NON_NEGATIVE, required=True, help="GPUs the team may always use.")
+@click.option("--borrow-limit", type=NON_NEGATIVE,
               help="GPUs it may borrow beyond its quota while others leave them idle (default: no limit).")
 @connection
 def team_create(name: str, quota: float, borrow_limit: float | None, url: str, token: str | None) -> None:
@@ -560,8 +635,8 @@ def team_list(as_json: bool, url: str, token: str | None) -> None:
 
 @team.command("set")
 @click.argument("name")
-@click.option("--quota", type=float, callback=_gpus, help="The new quota, in GPUs.")
-@click.option("--borrow-limit", type=float, callback=_gpus, help="The new borrowing limit, in GPUs.")
+@click.option("--quota", type=NON_NEGATIVE, help="The new quota, in GPUs.")
+@click.option("--borrow-limit", type=NON_NEGATIVE, help="The new borrowing limit, in GPUs.")
 @click.option("--no-borrow-limit", is_flag=True, help="Remove the borrowing limit.")
 @connection
 def team_set(name: str, quota: float | None, borrow_limit: float | None, no_borrow_limit: bool, url: str,
@@ -638,10 +713,10 @@ def limit_options(f: F) -> F:
     f = click.option("--clear", "clear", multiple=True, metavar="LIMIT",
                      type=click.Choice([n.replace("_", "-") for n, _ in LIMIT_OPTIONS]),
                      help="Remove a setting (back to the default); repeat for several.")(f)
-    f = click.option("--whatif-per-min", type=int, help="What-if calls a minute.")(f)
-    f = click.option("--submit-burst", type=int, help="Submissions at once before the rate applies.")(f)
-    f = click.option("--submit-rate", type=float, metavar="PER_S", help="Submissions a second after the burst.")(f)
-    f = click.option("--max-pending", type=int, help="Jobs pending at once.")(f)
+    f = click.option("--whatif-per-min", type=COUNT, help="What-if calls a minute.")(f)
+    f = click.option("--submit-burst", type=COUNT, help="Submissions at once before the rate applies.")(f)
+    f = click.option("--submit-rate", type=POSITIVE, metavar="PER_S", help="Submissions a second after the burst.")(f)
+    f = click.option("--max-pending", type=COUNT, help="Jobs pending at once.")(f)
     return f
 
 
@@ -650,8 +725,6 @@ def _limit_changes(given: dict[str, Any], clear: tuple[str, ...]) -> dict[str, A
     both = sorted(n for n in cleared if given.get(n) is not None)
     if both:
         raise click.UsageError(f"--{both[0].replace('_', '-')} given and cleared: choose one")
-    if given.get("submit_rate") is not None and not math.isfinite(given["submit_rate"]):
-        raise click.BadParameter(f"{given['submit_rate']!r} is not a finite number", param_hint="'--submit-rate'")
     return {n: v for n, v in given.items() if v is not None} | dict.fromkeys(cleared)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from scheduler.cli.params import COUNT, FRACTION, NATURAL, SEED, CorralGroup, Number, OutPath
 from scheduler.core.errors import SpecError
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def _build_policies(names: list[str], seed: int) -> dict[str, Any]:
     return built
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CorralGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="corral")
 def main() -> None:
     """Corral: a contention-aware scheduler for shared GPU clusters."""
@@ -99,16 +100,16 @@ def main() -> None:
               help="Trace file (Corral CSV, Philly or Alibaba openb), or synthetic:N[,iat=S,frac=F,inference=F].")
 @click.option("--format", "trace_format", type=click.Choice(["auto", "corral", "philly", "alibaba"]),
               default="auto", show_default=True, help="Trace format.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Replay only the first N jobs.")
+@click.option("--limit", type=COUNT, default=None, help="Replay only the first N jobs.")
 @click.option("--cluster", "cluster", required=True, callback=_parse_cluster_option, metavar="SPEC",
               help="PRESET:NODES[,PRESET:NODES] (presets: dgx-a100, pcie-v100, pcie-t4) or a cluster YAML file.")
 @click.option("--policy", "policies", default="fifo,tiresias,contention-greedy", show_default=True,
               callback=_parse_policies, metavar="P1,P2,...", help="Policies to compare.")
 @click.option("--no-contention", is_flag=True, help="Every job runs at its isolated speed wherever it is placed.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for model assignment and random policies.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for model assignment and random policies.")
+@click.option("--json", "json_out", type=OutPath(), default=None,
               help="Write the metrics as JSON here.")
-@click.option("--plot", "plot_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+@click.option("--plot", "plot_out", type=OutPath(), default=None,
               help="Write a JCT CDF per policy as PNG here.")
 @click.option("--teams", "teams_path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Teams YAML (name, quota_gpus, borrow_limit_gpus; half_life_s): every policy runs inside the "
@@ -256,37 +257,37 @@ def plot_jct_cdf(results: list[SimResult], out: Path, title: str) -> None:
               help="maskable-ppo for Corral's formulation (default), ppo for DeepShare's.")
 @click.option("--formulation", type=click.Choice(["corral", "deepshare"]), default="corral", show_default=True,
               help="corral: LAS order, candidate placements or wait (masked); deepshare: per-GPU grid, node pairs.")
-@click.option("--timesteps", type=int, default=300_000, show_default=True, help="Agent decisions to train on.")
+@click.option("--timesteps", type=COUNT, default=300_000, show_default=True, help="Agent decisions to train on.")
 @click.option("--cluster", default="dgx-a100,pcie-v100", show_default=True, metavar="PRESET[:LO-HI],...",
               help="Presets to draw clusters from, with the node range of synthetic clusters (default 2-8); "
                    "trace windows get the node count that matches the drawn load.")
 @click.option("--workload", "workloads", multiple=True, default=["synthetic"], show_default=True,
               metavar="synthetic[:MIX]|PATH", help="Repeatable. Trace windows are drawn from the part before the hold-out; "
               "MIX is one of default, short, long, fractional, multinode.")
-@click.option("--window", type=int, default=300, show_default=True, help="Jobs per training episode.")
+@click.option("--window", type=COUNT, default=300, show_default=True, help="Jobs per training episode.")
 @click.option("--load", default="0.6-2.5", show_default=True, metavar="LO-HI",
               help="Offered load range to draw (clusters are resized, or arrivals rescaled where they cannot be).")
-@click.option("--n-envs", type=int, default=2, show_default=True, help="Parallel environments (processes).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--n-envs", type=COUNT, default=2, show_default=True, help="Parallel environments (processes).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
+@click.option("--out", type=OutPath(make_parents=True), default=None,
               help="Where the best agent goes; its report lands next to it. Default: a new file under "
                    "$CORRAL_HOME/agents (loadable by name as rl:NAME), never the shipped agents/zoo.")
 @click.option("--force", is_flag=True, help="Overwrite an existing agent at --out (and its report).")
-@click.option("--tensorboard", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--tensorboard", type=OutPath(folder=True), default=None,
               help="Write TensorBoard logs here.")
-@click.option("--eval-freq", type=int, default=0, help="Timesteps between validation evaluations (0: a tenth).")
-@click.option("--eval-scenarios", type=int, default=3, show_default=True,
+@click.option("--eval-freq", type=NATURAL, default=0, help="Timesteps between validation evaluations (0: a tenth).")
+@click.option("--eval-scenarios", type=COUNT, default=3, show_default=True,
               help="Validation windows per workload (the training part, model seeds and synthetic seeds training "
                    "never draws; the best checkpoint is chosen on them).")
-@click.option("--eval-window", type=int, default=500, show_default=True, help="Jobs per validation window.")
+@click.option("--eval-window", type=COUNT, default=500, show_default=True, help="Jobs per validation window.")
 @click.option("--warm-start", default="best", show_default=True, metavar="best|HEURISTIC|none",
               help="Clone this teacher (in the agent's frame) before PPO fine-tunes it: best = the best heuristic "
                    "for each training window's workload and load (agents/imitation.py), or one heuristic's name.")
-@click.option("--warm-start-samples", type=int, default=40_000, show_default=True)
-@click.option("--dagger-rounds", type=int, default=2, show_default=True,
+@click.option("--warm-start-samples", type=NATURAL, default=40_000, show_default=True)
+@click.option("--dagger-rounds", type=NATURAL, default=2, show_default=True,
               help="After cloning, roll the clone out, label what it reaches with the teacher's actions and clone "
                    "again (DAgger), this many times.")
-@click.option("--team-share", type=float, default=0.3, show_default=True,
+@click.option("--team-share", type=FRACTION, default=0.3, show_default=True,
               help="Probability that a training window is shared by 2 to 4 teams, the agent acting inside the "
                    "tenancy frame (0: never).")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
@@ -361,13 +362,13 @@ def _train_from_history(ctx: click.Context, db_url: str | None, out: Path, no_pr
               help="The store (default: DATABASE_URL, or the SQLite file under CORRAL_HOME).")
 @click.option("--kind", type=click.Choice(["all", "command", "emulated"]), default="all", show_default=True,
               help="Jobs to report and fit on.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+@click.option("--json", "json_out", type=OutPath(), default=None,
               help="Write every job's figures, the summaries and the fit as JSON here.")
-@click.option("--plot", "plot_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+@click.option("--plot", "plot_out", type=OutPath(), default=None,
               help="Predicted vs observed slowdown scatter (before and after the refit), as PNG.")
-@click.option("--write", "write_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+@click.option("--write", "write_out", type=OutPath(), default=None,
               help="Save the refitted ContentionParams as JSON here.")
-@click.option("--max-rows", type=click.IntRange(min=0), default=40, show_default=True,
+@click.option("--max-rows", type=NATURAL, default=40, show_default=True,
               help="Jobs listed in the per-job table (all of them go to --json).")
 def calibrate(db_url: str | None, kind: str, json_out: Path | None, plot_out: Path | None, write_out: Path | None,
               max_rows: int) -> None:
@@ -483,19 +484,19 @@ def plot_calibration(records: list[Any], fit: Any, out: Path) -> None:
 @click.option("--trace", "traces", multiple=True, required=True, metavar="PATH",
               help="Repeatable: trace files or synthetic:N specs.")
 @click.option("--cluster", required=True, metavar="SPEC", help="PRESET:NODES[,...] or a cluster YAML file.")
-@click.option("--seeds", type=click.IntRange(min=1, max=1000), default=5, show_default=True,
+@click.option("--seeds", type=Number("int", 1, 1000), default=5, show_default=True,
               help="Cases per trace: each seed draws the model assignment and the window.")
-@click.option("--window", type=click.IntRange(min=2), default=None,
+@click.option("--window", type=Number("int", 2), default=None,
               help="Jobs per case (a window of the trace); default the whole trace.")
 @click.option("--part", type=click.Choice(["test", "train", "all"]), default="test", show_default=True,
               help="Where windows start: test is the hold-out part no training run draws from.")
-@click.option("--load", type=click.FloatRange(min=0.05, max=3.0), default=None,
+@click.option("--load", type=Number("float", 0.05, 3.0), default=None,
               help="Resize the cluster (PRESET:NODES) so each case's offered load is nearest this.")
 @click.option("--no-contention", is_flag=True, help="Every job runs at its isolated speed.")
 @click.option("--baseline", default="tiresias", show_default=True, metavar="POLICY",
               help="Every policy is compared with this one case by case (it runs too if not in --policy).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None)
-@click.option("--plot", "plot_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+@click.option("--json", "json_out", type=OutPath(), default=None)
+@click.option("--plot", "plot_out", type=OutPath(), default=None,
               help="Bar charts of average and p99 JCT as ratios to the baseline with 95% intervals, as PNG.")
 def evaluate(policies: list[str], traces: tuple[str, ...], cluster: str, seeds: int, window: int | None, part: str,
              load: float | None, no_contention: bool, baseline: str, json_out: Path | None,
@@ -625,10 +626,11 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the API listens on.")
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="API port (0: any free one).")
-@click.option("--nodes", default=4, show_default=True, type=click.IntRange(1, 1024),
+@click.option("--port", default=8080, show_default=True, type=Number("int", 0, 65535),
+              help="API port (0: any free one).")
+@click.option("--nodes", default=4, show_default=True, type=Number("int", 1, 1024),
               help="Virtual nodes of the local Ray cluster (ignored with --ray-address).")
-@click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64),
+@click.option("--gpus-per-node", default=8, show_default=True, type=Number("int", 1, 64),
               help="Virtual GPUs per node of the local Ray cluster.")
 @click.option("--preset", default="dgx-a100", show_default=True,
               help="Server model the contention model assumes for a node that does not say which it is (dgx-a100, "
@@ -638,7 +640,7 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
               help="Join this Ray cluster instead of starting a local one (replicas must all join the same one).")
 @click.option("--policy", default=None,
               help="Make this policy active (default: keep the store's active one; rl:default on a new store).")
-@click.option("--tick", default=0.5, show_default=True, type=click.FloatRange(0.05, 60),
+@click.option("--tick", default=0.5, show_default=True, type=Number("float", 0.05, 60),
               help="Seconds between the controller's periodic passes (events wake it sooner).")
 @click.option("--job-user-pattern", default=None, metavar="PATTERN",
               help="Run each user's command jobs as an OS account of their own, made on first use, e.g. "
@@ -654,13 +656,13 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
               help="Who may submit command jobs. isolated: admins, and other users when their jobs run as an OS "
                    "account that is not the server's; admins: admins only; everyone: every user, even as the "
                    "server's own account (not as root).")
-@click.option("--log-limit-mb", default=64.0, show_default=True, type=click.FloatRange(0.01, 1e6),
+@click.option("--log-limit-mb", default=64.0, show_default=True, type=Number("float", 0.01, 1e6),
               help="What one rank of a command job may write to its log in one run; the rest is dropped, with a note.")
 @click.option("--allow-unauthenticated-ray", is_flag=True,
               help="Join a --ray-address cluster that takes no token (anyone who reaches it runs code as its "
                    "workers' user; refused without this flag).")
 @click.option("--fair-share-half-life", "half_life_h", default=168.0, show_default=True,
-              type=click.FloatRange(0.01, 1e6), metavar="HOURS",
+              type=Number("float", 0.01, 1e6), metavar="HOURS",
               help="Half-life of the teams' fair-share usage: how fast past GPU use is forgotten (Slurm's "
                    "PriorityDecayHalfLife; 168 h is its default, 7 days).")
 @click.option("--on-gpu-fault", type=click.Choice(["requeue", "keep"]), default="requeue", show_default=True,
@@ -719,7 +721,7 @@ def ray_token_cmd(show: bool) -> None:
 
 @main.command("node-resources")
 @click.option("--name", required=True, help="The Corral node name this Ray node will be (unique in the cluster).")
-@click.option("--gpus", required=True, type=click.IntRange(1, 64), help="GPUs on this node.")
+@click.option("--gpus", required=True, type=Number("int", 1, 64), help="GPUs on this node.")
 @click.option("--preset", default=None, help="The server model this node is (dgx-a100, pcie-v100, pcie-t4): the "
               "controller models it so. Default: none, and the controller models it as `corral serve --preset`.")
 def node_resources_cmd(name: str, gpus: int, preset: str | None) -> None:
@@ -775,7 +777,7 @@ def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> s
               help="The CUDA MPS control program [default: nvidia-cuda-mps-control on PATH; none: no MPS].")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="The agent's folder: MPS pipes and logs, health.json [default: CORRAL_HOME/nodes/NAME].")
-@click.option("--health-interval", default=10.0, show_default=True, type=click.FloatRange(0.2, 3600),
+@click.option("--health-interval", default=10.0, show_default=True, type=Number("float", 0.2, 3600),
               help="Seconds between GPU health readings.")
 @click.option("--api", default=None, metavar="URL", callback=_api_url,
               help="Push each GPU health reading to the Corral API at URL (e.g. http://corral:8080), with the admin "
@@ -859,11 +861,11 @@ register_client_commands(main)
 @main.command("tune")
 @click.option("--workload", "workloads", multiple=True, metavar="synthetic|PATH",
               help="Repeatable: synthetic or a trace file. Default: synthetic and the dev traces in ../shared/traces.")
-@click.option("--scenarios", type=click.IntRange(min=1, max=1000), default=24, show_default=True,
+@click.option("--scenarios", type=Number("int", 1, 1000), default=24, show_default=True,
               help="Training windows in all, drawn from the workloads in turn (loads 0.8-2.2).")
-@click.option("--window", type=click.IntRange(min=10), default=500, show_default=True, help="Jobs per window.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the scenario draw.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None,
+@click.option("--window", type=Number("int", 10), default=500, show_default=True, help="Jobs per window.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the scenario draw.")
+@click.option("--json", "json_out", type=OutPath(), default=None,
               help="Write every candidate's comparison and the choice as JSON.")
 def tune_cmd(workloads: tuple[str, ...], scenarios: int, window: int, seed: int, json_out: Path | None) -> None:
     """Pick Tiresias' queue thresholds on training windows (first three quarters of each trace): every candidate of a

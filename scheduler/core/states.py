@@ -25,6 +25,10 @@ class JobType(StrEnum):
     COMMAND = "command"  # a real entrypoint, run by a shell
 
 
+# A submission that names no kind: the API's default, the CLI's and the docs' (no GPU, no command: safe for anyone).
+DEFAULT_JOB_KIND = JobType.EMULATED
+
+
 class RestartPolicy(StrEnum):
     REQUEUE = "requeue"  # a lost or preempted run goes back to the queue (up to max_restarts losses)
     FAIL = "fail"  # a lost run fails the job

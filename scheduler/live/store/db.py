@@ -14,7 +14,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.core.paths import corral_home
@@ -38,6 +38,23 @@ def database_url() -> str:
     home = corral_home()
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'corral.db'}"
+
+
+def store_exists(url: str) -> bool:
+    """Whether `url` already holds a Corral store. False for a SQLite file that is missing or empty, or a database
+    without Corral's migrations table: what `Store.open` would make anew, empty (`corral token create` warns then: a
+    token in a new store is one no running server knows)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = parsed.database
+        return bool(path) and path != ":memory:" and Path(path).is_file() and Path(path).stat().st_size > 0
+    engine = create_engine(url)
+    try:
+        return inspect(engine).has_table("alembic_version")
+    finally:
+        engine.dispose()
 
 
 def make_engine(url: str) -> Engine:
