@@ -243,11 +243,15 @@ def test_serve_banner_counts_gpus_per_node_and_gives_working_commands(tmp_path: 
                   "postgresql+psycopg://corral:s3cret@db/corral", "10.0.0.1:6379")
     assert "4 nodes x 8 GPUs (32 GPUs) (dgx-a100)" in text
     assert "dashboard: http://127.0.0.1:8080/\n" in text
-    assert f"a token:   {script} token create --user \"$(whoami)\" --admin" in text
+    assert f"a token:   {script} token create --user \"$(whoami)\" --admin  (with this server's DATABASE_URL)" in text
     assert f"{script} submit" in text
     assert "s3cret" not in text and "corral:***@db" in text
+    home = tmp_path / "my home"  # SQLite: the command names the store's CORRAL_HOME, quoted for the shell
+    text = banner(build_live_cluster("dgx-a100", [8]), ServeConfig(), "fifo", "http://127.0.0.1:8080",
+                  f"sqlite:///{home / 'corral.db'}", "127.0.0.1:6379")
+    assert f"a token:   CORRAL_HOME='{home}' {script} token create" in text
 
     monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin")  # now plain `corral` is this installation
     mixed = banner(build_live_cluster("dgx-a100", [8, 4]), ServeConfig(), "tiresias", "http://h:1", "sqlite:///x.db",
                    "local")
-    assert "2 nodes with 8+4 GPUs (12 GPUs)" in mixed and "a token:   corral token create" in mixed
+    assert "2 nodes with 8+4 GPUs (12 GPUs)" in mixed and "a token:   CORRAL_HOME=. corral token create" in mixed

@@ -94,7 +94,7 @@ def test_a_second_server_on_one_store_changes_nothing(store_url: str, tmp_path: 
             out = subprocess.run([str(CORRAL), "serve", *SERVE, "--port", "0"], env=env, capture_output=True,
                                  text=True, timeout=120)
             assert out.returncode == 1, out.stderr
-            error = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
+            error = [line for line in out.stderr.splitlines() if line.startswith("corral:")]
             assert len(error) == 1 and "Traceback" not in out.stderr, out.stderr
             assert f"pid {first.proc.pid}" in error[0] and f":{first.port}" in error[0], error[0]
         else:
@@ -130,7 +130,7 @@ def test_a_port_in_use_fails_in_one_line_before_ray_starts(tmp_path: Path) -> No
                              capture_output=True, text=True, timeout=120)
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr, out.stderr
-    error = [line for line in out.stderr.splitlines() if line.startswith("Error:")]
+    error = [line for line in out.stderr.splitlines() if line.startswith("corral:")]
     assert len(error) == 1 and f"--port {port}" in error[0] and "in use" in error[0], out.stderr
     # Refused before anything started: no Ray session folder, no store opened.
     assert not (home / "ray").exists() and not (home / "corral.db").exists()

@@ -669,7 +669,7 @@ def evaluation_notes(res: dict[str, Any]) -> list[str]:
               help="What the jobs on a GPU its node agent reports faulty (XID, ECC, unreachable, over temperature) "
                    "do: requeue (checkpointed and started elsewhere, spending no restart) or keep running. Either "
                    "way no new job starts on it.")
-@click.option("--drain-timeout", default=0.0, show_default=True, type=click.FloatRange(0, 7 * 24 * 3600),
+@click.option("--drain-timeout", default=0.0, show_default=True, type=Number("float", 0, 7 * 24 * 3600),
               metavar="SECONDS",
               help="At SIGTERM or Ctrl-C, stop starting jobs and give the running ones this long to end on their own "
                    "before the rest are checkpointed and requeued (an orderly upgrade; a second signal stops "

@@ -193,14 +193,16 @@ def corral_command() -> str:
     return shlex.quote(str(here))
 
 
-def store_env() -> str:
-    """The variable that names this server's store, as a shell prefix: `corral token create` run in another shell
-    must write to the same store, or the server answers its token with 401."""
-    from scheduler.core.paths import corral_home
+def token_command(corral: str, db_url: str) -> str:
+    """`corral token create ...` as it must be run from another shell: against this server's store (its CORRAL_HOME
+    for SQLite; its DATABASE_URL otherwise, not printed: it may hold a password), or the server answers 401."""
+    from sqlalchemy.engine import make_url
 
-    if os.environ.get("DATABASE_URL"):
-        return "DATABASE_URL=<this server's> "
-    return f"CORRAL_HOME={shlex.quote(str(corral_home()))} "
+    command = f"{corral} token create --user \"$(whoami)\" --admin"
+    url = make_url(db_url)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return f"CORRAL_HOME={shlex.quote(str(Path(url.database).parent))} {command}"
+    return f"{command}  (with this server's DATABASE_URL)"
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -250,7 +252,7 @@ def banner(cluster: Cluster, cfg: ServeConfig, policy: str, where: str, db_url: 
         f"  API:       {where}/api/v1  (OpenAPI {where}/api/v1/openapi.json, Swagger UI {where}/api/docs)\n"
         f"  database:  {redact(db_url)}\n  Ray:       {ray_address}\n"
         f"{replica}"
-        f"  a token:   {store_env()}{corral} token create --user \"$(whoami)\" --admin\n"
+        f"  a token:   {token_command(corral, db_url)}\n"
         f"  then:      export CORRAL_URL={where} CORRAL_TOKEN=<the token>; {corral} submit --name demo "
         "--model ResNet-50-bs64 --gpus 1 --duration 60\n"
     )
