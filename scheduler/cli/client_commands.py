@@ -13,7 +13,6 @@ import math
 import re
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -27,6 +26,7 @@ from rich.table import Table
 
 from scheduler.cli.client import DEFAULT_URL, ClientError, CorralClient
 from scheduler.core.states import JobState, JobType, RestartPolicy
+from scheduler.live.words import gpus_text as gpus_words
 
 F = TypeVar("F", bound=Callable[..., Any])
 RECENT_EVENTS = 20
@@ -75,13 +75,19 @@ def gpus_text(n: float) -> str:
     return str(int(n)) if float(n).is_integer() else f"{float(n):g}"
 
 
-def placement(allocation: list[dict[str, Any]]) -> str:
-    """`node-0[0,1] node-1[3×0.5]`: the job's GPUs by node, with the share when it holds part of a GPU."""
-    by_node: dict[str, list[str]] = defaultdict(list)
-    for a in allocation:
-        share = "" if a["share"] >= 1 else f"×{a['share']:g}"
-        by_node[a["node"]].append(f"{a['local_gpu']}{share}")
-    return " ".join(f"{node}[{','.join(gpus)}]" for node, gpus in by_node.items())
+def placement(allocation: list[dict[str, Any]], *, cluster_ids: bool = False) -> str:
+    """`node-0: GPU 0-1; node-1: GPU 3 ×0.5`: the job's GPUs by node and index on the node (what CUDA_VISIBLE_DEVICES
+    names), as every view writes them (`scheduler.live.words`), with the cluster-wide numbers that decisions use after
+    them when `cluster_ids` ("(cluster GPUs 16-23)")."""
+    if not allocation:
+        return ""
+    return gpus_words([(a["node"], a["local_gpu"], a.get("gpu")) for a in allocation], allocation[0]["share"],
+                      cluster_ids=cluster_ids)
+
+
+def progress_text(progress: float | None, digits: int = 0) -> str:
+    """A job's progress where it is known (the API gives null for a command job, which reports none): "" then."""
+    return "" if progress is None else f"{progress:.{digits}%}"
 
 
 def when(ts: float | None) -> str:
@@ -204,7 +210,7 @@ def jobs(state: str | None, user: str | None, team: str | None, limit: int, offs
         table.add_column(col, justify="right" if col in ("id", "gpus", "progress", "queue", "preempted") else "left")
     for j in page["jobs"]:
         table.add_row(str(j["id"]), escape(j["name"]), escape(j["user"]), escape(j["team"]),
-                      state_text(j["state"]), gpus_text(j["num_gpus"]), escape(j["model"]), f"{j['progress']:.0%}",
+                      state_text(j["state"]), gpus_text(j["num_gpus"]), escape(j["model"]), progress_text(j["progress"]),
                       f"#{j['queue_position']}" if j.get("queue_position") else "",
                       start_text(j) if j["state"] == JobState.PENDING else "", str(j["preemptions"] or ""),
                       escape(placement(j["allocation"])), escape(reason_text(j)))
@@ -236,10 +242,10 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
         ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
         ("restarts", f"{j['restarts']}/{j['max_restarts']} ({j['restart_policy']}), preemptions {j['preemptions']}"),
-        ("attempt", j["attempt"]), ("progress", f"{j['progress']:.1%}"), ("submitted", when(j["submitted_at"])),
+        ("attempt", j["attempt"]), ("progress", progress_text(j["progress"], 1) or None), ("submitted", when(j["submitted_at"])),
         ("started", j["started_at"] and when(j["started_at"])),
         ("finished", j["finished_at"] and when(j["finished_at"])),
-        ("placement", placement(j["allocation"]) or None),
+        ("placement", placement(j["allocation"], cluster_ids=True) or None),
         ("predicted slowdown", f"{j['predicted_slowdown']:.3f}" if j["predicted_slowdown"] is not None else None),
         ("pending reason", j["pending_reason"] if j["state"] == JobState.PENDING else None),
         ("exit code", j["exit_code"]), ("failure reason", reason_text(j) if j["state"] == JobState.FAILED else None),

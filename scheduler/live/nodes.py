@@ -73,3 +73,34 @@ def health_view(report: Mapping[str, Any] | None, reported_at: float | None, now
         return None
     age = max(0.0, now - reported_at)
     return {**report, "age_s": round(age, 3), "stale": age > STALE_INTERVALS * float(report["interval_s"])}
+
+
+def gpu_faults(node: Node, now: float) -> dict[int, str]:
+    """The GPUs of `node` (by index on the node) that its agent's last report, while not stale, says are not ok, with
+    their status: a stale report is not believed (the agent may be down, not the GPUs)."""
+    health = health_view(node.health, node.health_at, now)
+    if health is None or health["stale"]:
+        return {}
+    return {int(g["index"]): str(g.get("status")) for g in health.get("gpus", ())
+            if g.get("status") not in GOOD_GPU_STATUSES}
+
+
+def gpu_usability(nodes: Iterable[Node], now: float) -> dict[int, str | None]:
+    """Every GPU of `nodes` by its cluster-wide index: None if a job may be placed on it, else why not ("node3 is
+    down", "node3 is drained", "faulted: degraded"). The one rule of which GPUs count, for the start estimates and the
+    views: a node that is not alive or is drained (`drained_at` set: read with getattr, so this runs on a store
+    without the column) takes all its GPUs out; a GPU its agent reports not ok (`gpu_faults`) is out alone."""
+    out: dict[int, str | None] = {}
+    for node in nodes:
+        whole = (None if node.alive else f"{node.name} is down") or (
+            f"{node.name} is drained" if getattr(node, "drained_at", None) is not None else None)
+        faults = {} if whole else gpu_faults(node, now)
+        for gpu in node.gpus:
+            status = faults.get(gpu.local_index)
+            out[gpu.index] = whole or (f"faulted: {status}" if status is not None else None)
+    return out
+
+
+def usable_gpus(nodes: Iterable[Node], now: float) -> set[int]:
+    """The cluster-wide indices of the GPUs a job may be placed on now (see `gpu_usability`)."""
+    return {g for g, why in gpu_usability(nodes, now).items() if why is None}
