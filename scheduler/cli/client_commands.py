@@ -210,7 +210,8 @@ def jobs(state: str | None, user: str | None, team: str | None, limit: int, offs
         table.add_column(col, justify="right" if col in ("id", "gpus", "progress", "queue", "preempted") else "left")
     for j in page["jobs"]:
         table.add_row(str(j["id"]), escape(j["name"]), escape(j["user"]), escape(j["team"]),
-                      state_text(j["state"]), gpus_text(j["num_gpus"]), escape(j["model"]), progress_text(j["progress"]),
+                      state_text(j["state"]), gpus_text(j["num_gpus"]), escape(j["model"]),
+                      progress_text(j["progress"]),
                       f"#{j['queue_position']}" if j.get("queue_position") else "",
                       start_text(j) if j["state"] == JobState.PENDING else "", str(j["preemptions"] or ""),
                       escape(placement(j["allocation"])), escape(reason_text(j)))
@@ -242,7 +243,8 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
         ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
         ("restarts", f"{j['restarts']}/{j['max_restarts']} ({j['restart_policy']}), preemptions {j['preemptions']}"),
-        ("attempt", j["attempt"]), ("progress", progress_text(j["progress"], 1) or None), ("submitted", when(j["submitted_at"])),
+        ("attempt", j["attempt"]), ("progress", progress_text(j["progress"], 1) or None),
+        ("submitted", when(j["submitted_at"])),
         ("started", j["started_at"] and when(j["started_at"])),
         ("finished", j["finished_at"] and when(j["finished_at"])),
         ("placement", placement(j["allocation"], cluster_ids=True) or None),
