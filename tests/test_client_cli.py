@@ -135,7 +135,7 @@ def test_jobs_table_filters_and_json(server: Server) -> None:
     lines = out.splitlines()
     assert lines[0].split()[:7] == ["id", "name", "user", "team", "state", "gpus", "model"]
     row_b = next(ln for ln in lines if ln.split()[0] == str(b))
-    assert "running" in row_b and "42%" in row_b and "node-3[1×0.5]" in row_b and row_b.split()[2:4] == [
+    assert "running" in row_b and "42%" in row_b and "node-3: GPU 1 ×0.5" in row_b and row_b.split()[2:4] == [
         "alice", "default"]
     assert any(ln.split()[0] == str(a) and "cancelled" in ln for ln in lines[1:-1])
     assert "1-2 of 2 jobs" in lines[-1]
@@ -358,6 +358,9 @@ def test_jobs_and_show_give_queue_position_start_estimate_preemptions_and_failur
         assert job is not None
         job.state, job.attempt, job.progress, job.predicted_slowdown, job.preemptions = (
             JobState.RUNNING, 1, 0.5, 1.0, 2)
+        # It holds both GPUs, as the controller records a placement: the estimate replays GPU by GPU.
+        s.add_all([Allocation(job_id=running, attempt=1, rank=0, node="node-a", gpu=i, local_gpu=i, share=1.0,
+                              allocated_at=now) for i in range(2)])
         gone = s.get(Job, failed)
         assert gone is not None
         gone.state, gone.finished_at, gone.error = JobState.FAILED, now, "node node-a was lost (restart policy fail)"
@@ -604,7 +607,7 @@ def test_jobs_table_shows_every_column_when_there_is_room() -> None:
     out = Console(width=200, record=True)
     out.print(table)
     text = out.export_text()
-    assert "n[0×0.5]" in text and "in ~30 s" in text and "quota" in text
+    assert "n: GPU 0 ×0.5" in text and "in ~30 s" in text and "quota" in text
 
 
 def test_token_create_says_which_store_it_wrote_to(server: Server, corral_home: Path) -> None:

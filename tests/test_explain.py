@@ -14,7 +14,7 @@ from scheduler.core.contention import ContentionModel
 from scheduler.core.model import JobSpec, Placement
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.workloads import catalog
-from scheduler.live.explain import Demand, capacity_reason, start_estimate
+from scheduler.live.explain import Queued, Running, capacity_reason, start_estimates
 from scheduler.live.store import Store
 from scheduler.live.store.models import Allocation, Decision, Gpu, Job, Node
 
@@ -46,15 +46,48 @@ def test_capacity_reasons_say_what_is_missing() -> None:
     assert capacity_reason(full, spec(0.25), "p").startswith("waiting for a GPU with a 0.25 share")
 
 
+def whole(first: int, n: int) -> dict[int, float]:
+    return {g: 1.0 for g in range(first, first + n)}
+
+
 def test_start_estimate_replays_ends_and_the_jobs_ahead() -> None:
-    running = [Demand(4, 50.0), Demand(4, 100.0)]  # 8 GPUs, all busy
-    assert start_estimate(8, running, [], 4) == 50.0
-    assert start_estimate(8, running, [], 8) == 100.0
+    running = [Running(whole(0, 4), 50.0), Running(whole(4, 4), 100.0)]  # 8 GPUs, all busy
+    gpus = range(8)
+    assert start_estimates(gpus, running, [Queued(4, 10.0)]) == [50.0]
+    assert start_estimates(gpus, running, [Queued(8, 10.0)]) == [100.0]
     # A 4-GPU job ahead takes the first 4 GPUs freed (at 50 s) for 30 s; it ends at 80 s, before the second running
     # job (100 s), so ours starts at 80 s.
-    assert start_estimate(8, running, [Demand(4, 30.0)], 4) == 80.0
-    assert start_estimate(8, running, [], 16) is None
-    assert start_estimate(8, [], [], 2) == 0.0
+    assert start_estimates(gpus, running, [Queued(4, 30.0), Queued(4, 10.0)]) == [50.0, 80.0]
+    assert start_estimates(gpus, running, [Queued(16, 10.0)]) == [None]
+    assert start_estimates(gpus, [], [Queued(2, 10.0)]) == [0.0]
+
+
+def test_a_gang_needs_whole_gpus_so_shares_spread_over_them_do_not_make_it_start_now() -> None:
+    """Issue 26: "start estimate now" beside "waiting for 2 GPUs (0 free)". Four halves held on four GPUs leave two
+    GPUs' worth of share free but no whole GPU: the gang waits for the earliest end, never 0."""
+    running = [Running({g: 0.5}, 30.0 + g) for g in range(4)]
+    assert start_estimates(range(4), running, [Queued(2, 10.0)]) == [31.0]
+    assert start_estimates(range(4), running, [Queued(0.5, 10.0)]) == [0.0]  # a half fits now, as the reason says
+
+
+def test_only_usable_gpus_count_and_a_gang_larger_than_them_has_no_estimate() -> None:
+    running = [Running(whole(0, 2), 40.0)]
+    # GPUs 4-7 on a lost node are not usable: a 4-GPU job waits for the running one, a 16-GPU one never starts.
+    assert start_estimates([0, 1, 2, 3], running, [Queued(4, 10.0)]) == [40.0]
+    assert start_estimates([0, 1, 2, 3], running, [Queued(6, 10.0), Queued(2, 10.0)]) == [None, 0.0]
+    # The model's memory: a gang needs GPUs with as much memory as its model asks.
+    assert start_estimates(range(4), [], [Queued(2, 10.0, mem_gb=40.0)], gpu_mem={0: 16.0, 1: 16.0, 2: 80.0,
+                                                                                  3: 80.0}) == [0.0]
+    assert start_estimates(range(4), [], [Queued(3, 10.0, mem_gb=40.0)], gpu_mem={0: 16.0, 1: 16.0, 2: 80.0,
+                                                                                  3: 80.0}) == [None]
+
+
+def test_a_team_at_its_ceiling_waits_for_its_own_jobs_to_end() -> None:
+    # Team A (quota 2 + borrowing limit 0) holds 2 GPUs until 70 s; 6 GPUs are free but A may not use them.
+    running = [Running(whole(0, 2), 70.0, team="A"), Running(whole(2, 2), 20.0, team="B")]
+    assert start_estimates(range(8), running, [Queued(1, 10.0, team="A")], ceilings={"A": 2.0}) == [70.0]
+    assert start_estimates(range(8), running, [Queued(1, 10.0, team="B")], ceilings={"A": 2.0}) == [0.0]
+    assert start_estimates(range(8), running, [Queued(3, 10.0, team="A")], ceilings={"A": 2.0}) == [None]
 
 
 def add_cluster(store: Store) -> None:
@@ -87,9 +120,10 @@ def test_explain_quotes_the_decision_and_its_candidates(store: Store, corral_hom
         s.get(Job, waiting["id"]).pending_reason = "waiting for 4 GPUs (3 free)"  # type: ignore[union-attr]
     body = env.get(f"/jobs/{a['id']}/explain").json
     assert body["placement"] == {"gpus": [0], "nodes": ["node0"], "share": 0.5, "predicted_slowdown": 1.3,
-                                 "neighbour_job_ids": [b["id"]]}
+                                 "neighbour_job_ids": [b["id"]], "where": "node0: GPU 0 ×0.5 (cluster GPU 0)"}
     assert [c["chosen"] for c in body["decision"]["candidates"]] == [True, False]
-    assert body["neighbours"] == [{"job_id": b["id"], "name": "neighbour", "gpus": [0], "predicted_slowdown": 1.2}]
+    assert body["neighbours"] == [{"job_id": b["id"], "name": "neighbour", "gpus": [0], "predicted_slowdown": 1.2,
+                                   "where": "node0: GPU 0 (cluster GPU 0)"}]
     assert "predicted slowdown 1.30" in body["summary"] and "of 2 candidates" in body["summary"]
     assert body["queue_position"] is None
 
@@ -132,7 +166,9 @@ def test_an_explanation_says_when_and_beside_whom_each_figure_was_computed(store
     assert body["placement"]["neighbour_job_ids"] == [] and body["placement"]["predicted_slowdown"] == 1.0
     summary = body["summary"]
     assert "predicted slowdown 1.81 beside job 7" in summary
+    # One GPU numbering (issue 26): by node and index on the node, the cluster-wide number in parentheses.
+    assert "on node1: GPU 1 ×0.25 (cluster GPU 3), predicted slowdown 1.81" in summary
     assert ("it chose slowdown 1.81x, adding 0.54 to its neighbours, over 1.00x, adding 0.00 to its neighbours on "
-            "GPUs [2]") in summary
+            "node1: GPU 0 ×0.25 (cluster GPU 2)") in summary
     assert "policy's preference" not in summary
     assert summary.endswith("; now 1.00 alone")

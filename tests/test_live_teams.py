@@ -110,7 +110,8 @@ def test_owner_reclaims_its_quota_and_every_job_succeeds_once(service: Service) 
     assert len(running) == 4 and len(waiting) == 4, [j["state"] for j in a_jobs]
     for j in waiting:
         assert j["preemptions"] == 1
-        assert re.search(r"team A over its quota \(4/4 GPUs\)", j["pending_reason"] or ""), j["pending_reason"]
+        assert re.search(r"team A holds 4 GPUs, all of its 4-GPU quota; the job needs 1, beyond its quota",
+                         j["pending_reason"] or ""), j["pending_reason"]
     reclaimed = {j["id"] for j in waiting}
 
     owner = {i: a for i in a_ids} | {i: b for i in b_ids}

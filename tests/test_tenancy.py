@@ -135,7 +135,10 @@ def test_the_borrowing_limit_caps_a_team_and_says_so() -> None:
     reasons = rec.sim.pending_reasons
     waiting = [j.id for j in rec.sim.pending.values()]
     assert len(waiting) == 4
-    assert all("team A at its quota: 4/2 GPUs, borrowing limit reached (2 GPUs)" == reasons[j] for j in waiting)
+    # The words carry the figures the frame decided with: A holds 4 on a quota of 2 (2 borrowed), and one more would
+    # take it past quota + borrowing limit (4). Issue 26: the old words said "at its quota: 4/2".
+    assert all(reasons[j] == "team A holds 4 GPUs: its 2-GPU quota and 2 borrowed; the job needs 1, which would take "
+               "it to 5 GPUs, past its 2-GPU quota plus its borrowing limit of 2 (4 in all)" for j in waiting)
 
 
 def test_idle_quota_is_held_for_its_owner_not_lent() -> None:
@@ -232,7 +235,9 @@ def test_a_swap_whose_victim_is_another_teams_is_dropped() -> None:
     while rec.sim.advance():
         rec.sim.schedule()
         if rec.sim.now == 5000.0:
-            assert "team A over its quota (4/4 GPUs): waiting for idle GPUs to borrow" in rec.sim.pending_reasons[8]
+            assert rec.sim.pending_reasons[8].startswith(
+                "team A holds 4 GPUs, all of its 4-GPU quota; the job needs 1, beyond its quota, so it must borrow: "
+                "waiting for idle GPUs to lend, 0 may be lent now (0 free")
     jobs = {j.spec.name: j for j in rec.sim.jobs}
     assert jobs["a-short"].first_start_s == pytest.approx(20000.0)
     assert all(j.preemptions == 0 for j in jobs.values()) and rec.frame.swaps == 0
@@ -530,3 +535,78 @@ def test_corral_simulate_with_teams_prints_and_writes_each_teams_share(tmp_path:
     res = CliRunner().invoke(main, ["simulate", "--trace", str(tmp_path / "jobs.csv"), "--cluster", "pcie-v100:2",
                                     "--policy", "fifo", "--teams", str(tmp_path / "teams.yaml")])
     assert res.exit_code == 2 and "more than the cluster's 16 GPUs" in res.output
+
+
+# ---- issue 26: the words of a wait say what the frame counted ----------------------------------------------------
+
+
+def frame_waits(tm: Teams, running: list[tuple[str, float]], pending: list[tuple[str, float]]) -> dict[str, str]:
+    """The frame's wait reasons, by pending job name, on an 8-GPU cluster where `running` (team, GPUs) hold GPUs."""
+    cluster = small_cluster(nodes=2, gpus=4)
+    from scheduler.core.contention import ContentionModel
+    from scheduler.core.state import ClusterState
+    from scheduler.core.workloads import catalog
+
+    state = ClusterState(cluster, catalog())
+    jobs: dict[int, Job] = {}
+    next_gpu = 0
+    for i, (team, gpus) in enumerate(running):
+        spec = tjob(f"r{i}", 0.0, gpus, 100.0, team)
+        where = tuple(range(next_gpu, next_gpu + max(1, int(gpus))))
+        next_gpu += len(where)
+        placement = Placement(where, spec.share)
+        state.allocate(i, spec, placement)
+        job = Job(i, spec, 100.0)
+        job.placement, job.start_s = placement, 0.0
+        jobs[i] = job
+    view = ClusterView(state, ContentionModel(cluster, catalog()), jobs)
+    queue = [Job(100 + i, tjob(f"p{i}", 1.0, gpus, 100.0, team), 100.0) for i, (team, gpus) in enumerate(pending)]
+    frame = TenancyFrame(make_policy("fifo"), tm)
+    fr = frame.frame(view, frame.standings(view, queue))
+    return {j.spec.name: fr.waits[j.id] for j in queue if j.id in fr.waits}
+
+
+def test_under_its_quota_a_team_is_never_said_to_be_at_it() -> None:
+    """Vision holds 2 of its 4-GPU quota and may not borrow: a 3-GPU job would take it to 5. The old words: "team A at
+    its quota: 2/4 GPUs, borrowing limit reached (0 GPUs)"."""
+    waits = frame_waits(teams(("A", 4, 0), ("B", 4, None)), [("A", 2)], [("A", 3)])
+    assert waits == {"p0": "team A holds 2 GPUs of its 4-GPU quota; the job needs 3, which would take it to 5 GPUs, "
+                           "past its 4-GPU quota plus its borrowing limit of 0 (4 in all)"}
+
+
+def test_jobs_queued_within_the_quota_are_counted_in_the_words_as_in_the_rule() -> None:
+    # A holds 1 of 4; its 2-GPU job fits the quota (queued within it), its 2-GPU job after would make 5 > 4 + 0.
+    waits = frame_waits(teams(("A", 4, 0), ("B", 4, None)), [("A", 1)], [("A", 2), ("A", 2)])
+    assert waits == {"p1": "team A holds 1 GPU of its 4-GPU quota (its queued jobs within the quota take 2 more); the "
+                           "job needs 2, which would take it to 5 GPUs, past its 4-GPU quota plus its borrowing limit "
+                           "of 0 (4 in all)"}
+
+
+def test_a_team_at_and_over_its_quota_borrows_what_may_be_lent() -> None:
+    # A at its quota (4 of 4), B holds 3 of its 4 and has a 1-GPU job queued within it: of the 1 free GPU none may be
+    # lent. Then A over its quota (4 on a quota of 2), nothing free.
+    waits = frame_waits(teams(("A", 4, None), ("B", 4, None)), [("A", 4), ("B", 3)], [("A", 1), ("B", 1)])
+    assert waits == {"p0": "team A holds 4 GPUs, all of its 4-GPU quota; the job needs 1, beyond its quota, so it "
+                           "must borrow: waiting for idle GPUs to lend, 0 may be lent now (1 free, 1 held for teams "
+                           "under their quota)"}
+    over = frame_waits(teams(("A", 2, None), ("B", 6, None)), [("A", 4), ("B", 4)], [("A", 1)])
+    assert over == {"p0": "team A holds 4 GPUs: its 2-GPU quota and 2 borrowed; the job needs 1, beyond its quota, so "
+                          "it must borrow: waiting for idle GPUs to lend, 0 may be lent now (0 free)"}
+
+
+def test_a_team_without_quota_says_it_only_borrows() -> None:
+    """The old words: "team default over its quota (0/0 GPUs)"."""
+    waits = frame_waits(teams(("A", 4, None)), [("A", 4), ("default", 4)], [("default", 1)])
+    assert waits == {"p0": "team default has no quota: it runs only on GPUs other teams leave idle (borrowing); it "
+                           "holds 4 GPUs; the job needs 1: waiting for idle GPUs to lend, 0 may be lent now (0 free)"}
+    limited = frame_waits(teams(("A", 4, None), ("C", 0, 1)), [("C", 1)], [("C", 1)])
+    assert limited == {"p0": "team C has no quota: it runs only on GPUs other teams leave idle (borrowing); it holds "
+                             "1 GPU; the job needs 1, which would take it to 2 GPUs, past its borrowing limit of 1 GPU"}
+
+
+def test_the_words_name_the_borrowers_ahead() -> None:
+    # 2 GPUs free, nobody under quota waits: the first default job (2 GPUs) takes both, the second finds none left.
+    waits = frame_waits(teams(("A", 6, None)), [("A", 6)], [("default", 2), ("default", 1)])
+    assert waits == {"p1": "team default has no quota: it runs only on GPUs other teams leave idle (borrowing); the "
+                           "job needs 1: waiting for idle GPUs to lend, 0 may be lent now (2 free, 2 going to "
+                           "borrowers ahead)"}

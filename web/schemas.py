@@ -386,7 +386,9 @@ class JobSchema(Schema):
     attempt = fields.Integer()
     restarts = fields.Integer()
     preemptions = fields.Integer()
-    progress = fields.Float()
+    progress = fields.Float(allow_none=True, metadata={
+        "description": "fraction done, where it is known: emulated jobs report it; a command job has none (null) "
+                       "unless it succeeded"})
     predicted_slowdown = fields.Float(allow_none=True, metadata={
         "description": "what the contention model predicts for it now (running) or at its last placement"})
     predicted_slowdown_avg = fields.Float(allow_none=True, metadata={
@@ -398,12 +400,18 @@ class JobSchema(Schema):
     queue_position = fields.Integer(allow_none=True, metadata={
         "description": "pending jobs: place in the queue, 1 first, in submission order"})
     start_estimate_s = fields.Float(allow_none=True, metadata={
-        "description": "pending jobs: about how many seconds until enough GPUs free up (first come, first served on "
-                       "aggregate capacity; a rough estimate), null if unknown or it can never fit"})
+        "description": "pending jobs: about how many seconds until enough usable GPUs free up (the running jobs' "
+                       "predicted ends replayed with the queue in order; a rough estimate, never 0 for a job that "
+                       "does not fit now), null if unknown or it can never fit"})
+    start_estimate_basis = fields.String(allow_none=True, metadata={
+        "description": "pending jobs: how the start estimate was made, in words"})
     exit_code = fields.Integer(allow_none=True)
     error = fields.String(allow_none=True)
     allocation = fields.List(fields.Nested(AllocationSchema), metadata={
         "description": "open allocations of the current run; empty unless running"})
+    placement_text = fields.String(allow_none=True, metadata={
+        "description": "the allocation in words: GPUs by node and index on the node, then the cluster-wide numbers "
+                       "(\"node2: GPU 0-7 (cluster GPUs 16-23)\"); null when it holds none"})
 
 
 class EventSchema(Schema):
@@ -411,6 +419,25 @@ class EventSchema(Schema):
     kind = fields.String()
     message = fields.String()
     data = fields.Dict()
+
+
+class EndedBySchema(Schema):
+    kind = fields.String(metadata={"description": "preempted or lost"})
+    at = fields.Float()
+    reason = fields.String(metadata={"description": "the event's message: why it was preempted or lost"})
+
+
+class LastPlacementSchema(Schema):
+    attempt = fields.Integer()
+    nodes = fields.List(fields.String())
+    gpus = fields.List(fields.Integer(), metadata={"description": "cluster-wide GPU numbers"})
+    local_gpus = fields.List(fields.Integer(), metadata={"description": "the same GPUs, numbered on their nodes"})
+    share = fields.Float()
+    placed_at = fields.Float()
+    released_at = fields.Float()
+    where = fields.String(metadata={"description": "\"node2: GPU 0-7 (cluster GPUs 16-23)\""})
+    ended_by = fields.Nested(EndedBySchema, allow_none=True, metadata={
+        "description": "the last preemption or loss that ended that run (null: it ended otherwise)"})
 
 
 class DecisionSchema(Schema):
@@ -425,6 +452,9 @@ class DecisionSchema(Schema):
 
 
 class JobDetailSchema(JobSchema):
+    last_placement = fields.Nested(LastPlacementSchema, allow_none=True, metadata={
+        "description": "a job that holds no GPU now but held some (preempted, requeued after a lost run, finished): "
+                       "where its latest run was and what ended it"})
     events = fields.List(fields.Nested(EventSchema))
     decisions = fields.List(fields.Nested(DecisionSchema), metadata={"description": "the latest decisions, oldest first"})
 
@@ -689,6 +719,7 @@ class CandidateSchema(Schema):
     computed_at = fields.Float(allow_none=True, metadata={
         "description": "when the policy scored it (the start of the controller pass that placed the job)"})
     chosen = fields.Boolean()
+    where = fields.String(metadata={"description": "its GPUs by node: \"node2: GPU 0-1 (cluster GPUs 16-17)\""})
 
 
 class ExplainDecisionSchema(Schema):
@@ -697,6 +728,7 @@ class ExplainDecisionSchema(Schema):
     action = fields.String()
     reason = fields.String()
     gpus = fields.List(fields.Integer())
+    where = fields.String(metadata={"description": "its GPUs by node, with the cluster-wide numbers"})
     share = fields.Float(allow_none=True)
     predicted_slowdown = fields.Float(allow_none=True)
     latency_ms = fields.Float()
@@ -706,6 +738,7 @@ class ExplainDecisionSchema(Schema):
 class ExplainPlacementSchema(Schema):
     gpus = fields.List(fields.Integer())
     nodes = fields.List(fields.String())
+    where = fields.String(metadata={"description": "its GPUs by node, with the cluster-wide numbers"})
     share = fields.Float()
     predicted_slowdown = fields.Float(allow_none=True, metadata={
         "description": "now: the controller recomputes it whenever a job joins or leaves its GPUs or links"})
@@ -717,6 +750,7 @@ class NeighbourSchema(Schema):
     job_id = fields.Integer()
     name = fields.String()
     gpus = fields.List(fields.Integer(), metadata={"description": "the GPUs it shares with the job"})
+    where = fields.String(metadata={"description": "those GPUs by node, with the cluster-wide numbers"})
     predicted_slowdown = fields.Float(allow_none=True)
 
 
@@ -727,8 +761,13 @@ class ExplainSchema(Schema):
     queue_position = fields.Integer(allow_none=True)
     pending_reason = fields.String(allow_none=True)
     start_estimate_s = fields.Float(allow_none=True, metadata={
-        "description": "about how long until enough GPUs free up (aggregate capacity, submission order)"})
+        "description": "about how long until enough usable GPUs free up (see start_estimate_basis)"})
+    start_estimate_basis = fields.String(allow_none=True, metadata={
+        "description": "how the start estimate was made, in words"})
+    progress = fields.Float(allow_none=True, metadata={"description": "fraction done, where it is known"})
     placement = fields.Nested(ExplainPlacementSchema, allow_none=True)
+    last_placement = fields.Nested(LastPlacementSchema, allow_none=True, metadata={
+        "description": "a job that holds no GPU now: where its latest run was and what ended it"})
     observed_slowdown = fields.Float(allow_none=True)
     predicted_slowdown_avg = fields.Float(allow_none=True)
     decision = fields.Nested(ExplainDecisionSchema, allow_none=True, metadata={

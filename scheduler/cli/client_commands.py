@@ -12,7 +12,6 @@ import json
 import re
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from rich.table import Table
 from scheduler.cli.client import DEFAULT_URL, ClientError, CorralClient
 from scheduler.cli.params import COUNT, JOB_ID, NATURAL, NON_NEGATIVE, POSITIVE, Number
 from scheduler.core.states import DEFAULT_JOB_KIND, JobState, JobType, RestartPolicy
+from scheduler.live.words import gpus_text as gpus_words
 
 F = TypeVar("F", bound=Callable[..., Any])
 GPUS = Number("number", 0, min_open=True)  # whole GPUs or a share of one: the server checks which shares it takes
@@ -78,13 +78,19 @@ def gpus_text(n: float) -> str:
     return str(int(n)) if float(n).is_integer() else f"{float(n):g}"
 
 
-def placement(allocation: list[dict[str, Any]]) -> str:
-    """`node-0[0,1] node-1[3×0.5]`: the job's GPUs by node, with the share when it holds part of a GPU."""
-    by_node: dict[str, list[str]] = defaultdict(list)
-    for a in allocation:
-        share = "" if a["share"] >= 1 else f"×{a['share']:g}"
-        by_node[a["node"]].append(f"{a['local_gpu']}{share}")
-    return " ".join(f"{node}[{','.join(gpus)}]" for node, gpus in by_node.items())
+def placement(allocation: list[dict[str, Any]], *, cluster_ids: bool = False) -> str:
+    """`node-0: GPU 0-1; node-1: GPU 3 ×0.5`: the job's GPUs by node and index on the node (what CUDA_VISIBLE_DEVICES
+    names), as every view writes them (`scheduler.live.words`), with the cluster-wide numbers that decisions use after
+    them when `cluster_ids` ("(cluster GPUs 16-23)")."""
+    if not allocation:
+        return ""
+    return gpus_words([(a["node"], a["local_gpu"], a.get("gpu")) for a in allocation], allocation[0]["share"],
+                      cluster_ids=cluster_ids)
+
+
+def progress_text(progress: float | None, digits: int = 0) -> str:
+    """A job's progress where it is known (the API gives null for a command job, which reports none): "" then."""
+    return "" if progress is None else f"{progress:.{digits}%}"
 
 
 def when(ts: float | None) -> str:
@@ -137,7 +143,7 @@ JOB_COLUMNS: dict[str, JobColumn] = {  # in the order they are shown
     "state": JobColumn(lambda j: j["state"]),
     "gpus": JobColumn(lambda j: gpus_text(j["num_gpus"]), right=True),
     "model": JobColumn(lambda j: j["model"]),
-    "progress": JobColumn(lambda j: f"{j['progress']:.0%}", right=True),
+    "progress": JobColumn(lambda j: progress_text(j["progress"]), right=True),
     "queue": JobColumn(lambda j: f"#{j['queue_position']}" if j.get("queue_position") else "", right=True),
     "starts": JobColumn(lambda j: start_text(j) if j["state"] == JobState.PENDING else ""),
     "preempted": JobColumn(lambda j: str(j["preemptions"] or ""), right=True),
@@ -267,7 +273,6 @@ def jobs(state: str | None, user: str | None, team: str | None, limit: int, offs
         return
     out = console()
     table, hidden = jobs_table(page["jobs"], out.width)
-    out = console()
     out.print(table)
     shown = len(page["jobs"])
     out.print(f"{offset + 1 if shown else 0}-{offset + shown} of {page['total']} jobs", style="dim")
@@ -297,10 +302,11 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
         ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
         ("restarts", f"{j['restarts']}/{j['max_restarts']} ({j['restart_policy']}), preemptions {j['preemptions']}"),
-        ("attempt", j["attempt"]), ("progress", f"{j['progress']:.1%}"), ("submitted", when(j["submitted_at"])),
+        ("attempt", j["attempt"]), ("progress", progress_text(j["progress"], 1) or None),
+        ("submitted", when(j["submitted_at"])),
         ("started", j["started_at"] and when(j["started_at"])),
         ("finished", j["finished_at"] and when(j["finished_at"])),
-        ("placement", placement(j["allocation"]) or None),
+        ("placement", placement(j["allocation"], cluster_ids=True) or None),
         ("predicted slowdown", f"{j['predicted_slowdown']:.3f}" if j["predicted_slowdown"] is not None else None),
         ("pending reason", j["pending_reason"] if j["state"] == JobState.PENDING else None),
         ("exit code", j["exit_code"]), ("failure reason", reason_text(j) if j["state"] == JobState.FAILED else None),

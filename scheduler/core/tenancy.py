@@ -407,6 +407,67 @@ def _gpus(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".")
 
 
+def _n_gpus(x: float) -> str:
+    return f"{_gpus(x)} GPU{'' if abs(x - 1.0) < EPS else 's'}"
+
+
+# ---- why a job beyond its team's quota waits: the words, from the figures the frame decided with -------------------
+
+
+def holding_words(team: Team, in_use: float, queued_within: float) -> str:
+    """What a team holds against its quota, as the frame counts it: "team vision holds 10 GPUs of its 16-GPU quota
+    (its queued jobs within the quota take 4 more)", "... holds 16 GPUs, all of its 16-GPU quota", "... holds 18 GPUs:
+    its 16-GPU quota and 2 borrowed", "team default has no quota: it runs only on GPUs other teams leave idle
+    (borrowing); it holds 2 GPUs"."""
+    name, quota = team.name, team.quota_gpus
+    if quota <= EPS:
+        text = f"team {name} has no quota: it runs only on GPUs other teams leave idle (borrowing)"
+        return text + (f"; it holds {_n_gpus(in_use)}" if in_use > EPS else "")
+    if in_use < quota - EPS:
+        text = f"team {name} holds {_n_gpus(in_use)} of its {_gpus(quota)}-GPU quota"
+        if queued_within > EPS:
+            text += f" (its queued jobs within the quota take {_gpus(queued_within)} more)"
+        return text
+    if in_use <= quota + EPS:
+        return f"team {name} holds {_n_gpus(in_use)}, all of its {_gpus(quota)}-GPU quota"
+    return f"team {name} holds {_n_gpus(in_use)}: its {_gpus(quota)}-GPU quota and {_gpus(in_use - quota)} borrowed"
+
+
+def limit_words(team: Team, in_use: float, queued_within: float, need: float) -> str:
+    """Why a job waits that would take its team past its quota plus its borrowing limit (the frame's test:
+    in use + queued within the quota + this job > quota + borrowing limit)."""
+    borrow = team.borrow_limit_gpus or 0.0
+    after = in_use + queued_within + need
+    if team.quota_gpus <= EPS:
+        bound = f"past its borrowing limit of {_n_gpus(borrow)}"
+    else:
+        bound = (f"past its {_gpus(team.quota_gpus)}-GPU quota plus its borrowing limit of {_gpus(borrow)} "
+                 f"({_gpus(team.ceiling)} in all)")
+    return f"{holding_words(team, in_use, queued_within)}; the job needs {_gpus(need)}, which would take it to " \
+           f"{_n_gpus(after)}, {bound}"
+
+
+def borrow_words(team: Team, in_use: float, queued_within: float, need: float, lendable: float, free: float,
+                 reserved: float) -> str:
+    """Why a job waits that its team's quota cannot hold and the GPUs that may be lent cannot either: what it needs,
+    what may be lent now and why no more (free, held for teams under their quota, promised to borrowers ahead)."""
+    left = max(0.0, team.quota_gpus - in_use - queued_within)
+    if team.quota_gpus <= EPS:
+        beyond = ""
+    elif left > EPS:
+        beyond = f", more than the {_gpus(left)} left of its quota, so it must borrow"
+    else:
+        beyond = ", beyond its quota, so it must borrow"
+    ahead = max(0.0, free - reserved - lendable)
+    parts = [f"{_gpus(free)} free"]
+    if reserved > EPS:
+        parts.append(f"{_gpus(reserved)} held for teams under their quota")
+    if ahead > EPS:
+        parts.append(f"{_gpus(ahead)} going to borrowers ahead")
+    return (f"{holding_words(team, in_use, queued_within)}; the job needs {_gpus(need)}{beyond}: waiting for idle "
+            f"GPUs to lend, {_gpus(max(0.0, lendable))} may be lent now ({', '.join(parts)})")
+
+
 class TenancyFrame:
     """A policy inside the tenancy frame (see the module docstring). `name` and `oracle` are the wrapped policy's."""
 
@@ -471,23 +532,23 @@ class TenancyFrame:
             wanted_within[st.team.name] = taken
         reserved = sum(wanted_within.values())  # each at most the team's unused quota
         lendable = max(0.0, view.free_capacity - reserved)
-        held = f", {_gpus(reserved)} held for teams under their quota" if reserved > EPS else ""
         offered: list[tuple[Job, float, str]] = []
         for st in order:
             name = st.team.name
             head = st.in_use + wanted_within[name]
             limit = st.team.ceiling + EPS
-            # One wording per team and kind: the figures in it are the team's, the same for each of its jobs.
-            at_limit = over_quota = ""
+            # One wording per team, kind and job size: the figures in it are the ones this decision used.
+            at_limit: dict[tuple[float, float], str] = {}
+            to_borrow: dict[tuple[float, float], str] = {}
             for job, d in over[name]:
                 if head + d > limit:
-                    waits[job.id] = at_limit = at_limit or (
-                        f"team {name} at its quota: {_gpus(st.in_use)}/{_gpus(st.team.quota_gpus)} GPUs, borrowing "
-                        f"limit reached ({_gpus(st.team.borrow_limit_gpus or 0.0)} GPUs)")
+                    key = (d, head)
+                    waits[job.id] = at_limit.get(key) or at_limit.setdefault(key, limit_words(
+                        st.team, st.in_use, wanted_within[name], d))
                 elif d > lendable + EPS:
-                    waits[job.id] = over_quota = over_quota or (
-                        f"team {name} over its quota ({_gpus(st.in_use)}/{_gpus(st.team.quota_gpus)} GPUs): waiting "
-                        f"for idle GPUs to borrow ({_gpus(view.free_capacity)} free{held})")
+                    key = (d, lendable)
+                    waits[job.id] = to_borrow.get(key) or to_borrow.setdefault(key, borrow_words(
+                        st.team, st.in_use, wanted_within[name], d, lendable, view.free_capacity, reserved))
                 else:
                     head += d
                     lendable -= d

@@ -5,21 +5,42 @@ Two pieces, both cheap enough to run on every controller pass or API request:
 * `capacity_reason`: what the cluster lacks for a pending job right now ("waiting for 8 GPUs (3 free)"), or, if the
   job would fit, that the policy chose to wait. Policies that say why they wait (`Wait` decisions) are quoted as they
   are; this covers the ones that do not (the RL agent waits by choosing the wait action).
-* `start_estimate`: when enough GPUs may be free for a job, replaying the running jobs' predicted ends and the jobs
-  ahead of it in submission order on aggregate GPU capacity. It ignores topology and the policy's own order, so it
-  is an estimate to show as "about", not a promise; `POST /api/v1/whatif` runs the full simulator when that matters.
+* `start_estimates`: when enough GPUs may be free for each pending job, replaying the running jobs' predicted ends and
+  the jobs ahead of it in queue order, GPU by GPU, on the GPUs that are usable now (`scheduler.live.nodes.usable_gpus`:
+  nodes alive and not drained, GPUs not faulted), with the rules of `capacity_reason` (a gang needs whole free GPUs
+  with the memory its model needs; a share needs that share free on one GPU) and each team's ceiling (quota plus
+  borrowing limit). A job that does not fit now is never estimated "now": it waits at least for the earliest predicted
+  end, and a run past its predicted end counts as ending within `OVERDUE_FLOOR_S`, not at once. It ignores topology,
+  the reservations of teams under their quota and the policy's own order, so it is an estimate to show as "about",
+  not a promise, and says how it was made (`Estimates.basis`); `POST /api/v1/whatif` runs the full simulator when that
+  matters. It is computed from the store on every request, so it follows the cluster as it changes.
+
+And what a job's page shows besides: what a job's progress is where it is known (`known_progress`), and where a job
+that holds no GPU now last ran and why it stopped (`last_placement`).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from scheduler.core.model import JobSpec
+from scheduler.core.model import DEFAULT_TEAM, JobSpec
 from scheduler.core.state import EPS, ClusterView
+from scheduler.core.states import JobState, JobType
+from scheduler.core.workloads import catalog
+from scheduler.live.nodes import gpu_usability
+from scheduler.live.store import queries as q
+from scheduler.live.store.models import Allocation, Gpu, JobEvent, Node
+from scheduler.live.store.models import Job as JobRow
+from scheduler.live.words import duration_text, gpus_text
 
 
 def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> str:
@@ -43,38 +64,223 @@ def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> str:
     return f"fits now: {policy} chose to wait"
 
 
+# ---- start estimates --------------------------------------------------------------------------------------------
+
+# A run past its predicted end ends some time: it counts as ending this long from now, at every look, so an overrun
+# moves the estimates later instead of pinning them at "now".
+OVERDUE_FLOOR_S = 60.0
+
+
 @dataclass(frozen=True, slots=True)
-class Demand:
-    gpus: float  # GPUs it holds (a share counts as its fraction)
-    seconds: float  # how long it holds them: the time left for a running job, the expected run for a queued one
+class Running:
+    """A running job as the estimate replays it."""
+
+    gpus: Mapping[int, float]  # cluster-wide GPU -> the share of it the job holds
+    seconds: float  # predicted time left (at least OVERDUE_FLOOR_S for a run past its predicted end)
+    team: str = DEFAULT_TEAM
 
 
-def start_estimates(total_gpus: float, running: Sequence[Demand], queue: Sequence[Demand]) -> list[float | None]:
-    """Seconds until each job of `queue` (first come, first served on aggregate capacity) may start, in one pass:
-    entry i is None if job i can never fit."""
-    free = total_gpus - sum(d.gpus for d in running)
-    ends = [(d.seconds, d.gpus) for d in running]
-    heapq.heapify(ends)
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A pending job as the estimate replays it."""
+
+    gpus: float  # num_gpus: whole GPUs (a gang), or a share of one
+    seconds: float  # how long it will hold them once started
+    team: str = DEFAULT_TEAM
+    mem_gb: float = 0.0  # per GPU: a gang's GPUs must have this much
+
+
+@dataclass
+class _Replay:
+    free: dict[int, float]  # usable GPU -> free share
+    gpu_mem: Mapping[int, float]
+    ceilings: Mapping[str, float]
+    team_use: dict[str, float] = field(default_factory=dict)
+    ends: list[tuple[float, int, Mapping[int, float], str, float]] = field(default_factory=list)
+    seq: int = 0
+
+    def hold(self, at: float, gpus: Mapping[int, float], team: str, demand: float) -> None:
+        for g, share in gpus.items():
+            if g in self.free:
+                self.free[g] -= share
+        self.team_use[team] = self.team_use.get(team, 0.0) + demand
+        self.seq += 1
+        heapq.heappush(self.ends, (at, self.seq, gpus, team, demand))
+
+    def release(self) -> float:
+        at, _, gpus, team, demand = heapq.heappop(self.ends)
+        for g, share in gpus.items():
+            if g in self.free:
+                self.free[g] += share
+        self.team_use[team] -= demand
+        return at
+
+    def take(self, job: Queued) -> dict[int, float] | None:
+        """The GPUs `job` would get now (the first whole free ones with its memory; the fullest GPU with its share
+        free), or None if it does not fit now, GPUs or its team's ceiling."""
+        if self.team_use.get(job.team, 0.0) + job.gpus > self.ceilings.get(job.team, math.inf) + EPS:
+            return None
+        if job.gpus >= 1:
+            k = int(job.gpus)
+            whole = [g for g, f in self.free.items() if f >= 1 - EPS and self.gpu_mem.get(g, math.inf) >= job.mem_gb]
+            return {g: 1.0 for g in whole[:k]} if len(whole) >= k else None
+        fits = [g for g, f in self.free.items() if f >= job.gpus - EPS]
+        return {min(fits, key=lambda g: (self.free[g], g)): job.gpus} if fits else None
+
+
+def start_estimates(usable: Iterable[int], running: Sequence[Running], queue: Sequence[Queued], *,
+                    gpu_mem: Mapping[int, float] | None = None,
+                    ceilings: Mapping[str, float] | None = None) -> list[float | None]:
+    """Seconds until each job of `queue` may start, the queue taken in order (no one overtakes), on the `usable`
+    GPUs: entry i is None if job i can never start (more GPUs than are usable, or nothing running would free enough).
+    A job that does not fit now gets at least the earliest predicted end among the running jobs: never 0."""
+    usable = sorted(set(usable))
+    mem = gpu_mem or {}
+    r = _Replay({g: 1.0 for g in usable}, mem, ceilings or {})
+    for job in running:
+        r.hold(job.seconds, job.gpus, job.team, sum(job.gpus.values()))
     now = 0.0
     out: list[float | None] = []
     for job in queue:
-        if job.gpus > total_gpus + EPS:
+        possible = [g for g in usable if mem.get(g, math.inf) >= job.mem_gb]
+        if (len(possible) < job.gpus - EPS if job.gpus >= 1 else not possible) or \
+                job.gpus > r.ceilings.get(job.team, math.inf) + EPS:
             out.append(None)
-            continue  # it can never start; it does not hold anyone up
-        while free < job.gpus - EPS and ends:
-            now, gpus = heapq.heappop(ends)
-            free += gpus
-        if free < job.gpus - EPS:  # nothing will free capacity: neither this job nor any behind it starts
+            continue  # it can never start here; it does not hold anyone up
+        got = r.take(job)
+        while got is None and r.ends:
+            now = max(now, r.release())
+            got = r.take(job)
+        if got is None:  # nothing will free enough: neither this job nor any behind it starts
             out.extend([None] * (len(queue) - len(out)))
             return out
         out.append(now)
         if job.seconds > 0:
-            free -= job.gpus
-            heapq.heappush(ends, (now + job.seconds, job.gpus))
+            r.hold(now + job.seconds, got, job.team, job.gpus)
     return out
 
 
-def start_estimate(total_gpus: float, running: Sequence[Demand], ahead: Sequence[Demand], need: float) -> float | None:
-    """Seconds until `need` GPUs may be free for a job behind `ahead` (first come, first served on aggregate
-    capacity), or None if it can never fit."""
-    return start_estimates(total_gpus, running, [*ahead, Demand(need, 0.0)])[-1]
+def known_progress(kind: str, state: str, progress: float | None) -> float | None:
+    """A job's progress where it is known, else None: an emulated job's workers report it; a command job reports none
+    (its `progress` stays 0 until it succeeds), so it has one only once it succeeded or if it ever reported one."""
+    if progress is None:
+        return None
+    if kind == JobType.EMULATED or state == JobState.SUCCEEDED or progress > 0:
+        return progress
+    return None
+
+
+def remaining_s(job: JobRow, now: float) -> tuple[float, bool]:
+    """A running job's predicted wall seconds left, and whether it is past its predicted end (then OVERDUE_FLOOR_S).
+    An emulated job: its isolated work left (its workers report progress), stretched by its predicted slowdown. A
+    command job reports no progress: its estimated duration (the user's) stretched by its slowdown, less what its
+    current run has been up."""
+    slow = job.predicted_slowdown or 1.0
+    done = known_progress(job.kind, job.state, job.progress)
+    if done is not None:
+        left = job.duration_s * (1.0 - done) * slow
+    else:
+        ran = max(0.0, now - job.started_at) if job.started_at is not None else 0.0
+        left = job.duration_s * slow - ran
+    if left <= EPS or (done is not None and done >= 1.0 - EPS):
+        return OVERDUE_FLOOR_S, True
+    return max(left, 0.0), False
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Every pending job's start estimate (seconds from now; None: unknown, nothing running would free enough or it
+    can never fit) and how they were made, in words."""
+
+    starts: dict[int, float | None]
+    basis: str
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
+    """`start_estimates` over the store as it is now: the usable GPUs, the running jobs' open allocations and
+    predicted ends, the pending jobs in queue order (submission order, `queries.queue_positions`), the teams'
+    ceilings."""
+    now = time.time() if now is None else now
+    nodes = q.nodes_with_gpus(s)
+    usability = gpu_usability(nodes, now)
+    usable = [g for g, why in usability.items() if why is None]
+    gpu_mem = {g.index: g.mem_gb for n in nodes for g in n.gpus}
+    rows = s.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING)).all()
+    allocs = q.current_allocations(s, rows)
+    queue = s.scalars(select(JobRow).where(JobRow.state == JobState.PENDING)
+                      .order_by(JobRow.submitted_at, JobRow.id)).all()
+    ceilings = {name: quota + borrow for name, quota, borrow in q.team_quotas(s) if borrow is not None}
+    profiles = catalog()
+    running: list[Running] = []
+    overdue = 0
+    for row in rows:
+        left, late = remaining_s(row, now)
+        overdue += late
+        held: dict[int, float] = {}
+        for a in allocs.get(row.id, ()):
+            held[a.gpu] = held.get(a.gpu, 0.0) + a.share
+        running.append(Running(held, left, row.team))
+    queued = [Queued(j.num_gpus, j.duration_s, j.team, profiles[j.model].mem_gb if j.model in profiles else 0.0)
+              for j in queue]
+    starts = start_estimates(usable, running, queued, gpu_mem=gpu_mem, ceilings=ceilings)
+    basis = (f"replaying the predicted ends of {_count(len(running), 'running job')} on "
+             f"{_count(len(usable), 'usable GPU')}")
+    out = {why for why in usability.values() if why is not None}
+    if out:
+        left_out = len(usability) - len(usable)
+        basis += f" ({left_out} left out: {', '.join(sorted(out))})"
+    if overdue:
+        basis += (f"; {overdue} of them past {'its' if overdue == 1 else 'their'} predicted end, counted as ending in "
+                  f"{duration_text(OVERDUE_FLOOR_S)}")
+    basis += ", then the queue in submission order (not topology, nor the policy's own order)"
+    return Estimates({j.id: start for j, start in zip(queue, starts, strict=True)}, basis)
+
+
+# ---- where a job is, was, and what it chose between ---------------------------------------------------------------
+
+
+def gpu_names(s: Session) -> dict[int, tuple[str, int]]:
+    """Every GPU's cluster-wide index -> (its node, its index on the node)."""
+    return {index: (node, local) for index, node, local in
+            s.execute(select(Gpu.index, Node.name, Gpu.local_index).join(Node, Gpu.node_id == Node.id))}
+
+
+def where_text(gpus: Iterable[int], names: Mapping[int, tuple[str, int]], share: float | None = None) -> str:
+    """Cluster-wide GPU indices in the one numbering every view uses: "node2: GPU 0-7 (cluster GPUs 16-23)"."""
+    return gpus_text(((*names.get(g, ("?", g)), g) for g in gpus), share, cluster_ids=True)
+
+
+def allocation_text(allocs: Iterable[Allocation]) -> str:
+    """A run's allocations as the job list shows them: "node2: GPU 0-7 (cluster GPUs 16-23)"."""
+    rows = list(allocs)
+    return gpus_text(((a.node, a.local_gpu, a.gpu) for a in rows), rows[0].share if rows else None, cluster_ids=True)
+
+
+ENDED_BY = ("preempted", "lost")
+
+
+def last_placement(s: Session, job: JobRow) -> dict[str, Any] | None:
+    """Where a job that holds no GPU now last ran (its latest attempt's allocations, all released) and what ended that
+    run: the last "preempted" or "lost" event since it was placed (None: it ended otherwise, e.g. it finished).
+    None if it never held a GPU."""
+    latest = s.scalar(select(Allocation.attempt).where(Allocation.job_id == job.id, Allocation.released_at.is_not(None))
+                      .order_by(Allocation.attempt.desc()).limit(1))
+    if latest is None:
+        return None
+    rows = s.scalars(select(Allocation).where(Allocation.job_id == job.id, Allocation.attempt == latest)
+                     .order_by(Allocation.rank, Allocation.gpu)).all()
+    if any(a.released_at is None for a in rows):
+        return None  # it still holds them: that is its placement, not its last one
+    placed_at = min(a.allocated_at for a in rows)
+    released_at = max(a.released_at or 0.0 for a in rows)
+    event = s.scalars(select(JobEvent).where(JobEvent.job_id == job.id, JobEvent.kind.in_(ENDED_BY),
+                                             JobEvent.at >= placed_at).order_by(JobEvent.id.desc()).limit(1)).first()
+    ended = None if event is None else {"kind": event.kind, "at": event.at, "reason": event.message}
+    nodes = list(dict.fromkeys(a.node for a in rows))
+    return {"attempt": latest, "nodes": nodes, "gpus": [a.gpu for a in rows], "local_gpus": [a.local_gpu for a in rows],
+            "share": rows[0].share, "placed_at": placed_at, "released_at": released_at,
+            "where": allocation_text(rows), "ended_by": ended}

@@ -144,3 +144,15 @@ def drain_view(node: Node) -> dict[str, Any] | None:
     if node.drained_at is None:
         return None
     return {"at": node.drained_at, "by": node.drained_by, "reason": node.drain_reason or "", "now": node.drain_evict}
+
+
+def gpu_usability(nodes: Sequence[Node], now: float) -> dict[int, str | None]:
+    """Every GPU of `nodes` by its cluster-wide index: None if a job may be placed on it, else why not (its node is
+    down or drained, or its agent reports it faulty: `closed_in_store`, the controller's rule)."""
+    closed = closed_in_store(nodes, now)
+    return {gpu.index: closed.get(gpu.index) for node in nodes for gpu in node.gpus}
+
+
+def usable_gpus(nodes: Sequence[Node], now: float) -> set[int]:
+    """The cluster-wide indices of the GPUs a job may be placed on now (see `gpu_usability`)."""
+    return {g for g, why in gpu_usability(nodes, now).items() if why is None}

@@ -1,8 +1,9 @@
 """`GET /jobs/{id}/explain`: why a job is pending or why it was put where it is, from what the store recorded.
 
 Every placement is stored with the candidates the policy weighed and the contention model's predictions, so the
-answer quotes the decision itself rather than guessing after the fact. The start estimate for a pending job is the
-rough one of `scheduler.live.explain.start_estimate` (aggregate capacity, submission order): shown as "about".
+answer quotes the decision itself rather than guessing after the fact. The start estimate for a pending job is
+`scheduler.live.explain.queue_start_estimates`, computed at each request from the store as it is, with the words that
+say how it was made (`start_estimate_basis`); GPUs are named as every view names them (`scheduler.live.words`).
 """
 
 from __future__ import annotations
@@ -12,42 +13,30 @@ from typing import Any
 
 from flask_smorest import Blueprint, abort
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from scheduler.live.explain import Demand, start_estimates
+from scheduler.live.explain import known_progress, last_placement, queue_start_estimates, where_text
+from scheduler.live.explain import gpu_names as read_gpu_names
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
-from scheduler.live.store.models import Decision, Gpu, Job
+from scheduler.live.store.models import Decision, Job
+from scheduler.live.words import duration_text
 from web.api.context import store
 from web.auth import protect, require_owner
 from web.schemas import ExplainSchema
 
-
-def _remaining_s(job: Job) -> float:
-    """Wall seconds a running job has left: isolated work left, stretched by its predicted slowdown."""
-    return max(0.0, job.duration_s * (1.0 - job.progress)) * (job.predicted_slowdown or 1.0)
+GpuNames = dict[int, tuple[str, int]]
 
 
-def queue_start_estimates(s: Session) -> dict[int, float | None]:
-    """Every pending job's start estimate (seconds from now, None if it can never start), in one pass over the queue
-    in submission order."""
-    total = float(len(s.scalars(select(Gpu.id)).all()))
-    running = s.scalars(select(Job).where(Job.state == JobState.RUNNING)).all()
-    queue = s.scalars(select(Job).where(Job.state == JobState.PENDING).order_by(Job.submitted_at, Job.id)).all()
-    starts = start_estimates(total, [Demand(j.num_gpus, _remaining_s(j)) for j in running],
-                             [Demand(j.num_gpus, j.duration_s) for j in queue])
-    return {j.id: start for j, start in zip(queue, starts, strict=True)}
-
-
-def _decision_json(d: Decision) -> dict[str, Any]:
-    candidates = [dict(c, chosen=(c["gpus"] == d.gpus and abs(c["share"] - (d.share or 0.0)) < 1e-9))
+def _decision_json(d: Decision, names: GpuNames) -> dict[str, Any]:
+    candidates = [dict(c, chosen=(c["gpus"] == d.gpus and abs(c["share"] - (d.share or 0.0)) < 1e-9),
+                       where=where_text(c["gpus"], names, c["share"]))
                   for c in d.candidates]
     for c in candidates:  # decisions stored before these were recorded
         c.setdefault("neighbour_job_ids", None)
         c.setdefault("computed_at", d.at)
     return {"policy": d.policy, "at": d.at, "action": d.action, "reason": d.reason, "gpus": d.gpus,
-            "share": d.share, "predicted_slowdown": d.predicted_slowdown, "latency_ms": d.latency_ms,
-            "candidates": candidates}
+            "where": where_text(d.gpus, names, d.share), "share": d.share, "predicted_slowdown": d.predicted_slowdown,
+            "latency_ms": d.latency_ms, "candidates": candidates}
 
 
 def _beside(ids: list[int] | None) -> str:
@@ -72,26 +61,43 @@ def trade_words(chosen: dict[str, Any], cands: list[dict[str, Any]]) -> str:
 
     if best_own:
         return (f"the lowest slowdown for the job itself ({fig(chosen)}) rather than the least harm to its "
-                f"neighbours ({fig(harm)} on GPUs {harm['gpus']})")
+                f"neighbours ({fig(harm)} on {harm.get('where') or harm['gpus']})")
     if least_harm:
         return (f"the least slowdown added to its neighbours ({fig(chosen)}) rather than the lowest for the job "
-                f"itself ({fig(own)} on GPUs {own['gpus']})")
-    return f"it chose slowdown {fig(chosen)}, over {fig(own)} on GPUs {own['gpus']}"
+                f"itself ({fig(own)} on {own.get('where') or own['gpus']})")
+    return f"it chose slowdown {fig(chosen)}, over {fig(own)} on {own.get('where') or own['gpus']}"
+
+
+def start_words(estimate: float | None) -> str:
+    """A pending job's start estimate as the summary says it."""
+    if estimate is None:
+        return "no start estimate: nothing running is predicted to free enough usable GPUs"
+    if estimate <= 0:
+        return "it fits the free usable GPUs now"
+    return f"about {duration_text(estimate)} until enough GPUs free up"
+
+
+def _last_words(last: dict[str, Any] | None) -> str:
+    if last is None:
+        return ""
+    ended = last["ended_by"]
+    why = f", until it was {ended['kind']} ({ended['reason']})" if ended else ""
+    return f"; it last ran on {last['where']} (attempt {last['attempt']}){why}"
 
 
 def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, estimate: float | None,
-             placement: dict[str, Any] | None) -> str:
+             placement: dict[str, Any] | None, last: dict[str, Any] | None = None) -> str:
     if job.state == JobState.PENDING:
         where = f"#{position} in the queue" if position else "queued"
-        when = f"; about {estimate / 60:.0f} min until enough GPUs free up" if estimate else ""
-        return f"{where}: {job.pending_reason or 'waiting for the controller'}{when}"
+        return (f"{where}: {job.pending_reason or 'waiting for the controller'}; {start_words(estimate)}"
+                + _last_words(last))
     if decision is None:
-        return f"{job.state}; no placement was recorded"
+        return f"{job.state}; no placement was recorded" + _last_words(last)
     cands = decision["candidates"]
     chosen = next((c for c in cands if c["chosen"]), None)
     at = time.strftime("%H:%M:%S", time.localtime(decision["at"]))
     then = chosen["slowdown"] if chosen is not None else decision["predicted_slowdown"]
-    text = (f"placed by {decision['policy']} at {at} on GPUs {decision['gpus']} x {decision['share']:g}, predicted "
+    text = (f"placed by {decision['policy']} at {at} on {decision['where']}, predicted "
             f"slowdown {then:.2f}" + (_beside(chosen.get("neighbour_job_ids")) if chosen is not None else ""))
     if chosen is not None and len(cands) > 1:
         text += f"; of {len(cands)} candidates it had " + trade_words(chosen, cands)
@@ -100,6 +106,8 @@ def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, es
     now = placement["predicted_slowdown"] if placement is not None else None
     if now is not None and abs(now - then) > 5e-3:  # the neighbours changed since: say so, with both figures
         text += f"; now {now:.2f}{_beside(placement['neighbour_job_ids'])}"
+    if placement is None:
+        text += _last_words(last)
     return text
 
 
@@ -119,17 +127,22 @@ def blueprint(prefix: str) -> Blueprint:
             if job is None:
                 abort(404, message=f"job {job_id} not found")
             require_owner(job_id, job.user_id)
+            names = read_gpu_names(s)
             placed = s.scalars(select(Decision).where(Decision.job_id == job_id, Decision.action == "place")
                                .order_by(Decision.id.desc()).limit(1)).first()
-            decision = _decision_json(placed) if placed is not None else None
-            position = q.queue_positions(s).get(job_id) if job.state == JobState.PENDING else None
-            estimate = queue_start_estimates(s).get(job.id) if job.state == JobState.PENDING else None
+            decision = _decision_json(placed, names) if placed is not None else None
+            pending = job.state == JobState.PENDING
+            position = q.queue_positions(s).get(job_id) if pending else None
+            estimates = queue_start_estimates(s) if pending else None
+            estimate = estimates.starts.get(job.id) if estimates is not None else None
             placement = None
+            last = None
             neighbours: list[dict[str, Any]] = []
             allocs = q.current_allocations(s, [job]).get(job_id, [])
             if allocs:
                 placement = {"gpus": [a.gpu for a in allocs], "nodes": sorted({a.node for a in allocs}),
-                             "share": allocs[0].share, "predicted_slowdown": job.predicted_slowdown}
+                             "share": allocs[0].share, "predicted_slowdown": job.predicted_slowdown,
+                             "where": where_text([a.gpu for a in allocs], names, allocs[0].share)}
                 mine = {a.gpu for a in allocs}
                 my_nodes = set(placement["nodes"])
                 shared: dict[int, dict[str, Any]] = {}
@@ -144,13 +157,20 @@ def blueprint(prefix: str) -> Blueprint:
                                                              "predicted_slowdown": other.predicted_slowdown})
                         entry["gpus"].append(alloc.gpu)
                 neighbours = list(shared.values())
+                for n in neighbours:
+                    n["where"] = where_text(n["gpus"], names)
                 placement["neighbour_job_ids"] = sorted(near)
+            else:
+                last = last_placement(s, job)
             return {
                 "job_id": job.id, "name": job.name, "state": job.state, "queue_position": position,
-                "pending_reason": job.pending_reason if job.state == JobState.PENDING else None,
-                "start_estimate_s": estimate, "placement": placement, "observed_slowdown": job.observed_slowdown,
+                "pending_reason": job.pending_reason if pending else None,
+                "start_estimate_s": estimate,
+                "start_estimate_basis": estimates.basis if estimates is not None else None,
+                "placement": placement, "last_placement": last, "observed_slowdown": job.observed_slowdown,
                 "predicted_slowdown_avg": job.predicted_slowdown_avg, "decision": decision,
-                "neighbours": neighbours, "summary": _summary(job, decision, position, estimate, placement),
+                "progress": known_progress(job.kind, job.state, job.progress),
+                "neighbours": neighbours, "summary": _summary(job, decision, position, estimate, placement, last),
             }
 
     return blp

@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 from scheduler.core.paths import log_path
 from scheduler.core.workloads import catalog
 from scheduler.live import job_accounts
+from scheduler.live.explain import Estimates, allocation_text, known_progress, last_placement, queue_start_estimates
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
 from web.api.context import notify, store, write_session
-from web.api.explain import queue_start_estimates
 from web.api.logread import tail_lines
 from web.auth import caller, protect, require_owner
 from web.fair_use import submission as fair_use
@@ -47,14 +47,18 @@ RANK_LOG = re.compile(r"rank-(\d+)\.log")
 
 
 def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (), positions: dict[int, int] | None = None,
-             estimates: dict[int, float | None] | None = None) -> dict[str, Any]:
+             estimates: Estimates | None = None) -> dict[str, Any]:
     body = {c: getattr(job, c) for c in JOB_COLUMNS}
+    body["progress"] = known_progress(job.kind, job.state, job.progress)
     body["user"] = user
     body["queue_position"] = (positions or {}).get(job.id)
-    body["start_estimate_s"] = (estimates or {}).get(job.id)
+    pending = job.state == JobState.PENDING and estimates is not None
+    body["start_estimate_s"] = estimates.starts.get(job.id) if pending else None  # type: ignore[union-attr]
+    body["start_estimate_basis"] = estimates.basis if pending else None  # type: ignore[union-attr]
     body["allocation"] = [
         {"rank": a.rank, "node": a.node, "gpu": a.gpu, "local_gpu": a.local_gpu, "share": a.share} for a in allocations
     ]
+    body["placement_text"] = allocation_text(allocations) if allocations else None
     return body
 
 
@@ -181,6 +185,7 @@ def blueprint(prefix: str) -> Blueprint:
         with store().session() as s:
             job = _job_or_404(s, job_id)
             body = _full_json(s, job)
+            body["last_placement"] = None if body["allocation"] else last_placement(s, job)
             body["events"] = [{"at": e.at, "kind": e.kind, "message": e.message, "data": e.data} for e in job.events]
             body["decisions"] = [
                 {"at": d.at, "policy": d.policy, "action": d.action, "reason": d.reason, "gpus": d.gpus,

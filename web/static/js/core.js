@@ -59,14 +59,46 @@ const Corral = (() => {
   const mount = (el, content) => { el.innerHTML = piece(content); };
 
   // ---- formatting --------------------------------------------------------------------------------------------------
+  // Rounded to the unit shown before it is split, so 59.6 s is "1 min 00 s", never "0 min 60 s" (the rules of
+  // scheduler/live/words.py `duration_text`, which the tests hold both to).
   function duration(s) {
     if (s === null || s === undefined || !isFinite(s)) return "–";
     s = Math.max(0, s);
-    if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
-    if (s < 3600) return `${Math.floor(s / 60)} min ${String(Math.round(s % 60)).padStart(2, "0")} s`;
-    if (s < 86400) return `${Math.floor(s / 3600)} h ${String(Math.round((s % 3600) / 60)).padStart(2, "0")} min`;
-    return `${(s / 86400).toFixed(1)} d`;
+    if (s < 10 && Math.round(s * 10) / 10 < 10) return `${(Math.round(s * 10) / 10).toFixed(1)} s`;
+    const whole = Math.round(s);
+    if (whole < 60) return `${whole} s`;
+    if (whole < 3600) return `${Math.floor(whole / 60)} min ${String(whole % 60).padStart(2, "0")} s`;
+    const minutes = Math.round(whole / 60);
+    if (minutes < 1440) return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, "0")} min`;
+    const hours = Math.round(whole / 3600);
+    return `${Math.floor(hours / 24)} d ${hours % 24} h`;
   }
+
+  // GPUs in the one numbering every view uses: by node and index on the node, "node2: GPU 0-7", with the cluster-wide
+  // numbers (what decisions record) after them when asked: "node2: GPU 0-7 (cluster GPUs 16-23)". `where` is a list
+  // of {node, local, index}. The rules of scheduler/live/words.py `gpus_text`.
+  function ranges(xs) {
+    const v = [...new Set(xs)].sort((a, b) => a - b);
+    const out = [];
+    for (let i = 0; i < v.length;) {
+      let j = i;
+      while (j + 1 < v.length && v[j + 1] === v[j] + 1) j++;
+      out.push(i === j ? `${v[i]}` : `${v[i]}-${v[j]}`);
+      i = j + 1;
+    }
+    return out.join(", ");
+  }
+  function gpuWords(where, share, clusterIds = false) {
+    const byNode = new Map();
+    where.forEach((w) => { if (!byNode.has(w.node)) byNode.set(w.node, []); byNode.get(w.node).push(w.local); });
+    let text = [...byNode].map(([node, locals]) => `${node}: GPU ${ranges(locals)}`).join("; ");
+    if (share !== null && share !== undefined && share < 1 - 1e-9) text += ` ×${share}`;
+    const ids = where.map((w) => w.index).filter((x) => x !== null && x !== undefined);
+    if (clusterIds && ids.length) text += ` (cluster GPU${new Set(ids).size > 1 ? "s" : ""} ${ranges(ids)})`;
+    return text;
+  }
+  const allocationWords = (alloc, clusterIds = false) => (alloc && alloc.length ? gpuWords(
+    alloc.map((a) => ({ node: a.node, local: a.local_gpu, index: a.gpu })), alloc[0].share, clusterIds) : "");
   const ago = (t) => (t ? `${duration(Date.now() / 1000 - t)} ago` : "–");
   const clock = (t) => (t ? new Date(t * 1000).toLocaleTimeString([], { hour12: false }) : "–");
   const stamp = (t) => (t ? new Date(t * 1000).toLocaleString([], { hour12: false }) : "–");
@@ -86,7 +118,7 @@ const Corral = (() => {
 
   return {
     API, ApiError, token, setToken, request, html, raw, esc, mount, duration, ago, clock, stamp, num, slow, gpus,
-    pct, slowdownColour, stateBadge,
+    pct, slowdownColour, stateBadge, ranges, gpuWords, allocationWords,
     set onUnauthorized(fn) { onUnauthorized = fn; },
   };
 })();

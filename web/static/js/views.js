@@ -167,7 +167,8 @@ const Views = (() => {
     const free = g.free_share;
     const bad = reading && !GOOD_GPU.includes(reading.status);
     return html`<div class="gpu${bad ? " unhealthy" : ""}" data-gpu="${g.index}">
-      <div class="gpu-head"><b>GPU ${g.local_index}</b>${gpuHealthBadge(reading)}<span>#${g.index}</span></div>
+      <div class="gpu-head"><b>GPU ${g.local_index}</b>${gpuHealthBadge(reading)}<span class="cluster-gpu"
+        title="cluster-wide GPU ${g.index}: the number decisions and candidates use">cluster ${g.index}</span></div>
       <div class="gpu-body">${g.tenants.map((t) => tenantCell(t, jobs.get(t.job_id), teams))}
         ${free > 1e-6 ? html`<div class="free" style="flex:${free} 0 0">${free >= 1 ? "free" :
           `free ${+free.toFixed(2)}`}</div>` : ""}</div>
@@ -241,26 +242,16 @@ const Views = (() => {
   // ---- queue -------------------------------------------------------------------------------------------------------
   function queue(el) {
     mount(el, html`<section><h1>Queue</h1><div id="queue-body"><p class="muted">Loading…</p></div>
-      <p class="muted small">Start estimates are approximate (free capacity and the jobs ahead), from the
-        explanation endpoint; shown for the first ${25} jobs.</p></section>`);
-    const estimates = new Map();
-    let explainWorks = true, tick = 0;
+      <p class="muted small" id="queue-basis">Start estimates are approximate: the server replays the running jobs'
+        predicted ends on the usable GPUs, then the queue in order, at every refresh.</p></section>`);
     return {
       async refresh() {
         const data = await C.request("/jobs?state=pending&limit=1000");
         const jobs = data.jobs.slice();
         const hasPos = jobs.some((j) => j.queue_position !== undefined && j.queue_position !== null);
         jobs.sort(hasPos ? (a, b) => (a.queue_position ?? 1e9) - (b.queue_position ?? 1e9) : (a, b) => a.id - b.id);
-        if (explainWorks && tick++ % 3 === 0) {
-          await Promise.all(jobs.slice(0, 25).map(async (j) => {
-            try {
-              const ex = await C.request(`/jobs/${j.id}/explain`);
-              estimates.set(j.id, ex.start_estimate_s);
-            } catch (err) {
-              if (err.status === 404 || err.status === 405) explainWorks = false;
-            }
-          }));
-        }
+        const basis = jobs.map((j) => j.start_estimate_basis).find((b) => b);
+        if (basis) el.querySelector("#queue-basis").textContent = `Start estimates are approximate: ${basis}.`;
         const body = el.querySelector("#queue-body");
         if (!jobs.length) { mount(body, html`<p class="muted">No job is waiting.</p>`); return; }
         mount(body, html`<table class="table" id="queue-table">
@@ -270,8 +261,8 @@ const Views = (() => {
             <td>${hasPos ? j.queue_position : i + 1}</td><td>${jobLink(j.id, `#${j.id} ${j.name}`)}</td>
             <td>${j.user}</td><td>${j.num_gpus}</td><td>${j.model}</td><td>${C.duration(Date.now() / 1000 -
               j.queued_since)}</td><td class="reason">${reasonCell(j)}</td>
-            <td>${estimates.has(j.id) && estimates.get(j.id) !== null ? `≈ ${C.duration(estimates.get(j.id))}` :
-              html`<span class="muted">–</span>`}</td></tr>`)}</tbody></table>
+            <td class="starts" title="${j.start_estimate_basis || ""}">${startWords(j.start_estimate_s)}</td>
+            </tr>`)}</tbody></table>
           ${hasPos ? "" : html`<p class="muted small">Positions by arrival order (the API gives none).</p>`}`);
       },
     };
@@ -344,7 +335,9 @@ const Views = (() => {
             <th>Finished</th><th>Reason</th></tr></thead>
           <tbody>${data.jobs.map((j) => html`<tr data-job-id="${j.id}" data-state="${j.state}">
             <td>${jobLink(j.id, `#${j.id} ${j.name}`)}</td><td>${C.stateBadge(j.state)}</td><td>${j.user}</td>
-            <td>${j.num_gpus}</td><td>${j.model} ${sloBadge(sloStatus(j, models.get(j.model)))}</td>
+            <td>${j.num_gpus}${j.allocation && j.allocation.length ? html`<br><span class="muted small where"
+              title="${C.allocationWords(j.allocation, true)}">${C.allocationWords(j.allocation)}</span>` : ""}</td>
+            <td>${j.model} ${sloBadge(sloStatus(j, models.get(j.model)))}</td>
             <td title="${C.stamp(j.submitted_at)}">${C.ago(j.submitted_at)}</td>
             <td title="${C.stamp(j.finished_at)}">${j.finished_at ? C.ago(j.finished_at) : "–"}</td>
             <td class="reason">${reasonCell(j)}</td></tr>`)}</tbody></table></div>`);
@@ -375,6 +368,31 @@ const Views = (() => {
     if (!Array.isArray(v)) return null;
     return v.map((n) => (n !== null && typeof n === "object" ? n.job_id ?? n.id : n))
       .filter((n) => n !== null && n !== undefined);
+  }
+
+  // A pending job's start estimate in words: the server never says 0 for a job that does not fit now.
+  const startWords = (est) => (est === null || est === undefined ? "unknown" : est < 1 ? "now" :
+    `in ≈ ${C.duration(est)}`);
+
+  // Progress where the job reports it (the API gives null for a command job, which reports none): a bar; otherwise,
+  // for a running job, how long its workers have been up.
+  function progressLine(j) {
+    if (j.progress !== null && j.progress !== undefined) {
+      return html`<div class="progress" id="job-progress" title="progress"><i style="width:${100 * j.progress}%"></i>
+        <span>${C.pct(j.progress)}</span></div>`;
+    }
+    return j.state === "running" && j.started_at ? html`<p class="muted" id="job-progress">running for
+      ${C.duration(Date.now() / 1000 - j.started_at)} (this job reports no progress)</p>` : "";
+  }
+
+  // A job that holds no GPU now but did: where its latest run was, when, and what ended it.
+  function lastPlacement(j, last) {
+    const ended = last.ended_by;
+    return html`<div id="last-placement"><p>${j.state === "pending" ? "Not placed now. " : "Holds no GPU now. "}Last
+      ran on <b>${last.where}</b> (attempt ${last.attempt}), from <time title="${C.stamp(last.placed_at)}">${
+      C.clock(last.placed_at)}</time> to <time title="${C.stamp(last.released_at)}">${C.clock(last.released_at)}</time>${
+      ended ? html`, until it was <span class="badge kind-${ended.kind}">${ended.kind}</span>: <span class="ended-reason">${
+      ended.reason}</span>` : ""}.</p></div>`;
   }
 
   const besideWords = (ids) => (ids === null ? "" : ids.length ?
@@ -415,7 +433,9 @@ const Views = (() => {
     return html`<h2>Why here</h2>
       <p class="summary-text">${ex.summary}</p>
       ${timingLine(ex, j)}
-      ${ex.start_estimate_s ? html`<p>Approximate start: in ≈ ${C.duration(ex.start_estimate_s)}.</p>` : ""}
+      ${j.state === "pending" && ex.start_estimate_s !== undefined ? html`<p id="start-estimate">Approximate start:
+        <b>${startWords(ex.start_estimate_s)}</b>${ex.start_estimate_basis ? html` <span class="muted">(${
+        ex.start_estimate_basis})</span>` : ""}.</p>` : ""}
       ${d ? html`<p class="muted">Decision by <b>${d.policy}</b> at ${C.stamp(d.at)}: ${d.action}${d.reason ?
         ` — ${d.reason}` : ""}.</p>` : ""}
       ${cands.length ? html`<div class="scroll-x"><table class="table candidates" id="candidates">
@@ -423,7 +443,8 @@ const Views = (() => {
         <thead><tr><th></th><th>GPUs</th><th>Share</th>${showBeside ? html`<th>Beside</th>` : ""}<th>Its slowdown</th>
         <th>Added to others</th><th>Sum</th></tr></thead><tbody>${cands.map((c, ci) => html`<tr
           class="${c.chosen ? "chosen" : ""}">
-          <td>${c.chosen ? html`<b>chosen</b>` : ""}</td><td>${c.gpus.join(", ")}</td><td>${c.share}</td>
+          <td>${c.chosen ? html`<b>chosen</b>` : ""}</td><td class="where">${c.where || c.gpus.join(", ")}</td>
+          <td>${c.share}</td>
           ${showBeside ? html`<td>${besides[ci] === null ? "–" : besides[ci].length ?
             besides[ci].map((n, i) => html`${i ? ", " : ""}${jobLink(n)}`) : "alone"}</td>` : ""}
           <td><span class="chip" style="background:${C.slowdownColour(c.slowdown)}">${C.slow(c.slowdown)}</span></td>
@@ -432,7 +453,7 @@ const Views = (() => {
             " (lowest)" : ""}</td></tr>`)}</tbody></table></div>`
         : d ? html`<p class="muted">The policy recorded no alternative candidates.</p>` : ""}
       ${ex.neighbours && ex.neighbours.length ? html`<p>Shares GPUs with: ${ex.neighbours.map((n) =>
-        html`${jobLink(n.job_id, `#${n.job_id} ${n.name}`)} (GPUs ${n.gpus.join(", ")}) `)}</p>` : ""}`;
+        html`${jobLink(n.job_id, `#${n.job_id} ${n.name}`)} (${n.where || `GPUs ${n.gpus.join(", ")}`}) `)}</p>` : ""}`;
   }
 
   function job(el, params) {
@@ -492,8 +513,7 @@ const Views = (() => {
             ${j.finished_at ? html`<span>finished ${C.ago(j.finished_at)}</span>` : ""}
             ${j.state === "pending" && pos ? html`<span>queue position <b>${pos}</b></span>` : ""}
             <span>attempt ${j.attempt}</span></p>
-          <div class="progress" title="progress"><i style="width:${100 * (j.progress || 0)}%"></i>
-            <span>${C.pct(j.progress || 0)}</span></div>
+          ${progressLine(j)}
           ${j.entrypoint ? html`<pre class="cmd" id="job-command">${j.entrypoint}</pre>` : ""}
           ${j.env && Object.keys(j.env).length ? html`<pre class="cmd" id="job-env" title="environment">${
             Object.entries(j.env).map(([k, v]) => `${k}=${v}\n`)}</pre>` : ""}
@@ -505,11 +525,16 @@ const Views = (() => {
         const btn = el.querySelector("#cancel");
         if (btn) btn.addEventListener("click", cancel);
 
+        const last = j.last_placement ?? ex.last_placement;
         mount(el.querySelector("#job-placement"), html`<h2>Placement</h2>${j.allocation.length ? html`
-          <table class="table" id="placement"><thead><tr><th>Rank</th><th>Node</th><th>GPU</th><th>Local</th>
-            <th>Share</th></tr></thead><tbody>${j.allocation.map((a) => html`<tr><td>${a.rank}</td>
-            <td>${a.node}</td><td>${a.gpu}</td><td>${a.local_gpu}</td><td>${a.share}</td></tr>`)}</tbody></table>`
-          : html`<p class="muted">${j.state === "pending" ? "Not placed yet." : "Holds no GPU now."}</p>`}`);
+          <p id="placement-where">${C.allocationWords(j.allocation, true)}</p>
+          <table class="table" id="placement"><thead><tr><th>Rank</th><th>Node</th><th>GPU</th><th>Share</th>
+            </tr></thead><tbody>${j.allocation.map((a) => html`<tr><td>${a.rank}</td>
+            <td>${a.node}</td><td title="cluster-wide GPU ${a.gpu}">GPU ${a.local_gpu}</td><td>${a.share}</td>
+            </tr>`)}</tbody></table>`
+          : last ? lastPlacement(j, last)
+          : html`<p class="muted" id="placement-none">${j.state === "pending" ? "Not placed yet." :
+            "Holds no GPU now."}</p>`}`);
 
         const bars = [["predicted now", j.predicted_slowdown], ["predicted (avg over run)", j.predicted_slowdown_avg],
           ["observed", j.observed_slowdown ?? ex.observed_slowdown]];
