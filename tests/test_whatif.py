@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import job, small_cluster
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from policies import make_policy
 from scheduler.core.model import JobState, Placement
@@ -338,6 +338,22 @@ def test_jobs_on_a_dead_node_queue_again(store: Store, corral_home: Path) -> Non
     assert out["cluster"]["gpus"] == 8
     assert out["jobs"] == {"running": 0, "pending": 1, "trace": 0, "hypothetical": 0}
     assert out["metrics"]["jobs_completed"]["per_seed"] == [1]
+
+
+def test_a_drained_node_takes_no_job_in_the_what_if(env: Env) -> None:
+    """What-if sees the cluster as the controller does: a drained node's GPUs take no new job, so an 8-GPU job
+    waits for the running one on the other node instead of starting on the drained one at once."""
+    env.activate("fifo")
+    env.running("busy", list(range(8)), duration=1000, progress=0.5)  # node-0, 500 s left
+    env.pending("next", 8, 100)
+    free = env.ok({"seeds": 1})
+    assert per_seed(free, "avg_queue_s") == [0.0]  # node-1 is free: it starts at once
+    with env.store.session() as s:
+        s.execute(update(Node).where(Node.name == "node-1").values(drained_at=time.time(), drain_reason="repair"))
+    drained = env.ok({"seeds": 1})
+    f_busy = whatif.draw_factors(0, 2, 0)[0][0]
+    assert per_seed(drained, "avg_queue_s") == [pytest.approx(500 * f_busy / 2)]  # "next" waits for node-0
+    assert any("8 GPU(s) take no new job" in n for n in drained["notes"]), drained["notes"]
 
 
 # ---- the API: refusals ---------------------------------------------------------------------------------------------

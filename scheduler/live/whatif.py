@@ -37,10 +37,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from scheduler.core.decisions import Policy
 from scheduler.core.model import PRESETS, Cluster, JobSpec, JobState, Placement, SpecError
+from scheduler.core.outages import OnFault, Outage
 from scheduler.core.simulator import Placed, SimulationError, Simulator
 from scheduler.core.state import PlacementError
 from scheduler.core.workloads import ModelProfile, catalog
 from scheduler.live.cluster import build_live_cluster
+from scheduler.live.nodes import closed_in_store
 
 SIGMA = 0.3  # log-normal spread of a job's true remaining work around its estimate
 MAX_SEEDS = 20
@@ -163,6 +165,7 @@ class Snapshot:
     pending: list[LiveJob]
     active_policy: str | None
     taken_at: float = field(default_factory=time.time)
+    closed: dict[int, str] = field(default_factory=dict)  # store GPU index -> why it takes no new job (drain, fault)
 
 
 def snapshot(store: Any) -> Snapshot:
@@ -174,8 +177,10 @@ def snapshot(store: Any) -> Snapshot:
     from scheduler.live.store.models import JobState as S
 
     with store.session() as s:
+        rows = q.nodes_with_gpus(s)
         nodes = [LiveNode(n.name, n.preset, tuple(g.index for g in sorted(n.gpus, key=lambda g: g.local_index)))
-                 for n in q.nodes_with_gpus(s) if n.alive]
+                 for n in rows if n.alive]
+        closed = closed_in_store(rows, time.time())  # (down nodes' GPUs are left out of the model instead)
         running_rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
         allocs = q.current_allocations(s, running_rows)
         pending_rows = s.scalars(select(JobRow).where(JobRow.state == S.PENDING)
@@ -196,7 +201,7 @@ def snapshot(store: Any) -> Snapshot:
                 continue
             pending.append(LiveJob(r.id, r.name, r.model, r.num_gpus, max(r.duration_s - r.work_done_s, MIN_WORK_S),
                                    names.get(r.user_id, ""), r.priority, r.slo_ms, r.attained_gpu_s))
-        return Snapshot(nodes, running, pending, q.active_policy(s))
+        return Snapshot(nodes, running, pending, q.active_policy(s), closed=closed)
 
 
 # ---- the model of the cluster --------------------------------------------------------------------------------------
@@ -213,6 +218,7 @@ class _World:
     hypothetical: list[JobSpec]
     attained: dict[int, float]  # index into arrivals -> attained GPU-seconds (requeued jobs)
     notes: list[str]
+    outages: list[Outage] = field(default_factory=list)  # the drained nodes' and faulty GPUs', for the whole run
 
 
 def _spec(name: str, model: str, num_gpus: float, work: float, profiles: dict[str, ModelProfile], *,
@@ -239,6 +245,11 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
         first = int(base_cluster.node_first_gpu[k])
         model_gpu.update({g: first + i for i, g in enumerate(n.gpus)})
 
+    # GPUs closed now (a drained node's, a faulty one) stay closed for the whole run, as far as anyone knows; their
+    # runs keep going (the controller has already requeued those it would).
+    outages = [Outage(0.0, gpu=model_gpu[g], reason=why) for g, why in sorted(snap.closed.items()) if g in model_gpu]
+    if outages:
+        notes.append(f"{len(outages)} GPU(s) take no new job for the whole run (drained or faulty now)")
     initial: list[tuple[JobSpec, Placement, float]] = []
     arrivals: list[JobSpec] = []
     attained: dict[int, float] = {}
@@ -289,7 +300,7 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
                                   submit_s=h.submit_in_s, user="what-if"))
     if len(initial) + len(arrivals) + len(hypothetical) > MAX_JOBS:
         raise WhatIfError(None, f"more than {MAX_JOBS} jobs to simulate")
-    return _World(cluster, base_cluster, initial, arrivals, hypothetical, attained, notes)
+    return _World(cluster, base_cluster, initial, arrivals, hypothetical, attained, notes, outages)
 
 
 # ---- running it ----------------------------------------------------------------------------------------------------
@@ -324,7 +335,8 @@ def _simulate(world: _World, cluster: Cluster, policy: Policy, seed: int, *, wit
     extra = ([replace(s, duration_s=s.duration_s * f) for s, f in zip(world.hypothetical, hypo, strict=True)]
              if with_hypothetical else [])
     try:
-        sim = Simulator(cluster, [*arrivals, *extra], policy, profiles=profiles, initial=initial)
+        sim = Simulator(cluster, [*arrivals, *extra], policy, profiles=profiles, initial=initial,
+                        outages=world.outages, on_fault=OnFault.KEEP)
     except PlacementError as exc:
         raise WhatIfError(None, f"the store's allocations are inconsistent: {exc}") from None
     by_spec = {id(j.spec): j for j in sim.jobs}
