@@ -210,6 +210,32 @@ def test_the_map_shows_the_gpu_health_agents_report(page: Any, service: Service)
     shoot(page, service, "map-health")
 
 
+def test_the_map_shows_drained_nodes_and_closed_gpus_and_leaves_them_out_of_its_totals(page: Any,
+                                                                                      service: Service) -> None:
+    """Issue 26: a drained node is badged with its reason, every GPU the controller closes (drained, down, faulty) is
+    shown as closed rather than free, and the header counts usable GPUs only, as the API's totals do."""
+    put_health(service, "node0", 60.0, {5: {"status": "degraded", "xid_errors": [79]}})
+    assert service.post("/nodes/node2/drain", {"reason": "firmware <b>update</b>"}).status_code == 200
+    try:
+        sign_in(page, service)
+        page.goto(f"{service.base}/#/map")
+        badge = page.wait_for_selector(".node.drained[data-node='node2'] .node-drain")
+        assert badge.inner_text() == "drained: firmware <b>update</b>"  # the admin's words, as text
+        assert page.locator(".node[data-node='node2'] .gpu.closed").count() == GPUS
+        faulty = page.locator(".node[data-node='node0'] .gpu.closed[data-gpu='5']")
+        assert faulty.count() == 1 and faulty.get_attribute("data-closed") == "GPU 5 of node0 is faulty: XID 79"
+        assert page.locator(".node[data-node='node2'] .free").count() == 0  # idle, but not free: closed
+        totals = service.get("/cluster")["totals"]
+        assert totals["gpus_usable"] == totals["gpus"] - GPUS - 1
+        page.wait_for_function(f"document.querySelector('#map-free').textContent.replace(/\\s+/g, ' ').trim() === "
+                               f"'{totals['gpus_free']} free of {totals['gpus_usable']} usable GPUs'")
+        assert page.locator("#map-closed").inner_text().split()[0] == str(GPUS + 1)
+        shoot(page, service, "map-drained")
+    finally:
+        service.post("/nodes/node2/resume")
+        put_health(service, "node0", 60.0, {})
+
+
 def test_submit_from_the_form_and_find_the_job_on_the_map(page: Any, service: Service) -> None:
     sign_in(page, service)
     page.goto(f"{service.base}/#/submit")

@@ -166,11 +166,15 @@ const Views = (() => {
   function gpuCell(g, jobs, teams, reading) {
     const free = g.free_share;
     const bad = reading && !GOOD_GPU.includes(reading.status);
-    return html`<div class="gpu${bad ? " unhealthy" : ""}" data-gpu="${g.index}">
+    // A closed GPU (down, drained or faulty node: the controller's rule) takes no new job: its idle part is not free.
+    const closed = g.closed ? html`<div class="closed-gpu" style="flex:${Math.max(free, 0.25)} 0 0"
+      title="${g.closed}">closed</div>` : "";
+    return html`<div class="gpu${bad ? " unhealthy" : ""}${g.closed ? " closed" : ""}" data-gpu="${g.index}"
+      data-closed="${g.closed || ""}" title="${g.closed || ""}">
       <div class="gpu-head"><b>GPU ${g.local_index}</b>${gpuHealthBadge(reading)}<span class="cluster-gpu"
         title="cluster-wide GPU ${g.index}: the number decisions and candidates use">cluster ${g.index}</span></div>
       <div class="gpu-body">${g.tenants.map((t) => tenantCell(t, jobs.get(t.job_id), teams))}
-        ${free > 1e-6 ? html`<div class="free" style="flex:${free} 0 0">${free >= 1 ? "free" :
+        ${g.closed ? closed : free > 1e-6 ? html`<div class="free" style="flex:${free} 0 0">${free >= 1 ? "free" :
           `free ${+free.toFixed(2)}`}</div>` : ""}</div>
     </div>`;
   }
@@ -217,8 +221,12 @@ const Views = (() => {
         mount(legend, html`<span>Teams:</span>${onMap.map(teamKey)}
           <a class="small" href="#/teams">quotas and fair share</a>`);
         const t = cluster.totals;
+        const closedGpus = t.gpus - t.gpus_usable;
         mount(el.querySelector("#map-summary"), html`
-          <span><b>${t.gpus_allocated}</b>/${t.gpus} GPUs in use</span>
+          <span id="map-free"><b>${t.gpus_free}</b> free of ${t.gpus_usable} usable GPUs</span>
+          ${closedGpus ? html`<span id="map-closed" title="on a down or drained node, or reported faulty: no new job
+            starts there"><b>${closedGpus}</b> closed</span>` : ""}
+          <span><b>${t.gpus_allocated}</b> with jobs</span>
           <span><b>${C.num(t.share_allocated, 2)}</b> GPUs of share allocated</span>
           <span><b>${t.gpus_shared}</b> shared (MPS)</span>
           <span><b>${cluster.queue.running}</b> running</span>
@@ -227,10 +235,13 @@ const Views = (() => {
         mount(nodesEl, cluster.nodes.map((n) => {
           const readings = new Map((n.health ? n.health.gpus : []).map((r) => [r.index, r]));
           return html`
-          <div class="node${n.alive ? "" : " dead"}" data-node="${n.name}">
+          <div class="node${n.alive ? "" : " dead"}${n.drain ? " drained" : ""}" data-node="${n.name}">
             <div class="node-head"><b>${n.name}</b><span class="muted">${n.preset} · ${n.gpus.length} GPUs</span>
               ${n.alive ? html`<span class="muted node-since" title="${C.stamp(n.since)}">up since ${C.ago(n.since)}</span>`
-                : html`<span class="badge state-failed" title="${C.stamp(n.since)}">down since ${C.ago(n.since)}</span>`}${nodeHealthBadge(n.health)}${nicBar(nics.get(n.name))}</div>
+                : html`<span class="badge state-failed" title="${C.stamp(n.since)}">down since ${C.ago(n.since)}</span>`}${n.drain ? html`<span class="badge state-pending node-drain"
+                title="drained by ${n.drain.by || "?"} at ${C.stamp(n.drain.at)}${n.drain.now ? ", its jobs requeued" :
+                  ", its running jobs finishing"}: no new job starts here (corral node resume ${n.name})">drained${
+                  n.drain.reason ? `: ${n.drain.reason}` : ""}</span>` : ""}${nodeHealthBadge(n.health)}${nicBar(nics.get(n.name))}</div>
             <div class="gpus" style="grid-template-columns: repeat(${Math.min(8, n.gpus.length)}, minmax(0, 1fr))">
               ${n.gpus.map((g) => gpuCell(g, jobs, teams, readings.get(g.local_index)))}</div>
           </div>`;
