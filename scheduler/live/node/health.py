@@ -1,6 +1,6 @@
 """The GPUs' health as the node agent last read it, in `health.json` in the node folder: what a person reads
 (`corral node health`), and what the agent pushes to the API with `--api` (`scheduler.live.node.report`). The
-controller does not act on it yet."""
+controller keeps new jobs off a GPU a fresh report calls faulty (`scheduler.live.nodes.gpu_faults`)."""
 
 from __future__ import annotations
 
