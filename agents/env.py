@@ -123,8 +123,9 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     `window` jobs per episode; `load` the range of offered load; `part` the part of traces to draw windows from
     ("train", "test" or "all"); `scenarios` a fixed list to cycle through instead of drawing (for evaluation);
     `team_share` the probability that a drawn window is shared by teams (0: never, the default).
-    `reset(options=...)` may give a `scenario` (a `Scenario` or its dict), a `workload` or `window` to draw with, or
-    a fixed `cluster` spec.
+    `reset(options=...)` may give a `scenario` (a `Scenario` or its dict), a `workload` or `window` to draw with, a
+    fixed `cluster` spec, or `outages` (node drains and GPU faults, `scheduler.core.outages.Outage`; one that never
+    ends must leave room for every job).
     """
 
     metadata = {"render_modes": []}
@@ -178,7 +179,9 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
             if is_synthetic(scenario.workload):
                 jobs = scale_to_load(jobs, cluster.num_gpus, scenario.load)
         self.scenario = scenario
-        self.sim = Simulator(cluster, jobs, None)
+        # Drains and GPU faults over the episode (`scheduler.core.outages.Outage`): the closed GPUs look full in the
+        # view, so the masks offer no placement on them, as the live controller's rule has it.
+        self.sim = Simulator(cluster, jobs, None, outages=options.get("outages", ()))
         teams = scenario.tenancy(cluster)
         self._seat = _Seat(self.sizes)
         self.frame = TenancyFrame(self._seat, teams) if teams is not None else None

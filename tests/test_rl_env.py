@@ -58,6 +58,24 @@ def test_wait_is_masked_on_an_idle_cluster_and_invalid_actions_do_not_crash() ->
     assert env.sim.running  # taken as candidate 0, since waiting was masked
 
 
+def test_the_environment_sees_a_drained_node_as_the_controller_does() -> None:
+    """Node 0 of two is drained for the first 3,000 s: no action the masks offer places a job there meanwhile."""
+    from scheduler.core.outages import Outage
+
+    env = PlacementEnv(window=30)
+    env.reset(seed=0, options={"cluster": "dgx-a100:2", "outages": [Outage(0.0, 3000.0, node=0, reason="repair")]})
+    assert env.sim is not None
+    node0 = set(range(8))
+    while True:
+        mask = env.action_masks()
+        _, _, done, truncated, info = env.step(int(np.flatnonzero(mask)[0]))
+        if env.sim.now < 3000.0:
+            assert not any(node0 & set(j.placement.gpus) for j in env.sim.running.values() if j.placement), env.sim.now
+        if done or truncated:
+            break
+    assert info["metrics"]["jobs_completed"] == 30
+
+
 def test_always_waiting_still_finishes() -> None:
     env = PlacementEnv(window=30)
     _, info = run_episode(env, lambda mask: WAIT if mask[WAIT] else int(np.flatnonzero(mask)[0]))
