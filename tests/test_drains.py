@@ -313,3 +313,33 @@ def test_events_of_a_fault_name_the_gpu(cluster: Any, live_store: Store) -> None
         assert any(f"GPU 1 of {node} is faulty (unreachable (fell off the bus))" in m for m in msgs), msgs
     finally:
         live.close()
+
+
+def test_a_restart_on_fewer_nodes_requeues_the_runs_it_lost_instead_of_crashing(store: Store,
+                                                                                 corral_home: Any) -> None:
+    """Seen: `corral serve --nodes 1` on a store whose runs held GPUs 0-15 died with `PlacementError: GPU 6 does not
+    exist`. The runs on GPUs the new cluster lacks went with the old local cluster: lost, requeued by their policy."""
+    from conftest import StartingBackend
+
+    big = Controller(store, StartingBackend(["n0", "n1"], 8), build_live_cluster("dgx-a100", [8, 8]), ["n0", "n1"],
+                     make_policy, default_policy="fifo", preset="dgx-a100")
+    big.recover()
+    with store.session() as s:
+        ids = [queries.submit(s, queries.ensure_user(s, "alice"), {"kind": "emulated", "model": "ResNet-50-bs64",
+                                                                    "num_gpus": 8, "duration_s": 60.0,
+                                                                    "name": f"j{i}"})[0].id for i in range(2)]
+    big.step()
+    big.step()
+    with store.session() as s:
+        assert {s.get(Job, i).state for i in ids} == {"running"}  # type: ignore[union-attr]
+    small = Controller(store, StartingBackend(["n0"], 8), build_live_cluster("dgx-a100", [8]), ["n0"], make_policy,
+                       default_policy="fifo", preset="dgx-a100")
+    small.recover()  # no PlacementError
+    with store.session() as s:
+        rows = [s.get(Job, i) for i in ids]
+        states = sorted((r.state, r.restarts) for r in rows)  # type: ignore[union-attr]
+    assert states == [("pending", 1), ("pending", 1)]  # StartingBackend adopts nothing: both runs are lost
+    small.step()
+    small.step()
+    with store.session() as s:
+        assert sorted(s.get(Job, i).state for i in ids) == ["pending", "running"]  # type: ignore[union-attr]
