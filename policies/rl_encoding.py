@@ -17,7 +17,10 @@ free GPUs:
 and three preemption slots, `preempt-las`, `preempt-fine` and `preempt-gittins`: the first job in that order (LAS
 by the default or the fine queues, or Gittins') that fits nowhere but would fit once running jobs of strictly
 lower-priority queues (of attained service, or of Gittins rank as the `gittins` policy keeps them) are preempted,
-chosen by Tiresias' rule (lowest priority, then latest arrival, first). Choosing such a slot preempts them; choosing
+chosen by Tiresias' rule (lowest priority, then latest arrival, first), except that a slot never frees more GPUs
+than its job lacks where a set of those victims that frees fewer makes room (`pick_victims`, the rule of
+`scheduler.core.victims`): no action preempts a 16-GPU job for a 2-GPU one while a 2-GPU victim would do, so the
+agent cannot choose such a waste. Choosing such a slot preempts them; choosing
 another or waiting does not. So every choice of `tiresias`, of Tiresias with the fine queues and of `gittins` is an
 action (the warm start clones them). One job may head several orders; the slot count never depends on the queue's or
 the cluster's size.
@@ -519,7 +522,8 @@ class _Frame:
 
     def preempting(self, job: Job, ladder: tuple[float, ...] | str) -> Choice | None:
         """Candidates once running jobs of strictly lower-priority queues (of attained service under the thresholds
-        `ladder`, or of Gittins rank) are preempted, chosen by Tiresias' rule; None if no such set makes room."""
+        `ladder`, or of Gittins rank) are preempted, chosen by `pick_victims` (Tiresias' order, never freeing more than
+        the job lacks where fewer would do); None if no such set makes room."""
         view, planner, spec = self.view, self.planner, job.spec
         level = self.level(job, ladder)
         may_take, whose = self._may_take(job)
@@ -529,7 +533,8 @@ class _Frame:
         levels, order = self._ranked(ladder)
         count = int(np.count_nonzero(levels > level))
         running = self._running[0]  # type: ignore[index]
-        # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands.
+        # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands (it reads
+        # on only when those would free more GPUs than the job lacks).
         ranked = (running[k] for k in order[:count])
         victims = pick_victims(view, planner, spec, filter(may_take, ranked) if may_take else ranked) if count else []
         if not victims:
