@@ -3,8 +3,9 @@
 A job's attained service is GPUs x time it has run. Jobs sit in priority queues by attained service (thresholds in
 GPU-seconds); inside a queue, arrival order. A pending job may preempt running jobs only from strictly lower-priority
 queues, lowest priority (then latest arrival) first, which is what keeps it from thrashing; but never a set that
-frees more GPUs than the job lacks where a set freeing fewer would make room (`pick_victims`, the rule of
-`scheduler.core.victims`: no 16-GPU job preempted for a 2-GPU one while a 2-GPU job of a lower queue would do).
+frees GPUs neither the job nor the rest of the queue would take where a set freeing fewer would make room
+(`pick_victims`, the rule of `scheduler.core.victims`: no 16-GPU job preempted for one 2-GPU job while a 2-GPU job
+of a lower queue would do).
 Placement is consolidated when possible (Tiresias consolidates communication-heavy jobs).
 
 With `starvation_factor` set (off by default: under overload it turns LAS into round robin with a preemption per
@@ -36,7 +37,7 @@ from policies.placement import Planner
 from policies.registry import UnknownPolicyError, register, register_prefix
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
-from scheduler.core.victims import Offer, choose_victims
+from scheduler.core.victims import Offer, choose_victims, pending_takers
 
 # Queue thresholds in GPU-seconds of attained service: one GPU-hour and ten GPU-hours.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
@@ -54,6 +55,7 @@ class Tiresias:
         self.starvation_factor = starvation_factor
         self._discount: dict[int, float] = {}  # attained service forgiven at promotion, by job id
         self._indexed_view: ClusterView | None = None
+        self._queue: Collection[Job] = ()  # the pending jobs of the current call
         self._reset_index()
 
     def _reset_index(self) -> None:
@@ -163,6 +165,7 @@ class Tiresias:
         self._sync(view, now)
         if not queue:  # demotions only matter when someone is waiting
             return []
+        self._queue = queue  # who else would take GPUs a preemption frees beyond its job's need (`pick_victims`)
         planner = Planner(view)
         # The queue arrives in arrival order, so bucketing it by level gives (level, arrival) order without a sort.
         buckets: list[list[Job]] = [[] for _ in range(len(self.thresholds) + 1)]
@@ -245,7 +248,7 @@ class Tiresias:
         self, view: ClusterView, planner: Planner, spec: JobSpec, level: int, preempted: set[int]
     ) -> list[Job]:
         victims = (v for v in self._victims_below(view, level) if v.id not in preempted)
-        return pick_victims(view, planner, spec, victims)
+        return pick_victims(view, planner, spec, victims, self._queue)
 
 
 def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
@@ -253,10 +256,12 @@ def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRES
     return bisect.bisect_right(thresholds, attained_gpu_s) if attained_gpu_s else 0
 
 
-def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job]) -> list[Job]:
+def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job],
+                 others: Iterable[Job] = ()) -> list[Job]:
     """Which of `victims` (the policy's order of preference, lowest priority first) to preempt so that `spec` fits,
     by the rule of `scheduler.core.victims`: the first ones in order that make room, unless they free more than the
-    job lacks where it would start (a 16-GPU job for a 2-GPU one); then the set that frees the fewest GPUs. Room is
+    job lacks where it would start (a 16-GPU job for a 2-GPU one) and the `others` pending (read only then, and
+    never counting `spec`'s own job) would not take the surplus; then the set that frees the fewest GPUs. Room is
     counted on each node that can hold the whole gang when one can (so no GPUs are freed where they cannot help),
     else over the cluster; for a GPU share, on each GPU. Every set returned fits (`Planner.best_fit`); empty if none
     does."""
@@ -264,7 +269,8 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
     if not lacking:
         return []
     offers = (Offer(v, gains(view.placement(v.id)), v.spec.gpu_demand) for v in victims)
-    return choose_victims(offers, lacking, _fits(view, planner, spec))
+    takers = pending_takers(j.spec.gpu_demand for j in others if j.spec is not spec)
+    return choose_victims(offers, lacking, _fits(view, planner, spec), takers)
 
 
 def _room_model(

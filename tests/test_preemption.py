@@ -20,7 +20,7 @@ from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobSpec, JobState, Placement, parse_cluster
 from scheduler.core.simulator import Placed, Simulator
 from scheduler.core.tenancy import Teams, TenancyFrame
-from scheduler.core.victims import Offer, choose_victims
+from scheduler.core.victims import Offer, choose_victims, pending_takers
 
 CLUSTER = "dgx-a100:4"  # 4 nodes x 8 GPUs
 HOUR = 3600.0
@@ -61,9 +61,10 @@ def eight_for_two() -> list[Placed]:
 SCENARIOS = {"16-for-2": sixteen_for_two, "8-for-2": eight_for_two}
 
 
-def arrived(initial: list[Placed], policy: object = None) -> Simulator:
-    """The busy cluster at the instant a 2-GPU job arrives (every GPU taken)."""
-    sim = Simulator(parse_cluster(CLUSTER), [spec("new", NEWCOMER, 600.0, submit=10.0)], policy, initial=initial)
+def arrived(initial: list[Placed], policy: object = None, newcomers: int = 1) -> Simulator:
+    """The busy cluster at the instant 2-GPU jobs arrive (every GPU taken): "new", then "new1", "new2"..."""
+    specs = [spec(f"new{i or ''}", NEWCOMER, 600.0, submit=10.0) for i in range(newcomers)]
+    sim = Simulator(parse_cluster(CLUSTER), specs, policy, initial=initial)
     while not sim.pending:
         assert sim.advance()
     assert sim.view.free_capacity == 0.0
@@ -128,6 +129,17 @@ def test_a_victim_larger_than_the_need_is_taken_only_when_nothing_smaller_makes_
     assert [sim.view.running[d.job_id].spec.name for d in decisions if isinstance(d, Preempt)] == ["big16"]
 
 
+@pytest.mark.parametrize("name", ["tiresias", "gittins"])
+def test_a_surplus_the_other_pending_jobs_take_is_not_waste(name: str) -> None:
+    # Eight 2-GPU jobs arrive together: preempting the 16-GPU job once starts all of them (the pass places the seven
+    # others on the surplus), where sparing it would cost a small job's preemption for each.
+    policy = make_policy(name)
+    sim = arrived(sixteen_for_two(), policy, newcomers=8)
+    decisions = policy.schedule(sim.view, list(sim.pending.values()), sim.now)
+    assert [sim.view.running[d.job_id].spec.name for d in decisions if isinstance(d, Preempt)] == ["big16"]
+    assert sum(isinstance(d, Place) for d in decisions) == 8
+
+
 # ---- the rule itself (scheduler.core.victims) ----------------------------------------------------------------------
 
 
@@ -158,6 +170,15 @@ def test_a_set_that_frees_less_is_preferred_to_the_first_in_order() -> None:
     # Nothing smaller makes room (or fits): the first set stands.
     assert choose_victims(rows, {0: 2, 1: 2, 2: 2}, fits=lambda vs: vs == ["big"]) == ["big"]
     assert choose_victims(rows[1:], {0: 4}) == []
+
+
+def test_the_first_set_stands_when_other_pending_jobs_would_take_its_surplus() -> None:
+    rows = offers(("big", {0: 8, 1: 8}, 16), ("x", {2: 2}, 2))
+    lacking = {0: 2, 1: 2, 2: 2}
+    assert choose_victims(rows, lacking, takers=pending_takers([2.0] * 7)) == ["big"]  # 14 GPUs taken: no waste
+    assert choose_victims(rows, lacking, takers=pending_takers([2.0] * 6)) == ["x"]  # 2 of the 14 left idle
+    assert choose_victims(rows, lacking, takers=pending_takers([16.0, 32.0])) == ["x"]  # too large for the surplus
+    assert pending_takers([4.0, 1.0, 2.0, 8.0])(5.0) == 7.0
 
 
 def test_pick_victims_frees_the_fewest_gpus_on_the_node_that_lacks_fewest() -> None:
