@@ -29,10 +29,10 @@ store's history (`SizeDistribution.from_jobs`).
 **The policy** (`gittins`): pending jobs are served in descending Gittins index of their attained service (ties:
 arrival), placed with `Planner.best_fit`. For preemption the index is discretised into priority queues, as Tiresias
 discretises attained service: a job's queue is set by its *rank* 1 / G (GPU-seconds; `thresholds`), and a pending job
-may preempt running jobs only from strictly lower-priority queues (lowest first, then latest arrival; Tiresias'
-`pick_victims`), which keeps it from thrashing. Running jobs are indexed by queue incrementally (Tiresias' machinery);
-when someone waits, the policy asks to be woken when the next running job changes queue, so preemption is
-reconsidered then.
+may preempt running jobs only from strictly lower-priority queues (lowest first, then latest arrival, and never
+freeing GPUs no pending job would take where fewer would do: Tiresias' `pick_victims`), which keeps it from
+thrashing. Running jobs are indexed by queue incrementally (Tiresias' machinery); when someone waits, the policy asks
+to be woken when the next running job changes queue, so preemption is reconsidered then.
 
 **Reading the index.** `index()` is read per attained-service *bucket*, the interval between two consecutive quantile
 points, valued at its lower edge: exact at the quantile points, constant in between (`exact_index()` gives the value
@@ -403,6 +403,7 @@ class Gittins(Tiresias):
         self._sync(view, now)
         if not queue:
             return []
+        self._queue = queue  # who else would take GPUs a preemption frees beyond its job's need (`pick_victims`)
         keys = self._keys
         if len(keys) > 2 * len(queue) + 1024:  # forget jobs that left the queue now and then
             ids = {job.id for job in queue}

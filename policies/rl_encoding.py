@@ -14,13 +14,16 @@ free GPUs:
 * `fifo`: the oldest;
 * `smallest`: the fewest GPUs, then arrival;
 
-and three preemption slots, `preempt-las`, `preempt-fine` and `preempt-gittins`: the first job in that order (LAS
-by the default or the fine queues, or Gittins') that fits nowhere but would fit once running jobs of strictly
-lower-priority queues (of attained service, or of Gittins rank as the `gittins` policy keeps them) are preempted,
-chosen by Tiresias' rule (lowest priority, then latest arrival, first). Choosing such a slot preempts them; choosing
-another or waiting does not. So every choice of `tiresias`, of Tiresias with the fine queues and of `gittins` is an
-action (the warm start clones them). One job may head several orders; the slot count never depends on the queue's or
-the cluster's size.
+and three preemption slots, `preempt-las`, `preempt-fine` and `preempt-gittins`: the first job in that order (LAS by the
+default or the fine queues, or Gittins') that fits nowhere but would fit once running jobs of strictly lower-priority
+queues (of attained service, or of Gittins rank as the `gittins` policy keeps them) are preempted, chosen by Tiresias'
+rule (lowest priority, then latest arrival, first), except that a slot never frees more GPUs than its job lacks, where a
+set of those victims that frees fewer makes room and the other pending jobs would not take the surplus (`pick_victims`,
+the rule of `scheduler.core.victims`): no action preempts a 16-GPU job for a 2-GPU one, leaving 14 GPUs idle, while a
+2-GPU victim would do, so the agent cannot choose such a waste. Choosing such a slot preempts them; choosing another or
+waiting does not. So every choice of `tiresias`, of Tiresias with the fine queues and of `gittins` is an action (the
+warm start clones them). One job may head several orders; the slot count never depends on the queue's or the cluster's
+size.
 
 Where: each slot's job comes with up to `MAX_CANDIDATES` placements (the generators of
 `policies.placement.Planner.candidates`), minus any placement another one beats on both the job's own predicted
@@ -438,8 +441,9 @@ class _Unscored:
 class _Frame:
     """One decision point's working state: the planner, and which jobs can start (with which victims)."""
 
-    def __init__(self, view: ClusterView, preempt: bool, queues: Gittins) -> None:
+    def __init__(self, view: ClusterView, preempt: bool, queues: Gittins, queue: Sequence[Job] = ()) -> None:
         self.view = view
+        self.queue = queue  # the pending jobs: who else would take GPUs a preemption frees beyond its job's need
         self.queues = queues
         self.planner = Planner(view)
         self.preempt = preempt and bool(view.running)
@@ -519,7 +523,9 @@ class _Frame:
 
     def preempting(self, job: Job, ladder: tuple[float, ...] | str) -> Choice | None:
         """Candidates once running jobs of strictly lower-priority queues (of attained service under the thresholds
-        `ladder`, or of Gittins rank) are preempted, chosen by Tiresias' rule; None if no such set makes room."""
+        `ladder`, or of Gittins rank) are preempted, chosen by `pick_victims` (Tiresias' order, never freeing GPUs
+        that neither the job nor the rest of the queue would take where fewer would do); None if no such set makes
+        room."""
         view, planner, spec = self.view, self.planner, job.spec
         level = self.level(job, ladder)
         may_take, whose = self._may_take(job)
@@ -529,9 +535,11 @@ class _Frame:
         levels, order = self._ranked(ladder)
         count = int(np.count_nonzero(levels > level))
         running = self._running[0]  # type: ignore[index]
-        # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands.
+        # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands (it reads
+        # on only when those would free more GPUs than the job lacks).
         ranked = (running[k] for k in order[:count])
-        victims = pick_victims(view, planner, spec, filter(may_take, ranked) if may_take else ranked) if count else []
+        victims = pick_victims(view, planner, spec, filter(may_take, ranked) if may_take else ranked,
+                               self.queue) if count else []
         if not victims:
             # Within a level (and a set of teams it may take from) victims are the same set, so a larger demand finds
             # none either.
@@ -609,7 +617,7 @@ def decision_point(
     if not jobs:
         return None
     sizes = sizes or default_sizes()
-    frame = _Frame(view, preempt, _gittins_queues(sizes))
+    frame = _Frame(view, preempt, _gittins_queues(sizes), jobs)
     orders, num = _orders(view, sizes, jobs)
     planner = frame.planner
     # Jobs that fit nowhere, known without a search: `Planner.may_fit` refuses them (and nothing else about them is

@@ -2,8 +2,11 @@
 
 A job's attained service is GPUs x time it has run. Jobs sit in priority queues by attained service (thresholds in
 GPU-seconds); inside a queue, arrival order. A pending job may preempt running jobs only from strictly lower-priority
-queues, lowest priority (then latest arrival) first, which is what keeps it from thrashing. Placement is consolidated
-when possible (Tiresias consolidates communication-heavy jobs).
+queues, lowest priority (then latest arrival) first, which is what keeps it from thrashing; but never a set that
+frees GPUs neither the job nor the rest of the queue would take where a set freeing fewer would make room
+(`pick_victims`, the rule of `scheduler.core.victims`: no 16-GPU job preempted for one 2-GPU job while a 2-GPU job
+of a lower queue would do).
+Placement is consolidated when possible (Tiresias consolidates communication-heavy jobs).
 
 With `starvation_factor` set (off by default: under overload it turns LAS into round robin with a preemption per
 quantum), a job that has waited that many times as long as it has run is promoted to the top queue and its attained
@@ -23,15 +26,18 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import ClassVar
+
+import numpy as np
 
 from policies.base import Decision, Place, Preempt, Wait, WakeAt
 from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, register, register_prefix
 from scheduler.core.model import Job, JobSpec, Placement
-from scheduler.core.state import ClusterView
+from scheduler.core.state import EPS, ClusterView
+from scheduler.core.victims import Offer, choose_victims, pending_takers
 
 # Queue thresholds in GPU-seconds of attained service: one GPU-hour and ten GPU-hours.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
@@ -49,6 +55,7 @@ class Tiresias:
         self.starvation_factor = starvation_factor
         self._discount: dict[int, float] = {}  # attained service forgiven at promotion, by job id
         self._indexed_view: ClusterView | None = None
+        self._queue: Collection[Job] = ()  # the pending jobs of the current call
         self._reset_index()
 
     def _reset_index(self) -> None:
@@ -158,6 +165,7 @@ class Tiresias:
         self._sync(view, now)
         if not queue:  # demotions only matter when someone is waiting
             return []
+        self._queue = queue  # who else would take GPUs a preemption frees beyond its job's need (`pick_victims`)
         planner = Planner(view)
         # The queue arrives in arrival order, so bucketing it by level gives (level, arrival) order without a sort.
         buckets: list[list[Job]] = [[] for _ in range(len(self.thresholds) + 1)]
@@ -240,7 +248,7 @@ class Tiresias:
         self, view: ClusterView, planner: Planner, spec: JobSpec, level: int, preempted: set[int]
     ) -> list[Job]:
         victims = (v for v in self._victims_below(view, level) if v.id not in preempted)
-        return pick_victims(view, planner, spec, victims)
+        return pick_victims(view, planner, spec, victims, self._queue)
 
 
 def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
@@ -248,45 +256,84 @@ def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRES
     return bisect.bisect_right(thresholds, attained_gpu_s) if attained_gpu_s else 0
 
 
-def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job]) -> list[Job]:
-    """From `victims` (lowest priority first), the first ones whose GPUs let `spec` fit: on a single node when the
-    gang fits in one (so no GPUs are freed where they cannot help), else anywhere until enough capacity is free.
-    Empty if no set does."""
+def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job],
+                 others: Iterable[Job] = ()) -> list[Job]:
+    """Which of `victims` (the policy's order of preference, lowest priority first) to preempt so that `spec` fits,
+    by the rule of `scheduler.core.victims`: the first ones in order that make room, unless they free more than the
+    job lacks where it would start (a 16-GPU job for a 2-GPU one) and the `others` pending (read only then, and
+    never counting `spec`'s own job) would not take the surplus; then the set that frees the fewest GPUs. Room is
+    counted on each node that can hold the whole gang when one can (so no GPUs are freed where they cannot help),
+    else over the cluster; for a GPU share, on each GPU. Every set returned fits (`Planner.best_fit`); empty if none
+    does."""
+    lacking, gains = _room_model(view, planner, spec)
+    if not lacking:
+        return []
+    offers = (Offer(v, gains(view.placement(v.id)), v.spec.gpu_demand) for v in victims)
+    takers = pending_takers(j.spec.gpu_demand for j in others if j.spec is not spec)
+    return choose_victims(offers, lacking, _fits(view, planner, spec), takers)
+
+
+def _room_model(
+    view: ClusterView, planner: Planner, spec: JobSpec
+) -> tuple[dict[int, float], Callable[[Placement], dict[int, float]]]:
+    """What `spec` lacks in each bucket (only buckets that could hold it), and what a victim's placement gains each.
+
+    Whole GPUs: a node (or, for a gang larger than any node, the cluster, bucket -1) gains from each GPU of the victim
+    the share of that GPU's tenants the victim is: 1 where it is the last, 1/2 where it is one of two halves. That
+    never under-counts whole GPUs freed (two victims sharing a GPU free it together); `_fits` has the last word."""
     cluster = view.cluster
+    mem = view.mem_need(spec)
+    if spec.num_gpus < 1:  # a GPU share: on one GPU with enough memory (a victim frees memory too: lacking > 0)
+        tenanted = (planner.free_share < 1.0 - EPS) & (cluster.gpu_mem >= mem - EPS)
+        gpus = np.flatnonzero(tenanted)
+        need = np.maximum(spec.share - planner.free_share[gpus], 2 * _CAPACITY_EPS)
+        return dict(zip(gpus.tolist(), need.tolist())), lambda p: {g: p.share for g in p.gpus}
+    free_share, gpu_node = planner.free_share, cluster.gpu_node
+    eligible = cluster.gpu_mem[cluster.node_first_gpu] >= mem - EPS
     workers = spec.workers
-    if spec.num_gpus >= 1 and workers <= cluster.max_gpus_per_node:
-        gpu_node, node_gpus = cluster.gpu_node, cluster.node_num_gpus
-        free_share, node_free = planner.free_share, planner.node_free
-        freed: dict[int, int] = {}
-        on_node: dict[int, list[Job]] = {}
-        for v in victims:
-            p = view.placement(v.id)
-            gains: dict[int, int] = {}  # GPUs of each of its nodes it frees
+
+    def fraction(p: Placement, g: int) -> float:
+        used = 1.0 - float(free_share[g])
+        return 1.0 if used <= p.share + EPS else p.share / used
+
+    if workers <= cluster.max_gpus_per_node:
+        nodes = np.flatnonzero(eligible & (cluster.node_num_gpus >= workers) & (planner.node_free < workers))
+        need = workers - planner.node_free[nodes]
+
+        def node_gains(p: Placement) -> dict[int, float]:
+            out: dict[int, float] = {}
             for g in p.gpus:
                 node = int(gpu_node[g])
-                # Shared GPUs free up only if the victim was their last tenant.
-                gains[node] = gains.get(node, 0) + int(free_share[g] + p.share >= 1.0 - 1e-9)
-            for node in sorted(gains):
-                if node_gpus[node] < workers:
-                    continue
-                freed[node] = freed.get(node, 0) + gains[node]
-                on_node.setdefault(node, []).append(v)
-                if int(node_free[node]) + freed[node] >= workers:
-                    return on_node[node]
-        return []
-    # Free capacity is a float sum of shares (6.999999999999998 for 7 GPUs): compare with a tolerance, or the last
-    # GPU needed is never found and a gang that must span nodes starves until the cluster empties.
-    need = spec.gpu_demand - planner.free_capacity
-    chosen = []
-    for v in victims:
-        if need <= _CAPACITY_EPS:
-            break
-        chosen.append(v)
-        need -= v.spec.gpu_demand
-    return chosen if need <= _CAPACITY_EPS else []
+                out[node] = out.get(node, 0.0) + fraction(p, g)
+            return dict(sorted(out.items()))
+
+        return dict(zip(nodes.tolist(), need.astype(float).tolist())), node_gains
+    have = float(planner.node_free[eligible].sum())
+
+    def cluster_gains(p: Placement) -> dict[int, float]:
+        return {_CLUSTER: sum(fraction(p, g) for g in p.gpus if eligible[gpu_node[g]])}
+
+    return ({_CLUSTER: workers - have} if workers > have else {}), cluster_gains
+
+
+def _fits(view: ClusterView, planner: Planner, spec: JobSpec) -> Callable[[list[Job]], bool]:
+    """The exact test: does `spec` have a placement once these victims are off their GPUs? The planner is left as it
+    was."""
+
+    def fits(victims: list[Job]) -> bool:
+        for v in victims:
+            planner.give_back(v)
+        try:
+            return planner.best_fit(spec) is not None
+        finally:
+            for v in victims:
+                planner.take(v.spec, view.placement(v.id))
+
+    return fits
 
 
 _CAPACITY_EPS = 1e-6
+_CLUSTER = -1  # the bucket of a gang larger than any node: the whole cluster
 
 
 # ---- options: `tiresias:thresholds=60,600,3600,starvation=8` ---------------------------------------------------------

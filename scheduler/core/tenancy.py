@@ -8,7 +8,9 @@ The semantics follow Kueue's cohorts (nominal quota, borrowing limit, reclaim) a
   their teams' quotas need is **reserved** for them, and borrowers get the rest.
 - When a team under its quota has a pending job that fits within its quota but not in the free GPUs, because
   borrowers hold them, the frame **reclaims**: it preempts borrowed jobs (checkpointed, as any preemption) of the team
-  furthest over its fair share, youngest first, the fewest that make room, and never more of a team than it borrows.
+  furthest over its fair share, youngest first, the fewest that make room, never more GPUs than the job lacks where
+  borrowed jobs freeing fewer would make room (the rule every preemption follows, `scheduler.core.victims`), and
+  never more of a team than it borrows.
 - Across teams, the order is **fair share**: each team's usage (GPU-seconds, decayed with a half-life, as Slurm's
   `PriorityDecayHalfLife`) over its quota; the team with the lowest ratio comes first, both for the queue the policy
   sees and for the idle capacity borrowers may take. Within a team, by priority, then arrival.
@@ -39,6 +41,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.errors import SpecError
 from scheduler.core.model import (
@@ -53,6 +57,7 @@ from scheduler.core.model import (
 )
 from scheduler.core.standing import TeamStanding, TenancyStanding
 from scheduler.core.state import ClusterView
+from scheduler.core.victims import Offer, fewest_victims, first_victims
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0  # Slurm's PriorityDecayHalfLife default
 EPS = 1e-9
@@ -595,24 +600,63 @@ class TenancyFrame:
 
     def _victims(self, view: ClusterView, spec: JobSpec, standings: Mapping[str, Standing],
                  candidates: list[Job]) -> list[int]:
-        left = {name: st.borrowed for name, st in standings.items()}
-        chosen: list[Job] = []
-        for j in candidates:
-            team = self.team_of(j.spec)
-            if left[team] <= EPS:
-                continue  # what it still holds is its own quota
-            chosen.append(j)
-            left[team] -= j.spec.gpu_demand
-            if self._room(view, spec, chosen):
-                break
-        else:
+        """The borrowed jobs to reclaim for `spec`, by the rule every preemption follows (`scheduler.core.victims`):
+        the first in the frame's order that make room, unless they free more than it lacks; then the fewest GPUs."""
+        lacking, offer = self._room_model(view, spec)
+        if not lacking:
             return []
-        # The fewest GPUs: drop any victim the others make room without (largest first).
-        for j in sorted(chosen, key=lambda j: -j.spec.gpu_demand):
-            rest = [v for v in chosen if v is not j]
-            if rest and self._room(view, spec, rest):
-                chosen = rest
-        return [j.id for j in chosen]
+        offers = [offer(j) for j in candidates]
+
+        def fits(victims: list[Job]) -> bool:
+            return self._room(view, spec, victims) and self._only_borrowed(victims, standings)
+
+        first = first_victims(self._while_borrowing(offers, standings), lacking, fits)
+        if first is None:
+            return []
+        return [j.id for j in fewest_victims(*first, offers, lacking, fits)]
+
+    def _while_borrowing(self, offers: list[Offer[Job, int]],
+                         standings: Mapping[str, Standing]) -> Iterator[Offer[Job, int]]:
+        """The offers in order, skipping a team's once those before add up to what it borrows: what it still holds
+        then is its own quota."""
+        left = {name: st.borrowed for name, st in standings.items()}
+        for o in offers:
+            team = self.team_of(o.victim.spec)
+            if left[team] > EPS:
+                left[team] -= o.freed
+                yield o
+
+    def _only_borrowed(self, victims: list[Job], standings: Mapping[str, Standing]) -> bool:
+        """Never more of a team than it borrows: each team's victims but its largest take less than it borrows (as
+        `_while_borrowing` would have reached them, the largest last)."""
+        by_team: dict[str, list[float]] = {}
+        for v in victims:
+            by_team.setdefault(self.team_of(v.spec), []).append(v.spec.gpu_demand)
+        return all(sum(d) - max(d) < standings[t].borrowed - EPS for t, d in by_team.items())
+
+    @staticmethod
+    def _room_model(view: ClusterView, spec: JobSpec) -> tuple[dict[int, float], Callable[[Job], Offer[Job, int]]]:
+        """What `spec` lacks, as `_room` counts room, and each candidate's offer toward it. A gang: whole GPUs over
+        the cluster (one bucket, -1), each victim gaining from each of its GPUs the share of that GPU's tenants it is
+        (so two halves free a GPU together; `_room` has the last word). A GPU share: each GPU that lacks it."""
+        free = view.free_share
+        if spec.num_gpus >= 1:
+            lacking = spec.workers - view.free_whole
+
+            def whole(j: Job) -> Offer[Job, int]:
+                p = view.placement(j.id)
+                gained = sum(1.0 if 1.0 - free[g] <= p.share + EPS else p.share / (1.0 - free[g]) for g in p.gpus)
+                return Offer(j, {-1: gained}, j.spec.gpu_demand)
+
+            return ({-1: float(lacking)} if lacking > 0 else {}), whole
+        short = np.flatnonzero(free < spec.share - EPS)
+        lacking_share = dict(zip(short.tolist(), (spec.share - free[short]).tolist()))
+
+        def share(j: Job) -> Offer[Job, int]:
+            p = view.placement(j.id)
+            return Offer(j, {g: p.share for g in p.gpus}, j.spec.gpu_demand)
+
+        return lacking_share, share
 
     @staticmethod
     def _room(view: ClusterView, spec: JobSpec, victims: list[Job]) -> bool:
