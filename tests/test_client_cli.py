@@ -229,6 +229,29 @@ def test_cluster_table_shows_gpu_health(server: Server) -> None:
     assert plain.split() == ["gpu", "local", "type", "mem", "free", "tenants"]  # no health column without a report
 
 
+def test_cluster_table_shows_drained_nodes_and_closed_gpus(server: Server) -> None:
+    """A drained node says so (with its reason) in its title; its GPUs, and a GPU its agent reports faulty, read
+    "closed", not free; the totals count the usable GPUs."""
+    now = time.time()
+    with server.store.session() as s:
+        for i, name in enumerate(("kept", "fixing")):
+            node = Node(name=name, index=i, preset="dgx-a100", alive=True, updated_at=now,
+                        drained_at=now if name == "fixing" else None, drain_reason="new NIC" if name == "fixing" else None,
+                        health_at=now if name == "kept" else None,
+                        health={"agent": "running", "updated_at": now, "interval_s": 10.0, "mps": None,
+                                "status": "degraded", "gpus": [{"index": 1, "status": "degraded", "xid_errors": [79]}]}
+                        if name == "kept" else None)
+            node.gpus = [Gpu(index=2 * i + k, local_index=k, gpu_type="A100-80GB", mem_gb=80.0) for k in range(2)]
+            s.add(node)
+    out = ok(server, "cluster")
+    assert "fixing (dgx-a100, alive, drained: new NIC)" in out
+    rows = {tuple(ln.split()[:2]): ln.split() for ln in out.splitlines() if ln.split()[:1] in (["0"], ["1"], ["2"],
+                                                                                              ["3"])}
+    assert rows[("2", "0")][5] == rows[("3", "1")][5] == "closed"  # the drained node's (after "80 GB")
+    assert rows[("1", "1")][5] == "closed" and rows[("0", "0")][5] == "1"  # kept's faulty GPU; its healthy one
+    assert "2 nodes, 4 GPUs (1 free of 1 usable, 3 closed)" in out
+
+
 @pytest.mark.parametrize(("args", "field"), [
     (("--gpus", "1.5"), "num_gpus"),
     (("--gpus", "0.005"), "num_gpus"),

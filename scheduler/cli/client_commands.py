@@ -403,6 +403,9 @@ def cluster(as_json: bool, url: str, token: str | None) -> None:
     out = console()
     for node in c["nodes"]:
         status = "[green]alive[/]" if node["alive"] else "[red]down[/]"
+        drain = node.get("drain")
+        if drain:  # an admin's drain: nothing new starts there (`corral node resume`)
+            status += f", [yellow]drained[/]{': ' + escape(drain['reason']) if drain['reason'] else ''}"
         health = node.get("health")
         by_gpu = {h["index"]: h for h in health["gpus"]} if health else {}
         table = Table(title=f"{escape(node['name'])} ({escape(node['preset'])}, {status}{health_text(health)})",
@@ -412,11 +415,16 @@ def cluster(as_json: bool, url: str, token: str | None) -> None:
         for g in node["gpus"]:
             tenants = ", ".join(f"job {t['job_id']} {t['name']} ({t['user']}) ×{t['share']:g}" for t in g["tenants"])
             gpu_health = (gpu_health_text(by_gpu.get(g["local_index"])),) if health else ()
+            # A closed GPU (down, drained or faulty node) takes no new job: its idle share is not free.
+            free = "closed" if g.get("closed") else f"{g['free_share']:g}"
             table.add_row(str(g["index"]), str(g["local_index"]), escape(g["gpu_type"]), f"{g['mem_gb']:g} GB",
-                          f"{g['free_share']:g}", *gpu_health, escape(tenants) or "-")
+                          free, *gpu_health, escape(tenants) or "-")
         out.print(table)
     t, q = c["totals"], c["queue"]
-    out.print(f"{t['nodes']} nodes, {t['gpus']} GPUs: {t['gpus_allocated']} allocated ({t['gpus_shared']} shared), "
+    closed = t["gpus"] - t.get("gpus_usable", t["gpus"])
+    usable = f" ({t['gpus_free']} free of {t['gpus_usable']} usable, {closed} closed)" if closed else ""
+    out.print(f"{t['nodes']} nodes, {t['gpus']} GPUs{usable}: {t['gpus_allocated']} allocated "
+              f"({t['gpus_shared']} shared), "
               f"{t['share_allocated']:g} GPUs of share in use; queue: {q['pending']} pending, {q['running']} running; "
               f"policy: {c['active_policy'] or '(controller default)'}")
 
