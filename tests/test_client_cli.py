@@ -235,8 +235,9 @@ def test_cluster_table_shows_drained_nodes_and_closed_gpus(server: Server) -> No
     now = time.time()
     with server.store.session() as s:
         for i, name in enumerate(("kept", "fixing")):
+            fixing = name == "fixing"
             node = Node(name=name, index=i, preset="dgx-a100", alive=True, updated_at=now,
-                        drained_at=now if name == "fixing" else None, drain_reason="new NIC" if name == "fixing" else None,
+                        drained_at=now if fixing else None, drain_reason="new NIC" if fixing else None,
                         health_at=now if name == "kept" else None,
                         health={"agent": "running", "updated_at": now, "interval_s": 10.0, "mps": None,
                                 "status": "degraded", "gpus": [{"index": 1, "status": "degraded", "xid_errors": [79]}]}

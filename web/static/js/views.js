@@ -179,6 +179,15 @@ const Views = (() => {
     </div>`;
   }
 
+  // An admin's drain (`corral node drain`): nothing new starts on the node; its reason is the admin's text.
+  function drainBadge(n) {
+    if (!n.drain) return "";
+    const d = n.drain;
+    const tip = `drained by ${d.by || "?"} at ${C.stamp(d.at)}, ${d.now ? "its jobs requeued" :
+      "its running jobs finishing"}: no new job starts here (corral node resume ${n.name})`;
+    return html`<span class="badge state-pending node-drain" title="${tip}">drained${d.reason ? `: ${d.reason}` : ""}</span>`;
+  }
+
   function nicBar(net) {
     if (!net) return html`<span class="nic muted">NIC: –</span>`;
     const load = net.load || 0;
@@ -238,10 +247,8 @@ const Views = (() => {
           <div class="node${n.alive ? "" : " dead"}${n.drain ? " drained" : ""}" data-node="${n.name}">
             <div class="node-head"><b>${n.name}</b><span class="muted">${n.preset} · ${n.gpus.length} GPUs</span>
               ${n.alive ? html`<span class="muted node-since" title="${C.stamp(n.since)}">up since ${C.ago(n.since)}</span>`
-                : html`<span class="badge state-failed" title="${C.stamp(n.since)}">down since ${C.ago(n.since)}</span>`}${n.drain ? html`<span class="badge state-pending node-drain"
-                title="drained by ${n.drain.by || "?"} at ${C.stamp(n.drain.at)}${n.drain.now ? ", its jobs requeued" :
-                  ", its running jobs finishing"}: no new job starts here (corral node resume ${n.name})">drained${
-                  n.drain.reason ? `: ${n.drain.reason}` : ""}</span>` : ""}${nodeHealthBadge(n.health)}${nicBar(nics.get(n.name))}</div>
+                : html`<span class="badge state-failed" title="${C.stamp(n.since)}">down since ${C.ago(n.since)}</span>`}${
+                drainBadge(n)}${nodeHealthBadge(n.health)}${nicBar(nics.get(n.name))}</div>
             <div class="gpus" style="grid-template-columns: repeat(${Math.min(8, n.gpus.length)}, minmax(0, 1fr))">
               ${n.gpus.map((g) => gpuCell(g, jobs, teams, readings.get(g.local_index)))}</div>
           </div>`;
