@@ -329,7 +329,10 @@ def serve(cfg: ServeConfig) -> None:
             server = create_server(app, sockets=[sock], threads=cfg.threads)  # it listens from here
         except OSError as exc:
             raise ServeError(f"--port {cfg.port} on {cfg.host}: {exc.strerror}") from None
+        # Both, explicitly: a server started in the background of a script inherits an ignored SIGINT, and Python
+        # then never turns Ctrl-C (or `kill -INT`) into KeyboardInterrupt.
         signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGINT, _terminate)
         print(banner(controller.cluster, cfg, controller.policy_name or "(the leader's)", where, url, backend.address,
                      controller.status(), controller.node_presets), file=sys.stderr, flush=True)
         server.run()  # type: ignore[union-attr]
