@@ -186,3 +186,24 @@ def test_sigterm_checkpoints_and_requeues_without_spending_a_restart(store_url: 
             ended = s.scalars(select(JobEvent).where(JobEvent.job_id == i, JobEvent.kind == "succeeded")).one().at
         store.close()
         assert ended - second < duration - 0.5 * done_before[i], (ended - second, done_before[i])
+
+
+def test_drain_timeout_lets_running_jobs_end_before_the_server_stops(tmp_path: Path) -> None:
+    """`--drain-timeout`: at SIGTERM nothing new starts and the running jobs end on their own (succeeded, never
+    checkpointed); a job still queued stays pending for the next start."""
+    url = f"sqlite:///{tmp_path / 'home' / 'corral.db'}"
+    home = tmp_path / "home"
+    token = admin_token(url, home)
+    server = ServeProcess(home, [*SERVE, "--drain-timeout", "60"], service_env(home, url))
+    try:
+        running = [submit(server, token, f"r{i}", 6.0) for i in range(2)]
+        wait_until("both to start", lambda: all((job(server, token, i)["progress"] or 0) > 0 for i in running))
+        queued = submit(server, token, "queued", 6.0)  # both GPUs are taken: it waits
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.log_tail()
+    for i in running:
+        kinds = [k for k, _ in events(url, i)]
+        assert kinds[-1] == "succeeded" and "checkpointed" not in kinds, kinds
+    kinds = [k for k, _ in events(url, queued)]
+    assert "placed" not in kinds, kinds  # nothing new started during the drain
