@@ -515,7 +515,10 @@ def test_cluster_reports_nodes_gpus_tenants_and_totals(env: Env) -> None:
     assert [t["job_id"] for t in g1["tenants"]] == [half_a, half_b] and g1["free_share"] == 0.25
     assert all(g["tenants"] == [] and g["free_share"] == 1 for g in n1["gpus"])
     assert (g1["index"], g1["local_index"], g1["gpu_type"], g1["mem_gb"]) == (1, 1, "V100-32GB", 32.0)
-    assert c["totals"] == {"nodes": 2, "gpus": 4, "gpus_allocated": 2, "gpus_shared": 1, "share_allocated": 1.75}
+    # node-1 is down: its GPUs are closed to new jobs and out of the usable count; node-0's are both taken.
+    assert all(g["closed"] == "node node-1 is down" for g in n1["gpus"]) and g0["closed"] is None
+    assert c["totals"] == {"nodes": 2, "gpus": 4, "gpus_usable": 2, "gpus_free": 0, "gpus_allocated": 2,
+                           "gpus_shared": 1, "share_allocated": 1.75}
     assert c["queue"] == {"pending": 1, "running": 3}
     assert c["active_policy"] == "tiresias"
 

@@ -282,8 +282,8 @@ def test_the_cli_sets_and_shows_limits(server: Server) -> None:  # noqa: F811 (t
     assert got["whatif_per_min"] == 30 and got["sources"]["whatif_per_min"] == "cluster"
     cleared = corral(server, "user", "limits", "alice", "--clear", "max-pending", "--json", token=root)
     assert __import__("json").loads(cleared.output)["sources"]["max_pending"] == "built-in"
-    bad = corral(server, "user", "limits", "alice", "--max-pending", "0", token=root)
-    assert bad.exit_code == 1 and "max_pending" in bad.output
+    bad = corral(server, "user", "limits", "alice", "--max-pending", "0", token=root)  # refused before the request
+    assert bad.exit_code == 2 and "--max-pending" in bad.output and len(bad.output.strip().splitlines()) == 1
     denied = corral(server, "limits", "--max-pending", "5")  # alice is no admin
     assert denied.exit_code == 1 and "HTTP 403" in denied.output
     unknown = corral(server, "user", "limits", "nobody", token=root)
