@@ -165,6 +165,13 @@ class Live:
         states = {j.id: (j.state, j.pending_reason) for j in self.jobs()}
         raise AssertionError(f"timed out waiting for {what}: {states}")
 
+    @staticmethod
+    def job_row(store: Store, job_id: int) -> Job:
+        with store.session() as s:
+            row = s.get(Job, job_id)
+            assert row is not None
+            return row
+
     def jobs(self) -> list[Job]:
         with self.store.session() as s:
             return list(s.scalars(select(Job)))
@@ -343,3 +350,45 @@ def test_a_restart_on_fewer_nodes_requeues_the_runs_it_lost_instead_of_crashing(
     small.step()
     with store.session() as s:
         assert sorted(s.get(Job, i).state for i in ids) == ["pending", "running"]  # type: ignore[union-attr]
+
+
+def test_a_node_that_just_lost_a_run_is_held_out_so_the_requeued_job_is_not_lost_twice(store: Store,
+                                                                                         corral_home: Any) -> None:
+    """A partitioned node loses its workers seconds before Ray declares it dead. Seen in the multi-host test: the
+    requeued job went straight back to that node and was lost again (a second restart spent). The node is now held
+    out for SUSPECT_S, and reopens after it."""
+    from conftest import StartingBackend
+
+    from scheduler.live.runs import JobStatus
+
+    class LosesOnce(StartingBackend):
+        lose: set[int] = set()
+
+        def poll(self) -> list[JobStatus]:
+            out = super().poll()
+            for st in out:
+                if st.job_id in self.lose and st.attempt == 1:
+                    st.phase, st.error = "lost", "the actor died"
+            return out
+
+    backend = LosesOnce(["n0", "n1"], 8)
+    ctl = Controller(store, backend, build_live_cluster("dgx-a100", [8, 8]), ["n0", "n1"], make_policy,
+                     default_policy="fifo", preset="dgx-a100")
+    ctl.recover()
+    with store.session() as s:
+        job_id = queries.submit(s, queries.ensure_user(s, "alice"), {
+            "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 8, "duration_s": 60.0, "name": "j"})[0].id
+    ctl.step()
+    first = backend.launches[job_id].ranks[0].node
+    backend.lose.add(job_id)
+    for _ in range(3):
+        ctl.step()
+    row = Live.job_row(store, job_id)
+    assert row.state == "running" and row.attempt == 2 and row.restarts == 1
+    second = backend.launches[job_id].ranks[0].node
+    assert second != first
+    closed = set(ctl.state.closed.values())
+    assert len(closed) == 1 and f"node {first} is held out: job {job_id}'s workers were lost there" in closed.pop()
+    ctl._suspect = {i: (0.0, why) for i, (_, why) in ctl._suspect.items()}  # its time is up (without a minute's wait)
+    ctl.step()
+    assert not ctl.state.closed

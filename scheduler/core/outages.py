@@ -61,10 +61,14 @@ def _node_of(nodes: Sequence[NodeSpan]) -> dict[int, int]:
 
 
 def closed_gpus(nodes: Sequence[NodeSpan], *, down: Iterable[int] = (), drained: Mapping[int, Drain] | None = None,
-                faults: Mapping[int, str] | None = None) -> dict[int, str]:
-    """Every GPU no new job may use, with why. `down` and `drained` are node indices (positions in `nodes`),
-    `faults` cluster-wide GPU ids with the agent's reason."""
+                faults: Mapping[int, str] | None = None, held: Mapping[int, str] | None = None) -> dict[int, str]:
+    """Every GPU no new job may use, with why. `down`, `drained` and `held` are node indices (positions in `nodes`;
+    `held`: nodes the live controller holds out for a while, with why), `faults` cluster-wide GPU ids with the
+    agent's reason."""
     closed: dict[int, str] = {}
+    for i, why in sorted((held or {}).items()):
+        closed.update(dict.fromkeys(range(nodes[i].first_gpu, nodes[i].first_gpu + nodes[i].gpus),
+                                    f"node {nodes[i].name} is held out: {why}"))
     for i, drain in sorted((drained or {}).items()):
         why = f"node {nodes[i].name} is drained" + (f": {drain.reason}" if drain.reason else "")
         closed.update(dict.fromkeys(range(nodes[i].first_gpu, nodes[i].first_gpu + nodes[i].gpus), why))

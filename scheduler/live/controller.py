@@ -69,6 +69,10 @@ FULL_SYNC_S = 5.0  # a full scan of the pending jobs at least this often
 NODES_EVERY_S = 1.0
 REAP_EVERY_S = 30.0  # how often the leader kills workers no run of its own has (see `_reap_strays`)
 STANDBY_TICK_S = 1.0  # a standby's loop looks at the lease this often (the lease's thread also wakes it)
+# A node where a run's workers were just lost takes no new job for this long: a partitioned or dying node loses its
+# workers (seconds) well before Ray declares it dead (tens of seconds), and a job requeued onto it would be lost again,
+# spending a second restart. Ray declaring the node dead ends the hold sooner (it is then down, closed as such).
+SUSPECT_S = 60.0
 
 
 # The statements every pass runs, built once (building one costs as much as running it on SQLite).
@@ -217,6 +221,8 @@ class Controller:
         self._wake_at = float("inf")
         self._down: set[int] = set()  # nodes whose Ray node is gone
         self._drained: dict[int, Drain] = {}  # nodes an admin drained (the store's `nodes.drained_at`)
+        self._suspect: dict[int, tuple[float, str]] = {}  # node -> (held out until, why): a run was lost there
+        self._held_changed = False  # `_suspect` gained a node since the outages were last applied
         self._faults: dict[int, str] = {}  # cluster-wide GPU -> why its agent reports it faulty
         self._last_conditions = 0.0  # when the drains and the agents' reports were last read
         self._starting = True  # some launched run's workers may not all be up yet
@@ -496,6 +502,7 @@ class Controller:
                     changed = down != self._down
                 if now - self._last_conditions >= NODES_EVERY_S:
                     changed = self._read_conditions(s, now) or changed
+                changed = self._suspects_changed(now) or changed
                 if changed:
                     self._apply_outages(s, now)
                 if self.pending and self.policy is not None and self.placing:
@@ -690,6 +697,7 @@ class Controller:
                 self._finish(s, row, S.FAILED, code, st.error, now, st.ended_at)
                 stats.finished += 1
             elif st.phase == "lost":
+                self._suspect_nodes(job, now)
                 self.backend.stop(row.id)
                 self._lose(s, row.id, st.error or "its workers were lost", now)
                 stats.finished += 1
@@ -773,6 +781,26 @@ class Controller:
         self._drained, self._faults = drained, faults
         return True
 
+    def _suspect_nodes(self, job: Job, now: float) -> None:
+        """A run of `job` was lost: hold its nodes out of placement for SUSPECT_S (those Ray still calls alive)."""
+        if job.placement is None:
+            return
+        at = time.strftime("%H:%M:%S", time.localtime(now))
+        for i in job.placement.nodes(self.cluster):
+            if i not in self._down:
+                self._suspect[i] = (now + SUSPECT_S, f"job {job.id}'s workers were lost there at {at}; it takes no "
+                                    f"new job for {SUSPECT_S:g} s unless Ray declares it dead sooner")
+                self._held_changed = True
+
+    def _suspects_changed(self, now: float) -> bool:
+        """Whether the held-out nodes changed since the outages were last applied: one was added, or its hold ended
+        (its time is up, or Ray has declared it dead: it is down, which closes it anyway)."""
+        over = [i for i, (until, _) in self._suspect.items() if until <= now or i in self._down]
+        for i in over:
+            del self._suspect[i]
+        changed, self._held_changed = self._held_changed or bool(over), False
+        return changed
+
     def _apply_outages(self, s: Session, now: float) -> None:
         """The one rule (`scheduler.core.outages`), as the simulator applies it: checkpoint and requeue the runs a
         drain `--now` or a faulty GPU evicts (spending no restart), then close exactly the GPUs no new job may use."""
@@ -784,7 +812,8 @@ class Controller:
             assert row is not None
             self.backend.stop(job_id)
             self._requeue(s, row, now, "evicted", f"{why}: checkpointed and requeued (no restart spent)")
-        self.state.set_closed(closed_gpus(nodes, down=self._down, drained=self._drained, faults=self._faults))
+        self.state.set_closed(closed_gpus(nodes, down=self._down, drained=self._drained, faults=self._faults,
+                                          held={i: why for i, (_, why) in self._suspect.items()}))
 
     def _end_run(self, s: Session, row: JobRow, now: float) -> Job:
         """Take a run off its GPUs: close its allocations, account its service, and re-rate its neighbours."""
