@@ -267,7 +267,7 @@ def test_a_job_the_cluster_can_never_hold_is_refused_at_submit(env: Env) -> None
             s.add(node)
     resp = env.post("/jobs", EMULATED | {"num_gpus": 16})
     assert resp.status_code == 422
-    assert field_errors(resp)["num_gpus"] == ["16 GPUs asked, the cluster has 8 (2 nodes)"]
+    assert field_errors(resp)["num_gpus"] == ["needs 16 GPUs, the cluster has 8 (2 nodes)"]
     big = max(catalog().values(), key=lambda m: m.mem_gb)
     assert big.mem_gb > 12
     resp = env.post("/jobs", EMULATED | {"num_gpus": 1, "model": big.name})
@@ -286,7 +286,7 @@ def test_a_gang_larger_than_the_alive_nodes_is_refused_at_submit(env: Env) -> No
             s.add(node)
     resp = env.post("/jobs", EMULATED | {"num_gpus": 12})
     assert resp.status_code == 422
-    assert field_errors(resp)["num_gpus"] == ["12 GPUs asked, the cluster has 8 (2 of 3 nodes alive)"]
+    assert field_errors(resp)["num_gpus"] == ["needs 12 GPUs, the cluster has 8 (2 of 3 nodes alive)"]
     assert env.job_count() == 0
     assert env.post("/jobs", EMULATED | {"num_gpus": 8}).status_code == 201
 

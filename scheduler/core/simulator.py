@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.core.admission import admission
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, JobKind, JobSpec, JobState, Placement
@@ -201,14 +202,9 @@ class Simulator:
     # ---- state changes ---------------------------------------------------------------------------------------------
 
     def _reject_reason(self, spec: JobSpec) -> str | None:
-        if spec.model not in self.profiles:
-            return f"unknown model {spec.model!r}"
-        if spec.workers > self.cluster.num_gpus:
-            return f"needs {spec.workers} GPUs, the cluster has {self.cluster.num_gpus}"
-        mem = self.profiles[spec.model].mem_gb
-        if mem > float(self.cluster.gpu_mem.max()):
-            return f"needs {mem:g} GB per GPU, the largest GPU has {float(self.cluster.gpu_mem.max()):g} GB"
-        return None
+        refusal = admission(spec.model, spec.num_gpus, gpus=self.cluster.num_gpus,
+                            largest_gpu_gb=float(self.cluster.gpu_mem.max()), profiles=self.profiles)
+        return refusal.why if refusal is not None else None
 
     def _arrive(self, job: Job) -> None:
         reason = self._reject_reason(job.spec)

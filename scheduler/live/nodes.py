@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from scheduler.core.admission import admission
 from scheduler.core.model import Cluster
 from scheduler.core.outages import Drain, NodeSpan, closed_gpus
+from scheduler.core.workloads import catalog
 from scheduler.live.runs import NodeInfo
 from scheduler.live.store.models import Gpu, Node
 
@@ -156,3 +158,27 @@ def gpu_usability(nodes: Sequence[Node], now: float) -> dict[int, str | None]:
 def usable_gpus(nodes: Sequence[Node], now: float) -> set[int]:
     """The cluster-wide indices of the GPUs a job may be placed on now (see `gpu_usability`)."""
     return {g for g, why in gpu_usability(nodes, now).items() if why is None}
+
+
+# Built once: this runs on every submission (a hot path), and building the statement cost more than running it.
+_ALIVE_GPUS = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).where(Node.alive.is_(True)).subquery()
+ALIVE_CAPACITY = select(func.count(_ALIVE_GPUS.c.id), func.max(_ALIVE_GPUS.c.mem_gb))
+
+
+def capacity_refusal(s: Session, model: str, num_gpus: float) -> tuple[str, str] | None:
+    """(field, why) when a job of `num_gpus` GPUs of `model` can never run on the cluster the controller recorded
+    (`core.admission`, on the alive nodes' GPUs); None when it could, or when no alive node is recorded yet (the
+    controller then decides). Only alive nodes count because the controller's model drops dead ones: it would reject
+    the job at once, so the API's 422 says the same thing before anything is stored."""
+    total, largest = s.execute(ALIVE_CAPACITY).one()
+    if not total:
+        return None
+    refusal = admission(model, num_gpus, gpus=int(total), largest_gpu_gb=float(largest), profiles=catalog())
+    if refusal is None:
+        return None
+    if refusal.field == "num_gpus":
+        nodes = s.scalar(select(func.count(Node.id))) or 0
+        up = s.scalar(select(func.count(Node.id)).where(Node.alive.is_(True))) or 0
+        where = f"{up} nodes" if up == nodes else f"{up} of {nodes} nodes alive"
+        return "num_gpus", f"{refusal.why} ({where})"
+    return refusal.field, f"{model} {refusal.why}"

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from scheduler.core import paths
+from scheduler.core.admission import admission
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
 from scheduler.core.workloads import ModelProfile
 from scheduler.live.job_accounts import AccountError, JobAccounts
@@ -37,16 +38,10 @@ def job_of(row: JobRow, profiles: Mapping[str, ModelProfile]) -> Job:
 
 
 def reject_reason(row: JobRow, cluster: Cluster, profiles: Mapping[str, ModelProfile]) -> str | None:
-    """Why this cluster can never run the job (then it fails at once, saying so), or None."""
-    if row.model not in profiles:
-        return f"unknown model {row.model!r}"
-    workers = max(1, int(row.num_gpus))
-    if workers > cluster.num_gpus:
-        return f"needs {workers} GPUs, the cluster has {cluster.num_gpus}"
-    mem = profiles[row.model].mem_gb
-    if mem > float(cluster.gpu_mem.max()):
-        return f"needs {mem:g} GB per GPU, the largest GPU has {float(cluster.gpu_mem.max()):g} GB"
-    return None
+    """Why this cluster can never run the job (then it fails at once, saying so), or None (`core.admission`)."""
+    refusal = admission(row.model, row.num_gpus, gpus=cluster.num_gpus, largest_gpu_gb=float(cluster.gpu_mem.max()),
+                        profiles=profiles)
+    return refusal.why if refusal is not None else None
 
 
 def rank_specs(cluster: Cluster, node_names: Sequence[str], placement: Placement) -> list[RankSpec]:

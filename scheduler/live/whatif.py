@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from scheduler.core.admission import admission
 from scheduler.core.decisions import Policy
 from scheduler.core.model import PRESETS, Cluster, JobSpec, JobState, Placement, SpecError
 from scheduler.core.outages import OnFault, Outage
@@ -289,13 +290,12 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
 
     hypothetical = []
     for i, h in enumerate(req.jobs):
-        if int(max(1, h.num_gpus)) > cluster.num_gpus:
-            raise WhatIfError(f"jobs.{i}.num_gpus", f"needs {h.num_gpus:g} GPUs, the cluster has {cluster.num_gpus}"
-                              + (" with the extra nodes" if req.extra_nodes else ""))
-        mem = profiles[h.model].mem_gb
-        if mem > float(cluster.gpu_mem.max()):
-            raise WhatIfError(f"jobs.{i}.model", f"{h.model} needs {mem:g} GB per GPU, the largest GPU has "
-                                                 f"{float(cluster.gpu_mem.max()):g} GB")
+        refusal = admission(h.model, h.num_gpus, gpus=cluster.num_gpus, largest_gpu_gb=float(cluster.gpu_mem.max()),
+                            profiles=profiles)
+        if refusal is not None:
+            extra = " with the extra nodes" if refusal.field == "num_gpus" and req.extra_nodes else ""
+            raise WhatIfError(f"jobs.{i}.{refusal.field}", (f"{h.model} " if refusal.field == "model" else "")
+                              + refusal.why + extra)
         hypothetical.append(_spec(h.name or f"what-if-{i}", h.model, h.num_gpus, h.duration_s, profiles,
                                   submit_s=h.submit_in_s, user="what-if"))
     if len(initial) + len(arrivals) + len(hypothetical) > MAX_JOBS:

@@ -9,16 +9,15 @@ from typing import Any
 
 from flask import current_app
 from flask_smorest import Blueprint, abort
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from scheduler.core.paths import log_path
-from scheduler.core.workloads import catalog
 from scheduler.live import job_accounts
 from scheduler.live.explain import Estimates, allocation_text, known_progress, last_placement, queue_start_estimates
+from scheduler.live.nodes import capacity_refusal
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
-from scheduler.live.store.models import Allocation, Gpu, Job, Node, User
+from scheduler.live.store.models import Allocation, Job, User
 from web.api.context import notify, store, write_session
 from web.api.logread import tail_lines
 from web.auth import caller, protect, require_owner
@@ -77,31 +76,6 @@ def _full_json(s: Session, job: Job) -> dict[str, Any]:
                     q.queue_positions(s) if pending else None, queue_start_estimates(s) if pending else None)
 
 
-# Built once: this runs on every submission (a hot path), and building the statement cost more than running it.
-_ALIVE_GPUS = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).where(Node.alive.is_(True)).subquery()
-ALIVE_CAPACITY = select(func.count(_ALIVE_GPUS.c.id), func.max(_ALIVE_GPUS.c.mem_gb))
-
-
-def capacity_problem(s: Session, fields: dict[str, Any]) -> tuple[str, str] | None:
-    """(field, why) when the job cannot run on the cluster the controller recorded (more GPUs than the alive nodes
-    hold, a model too big for any of their GPUs); None when it could, or when no alive node is recorded yet (the
-    controller then decides). Only alive nodes count because the controller's model drops dead ones: it would reject
-    the job at once, so a 422 now says the same thing before anything is stored."""
-    total, largest = s.execute(ALIVE_CAPACITY).one()
-    if not total:
-        return None
-    workers = max(1, int(fields["num_gpus"]))
-    if workers > total:
-        nodes = s.scalar(select(func.count(Node.id))) or 0
-        up = s.scalar(select(func.count(Node.id)).where(Node.alive.is_(True))) or 0
-        where = f"{up} nodes" if up == nodes else f"{up} of {nodes} nodes alive"
-        return "num_gpus", f"{workers} GPUs asked, the cluster has {total} ({where})"
-    need = catalog()[fields["model"]].mem_gb
-    if need > largest:
-        return "model", f"{fields['model']} needs {need:g} GB per GPU, the largest GPU has {largest:g} GB"
-    return None
-
-
 def blueprint(prefix: str) -> Blueprint:
     blp = protect(Blueprint("jobs", __name__, url_prefix=prefix, description="Submit, list, inspect and cancel jobs"))
 
@@ -130,7 +104,7 @@ def blueprint(prefix: str) -> Blueprint:
         user = User(id=who.id, name=who.name, admin=who.admin)
         with fair_use(who, fields.get("client_token")) as gate, write_session() as s:  # 429 past fair use
             # one transaction: the checks, then the insert (an abort rolls back, stores nothing)
-            problem = capacity_problem(s, fields)
+            problem = capacity_refusal(s, fields["model"], fields["num_gpus"])
             if problem is not None:
                 field, message = problem
                 abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
