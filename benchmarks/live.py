@@ -132,8 +132,8 @@ def throughput(url: str, token: str, clients: int, seconds: float) -> None:
 
 def decision_time(queued: int, policies: list[str]) -> None:
     from policies import make_policy
+    from scheduler.cli.serve import ServeConfig, build_controller
     from scheduler.live.ray_backend import RayBackend
-    from scheduler.live.serve import ServeConfig, build_controller
 
     rng = np.random.default_rng(0)
     backend = RayBackend.local(4, 8)

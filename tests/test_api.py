@@ -17,9 +17,9 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 
-from scheduler.core.paths import log_path
 from scheduler.core.workloads import catalog
 from scheduler.live.job_accounts import JobAccounts
+from scheduler.live.job_files import log_path
 from scheduler.live.store import JobState, Store, queries
 from scheduler.live.store.models import Allocation, Decision, Gpu, Job, Node, PolicyVersion
 from scheduler.live.store.queries import create_token

@@ -18,7 +18,8 @@ import pytest
 from sqlalchemy import func, select, update
 from test_api import COMMAND, EMULATED, Env, _run, field_errors, make_env
 
-from scheduler.core.paths import corral_home, log_path
+from scheduler.core.paths import corral_home
+from scheduler.live.job_files import log_path
 from scheduler.live.store import Store
 from scheduler.live.store.models import Gpu, Job, Node, Team
 from web import limits

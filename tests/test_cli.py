@@ -230,8 +230,8 @@ def test_an_os_error_while_writing_is_one_line(trace: Path, tmp_path: Path, monk
 
 def test_serve_banner_counts_gpus_per_node_and_gives_working_commands(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler.cli.serve import ServeConfig, banner
     from scheduler.live.cluster import build_live_cluster
-    from scheduler.live.serve import ServeConfig, banner
 
     script = tmp_path / "venv" / "bin" / "corral"
     script.parent.mkdir(parents=True)

@@ -19,7 +19,7 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 
 from scheduler.cli.client import ClientError, CorralClient
 from scheduler.cli.commands import main
-from scheduler.core.paths import log_path
+from scheduler.live.job_files import log_path
 from scheduler.live.store import JobState, Store
 from scheduler.live.store.models import Allocation, ApiToken, Gpu, Job, Node, Team, User
 from scheduler.live.store.queries import create_token

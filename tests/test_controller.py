@@ -395,9 +395,9 @@ def test_discovery_keeps_the_numbering_of_nodes_the_store_knows() -> None:
     """Allocations record GPUs by cluster-wide index, so a restarted controller joining a Ray cluster must number
     the nodes as before: known ones in the store's order (even one Ray does not have now, whose GPUs stay in the
     model, down), then new ones by name."""
+    from scheduler.cli.serve import ServeConfig, discover
     from scheduler.live.cluster import ModelNode
     from scheduler.live.runs import NodeInfo
-    from scheduler.live.serve import ServeConfig, discover
 
     class Nodes:
         def nodes(self) -> list[NodeInfo]:

@@ -2,8 +2,9 @@
 
 Every import arrow points down: `scheduler.cli` -> `scheduler.live` -> `scheduler.core`; `web` -> `scheduler.live`,
 `scheduler.core`, `policies`; `policies` -> `scheduler.core`; `agents` -> `policies`, `scheduler.core`. Only the
-composition roots (`scheduler/cli/commands.py`, the `corral` command, and `scheduler/live/serve.py`, `corral serve`)
-reach up, and only inside functions (lazily). Function-level imports count everywhere else, and for circles.
+composition roots (`scheduler/cli/commands.py`, the `corral` command, and `scheduler/cli/serve.py`, `corral serve`),
+which live together in one place, reach up, and only inside functions (lazily). Function-level imports count
+everywhere else, and for circles.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ ALLOWED = {
 # Files that may also import these layers, lazily (inside functions) only.
 COMPOSITION_ROOTS = {
     "scheduler/cli/commands.py": {"policies", "agents", "web"},
-    "scheduler/live/serve.py": {"policies", "web"},
+    "scheduler/cli/serve.py": {"policies", "web"},
 }
+ROOTS_PLACE = "scheduler/cli/"  # the one place a module may reach up from
 # `corral train --from-history` trains on the live store's record of jobs: it reads the store, at module level.
 EXCEPTIONS = {"agents/history.py": {"scheduler.live"}}
 RAY_MODULE = "scheduler/live/ray_backend.py"  # the one module that may import ray
@@ -74,6 +76,12 @@ def imports(path: Path) -> Iterator[tuple[str, bool]]:
 
 
 FILES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if "migrations" not in p.parts)
+
+
+def test_the_composition_roots_live_in_one_place() -> None:
+    """`corral` and `corral serve` sit together: no other folder holds a module allowed to import upward."""
+    assert all(rel.startswith(ROOTS_PLACE) and (ROOT / rel).is_file() for rel in COMPOSITION_ROOTS)
+    assert not (ROOT / "scheduler/live/serve.py").exists()
 
 
 def test_every_package_module_has_a_layer() -> None:

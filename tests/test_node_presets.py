@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from policies import make_policy
 from scheduler.cli.commands import main
+from scheduler.cli.serve import ServeConfig, discover
 from scheduler.core.model import GPU_TYPES, PRESETS, ClusterSpec, NodeGroupSpec, build_cluster
 from scheduler.core.workloads import catalog
 from scheduler.live import whatif
@@ -28,7 +29,6 @@ from scheduler.live.history import read_history
 from scheduler.live.nodes import register_nodes
 from scheduler.live.ray_backend import advertised_preset
 from scheduler.live.runs import NodeInfo, node_resources
-from scheduler.live.serve import ServeConfig, discover
 from scheduler.live.store import Store
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Gpu, Node
@@ -261,7 +261,7 @@ def test_a_node_that_comes_back_as_another_preset_stays_as_recorded(store: Store
 def test_serve_builds_its_controller_with_each_node_s_preset(store: Store, corral_home: Path) -> None:
     """`corral serve --ray-address` restarted: the nodes the store knows with their recorded presets, the node
     that joined meanwhile with the one it advertises, and the banner names them."""
-    from scheduler.live.serve import banner, build_controller
+    from scheduler.cli.serve import banner, build_controller
 
     with store.session() as s:
         register_nodes(s, [NodeInfo("a", 2, True, "a", "")], build_live_cluster("pcie-t4", [2]), ["a"], ["pcie-t4"],

@@ -31,8 +31,8 @@ import ray
 from ray.experimental import internal_kv
 
 from scheduler.core.errors import SpecError
-from scheduler.core.paths import checkpoint_dir, log_path, secure_home
 from scheduler.live import ray_auth
+from scheduler.live.job_files import checkpoint_dir, log_path, secure_home
 from scheduler.live.ray_backend import RayBackend
 from scheduler.live.runs import Launch, RankSpec
 from scheduler.live.sockets import exposed, listening

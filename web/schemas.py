@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 import web.limits as lim
-from scheduler.core.states import DEFAULT_JOB_KIND
 from scheduler.core.tenancy import TeamError, make_team
 from scheduler.core.workloads import catalog
+from scheduler.live.job_states import DEFAULT_JOB_KIND
 from scheduler.live.node.report import MAX_XIDS  # the agent sends the latest ones
 from scheduler.live.store.models import JobState, JobType, RestartPolicy
 from scheduler.live.store.queries import check_user_name

@@ -27,7 +27,7 @@ from rich.table import Table
 
 from scheduler.cli.client import DEFAULT_URL, ClientError, CorralClient
 from scheduler.cli.params import COUNT, JOB_ID, NATURAL, NON_NEGATIVE, POSITIVE, Number
-from scheduler.core.states import DEFAULT_JOB_KIND, JobState, JobType, RestartPolicy
+from scheduler.live.job_states import DEFAULT_JOB_KIND, JobState, JobType, RestartPolicy
 from scheduler.live.words import gpus_text as gpus_words
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -689,8 +689,8 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
     requeued without spending a restart, and resumes at the next start; with --ray-address the workers keep running
     and the next controller adopts them.
     """
-    from scheduler.live.serve import ServeConfig, ServeError
-    from scheduler.live.serve import serve as run_service
+    from scheduler.cli.serve import ServeConfig, ServeError
+    from scheduler.cli.serve import serve as run_service
 
     try:
         run_service(ServeConfig(host=host, port=port, nodes=nodes, gpus_per_node=gpus_per_node, preset=preset,

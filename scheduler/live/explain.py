@@ -34,8 +34,8 @@ from sqlalchemy.orm import Session
 
 from scheduler.core.model import DEFAULT_TEAM, JobSpec
 from scheduler.core.state import EPS, ClusterView
-from scheduler.core.states import JobState, JobType
 from scheduler.core.workloads import catalog
+from scheduler.live.job_states import JobState, JobType
 from scheduler.live.nodes import gpu_usability
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, JobEvent, Node

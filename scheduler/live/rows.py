@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from scheduler.core import paths
 from scheduler.core.admission import admission
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
 from scheduler.core.workloads import ModelProfile
+from scheduler.live import job_files
 from scheduler.live.job_accounts import AccountError, JobAccounts
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, Launch, RankSpec
 from scheduler.live.store.models import Job as JobRow
@@ -69,8 +69,8 @@ def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], ac
             account_error = str(exc)
     return Launch(
         job_id=row.id, attempt=attempt, kind=row.kind, ranks=tuple(ranks),
-        work_s=row.duration_s, rate=job.rate, log_dir=str(paths.log_path(row.id, attempt, 0).parent),
-        checkpoint_dir=str(paths.checkpoint_dir(row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
+        work_s=row.duration_s, rate=job.rate, log_dir=str(job_files.log_path(row.id, attempt, 0).parent),
+        checkpoint_dir=str(job_files.checkpoint_dir(row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
         env={str(k): str(v) for k, v in (row.env or {}).items()},
         run_as=run_as, create_account=accounts.creates, account_error=account_error, log_limit_bytes=log_limit_bytes,
     )

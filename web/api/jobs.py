@@ -11,9 +11,9 @@ from flask import current_app
 from flask_smorest import Blueprint, abort
 from sqlalchemy.orm import Session
 
-from scheduler.core.paths import log_path
 from scheduler.live import job_accounts
 from scheduler.live.explain import Estimates, allocation_text, known_progress, last_placement, queue_start_estimates
+from scheduler.live.job_files import log_path
 from scheduler.live.nodes import capacity_refusal
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q

@@ -14,7 +14,7 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from scheduler.core.model import DEFAULT_TEAM
-from scheduler.core.states import JobState, JobType, RestartPolicy  # noqa: F401 (re-exported: the store's vocabulary)
+from scheduler.live.job_states import JobState, JobType, RestartPolicy  # noqa: F401 (re-exported: the store's vocabulary)
 
 
 class Base(DeclarativeBase):

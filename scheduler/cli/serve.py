@@ -264,8 +264,9 @@ def serve(cfg: ServeConfig) -> None:
     from waitress import create_server
 
     from policies import make_policy
-    from scheduler.core.paths import corral_home, secure_home
+    from scheduler.core.paths import corral_home
     from scheduler.live import doorbell
+    from scheduler.live.job_files import secure_home
     from scheduler.live.leader import StoreBusy, StoreLock
     from scheduler.live.ray_backend import RayBackend
     from scheduler.live.store import Store, database_url, queries
