@@ -10,7 +10,6 @@ import numpy as np
 from gymnasium import spaces
 
 from agents.scenarios import SYNTHETIC, Scenario, ScenarioSource, is_synthetic, scale_to_load
-from policies.base import Decision
 from policies.gittins import SizeDistribution, default_sizes
 from policies.rl import RLPolicy
 from policies.rl_encoding import (
@@ -23,7 +22,7 @@ from policies.rl_encoding import (
     decision_point,
     next_demotion,
 )
-from scheduler.core.decisions import WakeAt
+from scheduler.core.decisions import Decision, WakeAt
 from scheduler.core.model import Job, parse_cluster
 from scheduler.core.simulator import MAX_ROUNDS, SimulationError, Simulator
 from scheduler.core.state import ClusterView

@@ -23,8 +23,8 @@ import numpy as np
 from agents.env import PlacementEnv
 from agents.scenarios import SYNTHETIC, Scenario, is_synthetic
 from policies import make_policy
-from policies.base import Decision, Place, Preempt
 from policies.rl_encoding import WAIT, DecisionPoint
+from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job
 from scheduler.core.simulator import Simulator
 

@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from policies import make_policy  # noqa: E402
-from policies.base import Decision, Policy  # noqa: E402
+from scheduler.core.decisions import Decision, Policy  # noqa: E402
 from scheduler.core.model import Job, parse_cluster  # noqa: E402
 from scheduler.core.simulator import Simulator  # noqa: E402
 from scheduler.core.state import ClusterView  # noqa: E402

@@ -1,7 +1,8 @@
-"""Placement policies: one protocol (`policies.base.Policy`), a registry, heuristics and learned policies."""
+"""Placement policies: a registry, heuristics and learned policies. The one protocol they implement, and the decisions
+they return, are `scheduler.core.decisions` (the only import path for them: the core defines them so that it never
+imports `policies`)."""
 
 from policies import contention_greedy, deepshare, gittins, heuristics, rl, tiresias  # noqa: F401  (importing registers them)
-from policies.base import Decision, Place, Policy, Preempt, Wait, WakeAt
 from policies.registry import available, make_policy
 
-__all__ = ["Decision", "Place", "Policy", "Preempt", "Wait", "WakeAt", "available", "make_policy"]
+__all__ = ["available", "make_policy"]

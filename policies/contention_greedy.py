@@ -25,11 +25,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import ClassVar
 
-from policies.base import Decision, Place, Wait
 from policies.heuristics import wait_reason
 from policies.placement import PassedOver, Planner
 from policies.registry import register
-from scheduler.core.decisions import Candidate
+from scheduler.core.decisions import Candidate, Decision, Place, Wait
 from scheduler.core.model import Job, JobKind, JobSpec, Placement
 from scheduler.core.state import ClusterView
 

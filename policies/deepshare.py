@@ -44,9 +44,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from policies.agent_files import AgentFormat, load, safe_objects
-from policies.base import Decision, Place
 from policies.placement import PassedOver, Planner
 from policies.registry import register_prefix
+from scheduler.core.decisions import Decision, Place
 from scheduler.core.model import Cluster, Job, JobSpec, Placement, SpecError
 from scheduler.core.state import EPS, ClusterView
 

@@ -59,11 +59,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.base import Decision, Wait, WakeAt
 from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, register, register_prefix
 from policies.tiresias import Tiresias, check_thresholds, format_thresholds, parse_options
+from scheduler.core.decisions import Decision, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, SpecError
 from scheduler.core.state import ClusterView
 

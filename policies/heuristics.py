@@ -10,9 +10,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from policies.base import Decision, Place, Wait
 from policies.placement import Planner
 from policies.registry import register
+from scheduler.core.decisions import Decision, Place, Wait
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import ClusterView
 

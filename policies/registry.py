@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from policies.base import Policy
+from scheduler.core.decisions import Policy
 from scheduler.core.model import SpecError
 
 _CLASSES: dict[str, type] = {}

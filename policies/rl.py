@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from policies.agent_files import AgentFormat, load, safe_objects
-from policies.base import Decision, Place, WakeAt
 from policies.gittins import SizeDistribution, default_sizes
 from policies.registry import register_prefix
 from policies.rl_encoding import (
@@ -28,7 +27,7 @@ from policies.rl_encoding import (
     decision_point,
     next_demotion,
 )
-from scheduler.core.decisions import Candidate
+from scheduler.core.decisions import Candidate, Decision, Place, WakeAt
 from scheduler.core.model import Job, Placement
 from scheduler.core.state import ClusterView
 

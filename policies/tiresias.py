@@ -31,10 +31,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from policies.base import Decision, Place, Preempt, Wait, WakeAt
 from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, register, register_prefix
+from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
 from scheduler.core.victims import Offer, choose_victims, pending_takers

@@ -9,7 +9,6 @@ import pytest
 from conftest import job, small_cluster
 
 from policies import available, make_policy
-from policies.base import Place, Preempt, Wait, WakeAt
 from policies.gittins import (
     CLASSES,
     DEFAULT_PATH,
@@ -23,6 +22,7 @@ from policies.gittins import (
 from policies.registry import UnknownPolicyError
 from policies.tiresias import DEFAULT_THRESHOLDS, Tiresias
 from scheduler.core.contention import ContentionModel
+from scheduler.core.decisions import Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, JobState, Placement, SpecError
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterState, ClusterView

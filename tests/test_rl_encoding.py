@@ -30,7 +30,7 @@ def _sim(cluster: str, specs: list[JobSpec]) -> Simulator:
 
 
 def _start(sim: Simulator, index: int, gpus: tuple[int, ...], share: float = 1.0) -> None:
-    from policies.base import Place
+    from scheduler.core.decisions import Place
 
     sim.apply([Place(sim.jobs[index].id, Placement(gpus, share))])
 

@@ -1,7 +1,7 @@
 """What a policy returns, and the shape of a policy, as the core sees it.
 
 These live in the core so that the simulator and the controller can apply decisions without importing `policies`
-(imports point one way); `policies.base` re-exports them for policy authors.
+(imports point one way); this is the one import path for them, policy authors' too.
 """
 
 from __future__ import annotations
