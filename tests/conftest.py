@@ -218,6 +218,46 @@ class ServeProcess:
         self._log.close()
 
 
+# ---- a Flask app served from a thread, for the CLI and the browser tests that need no controller ----------------
+
+
+@contextmanager
+def served(app: Any) -> Iterator[str]:
+    """`app` on a free loopback port, served by werkzeug from a thread (no access log: the tests read stderr); yields
+    its base URL, and shuts it down after."""
+    import threading
+
+    from werkzeug.serving import WSGIRequestHandler, make_server
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_request(self, *args: object, **kwargs: object) -> None:
+            pass
+
+    http = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
+    thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{http.server_port}"
+    finally:
+        http.shutdown()
+        thread.join(5)
+
+
+@contextmanager
+def signed_in_page(browser: Any, token: str) -> Iterator[Any]:
+    """A page whose dashboard is signed in with `token`; fails the test if the page raised a JavaScript error.
+    (bypass_csp: Playwright evaluates string predicates with eval, which the dashboard's policy forbids.)"""
+    ctx = browser.new_context(viewport={"width": 1600, "height": 1000}, bypass_csp=True)
+    ctx.add_init_script(f"localStorage.setItem('corral.token', {token!r})")
+    pg = ctx.new_page()
+    pg.set_default_timeout(30_000)
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    ctx.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
 # ---- a headless Chromium, for the browser tests -------------------------------------------------------------------
 
 CHROMIUM = Path("/usr/bin/chromium")

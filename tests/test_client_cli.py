@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import served
 from sqlalchemy import select
-from werkzeug.serving import WSGIRequestHandler, make_server
 
 from scheduler.cli.client import ClientError, CorralClient
 from scheduler.cli.commands import main
@@ -33,11 +32,6 @@ class Server:
     token: str  # alice's
 
 
-class QuietHandler(WSGIRequestHandler):
-    def log_request(self, *args: object, **kwargs: object) -> None:
-        pass  # the access log would land on the stderr the tests inspect
-
-
 @pytest.fixture
 def server(corral_home: Path) -> Iterator[Server]:
     store = Store.open()  # CORRAL_HOME's SQLite: what `corral token create` opens too
@@ -45,12 +39,8 @@ def server(corral_home: Path) -> Iterator[Server]:
         token = create_token(s, "alice")
     # alice submits command jobs: this server trusts its users with its own account (`--command-jobs everyone`)
     app = create_app(store, config={"CORRAL_COMMAND_JOBS": "everyone"})
-    http = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
-    thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield Server(f"http://127.0.0.1:{http.server_port}", store, token)
-    http.shutdown()
-    thread.join(5)
+    with served(app) as url:
+        yield Server(url, store, token)
     store.close()
 
 

@@ -5,7 +5,6 @@ hand-made store (`test_stats.seed_teams`: vision with quota 4 lending 0.5 GPU to
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,9 +13,8 @@ from typing import Any
 
 import pytest
 import requests
-from test_client_cli import QuietHandler
+from conftest import served, signed_in_page
 from test_stats import seed_teams
-from werkzeug.serving import make_server
 
 from scheduler.live.store import Store
 
@@ -36,26 +34,15 @@ def site(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sit
     store = Store.open(f"sqlite:///{home / 'corral.db'}")
     tokens = seed_teams(store, time.time())
     app = create_app(store, config={"FAIR_SHARE_HALF_LIFE_S": 600.0})
-    http = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
-    thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield Site(f"http://127.0.0.1:{http.server_port}", tokens["ann"], home / "screenshots")
-    http.shutdown()
-    thread.join(5)
+    with served(app) as url:
+        yield Site(url, tokens["ann"], home / "screenshots")
     store.close()
 
 
 @pytest.fixture
 def page(browser: Any, site: Site) -> Iterator[Any]:
-    ctx = browser.new_context(viewport={"width": 1600, "height": 1000}, bypass_csp=True)  # (string predicates: eval)
-    ctx.add_init_script(f"localStorage.setItem('corral.token', {site.token!r})")
-    pg = ctx.new_page()
-    pg.set_default_timeout(30_000)
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield pg
-    ctx.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    with signed_in_page(browser, site.token) as pg:
+        yield pg
 
 
 def shoot(pg: Any, site: Site, name: str) -> None:

@@ -6,17 +6,14 @@ for a command job, and the queue's estimates with how they were made."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from test_client_cli import QuietHandler
+from conftest import served, signed_in_page
 from test_one_truth import DURATIONS
-from werkzeug.serving import make_server
 
 from scheduler.live.store import Store
 from scheduler.live.store import queries as q
@@ -85,26 +82,15 @@ def site(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sit
     store = Store.open(f"sqlite:///{home / 'corral.db'}")
     token, ids = seed(store, time.time())
     app = create_app(store)
-    http = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
-    thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield Site(f"http://127.0.0.1:{http.server_port}", token, ids)
-    http.shutdown()
-    thread.join(5)
+    with served(app) as url:
+        yield Site(url, token, ids)
     store.close()
 
 
 @pytest.fixture
 def page(browser: Any, site: Site) -> Iterator[Any]:
-    ctx = browser.new_context(viewport={"width": 1600, "height": 1000}, bypass_csp=True)  # (string predicates: eval)
-    ctx.add_init_script(f"localStorage.setItem('corral.token', {site.token!r})")
-    pg = ctx.new_page()
-    pg.set_default_timeout(30_000)
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield pg
-    ctx.close()
-    assert not errors, f"JavaScript errors on the page: {errors}"
+    with signed_in_page(browser, site.token) as pg:
+        yield pg
 
 
 def test_durations_are_rounded_before_they_are_split(page: Any, site: Site) -> None:
