@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agents.scenarios import SYNTHETIC, Scenario, check_workloads, held_out
-from policies.agent_files import sha256_of
+from policies.trained import sha256_of
 from scheduler.core.model import PRESETS, SpecError
 from scheduler.core.simulator import Simulator
 
@@ -339,7 +339,7 @@ def default_out(kind: str) -> Path:
 def activation_hint(out: Path, prefix: str = "rl") -> str:
     """How to make the saved agent the live service's policy: the API takes agents by name, from the agent
     directories only."""
-    from policies.agent_files import agent_dirs
+    from policies.trained import agent_dirs
 
     name = f"{prefix}:{out.stem}"
     if out.resolve().parent in [d.resolve() for d in agent_dirs()]:

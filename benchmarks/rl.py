@@ -137,7 +137,7 @@ def main() -> None:
     print(f"environment: {r['steps_per_s']:,.0f} steps/s in one process ({r['steps']:,} steps, {r['episodes']} "
           f"episodes of 300 synthetic jobs, random valid actions)")
     if args.policy.startswith("rl:"):
-        from policies.agent_files import metadata_path, resolve
+        from policies.trained import metadata_path, resolve
 
         meta_file = metadata_path(resolve(args.policy.removeprefix("rl:")))
         meta = json.loads(meta_file.read_text())

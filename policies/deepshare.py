@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.agent_files import AgentFormat, load, safe_objects
+from policies.trained import AgentFormat, load, safe_objects
 from policies.placement import PassedOver, Planner
 from policies.registry import register_prefix
 from scheduler.core.decisions import Decision, Place

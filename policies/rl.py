@@ -2,7 +2,7 @@
 
 `rl:default` is the agent shipped in `agents/zoo/default.zip`; `rl:NAME` looks for `NAME.zip` in agents/zoo, then in
 `$CORRAL_HOME/agents`; anything ending in `.zip` is a path (offline tools only: the API takes names). `policies.
-agent_files` checks the agent's sidecar (formulation, encoding version, SHA-256), loads it without unpickling, and
+trained` checks the agent's sidecar (formulation, encoding version, SHA-256), loads it without unpickling, and
 refuses a missing, corrupt, altered or incompatible agent with one message saying which and how to retrain.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.agent_files import AgentFormat, load, safe_objects
+from policies.trained import AgentFormat, load, safe_objects
 from policies.gittins import SizeDistribution, default_sizes
 from policies.registry import register_prefix
 from policies.rl_encoding import (

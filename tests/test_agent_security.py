@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from policies import make_policy
-from policies.agent_files import ZOO, AgentLoadError, sha256_of
+from policies.trained import ZOO, AgentLoadError, sha256_of
 from scheduler.live.store import Store
 from scheduler.live.store.queries import create_token
 from web import create_app

@@ -19,7 +19,7 @@ import agents  # noqa: F401  (registers corral/DeepShare-v0)
 from agents.deepshare_env import DeepShareEnv
 from agents.scenarios import SYNTHETIC, Scenario, scale_to_load
 from policies import make_policy
-from policies.agent_files import AgentLoadError
+from policies.trained import AgentLoadError
 from policies.deepshare import (
     DEEPSHARE_VERSION,
     MAX_NODES,

@@ -1,4 +1,4 @@
-"""Online retraining and calibration from the store's history (`scheduler/live/history.py`, `agents/history.py`,
+"""Online retraining and calibration from the store's history (`scheduler/live/history.py`, `agents/finetune.py`,
 `corral train --from-history`, `corral calibrate`).
 
 The history is written by hand, row by row as the controller writes it (jobs, allocations, events, nodes and GPUs,
@@ -266,7 +266,7 @@ def test_train_from_history_fine_tunes_the_active_agent(history_db: str, tmp_pat
 
 
 def test_a_heuristic_active_policy_is_cloned_before_fine_tuning(tmp_path: Path) -> None:
-    from agents.history import train_from_history
+    from agents.finetune import train_from_history
 
     url = f"sqlite:///{tmp_path / 'h.db'}"
     store = Store.open(url)

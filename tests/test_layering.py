@@ -34,7 +34,7 @@ COMPOSITION_ROOTS = {
 }
 ROOTS_PLACE = "scheduler/cli/"  # the one place a module may reach up from
 # `corral train --from-history` trains on the live store's record of jobs: it reads the store, at module level.
-EXCEPTIONS = {"agents/history.py": {"scheduler.live"}}
+EXCEPTIONS = {"agents/finetune.py": {"scheduler.live"}}
 RAY_MODULE = "scheduler/live/ray_backend.py"  # the one module that may import ray
 FLASK_LAYER = "web"  # the only layer that may import flask
 

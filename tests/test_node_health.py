@@ -19,7 +19,7 @@ from alembic import command
 from sqlalchemy import create_engine, select, text, update
 
 from scheduler.live.cluster import build_live_cluster
-from scheduler.live.node.agent import AgentOptions, NodeAgent
+from scheduler.live.node.daemon import AgentOptions, NodeAgent
 from scheduler.live.node.report import MAX_XIDS, HealthPusher, payload
 from scheduler.live.nodes import STALE_INTERVALS, register_nodes
 from scheduler.live.runs import NodeInfo

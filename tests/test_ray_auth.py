@@ -193,7 +193,7 @@ def test_joining_an_unauthenticated_cluster_is_refused_unless_allowed(open_head:
         RayBackend.connect(open_head)
     ray_auth.check_cluster_auth(open_head, allow_unauthenticated=True)  # the operator's explicit choice
 
-    from scheduler.live.node.agent import AgentError, AgentOptions, NodeAgent
+    from scheduler.live.node.daemon import AgentError, AgentOptions, NodeAgent
 
     monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
     monkeypatch.delenv(ray_auth.TOKEN_PATH_VAR, raising=False)

@@ -14,7 +14,7 @@ import pytest
 import agents  # noqa: F401  (registers corral/Placement-v0)
 from agents.env import PlacementEnv
 from policies import make_policy
-from policies.agent_files import AgentLoadError
+from policies.trained import AgentLoadError
 from policies.rl_encoding import ENCODING_VERSION, N_ACTIONS, OBS_SIZE, WAIT
 
 

@@ -16,7 +16,7 @@ from agents.env import PlacementEnv
 from agents.imitation import collect
 from agents.scenarios import Scenario
 from policies import make_policy
-from policies.agent_files import AgentLoadError
+from policies.trained import AgentLoadError
 from policies.rl_encoding import (
     CLUSTER_FEATURES,
     ENCODING_VERSION,

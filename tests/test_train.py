@@ -16,7 +16,7 @@ from agents.evaluate import build_cases, ci95, compare, evaluate
 from agents.scenarios import Scenario, held_out
 from agents.train import default_out, kept_checkpoint, make_config, planned_timesteps, train
 from policies import make_policy
-from policies.agent_files import ZOO, sha256_of
+from policies.trained import ZOO, sha256_of
 from policies.rl_encoding import ENCODING_VERSION
 from scheduler.cli.commands import main
 from scheduler.core.model import SpecError

@@ -340,7 +340,7 @@ def _train_from_history(ctx: click.Context, db_url: str | None, out: Path, no_pr
                         **kwargs: Any) -> None:
     from click.core import ParameterSource
 
-    from agents.history import train_from_history
+    from agents.finetune import train_from_history
     from agents.train import parse_range
 
     def given(name: str) -> bool:
@@ -793,7 +793,7 @@ def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str
     discover the GPUs (NVML), run `ray start` with Corral's resources for them, start CUDA MPS while fractional jobs
     run here, and write GPU health (and push it to the API with --api). SIGTERM or SIGINT stops Ray; the command
     exits with Ray's status."""
-    from scheduler.live.node.agent import TOKEN_ENV, AgentError, AgentOptions, NodeAgent, default_name
+    from scheduler.live.node.daemon import TOKEN_ENV, AgentError, AgentOptions, NodeAgent, default_name
 
     opts = AgentOptions(address=address, name=name or default_name(), gpus=gpus, preset=preset, node_dir=state_dir,
                         mps_control=mps_control, ray_args=ray_args, health_interval_s=health_interval,
@@ -813,7 +813,7 @@ def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str
 def node_health_cmd(name: str | None, state_dir: Path | None) -> None:
     """Print the node's last GPU health report (health.json, written by `corral node start`)."""
     from scheduler.core.paths import corral_home
-    from scheduler.live.node.agent import default_name
+    from scheduler.live.node.daemon import default_name
     from scheduler.live.node.health import read_health
 
     folder = state_dir or corral_home() / "nodes" / (name or default_name())

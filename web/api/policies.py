@@ -9,7 +9,7 @@ from typing import Any
 from flask_smorest import Blueprint, abort
 
 from policies import available, make_policy
-from policies.agent_files import PREFIX_OF, agent_dirs, check_api_name, metadata_path
+from policies.trained import PREFIX_OF, agent_dirs, check_api_name, metadata_path
 from scheduler.core.model import SpecError
 from scheduler.live.store import queries as q
 from web.api.context import notify, store, write_session

@@ -11,7 +11,7 @@ from typing import Any
 from flask import send_file
 from flask_smorest import Blueprint, abort
 
-from policies.agent_files import AGENT_NAME, PREFIX_OF, metadata_path, resolve
+from policies.trained import AGENT_NAME, PREFIX_OF, metadata_path, resolve
 from web.auth import protect
 
 SUMMARY_METRICS = ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_queue_s", "avg_slowdown", "avg_contention_slowdown",
@@ -30,7 +30,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def agent_files(name: str) -> tuple[Path, dict[str, Any]]:
+def trained(name: str) -> tuple[Path, dict[str, Any]]:
     """The zoo agent `PREFIX:NAME` names and its sidecar, or 404 saying why there is no report."""
     prefix, sep, stem = name.partition(":")
     if not sep or prefix not in PREFIX_OF.values():
@@ -91,7 +91,7 @@ def blueprint(prefix: str) -> Blueprint:
         Its training sidecar, its held-out evaluation and a per-metric summary against the baselines it was compared with.
         404 for policies that are not trained agents.
         """
-        model, meta = agent_files(name)
+        model, meta = trained(name)
         evaluation = _read_json(model.parent / Path(str(meta.get("eval_report") or f"{model.stem}.eval.json")).name)
         curve = model.parent / Path(str(meta.get("learning_curve") or f"{model.stem}.curve.png")).name
         return {
@@ -104,7 +104,7 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.response(200, description="the learning curve (PNG)", content_type="image/png")
     def curve(name: str) -> Any:
         """Get a trained agent's learning curve (PNG)"""
-        model, meta = agent_files(name)
+        model, meta = trained(name)
         path = model.parent / Path(str(meta.get("learning_curve") or f"{model.stem}.curve.png")).name
         if not path.is_file():
             abort(404, message=f"{name} has no learning curve")

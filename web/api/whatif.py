@@ -24,7 +24,7 @@ from flask import Flask, current_app
 from flask_smorest import Blueprint, abort
 
 from policies import make_policy
-from policies.agent_files import AgentLoadError, check_api_name
+from policies.trained import AgentLoadError, check_api_name
 from scheduler.core.paths import traces_dir
 from scheduler.live.whatif import (
     DEFAULT_BUDGET,

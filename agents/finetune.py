@@ -144,7 +144,7 @@ def _start_from(cfg: TrainConfig, model: Any, base: str | None, train_scenarios:
                 log: Callable[[str], None]) -> dict[str, Any]:
     """Load the active agent's weights, or clone the teacher: what the fine-tuning starts from."""
     if base and base.startswith("rl:"):
-        from policies.agent_files import resolve
+        from policies.trained import resolve
         from policies.rl import load_agent
 
         arg = base.removeprefix("rl:")
