@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the te
 from conftest import InMemoryBackend
 
 from scheduler.cli.serve import ServeConfig, build_controller, freeze_heap
-from scheduler.live.ray_backend import STOP_GRACE_S, RayBackend
+from scheduler.live.ray_backend import RayBackend
+from scheduler.live.worker import STOP_GRACE_S
 from scheduler.live.runs import JobStatus
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Job, JobState, Team

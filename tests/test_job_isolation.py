@@ -24,7 +24,7 @@ from scheduler.cli.serve import ServeConfig, job_accounts_for
 from scheduler.core.model import SpecError
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.job_files import checkpoint_dir, log_path, secure_home
-from scheduler.live.ray_backend import Worker
+from scheduler.live.worker import Worker
 from scheduler.live.runs import Launch, RankSpec, rank_env
 
 JOB_USER = "corral-test-job"

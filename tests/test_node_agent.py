@@ -26,10 +26,10 @@ import pytest
 from click.testing import CliRunner
 
 from scheduler.cli.commands import main
-from scheduler.live.node.agent import AgentError, AgentOptions, NodeAgent, discover
+from scheduler.live.node.daemon import AgentError, AgentOptions, NodeAgent, discover
 from scheduler.live.node.health import read_health
 from scheduler.live.node.mps import NODE_DIR_ENV, MpsManager, read_config
-from scheduler.live.ray_backend import Worker
+from scheduler.live.worker import Worker
 from scheduler.live.runs import Launch, RankSpec
 from tests.conftest import free_port, wait_until
 
@@ -432,7 +432,7 @@ time.sleep(60)
 sys.exit(99)
 """)
     stand_in.chmod(0o755)
-    monkeypatch.setattr("scheduler.live.node.agent.ray_executable", lambda: str(stand_in))
+    monkeypatch.setattr("scheduler.live.node.daemon.ray_executable", lambda: str(stand_in))
     monkeypatch.setenv("RAY_AUTH_TOKEN", "t" * 64)  # the cluster's token (the agent refuses to join without one)
     lines: list[str] = []
     agent = NodeAgent(options(tmp_path, gpus=1, dry_run=False, health_interval_s=0.2), out=lines.append)

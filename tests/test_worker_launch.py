@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from scheduler.live.ray_backend import Worker
+from scheduler.live.worker import Worker
 from scheduler.live.runs import Launch, RankSpec, rank_env
 
 

@@ -4,7 +4,7 @@ Ray runs whatever code anyone who reaches its GCS sends it, as the user Ray runs
 shared secret on every RPC when `RAY_AUTH_MODE=token`; the secret is read from `RAY_AUTH_TOKEN`, or from the file
 `RAY_AUTH_TOKEN_PATH` names. Corral keeps it in `CORRAL_HOME/ray-token` (0600, the server's user alone): the server,
 the Ray processes it starts and the node agents read it there (or where `RAY_AUTH_TOKEN_PATH` says), and a job never
-sees it (a command job's environment is built from scratch: `ray_backend.command_env`).
+sees it (a command job's environment is built from scratch: `scheduler.live.worker.command_env`).
 
 Ray's session folders (its Unix sockets, the object store's socket, logs) are made world-writable by Ray itself, so
 they live under a folder only the server's user may enter: `CORRAL_HOME/ray`.
