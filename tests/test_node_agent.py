@@ -29,8 +29,8 @@ from scheduler.cli.commands import main
 from scheduler.live.node.daemon import AgentError, AgentOptions, NodeAgent, discover
 from scheduler.live.node.health import read_health
 from scheduler.live.node.mps import NODE_DIR_ENV, MpsManager, read_config
-from scheduler.live.worker import Worker
 from scheduler.live.runs import Launch, RankSpec
+from scheduler.live.worker import Worker
 from tests.conftest import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,6 +138,11 @@ def options(tmp_path: Path, name: str = "n1", **kw: Any) -> AgentOptions:
     ("NVIDIA A100 80GB PCIe", 81920, 2, None),  # PCIe A100s: neither
     ("NVIDIA A100-SXM4-80GB", 95000, 8, None),  # the name fits but the memory does not: described, not guessed
     ("Tesla V100-PCIE-32GB", 32768, 3, None),  # pcie-v100's two PCIe switches cannot split 3 GPUs
+    # Hopper SXM boards are named by their memory, not "SXM" (as NVML named the H100 and H200 measured here).
+    ("NVIDIA H100 80GB HBM3", 81559, 8, "hgx-h100"),
+    ("NVIDIA H200", 143771, 1, "hgx-h200"),
+    ("NVIDIA H100 PCIe", 81559, 2, None),  # PCIe cards: no preset
+    ("NVIDIA H200 NVL", 143771, 2, None),  # a PCIe card with an NVLink bridge is not on NVSwitch
 ])
 def test_nvml_names_match_presets(tmp_path: Path, name: str, mib: int, count: int, preset: str | None) -> None:
     nv = fake_pynvml([(name, mib)] * count)
@@ -148,6 +153,28 @@ def test_nvml_names_match_presets(tmp_path: Path, name: str, mib: int, count: in
     assert nvml is not None
     nvml.close()
     assert nv.calls == ["init", "shutdown"]
+
+
+def test_discovery_records_driver_compute_capability_mig_and_cores(tmp_path: Path) -> None:
+    nv = fake_pynvml([("NVIDIA H200", 143771)])
+    nv.nvmlSystemGetDriverVersion = lambda: b"580.159.04"  # older pynvml returns bytes
+    nv.nvmlDeviceGetCudaComputeCapability = lambda h: (9, 0)
+    nv.nvmlDeviceGetMigMode = lambda h: (1, 1)
+    nv.nvmlDeviceGetNumGpuCores = lambda h: 16896
+    hardware, nvml = discover(options(tmp_path), nv)
+    assert nvml is not None
+    nvml.close()
+    (dev,) = hardware.as_json()["devices"]  # type: ignore[misc]
+    assert dev["driver"] == "580.159.04" and dev["compute_capability"] == "9.0"
+    assert dev["mig_mode"] is True and dev["cuda_cores"] == 16896
+    # A board (or an older driver) that does not answer leaves the field empty instead of failing discovery.
+    def refuse(h: object) -> object:
+        raise FakeNVMLError("Not Supported")
+    nv.nvmlDeviceGetMigMode = refuse
+    hardware, nvml = discover(options(tmp_path), nv)
+    assert nvml is not None
+    nvml.close()
+    assert hardware.devices[0].mig_mode is None and hardware.devices[0].driver == "580.159.04"
 
 
 def test_an_unknown_model_is_described_and_the_node_still_joins(tmp_path: Path) -> None:

@@ -48,6 +48,9 @@ GPU_TYPES: dict[str, GpuType] = {
         GpuType("A100-40GB", 40.0, 2.0),
         GpuType("A100-80GB", 80.0, 2.1),
         GpuType("H100-80GB", 80.0, 3.5),
+        # The H200 is the H100's chip (132 SMs, same clocks) with 141 GB of HBM3e at 4.8 TB/s instead of 3.35: the same
+        # compute speed is the honest figure until a V100 comparison is measured (docs/contention-model.md).
+        GpuType("H200-141GB", 141.0, 3.5),
     )
 }
 
@@ -93,6 +96,13 @@ PRESETS: dict[str, NodeTypeSpec] = {
     ),
     # A small inference box: 4 x T4 on one PCIe switch, 25 Gb/s NIC.
     "pcie-t4": NodeTypeSpec(gpu="T4", gpus_per_node=4, interconnect="pcie", pcie_switches=1, nic_gbps=25.0),
+    # HGX H100 / H200: 8 GPUs on NVSwitch with NVLink 4 (18 links, 450 GB/s per GPU each way) and one 400 Gb/s NDR
+    # InfiniBand NIC per GPU. The model has one NIC per server, so it is the eight rails together (3,200 Gb/s): a ring
+    # across servers uses every rail at once (NCCL's rail-aligned rings), which is what the aggregate stands for.
+    "hgx-h100": NodeTypeSpec(gpu="H100-80GB", gpus_per_node=8, interconnect="nvlink", nvlink_gbs=450.0,
+                             nic_gbps=3200.0),
+    "hgx-h200": NodeTypeSpec(gpu="H200-141GB", gpus_per_node=8, interconnect="nvlink", nvlink_gbs=450.0,
+                             nic_gbps=3200.0),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from scheduler.core.errors import SpecError
 from scheduler.core.model import GPU_TYPES, PRESETS
@@ -20,6 +20,7 @@ NVML_MODELS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p, re.I
     (r"\bA100\b.*80\s*GB", "A100-80GB"),
     (r"\bA100\b", "A100-40GB"),
     (r"\bH100\b", "H100-80GB"),
+    (r"\bH200\b", "H200-141GB"),
     (r"\bV100\b.*32\s*GB", "V100-32GB"),
     (r"\bV100\b", "V100-16GB"),
     (r"\bA10\b", "A10"),
@@ -41,8 +42,15 @@ def gpu_type_of(device: GpuDevice) -> str | None:
 
 
 def interconnect_of(device: GpuDevice) -> str:
-    # SXM boards sit on NVLink (NVSwitch on HGX/DGX); every other form factor is a PCIe card.
-    return "nvlink" if "SXM" in device.name.upper() else "pcie"
+    # SXM boards sit on NVLink (NVSwitch on HGX/DGX); every other form factor is a PCIe card. NVML names most SXM boards
+    # "SXM" ("NVIDIA A100-SXM4-80GB"), but Hopper's SXM parts go by their memory ("NVIDIA H100 80GB HBM3", "NVIDIA
+    # H200"), and their PCIe cards say "PCIe" or "NVL" (a PCIe card with an NVLink bridge: not on NVSwitch).
+    name = device.name.upper()
+    if "PCIE" in name or re.search(r"\bNVL\b", name):
+        return "pcie"
+    if "SXM" in name or "HBM3" in name or re.search(r"\bH200\b", name):
+        return "nvlink"
+    return "pcie"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +67,7 @@ class NodeHardware:
 
     def as_json(self) -> dict[str, object]:
         return {"gpus": self.gpus, "preset": self.preset, "source": self.source, "summary": self.summary,
-                "devices": [{"index": d.index, "name": d.name, "memory_mib": d.memory_mib, "uuid": d.uuid}
-                            for d in self.devices], "notes": list(self.notes)}
+                "devices": [asdict(d) for d in self.devices], "notes": list(self.notes)}
 
 
 def describe(devices: list[GpuDevice]) -> str:

@@ -21,6 +21,11 @@ class GpuDevice:
     name: str  # NVML's product name, e.g. "NVIDIA A100-SXM4-80GB"
     memory_mib: int
     uuid: str
+    # What else NVML says of the board, where it says it (None: this board, driver or stand-in does not report it).
+    driver: str | None = None
+    compute_capability: str | None = None  # "9.0" for Hopper
+    mig_mode: bool | None = None  # MIG enabled: the GPU is split into instances and takes no MPS client as a whole
+    cuda_cores: int | None = None  # nvmlDeviceGetNumGpuCores (SMs x cores per SM: 132 x 128 on an H100 SXM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +71,31 @@ class Nvml:
         except (nv.NVMLError, AttributeError):
             return None
 
+    def _optional(self, fn: str, *args: Any) -> Any:
+        """An NVML query that older drivers, some boards and NVML stand-ins do not answer: None then."""
+        try:
+            value = getattr(self._nv, fn)(*args)
+        except (self._nv.NVMLError, AttributeError):
+            return None
+        return value.decode() if isinstance(value, bytes) else value
+
     def devices(self) -> list[GpuDevice]:
         nv = self._nv
+        driver = self._optional("nvmlSystemGetDriverVersion")
         out = []
         for i, h in enumerate(self._handles):
             name = nv.nvmlDeviceGetName(h)
             uuid = nv.nvmlDeviceGetUUID(h)
+            cc = self._optional("nvmlDeviceGetCudaComputeCapability", h)
+            mig = self._optional("nvmlDeviceGetMigMode", h)  # (current, pending)
+            cores = self._optional("nvmlDeviceGetNumGpuCores", h)
             out.append(GpuDevice(i, name.decode() if isinstance(name, bytes) else str(name),
                                  int(nv.nvmlDeviceGetMemoryInfo(h).total) // _MIB,
-                                 uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
+                                 uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                                 driver=str(driver) if driver is not None else None,
+                                 compute_capability=f"{cc[0]}.{cc[1]}" if isinstance(cc, tuple | list) else None,
+                                 mig_mode=bool(mig[0]) if isinstance(mig, tuple | list) else None,
+                                 cuda_cores=int(cores) if isinstance(cores, int) else None))
         return out
 
     def readings(self) -> list[GpuReading]:

@@ -1,0 +1,145 @@
+"""The GPU benchmarks' code paths on the CPU (CI has no GPU): the workloads train, the co-location benchmark measures
+and writes what it says, and the node check runs a real PyTorch job through Corral's worker with an MPS lease, a
+SIGTERM preemption and a resume, against stand-ins for NVML and the MPS control program. The real runs, on an H200,
+are in docs/node-agent.md and scheduler/core/data/hopper_colocation.csv."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return importlib.import_module(f"benchmarks.{name}")  # benchmarks/ is a namespace package beside the others
+
+
+@pytest.fixture(scope="module")
+def workloads() -> ModuleType:
+    return _load("gpu_workloads")
+
+
+@pytest.mark.parametrize("name", ["resnet50", "bert-base", "gpt2-small", "vit-b16", "lstm-lm", "dlrm"])
+def test_each_training_workload_learns(workloads: ModuleType, name: str) -> None:
+    wl = workloads.build(name, "cpu", "tiny", seed=1)
+    assert wl.kind == "training" and wl.optimizer is not None and wl.params > 0
+    before = [p.detach().clone() for p in wl.model.parameters()]
+    first = float(wl.step())
+    losses = [float(wl.step()) for _ in range(15)]
+    assert all(torch.isfinite(torch.tensor([first, *losses])))
+    assert any(not torch.equal(a, b) for a, b in zip(before, wl.model.parameters(), strict=True))
+    assert min(losses) < first  # the same synthetic batch, fifteen steps: the loss must fall
+
+
+@pytest.mark.parametrize("name", ["resnet50-infer", "bert-infer"])
+def test_inference_services_do_not_train(workloads: ModuleType, name: str) -> None:
+    wl = workloads.build(name, "cpu", "tiny")
+    before = [p.detach().clone() for p in wl.model.parameters()]
+    assert wl.kind == "inference" and wl.optimizer is None and wl.step() is None
+    assert all(torch.equal(a, b) for a, b in zip(before, wl.model.parameters(), strict=True))
+
+
+def test_an_unknown_workload_is_named(workloads: ModuleType) -> None:
+    with pytest.raises(ValueError, match="workload 'mobilenet'"):
+        workloads.build("mobilenet", "cpu", "tiny")
+
+
+def test_window_rates_count_steps_between_ends() -> None:
+    coloc = _load("gpu_colocation")
+    ends = [0.05, 0.15, 0.25, 0.35, 0.45, 1.05, 1.25, 1.45]
+    # Window 1: four intervals of 0.1 s; window 2: two of 0.2 s; window 3: no step ends, no rate.
+    assert coloc.window_rates(ends, 0.0, 1.0, 3) == pytest.approx([10.0, 5.0])
+    assert coloc.percentile([5.0, 1.0, 3.0], 50) == 3.0 and coloc.percentile([1.0, 2.0], 99) == 2.0
+
+
+def test_colocation_benchmark_measures_alone_and_pairs_on_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "coloc"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_colocation.py"), "--device", "cpu", "--size", "tiny", "--out", str(out),
+         "--workloads", "lstm-lm,dlrm,bert-infer", "--mps-control", "none", "--warmup-s", "0.1", "--window-s", "0.3",
+         "--windows", "2"], check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = list(csv.DictReader((out / "colocation.csv").open()))
+    assert all(not r["error"] for r in rows), [r["error"] for r in rows if r["error"]]
+    alone = {r["job"]: r for r in rows if r["mode"] == "isolated"}
+    assert set(alone) == {"lstm-lm", "dlrm", "bert-infer"}
+    assert float(alone["lstm-lm"]["steps_per_s"]) > 0 and float(alone["dlrm"]["items_per_s"]) > 0
+    # The service: its capacity alone first, then requests offered at --load (0.5) of it, with latencies.
+    capacity = next(r for r in rows if r["mode"] == "capacity")
+    assert float(alone["bert-infer"]["offered_rps"]) == pytest.approx(0.5 * float(capacity["steps_per_s"]), rel=0.01)
+    assert 0 < float(alone["bert-infer"]["p50_ms"]) <= float(alone["bert-infer"]["p99_ms"])
+    pairs = {(r["job"], r["partner"]) for r in rows if r["mode"] == "pair"}
+    assert pairs == {(a, b) for a in alone for b in alone if a != b}  # every pair, both sides recorded
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["mps"].startswith("not run") and meta["configs_measured"] == 3 + 1 + 3
+    assert "Slowdown in a pair" in proc.stdout
+
+
+def _stand_ins(folder: Path) -> tuple[dict[str, str], Path]:
+    """A pynvml module seeing one H200, and an MPS control program that records its calls; the environment that
+    puts both first."""
+    (folder / "pynvml.py").write_text('''
+class NVMLError(Exception):
+    pass
+NVML_TEMPERATURE_GPU = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+nvmlEventTypeXidCriticalError = 8
+class _Memory:
+    total = 143771 * 2 ** 20
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetName(h): return "NVIDIA H200"
+def nvmlDeviceGetUUID(h): return "GPU-stand-in"
+def nvmlDeviceGetMemoryInfo(h): return _Memory()
+def nvmlDeviceGetTemperature(h, sensor): return 31
+def nvmlDeviceGetTotalEccErrors(h, kind, counter): return 0
+''')
+    record = folder / "mps-calls.txt"
+    control = folder / "nvidia-cuda-mps-control"
+    control.write_text(f"#!/bin/sh\n[ $# -gt 0 ] && echo \"$*\" >> {record} || echo \"stdin:$(cat)\" >> {record}\n")
+    control.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": f"{folder}:{ROOT}", "PATH": f"{folder}:{os.environ.get('PATH', '')}"}
+    return env, record
+
+
+def test_node_check_runs_a_job_through_the_worker_with_mps_preemption_and_resume(tmp_path: Path) -> None:
+    env, record = _stand_ins(tmp_path)
+    out = tmp_path / "check"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_node_check.py"), "--out", str(out), "--steps", "300", "--preempt-at", "20",
+         "--job-args", "--device cpu --size tiny"], check=False, capture_output=True, text=True, timeout=300, env=env,
+        cwd=tmp_path)
+    report = json.loads((out / "node_check.json").read_text())
+    assert proc.returncode == 0, (proc.stdout[-3000:], report.get("exception"))
+    steps = report["steps"]
+    assert all(s["ok"] for s in steps.values()), steps
+    assert steps["discovery"]["hardware"]["preset"] == "hgx-h200"
+    # The job got the variables a fractional rank gets, and reached the node's daemon through its pipe folder.
+    assert report["job_env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    log1 = steps["preempted with SIGTERM"]["log"]
+    assert "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in log1
+    assert any(line.startswith("env CUDA_MPS_PIPE_DIRECTORY=") and line.endswith("/mps/pipe") for line in log1)
+    saved = int(log1[-1].split()[3].rstrip(";"))
+    assert saved >= 20
+    assert steps["resumed from its checkpoint"]["resumed"][0].startswith(f"resumed from step {saved} ")
+    assert steps["resumed from its checkpoint"]["log"][-1].startswith("done: 300 steps")
+    # The daemon: started for the first lease (attempt 1), quit when a lease's release left none.
+    calls = record.read_text().splitlines()
+    assert calls[0] == "-d" and "stdin:quit" in calls and calls.count("-d") == 2, calls
