@@ -13,7 +13,11 @@ A job's iteration on its placement takes
     membw * sum of the other tenants' SM demand` (caches and DRAM pages thrashed, kernels of different contexts
     serialised). Gavel's V100 co-location pairs show this term dominates: two heavy tenants can each keep well under
     half of their isolated speed, which fair sharing alone cannot produce.
-  - plus `mps_overhead` per extra tenant (context switching).
+  - plus `mps_overhead` per extra tenant (context switching);
+  - and, alone or not, a tenant whose SM demand exceeds its thread percentage runs `(sm / share) **
+    mps_share_cap` times slower: the cap takes SMs it would use. Measured on an H200 (docs/contention-model.md, "Hopper
+    fit"), a job at 25% of the SMs keeps 0.37 to 0.89 of its whole-GPU speed. The V100 fit has no capped runs to
+    learn this from, so its default exponent is 0 (off) and the published calibration is unchanged.
 * `comm` is the time its collective traffic needs on its bottleneck link. Gradients are all-reduced hierarchically: a
   ring inside each node (over NVLink ports, or through the PCIe switches and the CPU-socket link), then a ring across
   the job's nodes through their NICs, and across racks through the rack uplinks. Inter-server links (NICs, uplinks)
@@ -50,6 +54,7 @@ class ContentionParams:
     mps_overhead: float = 0.0  # per extra tenant on a GPU (context switching); the fit puts it all in interference
     mps_interference: float = 8.7  # slowdown per unit of (own membw x co-tenants' SM demand) on a shared GPU
     ring_straggler: float = 0.0324  # inter-server transfer time grows by this per server beyond two in a job's ring
+    mps_share_cap: float = 0.0  # exponent of the thread-percentage cap's slowdown (sm / share) when share < sm
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,8 +353,14 @@ class ContentionModel:
 
     # ---- the model -------------------------------------------------------------------------------------------------
 
+    def share_cap(self, fp: Footprint) -> float:
+        """How much slower a tenant runs for its thread percentage alone: (sm / share) ** mps_share_cap when its SM
+        demand exceeds its share, else 1 (exactly 1.0 with the default exponent 0)."""
+        p = self.params.mps_share_cap
+        return (fp.sm / fp.share) ** p if p > 0.0 and fp.share < fp.sm else 1.0
+
     def gpu_slowdowns(self, tenants: list[int]) -> list[float]:
-        """MPS slowdown of each tenant of one GPU (relative to running there alone with the same share)."""
+        """MPS slowdown of each tenant of one GPU, relative to running alone on the whole GPU."""
         fps = [self._fp[t] for t in tenants]
         sm_demand = [fp.sm_demand for fp in fps]
         sm_alloc = _water_fill(sm_demand)
@@ -362,7 +373,8 @@ class ContentionModel:
             max(d / a if a > 0 else np.inf, b / ba if ba > 0 else np.inf)
             * (1.0 + params.mps_interference * b * (sm_total - d))
             * overhead
-            for d, a, b, ba in zip(sm_demand, sm_alloc, bw_demand, bw_alloc)
+            * self.share_cap(fp)
+            for d, a, b, ba, fp in zip(sm_demand, sm_alloc, bw_demand, bw_alloc, fps)
         ]
 
     def _compute(self, job_id: int) -> float:
@@ -372,6 +384,8 @@ class ContentionModel:
             tenants = self._gpu_jobs[g]
             if len(tenants) > 1:
                 mps = max(mps, self.gpu_slowdowns(tenants)[tenants.index(job_id)])
+            else:
+                mps = max(mps, self.share_cap(fp))
         comm = 0.0
         if fp.links.size:
             comm = float((fp.link_time * (1.0 + self._load[fp.links] - fp.duty)).max())

@@ -34,7 +34,8 @@ class ModelProfile:
         return self.grad_mb / 1024.0
 
 
-def _row(row: dict[str, str]) -> ModelProfile:
+def profile_from_row(row: dict[str, str]) -> ModelProfile:
+    """One catalog table row (the columns of workloads.csv) as a profile."""
     return ModelProfile(
         name=row["name"],
         kind=JobKind(row["kind"]),
@@ -55,7 +56,7 @@ def catalog() -> dict[str, ModelProfile]:
     """All profiles by name, in table order."""
     text = resources.files("scheduler.core").joinpath("data/workloads.csv").read_text()
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-    return {p.name: p for p in map(_row, csv.DictReader(lines))}
+    return {p.name: p for p in map(profile_from_row, csv.DictReader(lines))}
 
 
 def get(name: str) -> ModelProfile:
