@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run simulate test bench docs venv clean lock
+.PHONY: run simulate test test-fast lint bench docs venv clean lock
 
 LOCK := requirements.lock
 UV := uv==0.13.9
@@ -41,10 +41,24 @@ simulate: $(STAMP)
 
 # The dashboard's browser tests drive Debian's chromium through Playwright (never `playwright install`); without it
 # they skip, saying why.
-test: $(STAMP)
+#
+# Tiers (tests/conftest.py marks them): unit, postgres and browser tests spread over the cores, one module per worker
+# (module-scoped fixtures stay shared); then the tiers that start Ray clusters, servers, network namespaces and
+# subprocess benchmarks of their own run one at a time, as their timings were written for. Both runs must pass.
+test: $(STAMP) lint
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || \
 		echo "chromium could not be installed: the dashboard's browser tests will skip"
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile -m "not ray and not netns and not slow"
+	$(BIN)/python -m pytest -m "ray or netns or slow"
+
+# The unit tier alone (nothing but Python: no Ray, browser, PostgreSQL, namespaces or long subprocess runs).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n auto -q -m unit
+
+# Lint and types, at the strictness pyproject.toml sets ([tool.ruff], [tool.mypy]).
+lint: $(STAMP)
+	$(BIN)/ruff check scheduler policies agents web benchmarks tests
+	$(BIN)/mypy
 
 # The documentation site (mkdocs.yml, docs/) into site/, warnings as errors; tests/test_docs.py builds it too.
 docs: $(STAMP)

@@ -127,7 +127,8 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     ends must leave room for every job).
     """
 
-    metadata = {"render_modes": []}
+    # gymnasium's Env declares this a plain attribute, so it cannot be a ClassVar here; read per class, never mutated
+    metadata = {"render_modes": []}  # noqa: RUF012
 
     def __init__(
         self,

@@ -160,6 +160,8 @@ def compare(values: Sequence[float], baseline: Sequence[float], kind: str, upper
     if x.shape != b.shape or x.size == 0:
         raise ValueError(f"paired comparison needs as many cases on each side, got {x.size} and {b.size}")
     note = None
+    low: float | None  # None with a single case
+    high: float | None
     if kind == "ratio" and np.all(x > 0) and np.all(b > 0):
         per_case = np.log(x / b)
         centre, half = float(per_case.mean()), ci95(per_case)

@@ -85,13 +85,14 @@ def history_scenarios(cfg: TrainConfig, history: History, trace_path: str) -> tu
     rng = np.random.default_rng(cfg.seed)
     w = min(cfg.window, n)
     lo, hi = window_starts(n, w, "train")
-    train = [HistoryScenario(trace_path, history.preset, 0.0 if k % 2 == 0 else float(rng.uniform(*cfg.load)), w, 0,
-                             start=int(rng.integers(lo, hi)), gpus_by_node=gpn) for k in range(TRAIN_SCENARIOS)]
+    train: list[Scenario] = [
+        HistoryScenario(trace_path, history.preset, 0.0 if k % 2 == 0 else float(rng.uniform(*cfg.load)), w, 0,
+                        start=int(rng.integers(lo, hi)), gpus_by_node=gpn) for k in range(TRAIN_SCENARIOS)]
     we = min(cfg.eval_window, n)
     lo, hi = window_starts(n, we, "test")
     starts = sorted({int(s) for s in np.linspace(lo, hi - 1, cfg.eval_scenarios)})
-    held = [HistoryScenario(trace_path, history.preset, 0.0, min(we, n - s), 0, start=s, gpus_by_node=gpn)
-            for s in starts]
+    held: list[Scenario] = [HistoryScenario(trace_path, history.preset, 0.0, min(we, n - s), 0, start=s,
+                                            gpus_by_node=gpn) for s in starts]
     return train, held
 
 
@@ -144,8 +145,8 @@ def _start_from(cfg: TrainConfig, model: Any, base: str | None, train_scenarios:
                 log: Callable[[str], None]) -> dict[str, Any]:
     """Load the active agent's weights, or clone the teacher: what the fine-tuning starts from."""
     if base and base.startswith("rl:"):
-        from policies.trained import resolve
         from policies.rl import load_agent
+        from policies.trained import resolve
 
         arg = base.removeprefix("rl:")
         load_agent(arg)  # refuses a missing, corrupt or incompatible agent, saying how to fix it
@@ -166,8 +167,8 @@ def _start_from(cfg: TrainConfig, model: Any, base: str | None, train_scenarios:
 
     # The active heuristic teaches itself (the frame represents every choice it makes); otherwise --warm-start's
     # teacher ("best" has no regime table for a history: tiresias).
-    heuristic = bool(base) and not base.startswith(("rl:", "deepshare:")) and not make_policy(base).oracle
-    teacher = base if heuristic else ("tiresias" if cfg.warm_start == "best" else cfg.warm_start)
+    heuristic = bool(base and not base.startswith(("rl:", "deepshare:")) and not make_policy(base).oracle)
+    teacher = base if heuristic and base else ("tiresias" if cfg.warm_start == "best" else cfg.warm_start)
     t0 = time.perf_counter()
     env = PlacementEnv(**(env_kwargs(cfg) | {"scenarios": train_scenarios}))
     demos = collect(env, cfg.warm_start_samples, seed=cfg.seed + 1_000_000, teachers=Teachers(teacher))

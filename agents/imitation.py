@@ -151,7 +151,10 @@ def collect(env: PlacementEnv, samples: int, seed: int, teachers: Teachers | str
     if isinstance(teachers, str):
         teachers = Teachers(teachers)
     coin = np.random.default_rng(seed)
-    obs_l, mask_l, act_l, ret_l = [], [], [], []
+    obs_l: list[np.ndarray] = []
+    mask_l: list[np.ndarray] = []
+    act_l: list[np.ndarray] = []
+    ret_l: list[np.ndarray] = []
     exact = total = 0
     episode = 0
     while sum(map(len, act_l)) < samples:

@@ -16,10 +16,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from policies import make_policy  # noqa: E402
-from scheduler.core.model import parse_cluster  # noqa: E402
-from scheduler.core.simulator import Simulator  # noqa: E402
-from scheduler.core.traces import load_trace  # noqa: E402
+from policies import make_policy
+from scheduler.core.model import parse_cluster
+from scheduler.core.simulator import Simulator
+from scheduler.core.traces import load_trace
 
 TRACES = ROOT.parent / "shared" / "traces"
 CASES = [

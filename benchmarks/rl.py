@@ -27,12 +27,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from policies import make_policy  # noqa: E402
-from scheduler.core.decisions import Decision, Policy  # noqa: E402
-from scheduler.core.model import Job, parse_cluster  # noqa: E402
-from scheduler.core.simulator import Simulator  # noqa: E402
-from scheduler.core.state import ClusterView  # noqa: E402
-from scheduler.core.traces import synthetic  # noqa: E402
+from policies import make_policy
+from scheduler.core.decisions import Decision, Policy
+from scheduler.core.model import Job, parse_cluster
+from scheduler.core.simulator import Simulator
+from scheduler.core.state import ClusterView
+from scheduler.core.traces import synthetic
 
 
 class Timed:

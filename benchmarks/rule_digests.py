@@ -31,9 +31,10 @@ WINDOWS = {  # name: (trace file or synthetic spec, cluster, teams YAML or None)
     "philly": ("philly_day60.csv", "pcie-v100:4", None),
     "alibaba": ("alibaba_openb_before_day130.csv", "pcie-t4:8", None),
     # The tenancy frame's rules (quotas, borrowing, reclaim, swaps), on a mix with shares and inference services.
-    "teams": ("synthetic:600,iat=240,frac=0.2,inference=0.1,teams=3", "dgx-a100:2", "half_life_s: 86400\nteams:\n"
-              "  - {name: team0, quota_gpus: 6}\n  - {name: team1, quota_gpus: 6}\n"
-              "  - {name: team2, quota_gpus: 4, borrow_limit_gpus: 12}\n"),
+    "teams": ("synthetic:600,iat=240,frac=0.2,inference=0.1,teams=3", "dgx-a100:2",
+              ("half_life_s: 86400\nteams:\n"
+               "  - {name: team0, quota_gpus: 6}\n  - {name: team1, quota_gpus: 6}\n"
+               "  - {name: team2, quota_gpus: 4, borrow_limit_gpus: 12}\n")),
 }
 WALL_CLOCK = {"wall_s", "wall_clock_s", "elapsed_s"}
 
@@ -67,7 +68,7 @@ def digests(tree: Path, limit: int, policies: list[str]) -> dict[str, dict[str, 
                 (Path(tmp) / "teams.yaml").write_text(teams)
                 cmd += ["--teams", str(Path(tmp) / "teams.yaml")]
             run = subprocess.run(cmd, cwd=tree, env=os.environ | {"PYTHONPATH": str(tree)}, capture_output=True,
-                                 text=True)
+                                 text=True, check=False)  # its return code is checked below, with its stderr
             if run.returncode != 0:
                 sys.exit(f"corral simulate failed on {window} in {tree}:\n{run.stderr[-2000:]}")
             data = json.loads(path.read_text())

@@ -47,10 +47,10 @@ from sqlalchemy import select
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduler.live import ray_auth  # noqa: E402
-from scheduler.live.sockets import listening  # noqa: E402
-from scheduler.live.store import Store, queries  # noqa: E402
-from scheduler.live.store.models import User  # noqa: E402
+from scheduler.live import ray_auth
+from scheduler.live.sockets import listening
+from scheduler.live.store import Store, queries
+from scheduler.live.store.models import User
 
 CORRAL = Path(sys.executable).with_name("corral")
 ROOT_USER = os.geteuid() == 0
@@ -242,8 +242,8 @@ def fair_use_rows(srv: Server) -> list[Row]:
     took = time.monotonic() - t
     return [("fair use", f"300 submissions by one user as fast as it can: {refused} refused with 429", 1,
              int(refused > 0 and retry_after == refused and 500 not in codes)),
-            ("fair use", f"another user's what-if with {pending.json()['total']} jobs pending: HTTP "
-                         f"{whatif.status_code} in {took:.1f} s", 1, int(whatif.status_code == 200))]
+            ("fair use", (f"another user's what-if with {pending.json()['total']} jobs pending: HTTP "
+                          f"{whatif.status_code} in {took:.1f} s"), 1, int(whatif.status_code == 200))]
 
 
 def header_rows(srv: Server) -> list[Row]:

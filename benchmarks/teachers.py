@@ -17,9 +17,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.scenarios import draw  # noqa: E402
-from policies import make_policy  # noqa: E402
-from scheduler.core.simulator import Simulator  # noqa: E402
+from agents.scenarios import draw
+from policies import make_policy
+from scheduler.core.simulator import Simulator
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 WORKLOADS = {  # workload -> the preset it is evaluated on (benchmarks/decision_quality.py)

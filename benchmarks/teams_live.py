@@ -35,10 +35,10 @@ from conftest import InMemoryBackend
 
 from scheduler.cli.serve import ServeConfig, build_controller, freeze_heap
 from scheduler.live.ray_backend import RayBackend
-from scheduler.live.worker import STOP_GRACE_S
 from scheduler.live.runs import JobStatus
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Job, JobState, Team
+from scheduler.live.worker import STOP_GRACE_S
 
 EMULATED = {"kind": "emulated", "model": "ResNet-50-bs64"}
 

@@ -43,9 +43,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.trained import AgentFormat, load, safe_objects
 from policies.placement import PassedOver, Planner
 from policies.registry import register_prefix
+from policies.trained import AgentFormat, load, safe_objects
 from scheduler.core.decisions import Decision, Place
 from scheduler.core.model import Cluster, Job, JobSpec, Placement, SpecError
 from scheduler.core.state import EPS, ClusterView

@@ -109,7 +109,7 @@ class _Table:
 
     Reads are plain-Python binary searches (a policy or an RL encoding calls them for every queued job)."""
 
-    def __init__(self, knots: Sequence[float], samples: int) -> None:
+    def __init__(self, knots: Sequence[float] | np.ndarray, samples: int) -> None:
         t = np.asarray(knots, dtype=np.float64)
         if t.ndim != 1 or t.size < 2 or not np.all(np.isfinite(t)) or t[0] <= 0 or np.any(np.diff(t) < 0):
             raise ValueError("quantiles must be at least 2 finite positive nondecreasing numbers")

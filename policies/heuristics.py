@@ -138,7 +138,7 @@ class RandomPolicy(QueuePolicy):
 
     def order(self, queue: Collection[Job], view: ClusterView) -> Iterable[Job]:
         jobs = list(queue)
-        self.rng.shuffle(jobs)  # type: ignore[arg-type]
+        self.rng.shuffle(jobs)
         return jobs
 
     def place(self, planner: Planner, job: Job) -> Placement | None:

@@ -43,4 +43,4 @@ def make_policy(name: str, seed: int = 0) -> Policy:
     cls = _CLASSES.get(name)
     if cls is None:
         raise UnknownPolicyError(f"unknown policy {name!r}; choose from {', '.join(available())}")
-    return cls(seed=seed)  # type: ignore[no-any-return]
+    return cls(seed=seed)

@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.trained import AgentFormat, load, safe_objects
 from policies.gittins import SizeDistribution, default_sizes
 from policies.registry import register_prefix
 from policies.rl_encoding import (
@@ -27,6 +26,7 @@ from policies.rl_encoding import (
     decision_point,
     next_demotion,
 )
+from policies.trained import AgentFormat, load, safe_objects
 from scheduler.core.decisions import Candidate, Decision, Place, WakeAt
 from scheduler.core.model import Job, Placement
 from scheduler.core.state import ClusterView

@@ -343,7 +343,7 @@ class _RunningIndex:
         if stale.size:
             at = dict(zip(live.tolist(), attained.tolist()))
             for k in stale.tolist():
-                level, nxt = queues.level_and_next(self.jobs[k].spec, at[k])  # type: ignore[union-attr]
+                level, nxt = queues.level_and_next(self.jobs[k].spec, at[k])
                 self.glevel[k], self.gnext[k] = level, (math.inf if nxt is None else nxt)
         return self.glevel[live]
 
@@ -378,7 +378,7 @@ class _RunningIndex:
         starts = np.fromiter(map(_START, map(self.jobs.__getitem__, live)), float, len(live))
         for k in live[starts != self.start[live]]:
             r = self.jobs[k]
-            self.base[k], self.start[k] = r.attained_gpu_s, r.start_s  # type: ignore[union-attr]
+            self.base[k], self.start[k] = r.attained_gpu_s, r.start_s
             self.gnext[k] = -math.inf
 
 
@@ -424,7 +424,7 @@ class _Rows(Sequence[Job]):
     def __len__(self) -> int:
         return len(self._rows)
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self._jobs[k] for k in self._rows[i]]
         return self._jobs[self._rows[i]]
@@ -553,8 +553,10 @@ class _Frame:
         return self._scored(spec, cands, victims) if cands else None  # none: fragmentation, preempting won't help
 
 
-_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, dict[int, tuple[JobSpec, float, float, float]]] = \
-    weakref.WeakKeyDictionary()  # job id -> (spec, attained, Gittins index, expected remaining) under that distribution
+# (spec, attained, Gittins index, expected remaining, GPU demand, GPUs): `_orders` reads the last five as floats
+_SizeRow = tuple[JobSpec, float, float, float, float, float]
+_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, dict[int, _SizeRow]] = \
+    weakref.WeakKeyDictionary()  # job id -> its row under that distribution
 
 
 def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -564,7 +566,7 @@ def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> tupl
     known = _SIZE_KEYS.setdefault(sizes, {})
     if len(known) > 2 * n + 1024:
         known.clear()
-    rows = []
+    rows: list[_SizeRow] = []
     for j in jobs:
         row = known.get(j.id)
         # Computed once per job and service level, not per decision. Ids repeat across simulations (every episode

@@ -120,8 +120,8 @@ class Tiresias:
         if self._indexed_view is not view:  # first call (or a new view): index whatever already runs
             self._reset_index()
             self._indexed_view = view
-            for job in view.running.values():
-                self._index(view, job, now)
+            for run in view.running.values():
+                self._index(view, run, now)
         for job_id in self._placed:
             job = view.running.get(job_id)
             if job is not None:

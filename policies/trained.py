@@ -105,8 +105,8 @@ def read_data(path: Path) -> dict[str, Any]:
     """The archive's `data` as plain JSON: nothing in it is unpickled here."""
     with zipfile.ZipFile(path) as archive:
         data = json.loads(archive.read("data"))
-    if not isinstance(data, dict):
-        raise ValueError("`data` is not a JSON object")
+    if not isinstance(data, dict):  # the file's content is wrong, as with json's own errors: not a caller's TypeError
+        raise ValueError("`data` is not a JSON object")  # noqa: TRY004
     return data
 
 

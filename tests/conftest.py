@@ -23,6 +23,39 @@ from scheduler.live.store import Store
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
+# ---- tiers ---------------------------------------------------------------------------------------------------------
+# Every test gets one or more tier markers from what it needs beyond Python; `unit` is what needs nothing else
+# (`make test-fast`). Modules, not tests, are listed where every test of the module starts the thing (a module-scoped
+# fixture does); a test elsewhere is tiered by the fixtures it uses.
+RAY_MODULES = {"test_controller", "test_drains", "test_live", "test_live_teams", "test_ray_auth", "test_restarts",
+               "test_standby", "test_multihost", "test_dashboard"}  # a local Ray cluster, or `corral serve` (one)
+RAY_FIXTURES = {"ray_head"}
+BROWSER_MODULES = {"test_dashboard", "test_dashboard_teams", "test_dashboard_truth"}
+BROWSER_FIXTURES = {"browser", "page"}
+NETNS_MODULES = {"test_multihost"}  # hosts in network namespaces
+# Subprocess-heavy or long (seconds each): outside the unit tier, though they need nothing but Python.
+SLOW_MODULES = {"test_gpu_benchmarks", "test_job_isolation", "test_deploy"}
+TIERS = ("ray", "browser", "postgres", "netns", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if isinstance(item, pytest.Function) else ""
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if module in RAY_MODULES or fixtures & RAY_FIXTURES:
+            item.add_marker(pytest.mark.ray)
+        if module in BROWSER_MODULES or fixtures & BROWSER_FIXTURES:
+            item.add_marker(pytest.mark.browser)
+        if module in NETNS_MODULES:
+            item.add_marker(pytest.mark.netns)
+        if module in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "postgresql" in callspec.id.split("-"):
+            item.add_marker(pytest.mark.postgres)
+        if not any(item.get_closest_marker(t) for t in TIERS):
+            item.add_marker(pytest.mark.unit)
+
 
 def shared_file(*parts: str) -> Path:
     path = SHARED.joinpath(*parts)

@@ -182,9 +182,9 @@ def test_kind_defaults_to_emulated_and_the_spec_lists_exactly_the_required_field
     submit = spec["components"]["schemas"]["JobSubmit"]
     assert sorted(submit["required"]) == ["model", "name", "num_gpus"]
     assert submit["properties"]["kind"]["default"] == "emulated"
-    for field in ("model", "name", "num_gpus"):  # each refused by name when left out
-        resp = env.post("/jobs", {k: v for k, v in body.items() if k != field})
-        assert resp.status_code == 422 and field in field_errors(resp), resp.json
+    for name in ("model", "name", "num_gpus"):  # each refused by name when left out
+        resp = env.post("/jobs", {k: v for k, v in body.items() if k != name})
+        assert resp.status_code == 422 and name in field_errors(resp), resp.json
 
 
 def test_unknown_route_is_a_json_error(env: Env) -> None:

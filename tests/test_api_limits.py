@@ -321,7 +321,7 @@ def test_the_pages_scripts_are_all_allowed_by_the_policy(env: Env) -> None:
         resp = env.client.get(path)
         page = resp.get_data()
         script_src = resp.headers["Content-Security-Policy"].split("script-src ")[1].split(";")[0]
-        inline = re.findall(rb"<script>(.*?)</script>", page, re.S)
+        inline = re.findall(rb"<script>(.*?)</script>", page, re.DOTALL)
         hashes = {f"'sha256-{base64.b64encode(hashlib.sha256(s).digest()).decode()}'" for s in inline}
         assert set(script_src.split()) == {"'self'"} | hashes
         assert bool(inline) == (path == "/api/docs")

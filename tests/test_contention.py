@@ -113,7 +113,7 @@ def test_traffic_on_pcie_within_and_across_sockets() -> None:
 def test_traffic_across_nodes_and_racks() -> None:
     c = cluster(nodes=4, gpus=2, interconnect="nvlink", nodes_per_rack=2)
     nic = {int(c.node_nic[n]) for n in range(4)}
-    uplinks = set(int(u) for u in c.rack_uplink)
+    uplinks = {int(u) for u in c.rack_uplink}
     one_rack = collective_traffic(c, [0, 2], 1.0)  # nodes 0 and 1, rack 0
     assert one_rack == pytest.approx({int(c.node_nic[0]): 1.0, int(c.node_nic[1]): 1.0})
     two_racks = collective_traffic(c, [0, 4], 1.0)  # nodes 0 and 2: racks 0 and 1
@@ -247,7 +247,7 @@ def test_incremental_matches_rebuild_on_random_sequence() -> None:
         for k in want:
             assert got[k] == pytest.approx(want[k], rel=1e-9), (step, k)
         assert np.allclose(m.link_load, fresh.link_load, atol=1e-9)
-    for j in list(live):
+    for j in live:
         m.remove(j)
     assert not m.slowdowns() and not m.link_load.any()
 

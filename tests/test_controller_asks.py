@@ -93,6 +93,10 @@ def test_the_policy_is_asked_when_what_it_sees_changes_not_at_every_pass(store: 
     steps(ctl, 5)
     assert policy.calls == settled
 
+    ctl.ask_next_pass()  # told to: the next pass asks though nothing changed, and the one after does not
+    steps(ctl, 2)
+    assert policy.calls == settled + 1
+
     backend.ended.add(first[0])  # an end: its GPU goes to the next in line
     steps(ctl, 3)
     assert policy.calls > settled and first[4] in ctl.running
@@ -123,3 +127,7 @@ def test_the_policy_is_asked_when_what_it_sees_changes_not_at_every_pass(store: 
     settled = policy.calls
     steps(ctl, 5)
     assert policy.calls == settled
+
+    ctl.ask_next_pass()  # told to: the next pass asks though nothing changed, and the one after does not
+    steps(ctl, 2)
+    assert policy.calls == settled + 1

@@ -80,8 +80,8 @@ def test_no_frame_until_a_team_has_a_quota_then_the_next_pass_applies_it(store: 
     # Youngest first: fifo placed A's jobs in order, so the last four are the ones reclaimed.
     assert sorted(e.job_id for e in preempted) == a[4:]
     assert all("reclaimed for team B" in e.message for e in preempted)
-    assert reasons == {"team A holds 4 GPUs, all of its 4-GPU quota; the job needs 1, beyond its quota, so it must "
-                       "borrow: waiting for idle GPUs to lend, 0 may be lent now (0 free)"}
+    assert reasons == {("team A holds 4 GPUs, all of its 4-GPU quota; the job needs 1, beyond its quota, so it must "
+                        "borrow: waiting for idle GPUs to lend, 0 may be lent now (0 free)")}
     assert sorted(backend.stopped) == a[4:]
 
 

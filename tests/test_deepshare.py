@@ -19,7 +19,6 @@ import agents  # noqa: F401  (registers corral/DeepShare-v0)
 from agents.deepshare_env import DeepShareEnv
 from agents.scenarios import SYNTHETIC, Scenario, scale_to_load
 from policies import make_policy
-from policies.trained import AgentLoadError
 from policies.deepshare import (
     DEEPSHARE_VERSION,
     MAX_NODES,
@@ -36,6 +35,7 @@ from policies.deepshare import (
     split_workers,
 )
 from policies.placement import Planner
+from policies.trained import AgentLoadError
 from scheduler.core.decisions import Place
 from scheduler.core.model import Placement, SpecError, parse_cluster
 from scheduler.core.simulator import Simulator

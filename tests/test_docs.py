@@ -20,7 +20,7 @@ def test_the_site_builds_strictly_with_the_api_reference(tmp_path: Path) -> None
         pytest.skip(f"{MKDOCS} is missing: install the `docs` extra (make venv does)")
     env = os.environ | {"NO_MKDOCS_2_WARNING": "1"}
     out = subprocess.run([str(MKDOCS), "build", "--strict", "-d", str(tmp_path / "site")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     # The reference is generated from the code: the Policy protocol's and the environment's own docstrings.
     policy = (tmp_path / "site" / "reference" / "policy" / "index.html").read_text()
@@ -51,14 +51,15 @@ def test_every_endpoint_says_what_it_does() -> None:
 
 def test_the_guides_example_policy_runs_in_the_simulator(tmp_path: Path) -> None:
     guide = (ROOT / "docs" / "writing-a-policy.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.DOTALL)
     assert len(blocks) == 2
     example = blocks[0].strip().splitlines()
     assert len(example) <= 35, f"the example policy should stay short: {len(example)} lines"
     script = tmp_path / "guide.py"
     script.write_text("\n".join(blocks))
     # A subprocess: the example registers a policy, which must not leak into the other tests' registry.
-    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         check=False)
     assert out.returncode == 0, out.stderr
     lines = dict(line.split(": ", 1) for line in out.stdout.strip().splitlines())
     assert set(lines) == {"smallest-quietest", "fifo"}
@@ -81,7 +82,7 @@ def test_every_page_is_in_the_navigation_and_the_readme_stays_short() -> None:
 
 # ---- every `corral ...` command the docs show exists ----------------------------------------------------------------
 
-FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+FENCED = re.compile(r"^```[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 INLINE = re.compile(r"`([^`]+)`")  # a span may wrap onto the next line
 # `corral` as a command: at the start, after a space, a path (.venv/bin/corral), `$(` or `;`; then its words.
 INVOCATION = re.compile(r"(?:^|(?<=[\s/(;]))corral(?=((?:[ \t]+[^\s;|&)]+)*))")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from conftest import job as spec
@@ -362,7 +362,7 @@ def test_a_node_that_just_lost_a_run_is_held_out_so_the_requeued_job_is_not_lost
     from scheduler.live.runs import JobStatus
 
     class LosesOnce(StartingBackend):
-        lose: set[int] = set()
+        lose: ClassVar[set[int]] = set()
 
         def poll(self) -> list[JobStatus]:
             out = super().poll()

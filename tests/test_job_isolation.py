@@ -24,8 +24,8 @@ from scheduler.cli.serve import ServeConfig, job_accounts_for
 from scheduler.core.model import SpecError
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.job_files import checkpoint_dir, log_path, secure_home
-from scheduler.live.worker import Worker
 from scheduler.live.runs import Launch, RankSpec, rank_env
+from scheduler.live.worker import Worker
 
 JOB_USER = "corral-test-job"
 

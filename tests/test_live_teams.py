@@ -18,9 +18,9 @@ import requests
 from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
 from sqlalchemy import func, select
 
-from scheduler.live.worker import STOP_GRACE_S
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import JobEvent, Team
+from scheduler.live.worker import STOP_GRACE_S
 
 ray = pytest.importorskip("ray")
 

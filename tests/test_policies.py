@@ -91,7 +91,7 @@ def _planner(cluster: Cluster, busy: dict[int, float] | None = None) -> Planner:
     state = ClusterState(cluster, catalog())
     model = ContentionModel(cluster)
     for i, (g, s) in enumerate((busy or {}).items()):
-        spec = job(f"b{i}", 0, s if s < 1 else 1, 10)
+        spec = job(f"b{i}", 0, min(1, s), 10)
         state.allocate(1000 + i, spec, Placement((g,), spec.share))
         model.add(1000 + i, spec, Placement((g,), spec.share))
     return Planner(ClusterView(state, model, {}))
@@ -138,8 +138,8 @@ def test_contention_greedy_avoids_the_contended_gpu() -> None:
     trace = [heavy, job("a", 1, 0.5, 100, model="ResNet-50-bs16")]
     greedy = Simulator(cluster, trace, make_policy("contention-greedy")).run()
     packed = Simulator(cluster, trace, make_policy("gandiva")).run()
-    g_heavy, g_a = greedy.jobs
-    p_heavy, p_a = packed.jobs
+    _g_heavy, g_a = greedy.jobs
+    _p_heavy, p_a = packed.jobs
     assert g_a.end_s == pytest.approx(101.0)  # alone on the other GPU: no slowdown
     assert p_a.end_s > 101.0  # packed onto the heavy job's GPU: slowed by MPS sharing
     assert greedy.metrics["avg_jct_s"] < packed.metrics["avg_jct_s"]

@@ -215,7 +215,7 @@ def test_reclaim_frees_no_more_than_the_owner_needs() -> None:
         return Placed(spec(name, len(gpus), team=team), Placement(tuple(gpus)), 1e6, 0.0)
 
     initial = [of("B", "b1", range(16, 17)), of("B", "b2", range(17, 18)), of("A", "a6", range(18, 24)),
-               of("A", "a8", range(24, 32)), of("B", "b16", range(0, 16))]  # b16 last: the youngest by id
+               of("A", "a8", range(24, 32)), of("B", "b16", range(16))]  # b16 last: the youngest by id
     tm = Teams.parse({"half_life_s": 3600.0,
                       "teams": [{"name": "A", "quota_gpus": 20}, {"name": "B", "quota_gpus": 12}]}, cluster_gpus=32)
     frame = TenancyFrame(make_policy("fifo"), tm)

@@ -92,7 +92,7 @@ def test_a_second_server_on_one_store_changes_nothing(store_url: str, tmp_path: 
         env = service_env(home, store_url)
         if store_url.startswith("sqlite"):
             out = subprocess.run([str(CORRAL), "serve", *SERVE, "--port", "0"], env=env, capture_output=True,
-                                 text=True, timeout=120)
+                                 text=True, timeout=120, check=False)
             assert out.returncode == 1, out.stderr
             error = [line for line in out.stderr.splitlines() if line.startswith("corral:")]
             assert len(error) == 1 and "Traceback" not in out.stderr, out.stderr
@@ -127,7 +127,7 @@ def test_a_port_in_use_fails_in_one_line_before_ray_starts(tmp_path: Path) -> No
         port = taken.getsockname()[1]
         home = tmp_path / "home"
         out = subprocess.run([str(CORRAL), "serve", *SERVE, "--port", str(port)], env=service_env(home, "sqlite"),
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 1, out.stderr
     assert "Traceback" not in out.stderr, out.stderr
     error = [line for line in out.stderr.splitlines() if line.startswith("corral:")]

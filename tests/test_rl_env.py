@@ -14,8 +14,8 @@ import pytest
 import agents  # noqa: F401  (registers corral/Placement-v0)
 from agents.env import PlacementEnv
 from policies import make_policy
-from policies.trained import AgentLoadError
 from policies.rl_encoding import ENCODING_VERSION, N_ACTIONS, OBS_SIZE, WAIT
+from policies.trained import AgentLoadError
 
 
 def test_gymnasium_and_sb3_checkers_pass() -> None:

@@ -49,8 +49,8 @@ CASES: dict[str, tuple[str, dict[str, Any], int, float, int, str]] = {
     # still to be recorded on an Intel machine (`UNRECORDED_ON`). A second AMD EPYC (with AVX-512, 2026-11-26) gives
     # 6475f1df... for the landed code of that day (5ce29c0, whose CI passed elsewhere) and for this one alike: the
     # digest follows the CPU's kernels, not only its vendor.
-    "default": ("dgx-a100:8", {}, 350, 1.6, 1, "111312db0b11c966da4bbfa0abefd2cdb907256da6517490b8484a0aa332b852|"
-                "6475f1df3d52c66120f280fe40e0cd685a8bd692cdc8a8ebe8b29ede046e8c8d"),
+    "default": ("dgx-a100:8", {}, 350, 1.6, 1, ("111312db0b11c966da4bbfa0abefd2cdb907256da6517490b8484a0aa332b852|"
+                                                "6475f1df3d52c66120f280fe40e0cd685a8bd692cdc8a8ebe8b29ede046e8c8d")),
     "fractional": ("dgx-a100:8", SYNTHETIC_MIXES["fractional"], 350, 1.8, 2,
                    "bf461f1b2c967521a94002f9e1c5a41ca92bf8c906018133d3f705dc85b35184"),
     "multinode": ("dgx-a100:8", SYNTHETIC_MIXES["multinode"], 350, 1.6, 3,

@@ -16,7 +16,6 @@ from agents.env import PlacementEnv
 from agents.imitation import collect
 from agents.scenarios import Scenario
 from policies import make_policy
-from policies.trained import AgentLoadError
 from policies.rl_encoding import (
     CLUSTER_FEATURES,
     ENCODING_VERSION,
@@ -32,6 +31,7 @@ from policies.rl_encoding import (
     DecisionPoint,
     decision_point,
 )
+from policies.trained import AgentLoadError
 from scheduler.core.decisions import Decision
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.simulator import Placed, Simulator

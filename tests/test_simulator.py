@@ -93,7 +93,7 @@ def test_network_contention_slows_jobs_sharing_links() -> None:
     assert on.metrics["avg_jct_s"] > 3600.0 * 1.01
     assert on.metrics["avg_contention_slowdown"] > 1.01
     a, b = on.jobs
-    assert set(a.spec.name for a in on.jobs) == {"a", "b"} and a.end_s == pytest.approx(b.end_s)
+    assert {a.spec.name for a in on.jobs} == {"a", "b"} and a.end_s == pytest.approx(b.end_s)
 
 
 def test_mps_co_location_slows_tenants_and_inference_misses_its_slo(tiny_cluster) -> None:

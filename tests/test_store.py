@@ -74,9 +74,8 @@ def test_tokens_are_stored_hashed_and_authenticate(store: Store) -> None:
 
 @pytest.mark.parametrize("name", ["", "--admin", "-x", "a b", "al/ice", "<b>", "x" * 65])
 def test_bad_user_names_are_refused_and_create_nothing(store: Store, name: str) -> None:
-    with pytest.raises(ValueError, match="must not be empty|starts with '-'|letters, digits"):
-        with store.session() as s:
-            queries.create_token(s, name, admin=True)
+    with pytest.raises(ValueError, match="must not be empty|starts with '-'|letters, digits"), store.session() as s:
+        queries.create_token(s, name, admin=True)
     assert count(store, User) == 0 and count(store, ApiToken) == 0
 
 

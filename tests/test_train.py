@@ -16,14 +16,14 @@ from agents.evaluate import build_cases, ci95, compare, evaluate
 from agents.scenarios import Scenario, held_out
 from agents.train import default_out, kept_checkpoint, make_config, planned_timesteps, train
 from policies import make_policy
-from policies.trained import ZOO, sha256_of
 from policies.rl_encoding import ENCODING_VERSION
+from policies.trained import ZOO, sha256_of
 from scheduler.cli.commands import main
 from scheduler.core.model import SpecError
 from scheduler.core.simulator import Simulator
 
-TINY = dict(timesteps=512, n_envs=1, n_steps=256, batch_size=64, window=40, eval_window=40, eval_scenarios=1,
-            eval_freq=256, warm_start_samples=300, presets=["pcie-v100"], nodes=(2, 3))
+TINY = {"timesteps": 512, "n_envs": 1, "n_steps": 256, "batch_size": 64, "window": 40, "eval_window": 40,
+        "eval_scenarios": 1, "eval_freq": 256, "warm_start_samples": 300, "presets": ["pcie-v100"], "nodes": (2, 3)}
 
 
 @pytest.mark.parametrize(("kwargs", "flag"), [

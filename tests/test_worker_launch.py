@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from scheduler.live.worker import Worker
 from scheduler.live.runs import Launch, RankSpec, rank_env
+from scheduler.live.worker import Worker
 
 
 def launch(tmp_path: Path, entrypoint: str, **kw: object) -> Launch:

@@ -27,8 +27,8 @@ def test_a_rate_change_is_logged_at_once_with_the_old_rate() -> None:
 def test_a_stale_attempt_never_overwrites_a_later_attempt_s_checkpoint(tmp_path: Path) -> None:
     """The fence for a worker cut off from the cluster while its run was requeued (issue 14): attempt 1 keeps
     checkpointing until attempt 2 writes one, then writes nothing more, and says so in its log once."""
-    from scheduler.live.worker import Worker
     from scheduler.live.runs import Launch, RankSpec
+    from scheduler.live.worker import Worker
 
     def worker(attempt: int) -> Worker:
         return Worker(Launch(7, attempt, "emulated", (RankSpec(0, "n0", (0,), 1.0, 80.0),), 10.0, 1.0,
@@ -53,8 +53,8 @@ def test_finished_answers_not_yet_after_its_timeout_then_the_end(tmp_path: Path)
     again), and answer at once with the final status once the rank has ended."""
     import time
 
-    from scheduler.live.worker import Worker
     from scheduler.live.runs import Launch, RankSpec
+    from scheduler.live.worker import Worker
 
     w = Worker(Launch(3, 1, "emulated", (RankSpec(0, "n0", (0,), 1.0, 80.0),), 1.0, 1.0, str(tmp_path / "logs"),
                       str(tmp_path / "ckpt")), 0)

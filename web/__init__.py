@@ -84,7 +84,7 @@ class StoreIdConverter(IntegerConverter):
     """`<int:...>` in every route: an id as the store holds it. The spec documents the bound; a larger number still
     matches the route (werkzeug would answer a bare 404) so that `_refuse_huge_ids` can answer 422 naming the field."""
 
-    def __init__(self, map: Any, *args: Any, **kwargs: Any) -> None:  # noqa: A002 (werkzeug's name)
+    def __init__(self, map: Any, *args: Any, **kwargs: Any) -> None:  # `map`: werkzeug's name for it
         super().__init__(map, *args, **kwargs)
         self.max = DB_INT_MAX  # read by flask-smorest for the parameter's `maximum`
 

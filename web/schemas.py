@@ -4,7 +4,7 @@ flask-smorest turns them into the OpenAPI document, so the spec and the checks c
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
 
@@ -26,7 +26,8 @@ class GpuCount(fields.Field):
     """A whole number of GPUs (>= 1), or a share of one GPU strictly between 0 and 1 (MPS). 1.5 GPUs means nothing a
     placement can give, so it is refused rather than rounded. Dumped as an int when whole, so clients see `2`."""
 
-    default_error_messages: ClassVar[dict[str, str]] = {
+    # marshmallow's Field declares this a plain attribute, so it cannot be a ClassVar here; read per class, not mutated
+    default_error_messages = {  # noqa: RUF012
         "invalid": "Not a number.",
         "range": f"Must be a whole number of GPUs from 1 to {lim.MAX_JOB_GPUS}, or a fraction from "
                  f"{lim.MIN_GPU_SHARE} to below 1.",

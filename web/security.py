@@ -37,7 +37,7 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",  # a job page's URL names the job: keep it from other sites
     "Cross-Origin-Opener-Policy": "same-origin",
 }
-INLINE_SCRIPT = re.compile(rb"<script>(.*?)</script>", re.S)
+INLINE_SCRIPT = re.compile(rb"<script>(.*?)</script>", re.DOTALL)
 MAX_HASHED_PAGE = 256 * 1024  # only small pages (Swagger UI's is 1 KB) are searched for inline scripts
 
 

@@ -105,7 +105,7 @@ class CorralClient:
     # ---- endpoints ----------------------------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        return self.request("GET", "/health")  # type: ignore[no-any-return]
+        return self.request("GET", "/health")
 
     def submit(self, spec: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
         """(job, created): created is False when a job with the same client_token already existed."""
@@ -114,63 +114,63 @@ class CorralClient:
 
     def jobs(self, *, state: str | None = None, user: str | None = None, team: str | None = None,
              limit: int | None = None, offset: int | None = None) -> dict[str, Any]:
-        return self.request("GET", "/jobs",  # type: ignore[no-any-return]
+        return self.request("GET", "/jobs",
                             params={"state": state, "user": user, "team": team, "limit": limit, "offset": offset})
 
     def job(self, job_id: int) -> dict[str, Any]:
-        return self.request("GET", f"/jobs/{job_id}")  # type: ignore[no-any-return]
+        return self.request("GET", f"/jobs/{job_id}")
 
     def cancel(self, job_id: int) -> dict[str, Any]:
-        return self.request("POST", f"/jobs/{job_id}/cancel")  # type: ignore[no-any-return]
+        return self.request("POST", f"/jobs/{job_id}/cancel")
 
     def logs(self, job_id: int, *, attempt: int | None = None, rank: int | None = None,
              tail: int | None = None) -> dict[str, Any]:
-        return self.request("GET", f"/jobs/{job_id}/logs",  # type: ignore[no-any-return]
+        return self.request("GET", f"/jobs/{job_id}/logs",
                             params={"attempt": attempt, "rank": rank, "tail": tail})
 
     def drain_node(self, name: str, reason: str, now: bool) -> dict[str, Any]:
-        return self.request("POST", f"/nodes/{quote(name, safe='')}/drain",  # type: ignore[no-any-return]
+        return self.request("POST", f"/nodes/{quote(name, safe='')}/drain",
                             json={"reason": reason, "now": now})
 
     def resume_node(self, name: str) -> dict[str, Any]:
-        return self.request("POST", f"/nodes/{quote(name, safe='')}/resume")  # type: ignore[no-any-return]
+        return self.request("POST", f"/nodes/{quote(name, safe='')}/resume")
 
     def cluster(self) -> dict[str, Any]:
-        return self.request("GET", "/cluster")  # type: ignore[no-any-return]
+        return self.request("GET", "/cluster")
 
     def models(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/models")["models"]  # type: ignore[no-any-return]
+        return self.request("GET", "/models")["models"]
 
     def policies(self) -> dict[str, Any]:
-        return self.request("GET", "/policies")  # type: ignore[no-any-return]
+        return self.request("GET", "/policies")
 
     def set_policy(self, name: str) -> str:
-        return self.request("PUT", "/policies/active", json={"name": name})["active"]  # type: ignore[no-any-return]
+        return self.request("PUT", "/policies/active", json={"name": name})["active"]
 
     def teams(self) -> dict[str, Any]:
         """Every team with its usage, and `cluster_gpus`."""
-        return self.request("GET", "/teams")  # type: ignore[no-any-return]
+        return self.request("GET", "/teams")
 
     def team(self, name: str) -> dict[str, Any]:
-        return self.request("GET", f"/teams/{quote(name, safe='')}")  # type: ignore[no-any-return]
+        return self.request("GET", f"/teams/{quote(name, safe='')}")
 
     def create_team(self, name: str, quota_gpus: float, borrow_limit_gpus: float | None = None) -> dict[str, Any]:
         body = {"name": name, "quota_gpus": quota_gpus, "borrow_limit_gpus": borrow_limit_gpus}
-        return self.request("POST", "/teams", json=body)  # type: ignore[no-any-return]
+        return self.request("POST", "/teams", json=body)
 
     def update_team(self, name: str, changes: Mapping[str, float | None]) -> dict[str, Any]:
         """Only the keys given change; `borrow_limit_gpus: None` removes the limit."""
-        return self.request("PATCH", f"/teams/{quote(name, safe='')}",  # type: ignore[no-any-return]
+        return self.request("PATCH", f"/teams/{quote(name, safe='')}",
                             json=dict(changes))
 
     def delete_team(self, name: str) -> dict[str, Any]:
-        return self.request("DELETE", f"/teams/{quote(name, safe='')}")  # type: ignore[no-any-return]
+        return self.request("DELETE", f"/teams/{quote(name, safe='')}")
 
     def users(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/users")["users"]  # type: ignore[no-any-return]
+        return self.request("GET", "/users")["users"]
 
     def set_user_team(self, name: str, team: str) -> dict[str, Any]:
-        return self.request("PATCH", f"/users/{quote(name, safe='')}",  # type: ignore[no-any-return]
+        return self.request("PATCH", f"/users/{quote(name, safe='')}",
                             json={"team": team})
 
     # ---- fair use (admins) --------------------------------------------------------------------------------------
@@ -178,12 +178,12 @@ class CorralClient:
     def limits(self, user: str | None = None) -> dict[str, Any]:
         """The limits that apply to `user` (None: the cluster-wide defaults), with where each comes from."""
         path = "/limits" if user is None else f"/users/{quote(user, safe='')}/limits"
-        return self.request("GET", path)  # type: ignore[no-any-return]
+        return self.request("GET", path)
 
     def set_limits(self, changes: Mapping[str, float | None], user: str | None = None) -> dict[str, Any]:
         """Only the keys given change; None clears one (back to the default)."""
         path = "/limits" if user is None else f"/users/{quote(user, safe='')}/limits"
-        return self.request("PATCH", path, json=dict(changes))  # type: ignore[no-any-return]
+        return self.request("PATCH", path, json=dict(changes))
 
 
 def _error(resp: requests.Response, body: Any, url: str) -> ClientError:

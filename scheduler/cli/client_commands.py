@@ -480,7 +480,7 @@ def _expiry(ctx: click.Context, param: click.Parameter, value: str | None) -> fl
 
 
 def _user_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    from scheduler.live.store.queries import check_user_name  # noqa: PLC0415 (only the token commands need the store)
+    from scheduler.live.store.queries import check_user_name  # here: only the token commands need the store
 
     try:
         return check_user_name(value)
@@ -555,9 +555,10 @@ def token_list(as_json: bool) -> None:
     store = Store.open()
     try:
         with store.session() as s:
-            rows = [{"id": t.id, "prefix": t.prefix, "user": t.user.name, "admin": t.user.admin,
-                     "created_at": t.created_at, "expires_at": t.expires_at, "revoked": t.revoked,
-                     "revoked_at": t.revoked_at} for t in list_tokens(s)]
+            rows: list[dict[str, Any]] = [
+                {"id": t.id, "prefix": t.prefix, "user": t.user.name, "admin": t.user.admin,
+                 "created_at": t.created_at, "expires_at": t.expires_at, "revoked": t.revoked,
+                 "revoked_at": t.revoked_at} for t in list_tokens(s)]
     finally:
         store.close()
     if as_json:

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -154,7 +155,7 @@ def simulate(
         for name in policies:
             task = progress.add_task(name, total=len(trace.jobs))
             sim = Simulator(cluster, trace.jobs, built[name], contention=not no_contention, teams=teams,
-                            progress=lambda n, task=task: progress.advance(task, n))
+                            progress=partial(progress.advance, task))
             try:
                 results.append(sim.run())
             except SimulationError as exc:
@@ -462,7 +463,8 @@ def plot_calibration(records: list[Any], fit: Any, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 5))
     recorded = [(r.predicted_slowdown_avg, r.observed_slowdown) for r in records if r.predicted_slowdown_avg]
     if recorded:
-        ax.scatter(*zip(*recorded), s=18, marker="x", color="grey", label="recorded prediction")
+        predicted, observed = zip(*recorded)
+        ax.scatter(predicted, observed, s=18, marker="x", color="grey", label="recorded prediction")
     ax.scatter(fit.predicted_before, obs, s=18, label="recomputed, old params")
     ax.scatter(fit.predicted_after, obs, s=18, label="recomputed, refitted params")
     values = [v for v in obs + fit.predicted_before + fit.predicted_after if math.isfinite(v)]
@@ -824,7 +826,7 @@ def node_health_cmd(name: str | None, state_dir: Path | None) -> None:
 
 
 # The API client commands (submit, jobs, show, cancel, logs, cluster, token): they import no upper layer.
-from scheduler.cli.client_commands import api_errors, client, connection, register_client_commands  # noqa: E402
+from scheduler.cli.client_commands import api_errors, client, connection, register_client_commands
 
 
 @node_group.command("drain")

@@ -153,7 +153,8 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(" ".join(message.split()))  # folded: a message with newlines would be several lines
-        self.exit_code = exit_code
+        # click types exit_code as a ClassVar; here each instance carries the status of the error it replaces
+        self.exit_code = exit_code  # type: ignore[misc]
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"{PROG}: {self.format_message()}", file=file, err=file is None)

@@ -336,14 +336,14 @@ def serve(cfg: ServeConfig) -> None:
         signal.signal(signal.SIGINT, _terminate)
         print(banner(controller.cluster, cfg, controller.policy_name or "(the leader's)", where, url, backend.address,
                      controller.status(), controller.node_presets), file=sys.stderr, flush=True)
-        server.run()  # type: ignore[union-attr]
+        server.run()
     except KeyboardInterrupt:
         log.info("shutting down")
     finally:
         signal.signal(signal.SIGINT, lambda *_: again.set())  # a second ^C cuts the drain short, nothing more
         signal.signal(signal.SIGTERM, lambda *_: again.set())
         if server is not None:
-            server.close()  # type: ignore[union-attr]  # no new work from here on
+            server.close()  # no new work from here on
         else:
             sock.close()
         if listener is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import ClusterView
@@ -70,8 +70,15 @@ class Policy(Protocol):
     return one decision per call and always see fresh state, or plan a whole batch at once (`policies.placement`).
     """
 
-    name: ClassVar[str]
-    oracle: ClassVar[bool]  # True if it reads what a real scheduler cannot know (e.g. job durations)
+    # Read-only to callers. Most policies set both on the class; a wrapper (`TenancyFrame`) or a loaded agent
+    # (`rl:NAME`) sets them per instance.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def oracle(self) -> bool:
+        """True if it reads what a real scheduler cannot know (e.g. job durations)."""
+        ...
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         """Decisions for this instant. `queue` holds the pending jobs in arrival order (iterate it; no indexing)."""

@@ -430,9 +430,23 @@ class Job:
     """A job's run-time record. The simulator and controller write it; policies only read it."""
 
     __slots__ = (
-        "id", "spec", "state", "placement", "work_left", "rate", "last_update", "attained_gpu_s", "start_s",
-        "first_start_s", "end_s", "preemptions", "reject_reason", "slowdown_time", "run_time", "slo_violation_s",
+        "attained_gpu_s",
+        "end_s",
+        "first_start_s",
+        "id",
+        "last_update",
+        "placement",
+        "preemptions",
         "queued_since",
+        "rate",
+        "reject_reason",
+        "run_time",
+        "slo_violation_s",
+        "slowdown_time",
+        "spec",
+        "start_s",
+        "state",
+        "work_left",
     )
 
     def __init__(self, job_id: int, spec: JobSpec, work: float) -> None:

@@ -66,7 +66,8 @@ class SimResult:
     isolated: Isolated | None = None  # with teams, from run(): each job's JCT with its team alone on its quota
 
     def jct(self) -> np.ndarray:
-        return np.array([j.end_s - j.spec.submit_s for j in self.jobs if j.state is JobState.DONE], dtype=float)
+        return np.array([j.end_s - j.spec.submit_s for j in self.jobs
+                         if j.state is JobState.DONE and j.end_s is not None], dtype=float)
 
 
 class Simulator:
@@ -368,7 +369,7 @@ class Simulator:
             if self.idle_forever():
                 stuck = next(iter(self.pending.values()))
                 raise SimulationError(
-                    f"{self.policy.name} left {len(self.pending)} job(s) queued on an idle cluster, "
+                    f"{self._who} left {len(self.pending)} job(s) queued on an idle cluster, "
                     f"first {stuck.spec.name} ({stuck.spec.num_gpus:g} GPUs): "
                     f"{self.pending_reasons.get(stuck.id, 'no reason given')}"
                 )

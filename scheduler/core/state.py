@@ -146,7 +146,7 @@ class ClusterView:
         self.cluster = state.cluster
         self._state = state
         self._contention = contention
-        self.running: Mapping[int, Job] = MappingProxyType(running)  # type: ignore[arg-type]
+        self.running: Mapping[int, Job] = MappingProxyType(running)
         self.free_share = _readonly(state.free_share)
         self.used_mem = _readonly(state.used_mem)
         self.node_free = _readonly(state.node_free)

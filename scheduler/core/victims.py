@@ -161,8 +161,9 @@ def _cheapest(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], bound: 
             if need is None or gain <= 0.0:
                 continue
             front = fronts.get(bucket) or [(0.0, 0.0, None)]
-            grown = [(min(need, g + gain), c + offer.freed, (offer, chain)) for g, c, chain in front
-                     if c + offer.freed < bound - EPS]
+            grown: list[tuple[float, float, _Chain[T, K]]] = [
+                (min(need, g + gain), c + offer.freed, (offer, chain)) for g, c, chain in front
+                if c + offer.freed < bound - EPS]
             front = fronts[bucket] = _pareto(front + grown)
             top_gain, top_cost, top = front[0]
             if top_gain >= need - EPS and top_cost < bound - EPS:

@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import and_, bindparam, or_, select, update
+from sqlalchemy import CursorResult, Table, and_, bindparam, or_, select, update
 from sqlalchemy.orm import Session, joinedload
 
 from scheduler.core.contention import ContentionModel, ContentionParams
@@ -459,6 +459,11 @@ class Controller:
             # Under a burst of submissions, let them gather for a moment: one pass then takes them all.
             time.sleep(MIN_PASS_INTERVAL_S)
 
+    def ask_next_pass(self) -> None:
+        """Have the next pass ask the policy even if nothing it sees changed (its last answer is otherwise kept): what
+        a benchmark of the decision time, or an operator who changed something the scene does not cover, needs."""
+        self._asked = ()
+
     def step(self) -> StepStats:
         """One pass: read new submissions and cancel requests, collect what workers did, then let the policy act."""
         if not self.leadership.leading:  # before the poll, which may start gangs: a deposed leader touches no worker
@@ -628,11 +633,11 @@ class Controller:
             self._reasons.pop(job_id, None)
         if not new:
             return
-        rows = s.scalars(select(JobRow).where(JobRow.id.in_(new)).options(joinedload(JobRow.user))
-                         .order_by(JobRow.id)).all()
+        fresh = s.scalars(select(JobRow).where(JobRow.id.in_(new)).options(joinedload(JobRow.user))
+                          .order_by(JobRow.id)).all()
         in_order = True
         last = next(reversed(self.pending.values())).spec.submit_s if self.pending else float("-inf")
-        for row in rows:
+        for row in fresh:
             self._max_seen = max(self._max_seen, row.id)
             problem = reject_reason(row, self.cluster, self.profiles)
             if problem:
@@ -788,8 +793,9 @@ class Controller:
         at = time.strftime("%H:%M:%S", time.localtime(now))
         for i in job.placement.nodes(self.cluster):
             if i not in self._down:
-                self._suspect[i] = (now + SUSPECT_S, f"job {job.id}'s workers were lost there at {at}; it takes no "
-                                    f"new job for {SUSPECT_S:g} s unless Ray declares it dead sooner")
+                self._suspect[i] = (now + SUSPECT_S, (f"job {job.id}'s workers were lost there at {at}; it takes "
+                                                      f"no new job for {SUSPECT_S:g} s unless Ray declares it dead "
+                                                      "sooner"))
                 self._held_changed = True
 
     def _suspects_changed(self, now: float) -> bool:
@@ -989,7 +995,7 @@ class Controller:
         rows = [{"job": i, "why": why} for i, why in self._unwritten.items() if i in self.pending]
         self._unwritten.clear()
         if rows:  # Core's executemany: the ORM's bulk update costs a millisecond more for the usual one or two rows
-            jobs = JobRow.__table__
+            jobs = cast(Table, JobRow.__table__)  # declared a FromClause; a mapped class's table is a Table
             s.execute(update(jobs).where(jobs.c.id == bindparam("job")).values(pending_reason=bindparam("why")), rows)
 
     def _explain_waits(self) -> None:
@@ -1014,9 +1020,10 @@ class Controller:
         assert row is not None
         attempt = row.attempt + 1
         # The API may have cancelled it a moment ago: the conditional update decides, atomically.
-        moved = s.execute(update(JobRow).where(JobRow.id == d.job_id, JobRow.state == S.PENDING).values(
+        moved = cast("CursorResult[Any]", s.execute(update(JobRow).where(  # an UPDATE's result counts its rows
+            JobRow.id == d.job_id, JobRow.state == S.PENDING).values(
             state=S.RUNNING, attempt=attempt, pending_reason=None, predicted_slowdown=predicted.slowdown,
-            started_at=None)).rowcount
+            started_at=None))).rowcount
         del self.pending[d.job_id]
         self._reasons.pop(d.job_id, None)
         if not moved:

@@ -137,8 +137,8 @@ def start_estimates(usable: Iterable[int], running: Sequence[Running], queue: Se
     usable = sorted(set(usable))
     mem = gpu_mem or {}
     r = _Replay({g: 1.0 for g in usable}, mem, ceilings or {})
-    for job in running:
-        r.hold(job.seconds, job.gpus, job.team, sum(job.gpus.values()))
+    for held in running:
+        r.hold(held.seconds, held.gpus, held.team, sum(held.gpus.values()))
     now = 0.0
     out: list[float | None] = []
     for job in queue:

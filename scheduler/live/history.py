@@ -428,10 +428,11 @@ def fit_params(history: History, start: ContentionParams | None = None,
     before = predict(base)
     ok &= np.isfinite(before) & (before > 0)
     # Which parameters move any prediction? (A history with no shared GPU says nothing about MPS interference.)
-    fitted, fixed = [], []
+    fitted: list[str] = []
+    fixed: list[str] = []
     for name in FIT_PARAMS:
-        lo, hi = FIT_BOUNDS[name]
-        probe = min(hi, max(base[name] * 1.5, base[name] + 0.05))
+        upper = FIT_BOUNDS[name][1]
+        probe = min(upper, max(base[name] * 1.5, base[name] + 0.05))
         moved = np.abs(predict(base | {name: probe})[ok] - before[ok])
         (fitted if moved.size and moved.max() > 1e-9 else fixed).append(name)
 

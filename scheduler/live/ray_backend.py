@@ -17,17 +17,10 @@ logical, so this runs on a machine with no GPU); `RayBackend.connect` joins an e
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import pwd
 import re
-import select
 import shutil
-import signal
-import socket
-import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +59,10 @@ def _reload_auth() -> None:
     """Make this process's Ray read the authentication variables again: Ray caches its configuration and the token
     when first used, and a server (or a test) may start or join a second cluster with another token. Ray's own test
     helpers do the same (ray._private.authentication_test_utils.reset_auth_token_state)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from ray._raylet import (  # type: ignore[attr-defined]  # ray's _raylet.pyi stub omits these Cython classes
+        AuthenticationTokenLoader,
+        Config,
+    )
 
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
@@ -91,7 +87,8 @@ class RayWorker(Worker):
         return str(ray.util.get_node_ip_address())
 
 
-RemoteWorker = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)(RayWorker)
+# ray.remote's overloads type only task options; max_concurrency is an actor option, which Ray accepts here.
+RemoteWorker = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)(RayWorker)  # type: ignore[call-overload]
 
 
 # ---- the controller's side ---------------------------------------------------------------------------------------
@@ -209,7 +206,7 @@ class RayBackend:
         for spec in launch.ranks:
             resources = {f"corral_gpu_{spec.node}_{g}": _share_resource(spec.share) for g in spec.local_gpus}
             resources[f"corral_node_{spec.node}"] = 0.001  # pins it even if a GPU resource were renamed
-            actors.append(RemoteWorker.options(  # type: ignore[attr-defined]
+            actors.append(RemoteWorker.options(
                 name=actor_name(launch.job_id, launch.attempt, spec.rank), namespace=NAMESPACE, lifetime="detached",
                 resources=resources, get_if_exists=True,
             ).remote(launch, spec.rank))
@@ -226,7 +223,7 @@ class RayBackend:
                     self._kill(a)
                 return False
         try:
-            states = ray.get([a.status.remote() for a in actors], timeout=30)
+            states: list[dict[str, Any]] = ray.get([a.status.remote() for a in actors], timeout=30)
         except (RayActorError, GetTimeoutError):
             for a in actors:
                 self._kill(a)

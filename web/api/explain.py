@@ -14,8 +14,8 @@ from typing import Any
 from flask_smorest import Blueprint, abort
 from sqlalchemy import select
 
-from scheduler.live.explain import known_progress, last_placement, queue_start_estimates, where_text
 from scheduler.live.explain import gpu_names as read_gpu_names
+from scheduler.live.explain import known_progress, last_placement, queue_start_estimates, where_text
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Decision, Job
@@ -105,6 +105,7 @@ def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, es
         text += f" ({decision['reason']})"
     now = placement["predicted_slowdown"] if placement is not None else None
     if now is not None and abs(now - then) > 5e-3:  # the neighbours changed since: say so, with both figures
+        assert placement is not None  # `now` is read from it
         text += f"; now {now:.2f}{_beside(placement['neighbour_job_ids'])}"
     if placement is None:
         text += _last_words(last)
@@ -135,7 +136,7 @@ def blueprint(prefix: str) -> Blueprint:
             position = q.queue_positions(s).get(job_id) if pending else None
             estimates = queue_start_estimates(s) if pending else None
             estimate = estimates.starts.get(job.id) if estimates is not None else None
-            placement = None
+            placement: dict[str, Any] | None = None
             last = None
             neighbours: list[dict[str, Any]] = []
             allocs = q.current_allocations(s, [job]).get(job_id, [])

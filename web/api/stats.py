@@ -81,14 +81,17 @@ class NodeNetSchema(Schema):
     preset = fields.String()
     nic_gbps = fields.Float(allow_none=True)
     demand_gbps = fields.Float()
-    load = fields.Float(allow_none=True, metadata={"description": "sum of the duty cycles of the jobs crossing the "
-                                                   "NIC (may exceed 1: they contend)"})
+    # marshmallow's metaclass takes declared fields off the class, so a field named `load` does not shadow
+    # Schema.load; its types cannot say so.
+    load = fields.Float(allow_none=True,  # type: ignore[assignment]
+                        metadata={"description": "sum of the duty cycles of the jobs crossing the NIC (may exceed 1: "
+                                                 "they contend)"})
     jobs = fields.List(fields.Integer(), metadata={"description": "the multi-node jobs crossing this NIC"})
 
 
 class UplinkSchema(Schema):
     rack = fields.Integer()
-    load = fields.Float()
+    load = fields.Float()  # type: ignore[assignment]  # no shadowing: see NodeNetSchema.load
     jobs = fields.List(fields.Integer())
 
 

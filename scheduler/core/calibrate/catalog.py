@@ -51,14 +51,14 @@ _INFERENCE = (
     # SM / bandwidth demands are on the scale the co-location fit sets (with mps_interference), so they are copied
     # from the fitted type of the same architecture at its smallest batch rather than guessed in absolute terms.
     ("ResNet-50-serve", 7.0, 15.0, "ResNet-50-bs16", 2.0,
-     "estimate: batch-1 FP32 ResNet-50 on a V100 ~7 ms; SLO = MLPerf Inference server bound for ResNet-50 (15 ms); "
-     "sm/membw as Gavel ResNet-50-bs16"),
+     ("estimate: batch-1 FP32 ResNet-50 on a V100 ~7 ms; SLO = MLPerf Inference server bound for ResNet-50 "
+      "(15 ms); sm/membw as Gavel ResNet-50-bs16")),
     ("BERT-base-serve", 6.0, 50.0, "Transformer-bs16", 2.0,
-     "estimate: batch-1 BERT-base seq 128 on a V100 ~6 ms; SLO 50 ms (interactive NLP target; MLPerf BERT-large: "
-     "130 ms); sm/membw as Gavel Transformer-bs16"),
+     ("estimate: batch-1 BERT-base seq 128 on a V100 ~6 ms; SLO 50 ms (interactive NLP target; MLPerf BERT-large: "
+      "130 ms); sm/membw as Gavel Transformer-bs16")),
     ("LLaMA-7B-serve", 20.0, 100.0, "LM-bs5", 15.0,
-     "estimate: per output token, 13.5 GB of FP16 weights read at ~900 GB/s = 15 ms + overhead; SLO 100 ms/token "
-     "(MLPerf Llama-2-70B server: 200 ms); 15 GB with KV cache; sm/membw as Gavel LM-bs5 (small-batch decoding)"),
+     ("estimate: per output token, 13.5 GB of FP16 weights read at ~900 GB/s = 15 ms + overhead; SLO 100 ms/token "
+      "(MLPerf Llama-2-70B server: 200 ms); 15 GB with KV cache; sm/membw as Gavel LM-bs5 (small-batch decoding)")),
 )
 
 
@@ -112,10 +112,10 @@ def calibrate(shared: Path | str | None = None) -> Calibration:
             name=t, kind=JobKind.TRAINING, compute_ms=_sig(1000.0 / gv.isolated[(t, 1)]), sm=_sig(sm[t], 3),
             membw=_sig(bw[t], 3), mem_gb=_sig(mem[t], 3), grad_mb=_sig(grad), overlap=_sig(ov, 3), source=src,
         )
-    for name, lat, slo, analogue, m, src in _INFERENCE:
+    for name, lat, slo, analogue, gb, src in _INFERENCE:
         profiles[name] = ModelProfile(
             name=name, kind=JobKind.INFERENCE, compute_ms=lat, sm=_sig(sm[analogue], 3), membw=_sig(bw[analogue], 3),
-            mem_gb=m, grad_mb=0.0, overlap=0.0, latency_ms=lat, slo_ms=slo, source=src,
+            mem_gb=gb, grad_mb=0.0, overlap=0.0, latency_ms=lat, slo_ms=slo, source=src,
         )
     return Calibration(profiles, params, net, share, mem)
 
@@ -143,8 +143,8 @@ def catalog_csv(profiles: Mapping[str, ModelProfile], params: ContentionParams) 
         "              Transformer, LM: every batch size shares them); A3C, Recommendation, CycleGAN: estimates",
         "              from parameter counts.",
         "  latency_ms, slo_ms  inference only: estimates, reasoning in source.",
-        f"Fitted ContentionParams: mps_overhead={params.mps_overhead}, mps_interference={params.mps_interference}, "
-        f"ring_straggler={params.ring_straggler}.",
+        (f"Fitted ContentionParams: mps_overhead={params.mps_overhead}, "
+         f"mps_interference={params.mps_interference}, ring_straggler={params.ring_straggler}."),
         "Testbeds assumed: see scheduler/core/calibrate/data.py TESTBED_NOTES.",
     ]
     for line in header:

@@ -49,15 +49,15 @@ V100_MEM_GB = 16.0  # Gavel's V100s are AWS p3 V100-SXM2-16GB: a pair "does not 
 NIC_GBPS = 10.0
 
 TESTBED_NOTES = (
-    "DeepShare testbed: 8 servers x 8 GPUs on PCIe (2 switches of 4 GPUs, 12 GB/s each, 9 GB/s between sockets), "
-    "10 Gb/s Ethernet, one switch; NCCL over TCP (their scripts set NCCL_IB_DISABLE=1); a GPUS,NODES job takes "
-    "GPUS/NODES GPUs on each of NODES servers; GPU speed taken as a V100's (not stated in the artifact).",
-    "DeepShare pairs: job A is placed first; job B takes the next free GPUs on the first NODES_B servers, so A and B "
-    "share min(NODES_A, NODES_B) servers (their NICs and, where GPUs meet, PCIe switches); the ratio is A's slowdown "
-    "alone on its placement divided by its slowdown with B.",
-    "Gavel testbed: 8 servers x 8 V100-16GB with NVLink (150 GB/s per GPU, AWS p3.16xlarge-like), 10 Gb/s between "
-    "servers (AWS p3 'up to 10 Gigabit' class); consolidated = all workers on one server, unconsolidated = one worker "
-    "per server. Co-location pairs: two 1-GPU jobs on one GPU with no MPS thread cap (share 1.0).",
+    ("DeepShare testbed: 8 servers x 8 GPUs on PCIe (2 switches of 4 GPUs, 12 GB/s each, 9 GB/s between sockets), "
+     "10 Gb/s Ethernet, one switch; NCCL over TCP (their scripts set NCCL_IB_DISABLE=1); a GPUS,NODES job takes "
+     "GPUS/NODES GPUs on each of NODES servers; GPU speed taken as a V100's (not stated in the artifact)."),
+    ("DeepShare pairs: job A is placed first; job B takes the next free GPUs on the first NODES_B servers, so A and B "
+     "share min(NODES_A, NODES_B) servers (their NICs and, where GPUs meet, PCIe switches); the ratio is A's slowdown "
+     "alone on its placement divided by its slowdown with B."),
+    ("Gavel testbed: 8 servers x 8 V100-16GB with NVLink (150 GB/s per GPU, AWS p3.16xlarge-like), 10 Gb/s between "
+     "servers (AWS p3 'up to 10 Gigabit' class); consolidated = all workers on one server, unconsolidated = one worker "
+     "per server. Co-location pairs: two 1-GPU jobs on one GPU with no MPS thread cap (share 1.0)."),
 )
 
 

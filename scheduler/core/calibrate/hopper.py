@@ -132,6 +132,9 @@ class Measured:
         return v / self.alone[c.job] if self.kinds[c.job] == "inference" else self.alone[c.job] / v
 
 
+_PEAK = re.compile(r"workload (\S+):.* ([0-9.]+) GiB peak")  # ingest's provenance line of each workload
+
+
 def load_measured(path: Path = MEASURED_PATH) -> Measured:
     text = path.read_text()
     provenance = [ln[2:] for ln in text.splitlines() if ln.startswith("#")]
@@ -156,8 +159,6 @@ def load_measured(path: Path = MEASURED_PATH) -> Measured:
     peak = {m.group(1): float(m.group(2)) for m in map(_PEAK.search, provenance) if m}
     return Measured(kinds, alone, alone_p99, rate, p99, len({r["run"] for r in rows}), provenance, peak)
 
-
-_PEAK = re.compile(r"workload (\S+):.* ([0-9.]+) GiB peak")
 
 
 # ---- the model on one GPU ----------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import spearmanr
 
 from scheduler.core.calibrate.data import (
@@ -55,7 +56,7 @@ class Validation:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-def _summary(name: str, pred: Sequence[float], meas: Sequence[float], basis: str, **extra: float) -> Validation:
+def _summary(name: str, pred: ArrayLike, meas: ArrayLike, basis: str, **extra: float) -> Validation:
     p, m = np.asarray(pred, dtype=float), np.asarray(meas, dtype=float)
     rho = float(spearmanr(p, m)[0]) if len(p) > 2 else float("nan")
     return Validation(name, len(p), float(np.mean(np.abs(p - m))), rho, basis, p, m, dict(extra))
@@ -225,17 +226,17 @@ def holdout(shared: Path | str | None = None) -> list[Validation]:
     net = fit_network(ds, gv, isolated_mask=two, cases=cases)
     t, _ = _alone(cases.ds_alone, net.compute_s, net.grad_gb, net.overlap, net.ring_straggler)
     at = {cfg: k for k, cfg in enumerate(cases.ds_configs)}
-    pred, meas = [], []
+    spread_pred, spread_meas = [], []
     for (m, g, n), k in at.items():
         if n > 2:
             base = at[(m, g, 2)]
-            pred.append(t[base] / t[k])
-            meas.append(ds.isolated[(m, g, n)] / ds.isolated[(m, g, 2)])
-    out.append(_summary("DeepShare spread, from 2-server runs + pairs", pred, meas,
+            spread_pred.append(t[base] / t[k])
+            spread_meas.append(ds.isolated[(m, g, n)] / ds.isolated[(m, g, 2)])
+    out.append(_summary("DeepShare spread, from 2-server runs + pairs", spread_pred, spread_meas,
                         "held out: 4- and 8-server isolated runs not fitted on"))
 
     # (c) Gavel co-location: train on half of the unordered type pairs.
-    types, i, j, y, fits = _pair_arrays(gv)
+    _types, i, j, y, fits = _pair_arrays(gv)
     unordered = [tuple(sorted((int(a), int(b)))) for a, b in zip(i, j)]
     train_keys = _half_split(unordered)
     train = np.array([k in train_keys for k in unordered])

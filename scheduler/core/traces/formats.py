@@ -208,7 +208,7 @@ def _finish(rows: _Rows, *, name: str, fmt: str, source: str, label: str, limit:
     given = [rows.model[i] for i in order]
     drawn, nofit = draw_models(num_gpus, inference, u)
     if fmt == "corral":
-        for k in np.flatnonzero(nofit):
+        for k in np.flatnonzero(nofit).tolist():
             if not given[k]:
                 i = int(order[k])
                 kind = "inference" if inference[k] else "training"

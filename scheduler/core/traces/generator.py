@@ -8,6 +8,7 @@ lognormal durations near Philly's (median 15 min, sigma 2, clipped to [10 s, 7 d
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -24,8 +25,9 @@ SYNTH_KEYS = {"iat": "mean_interarrival_s", "frac": "frac_share", "inference": "
 TEAM_SKEW = 1.0  # team k of N submits a share of the jobs proportional to 1 / (k + 1) ** TEAM_SKEW
 
 
-def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, float]]:
-    """`synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T]` -> (N, keyword arguments of `synthetic`)."""
+def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, Any]]:
+    """`synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T]` -> (N, keyword arguments of `synthetic`: floats, and
+    an int for `teams`)."""
     accepted = ", ".join(f"{k}= ({v})" for k, v in SYNTH_KEYS.items())
     body = spec.removeprefix("synthetic:")
     head, *pairs = [p.strip() for p in body.split(",")]
@@ -35,7 +37,7 @@ def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, float]]:
         raise TraceError(f"{spec}: job count {head!r} is not an integer (synthetic:N[,key=value...])") from None
     if n < 1:
         raise TraceError(f"{spec}: job count must be at least 1")
-    kwargs: dict[str, float] = {}
+    kwargs: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = (s.strip() for s in pair.partition("="))
         if key not in SYNTH_KEYS or not sep:

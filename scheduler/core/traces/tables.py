@@ -139,9 +139,9 @@ def _table(label: str, lines: list[str], comments: bool) -> _Table:
     header = [c.strip() for c in rows[0][1]]
     records = rows[1:]
     width = len(header)
-    for line, row in records:
+    for number, row in records:
         if len(row) != width:
-            raise TraceError(f"{label} line {line}: {len(row)} fields, the header has {width}")
+            raise TraceError(f"{label} line {number}: {len(row)} fields, the header has {width}")
     return _Table(label, header, records)
 
 

@@ -103,6 +103,7 @@ def discovered(devices: list[GpuDevice], preset: str | None = None) -> NodeHardw
     """The hardware NVML found; `preset` (from --preset) overrides the match, after a check that it allows the count."""
     found, why = match_preset(devices)
     notes: list[str] = []
+    chosen: str | None
     if preset is not None:
         node_type(preset, len(devices))  # SpecError if the preset cannot have this many GPUs
         if found != preset:

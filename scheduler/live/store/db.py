@@ -11,10 +11,11 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.core.paths import corral_home
@@ -49,7 +50,9 @@ def store_exists(url: str) -> bool:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         path = parsed.database
-        return bool(path) and path != ":memory:" and Path(path).is_file() and Path(path).stat().st_size > 0
+        if not path or path == ":memory:":
+            return False
+        return Path(path).is_file() and Path(path).stat().st_size > 0
     engine = create_engine(url)
     try:
         return inspect(engine).has_table("alembic_version")
@@ -62,7 +65,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             # pysqlite's own transaction handling emits no BEGIN before a SAVEPOINT, so a nested transaction would
             # commit on its own; SQLAlchemy's documented recipe: take over BEGIN ourselves (see `_begin`).
             dbapi_conn.isolation_level = None
@@ -74,7 +77,7 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         @event.listens_for(engine, "begin")
-        def _begin(conn) -> None:  # type: ignore[no-untyped-def]
+        def _begin(conn: Connection) -> None:
             # A unit of work that will write starts with BEGIN IMMEDIATE (`Store.session(write=True)`): a deferred
             # transaction that reads and then writes fails at once with "database is locked" (SQLITE_BUSY_SNAPSHOT,
             # which no busy timeout waits out) whenever another connection committed in between. Taking the write
@@ -86,7 +89,7 @@ def make_engine(url: str) -> Engine:
     if url.startswith("postgresql"):
 
         @event.listens_for(engine, "connect")
-        def _session_settings(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+        def _session_settings(dbapi_conn: Any, _record: Any) -> None:
             # A client that vanishes mid-transaction without closing its socket (a partitioned or frozen host) keeps
             # its row locks until TCP gives up, which can take hours; a standby taking over would wait on them. No
             # Corral transaction sits idle this long, so the server ends such a session and frees its locks. Set

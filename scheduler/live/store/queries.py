@@ -13,9 +13,9 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import CursorResult, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -186,10 +186,10 @@ def cancel(s: Session, job: Job) -> Job:
     if JobState(job.state).terminal:
         return job
     now = time.time()
-    done = s.execute(
+    done = cast("CursorResult[Any]", s.execute(  # an UPDATE's result is a cursor's, which counts the rows
         update(Job).where(Job.id == job.id, Job.state == JobState.PENDING)
         .values(state=JobState.CANCELLED, finished_at=now, cancel_requested=True, pending_reason=None)
-    ).rowcount
+    )).rowcount
     if done:
         add_event(s, job.id, "cancelled", "cancelled while pending", at=now)
     else:

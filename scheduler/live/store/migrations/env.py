@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 
 from scheduler.live.store.models import Base
 
@@ -15,14 +15,16 @@ target_metadata = Base.metadata
 def run() -> None:
     conn = config.attributes.get("connection")
     if conn is None:
-        with create_engine(config.get_main_option("sqlalchemy.url")).connect() as conn:
+        url = config.get_main_option("sqlalchemy.url")
+        assert url is not None, "alembic_config() always sets sqlalchemy.url"
+        with create_engine(url).connect() as conn:
             _migrate(conn)
             conn.commit()
     else:
         _migrate(conn)
 
 
-def _migrate(conn) -> None:  # type: ignore[no-untyped-def]
+def _migrate(conn: Connection) -> None:
     context.configure(connection=conn, target_metadata=target_metadata, render_as_batch=True, compare_type=True)
     with context.begin_transaction():
         context.run_migrations()
