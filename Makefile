@@ -42,14 +42,12 @@ simulate: $(STAMP)
 # The dashboard's browser tests drive Debian's chromium through Playwright (never `playwright install`); without it
 # they skip, saying why.
 #
-# Tiers (tests/conftest.py marks them): unit, postgres and browser tests spread over the cores, one module per worker
-# (module-scoped fixtures stay shared); then the tiers that start Ray clusters, servers, network namespaces and
-# subprocess benchmarks of their own run one at a time, as their timings were written for. Both runs must pass.
+# Every test, spread over the cores by pytest-xdist, one module per worker process (module-scoped fixtures, such as a
+# module's Ray cluster or browser, stay shared). Tiers (tests/conftest.py marks them) pick parts: `pytest -m ray`.
 test: $(STAMP) lint
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || \
 		echo "chromium could not be installed: the dashboard's browser tests will skip"
-	$(BIN)/python -m pytest -n auto --dist loadfile -m "not ray and not netns and not slow"
-	$(BIN)/python -m pytest -m "ray or netns or slow"
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 # The unit tier alone (nothing but Python: no Ray, browser, PostgreSQL, namespaces or long subprocess runs).
 test-fast: $(STAMP)

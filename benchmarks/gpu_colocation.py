@@ -67,6 +67,9 @@ def worker_main(name: str, device: str, size: str) -> int:
     proto = sys.stdout
     sys.stdout = sys.stderr  # anything a library prints must not corrupt the protocol
     cuda = device.startswith("cuda")
+    if not cuda:
+        # On a CPU each job gets one thread: two jobs of all the cores each would measure the OS scheduler instead.
+        torch.set_num_threads(1)
 
     def sync() -> None:
         if cuda:

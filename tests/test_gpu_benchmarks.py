@@ -70,7 +70,7 @@ def test_colocation_benchmark_measures_alone_and_pairs_on_cpu(tmp_path: Path) ->
     out = tmp_path / "coloc"
     proc = subprocess.run(
         [sys.executable, str(BENCH / "gpu_colocation.py"), "--device", "cpu", "--size", "tiny", "--out", str(out),
-         "--workloads", "lstm-lm,dlrm,bert-infer", "--mps-control", "none", "--warmup-s", "0.1", "--window-s", "0.3",
+         "--workloads", "lstm-lm,dlrm,bert-infer", "--mps-control", "none", "--warmup-s", "0.2", "--window-s", "0.6",
          "--windows", "2"], check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = list(csv.DictReader((out / "colocation.csv").open()))

@@ -29,6 +29,7 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, JobKind, JobSpec, JobState, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
+from scheduler.core.progress import in_queue_order, progress_rate
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import Isolated, TeamLedger, Teams, TenancyFrame, quota_cluster
 from scheduler.core.workloads import ModelProfile, catalog
@@ -190,7 +191,7 @@ class Simulator:
         self._advance(job)
         slow = self.contention.slowdown(job.id)
         self._slow[job.id] = slow
-        job.rate = 1.0 if job.spec.kind is JobKind.INFERENCE else 1.0 / slow
+        job.rate = progress_rate(job.spec.kind, slow)
         self._version[job.id] += 1
         self._push(self.now + max(job.work_left, 0.0) / job.rate, _FINISH, job.id, self._version[job.id])
 
@@ -263,7 +264,7 @@ class Simulator:
         job.queued_since = self.now
         self.pending[job.id] = job
         # Keep the queue in arrival order: rebuild it (preemptions are rare next to arrivals).
-        self.pending = dict(sorted(self.pending.items(), key=lambda kv: (kv[1].spec.submit_s, kv[0])))
+        self.pending = in_queue_order(self.pending)
 
     def _outages_changed(self) -> None:
         """Outages started or ended at this instant: requeue the runs they evict, then close exactly the GPUs the

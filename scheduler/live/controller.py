@@ -36,8 +36,9 @@ from sqlalchemy.orm import Session, joinedload
 
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
-from scheduler.core.model import Cluster, Job, JobKind, Placement
+from scheduler.core.model import Cluster, Job, Placement
 from scheduler.core.outages import Drain, OnFault, closed_gpus, evictions, spans
+from scheduler.core.progress import in_queue_order, progress_rate, runs_on_node
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S, Team, Teams, TenancyFrame
 from scheduler.core.workloads import ModelProfile, catalog
@@ -322,13 +323,10 @@ class Controller:
                            if after_failure else f"its workers were gone when {who} started", now)
             # Nodes Ray reports dead leave the model; a run adopted there a moment ago cannot be alive either.
             for i in self._down:
-                for job_id in [j for j, job in self.running.items() if job.placement is not None
-                               and i in job.placement.nodes(self.cluster)]:
-                    job = self.running[job_id]
+                for job_id in runs_on_node(self.running, self.cluster, i):
                     keep.difference_update(actor_name(job_id, self._attempt[job_id], r.rank)
-                                           for r in self._placement(job))
-                    self.backend.stop(job_id)
-                    self._lose(s, job_id, f"node {self.node_names[i]} is down", now)
+                                           for r in self._placement(self.running[job_id]))
+                self._lose_node(s, i, f"node {self.node_names[i]} is down", now)
             self._read_conditions(s, now)
             self._apply_outages(s, now)
             for row in s.scalars(select(JobRow).where(JobRow.state == S.PENDING).options(joinedload(JobRow.user))
@@ -653,7 +651,7 @@ class Controller:
 
     def _sort_pending(self) -> None:
         """Keep the queue in submission order, as the simulator does (a requeued job keeps its place)."""
-        self.pending = dict(sorted(self.pending.items(), key=lambda kv: (kv[1].spec.submit_s, kv[0])))
+        self.pending = in_queue_order(self.pending)
 
     def _sync_cancels(self, s: Session, now: float) -> None:
         if not self.running:
@@ -764,10 +762,7 @@ class Controller:
                 self._down.discard(i)
                 s.execute(update(Node).where(Node.name == name).values(alive=True, updated_at=now))
             elif not up and i not in self._down:
-                for job_id in [j for j, job in self.running.items() if job.placement is not None
-                               and i in job.placement.nodes(self.cluster)]:
-                    self.backend.stop(job_id)
-                    self._lose(s, job_id, f"node {name} was lost", now)
+                self._lose_node(s, i, f"node {name} was lost", now)
                 self._down.add(i)
                 s.execute(update(Node).where(Node.name == name).values(alive=False, updated_at=now))
 
@@ -865,6 +860,12 @@ class Controller:
         queries.add_event(s, row.id, str(state), error or f"exit code {code}", at=now, exit_code=code,
                           attempt=row.attempt, ranks_ended_at=ranks_ended_at)
 
+    def _lose_node(self, s: Session, node: int, why: str, now: float) -> None:
+        """Node `node` is gone: every run with a GPU there is stopped and lost (requeued or failed by its policy)."""
+        for job_id in runs_on_node(self.running, self.cluster, node):
+            self.backend.stop(job_id)
+            self._lose(s, job_id, why, now)
+
     def _lose(self, s: Session, job_id: int, why: str, now: float) -> None:
         """A run whose workers are gone: requeue the job or fail it, by its restart policy."""
         row = s.get(JobRow, job_id)
@@ -907,7 +908,7 @@ class Controller:
     def _set_rate(self, job: Job, s: Session | None = None) -> None:
         slow = self.contention.slowdown(job.id)
         self.slowdowns.set(job.id, slow, time.time(), self._ran_from(job.id))
-        job.rate = 1.0 if job.spec.kind is JobKind.INFERENCE else 1.0 / slow
+        job.rate = progress_rate(job.spec.kind, slow)
         self.backend.set_rate(job.id, job.rate)
         if s is not None:
             s.execute(update(JobRow).where(JobRow.id == job.id).values(predicted_slowdown=slow))
