@@ -176,14 +176,14 @@ def seed_teams(store: Store, now: float) -> dict[str, str]:
 def test_team_stats_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
+    from scheduler.live import figures
     from web import create_app
-    from web.api import stats
 
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
     try:
         now = time.time()
         tokens = seed_teams(store, now)
-        monkeypatch.setattr(stats, "time", SimpleNamespace(time=lambda: now))  # the view's clock: the seed's
+        monkeypatch.setattr(figures, "time", SimpleNamespace(time=lambda: now))  # the figures' clock: the seed's
         client = create_app(store, config={"FAIR_SHARE_HALF_LIFE_S": 600.0}).test_client()
         r = client.get("/api/v1/stats/teams?window_s=1200&points=4", headers={"Authorization": f"Bearer {tokens['ben']}"})
         assert r.status_code == 200, r.json

@@ -140,7 +140,13 @@ class ClusterState:
 
 
 class ClusterView:
-    """What a policy may read: allocations, running jobs and contention predictions. Nothing here mutates."""
+    """What a policy may read: allocations, running jobs and contention predictions. A policy never changes it.
+
+    Two attributes are set from outside, by the code that owns the view, never by a policy: `now` (the runner, each
+    instant) and `tenancy` (the tenancy frame, for exactly the length of its call to the policy it wraps, restored
+    afterwards even if that policy raises). The frame sets it on this view rather than handing over a copy because
+    policies index what they have seen per view (Tiresias' attained service, the RL encoding's caches): a new view
+    at every call would rebuild those each time."""
 
     def __init__(self, state: ClusterState, contention: ContentionModel, running: Mapping[int, Job]) -> None:
         self.cluster = state.cluster
