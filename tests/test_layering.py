@@ -29,7 +29,8 @@ ALLOWED = {
 }
 # Files that may also import these layers, lazily (inside functions) only.
 COMPOSITION_ROOTS = {
-    "scheduler/cli/commands.py": {"policies", "agents", "web"},
+    "scheduler/cli/learning_commands.py": {"agents"},  # corral train, evaluate, tune
+    "scheduler/cli/policy_options.py": {"policies"},  # --policy, resolved through the registry
     "scheduler/cli/serve.py": {"policies", "web"},
 }
 ROOTS_PLACE = "scheduler/cli/"  # the one place a module may reach up from

@@ -17,9 +17,14 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import click
+
+from scheduler.core.errors import SpecError
+
+if TYPE_CHECKING:
+    from scheduler.core.model import Cluster
 
 PROG = "corral"
 QUOTES = "'\""  # click quotes an option's name in its hints: '--gpus'
@@ -212,3 +217,14 @@ class CorralGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         with one_line_errors():
             return super().invoke(ctx)
+
+
+# ---- options the offline commands share ---------------------------------------------------------------------------
+
+
+def parse_cluster_option(ctx: click.Context, param: click.Parameter, value: str) -> Cluster:
+    from scheduler.core.model import parse_cluster
+    try:
+        return parse_cluster(value)
+    except SpecError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--cluster: "), ctx, param) from None
