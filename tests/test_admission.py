@@ -10,7 +10,7 @@ from conftest import job, small_cluster
 
 from policies import make_policy
 from scheduler.core.admission import admission
-from scheduler.core.model import JobState
+from scheduler.core.model import JobPhase
 from scheduler.core.simulator import Simulator
 from scheduler.core.workloads import catalog
 from scheduler.live.rows import reject_reason
@@ -36,7 +36,7 @@ def test_every_caller_takes_the_core_s_decision(model: str, gpus: float, field: 
         sim = Simulator(cluster, [job("j", 0, gpus, 10, model=model)], make_policy("fifo"))
         result = sim.run()
         (j,) = result.jobs
-        assert (j.state is JobState.REJECTED) == (why is not None) and (j.reject_reason or None) == why
+        assert (j.state is JobPhase.REJECTED) == (why is not None) and (j.reject_reason or None) == why
 
 
 def test_a_model_too_big_for_every_gpu_is_refused_by_memory() -> None:

@@ -23,7 +23,7 @@ from policies.registry import UnknownPolicyError
 from policies.tiresias import DEFAULT_THRESHOLDS, Tiresias
 from scheduler.core.contention import ContentionModel
 from scheduler.core.decisions import Place, Preempt, Wait, WakeAt
-from scheduler.core.model import Job, JobSpec, JobState, Placement, SpecError
+from scheduler.core.model import Job, JobPhase, JobSpec, Placement, SpecError
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.workloads import catalog
@@ -161,7 +161,7 @@ def view_of(cluster, running: list[tuple[JobSpec, Placement, float]], now: float
         j = Job(100 + i, spec, spec.duration_s)
         state.allocate(j.id, spec, placement)
         model.add(j.id, spec, placement)
-        j.state, j.placement, j.start_s = JobState.RUNNING, placement, now
+        j.state, j.placement, j.start_s = JobPhase.RUNNING, placement, now
         j.attained_gpu_s = attained  # as if it had run that long before `now`
         jobs[j.id] = j
     view = ClusterView(state, model, jobs)
@@ -234,8 +234,8 @@ def test_gittins_keeps_the_invariants_and_finishes_every_job(policy: str) -> Non
         trace = synthetic_trace()
         sim = CheckedSimulator(cluster, trace, make_policy(policy, seed=1))
         result = sim.run()
-        accepted = [j for j in result.jobs if j.state is not JobState.REJECTED]
-        assert all(j.state is JobState.DONE for j in accepted)
+        accepted = [j for j in result.jobs if j.state is not JobPhase.REJECTED]
+        assert all(j.state is JobPhase.DONE for j in accepted)
         assert sim.starts >= len(accepted)
 
 

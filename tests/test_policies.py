@@ -12,7 +12,7 @@ from policies.placement import Planner
 from policies.registry import UnknownPolicyError
 from scheduler.core.contention import ContentionModel
 from scheduler.core.decisions import Place
-from scheduler.core.model import Cluster, ClusterSpec, JobState, NodeGroupSpec, Placement, build_cluster
+from scheduler.core.model import Cluster, ClusterSpec, JobPhase, NodeGroupSpec, Placement, build_cluster
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.traces import synthetic
@@ -61,11 +61,11 @@ def test_policy_keeps_invariants_and_finishes_every_job(policy: str, cluster_fac
     trace = synthetic(150, seed=11, mean_interarrival_s=120, frac_share=0.3, inference_share=0.1).jobs
     sim = CheckedSimulator(cluster, trace, make_policy(policy, seed=1))
     result = sim.run()
-    accepted = [j for j in result.jobs if j.state is not JobState.REJECTED]
-    assert all(j.state is JobState.DONE for j in accepted)
+    accepted = [j for j in result.jobs if j.state is not JobPhase.REJECTED]
+    assert all(j.state is JobPhase.DONE for j in accepted)
     assert sim.starts >= len(accepted)
     for j in result.jobs:
-        if j.state is JobState.REJECTED:
+        if j.state is JobPhase.REJECTED:
             assert j.spec.workers > cluster.num_gpus and "needs" in j.reject_reason
 
 

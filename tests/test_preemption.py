@@ -17,7 +17,7 @@ from policies.placement import Planner
 from policies.rl_encoding import ORDERS, decision_point
 from policies.tiresias import pick_victims
 from scheduler.core.decisions import Decision, Place, Preempt
-from scheduler.core.model import Job, JobSpec, JobState, Placement, parse_cluster
+from scheduler.core.model import Job, JobPhase, JobSpec, Placement, parse_cluster
 from scheduler.core.simulator import Placed, Simulator
 from scheduler.core.tenancy import Teams, TenancyFrame
 from scheduler.core.victims import Offer, choose_victims, pending_takers
@@ -197,7 +197,7 @@ def test_pick_victims_frees_the_fewest_gpus_on_the_node_that_lacks_fewest() -> N
         j = Job(100 + i, s, s.duration_s)
         state.allocate(j.id, s, Placement(gpus))
         model.add(j.id, s, Placement(gpus))
-        j.state, j.placement, j.start_s = JobState.RUNNING, Placement(gpus), 0.0
+        j.state, j.placement, j.start_s = JobPhase.RUNNING, Placement(gpus), 0.0
         jobs[j.id] = j
     view = ClusterView(state, model, jobs)
     chosen = pick_victims(view, Planner(view), spec("new", 2), list(jobs.values()))
@@ -226,4 +226,4 @@ def test_reclaim_frees_no_more_than_the_owner_needs() -> None:
     sim.schedule()
     by_name = {j.spec.name: j for j in sim.jobs}
     assert sorted(n for n, j in by_name.items() if j.preemptions) == ["b1", "b2"]
-    assert by_name["a2"].state is JobState.RUNNING and frame.reclaims == 2
+    assert by_name["a2"].state is JobPhase.RUNNING and frame.reclaims == 2

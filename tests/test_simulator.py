@@ -10,14 +10,14 @@ from conftest import job, small_cluster
 
 from policies import make_policy
 from scheduler.core.decisions import Place, Wait
-from scheduler.core.model import Job, JobKind, JobState, Placement
+from scheduler.core.model import Job, JobKind, JobPhase, Placement
 from scheduler.core.simulator import SimulationError, Simulator
 from scheduler.core.state import ClusterView, PlacementError
 from scheduler.core.workloads import catalog
 
 
 def jct_by_name(result) -> dict[str, float]:
-    return {j.spec.name: j.end_s - j.spec.submit_s for j in result.jobs if j.state is JobState.DONE}
+    return {j.spec.name: j.end_s - j.spec.submit_s for j in result.jobs if j.state is JobPhase.DONE}
 
 
 def test_fifo_matches_hand_computed_schedule(tiny_cluster) -> None:
@@ -59,7 +59,7 @@ def test_job_larger_than_cluster_is_rejected_with_reason(tiny_cluster) -> None:
     trace = [job("big", 0, 8, 100), job("ok", 1, 1, 10)]
     result = Simulator(tiny_cluster, trace, make_policy("fifo"), contention=False).run()
     big = next(j for j in result.jobs if j.spec.name == "big")
-    assert big.state is JobState.REJECTED and "needs 8 GPUs, the cluster has 4" in big.reject_reason
+    assert big.state is JobPhase.REJECTED and "needs 8 GPUs, the cluster has 4" in big.reject_reason
     assert result.metrics["jobs_rejected"] == 1 and result.metrics["jobs_completed"] == 1
 
 

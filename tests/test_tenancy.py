@@ -11,7 +11,7 @@ from conftest import small_cluster
 
 from policies import make_policy
 from scheduler.core.decisions import Decision, Place, Preempt
-from scheduler.core.model import Job, JobSpec, JobState, Placement
+from scheduler.core.model import Job, JobPhase, JobSpec, Placement
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterView
 from scheduler.core.tenancy import FairShare, TeamError, Teams, TenancyFrame
@@ -115,7 +115,7 @@ def test_a_borrower_gives_back_exactly_what_the_owner_needs(policy: str) -> None
     assert rec.at(0.0) == {"A": 8.0}
     assert rec.at(600.0) == {"A": 4.0, "B": 4.0}
     jobs = rec.sim.jobs
-    assert all(j.state is JobState.DONE for j in jobs)
+    assert all(j.state is JobPhase.DONE for j in jobs)
     a = [j for j in jobs if j.spec.team == "A"]
     assert rec.frame.reclaims == 4
     # Gittins' own ranking then swaps A's 4 running jobs for its 4 reclaimed ones (demoted at 2163 s, as it does on
@@ -301,7 +301,7 @@ def test_the_gpus_reclaimed_for_an_owner_go_to_it_not_back_to_the_borrower() -> 
     assert b_frac.id in sim.running and sim.view.placement(b_frac.id).gpus == (6,)  # on the half that may be lent
     assert frame.reclaims == 1 and b_frac.preemptions == 1
     sim.run()
-    assert all(j.state is JobState.DONE for j in sim.jobs)
+    assert all(j.state is JobPhase.DONE for j in sim.jobs)
 
 
 def test_a_swap_keeps_only_starts_that_free_their_own_teams_gpus_or_borrow_what_may_be_lent() -> None:

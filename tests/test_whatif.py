@@ -14,7 +14,7 @@ from conftest import job, small_cluster
 from sqlalchemy import select, update
 
 from policies import make_policy
-from scheduler.core.model import JobState, Placement
+from scheduler.core.model import JobPhase, Placement
 from scheduler.core.simulator import Placed, Simulator
 from scheduler.core.state import PlacementError
 from scheduler.core.traces import synthetic
@@ -38,7 +38,7 @@ def test_an_initially_placed_job_finishes_at_its_work_left_over_its_rate(tiny_cl
     spec = job("r", 0, 2, 500)
     sim = Simulator(tiny_cluster, [], make_policy("fifo"), contention=False, initial=[(spec, Placement((0, 1)), 120.0)])
     r = sim.jobs[0]
-    assert r.state is JobState.RUNNING and r.placement == Placement((0, 1)) and r.start_s == 0.0
+    assert r.state is JobPhase.RUNNING and r.placement == Placement((0, 1)) and r.start_s == 0.0
     assert list(sim.state.placements) == [0] and sim.state.free_whole == 2  # it holds its GPUs before any event
     result = sim.run()
     assert r.end_s == pytest.approx(120.0)  # work_left, not the spec's 500 s
@@ -68,7 +68,7 @@ def test_arrivals_wait_for_the_gpus_initial_jobs_hold(tiny_cluster) -> None:
     assert [j.spec.name for j in result.jobs] == ["x", "y", "r"]  # initial jobs take the ids after the trace's
     assert ends == {"r": 100.0, "x": 110.0, "y": 120.0}  # x waits for r's GPUs; strict FIFO keeps y behind x
     # Invariants: every job done once, never two tenants over a GPU's capacity, all GPUs free at the end.
-    assert all(j.state is JobState.DONE for j in result.jobs)
+    assert all(j.state is JobPhase.DONE for j in result.jobs)
     assert np.all(sim.state.free_share == 1.0) and sim.state.free_whole == 4 and not sim.running
     assert result.metrics["gpu_util"] == pytest.approx((2 * 100 + 4 * 10 + 1 * 10) / (4 * 120))
 

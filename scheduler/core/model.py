@@ -419,7 +419,10 @@ class Placement:
         return sorted({int(cluster.gpu_node[g]) for g in self.gpus})
 
 
-class JobState(StrEnum):
+class JobPhase(StrEnum):
+    """Where a job is in the simulator's (and the controller's model's) life cycle. The live service's states, with
+    failures and cancels, are `scheduler.live.job_states.JobState`."""
+
     PENDING = "pending"
     RUNNING = "running"
     DONE = "done"
@@ -452,7 +455,7 @@ class Job:
     def __init__(self, job_id: int, spec: JobSpec, work: float) -> None:
         self.id = job_id
         self.spec = spec
-        self.state = JobState.PENDING
+        self.state = JobPhase.PENDING
         self.placement: Placement | None = None
         self.work_left = work  # isolated seconds still to run
         self.rate = 1.0  # progress per second of wall time (1 / predicted slowdown)

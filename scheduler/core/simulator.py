@@ -27,7 +27,7 @@ import numpy as np
 from scheduler.core.admission import admission
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
-from scheduler.core.model import Cluster, Job, JobKind, JobSpec, JobState, Placement
+from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
 from scheduler.core.progress import in_queue_order, progress_rate
 from scheduler.core.state import ClusterState, ClusterView
@@ -68,7 +68,7 @@ class SimResult:
 
     def jct(self) -> np.ndarray:
         return np.array([j.end_s - j.spec.submit_s for j in self.jobs
-                         if j.state is JobState.DONE and j.end_s is not None], dtype=float)
+                         if j.state is JobPhase.DONE and j.end_s is not None], dtype=float)
 
 
 class Simulator:
@@ -211,7 +211,7 @@ class Simulator:
     def _arrive(self, job: Job) -> None:
         reason = self._reject_reason(job.spec)
         if reason is not None:
-            job.state = JobState.REJECTED
+            job.state = JobPhase.REJECTED
             job.reject_reason = reason
             self._finished += 1
             return
@@ -223,7 +223,7 @@ class Simulator:
         self.state.allocate(job.id, job.spec, decision.placement)
         del self.pending[job.id]
         self.pending_reasons.pop(job.id, None)
-        job.state = JobState.RUNNING
+        job.state = JobPhase.RUNNING
         job.placement = decision.placement
         job.start_s = self.now
         job.last_update = self.now
@@ -248,7 +248,7 @@ class Simulator:
 
     def _finish(self, job: Job) -> None:
         self._stop(job)
-        job.state = JobState.DONE
+        job.state = JobPhase.DONE
         job.end_s = self.now
         job.work_left = 0.0
         self._finished += 1
@@ -257,7 +257,7 @@ class Simulator:
         if job.id not in self.running:
             raise SimulationError(f"{self._who} preempted job {job.spec.name}, which is not running")
         self._stop(job)
-        job.state = JobState.PENDING
+        job.state = JobPhase.PENDING
         if by_policy:  # (an outage's eviction is not the policy's choice: it costs the same, but is not counted)
             job.preemptions += 1
         job.work_left += self.preempt_overhead_s  # checkpoint restore and warm-up on restart
@@ -425,8 +425,8 @@ class Simulator:
     # ---- metrics ---------------------------------------------------------------------------------------------------
 
     def metrics(self) -> dict[str, float]:
-        done = [j for j in self.jobs if j.state is JobState.DONE]
-        rejected = sum(j.state is JobState.REJECTED for j in self.jobs)
+        done = [j for j in self.jobs if j.state is JobPhase.DONE]
+        rejected = sum(j.state is JobPhase.REJECTED for j in self.jobs)
         out: dict[str, Any] = {"jobs_completed": len(done), "jobs_rejected": rejected}
         if not done:
             return out | dict.fromkeys(

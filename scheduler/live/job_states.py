@@ -7,7 +7,7 @@ from enum import StrEnum
 
 
 class JobState(StrEnum):
-    """A live job's state, as the API reports it (the simulator's `scheduler.core.model.JobState` has no failures)."""
+    """A live job's state, as the API reports it (the model's `scheduler.core.model.JobPhase` has no failures)."""
 
     PENDING = "pending"
     RUNNING = "running"

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from scheduler.core.admission import admission
 from scheduler.core.decisions import Policy
-from scheduler.core.model import PRESETS, Cluster, JobSpec, JobState, Placement, SpecError
+from scheduler.core.model import PRESETS, Cluster, JobPhase, JobSpec, Placement, SpecError
 from scheduler.core.outages import OnFault, Outage
 from scheduler.core.simulator import Placed, SimulationError, Simulator
 from scheduler.core.state import PlacementError
@@ -356,8 +356,8 @@ def _simulate(world: _World, cluster: Cluster, policy: Policy, seed: int, *, wit
     jobs = [by_spec[id(s)] for s in extra]
     return _Run(
         run_metrics(sim, horizon_s),
-        [float(j.end_s) - j.spec.submit_s if j.state is JobState.DONE else None for j in jobs],  # type: ignore[arg-type]
-        [float(j.end_s) - j.spec.submit_s - j.run_time if j.state is JobState.DONE else None  # type: ignore[arg-type]
+        [float(j.end_s) - j.spec.submit_s if j.state is JobPhase.DONE else None for j in jobs],  # type: ignore[arg-type]
+        [float(j.end_s) - j.spec.submit_s - j.run_time if j.state is JobPhase.DONE else None  # type: ignore[arg-type]
          for j in jobs],
     )
 
@@ -366,8 +366,8 @@ def run_metrics(sim: Simulator, horizon_s: float | None = None) -> dict[str, flo
     """The simulator's headline metrics, also for a run stopped at `horizon_s` (then over the jobs done by then; GPU
     utilisation over [0, horizon] counts the work of jobs still running). Run to the end, they equal
     `sim.metrics()`."""
-    done = [j for j in sim.jobs if j.state is JobState.DONE]
-    rejected = sum(j.state is JobState.REJECTED for j in sim.jobs)
+    done = [j for j in sim.jobs if j.state is JobPhase.DONE]
+    rejected = sum(j.state is JobPhase.REJECTED for j in sim.jobs)
     unfinished = len(sim.jobs) - len(done) - rejected
     out: dict[str, float] = dict.fromkeys(METRICS, 0.0)
     out |= {"jobs_completed": len(done), "jobs_rejected": rejected, "jobs_unfinished": unfinished}
