@@ -21,7 +21,6 @@ records the database (password removed), the job count and the time span.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 import warnings
 from collections.abc import Callable
@@ -38,12 +37,12 @@ from agents.train import (
     TrainConfig,
     activation_hint,
     baseline_metrics,
-    command_line,
     env_kwargs,
     keep_best,
     make_config,
     make_eval_callback,
     report_paths,
+    run_metadata,
     run_ppo,
     save_reports,
     training_logger,
@@ -189,7 +188,6 @@ def train_from_history(db_url: str | None, out: Path, progress: bool = True,
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.utils import set_random_seed
 
-    from policies.rl_encoding import ENCODING_VERSION
 
     cfg, history, trace_path = prepare(db_url, out, log, **train_kwargs)
     wall0 = time.perf_counter()
@@ -235,26 +233,11 @@ def train_from_history(db_url: str | None, out: Path, progress: bool = True,
                                                                               else "")
     best_row, kept = keep_best(cfg, model, best_dir, rows, started, log)
     wall = time.perf_counter() - wall0
-    meta = {
-        "formulation": "corral",
-        "encoding_version": ENCODING_VERSION,
-        "algo": cfg.algo,
-        "command": command_line(cfg),
-        "config": json.loads(cfg.model_dump_json()),
-        "train_wall_s": round(wall, 1),
-        "timesteps": int(model.num_timesteps),  # what ran: --timesteps rounded up to whole rollouts
-        "timesteps_asked": cfg.timesteps,
-        "kept": kept,
-        "warm_start": start,
-        "trained_from_history": {
-            **history.describe(),
-            "trace": trace_path.name,
-            "train_windows": len(train_scenarios),
-            "held_out_windows": [dataclasses.asdict(sc) | {"label": sc.label} for sc in scenarios],
-        },
-        "best_eval": {k: v for k, v in best_row.items() if k != "scenarios"} if best_row else None,
-        "eval_report": paths["eval"].name,
-        "learning_curve": paths["curve"].name,
-    }
+    meta = run_metadata(cfg, model, wall, kept, best_row, paths, warm_start=start, trained_from_history={
+        **history.describe(),
+        "trace": trace_path.name,
+        "train_windows": len(train_scenarios),
+        "held_out_windows": [dataclasses.asdict(sc) | {"label": sc.label} for sc in scenarios],
+    })
     save_reports(cfg, paths, meta, scenarios, baselines, rows, wall, log, activation_hint(cfg.out))
     return meta

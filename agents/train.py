@@ -462,7 +462,6 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     from stable_baselines3.common.utils import set_random_seed
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from policies.rl_encoding import ENCODING_VERSION
 
     wall0 = time.perf_counter()
     # The validation evaluation runs in-process while training environments may be subprocesses: intended.
@@ -506,7 +505,20 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     best_row, kept = keep_best(cfg, model, best_dir, rows, start, log)
     wall = time.perf_counter() - wall0
 
-    meta = {
+    meta = run_metadata(cfg, model, wall, kept, best_row, paths,
+                        warm_start={"teacher": cfg.warm_start, **warm} if warm else None)
+    save_reports(cfg, paths, meta, scenarios, baselines, rows, wall, log,
+                 activation_hint(cfg.out, "rl" if cfg.formulation == "corral" else "deepshare"))
+    return meta
+
+
+def run_metadata(cfg: TrainConfig, model: Any, wall: float, kept: Any, best_row: dict[str, Any] | None,
+                 paths: dict[str, Path], **more: Any) -> dict[str, Any]:
+    """The sidecar of a trained agent: what was trained how, what ran, what was kept and where its reports are.
+    `more` adds what a kind of run knows besides (its warm start; a fine-tune's history), before the evaluation."""
+    from policies.rl_encoding import ENCODING_VERSION
+
+    return {
         "formulation": cfg.formulation,
         "encoding_version": ENCODING_VERSION if cfg.formulation == "corral" else deepshare_version(),
         "algo": cfg.algo,
@@ -516,14 +528,11 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
         "timesteps": int(model.num_timesteps),  # what ran: --timesteps rounded up to whole rollouts
         "timesteps_asked": cfg.timesteps,
         "kept": kept,
-        "warm_start": {"teacher": cfg.warm_start, **warm} if warm else None,
+        **more,
         "best_eval": {k: v for k, v in best_row.items() if k != "scenarios"} if best_row else None,
         "eval_report": paths["eval"].name,
         "learning_curve": paths["curve"].name,
     }
-    save_reports(cfg, paths, meta, scenarios, baselines, rows, wall, log,
-                 activation_hint(cfg.out, "rl" if cfg.formulation == "corral" else "deepshare"))
-    return meta
 
 
 def save_reports(cfg: TrainConfig, paths: dict[str, Path], meta: dict[str, Any], scenarios: Any, baselines: Any,
