@@ -382,10 +382,9 @@ class ContentionModel:
         mps = 1.0
         for g in fp.gpus:
             tenants = self._gpu_jobs[g]
-            if len(tenants) > 1:
+            if len(tenants) > 1:  # the tenants' slowdowns include the share cap (each is at least it)
                 mps = max(mps, self.gpu_slowdowns(tenants)[tenants.index(job_id)])
-            else:
-                mps = max(mps, self.share_cap(fp))
+        mps = max(mps, self.share_cap(fp))  # alone on a GPU, the cap alone; once a job, not once a GPU
         comm = 0.0
         if fp.links.size:
             comm = float((fp.link_time * (1.0 + self._load[fp.links] - fp.duty)).max())
