@@ -6,7 +6,7 @@ jobs and clusters; the state, actions and reward are DeepShare's (`policies.deep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -21,11 +21,9 @@ from policies.deepshare import (
     OBS_LOW,
     OBS_SIZE,
     DeepSharePoint,
+    DeepSharePolicy,
     check_cluster,
-    decision_points,
 )
-from policies.placement import PassedOver
-from scheduler.core.decisions import Place
 from scheduler.core.model import Cluster, JobSpec, parse_cluster
 from scheduler.core.simulator import Simulator
 
@@ -106,7 +104,7 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
         self.sim: Simulator | None = None
         self.scenario: Scenario | None = None
         self._point: DeepSharePoint | None = None
-        self._passed = PassedOver()  # as in the deepshare: policy: jobs told to wait at this instant
+        self._rounds: Generator[DeepSharePoint, int, int] | None = None  # the ask-apply loop at the current instant
         self._decisions = 0
 
     # ---- episode set-up ---------------------------------------------------------------------------------------------
@@ -140,8 +138,10 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
         scenario = self.source.next(self.np_random, options)
         cluster, jobs, capped = self._cluster(scenario, options)
         self.scenario = scenario
-        self.sim = Simulator(cluster, jobs, None)
-        self._passed = PassedOver()
+        # The agent's seat: the deepshare: policy's own logic (its visiting order, its passed-over jobs), whose
+        # questions the environment answers with the agent's actions, one `step` at a time.
+        self.sim = Simulator(cluster, jobs, DeepSharePolicy(None, "env"))
+        self._rounds = self.sim.rounds()
         self._decisions = 0
         self._advance()
         info: dict[str, Any] = {"cluster": cluster.name, "scenario": scenario.label, "jobs": len(jobs)}
@@ -167,26 +167,25 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
         return (self.utilisation_weight * utilisation - self.contention_weight * contention
                 - self.slo_weight * sim.slo_violations())
 
-    def _advance(self) -> float:
-        """Run the simulator to the next decision (or the end); returns the reward accrued on the way."""
+    def _advance(self, action: int | None = None) -> float:
+        """Answer the current decision point with `action` (None: there is none yet) and run the simulator to the
+        next one (or the end), through the ask-apply loop of `corral simulate` (`Simulator.rounds`); returns the reward
+        accrued on the way."""
         sim = self.sim
-        assert sim is not None
+        assert sim is not None and self._rounds is not None
         reward = 0.0
         while True:
-            if sim.pending:
-                passed = self._passed.refresh(sim.view, sim.now)
-                point = next(decision_points(sim.view, sim.pending.values(), sim.now, passed), None)
-                if point is not None and point.obs is None:  # beyond a node pair: best fit, no decision
-                    sim.apply([Place(point.job.id, point.fallback, "deepshare: best fit (gang beyond a node pair)")])
-                    continue
-                if point is not None:
-                    self._point = point
-                    return reward
+            try:
+                self._point = next(self._rounds) if action is None else self._rounds.send(action)
+                return reward
+            except StopIteration:
+                action = None
             rate, t0 = self._reward_rate(), sim.now
             if not sim.advance():
                 self._point = None
                 return reward
             reward += rate * (sim.now - t0) / self.reward_scale_s
+            self._rounds = sim.rounds()
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._point is None or self.sim is None:
@@ -194,17 +193,13 @@ class DeepShareEnv(gym.Env[np.ndarray, np.int64]):
         point = self._point
         action = int(action)
         info: dict[str, Any] = {}
-        placement, invalid = point.outcome(action, idle=not self.sim.running)
+        _, invalid = point.outcome(action, idle=not self.sim.running)  # what the policy will make of it
         reward = 0.0
         if invalid:
             info["invalid_action"] = action
             reward -= self.invalid_penalty
-        if placement is not None:
-            self.sim.apply([Place(point.job.id, placement, f"deepshare: action {action}")])
-        else:
-            self._passed.ids.add(point.job.id)
         self._decisions += 1
-        reward += self._advance()
+        reward += self._advance(action)
         terminated = self._point is None
         truncated = not terminated and self._decisions >= self.max_decisions
         if terminated or truncated:  # a truncated episode's metrics cover only the jobs that finished

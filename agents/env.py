@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -12,69 +12,13 @@ from gymnasium import spaces
 from agents.scenarios import SYNTHETIC, Scenario, ScenarioSource, is_synthetic, scale_to_load
 from policies.gittins import SizeDistribution, default_sizes
 from policies.rl import RLPolicy
-from policies.rl_encoding import (
-    N_ACTIONS,
-    OBS_HIGH,
-    OBS_LOW,
-    OBS_SIZE,
-    WAIT,
-    DecisionPoint,
-    decision_point,
-    next_demotion,
-)
-from scheduler.core.decisions import Decision, WakeAt
+from policies.rl_encoding import N_ACTIONS, OBS_HIGH, OBS_LOW, OBS_SIZE, WAIT, DecisionPoint
+from scheduler.core.decisions import Policy
 from scheduler.core.model import Job, parse_cluster
-from scheduler.core.simulator import MAX_ROUNDS, SimulationError, Simulator
-from scheduler.core.state import ClusterView
+from scheduler.core.simulator import Simulator
 from scheduler.core.tenancy import TenancyFrame
 
 DEFAULT_TEAM_SHARE = 0.3  # training windows shared by teams (`corral train --team-share`)
-
-
-class _NeedAction(Exception):
-    """The tenancy frame asked the agent's seat at a decision point its script had no action for."""
-
-    def __init__(self, point: DecisionPoint, queue: list[Job], swap: bool) -> None:
-        super().__init__("the agent's action is needed")
-        self.point = point
-        self.queue = queue
-        self.swap = swap
-
-
-class _Seat(RLPolicy):
-    """The agent's place inside the tenancy frame: the `rl:` policy's own decision logic, whose actions come from
-    the agent, one `step` at a time.
-
-    The frame calls its wrapped policy from the middle of its own work (perhaps several times at one instant: again
-    after holding back a job, then about swaps), so the environment cannot hand control back to the agent from
-    there. Instead, every call of the frame at an instant replays the actions the agent has taken at this call
-    (`script`, in order) and raises `_NeedAction` at the first decision point beyond them; the frame is deterministic
-    and changes nothing before its policy has answered every question, so a replay reaches the same points."""
-
-    def __init__(self, sizes: SizeDistribution) -> None:
-        super().__init__(None, "env", sizes)
-        self.script: list[int] = []
-        self._used = 0
-        self._queue: list[Job] = []
-        self._swap = False
-
-    def replay(self) -> None:
-        self._used = 0
-
-    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        self._queue = list(queue)
-        self._swap = view.tenancy is not None and view.tenancy.swap_call
-        return super().schedule(view, self._queue, now)
-
-    def choose(self, point: DecisionPoint) -> int:
-        if self._used < len(self.script):
-            self._used += 1
-            return self.script[self._used - 1]
-        raise _NeedAction(point, self._queue, self._swap)
-
-    @staticmethod
-    def _with_candidates(view: ClusterView, job: Job, cands: list, decisions: list[Decision]) -> list[Decision]:
-        return decisions  # what the agent chose between is for explanations; training needs none
 
 
 class PlacementEnv(gym.Env[np.ndarray, np.int64]):
@@ -154,14 +98,14 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.sim: Simulator | None = None
         self.scenario: Scenario | None = None
         self._point: DecisionPoint | None = None
-        self._waited: tuple[float, int] | None = None  # as in the rl: policy: the instant the agent chose to wait
         self._scale = 1.0
         self._decisions = 0
         self.sizes: SizeDistribution = default_sizes()
-        self.frame: TenancyFrame | None = None  # with teams: the frame the agent's seat acts in
-        self._seat = _Seat(self.sizes)
-        self._asked: list[Job] = []  # the queue of the current decision point, inside the frame
-        self._asked_swap = False  # and whether the frame asks about swaps there
+        # The agent's seat: the rl: policy's own decision logic (its waits, its wake-ups), whose questions the
+        # environment answers with the agent's actions, one `step` at a time; inside the tenancy frame with teams.
+        self.frame: TenancyFrame | None = None
+        self.policy: Policy = RLPolicy(None, "env", self.sizes, explain=False)
+        self._rounds: Generator[DecisionPoint, int, int] | None = None  # the ask-apply loop at the current instant
 
     # ---- episode set-up ---------------------------------------------------------------------------------------------
 
@@ -181,11 +125,12 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         self.scenario = scenario
         # Drains and GPU faults over the episode (`scheduler.core.outages.Outage`): the closed GPUs look full in the
         # view, so the masks offer no placement on them, as the live controller's rule has it.
-        self.sim = Simulator(cluster, jobs, None, outages=options.get("outages", ()))
         teams = scenario.tenancy(cluster)
-        self._seat = _Seat(self.sizes)
-        self.frame = TenancyFrame(self._seat, teams) if teams is not None else None
-        self._waited = None
+        agent = RLPolicy(None, "env", self.sizes, explain=False)
+        self.frame = TenancyFrame(agent, teams) if teams is not None else None
+        self.policy = self.frame if self.frame is not None else agent
+        self.sim = Simulator(cluster, jobs, self.policy, outages=options.get("outages", ()))
+        self._rounds = self.sim.rounds()
         self._scale = self.reward_scale_s or max(sum(j.duration_s for j in jobs), 1.0)
         self._decisions = 0
         self._advance()
@@ -207,55 +152,34 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     @property
     def decision_queue(self) -> list[Job]:
         """The pending jobs the current decision is about: all of them, or inside the frame those it asks about."""
-        if self.frame is not None:
-            return self._asked
-        return list(self.sim.pending.values()) if self.sim is not None else []
+        return self._point.queue if self._point is not None else []
 
     @property
     def decision_is_swap(self) -> bool:
-        """Inside the frame, the current decision is about jobs that may start only by a swap."""
-        return self.frame is not None and self._asked_swap
+        """Inside the frame, the current decision is about jobs that may start only by a swap (the frame's standing
+        is on the view while its policy decides)."""
+        tenancy = self.sim.view.tenancy if self.sim is not None else None
+        return self._point is not None and tenancy is not None and tenancy.swap_call
 
-    def _framed(self) -> bool:
-        """Inside the tenancy frame: let it act at this instant (its reclaims, and the agent's choices replayed by
-        the seat) until the agent must choose (True) or nothing more happens now (False)."""
-        sim, frame = self.sim, self.frame
-        assert sim is not None and frame is not None
-        for _ in range(MAX_ROUNDS):
-            if not sim.pending:
-                return False
-            self._seat.replay()
-            try:
-                decisions = frame.schedule(sim.view, sim.pending.values(), sim.now)
-            except _NeedAction as need:
-                self._point, self._asked, self._asked_swap = need.point, need.queue, need.swap
-                return True
-            self._seat.script = []  # this call's questions are answered; the next call asks afresh
-            if not sim.apply(decisions):
-                return False
-        raise SimulationError(f"the tenancy frame kept acting at t={sim.now} for {MAX_ROUNDS} rounds")
-
-    def _advance(self) -> float:
-        """Run the simulator to the next decision (or the end); returns the reward accrued on the way."""
+    def _advance(self, action: int | None = None) -> float:
+        """Answer the current decision point with `action` (None: there is none yet) and run the simulator to the
+        next one (or the end), through the same ask-apply loop as `corral simulate` (`Simulator.rounds`); returns
+        the reward accrued on the way."""
         sim = self.sim
-        assert sim is not None
+        assert sim is not None and self._rounds is not None
         reward = 0.0
         while True:
-            if self.frame is not None:
-                if self._framed():
-                    return reward
-            elif sim.pending and self._waited != (sim.now, len(sim.running)):
-                point = decision_point(sim.view, sim.pending.values(), sim.now, self.sizes)
-                if point is not None:
-                    self._point = point
-                    return reward
-            if self.frame is None and sim.pending and (wake := next_demotion(sim.view, sim.now)) is not None:
-                sim.apply([WakeAt(wake)])  # as the rl: policy does (inside the frame, the seat asks for it itself)
+            try:
+                self._point = next(self._rounds) if action is None else self._rounds.send(action)
+                return reward
+            except StopIteration:
+                action = None
             in_system, late, t0 = sim.jobs_in_system(), sim.slo_violations(), sim.now
             if not sim.advance():
                 self._point = None
                 return reward
             reward -= (in_system + self.slo_weight * late) * (sim.now - t0) / self._scale
+            self._rounds = sim.rounds()
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self._point is None or self.sim is None:
@@ -266,14 +190,8 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         if not (0 <= action < N_ACTIONS and point.mask[action]):
             info["invalid_action"] = action
             action = WAIT if point.mask[WAIT] else int(np.flatnonzero(point.mask)[0])
-        if self.frame is not None:
-            self._seat.script.append(action)  # replayed by the frame's next call (`_framed`)
-        elif decisions := point.decisions(action, "rl"):
-            self.sim.apply(decisions)
-        else:
-            self._waited = (self.sim.now, len(self.sim.running))
         self._decisions += 1
-        reward = self._advance()
+        reward = self._advance(action)
         terminated = self._point is None
         truncated = not terminated and self._decisions >= self.max_decisions
         if terminated or truncated:  # a truncated episode's metrics cover only the jobs that finished

@@ -12,6 +12,10 @@ Windows: the first `--limit` jobs of the Philly trace on 4 pcie-v100 nodes, and 
 nodes (both from `../shared/traces`; the script says so and stops if they are absent), and a synthetic mix shared
 by three teams under quotas (the tenancy frame) on 2 dgx-a100 nodes. Policies: every heuristic the
 registry holds (`policies.available()`, the names without `:NAME`), plus `rl:default`.
+
+The RL environments are digested too (window `env`): a few episodes of `corral/Placement-v0` (without teams and inside
+the tenancy frame) and of `corral/DeepShare-v0`, each with seeded random valid actions; the digest covers every
+observation, mask, reward and the final metrics, so one step decided differently anywhere moves it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,36 @@ WINDOWS = {  # name: (trace file or synthetic spec, cluster, teams YAML or None)
                "  - {name: team2, quota_gpus: 4, borrow_limit_gpus: 12}\n")),
 }
 WALL_CLOCK = {"wall_s", "wall_clock_s", "elapsed_s"}
+# Episodes of the environments: (label, environment class, its arguments, reset seed). Runs in the checked tree.
+ENV_EPISODES = r"""
+import hashlib, json, sys
+import numpy as np
+from agents.env import PlacementEnv
+from agents.deepshare_env import DeepShareEnv
+EPISODES = [
+    ("placement", PlacementEnv, dict(window=300), 0),
+    ("placement", PlacementEnv, dict(window=300), 1),
+    ("placement-teams", PlacementEnv, dict(window=300, team_share=1.0), 0),
+    ("placement-teams", PlacementEnv, dict(window=300, team_share=1.0), 1),
+    ("placement-teams", PlacementEnv, dict(window=300, team_share=1.0), 2),
+    ("deepshare", DeepShareEnv, dict(window=60, max_decisions=3000), 0),
+]
+out = {}
+for label, cls, kwargs, seed in EPISODES:
+    env, rng, h = cls(**kwargs), np.random.default_rng(seed), hashlib.sha256()
+    obs, _ = env.reset(seed=seed)
+    while True:
+        mask = env.action_masks() if hasattr(env, "action_masks") else np.ones(env.action_space.n, dtype=bool)
+        h.update(np.asarray(obs, dtype=np.float32).tobytes()); h.update(np.asarray(mask, dtype=bool).tobytes())
+        obs, reward, done, truncated, info = env.step(int(rng.choice(np.flatnonzero(mask))))
+        h.update(repr(float(reward)).encode())
+        if done or truncated:
+            h.update(json.dumps(info.get("metrics"), sort_keys=True).encode())
+            break
+    key = f"{label}/{seed}"
+    out[key] = h.hexdigest()[:16]
+json.dump(out, sys.stdout)
+"""
 
 
 def _scrub(value: object) -> object:
@@ -76,6 +110,11 @@ def digests(tree: Path, limit: int, policies: list[str]) -> dict[str, dict[str, 
             for policy, result in data["policies"].items():
                 text = json.dumps(_scrub(result), sort_keys=True, separators=(",", ":"))
                 out[window][policy] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    run = subprocess.run([sys.executable, "-c", ENV_EPISODES], cwd=tree, env=os.environ | {"PYTHONPATH": str(tree)},
+                         capture_output=True, text=True, check=False)  # checked below, with its stderr
+    if run.returncode != 0:
+        sys.exit(f"the environment episodes failed in {tree}:\n{run.stderr[-2000:]}")
+    out["env"] = json.loads(run.stdout)
     return out
 
 

@@ -46,8 +46,9 @@ import numpy as np
 from policies.placement import PassedOver, Planner
 from policies.registry import register_prefix
 from policies.trained import AgentFormat, load, safe_objects
-from scheduler.core.decisions import Decision, Place
+from scheduler.core.decisions import Decision, Deliberation, Place
 from scheduler.core.model import Cluster, Job, JobSpec, Placement, SpecError
+from scheduler.core.runner import answered
 from scheduler.core.state import EPS, ClusterView
 
 DEEPSHARE_VERSION = 1
@@ -290,15 +291,24 @@ class DeepSharePolicy:
         action, _ = self.model.predict(obs, deterministic=True)
         return int(action)
 
+    def answer(self, point: DeepSharePoint) -> int:
+        """The agent's action for this job (in training, the environment answers in its place)."""
+        assert point.obs is not None
+        return self.act(point.obs)
+
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        # As in the environment: a job told to wait is passed over until the clock moves (or capacity frees up).
+        return answered(self.deliberate(view, queue, now), self.answer)
+
+    def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation:
+        """Yields each job's decision point in turn and takes the agent's action back (`scheduler.core.runner`), until
+        one starts. A job told to wait is passed over until the clock moves (or capacity frees up)."""
         passed = self._passed.refresh(view, now)
         idle = not view.running
         for point in decision_points(view, queue, now, passed):
             job = point.job
             if point.obs is None:
                 return [Place(job.id, point.fallback, f"deepshare:{self.label}: best fit (gang beyond a node pair)")]
-            action = self.act(point.obs)
+            action = yield point
             placement, invalid = point.outcome(action, idle)
             if placement is not None:
                 why = "best fit on an idle cluster" if invalid or action == WAIT else f"node pair {PAIRS[action]}"

@@ -27,8 +27,9 @@ from policies.rl_encoding import (
     next_demotion,
 )
 from policies.trained import AgentFormat, load, safe_objects
-from scheduler.core.decisions import Candidate, Decision, Place, WakeAt
+from scheduler.core.decisions import Candidate, Decision, Deliberation, Place, WakeAt
 from scheduler.core.model import Job, Placement
+from scheduler.core.runner import answered
 from scheduler.core.state import ClusterView
 
 RETRAIN = "retrain it with `corral train --out PATH.zip` (see agents/zoo/README.md)"
@@ -56,10 +57,13 @@ class RLPolicy:
     name: ClassVar[str] = "rl"
     oracle: ClassVar[bool] = False
 
-    def __init__(self, model: Any, label: str, sizes: SizeDistribution | None = None) -> None:
+    def __init__(self, model: Any, label: str, sizes: SizeDistribution | None = None, explain: bool = True) -> None:
+        """`explain`: attach the candidates the agent chose between, scored, to each placement (the controller stores
+        them to explain the decision; training needs none)."""
         self.model = model
         self.label = label
         self.sizes = sizes or default_sizes()
+        self.explain = explain
         self._waited: tuple[float, int] | None = None  # (instant, running jobs) at which the agent chose to wait
 
     def act(self, obs: Any, mask: Any) -> int:
@@ -89,24 +93,32 @@ class RLPolicy:
             masked = masked - masked.logsumexp(dim=-1, keepdim=True)
             return int(th.argmax(th.softmax(masked, dim=-1), dim=1)[0])
 
-    def choose(self, point: DecisionPoint) -> int:
-        """The action at this decision point (the training environment's seat overrides it: its agent acts there)."""
+    def answer(self, point: DecisionPoint) -> int:
+        """The agent's action at this decision point (in training, the environment answers in its place)."""
         return self.act(point.obs, point.mask)
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        # As in the environment: after a wait, nothing more starts until something changes (the clock moves or a
-        # job leaves). Inside the tenancy frame a wait holds for the swaps it offers next at this instant too.
+        return answered(self.deliberate(view, queue, now), self.answer)
+
+    def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation:
+        """Yields the decision point (if any job can start) and takes the agent's action back
+        (`scheduler.core.runner`)."""
+        # After a wait, nothing more starts until something changes (the clock moves or a job leaves), as in the
+        # environment. Inside the tenancy frame a wait holds for the swaps it offers next at this instant too.
         if self._waited != (now, len(view.running)):
             point = decision_point(view, queue, now, self.sizes)
             if point is not None:
-                action = self.choose(point)
+                action = yield point
                 chosen = point.choice(action)
                 if chosen is not None:
                     slot, _ = chosen
                     why = (f"rl:{self.label} chose {slot.job.spec.name} (heads {', '.join(slot.heads)}), candidate "
                            f"{action % MAX_CANDIDATES + 1} of {len(slot.candidates)}"
                            + (f", preempting {len(slot.victims)}" if slot.victims else ""))
-                    return self._with_candidates(view, slot.job, slot.candidates, point.decisions(action, why))
+                    decisions = point.decisions(action, why)
+                    if not self.explain:
+                        return decisions
+                    return self._with_candidates(view, slot.job, slot.candidates, decisions)
                 self._waited = (now, len(view.running))
         # Someone waits: look again when a running job drops to a lower queue and may be preempted.
         wake = next_demotion(view, now) if queue else None

@@ -124,6 +124,7 @@ class DecisionPoint:
     slots: list[JobSlot | None]  # one per order in `ORDERS`; None where no job of that order can start
     obs: np.ndarray  # float32 [OBS_SIZE]
     mask: np.ndarray  # bool [N_ACTIONS]
+    queue: list[Job]  # the pending jobs it is about, in queue order (inside the tenancy frame, those it was asked)
 
     def choice(self, action: int) -> tuple[JobSlot, Placement] | None:
         """The job and placement an action stands for; None for wait. Invalid actions are the caller's to refuse."""
@@ -714,7 +715,7 @@ def decision_point(
     # better moment lengthened average JCT on both real traces, for contention-greedy and for version 2's agent, and
     # an agent that may idle GPUs can starve the cluster), nor on an idle cluster, where nothing would ever change.
     mask[WAIT] = bool(view.running) and all(slot is None or slot.victims for slot in slots)
-    return DecisionPoint(slots, obs, mask)
+    return DecisionPoint(slots, obs, mask, jobs)
 
 
 def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = FINE_THRESHOLDS) -> float | None:

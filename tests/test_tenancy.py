@@ -12,6 +12,7 @@ from conftest import small_cluster
 from policies import make_policy
 from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobPhase, JobSpec, Placement
+from scheduler.core.runner import answered
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterView
 from scheduler.core.tenancy import FairShare, TeamError, Teams, TenancyFrame
@@ -338,7 +339,7 @@ def test_a_swap_keeps_only_starts_that_free_their_own_teams_gpus_or_borrow_what_
                      start("x3", 6),  # dropped: GPU 6 is held for b1, nothing may be lent
                      *out("a1", "a2"), start("x4", 1),  # kept: frees two of A's GPUs for one
                      *out("a3"), start("x5", 4)]  # dropped: GPU 4 is b0's, whose preemption was dropped
-    kept = frame._swap(sim.view, fr, standings, 0.0)
+    kept = answered(frame._swap(sim.view, fr, standings, 0.0), frame.answer)
     assert kept == [*out("a0"), start("x1", 0), *out("a1", "a2"), start("x4", 1)]
     assert frame.swaps == 3 and ids["x1"] not in fr.waits and ids["x3"] in fr.waits
     sim.apply(kept)  # valid on the cluster as it is
@@ -364,7 +365,7 @@ def test_a_swap_grows_its_team_only_by_what_may_be_lent_and_within_its_borrowing
     fr.swaps = [sim.jobs[0], sim.jobs[1]]  # offer both to the policy as swaps, with all 2 GPUs still lendable
     fr.lendable = 2.0
     policy.script = [Place(0, Placement((6, 7))), Place(1, Placement((6,)))]
-    assert frame._swap(sim.view, fr, standings, 0.0) == [Place(1, Placement((6,)))]
+    assert answered(frame._swap(sim.view, fr, standings, 0.0), frame.answer) == [Place(1, Placement((6,)))]
 
 
 def test_jobs_of_a_team_not_defined_run_as_the_default_team_on_idle_gpus_only() -> None:

@@ -6,9 +6,9 @@ These live in the core so that the simulator and the controller can apply decisi
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Generator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import ClusterView
@@ -83,3 +83,20 @@ class Policy(Protocol):
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         """Decisions for this instant. `queue` holds the pending jobs in arrival order (iterate it; no indexing)."""
         ...
+
+
+# A policy's decisions at one call, worked out as a generator: it yields each question its agent must answer (an RL
+# decision point) and returns the decisions (`scheduler.core.runner`).
+Deliberation = Generator[Any, Any, list[Decision]]
+
+
+@runtime_checkable
+class Deliberating(Policy, Protocol):
+    """A policy whose decisions come from an agent's answers to questions (the `rl:` policies): `deliberate` yields
+    each question and takes its answer back; `answer` is the policy's own agent. The RL environment answers in the
+    agent's place, one `step` at a time; everyone else lets `answer` do it (`scheduler.core.runner.answered`).
+    A wrapper (the tenancy frame) deliberates by yielding its wrapped policy's questions."""
+
+    def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation: ...
+
+    def answer(self, question: Any) -> Any: ...

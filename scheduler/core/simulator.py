@@ -18,7 +18,7 @@ import copy
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, Wak
 from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
 from scheduler.core.progress import in_queue_order, progress_rate
+from scheduler.core.runner import RoundLimitError, rounds, settle
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import Isolated, TeamLedger, Teams, TenancyFrame, quota_cluster
 from scheduler.core.workloads import ModelProfile, catalog
@@ -37,7 +38,6 @@ from scheduler.core.workloads import ModelProfile, catalog
 _FINISH = 0
 _WAKE = 1
 _OUTAGE = 2  # an outage starts (version 0) or ends (version 1); its index in `outages` rides as the job id
-MAX_ROUNDS = 100_000  # scheduling rounds at one instant before we call the policy broken
 
 
 class SimulationError(RuntimeError):
@@ -301,13 +301,24 @@ class Simulator:
     def schedule(self) -> None:
         """Ask the policy for decisions at this instant, apply them, and ask again until it stops acting."""
         if self.policy is None:
-            raise SimulationError("this simulator has no policy: its driver decides (see agents.env)")
-        for _ in range(MAX_ROUNDS):
-            if not self.pending:
-                return
-            if not self.apply(self.policy.schedule(self.view, self.pending.values(), self.now)):
-                return
-        raise SimulationError(f"{self.policy.name} kept acting at t={self.now} for {MAX_ROUNDS} rounds")
+            raise SimulationError("this simulator has no policy: its driver decides")
+        try:
+            settle(self.policy, self.view, self._queue, self.now, self._applied, self._who)
+        except RoundLimitError as exc:
+            raise SimulationError(str(exc)) from None
+
+    def rounds(self) -> Generator[Any, Any, int]:
+        """`schedule()` as the generator `scheduler.core.runner.rounds`: it yields each question the policy's agent
+        must answer (the RL environment answers them, one step at a time)."""
+        if self.policy is None:
+            raise SimulationError("this simulator has no policy: its driver decides")
+        return rounds(self.policy, self.view, self._queue, self.now, self._applied, self._who)
+
+    def _queue(self) -> Collection[Job]:
+        return self.pending.values()
+
+    def _applied(self, decisions: list[Decision], _seconds: float) -> bool:
+        return self.apply(decisions)
 
     @property
     def done(self) -> bool:

@@ -39,6 +39,7 @@ from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, Wak
 from scheduler.core.model import Cluster, Job, Placement
 from scheduler.core.outages import Drain, OnFault, closed_gpus, evictions, spans
 from scheduler.core.progress import in_queue_order, progress_rate, runs_on_node
+from scheduler.core.runner import settle
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S, Team, Teams, TenancyFrame
 from scheduler.core.workloads import ModelProfile, catalog
@@ -61,7 +62,6 @@ from scheduler.live.team_usage import Held, history_start, usage_series
 
 log = logging.getLogger(__name__)
 
-MAX_ROUNDS = 10_000  # policy calls at one instant before we call the policy broken
 STARTING_TICK_S = 0.02  # the loop's period while a launched gang waits for its workers
 MIN_PASS_INTERVAL_S = 0.05  # under a burst of events, one pass per 50 ms takes them all
 FULL_SYNC_S = 5.0  # a full scan of the pending jobs at least this often
@@ -922,24 +922,23 @@ class Controller:
         return self.contention.add(job.id, job.spec, placement)
 
     def _schedule(self, s: Session, now: float, stats: StepStats) -> list[Launch]:
+        """The ask-apply loop of every scheduler (`scheduler.core.runner`), applying to the store and the backend."""
         assert self.policy is not None
         launches: dict[int, Launch] = {}
-        for _ in range(MAX_ROUNDS):
-            if not self.pending:
-                break
-            reclaims = self.policy.reclaims if isinstance(self.policy, TenancyFrame) else 0
-            t0 = time.perf_counter()
-            decisions = self.policy.schedule(self.view, self.pending.values(), now)
-            latency = time.perf_counter() - t0
-            if isinstance(self.policy, TenancyFrame) and self.policy.reclaims > reclaims:
-                metrics.RECLAIMS.inc(self.policy.reclaims - reclaims)
+        frame = self.policy if isinstance(self.policy, TenancyFrame) else None
+        reclaims = frame.reclaims if frame is not None else 0
+
+        def apply(decisions: list[Decision], latency: float) -> bool:
+            nonlocal reclaims
+            if frame is not None and frame.reclaims > reclaims:
+                metrics.RECLAIMS.inc(frame.reclaims - reclaims)
+                reclaims = frame.reclaims
             metrics.DECISION_LATENCY.observe(latency)
             stats.policy_calls += 1
             stats.policy_s += latency
-            if not self._apply(s, decisions, now, latency, stats, launches):
-                break
-        else:
-            raise RuntimeError(f"{self.policy_name} kept acting for {MAX_ROUNDS} rounds")
+            return self._apply(s, decisions, now, latency, stats, launches)
+
+        settle(self.policy, self.view, lambda: self.pending.values(), now, apply, self.policy_name)
         return list(launches.values())
 
     def _apply(self, s: Session, decisions: list[Decision], now: float, latency: float, stats: StepStats,

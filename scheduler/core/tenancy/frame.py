@@ -8,15 +8,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
-from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import (
     DEFAULT_TEAM,
     Job,
     JobSpec,
 )
+from scheduler.core.runner import answered, deliberation
 from scheduler.core.standing import TeamStanding, TenancyStanding
 from scheduler.core.state import ClusterView
 from scheduler.core.tenancy.teams import EPS, Team, Teams
@@ -355,6 +357,15 @@ class TenancyFrame:
     # ---- the policy protocol -------------------------------------------------------------------------------------
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        return answered(self.deliberate(view, queue, now), self.answer)
+
+    def answer(self, question: Any) -> Any:
+        """The wrapped policy's agent answers its questions (only a deliberating policy asks any)."""
+        return self.inner.answer(question)  # type: ignore[attr-defined]
+
+    def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation:
+        """The frame's decisions at this call (`schedule`), yielding the questions its wrapped policy asks while
+        deciding inside it (`scheduler.core.runner`): the RL environment answers them in the agent's place."""
         self.share.observe(now, view.running.values(), self.team_of)
         if now != self._instant:
             self._instant, self._reclaimed_for, self._focus = now, set(), None
@@ -363,14 +374,13 @@ class TenancyFrame:
         owner = next((j for j in frame.eligible if j.id == self._focus and j.id in frame.within_quota), None)
         if owner is not None and self._room(view, owner.spec, []):
             # Just reclaimed for: it alone is offered the reclaimed GPUs, before borrowers or swaps could take them.
-            # (The focus is dropped only once the policy has answered: the RL environment replays an unanswered call.)
             frame.eligible, frame.swaps = [owner], []
             decisions: list[Decision] = []
         else:
             self._focus = None
             decisions = self.reclaim(view, standings, frame)
         if not decisions:
-            decisions = self._ask(view, frame, standings, now)
+            decisions = yield from self._ask(view, frame, standings, now)
             by_id = {j.id: j for j in frame.eligible}
             started = False
             for d in decisions:
@@ -381,7 +391,7 @@ class TenancyFrame:
             # Swaps only once nothing else starts: the jobs within quota and the borrowers on idle GPUs go first, and
             # the runner asks again after every change, so a swap is looked at on the state they leave.
             if not started and frame.swaps:
-                decisions += self._swap(view, frame, standings, now)
+                decisions += yield from self._swap(view, frame, standings, now)
             if owner is not None:
                 self._focus = None
         return decisions + self._waits(frame.waits)
@@ -396,7 +406,7 @@ class TenancyFrame:
         self._said = said
         return list(said.values())
 
-    def _swap(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> list[Decision]:
+    def _swap(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> Deliberation:
         """Ask the wrapped policy about the jobs beyond their quota that idle GPUs cannot hold; keep each start whose
         preemptions are all of its own team and whose growth (GPUs taken beyond those freed) fits what may still be
         lent and the team's borrowing limit. A start that breaks this is dropped with its preemptions, and so is any
@@ -408,7 +418,7 @@ class TenancyFrame:
         victims: list[Preempt] = []
         blocked: set[int] = set()  # GPUs of victims whose preemption was dropped: still held
         with self._telling(view, self.told(view, standings, frame, swaps=True)):
-            asked = self.inner.schedule(view, frame.swaps, now)
+            asked = yield from deliberation(self.inner, view, frame.swaps, now)
         for d in asked:
             if isinstance(d, Preempt):
                 victims.append(d)
@@ -437,7 +447,7 @@ class TenancyFrame:
             self.share.placed(job, team, now)
         return kept
 
-    def _ask(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> list[Decision]:
+    def _ask(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> Deliberation:
         held: set[int] = set()
         team_of = {j.id: self.team_of(j.spec) for j in frame.eligible}
         for _ in range(MAX_ASKS):
@@ -445,7 +455,7 @@ class TenancyFrame:
             if not eligible:
                 return []
             with self._telling(view, self.told(view, standings, frame)):
-                decisions = self.inner.schedule(view, eligible, now)
+                decisions = yield from deliberation(self.inner, view, eligible, now)
             kept, bad = self._inside(view, decisions, team_of, frame.within_quota, standings)
             if bad is None:
                 return kept
