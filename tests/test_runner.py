@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import StartingBackend, job
 
-import scheduler.core.runner as runner
 from agents.env import PlacementEnv
 from policies import make_policy
+from scheduler.core import runner
 from scheduler.core.decisions import Decision, Deliberating, Deliberation, Place, Preempt
 from scheduler.core.model import Job, Placement
 from scheduler.core.runner import RoundLimitError, answered, rounds, settle
