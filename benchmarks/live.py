@@ -11,6 +11,9 @@
 3. controller decision time with 1,000 queued jobs: an in-process controller on a local Ray cluster whose GPUs are
    all busy, 1,000 jobs of mixed sizes pending; the policy's time per pass over the queue, and the whole pass
    (store reads and writes included), for rl:default, tiresias and contention-greedy.
+
+`--parts throughput` measures one figure only; `--postgres URL` serves on PostgreSQL (a schema made for the run in
+that database, dropped after) instead of SQLite, for figures 1 and 2.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -45,10 +50,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(home: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+def start_server(home: Path, database_url: str | None = None) -> tuple[subprocess.Popen[bytes], str, str]:
+    """`corral serve` on 4 virtual nodes x 8 GPUs, on SQLite under `home` or on `database_url`."""
     port = free_port()
     env = {**os.environ, "CORRAL_HOME": str(home)}
     env.pop("DATABASE_URL", None)
+    if database_url is not None:
+        env["DATABASE_URL"] = database_url
     log = (home / "serve.log").open("ab")
     proc = subprocess.Popen([str(CORRAL), "serve", "--port", str(port), "--nodes", "4", "--gpus-per-node", "8"],
                             env=env, stdout=log, stderr=log)
@@ -62,7 +70,7 @@ def start_server(home: Path) -> tuple[subprocess.Popen[bytes], str, str]:
                 break
         except requests.ConnectionError:
             time.sleep(0.3)
-    store = Store.open(f"sqlite:///{home / 'corral.db'}")
+    store = Store.open(database_url or f"sqlite:///{home / 'corral.db'}")
     with store.session() as s:
         token = queries.create_token(s, "bench", admin=True)
     store.close()
@@ -119,14 +127,14 @@ def _client(args: tuple[str, str, float, int]) -> int:
     return n
 
 
-def throughput(url: str, token: str, clients: int, seconds: float) -> None:
+def throughput(url: str, token: str, clients: int, seconds: float, database: str = "SQLite") -> None:
     with mp.get_context("spawn").Pool(clients) as pool:
         pool.map(_client, [(url, token, 0.5, k) for k in range(clients)])  # warm up connections and imports
         t0 = time.perf_counter()
         counts = pool.map(_client, [(url, token, seconds, k) for k in range(clients)])
         wall = time.perf_counter() - t0
     total = sum(counts)
-    print(f"accepted submissions, {clients} clients: {total / wall:6.0f} /s  ({total} in {wall:.1f} s; "
+    print(f"accepted submissions, {clients} clients, {database}: {total / wall:6.0f} /s  ({total} in {wall:.1f} s; "
           "target >= 300/s on SQLite)")
 
 
@@ -182,6 +190,26 @@ def decision_time(queued: int, policies: list[str]) -> None:
         backend.shutdown()
 
 
+@contextmanager
+def postgres_schema(url: str | None) -> Iterator[str | None]:
+    """A fresh schema in the PostgreSQL database at `url` for the server (dropped afterwards), or None for SQLite."""
+    if url is None:
+        yield None
+        return
+    from sqlalchemy import create_engine, text
+
+    schema = f"corral_bench_{os.getpid()}"
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        engine.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency-jobs", type=int, default=20)
@@ -189,16 +217,29 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--queued", type=int, default=1000)
     parser.add_argument("--policies", default="rl:default,tiresias,contention-greedy")
+    parser.add_argument("--parts", default="latency,throughput,decisions",
+                        help="which figures to measure (comma-separated: latency, throughput, decisions)")
+    parser.add_argument("--postgres", default=None, metavar="URL",
+                        help="serve on this PostgreSQL database (in a schema made for the run and dropped after) "
+                             "instead of SQLite, e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, url, token = start_server(Path(tmp))
-        try:
-            latency(url, token, args.latency_jobs)
-            throughput(url, token, args.clients, args.seconds)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-    decision_time(args.queued, args.policies.split(","))
+    parts = set(args.parts.split(","))
+    if parts - {"latency", "throughput", "decisions"}:
+        parser.error(f"--parts: unknown {sorted(parts - {'latency', 'throughput', 'decisions'})}")
+    if parts & {"latency", "throughput"}:
+        with tempfile.TemporaryDirectory() as tmp, postgres_schema(args.postgres) as database_url:
+            proc, url, token = start_server(Path(tmp), database_url)
+            try:
+                if "latency" in parts:
+                    latency(url, token, args.latency_jobs)
+                if "throughput" in parts:
+                    throughput(url, token, args.clients, args.seconds,
+                               "PostgreSQL" if database_url else "SQLite")
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+    if "decisions" in parts:
+        decision_time(args.queued, args.policies.split(","))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.store import Store
 from web import auth, jsonio, metrics, security
 from web.api import register_blueprints
-from web.api.context import CONTROLLER_KEY, NOTIFY_KEY, STORE_KEY, WRITE_LOCK_KEY, init_app_writes
+from web.api.context import CONTROLLER_KEY, NOTIFY_KEY, STORE_KEY
 from web.schemas import DB_INT_MAX, GpuCount
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -120,7 +120,6 @@ def create_app(store: Store | None = None, *, notify: Callable[[], None] | None 
     security.init_app(app)  # CSP, X-Frame-Options, ... on every response
     store = store if store is not None else Store.open()
     app.extensions[STORE_KEY] = store
-    app.extensions[WRITE_LOCK_KEY] = init_app_writes(store)
     app.extensions[NOTIFY_KEY] = notify or (lambda: None)
     app.extensions[CONTROLLER_KEY] = controller_status
     auth.init_app(app, float(app.config["CORRAL_TOKEN_TTL_S"]))

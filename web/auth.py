@@ -25,6 +25,9 @@ from scheduler.live.store.queries import hash_token, token_refusal, user_for_tok
 TOKEN_TTL_S = 30.0
 REVOCATION_POLL_S = 0.0  # check on every request; raise it to trade revocation delay for one query less
 CACHE_KEY = "corral.token_cache"
+# How many tokens are revoked, and when the last was: either moves on a revoke. Built once: it runs on every request,
+# and building the statement cost more than running it.
+REVOCATIONS = select(func.count(), func.max(ApiToken.revoked_at)).where(ApiToken.revoked.is_(True))
 SECURITY_SCHEME = "bearerAuth"
 
 
@@ -74,9 +77,8 @@ class TokenCache:
         now = time.monotonic()
         if now - self._polled_at < self.poll_s:
             return
-        with store.engine.connect() as conn:  # how many are revoked, and when the last was: either moves on a revoke
-            newest = tuple(conn.execute(select(func.count(), func.max(ApiToken.revoked_at))
-                                        .where(ApiToken.revoked.is_(True))).one())
+        with store.engine.connect() as conn:
+            newest = tuple(conn.execute(REVOCATIONS).one())
         with self._lock:
             self._polled_at = now
             if newest != self._last_revocation:

@@ -219,6 +219,9 @@ class Controller:
         self._unwritten: dict[int, str] = {}  # reasons set this pass, written at its end (`_write_reasons`)
         self._policy_said: set[int] = set()  # pending jobs the policy gave a reason for since the last explanation
         self._reasons_key: tuple[object, ...] = ()
+        # Pending jobs whose reason is what the cluster lacks for them, computed on the capacity `_capacity_key` says.
+        self._capacity_said: set[int] = set()
+        self._capacity_key: tuple[object, ...] = ()
         self._wake_at = float("inf")
         self._down: set[int] = set()  # nodes whose Ray node is gone
         self._drained: dict[int, Drain] = {}  # nodes an admin drained (the store's `nodes.drained_at`)
@@ -1000,14 +1003,31 @@ class Controller:
 
     def _explain_waits(self) -> None:
         """Give every job still pending a reason: the policy's own words where it said why (a `Wait`), else what the
-        cluster lacks for it. Recomputed only when free capacity, the policy or the queue changed."""
+        cluster lacks for it. Recomputed only when free capacity, the policy or the queue changed, and then only for
+        the jobs whose reason may have: all of them when the runs, the closed GPUs or the policy did, else the jobs
+        new to the queue or no longer waited for by the policy (a burst of submissions to a deep queue adds a few
+        jobs to a pass; a thousand jobs' reasons stand)."""
         key = (self.state.free_whole, round(self.state.allocated_share, 6), self.policy_name, len(self.pending))
         if key == self._reasons_key:
             return
         self._reasons_key = key
-        for job_id, job in self.pending.items():
-            if job_id not in self._policy_said:
-                self._set_reason(job_id, capacity_reason(self.view, job.spec, self.policy_name))
+        capacity = (self._generation, frozenset(self.state.closed.items()),
+                    tuple((j, job.placement) for j, job in self.running.items()))
+        if capacity != self._capacity_key:
+            self._capacity_key = capacity
+            self._capacity_said.clear()
+        todo = self.pending.keys() - self._policy_said - self._capacity_said
+        said: dict[tuple[float, str], str] = {}  # a thousand queued jobs come in a few sizes and models
+        for job_id in todo:
+            spec = self.pending[job_id].spec
+            kind = (spec.num_gpus, spec.model)
+            why = said.get(kind)
+            if why is None:
+                why = said[kind] = capacity_reason(self.view, spec, self.policy_name)
+            self._set_reason(job_id, why)
+        self._capacity_said |= todo
+        self._capacity_said -= self._policy_said
+        self._capacity_said &= self.pending.keys()
         self._policy_said.clear()
 
     def _place(self, s: Session, d: Place, now: float, ms: float, launches: dict[int, Launch]) -> bool:

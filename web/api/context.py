@@ -4,9 +4,8 @@ app (not module globals), so tests can run several apps, each on its own databas
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from flask import current_app
@@ -16,7 +15,6 @@ from scheduler.live.store import Store
 
 STORE_KEY = "corral.store"
 NOTIFY_KEY = "corral.notify"
-WRITE_LOCK_KEY = "corral.write_lock"
 CONTROLLER_KEY = "corral.controller_status"
 T = TypeVar("T")
 
@@ -28,19 +26,10 @@ def store() -> Store:
     return st
 
 
-def init_app_writes(store: Store) -> threading.Lock | None:
-    """The lock `write_session` takes, for SQLite only (PostgreSQL has row locks and needs none)."""
-    return threading.Lock() if store.engine.dialect.name == "sqlite" else None
-
-
-@contextmanager
-def write_session() -> Iterator[Session]:
-    """A session for a request that writes. SQLite admits one writer at a time, and a thread that finds the database
-    locked sleeps in SQLite's busy handler for milliseconds at a time: with 8 request threads submitting, that halves
-    throughput. Queuing this process's writers on a Python lock instead hands the database over at once."""
-    lock: threading.Lock | None = current_app.extensions[WRITE_LOCK_KEY]
-    with lock or nullcontext(), store().session(write=True) as s:
-        yield s
+def write_session() -> AbstractContextManager[Session]:
+    """A session for a request that writes (`Store.session(write=True)`: on SQLite, queued behind this process's other
+    writers, the controller's passes included)."""
+    return store().session(write=True)
 
 
 def page(items: Sequence[T], args: dict[str, Any]) -> tuple[list[T], int]:

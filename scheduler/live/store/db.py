@@ -8,8 +8,9 @@ block the controller's writer; `DATABASE_URL` selects anything else SQLAlchemy s
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,11 @@ class Store:
         self.sessions = sessionmaker(engine, expire_on_commit=False)
         self.write_sessions = sessionmaker(engine.execution_options(**{BEGIN_OPTION: "IMMEDIATE"}),
                                            expire_on_commit=False)
+        # SQLite admits one writer at a time, and a connection that finds the database locked sleeps in SQLite's
+        # busy handler for milliseconds at a time (the API's request threads behind the controller's pass, or behind
+        # each other): queued on a Python lock instead, this process's writers get the database the moment it is
+        # free. PostgreSQL has row locks and needs none. Other processes (a CLI, a replica) still wait in SQLite.
+        self._writer: AbstractContextManager[Any] = threading.Lock() if engine.dialect.name == "sqlite" else nullcontext()
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate: bool = True) -> Store:
@@ -133,8 +139,13 @@ class Store:
     def session(self, *, write: bool = False) -> Iterator[Session]:
         """A session in a transaction: committed on success, rolled back on an exception. Pass `write=True` for a
         unit of work that writes: on SQLite it then holds the write lock from its first statement (see `_begin`),
-        so it waits for other writers instead of failing half-way; elsewhere it changes nothing."""
-        with (self.write_sessions if write else self.sessions)() as s, s.begin():
+        so it waits for other writers instead of failing half-way; elsewhere it changes nothing. Never open a write
+        session inside another in one thread: on SQLite the inner one would wait for the outer forever."""
+        if not write:
+            with self.sessions() as s, s.begin():
+                yield s
+            return
+        with self._writer, self.write_sessions() as s, s.begin():
             yield s
 
     def close(self) -> None:

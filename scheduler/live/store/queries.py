@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, func, or_, select, update
+from sqlalchemy import CursorResult, bindparam, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -161,17 +161,18 @@ def submit(s: Session, user: User, fields: dict[str, Any], *, max_pending: int |
     # and an admin may have moved the user a moment ago.
     team = submitter_team(s, user.id)
     job = Job(user_id=user.id, team=team, submitted_at=now, queued_since=now, state=JobState.PENDING, **fields)
+    # The job and its first event in one flush (the event refers to the job object, not yet to its id).
+    submitted = JobEvent(job=job, at=now, kind="submitted", message=f"submitted by {user.name}", data={})
     if token is None:
-        s.add(job)
+        s.add_all((job, submitted))
         s.flush()
     else:
         try:
             with s.begin_nested():  # a concurrent retry may insert the same client_token first: then return its job
-                s.add(job)
+                s.add_all((job, submitted))
                 s.flush()
         except IntegrityError:
             return s.scalars(select(Job).where(Job.user_id == user.id, Job.client_token == token)).one(), False
-    add_event(s, job.id, "submitted", f"submitted by {user.name}", at=now)
     return job, True
 
 
@@ -370,8 +371,12 @@ def move_user(s: Session, user: User, team: str) -> User:
 def submitter_team(s: Session, user_id: int) -> str:
     """The team a job submitted now by `user_id` runs under, read under a share lock on the user's row: a move or a
     team's deletion (which update that row) then waits for the submission to commit, and sees its job."""
-    team = s.scalar(select(User.team).where(User.id == user_id).with_for_update(read=True))
+    team = s.scalar(_SUBMITTER_TEAM, {"user_id": user_id})
     return team or DEFAULT_TEAM
+
+
+# Built once: it runs on every submission, and building the statement cost more than running it.
+_SUBMITTER_TEAM = select(User.team).where(User.id == bindparam("user_id")).with_for_update(read=True)
 
 
 def lock_teams(s: Session) -> None:
