@@ -83,7 +83,7 @@ def decision_digest(cluster: str, mix: dict[str, Any], n_jobs: int, load: float,
     policy = RLPolicy(None, "rule")
     h = hashlib.sha256()
     counts = [0, 0]
-    schedule = policy.schedule
+    deliberate = policy.deliberate
 
     def rule(obs: np.ndarray, mask: np.ndarray) -> int:
         valid = np.flatnonzero(mask)
@@ -94,14 +94,16 @@ def decision_digest(cluster: str, mix: dict[str, Any], n_jobs: int, load: float,
         counts[0] += 1
         return action
 
-    def recording_schedule(view, queue, now):  # type: ignore[no-untyped-def]
-        out = schedule(view, queue, now)
+    def recording_deliberate(view, queue, now):  # type: ignore[no-untyped-def]
+        # Each call's decisions, after the actions `rule` took in it (the runner asks `deliberate`, which `schedule`
+        # also runs: the same calls the digest was first recorded on).
+        out = yield from deliberate(view, queue, now)
         text = repr(out)
         h.update(text.encode())
         counts[1] += text.count("Preempt(")
         return out
 
-    policy.act, policy.schedule = rule, recording_schedule  # type: ignore[method-assign]
+    policy.act, policy.deliberate = rule, recording_deliberate  # type: ignore[method-assign]
     sim = _simulate(policy, cluster, mix, n_jobs, load, seed)
     h.update(json.dumps(sim.metrics(), sort_keys=True, default=repr).encode())
     return h.hexdigest(), counts[0], counts[1]
