@@ -34,8 +34,9 @@ BROWSER_MODULES = {"test_dashboard", "test_dashboard_teams", "test_dashboard_tru
 BROWSER_FIXTURES = {"browser", "page"}
 NETNS_MODULES = {"test_multihost"}  # hosts in network namespaces
 # Subprocess-heavy or long (seconds each): outside the unit tier, though they need nothing but Python.
+# Single tests of seconds carry `@pytest.mark.slow` themselves.
 SLOW_MODULES = {"test_gpu_benchmarks", "test_job_isolation", "test_api_fuzz", "test_train", "test_real_traces",
-                "test_deepshare"}
+                "test_deepshare", "test_rl_latency_equivalence"}
 TIERS = ("ray", "browser", "postgres", "netns", "slow")
 
 

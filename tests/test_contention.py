@@ -384,6 +384,7 @@ def test_gavel_spread(shared: Path) -> None:
     assert v.spearman >= 0.85
 
 
+@pytest.mark.slow  # the fit on its held-out half of the measurements: seconds
 def test_holdout(shared: Path) -> None:
     """Refit on part of each dataset, score the rest: the model must generalise, not memorise."""
     from scheduler.core.calibrate import holdout
@@ -426,6 +427,7 @@ def test_fast_replica_matches_contention_model(shared: Path) -> None:
     assert np.max(np.abs(fast_pairs - real_pairs)) < 1e-9
 
 
+@pytest.mark.slow  # refits the model on the published measurements: seconds
 def test_defaults_and_catalog_are_the_fit(shared: Path) -> None:
     """ContentionParams defaults and the committed catalog are what `python -m scheduler.core.calibrate` fits today.
 

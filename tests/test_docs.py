@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MKDOCS = Path(sys.executable).with_name("mkdocs")
 
 
+@pytest.mark.slow  # mkdocs builds the whole site: seconds
 def test_the_site_builds_strictly_with_the_api_reference(tmp_path: Path) -> None:
     if not MKDOCS.exists():
         pytest.skip(f"{MKDOCS} is missing: install the `docs` extra (make venv does)")

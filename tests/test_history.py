@@ -225,6 +225,7 @@ def test_from_history_refuses_flags_it_ignores(history_db: str, tmp_path: Path) 
 # ---- corral train --from-history ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # an agent's or a trainer's run: seconds
 def test_train_from_history_fine_tunes_the_active_agent(history_db: str, tmp_path: Path) -> None:
     from policies import make_policy
     from scheduler.core.simulator import Simulator
@@ -265,6 +266,7 @@ def test_train_from_history_fine_tunes_the_active_agent(history_db: str, tmp_pat
     assert math.isfinite(res.metrics["avg_jct_s"])
 
 
+@pytest.mark.slow  # an agent's or a trainer's run: seconds
 def test_a_heuristic_active_policy_is_cloned_before_fine_tuning(tmp_path: Path) -> None:
     from agents.finetune import train_from_history
 

@@ -104,6 +104,7 @@ def test_rl_loader_errors(tmp_path: Path) -> None:
         make_policy(f"rl:{bad}")
 
 
+@pytest.mark.slow  # an agent's or a trainer's run: seconds
 def test_maskable_ppo_learns_a_few_steps_and_acts_in_the_simulator(tmp_path: Path) -> None:
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.logger import configure
@@ -128,6 +129,7 @@ def test_maskable_ppo_learns_a_few_steps_and_acts_in_the_simulator(tmp_path: Pat
     assert result.metrics["jobs_completed"] == 80
 
 
+@pytest.mark.slow  # an agent's or a trainer's run: seconds
 def test_shipped_default_agent_loads_and_acts_in_the_simulator() -> None:
     """rl:default works on a fresh clone, without training: it places jobs, preempts in LAS order, finishes."""
     from policies.rl import RLPolicy
@@ -146,6 +148,7 @@ def test_shipped_default_agent_loads_and_acts_in_the_simulator() -> None:
     assert again == m  # deterministic: the agent acts greedily
 
 
+@pytest.mark.slow  # an agent's or a trainer's run: seconds
 def test_corral_evaluate_runs_with_the_default_agent(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

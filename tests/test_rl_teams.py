@@ -220,6 +220,7 @@ def test_the_warm_start_teacher_is_asked_inside_the_frame() -> None:
     assert demos.obs.shape[1] == OBS_SIZE and demos.masks[np.arange(len(demos)), demos.actions].all()
 
 
+@pytest.mark.slow  # an agent's or a trainer's run: seconds
 def test_rl_default_finishes_a_small_window_with_teams_inside_the_frame() -> None:
     sc = Scenario("synthetic", "dgx-a100", 1.5, 80, 11, nodes=2, teams=3)
     cluster, jobs = sc.build()

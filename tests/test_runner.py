@@ -113,6 +113,7 @@ def test_rounds_yields_the_agents_questions_and_settle_lets_the_policy_answer_th
     assert [j.spec.name for j in sorted(mine.running.values(), key=lambda j: j.placement.gpus)] == ["a", "b", "c"]
 
 
+@pytest.mark.slow  # an agent's or a trainer's run: seconds
 @pytest.mark.parametrize("teams", [0.0, 1.0], ids=["alone", "in-the-tenancy-frame"])
 def test_the_environment_answered_by_rl_default_makes_rl_defaults_decisions(teams: float) -> None:
     """The environment steps the simulator's own loop: answered by the shipped agent, an episode ends with the
