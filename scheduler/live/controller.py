@@ -404,9 +404,9 @@ class Controller:
         finally:
             self.backend = backend
         deferred.flush()
-        settle = getattr(self.backend, "settle", None)
-        if settle is not None:  # the workers write their checkpoints within their grace period
-            settle(grace_s)
+        wait_for_checkpoints = getattr(self.backend, "settle", None)
+        if wait_for_checkpoints is not None:  # the workers write their checkpoints within their grace period
+            wait_for_checkpoints(grace_s)
         log.info("checkpointed and requeued %d running job(s): %s", len(requeued), why)
         return requeued
 
