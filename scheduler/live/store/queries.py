@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from dataclasses import fields as dataclass_fields
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, bindparam, func, or_, select, update
+from sqlalchemy import CursorResult, bindparam, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -160,19 +160,19 @@ def submit(s: Session, user: User, fields: dict[str, Any], *, max_pending: int |
     # Read now, in the submission's transaction, not from `user`: the API passes a stand-in from its token cache,
     # and an admin may have moved the user a moment ago.
     team = submitter_team(s, user.id)
-    job = Job(user_id=user.id, team=team, submitted_at=now, queued_since=now, state=JobState.PENDING, **fields)
-    # The job and its first event in one flush (the event refers to the job object, not yet to its id).
-    submitted = JobEvent(job=job, at=now, kind="submitted", message=f"submitted by {user.name}", data={})
+    row = {"user_id": user.id, "team": team, "submitted_at": now, "queued_since": now, "state": JobState.PENDING,
+           **fields}
+    # INSERT ... RETURNING the whole row as a Job: a fraction of the cost of the unit of work's flush, on a hot path.
     if token is None:
-        s.add_all((job, submitted))
-        s.flush()
+        job = s.scalars(insert(Job).returning(Job), [row]).one()
     else:
         try:
             with s.begin_nested():  # a concurrent retry may insert the same client_token first: then return its job
-                s.add_all((job, submitted))
-                s.flush()
+                job = s.scalars(insert(Job).returning(Job), [row]).one()
         except IntegrityError:
             return s.scalars(select(Job).where(Job.user_id == user.id, Job.client_token == token)).one(), False
+    s.execute(insert(JobEvent), [{"job_id": job.id, "at": now, "kind": "submitted",
+                                  "message": f"submitted by {user.name}", "data": {}}])
     return job, True
 
 
