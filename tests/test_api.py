@@ -469,16 +469,19 @@ def test_logs_read_worker_files_under_corral_home(env: Env, corral_home: Path) -
     assert env.get(f"/jobs/{jid}/logs").json["logs"][0]["text"].count("\n") == 200  # the default tail
 
     only = env.get(f"/jobs/{jid}/logs?rank=1&tail=1").json["logs"]
-    assert only == [{"rank": 1, "path": str(log_path(jid, 2, 1)), "text": "rank 1 line 499\n"}]
+    assert only == [{"rank": 1, "path": str(log_path(jid, 2, 1)), "text": "rank 1 line 499\n",
+                     "end": log_path(jid, 2, 1).stat().st_size}]  # where a follower starts
     # An earlier run: no allocation rows for it, but its files are found.
     first = env.get(f"/jobs/{jid}/logs?attempt=1").json
-    assert first["attempt"] == 1 and first["logs"] == [{"rank": 0, "path": str(old), "text": "first attempt\n"}]
+    assert first["attempt"] == 1 and first["current_attempt"] == 2
+    assert first["logs"] == [{"rank": 0, "path": str(old), "text": "first attempt\n", "end": 14}]
     assert env.get(f"/jobs/{jid}/logs?tail=0").status_code == 422
 
 
 def test_logs_of_a_job_that_never_ran_are_empty(env: Env) -> None:
     job = env.submit()
-    assert env.get(f"/jobs/{job['id']}/logs").json == {"job_id": job["id"], "attempt": 0, "logs": []}
+    assert env.get(f"/jobs/{job['id']}/logs").json == {"job_id": job["id"], "attempt": 0, "state": "pending",
+                                                       "current_attempt": 0, "logs": []}
 
 
 # ---- cluster, models, policies ------------------------------------------------------------------------------------

@@ -7,11 +7,14 @@ the server cannot be reached, which URL was tried and how to point the client el
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
 import requests
+
+from scheduler.live.job_states import JobState
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 API_PREFIX = "/api/v1"
@@ -33,6 +36,14 @@ def flatten_errors(errors: Any, prefix: str = "") -> dict[str, list[str]]:
     elif errors is not None:
         out[prefix or "_schema"] = [str(errors)]
     return out
+
+
+class LogText(NamedTuple):
+    """Text a job's log gained: of run `attempt`, from rank `rank`; a new run starts where `rank` is None."""
+
+    attempt: int
+    rank: int | None
+    text: str
 
 
 class ClientError(Exception):
@@ -123,10 +134,50 @@ class CorralClient:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/cancel")
 
-    def logs(self, job_id: int, *, attempt: int | None = None, rank: int | None = None,
-             tail: int | None = None) -> dict[str, Any]:
-        return self.request("GET", f"/jobs/{job_id}/logs",
-                            params={"attempt": attempt, "rank": rank, "tail": tail})
+    def logs(self, job_id: int, *, attempt: int | None = None, rank: int | None = None, tail: int | None = None,
+             offset: int | None = None, wait_s: float | None = None) -> dict[str, Any]:
+        """The last `tail` lines of each rank's log; or, with `rank` and `offset`, what that log gained since byte
+        `offset`, waiting up to `wait_s` for it (`follow_logs` does the bookkeeping)."""
+        return self.request("GET", f"/jobs/{job_id}/logs", params={
+            "attempt": attempt, "rank": rank, "tail": tail, "offset": offset, "wait_s": wait_s})
+
+    def follow_logs(self, job_id: int, *, rank: int | None = None, tail: int = 10, poll_s: float = 1.0,
+                    wait_s: float = 10.0) -> Iterator[LogText]:
+        """Like `tail -f` on a job's worker logs: the last `tail` lines of each rank's log (or of `rank`'s), then what
+        they gain, until the job ends; when the job runs again (requeued, retried), its next run's logs from their
+        start. Long-polls one rank's log (`wait_s`); several ranks are polled every `poll_s`."""
+        first = self.logs(job_id, rank=rank, tail=tail)
+        attempt = first["attempt"]
+        ends = {e["rank"]: e["end"] for e in first["logs"]}
+        for e in first["logs"]:
+            if e["text"]:
+                yield LogText(attempt, e["rank"], e["text"])
+        while True:
+            news = False
+            state, current = first["state"], first["current_attempt"]
+            for r in list(ends):
+                res = self.logs(job_id, attempt=attempt, rank=r, offset=ends[r],
+                                wait_s=wait_s if len(ends) == 1 else 0.0)
+                state, current = res["state"], res["current_attempt"]
+                entry = res["logs"][0]
+                ends[r] = entry["end"]
+                if entry["text"]:
+                    news = True
+                    yield LogText(attempt, r, entry["text"])
+            if news:
+                continue
+            if current != attempt:  # this run is over and read to its end: on to the next one, from its start
+                attempt = current
+                nxt = self.logs(job_id, attempt=attempt, rank=rank, tail=1)
+                ends = {e["rank"]: 0 for e in nxt["logs"]}
+                yield LogText(attempt, None, "")
+                continue
+            if JobState(state).terminal:
+                return
+            if len(ends) != 1:
+                time.sleep(poll_s)
+            if not ends:  # no rank has a log yet (the job waits to start): look for them
+                ends = {e["rank"]: 0 for e in self.logs(job_id, attempt=attempt, rank=rank, tail=1)["logs"]}
 
     def drain_node(self, name: str, reason: str, now: bool) -> dict[str, Any]:
         return self.request("POST", f"/nodes/{quote(name, safe='')}/drain",

@@ -347,12 +347,21 @@ def cancel(job_id: int, url: str, token: str | None) -> None:
 @click.argument("job_id", type=JOB_ID)
 @click.option("--rank", type=NATURAL, help="One worker's log (default: all).")
 @click.option("--attempt", type=NATURAL, help="Which run (default: the current one).")
-@click.option("--tail", type=Number("int", 1, 100_000), default=200, show_default=True, help="Last lines per rank.")
+@click.option("--tail", type=Number("int", 1, 100_000), default=None, help="Last lines per rank [default: 200; 10 "
+              "with --follow].")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing what the logs gain until the job ends (and its next "
+              "runs', if it is requeued or retried).")
 @connection
-def logs(job_id: int, rank: int | None, attempt: int | None, tail: int, url: str, token: str | None) -> None:
+def logs(job_id: int, rank: int | None, attempt: int | None, tail: int | None, follow: bool, url: str,
+         token: str | None) -> None:
     """Print a job's worker logs."""
+    if follow:
+        if attempt is not None:
+            raise click.UsageError("--follow follows the job's current run: leave out --attempt")
+        _follow(client(url, token), job_id, rank, 10 if tail is None else tail)
+        return
     with api_errors():
-        res = client(url, token).logs(job_id, attempt=attempt, rank=rank, tail=tail)
+        res = client(url, token).logs(job_id, attempt=attempt, rank=rank, tail=200 if tail is None else tail)
     if not res["logs"]:
         click.echo(f"job {job_id} has no logs for attempt {res['attempt']}", err=True)
         return
@@ -361,6 +370,24 @@ def logs(job_id: int, rank: int | None, attempt: int | None, tail: int, url: str
         if many:  # like tail(1): headers only when they are needed to tell the files apart
             click.echo(f"==> rank {entry['rank']} ({entry['path']}) <==")
         click.echo(entry["text"], nl=not entry["text"].endswith("\n") and bool(entry["text"]))
+
+
+def _follow(api: CorralClient, job_id: int, rank: int | None, tail: int) -> None:
+    """`corral logs --follow`: each chunk as it comes, under a header naming its rank when the ranks take turns; at
+    the end, on stderr, how the job ended."""
+    last: int | None = None
+    with api_errors():
+        for chunk in api.follow_logs(job_id, rank=rank, tail=tail):
+            if chunk.rank is None:
+                click.echo(f"==> job {job_id}: run {chunk.attempt} <==")
+                continue
+            if rank is None and chunk.rank != last:  # like tail -f on several files
+                click.echo(f"==> rank {chunk.rank} <==")
+            last = chunk.rank
+            click.echo(chunk.text, nl=False)
+        j = api.job(job_id)
+    click.echo(f"job {job_id}: {j['state']}" + (f" (exit code {j['exit_code']})" if j.get("exit_code") is not None
+                                                  else ""), err=True)
 
 
 def health_text(health: dict[str, Any] | None) -> str:

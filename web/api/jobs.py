@@ -4,6 +4,8 @@ state changes belong to the controller, which `notify()` wakes."""
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,10 +21,10 @@ from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Job, User
 from web.api.context import notify, store, write_session
-from web.api.logread import tail_lines
+from web.api.logread import file_size, read_from, tail_lines
 from web.auth import caller, protect, require_owner
 from web.fair_use import submission as fair_use
-from web.limits import MAX_LOG_RESPONSE_BYTES, MIN_RANK_LOG_BYTES
+from web.limits import MAX_LOG_RESPONSE_BYTES, MAX_LOG_WAITERS, MIN_RANK_LOG_BYTES
 from web.schemas import (
     DEFAULT_COMMAND_DURATION_S,
     JobDetailSchema,
@@ -189,16 +191,23 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.arguments(LogsArgs(), location="query")
     @blp.response(200, LogsSchema)
     def logs(args: dict[str, Any], job_id: int) -> Any:
-        """Read a job's worker logs
+        """Read or follow a job's worker logs
 
         The last `tail` lines of each rank's log for an attempt (default: the current one). One answer reads at most
         1 MiB of logs, shared by the ranks (each at least 4 KiB): a log whose tail is longer is cut at the start,
-        behind a marker line.
+        behind a marker line. Each log's `end` is where it ended when read.
+
+        To follow one rank's log, pass `rank` and `offset` (the `end` of the previous answer): the answer holds what
+        the log gained since (up to 1 MiB, whole lines), and with `wait_s` it waits up to that long for something new
+        while the attempt runs (a few followers at a time; beyond them it answers at once). `state` and
+        `current_attempt` say when to stop, or to move on to the job's next run.
         """
         with store().session() as s:
             job = _job_or_404(s, job_id)
             attempt = args.get("attempt", job.attempt)
             ranks = set(q.attempt_ranks(s, job_id, attempt))
+        if "offset" in args:
+            return _follow(job_id, attempt, args["rank"], args["offset"], args["wait_s"])
         # Ranks with a file but no allocation row (a run whose rows were cleaned up) still have logs worth showing.
         folder = log_path(job_id, attempt, 0).parent
         if folder.is_dir():
@@ -206,8 +215,48 @@ def blueprint(prefix: str) -> Blueprint:
         if "rank" in args:
             ranks = {args["rank"]}
         budget = max(MIN_RANK_LOG_BYTES, MAX_LOG_RESPONSE_BYTES // max(1, len(ranks)))  # bytes read per rank
-        out = [{"rank": r, "path": str(log_path(job_id, attempt, r)),
-                "text": tail_lines(log_path(job_id, attempt, r), args["tail"], budget)} for r in sorted(ranks)]
-        return {"job_id": job_id, "attempt": attempt, "logs": out}
+        out = []
+        for r in sorted(ranks):
+            path = log_path(job_id, attempt, r)
+            end = file_size(path)  # before the tail is read: a follower from here misses nothing
+            out.append({"rank": r, "path": str(path), "text": tail_lines(path, args["tail"], budget), "end": end})
+        return {"job_id": job_id, "attempt": attempt, "state": job.state, "current_attempt": job.attempt, "logs": out}
 
     return blp
+
+
+# Followers waiting for news: each holds a request thread, so only a few may (`MAX_LOG_WAITERS`).
+_WAITERS = threading.BoundedSemaphore(MAX_LOG_WAITERS)
+FOLLOW_POLL_S = 0.2
+
+
+def _follow(job_id: int, attempt: int, rank: int, offset: int, wait_s: float) -> dict[str, Any]:
+    """One rank's log from `offset`, waiting up to `wait_s` for news while the attempt is the job's live run."""
+    path = log_path(job_id, attempt, rank)
+    text, end = read_from(path, offset, MAX_LOG_RESPONSE_BYTES)
+    state, current = _job_now(job_id)
+    if not text and wait_s > 0 and current == attempt and not JobState(state).terminal and _WAITERS.acquire(False):
+        try:
+            deadline = time.monotonic() + wait_s
+            checked = time.monotonic()
+            while not text and time.monotonic() < deadline:
+                time.sleep(FOLLOW_POLL_S)
+                text, end = read_from(path, offset, MAX_LOG_RESPONSE_BYTES)
+                if not text and time.monotonic() - checked >= 1.0:  # the run may have ended: no news will come
+                    checked = time.monotonic()
+                    state, current = _job_now(job_id)
+                    if current != attempt or JobState(state).terminal:
+                        text, end = read_from(path, offset, MAX_LOG_RESPONSE_BYTES)  # its last words
+                        break
+        finally:
+            _WAITERS.release()
+        state, current = _job_now(job_id)
+    return {"job_id": job_id, "attempt": attempt, "state": state, "current_attempt": current,
+            "logs": [{"rank": rank, "path": str(path), "text": text, "end": end}]}
+
+
+def _job_now(job_id: int) -> tuple[str, int]:
+    with store().session() as s:
+        job = s.get(Job, job_id)
+        assert job is not None  # checked by the caller; jobs are never deleted
+        return job.state, job.attempt

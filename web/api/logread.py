@@ -48,3 +48,31 @@ def tail_lines(path: Path, lines: int, max_bytes: int) -> str:
 def _byte_at(f: BinaryIO, offset: int) -> bytes:
     f.seek(offset)
     return f.read(1)
+
+
+def read_from(path: Path, offset: int, max_bytes: int) -> tuple[str, int]:
+    """What the file at `path` holds from byte `offset` (at most `max_bytes`, cut after its last newline when there is
+    more: the next read starts on a whole line), and the offset just past it. A file shorter than `offset` (none yet,
+    or replaced) reads from its start."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size < offset:
+                offset = 0
+            f.seek(offset)
+            data = f.read(min(max_bytes, size - offset))
+    except FileNotFoundError:
+        return "", 0
+    except OSError as exc:  # unreadable (permissions, a folder): say so, without the path, and stay where we were
+        return f"[corral: the log cannot be read: {exc.strerror or type(exc).__name__}]\n", offset
+    if offset + len(data) < size and b"\n" in data:
+        data = data[: data.rindex(b"\n") + 1]
+    return data.decode("utf-8", errors="replace"), offset + len(data)
+
+
+def file_size(path: Path) -> int:
+    """The size of the file at `path` now (0 when there is none): where a follower of its tail starts."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

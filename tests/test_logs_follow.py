@@ -1,0 +1,145 @@
+"""Following a job's logs (`GET /jobs/ID/logs?rank=R&offset=N[&wait_s=S]`, `CorralClient.follow_logs`, `corral logs
+--follow`): what a log gains comes once and in order, a wait ends at the first news or when the run ends, the
+follower moves on to the job's next run, and it stops when the job ends. Without Ray: the test writes the workers'
+log files and moves the job's state itself, from threads, as the controller would."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import served, wait_until
+from sqlalchemy import update
+
+from scheduler.cli.client import CorralClient, LogText
+from scheduler.cli.commands import main
+from scheduler.live.job_files import log_path
+from scheduler.live.store import Store
+from scheduler.live.store import queries as q
+from scheduler.live.store.models import Job
+from web import create_app
+
+
+class Env:
+    def __init__(self, store: Store, url: str, token: str, job_id: int) -> None:
+        self.store, self.url, self.token, self.job_id = store, url, token, job_id
+        self.api = CorralClient(url, token)
+
+    def set(self, **values: object) -> None:
+        with self.store.session(write=True) as s:
+            s.execute(update(Job).where(Job.id == self.job_id).values(**values))
+
+    def write(self, attempt: int, rank: int, text: str) -> None:
+        path = log_path(self.job_id, attempt, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(text)
+
+
+@pytest.fixture
+def env(corral_home: Path) -> Iterator[Env]:
+    store = Store.open()
+    with store.session(write=True) as s:
+        token = q.create_token(s, "alice")
+        user = q.ensure_user(s, "alice")
+        job, _ = q.submit(s, user, {"name": "j", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 2,
+                                    "duration_s": 60.0})
+    e = None
+    with served(create_app(store)) as url:
+        e = Env(store, url, token, job.id)
+        e.set(state="running", attempt=1)
+        yield e
+    store.close()
+
+
+def test_a_read_from_an_offset_gives_what_the_log_gained_and_where_it_ends(env: Env) -> None:
+    env.write(1, 0, "one\ntwo\n")
+    first = env.api.logs(env.job_id, tail=1)
+    assert first["logs"][0]["text"] == "two\n" and first["logs"][0]["end"] == 8
+    assert (first["state"], first["current_attempt"]) == ("running", 1)
+    env.write(1, 0, "three\nfour")  # a line still being written comes too: the next read starts after it
+    again = env.api.logs(env.job_id, rank=0, offset=8)["logs"][0]
+    assert again["text"] == "three\nfour" and again["end"] == 18
+    assert env.api.logs(env.job_id, rank=0, offset=18)["logs"][0] == {
+        "rank": 0, "path": str(log_path(env.job_id, 1, 0)), "text": "", "end": 18}
+
+
+def test_bad_follow_requests_name_the_field() -> None:
+    from marshmallow import ValidationError
+
+    from web.schemas import LogsArgs
+
+    with pytest.raises(ValidationError) as no_rank:
+        LogsArgs().load({"offset": "5"})
+    assert no_rank.value.messages == {"rank": ["give the rank whose log to follow"]}
+    with pytest.raises(ValidationError) as no_offset:
+        LogsArgs().load({"wait_s": "2", "rank": "0"})
+    assert "wait_s" in no_offset.value.messages
+    with pytest.raises(ValidationError) as too_long:
+        LogsArgs().load({"wait_s": "600", "rank": "0", "offset": "0"})
+    assert "wait_s" in too_long.value.messages
+
+
+def test_a_wait_ends_at_the_first_news_and_at_once_when_the_run_is_over(env: Env) -> None:
+    env.write(1, 0, "start\n")
+    threading.Timer(0.5, env.write, (1, 0, "news\n")).start()
+    t0 = time.monotonic()
+    got = env.api.logs(env.job_id, rank=0, offset=6, wait_s=15)["logs"][0]
+    assert got["text"] == "news\n" and time.monotonic() - t0 < 10  # not the whole 15 s
+    env.set(state="succeeded", exit_code=0)
+    t0 = time.monotonic()
+    done = env.api.logs(env.job_id, rank=0, offset=got["end"], wait_s=15)
+    assert done["logs"][0]["text"] == "" and done["state"] == "succeeded" and time.monotonic() - t0 < 5
+
+
+def test_follow_logs_reads_every_rank_moves_to_the_next_run_and_stops_when_the_job_ends(env: Env) -> None:
+    env.write(1, 0, "r0 a\n")
+    env.write(1, 1, "r1 a\n")
+    seen: list[LogText] = []
+
+    def script() -> None:
+        wait_until("the follower read the first lines", lambda: len(seen) >= 2, timeout=30)
+        env.write(1, 1, "r1 b\n")
+        wait_until("the follower read r1 b", lambda: any(c.text == "r1 b\n" for c in seen), timeout=30)
+        env.write(1, 0, "r0 last words\n")
+        env.set(state="pending", attempt=1)  # requeued: the next run is attempt 2
+        env.write(2, 0, "r0 again\n")
+        env.set(state="running", attempt=2)
+        wait_until("the follower reached run 2", lambda: any(c.text == "r0 again\n" for c in seen), timeout=30)
+        env.write(2, 0, "done\n")
+        env.set(state="succeeded", exit_code=0)
+
+    t = threading.Thread(target=script, daemon=True)
+    t.start()
+    for chunk in env.api.follow_logs(env.job_id, poll_s=0.1, wait_s=2):
+        seen.append(chunk)  # noqa: PERF402  (the script thread watches `seen` grow while the follower runs)
+    t.join(30)
+    texts = [(c.attempt, c.rank, c.text) for c in seen]
+    assert texts[:2] == [(1, 0, "r0 a\n"), (1, 1, "r1 a\n")]
+    assert (1, 1, "r1 b\n") in texts and (1, 0, "r0 last words\n") in texts
+    assert texts.index((1, 0, "r0 last words\n")) < texts.index((2, None, "")) < texts.index((2, 0, "r0 again\n"))
+    assert "".join(c.text for c in seen if c.attempt == 2) == "r0 again\ndone\n"  # once each, in order
+
+
+def test_corral_logs_follow_prints_as_it_comes_and_says_how_the_job_ended(env: Env) -> None:
+    env.write(1, 0, "".join(f"line {i}\n" for i in range(30)))
+
+    def finish() -> None:
+        time.sleep(0.3)  # the follower is then reading or waiting: either way it must get what comes next
+        env.write(1, 0, "the end\n")
+        env.set(state="failed", exit_code=3)
+
+    threading.Thread(target=finish, daemon=True).start()
+    result = CliRunner().invoke(main, ["logs", str(env.job_id), "--follow", "--rank", "0"],
+                                env={"CORRAL_URL": env.url, "CORRAL_TOKEN": env.token})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines == [f"line {i}" for i in range(20, 30)] + ["the end"]  # the last 10, then the news
+    assert f"job {env.job_id}: failed (exit code 3)" in result.stderr
+    refused = CliRunner().invoke(main, ["logs", str(env.job_id), "--follow", "--attempt", "1"],
+                                 env={"CORRAL_URL": env.url, "CORRAL_TOKEN": env.token})
+    assert refused.exit_code == 2 and "--follow follows the job's current run" in refused.output
