@@ -40,6 +40,11 @@ DEFAULT_JOB_PAGE = 100
 # Logs: the most bytes one GET /jobs/ID/logs answers, shared by its ranks (each gets at least MIN_RANK_LOG_BYTES).
 MAX_LOG_RESPONSE_BYTES = 1024 * 1024
 MIN_RANK_LOG_BYTES = 4 * 1024
+# Retries of failed runs: how many, on how many listed exit codes, and the first backoff.
+MAX_RETRIES = 100
+MAX_RETRY_CODES = 32
+MAX_RETRY_BACKOFF_S = 3600.0
+
 # Following a log (`offset`): the longest an answer may wait for news, and how many requests may wait at once (each
 # holds one of the server's request threads; beyond these, an answer with nothing new comes at once).
 MAX_LOG_WAIT_S = 20.0

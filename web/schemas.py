@@ -54,6 +54,25 @@ class GpuCount(fields.Field):
         return int(x) if x.is_integer() else x
 
 
+class RetryOn(fields.Field):
+    """The exit codes a failed run is retried on: "any", or a list of codes from 1 to 255. Stored as None for any."""
+
+    default_error_messages = {  # noqa: RUF012  (as GpuCount's)
+        "invalid": f'Must be "any" or a list of 1 to {lim.MAX_RETRY_CODES} exit codes from 1 to 255.',
+    }
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[int] | None:
+        if value == "any":
+            return None
+        if (not isinstance(value, list) or not 1 <= len(value) <= lim.MAX_RETRY_CODES
+                or not all(type(v) is int and 1 <= v <= 255 for v in value)):
+            raise self.make_error("invalid")
+        return sorted(set(value))
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> str | list[int]:
+        return "any" if value is None else list(value)
+
+
 def _db_int(minimum: int = 0, maximum: int = DB_INT_MAX, **kw: Any) -> fields.Integer:
     """An integer the store can hold (see DB_INT_MAX): out of range is a 422 naming the field, not a driver error."""
     return fields.Integer(validate=validate.Range(min=minimum, max=maximum), **kw)
@@ -152,6 +171,12 @@ class JobSubmitSchema(RequestSchema):
     restart_policy = fields.String(load_default=RestartPolicy.REQUEUE.value,
                                    validate=validate.OneOf([r.value for r in RestartPolicy]))
     max_restarts = fields.Integer(strict=True, load_default=3, validate=validate.Range(min=0, max=100))
+    max_retries = fields.Integer(strict=True, load_default=0, validate=validate.Range(min=0, max=lim.MAX_RETRIES),
+                                 metadata={"description": "runs again after a non-zero exit, at most this many times"})
+    retry_on = RetryOn(load_default=None, metadata={
+        "description": 'the exit codes a failed run is retried on: "any" (the default) or a list'})
+    retry_backoff_s = _bounded(0.0, lim.MAX_RETRY_BACKOFF_S, load_default=30.0, metadata={
+        "description": "seconds before the first retry, doubled for each retry after (at most an hour)"})
 
     @validates_schema
     def _kind_rules(self, data: dict[str, Any], **kwargs: Any) -> None:
@@ -389,6 +414,11 @@ class JobSchema(Schema):
     client_token = fields.String(allow_none=True)
     restart_policy = fields.String()
     max_restarts = fields.Integer()
+    max_retries = fields.Integer()
+    retry_on = RetryOn()
+    retry_backoff_s = fields.Float()
+    retries = fields.Integer(metadata={"description": "failed runs run again so far"})
+    not_before = fields.Float(allow_none=True, metadata={"description": "a retry waits for its backoff until then"})
     state = fields.String()
     cancel_requested = fields.Boolean()
     submitted_at = fields.Float()

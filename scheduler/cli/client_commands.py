@@ -209,6 +209,20 @@ def _env(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> 
     return env
 
 
+def _retry_on(ctx: click.Context, param: click.Parameter, value: str | None) -> str | list[int] | None:
+    """--retry-on any, or exit codes separated by commas (the server checks their range)."""
+    if value is None or value.strip() == "any":
+        return value and "any"
+    try:
+        return [int(code) for code in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give any, or exit codes separated by commas (1,2,137)") from None
+
+
+def retry_on_text(retry_on: str | list[int]) -> str:
+    return "any" if retry_on == "any" else ", ".join(map(str, retry_on))
+
+
 @click.command()
 @click.option("--file", "spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A JOB.json with the submission's fields; the flags below override it.")
@@ -227,6 +241,11 @@ def _env(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> 
 @click.option("--slo-ms", type=POSITIVE, help="Latency SLO (inference).")
 @click.option("--restart-policy", type=click.Choice([r.value for r in RestartPolicy]))
 @click.option("--max-restarts", type=NATURAL)
+@click.option("--max-retries", type=NATURAL, help="Run again after a non-zero exit, at most this many times.")
+@click.option("--retry-on", callback=_retry_on, metavar="any|CODE,...",
+              help="The exit codes a failed run is retried on [default: any].")
+@click.option("--retry-backoff", "retry_backoff_s", type=Number("float", 0, 3600),
+              help="Seconds before the first retry, doubled for each one after [default: 30].")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @connection
 def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, **flags: Any) -> None:
@@ -302,6 +321,8 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
         ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
         ("restarts", f"{j['restarts']}/{j['max_restarts']} ({j['restart_policy']}), preemptions {j['preemptions']}"),
+        ("retries", f"{j['retries']}/{j['max_retries']} on exit code {retry_on_text(j['retry_on'])}, backoff "
+                    f"{j['retry_backoff_s']:g} s" if j["max_retries"] else None),
         ("attempt", j["attempt"]), ("progress", progress_text(j["progress"], 1) or None),
         ("submitted", when(j["submitted_at"])),
         ("started", j["started_at"] and when(j["started_at"])),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
@@ -49,6 +49,7 @@ from scheduler.live.explain import capacity_reason
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.leader import Leadership, NotLeader, SoleLeader
 from scheduler.live.nodes import CONDITION_COLUMNS, conditions, register_nodes
+from scheduler.live.retries import retry_delay, retry_words
 from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, Backend, JobStatus, Launch, NodeInfo, RankSpec, actor_name
 from scheduler.live.slowdown import SlowdownLedger
@@ -222,6 +223,7 @@ class Controller:
         # Pending jobs whose reason is what the cluster lacks for them, computed on the capacity `_capacity_key` says.
         self._capacity_said: set[int] = set()
         self._capacity_key: tuple[object, ...] = ()
+        self._held: dict[int, float] = {}  # pending job -> the time a retry's backoff holds it until
         self._wake_at = float("inf")
         self._down: set[int] = set()  # nodes whose Ray node is gone
         self._drained: dict[int, Drain] = {}  # nodes an admin drained (the store's `nodes.drained_at`)
@@ -335,6 +337,8 @@ class Controller:
             for row in s.scalars(select(JobRow).where(JobRow.state == S.PENDING).options(joinedload(JobRow.user))
                                  .order_by(JobRow.id)):
                 self.pending[row.id] = self._job(row)
+                if row.not_before is not None and row.not_before > now:
+                    self._held[row.id] = row.not_before
             self.leadership.fence(s)  # a replica that lost the lease meanwhile must not requeue what another adopted
 
     def _register_nodes(self, now: float) -> None:
@@ -700,7 +704,14 @@ class Controller:
                 stats.finished += 1
             elif st.phase == "failed":
                 code = next((c for c in st.exit_codes if c not in (None, 0)), 1)
-                self._finish(s, row, S.FAILED, code, st.error, now, st.ended_at)
+                delay = None if row.cancel_requested else retry_delay(
+                    row.max_retries, row.retries, row.retry_on, row.retry_backoff_s, code)
+                if delay is not None:
+                    self._retry(s, row, code, st.error, delay, now, st.ended_at)
+                else:
+                    error = st.error or f"exit code {code}"
+                    self._finish(s, row, S.FAILED, code, error + (f" (after {row.retries} retries)" if row.retries
+                                                                  else ""), now, st.ended_at)
                 stats.finished += 1
             elif st.phase == "lost":
                 self._suspect_nodes(job, now)
@@ -863,6 +874,35 @@ class Controller:
         queries.add_event(s, row.id, str(state), error or f"exit code {code}", at=now, exit_code=code,
                           attempt=row.attempt, ranks_ended_at=ranks_ended_at)
 
+    def _retry(self, s: Session, row: JobRow, code: int, error: str, delay: float, now: float,
+               ranks_ended_at: list[float | None]) -> None:
+        """A run that exited non-zero, of a job with retries left for its exit code: the job goes back to the queue in
+        its old place, held there for its backoff (`scheduler.live.retries`)."""
+        self.backend.forget(row.id)
+        self._end_run(s, row, now)
+        row.retries += 1
+        why = retry_words(row.retries, row.max_retries, code, delay)
+        row.state, row.queued_since, row.exit_code, row.not_before = S.PENDING, now, code, now + delay
+        row.pending_reason = why
+        queries.add_event(s, row.id, "retrying", f"{error}; {why}" if error else why, at=now, exit_code=code,
+                          attempt=row.attempt, ranks_ended_at=ranks_ended_at)
+        self.pending[row.id] = self._job(row)
+        self._sort_pending()
+        self._reasons[row.id] = why
+        self._held[row.id] = now + delay
+
+    def _ready(self, now: float) -> Collection[Job]:
+        """The pending jobs the policy may place now: all but those a retry's backoff still holds (the pass that
+        asks when the first hold ends is booked with `_wake_at`)."""
+        if self._held:
+            for job_id, until in list(self._held.items()):
+                if until <= now or job_id not in self.pending:
+                    del self._held[job_id]
+        if not self._held:
+            return self.pending.values()
+        self._wake_at = min(self._wake_at, *self._held.values())
+        return [job for job_id, job in self.pending.items() if job_id not in self._held]
+
     def _lose_node(self, s: Session, node: int, why: str, now: float) -> None:
         """Node `node` is gone: every run with a GPU there is stopped and lost (requeued or failed by its policy)."""
         for job_id in runs_on_node(self.running, self.cluster, node):
@@ -941,7 +981,7 @@ class Controller:
             stats.policy_s += latency
             return self._apply(s, decisions, now, latency, stats, launches)
 
-        settle(self.policy, self.view, lambda: self.pending.values(), now, apply, self.policy_name)
+        settle(self.policy, self.view, lambda: self._ready(now), now, apply, self.policy_name)
         return list(launches.values())
 
     def _apply(self, s: Session, decisions: list[Decision], now: float, latency: float, stats: StepStats,
@@ -1007,7 +1047,8 @@ class Controller:
         the jobs whose reason may have: all of them when the runs, the closed GPUs or the policy did, else the jobs
         new to the queue or no longer waited for by the policy (a burst of submissions to a deep queue adds a few
         jobs to a pass; a thousand jobs' reasons stand)."""
-        key = (self.state.free_whole, round(self.state.allocated_share, 6), self.policy_name, len(self.pending))
+        key = (self.state.free_whole, round(self.state.allocated_share, 6), self.policy_name, len(self.pending),
+               len(self._held))
         if key == self._reasons_key:
             return
         self._reasons_key = key
@@ -1016,7 +1057,7 @@ class Controller:
         if capacity != self._capacity_key:
             self._capacity_key = capacity
             self._capacity_said.clear()
-        todo = self.pending.keys() - self._policy_said - self._capacity_said
+        todo = self.pending.keys() - self._policy_said - self._capacity_said - self._held.keys()  # (held: retry words)
         said: dict[tuple[float, str], str] = {}  # a thousand queued jobs come in a few sizes and models
         for job_id in todo:
             spec = self.pending[job_id].spec

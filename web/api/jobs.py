@@ -38,7 +38,8 @@ from web.schemas import (
 
 JOB_COLUMNS = (
     "id", "name", "team", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority", "slo_ms",
-    "client_token", "restart_policy", "max_restarts", "state", "cancel_requested", "submitted_at", "queued_since",
+    "client_token", "restart_policy", "max_restarts", "max_retries", "retry_on", "retry_backoff_s", "retries",
+    "not_before", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
     "predicted_slowdown", "predicted_slowdown_avg", "observed_slowdown", "run_s", "pending_reason", "exit_code",
     "error",

@@ -94,6 +94,11 @@ class Job(Base):
     client_token: Mapped[str | None] = mapped_column(String(200))
     restart_policy: Mapped[str] = mapped_column(String(16), default=RestartPolicy.REQUEUE)
     max_restarts: Mapped[int] = mapped_column(Integer, default=3)
+    # A run that exits non-zero runs again, up to max_retries times, when its exit code is one retry_on names (None:
+    # any), after retry_backoff_s doubled for each retry used before (`scheduler.live.retries`).
+    max_retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    retry_on: Mapped[list[int] | None] = mapped_column(JSON, default=None)
+    retry_backoff_s: Mapped[float] = mapped_column(default=30.0, server_default="30")
 
     state: Mapped[str] = mapped_column(String(16), default=JobState.PENDING)  # JobState
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -104,6 +109,8 @@ class Job(Base):
     finished_at: Mapped[float | None]
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # runs launched so far; the current run's number
     restarts: Mapped[int] = mapped_column(Integer, default=0)  # runs lost (node or controller gone)
+    retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # failed runs run again
+    not_before: Mapped[float | None]  # a retry's backoff: the job is not placed before this time
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     attained_gpu_s: Mapped[float] = mapped_column(default=0.0)  # GPU-seconds of service in finished runs
     work_done_s: Mapped[float] = mapped_column(default=0.0)  # emulated: isolated seconds done in finished runs
