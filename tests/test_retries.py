@@ -176,3 +176,36 @@ def test_corral_submit_takes_the_retry_flags_and_show_prints_them(corral_home: P
         bad = CliRunner().invoke(main, [*args[:-5], "--retry-on", "often"], env=env)
         assert bad.exit_code == 2 and "--retry-on" in bad.output and "give any, or exit codes" in bad.output
     store.close()
+
+
+def test_resubmit_copies_the_job_with_changes_as_the_callers_and_checks_them(corral_home: Path) -> None:
+    store = Store.open()
+    with store.session(write=True) as s:
+        ann, bob = q.create_token(s, "ann"), q.create_token(s, "bob")
+        admin = q.create_token(s, "root", admin=True)
+    with served(create_app(store)) as url:
+        def cli(token: str, *args: str) -> Any:
+            return CliRunner().invoke(main, list(args), env={"CORRAL_URL": url, "CORRAL_TOKEN": token})
+
+        first = json.loads(cli(ann, "submit", "--name", "sweep", "--model", "ResNet-50-bs64", "--gpus", "1",
+                               "--duration", "60", "--max-retries", "2", "--retry-on", "3", "--client-token", "k1",
+                               "--priority", "5", "--json").stdout)
+        again = cli(ann, "resubmit", str(first["id"]), "--with-changes", '{"num_gpus": 2, "name": "sweep-2"}',
+                    "--json")
+        assert again.exit_code == 0, again.output
+        new = json.loads(again.stdout)
+        assert new["id"] != first["id"] and (new["name"], new["num_gpus"], new["user"]) == ("sweep-2", 2, "ann")
+        assert (new["priority"], new["max_retries"], new["retry_on"], new["client_token"]) == (5, 2, [3], None)
+        shown = json.loads(cli(ann, "show", str(first["id"]), "--json").stdout)
+        assert any(e["kind"] == "resubmitted" and f"as job {new['id']} by ann" in e["message"]
+                   for e in shown["events"])
+        bad = cli(ann, "resubmit", str(first["id"]), "--with-changes", '{"num_gpus": 1.5, "colour": "red"}')
+        assert bad.exit_code != 0 and "colour" in bad.output
+        worse = cli(ann, "resubmit", str(first["id"]), "--with-changes", '{"num_gpus": 1.5}')
+        assert worse.exit_code != 0 and "num_gpus" in worse.output
+        assert cli(bob, "resubmit", str(first["id"])).exit_code != 0  # not bob's job
+        by_admin = json.loads(cli(admin, "resubmit", str(first["id"]), "--json").stdout)
+        assert by_admin["user"] == "root"  # the admin's own job, under the admin's name
+        with store.session() as s:
+            assert q.list_jobs(s)[1] == 3  # the refused ones stored nothing
+    store.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
+from marshmallow import INCLUDE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 import web.limits as lim
 from scheduler.core.tenancy import TeamError, make_team
@@ -395,6 +395,23 @@ class AllocationSchema(Schema):
     gpu = fields.Integer()
     local_gpu = fields.Integer()
     share = fields.Float()
+
+
+class ResubmitSchema(RequestSchema):
+    """The fields of a resubmission that differ from the job's: any a submission takes, each checked as there (the
+    merged job is loaded by JobSubmitSchema)."""
+
+    class Meta:
+        unknown = INCLUDE  # every field a submission takes (checked in _known, then by JobSubmitSchema)
+
+    @pre_load
+    def _known(self, data: Any, **_: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValidationError("a JSON object of the fields to change", "_schema")
+        unknown = sorted(set(data) - set(JobSubmitSchema().fields))
+        if unknown:
+            raise ValidationError({name: ["Unknown field."] for name in unknown})
+        return data
 
 
 class JobSchema(Schema):

@@ -123,6 +123,11 @@ class CorralClient:
         body, status = self.call("POST", "/jobs", json=dict(spec))
         return body, status == 201
 
+    def resubmit(self, job_id: int, changes: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+        """(new job, created): a copy of job `job_id` as it was submitted, with `changes`, as the caller's."""
+        body, status = self.call("POST", f"/jobs/{job_id}/resubmit", json=dict(changes or {}))
+        return body, status == 201
+
     def jobs(self, *, state: str | None = None, user: str | None = None, team: str | None = None,
              limit: int | None = None, offset: int | None = None) -> dict[str, Any]:
         return self.request("GET", "/jobs",

@@ -275,6 +275,30 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
 
 
 @click.command()
+@click.argument("job_id", type=JOB_ID)
+@click.option("--with-changes", "changes", metavar="JSON", help='Fields to change, as a JSON object: '
+              '\'{"num_gpus": 4, "max_retries": 2}\'.')
+@click.option("--json", "as_json", is_flag=True, help="Print the new job as JSON.")
+@connection
+def resubmit(job_id: int, changes: str | None, as_json: bool, url: str, token: str | None) -> None:
+    """Submit a job again: the fields it was submitted with, changed by --with-changes; the new job is yours."""
+    try:
+        fields = json.loads(changes, parse_constant=_no_constant) if changes else {}
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--with-changes") from None
+    if not isinstance(fields, dict):
+        raise click.BadParameter("give a JSON object of job fields", param_hint="--with-changes")
+    with api_errors():
+        job, created = client(url, token).resubmit(job_id, fields)
+    if as_json:
+        print_json(job)
+    elif created:
+        click.echo(f"resubmitted job {job_id} as job {job['id']} ({job['state']})")
+    else:
+        click.echo(f"job {job['id']} was already submitted with this client token ({job['state']})")
+
+
+@click.command()
 @click.option("--state", type=click.Choice([s.value for s in JobState]))
 @click.option("--user", help="Another user's jobs (admins only).")
 @click.option("--team", help="Jobs submitted under this team.")
@@ -834,7 +858,7 @@ def limits(clear: tuple[str, ...], as_json: bool, url: str, token: str | None, *
     print_limits(res, as_json)
 
 
-COMMANDS = (submit, jobs, show, cancel, logs, cluster, models, policy, token, team, user, limits)
+COMMANDS = (submit, resubmit, jobs, show, cancel, logs, cluster, models, policy, token, team, user, limits)
 
 
 def register_client_commands(group: click.Group) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from flask import current_app
 from flask_smorest import Blueprint, abort
+from marshmallow import ValidationError
 from sqlalchemy.orm import Session
 
 from scheduler.live import job_accounts
@@ -34,6 +35,7 @@ from web.schemas import (
     JobSubmitSchema,
     LogsArgs,
     LogsSchema,
+    ResubmitSchema,
 )
 
 JOB_COLUMNS = (
@@ -79,6 +81,39 @@ def _full_json(s: Session, job: Job) -> dict[str, Any]:
                     q.queue_positions(s) if pending else None, queue_start_estimates(s) if pending else None)
 
 
+# What a resubmission copies from the job: what was submitted, less its client token (the original's idempotency key).
+RESUBMITTED = ("name", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority", "slo_ms",
+               "restart_policy", "max_restarts", "max_retries", "retry_on", "retry_backoff_s")
+
+
+def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, Any], int]:
+    """Store a validated submission as the caller's: the command-job rule, fair use, the capacity check and the
+    insert, in one transaction (an abort rolls back and stores nothing). (body, 201), or (the first job, 200) for a
+    known client token."""
+    if fields["kind"] == JobType.COMMAND and fields["duration_s"] is None:
+        fields["duration_s"] = DEFAULT_COMMAND_DURATION_S
+    who = caller()
+    if fields["kind"] == JobType.COMMAND:
+        why = job_accounts.refusal(current_app.config["CORRAL_JOB_ACCOUNTS"], current_app.config[
+            "CORRAL_COMMAND_JOBS"], who.name, who.id, who.admin)
+        if why is not None:
+            abort(403, message=f"kind: {why}")
+    # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
+    # query per submission, which the token cache exists to avoid.
+    user = User(id=who.id, name=who.name, admin=who.admin)
+    with fair_use(who, fields.get("client_token")) as gate, write_session() as s:  # 429 past fair use
+        problem = capacity_refusal(s, fields["model"], fields["num_gpus"])
+        if problem is not None:
+            field, message = problem
+            abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
+        job, created = q.submit(s, user, fields, max_pending=gate.max_pending, note=note)
+        body = job_json(job, user.name) if created else _full_json(s, job)
+        gate.created = created
+    if created:
+        notify()
+    return body, 201 if created else 200
+
+
 def blueprint(prefix: str) -> Blueprint:
     blp = protect(Blueprint("jobs", __name__, url_prefix=prefix, description="Submit, list, inspect and cancel jobs"))
 
@@ -94,29 +129,33 @@ def blueprint(prefix: str) -> Blueprint:
         (200) instead of creating another. A job that cannot fit the cluster as recorded is refused with 422 naming the
         field, and nothing is stored.
         """
-        if fields["kind"] == JobType.COMMAND and fields["duration_s"] is None:
-            fields["duration_s"] = DEFAULT_COMMAND_DURATION_S
-        who = caller()
-        if fields["kind"] == JobType.COMMAND:
-            why = job_accounts.refusal(current_app.config["CORRAL_JOB_ACCOUNTS"], current_app.config[
-                "CORRAL_COMMAND_JOBS"], who.name, who.id, who.admin)
-            if why is not None:
-                abort(403, message=f"kind: {why}")
-        # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
-        # query per submission, which the token cache exists to avoid.
-        user = User(id=who.id, name=who.name, admin=who.admin)
-        with fair_use(who, fields.get("client_token")) as gate, write_session() as s:  # 429 past fair use
-            # one transaction: the checks, then the insert (an abort rolls back, stores nothing)
-            problem = capacity_refusal(s, fields["model"], fields["num_gpus"])
-            if problem is not None:
-                field, message = problem
-                abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
-            job, created = q.submit(s, user, fields, max_pending=gate.max_pending)
-            body = job_json(job, user.name) if created else _full_json(s, job)
-            gate.created = created
-        if created:
-            notify()
-        return body, 201 if created else 200
+        return _submit(fields)
+
+    @blp.route("/jobs/<int:job_id>/resubmit", methods=["POST"])
+    @blp.arguments(ResubmitSchema())
+    @blp.response(201, JobSchema, description="the new job")
+    @blp.alt_response(200, schema=JobSchema, description="a retry with a known client_token: the first job")
+    def resubmit(changes: dict[str, Any], job_id: int) -> Any:
+        """Resubmit a job
+
+        A new job with the fields the job was submitted with (never its client token), changed by the body's fields:
+        each checked as a submission's is, and the new job is the caller's, as if they had submitted it. The job's own
+        owner or an admin may resubmit it, whatever its state.
+        """
+        with store().session() as s:
+            job = _job_or_404(s, job_id)
+            fields = {name: getattr(job, name) for name in RESUBMITTED}
+        fields["retry_on"] = "any" if fields["retry_on"] is None else fields["retry_on"]
+        try:
+            merged = JobSubmitSchema().load({**fields, **changes})
+        except ValidationError as exc:
+            abort(422, message="; ".join(f"{f}: {' '.join(map(str, m))}" for f, m in exc.messages.items()),  # type: ignore[union-attr]
+                  errors={"json": exc.messages})
+        body, status = _submit(merged, f"resubmitted from job {job_id}")
+        if status == 201:
+            with write_session() as s:
+                q.add_event(s, job_id, "resubmitted", f"resubmitted as job {body['id']} by {caller().name}")
+        return body, status
 
     @blp.route("/jobs", methods=["GET"])
     @blp.arguments(JobListArgs(), location="query")

@@ -145,7 +145,8 @@ def add_event(s: Session, job_id: int, kind: str, message: str = "", *, at: floa
     s.add(JobEvent(job_id=job_id, at=time.time() if at is None else at, kind=kind, message=message, data=data))
 
 
-def submit(s: Session, user: User, fields: dict[str, Any], *, max_pending: int | None = None) -> tuple[Job, bool]:
+def submit(s: Session, user: User, fields: dict[str, Any], *, max_pending: int | None = None,
+           note: str | None = None) -> tuple[Job, bool]:
     """Store a validated submission. Returns (job, created): a retry with the same `client_token` returns the job the
     first attempt stored, and stores nothing new. With `max_pending`, a new job is refused (PendingLimit) while the
     user already has that many pending (a known retry never is: it adds nothing)."""
@@ -172,7 +173,8 @@ def submit(s: Session, user: User, fields: dict[str, Any], *, max_pending: int |
         except IntegrityError:
             return s.scalars(select(Job).where(Job.user_id == user.id, Job.client_token == token)).one(), False
     s.execute(insert(JobEvent), [{"job_id": job.id, "at": now, "kind": "submitted",
-                                  "message": f"submitted by {user.name}", "data": {}}])
+                                  "message": f"submitted by {user.name}" + (f" ({note})" if note else ""),
+                                  "data": {}}])
     return job, True
 
 
