@@ -487,3 +487,29 @@ def test_the_core_refuses_bad_requests_naming_the_field() -> None:
         with pytest.raises(whatif.WhatIfError) as err:
             whatif.WhatIfRequest.parse(data)
         assert err.value.field == name, data
+
+
+def test_corral_whatif_prints_the_scenario_beside_the_active_policy(env: Env) -> None:
+    """The CLI and the Python client: two more nodes for a saturated cluster shorten the queue, the table says so
+    next to the active policy, and a hypothetical job gets its JCT; a malformed --job names the flag."""
+    from click.testing import CliRunner
+    from conftest import served
+
+    from scheduler.cli.client import CorralClient
+    from scheduler.cli.commands import main
+
+    env.running("hog", list(range(16)), duration=3600.0, progress=0.5)
+    for i in range(3):
+        env.pending(f"p{i}", 8, 1800.0)
+    with served(env.app) as url:
+        cli_env = {"CORRAL_URL": url, "CORRAL_TOKEN": env.tokens["alice"]}
+        result = CliRunner().invoke(main, ["whatif", "--extra-nodes", "2", "--job", "ResNet-50-bs64:1:600",
+                                           "--seeds", "2"], env=cli_env)
+        assert result.exit_code == 0, result.output
+        out = result.stdout
+        assert "2 more node(s), 1 more job(s) (2 seeds)" in out and "average queueing" in out and "now:" in out
+        assert "1 GPU of ResNet-50-bs64, done" in out
+        res = CorralClient(url, env.tokens["alice"]).whatif(extra_nodes=2, seeds=2)
+        assert res["cluster"]["extra_nodes"] == 2 and res["delta"]["avg_queue_s"]["mean"] < 0
+        bad = CliRunner().invoke(main, ["whatif", "--job", "ResNet-50-bs64:two:600"], env=cli_env)
+        assert bad.exit_code == 2 and "--job" in bad.output and "MODEL:GPUS:SECONDS" in bad.output

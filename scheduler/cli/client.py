@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
@@ -127,6 +127,16 @@ class CorralClient:
         """(new job, created): a copy of job `job_id` as it was submitted, with `changes`, as the caller's."""
         body, status = self.call("POST", f"/jobs/{job_id}/resubmit", json=dict(changes or {}))
         return body, status == 201
+
+    def whatif(self, *, policy: str | None = None, extra_nodes: int = 0, jobs: Sequence[Mapping[str, Any]] | None = None,
+               seeds: int | None = None, horizon_s: float | None = None, trace: str | None = None,
+               limit: int | None = None) -> dict[str, Any]:
+        """The present queue simulated under `policy` (default: the active one), with `extra_nodes` and hypothetical
+        `jobs` ({"model", "num_gpus", "duration_s", "submit_in_s", "name"}), next to the active policy as it is:
+        distributions over `seeds` (POST /whatif; see the API reference for every field of the answer)."""
+        body = {"policy": policy, "extra_nodes": extra_nodes, "jobs": [dict(j) for j in jobs or []], "seeds": seeds,
+                "horizon_s": horizon_s, "trace": trace, "limit": limit}
+        return self.request("POST", "/whatif", json={k: v for k, v in body.items() if v is not None})
 
     def jobs(self, *, state: str | None = None, user: str | None = None, team: str | None = None,
              limit: int | None = None, offset: int | None = None) -> dict[str, Any]:
