@@ -267,12 +267,7 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
     spec.setdefault("kind", DEFAULT_JOB_KIND.value)
     with api_errors():
         job, created = client(url, token).submit(spec)
-    if as_json:
-        print_json(job)
-    elif created:
-        click.echo(f"submitted job {job['id']} ({job['state']})")
-    else:
-        click.echo(f"job {job['id']} was already submitted with this client token ({job['state']})")
+    _submitted(job, created, as_json, "submitted job")
 
 
 @click.command()
@@ -291,10 +286,14 @@ def resubmit(job_id: int, changes: str | None, as_json: bool, url: str, token: s
         raise click.BadParameter("give a JSON object of job fields", param_hint="--with-changes")
     with api_errors():
         job, created = client(url, token).resubmit(job_id, fields)
+    _submitted(job, created, as_json, f"resubmitted job {job_id} as job")
+
+
+def _submitted(job: dict[str, Any], created: bool, as_json: bool, what: str) -> None:
     if as_json:
         print_json(job)
     elif created:
-        click.echo(f"resubmitted job {job_id} as job {job['id']} ({job['state']})")
+        click.echo(f"{what} {job['id']} ({job['state']})")
     else:
         click.echo(f"job {job['id']} was already submitted with this client token ({job['state']})")
 
