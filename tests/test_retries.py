@@ -100,7 +100,7 @@ def test_a_listed_exit_code_runs_again_after_a_doubling_backoff_then_fails_with_
     step(ctl)
     assert row(store, job_id).attempt == 1  # a pass within its backoff does not place it
     wait_until("the second run", lambda: (step(ctl), row(store, job_id).attempt == 2)[1], timeout=20, every=0.05)
-    assert time.time() >= held_until
+    assert time.time() >= held_until and row(store, job_id).not_before is None  # placed: no longer held
     wait_until("the last run", lambda: (step(ctl), row(store, job_id).attempt == 3)[1], timeout=20, every=0.05)
     wait_until("the job to fail", lambda: (step(ctl), row(store, job_id).state == "failed")[1], timeout=20,
                every=0.05)

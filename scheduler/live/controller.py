@@ -1083,7 +1083,7 @@ class Controller:
         # The API may have cancelled it a moment ago: the conditional update decides, atomically.
         moved = cast("CursorResult[Any]", s.execute(update(JobRow).where(  # an UPDATE's result counts its rows
             JobRow.id == d.job_id, JobRow.state == S.PENDING).values(
-            state=S.RUNNING, attempt=attempt, pending_reason=None, predicted_slowdown=predicted.slowdown,
+            state=S.RUNNING, attempt=attempt, pending_reason=None, not_before=None, predicted_slowdown=predicted.slowdown,
             started_at=None))).rowcount
         del self.pending[d.job_id]
         self._reasons.pop(d.job_id, None)
