@@ -879,16 +879,11 @@ class Controller:
         """A run that exited non-zero, of a job with retries left for its exit code: the job goes back to the queue in
         its old place, held there for its backoff (`scheduler.live.retries`)."""
         self.backend.forget(row.id)
-        self._end_run(s, row, now)
         row.retries += 1
+        row.exit_code, row.not_before = code, now + delay
         why = retry_words(row.retries, row.max_retries, code, delay)
-        row.state, row.queued_since, row.exit_code, row.not_before = S.PENDING, now, code, now + delay
-        row.pending_reason = why
-        queries.add_event(s, row.id, "retrying", f"{error}; {why}" if error else why, at=now, exit_code=code,
-                          attempt=row.attempt, ranks_ended_at=ranks_ended_at)
-        self.pending[row.id] = self._job(row)
-        self._sort_pending()
-        self._reasons[row.id] = why
+        self._requeue(s, row, now, "retrying", why, message=f"{error}; {why}" if error else why, exit_code=code,
+                      ranks_ended_at=ranks_ended_at)
         self._held[row.id] = now + delay
 
     def _ready(self, now: float) -> Collection[Job]:
@@ -934,14 +929,17 @@ class Controller:
             queries.add_event(s, job_id, "failed", f"not restarted ({row.restart_policy}, "
                               f"{row.restarts} of {row.max_restarts} restarts used)", at=now)
 
-    def _requeue(self, s: Session, row: JobRow, now: float, event: str, why: str) -> None:
+    def _requeue(self, s: Session, row: JobRow, now: float, event: str, why: str, message: str | None = None,
+                 **data: Any) -> None:
         """Take a run off its GPUs and put its job back in the queue, in its old place, without spending a restart:
-        the run was stopped for a reason that is not the job's (a shutdown, a drain, a GPU fault). The caller has
-        stopped its workers, which checkpoint within their grace period, so the next run resumes from there."""
+        the run was stopped for a reason that is not the job's (a shutdown, a drain, a GPU fault), or it failed and
+        the job retries (`_retry`). The caller has stopped its workers, which checkpoint within their grace period,
+        so the next run resumes from there. `why` is the pending reason; the event says `message` (default `why`),
+        with `data`."""
         self._end_run(s, row, now)
         row.state, row.queued_since = S.PENDING, now
         row.pending_reason = why
-        queries.add_event(s, row.id, event, why, at=now, attempt=row.attempt)
+        queries.add_event(s, row.id, event, message or why, at=now, attempt=row.attempt, **data)
         self.pending[row.id] = self._job(row)
         self._sort_pending()
         self._reasons[row.id] = why
