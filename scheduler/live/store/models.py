@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false, true
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from scheduler.core.model import DEFAULT_TEAM
@@ -90,6 +90,11 @@ class Job(Base):
     workdir: Mapped[str | None] = mapped_column(Text)
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)
     priority: Mapped[int] = mapped_column(Integer, default=0)
+    # Never preempted when false (`scheduler.core.priorities`); set by the job or by the priority class it named (a
+    # copy of the class's figures when submitted: changing a class changes only later jobs).
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    priority_class: Mapped[str | None] = mapped_column(String(64))
+    time_limit_s: Mapped[float | None]  # wall seconds a run may take before it is stopped (`timed_out`); None: none
     slo_ms: Mapped[float | None]
     client_token: Mapped[str | None] = mapped_column(String(200))
     restart_policy: Mapped[str] = mapped_column(String(16), default=RestartPolicy.REQUEUE)
@@ -278,6 +283,23 @@ class LimitDefaults(_LimitColumns, Base):
     __tablename__ = "limit_defaults"
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    # A job's time limit when it gives none, and the most it may give (None: no default, no maximum).
+    default_time_limit_s: Mapped[float | None]
+    max_time_limit_s: Mapped[float | None]
+
+
+class PriorityClass(Base):
+    """A named priority an admin defined (`corral priority-class create`): a job that names it gets its value and its
+    preemptibility, as Kueue's WorkloadPriorityClass."""
+
+    __tablename__ = "priority_classes"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(Integer)
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
+    description: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float]
+    created_by: Mapped[str | None] = mapped_column(String(64))
 
 
 class UserLimits(_LimitColumns, Base):
