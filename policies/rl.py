@@ -56,6 +56,8 @@ class RLPolicy:
 
     name: ClassVar[str] = "rl"
     oracle: ClassVar[bool] = False
+    # Its least-attained-service preemption takes jobs of equal priority (`scheduler.core.priorities`, rule 2).
+    time_sharing: ClassVar[bool] = True
 
     def __init__(self, model: Any, label: str, sizes: SizeDistribution | None = None, explain: bool = True) -> None:
         """`explain`: attach the candidates the agent chose between, scored, to each placement (the controller stores

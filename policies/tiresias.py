@@ -47,6 +47,8 @@ DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
 class Tiresias:
     name: ClassVar[str] = "tiresias"
     oracle: ClassVar[bool] = False
+    # Its least-attained-service preemption takes jobs of equal priority (`scheduler.core.priorities`, rule 2).
+    time_sharing: ClassVar[bool] = True
 
     def __init__(
         self, seed: int = 0, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, starvation_factor: float | None = None

@@ -187,6 +187,7 @@ class PreemptsEveryone:
 
     name = "rude"
     oracle = False
+    time_sharing = True  # it may preempt jobs of equal priority (scheduler.core.priorities): the frame's rule is tested
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         for job in queue:

@@ -40,8 +40,13 @@ class Place:
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
+    """Take a running job off its GPUs (checkpointed, back to the queue). A policy's preemption makes room for the
+    placement that follows it; one with no placement after it names the job it makes room for in `for_job` (the
+    priority rule's, whose placement the wrapped policy decides at the next round)."""
+
     job_id: int
     reason: str = ""
+    for_job: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

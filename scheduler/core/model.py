@@ -387,6 +387,7 @@ class JobSpec:
     slo_ms: float | None = None
     compression: float = 1.0  # fraction of gradient bytes actually sent (gradient compression: < 1)
     team: str = DEFAULT_TEAM  # the tenant whose quota it runs under (scheduler.core.tenancy)
+    preemptible: bool = True  # false: never preempted, and inside the tenancy frame it never borrows
     workers: int = field(init=False, repr=False, compare=False)  # gang size; a fractional job has one worker
 
     def __post_init__(self) -> None:

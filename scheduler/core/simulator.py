@@ -29,6 +29,7 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
+from scheduler.core.priorities import with_priorities
 from scheduler.core.progress import in_queue_order, progress_rate
 from scheduler.core.runner import RoundLimitError, rounds, settle
 from scheduler.core.state import ClusterState, ClusterView
@@ -103,8 +104,10 @@ class Simulator:
         self.cluster = cluster
         self.specs = sorted(jobs, key=lambda s: s.submit_s)
         placed = [p if isinstance(p, Placed) else Placed(*p) for p in initial]
-        if teams is not None and policy is not None and not isinstance(policy, TenancyFrame):
-            policy = TenancyFrame(policy, teams)
+        if policy is not None:  # every policy follows the priority rules; with teams, inside the tenancy frame
+            policy = with_priorities(policy)
+            if teams is not None and not isinstance(policy, TenancyFrame):
+                policy = TenancyFrame(policy, teams)
         self.policy = policy
         self.ledger = TeamLedger(policy.teams, policy.team_of) if isinstance(policy, TenancyFrame) else None
         # The isolated runs need the policy as it is before this run changes its state (Tiresias' index, Gittins'

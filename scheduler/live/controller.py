@@ -38,6 +38,7 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, Placement
 from scheduler.core.outages import Drain, OnFault, closed_gpus, evictions, spans
+from scheduler.core.priorities import with_priorities
 from scheduler.core.progress import in_queue_order, progress_rate, runs_on_node
 from scheduler.core.runner import settle
 from scheduler.core.state import ClusterState, ClusterView
@@ -584,7 +585,7 @@ class Controller:
             queries.activate_policy(s, name, by="controller (default)")
         switched = name != self.policy_name
         if switched:
-            self.inner = self.make_policy(name)
+            self.inner = with_priorities(self.make_policy(name))  # the priority rules, as in the simulator
             self.policy_name = name
             log.info("active policy: %s", name)
         teams = queries.team_quotas(s)

@@ -47,7 +47,8 @@ MIN_JOBS_TRAIN = 20  # finished jobs `corral train --from-history` needs (a trai
 MIN_JOBS_CALIBRATE = 5  # succeeded jobs with an observed slowdown `corral calibrate` needs
 FIT_PARAMS = ("mps_interference", "ring_straggler", "mps_overhead")
 FIT_BOUNDS = {"mps_interference": (0.0, 100.0), "ring_straggler": (0.0, 2.0), "mps_overhead": (0.0, 5.0)}
-TRACE_COLUMNS = ("job_id", "submit_s", "num_gpus", "duration_s", "kind", "model", "user", "priority", "slo_ms")
+TRACE_COLUMNS = ("job_id", "submit_s", "num_gpus", "duration_s", "kind", "model", "user", "priority", "slo_ms",
+                 "preemptible")
 
 
 class HistoryError(SpecError):
@@ -176,7 +177,7 @@ def _spec(job: Job, profiles: dict, submit_s: float, duration_s: float) -> JobSp
     slo = job.slo_ms if job.slo_ms is not None else (prof.slo_ms or None if kind == JobKind.INFERENCE else None)
     return JobSpec(name=f"job-{job.id}", submit_s=submit_s, num_gpus=float(job.num_gpus),
                    duration_s=max(duration_s, 1e-3), model=job.model, kind=kind, priority=int(job.priority or 0),
-                   slo_ms=slo)
+                   slo_ms=slo, preemptible=bool(job.preemptible))
 
 
 def read_history(store: Store) -> History:
@@ -290,7 +291,7 @@ def write_trace_csv(trace: Trace, path: Path) -> Path:
         w.writerow(TRACE_COLUMNS)
         for j in trace.jobs:
             w.writerow([j.name, repr(j.submit_s), f"{j.num_gpus:g}", repr(j.duration_s), str(j.kind), j.model,
-                        j.user, j.priority, "" if j.slo_ms is None else repr(j.slo_ms)])
+                        j.user, j.priority, "" if j.slo_ms is None else repr(j.slo_ms), str(j.preemptible).lower()])
     return path
 
 

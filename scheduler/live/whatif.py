@@ -157,6 +157,7 @@ class LiveJob:
     attained_gpu_s: float = 0.0
     gpus: tuple[int, ...] = ()  # the store's GPU indices it holds (running jobs only)
     share: float = 1.0
+    preemptible: bool = True
 
 
 @dataclass
@@ -196,12 +197,14 @@ def snapshot(store: Any) -> Snapshot:
             work = max(r.duration_s * (1.0 - min(max(r.progress, 0.0), 1.0)), MIN_WORK_S)
             running.append(LiveJob(
                 r.id, r.name, r.model, r.num_gpus, work, names.get(r.user_id, ""), r.priority, r.slo_ms,
-                r.attained_gpu_s, tuple(sorted(a.gpu for a in held)), held[0].share if held else 1.0))
+                r.attained_gpu_s, tuple(sorted(a.gpu for a in held)), held[0].share if held else 1.0,
+                r.preemptible))
         for r in pending_rows:
             if r.cancel_requested:
                 continue
             pending.append(LiveJob(r.id, r.name, r.model, r.num_gpus, max(r.duration_s - r.work_done_s, MIN_WORK_S),
-                                   names.get(r.user_id, ""), r.priority, r.slo_ms, r.attained_gpu_s))
+                                   names.get(r.user_id, ""), r.priority, r.slo_ms, r.attained_gpu_s,
+                                   preemptible=r.preemptible))
         return Snapshot(nodes, running, pending, q.active_policy(s), closed=closed)
 
 
@@ -223,9 +226,10 @@ class _World:
 
 
 def _spec(name: str, model: str, num_gpus: float, work: float, profiles: dict[str, ModelProfile], *,
-          submit_s: float = 0.0, user: str = "", priority: int = 0, slo_ms: float | None = None) -> JobSpec:
+          submit_s: float = 0.0, user: str = "", priority: int = 0, slo_ms: float | None = None,
+          preemptible: bool = True) -> JobSpec:
     return JobSpec(name=name, submit_s=submit_s, num_gpus=num_gpus, duration_s=work, model=model,
-                   kind=profiles[model].kind, user=user, priority=priority, slo_ms=slo_ms)
+                   kind=profiles[model].kind, user=user, priority=priority, slo_ms=slo_ms, preemptible=preemptible)
 
 
 def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]) -> _World:
@@ -265,14 +269,14 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
                 requeued.append(j)  # placed on a node that is gone (or not yet placed): the controller requeues it
                 continue
             spec = _spec(f"{j.name}#{j.id}", j.model, j.num_gpus, j.work_left, profiles, user=j.user,
-                         priority=j.priority, slo_ms=j.slo_ms)
+                         priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible)
             initial.append((spec, Placement(tuple(sorted(gpus)), j.share), j.work_left))
         if requeued:
             notes.append(f"{len(requeued)} running job(s) hold GPUs of nodes that are down: they queue again at t=0")
         for j in [*requeued, *snap.pending]:
             attained[len(arrivals)] = j.attained_gpu_s
             arrivals.append(_spec(f"{j.name}#{j.id}", j.model, j.num_gpus, j.work_left, profiles, user=j.user,
-                                  priority=j.priority, slo_ms=j.slo_ms))
+                                  priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible))
         notes.append(f"{len(initial)} running job(s) keep their GPUs at t=0; {len(arrivals)} pending job(s) arrive "
                      "at t=0 in submission order")
     else:

@@ -3,14 +3,12 @@ it wraps any policy and is one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
-
-import numpy as np
 
 from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import (
@@ -18,6 +16,8 @@ from scheduler.core.model import (
     Job,
     JobSpec,
 )
+from scheduler.core.priorities import may_preempt, with_priorities
+from scheduler.core.room import has_room, room_model
 from scheduler.core.runner import answered, deliberation
 from scheduler.core.standing import TeamStanding, TenancyStanding
 from scheduler.core.state import ClusterView
@@ -104,6 +104,13 @@ def limit_words(team: Team, in_use: float, queued_within: float, need: float) ->
            f"{_n_gpus(after)}, {bound}"
 
 
+def unborrowable_words(team: Team, in_use: float, queued_within: float, need: float) -> str:
+    """Why a non-preemptible job waits that its team's quota cannot hold now: it may not borrow (a borrowed GPU must
+    be reclaimable)."""
+    return (f"{holding_words(team, in_use, queued_within)}; the job needs {_gpus(need)} and is not preemptible, so it "
+            "runs only within its team's quota (GPUs it borrowed could not be reclaimed)")
+
+
 def borrow_words(team: Team, in_use: float, queued_within: float, need: float, lendable: float, free: float,
                  reserved: float) -> str:
     """Why a job waits that its team's quota cannot hold and the GPUs that may be lent cannot either: what it needs,
@@ -128,10 +135,12 @@ def borrow_words(team: Team, in_use: float, queued_within: float, need: float, l
 class TenancyFrame:
     """A policy inside the tenancy frame (see the module docstring). `name` and `oracle` are the wrapped policy's."""
 
+    applies_priorities = True  # its wrapped policy is under the priority rules (`scheduler.core.priorities`)
+
     def __init__(self, policy: Policy, teams: Teams) -> None:
         if DEFAULT_TEAM not in teams.teams:  # jobs that name no team: no quota, they only borrow
             teams = Teams({**teams.teams, DEFAULT_TEAM: Team(DEFAULT_TEAM, 0.0, None)}, teams.half_life_s)
-        self.inner = policy
+        self.inner = with_priorities(policy)
         self.teams = teams
         self.name = policy.name
         self.oracle = policy.oracle
@@ -198,6 +207,9 @@ class TenancyFrame:
             at_limit: dict[tuple[float, float], str] = {}
             to_borrow: dict[tuple[float, float], str] = {}
             for job, d in over[name]:
+                if not job.spec.preemptible:
+                    waits[job.id] = unborrowable_words(st.team, st.in_use, wanted_within[name], d)
+                    continue
                 if head + d > limit:
                     key = (d, head)
                     waits[job.id] = at_limit.get(key) or at_limit.setdefault(key, limit_words(
@@ -231,7 +243,7 @@ class TenancyFrame:
             return []
         for st in standings.values():
             for job in st.pending:
-                if job.id not in frame.within_quota or self._room(view, job.spec, []):
+                if job.id not in frame.within_quota or has_room(view, job.spec, []):
                     continue
                 if job.id in self._reclaimed_for:  # its policy started others on what was reclaimed for it
                     frame.waits.setdefault(job.id, f"waiting for GPUs within team {st.team.name}'s quota; those "
@@ -254,13 +266,15 @@ class TenancyFrame:
                  candidates: list[Job]) -> list[int]:
         """The borrowed jobs to reclaim for `spec`, by the rule every preemption follows (`scheduler.core.victims`):
         the first in the frame's order that make room, unless they free more than it lacks; then the fewest GPUs."""
-        lacking, offer = self._room_model(view, spec)
+        lacking, offer = room_model(view, spec)
         if not lacking:
             return []
-        offers = [offer(j) for j in candidates]
+        # Reclaim is the quota's guarantee, so it takes borrowers of equal priority too, but never a higher one or a
+        # non-preemptible job (`scheduler.core.priorities`; such a job never borrows, so this only guards).
+        offers = [offer(j) for j in candidates if may_preempt(j.spec, spec, equals=True)]
 
         def fits(victims: list[Job]) -> bool:
-            return self._room(view, spec, victims) and self._only_borrowed(victims, standings)
+            return has_room(view, spec, victims) and self._only_borrowed(victims, standings)
 
         first = first_victims(self._while_borrowing(offers, standings), lacking, fits)
         if first is None:
@@ -285,46 +299,6 @@ class TenancyFrame:
         for v in victims:
             by_team.setdefault(self.team_of(v.spec), []).append(v.spec.gpu_demand)
         return all(sum(d) - max(d) < standings[t].borrowed - EPS for t, d in by_team.items())
-
-    @staticmethod
-    def _room_model(view: ClusterView, spec: JobSpec) -> tuple[dict[int, float], Callable[[Job], Offer[Job, int]]]:
-        """What `spec` lacks, as `_room` counts room, and each candidate's offer toward it. A gang: whole GPUs over
-        the cluster (one bucket, -1), each victim gaining from each of its GPUs the share of that GPU's tenants it is
-        (so two halves free a GPU together; `_room` has the last word). A GPU share: each GPU that lacks it."""
-        free = view.free_share
-        if spec.num_gpus >= 1:
-            lacking = spec.workers - view.free_whole
-
-            def whole(j: Job) -> Offer[Job, int]:
-                p = view.placement(j.id)
-                gained = sum(1.0 if 1.0 - free[g] <= p.share + EPS else p.share / (1.0 - free[g]) for g in p.gpus)
-                return Offer(j, {-1: gained}, j.spec.gpu_demand)
-
-            return ({-1: float(lacking)} if lacking > 0 else {}), whole
-        short = np.flatnonzero(free < spec.share - EPS)
-        lacking_share = dict(zip(short.tolist(), (spec.share - free[short]).tolist()))
-
-        def share(j: Job) -> Offer[Job, int]:
-            p = view.placement(j.id)
-            return Offer(j, {g: p.share for g in p.gpus}, j.spec.gpu_demand)
-
-        return lacking_share, share
-
-    @staticmethod
-    def _room(view: ClusterView, spec: JobSpec, victims: list[Job]) -> bool:
-        """Would `spec` fit (by capacity; a gang by whole GPUs) once `victims` are off their GPUs?"""
-        freed: dict[int, float] = {}
-        for v in victims:
-            p = view.placement(v.id)
-            for g in p.gpus:
-                freed[g] = freed.get(g, 0.0) + p.share
-        free = view.free_share
-        if spec.num_gpus >= 1:
-            whole = view.free_whole + sum(1 for g, s in freed.items() if free[g] < 1.0 - EPS
-                                          and free[g] + s >= 1.0 - EPS)
-            return whole >= spec.workers
-        return bool((free >= spec.share - EPS).any()) or any(free[g] + s >= spec.share - EPS
-                                                             for g, s in freed.items())
 
     # ---- what the wrapped policy is told ----------------------------------------------------------------------
 
@@ -372,7 +346,7 @@ class TenancyFrame:
         standings = self.standings(view, queue)
         frame = self.frame(view, standings)
         owner = next((j for j in frame.eligible if j.id == self._focus and j.id in frame.within_quota), None)
-        if owner is not None and self._room(view, owner.spec, []):
+        if owner is not None and has_room(view, owner.spec, []):
             # Just reclaimed for: it alone is offered the reclaimed GPUs, before borrowers or swaps could take them.
             frame.eligible, frame.swaps = [owner], []
             decisions: list[Decision] = []
@@ -428,24 +402,43 @@ class TenancyFrame:
             if not isinstance(d, Place):
                 continue  # a Wait: the frame's reason for these jobs says more
             group, victims = victims, []
-            ran = [view.running[v.job_id] for v in group if v.job_id in view.running]
             job = by_id.get(d.job_id)
-            team = self.team_of(job.spec) if job is not None else ""
-            growth = (job.spec.gpu_demand if job is not None else 0.0) - sum(v.spec.gpu_demand for v in ran)
-            if (job is None or len(ran) < len(group) or blocked.intersection(d.placement.gpus)
-                    or any(self.team_of(v.spec) != team for v in ran)
-                    or (growth > EPS and (growth > lendable + EPS
-                                          or in_use[team] + growth > standings[team].team.ceiling + EPS))):
+            ran = [view.running[v.job_id] for v in group if v.job_id in view.running]
+            growth = self._growth(job, ran, group, lendable, in_use, standings)
+            if growth is None or blocked.intersection(d.placement.gpus):
                 for v in ran:
                     blocked.update(view.placement(v.id).gpus)
                 continue
+            assert job is not None
+            team = self.team_of(job.spec)
             lendable -= max(0.0, growth)
             in_use[team] += growth
             self.swaps += len(group)
             kept += [*group, d]
             frame.waits.pop(job.id, None)
             self.share.placed(job, team, now)
+        # Preemptions the priority rule made for a job it will place at the next round (`for_job`): a swap too.
+        owner = by_id.get(victims[0].for_job) if victims and victims[0].for_job is not None else None
+        ran = [view.running[v.job_id] for v in victims if v.job_id in view.running]
+        if (owner is not None and all(v.for_job == owner.id for v in victims)
+                and self._growth(owner, ran, victims, lendable, in_use, standings) is not None):
+            self.swaps += len(victims)
+            kept += victims
         return kept
+
+    def _growth(self, job: Job | None, ran: list[Job], group: list[Preempt], lendable: float,
+                in_use: Mapping[str, float], standings: Mapping[str, Standing]) -> float | None:
+        """The GPUs `job`'s swap takes beyond those its victims free, or None if the swap leaves the frame: a victim
+        not running or of another team, or growth past what may be lent or the team's borrowing limit."""
+        if job is None or len(ran) < len(group):
+            return None
+        team = self.team_of(job.spec)
+        growth = job.spec.gpu_demand - sum(v.spec.gpu_demand for v in ran)
+        if (any(self.team_of(v.spec) != team for v in ran)
+                or (growth > EPS and (growth > lendable + EPS
+                                      or in_use[team] + growth > standings[team].team.ceiling + EPS))):
+            return None
+        return growth
 
     def _ask(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> Deliberation:
         held: set[int] = set()
@@ -485,5 +478,10 @@ class TenancyFrame:
                 victims = []
             else:
                 kept.append(d)
-        # Preemptions with no placement after them are dropped: inside the frame a preemption makes room for a job.
+        # Preemptions with no placement after them are dropped: inside the frame a preemption makes room for a job. The
+        # priority rule's name that job (`for_job`): kept when the victim is of its team.
+        for v in victims:
+            job = view.running.get(v.job_id)
+            if job is not None and v.for_job is not None and team_of.get(v.for_job) == self.team_of(job.spec):
+                kept.append(v)
         return kept, None

@@ -3,13 +3,14 @@
 Formats (`load_trace(path, format="auto")` tells them apart from the header line):
 
 * **Corral CSV** (our own). A header line is required; lines starting with `#` are comments. Columns
-  `job_id,submit_s,num_gpus,duration_s,kind,model`, optionally followed by `user,priority,slo_ms,compression,team` (in
-  any order; an unknown column is an error, so a typo never silently drops a field). `num_gpus` is an integer >= 1 or a
+  `job_id,submit_s,num_gpus,duration_s,kind,model`, optionally followed by
+  `user,priority,slo_ms,compression,team,preemptible` (in any order; an unknown column is an error, so a typo never silently drops a field). `num_gpus` is an integer >= 1 or a
   fraction in (0, 1) (a share of one GPU, served through MPS); `duration_s` is the isolated run time (> 0); `kind` is
   `training` or `inference`; `model` names a profile of `scheduler/core/workloads.py` of that kind, or is empty to have one
   drawn (rule in `scheduler.core.traces.models`); `slo_ms` empty means the model's default SLO for inference jobs;
   `compression` in (0, 1] is the fraction of gradient bytes sent (default 1); `team` names the job's team
-  (`corral simulate --teams`; empty or absent: `default`). Example::
+  (`corral simulate --teams`; empty or absent: `default`); `priority` is an integer (higher first, default 0) and
+  `preemptible` is `true` or `false` (default true), the rules of `scheduler.core.priorities`. Example::
 
       job_id,submit_s,num_gpus,duration_s,kind,model
       a,0,8,3600,training,FSDP
@@ -54,6 +55,7 @@ from scheduler.core.traces.trace import SMALLEST_GPU_GB, Trace, TraceError
 from scheduler.core.workloads import catalog
 
 FORMATS = ("auto", "corral", "philly", "alibaba")
+_FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -118,8 +120,15 @@ def _parse_corral(t: _Table) -> _Rows:
         team = opt(row, "team") or DEFAULT_TEAM
         if len(team) > 64:
             raise t.error(line, "team", f"{team[:20]!r}... is longer than 64 characters")
+        preemptible = True
+        if opt(row, "preemptible"):
+            flag = opt(row, "preemptible").lower()
+            if flag not in _FLAGS:
+                raise t.error(line, "preemptible", f"{opt(row, 'preemptible')!r} is not true or false")
+            preemptible = _FLAGS[flag]
         rows.add(line, name, submit, num_gpus, duration, inference=kind is JobKind.INFERENCE, model=model,
-                 user=opt(row, "user"), priority=priority, slo_ms=slo, compression=compression, team=team)
+                 user=opt(row, "user"), priority=priority, slo_ms=slo, compression=compression, team=team,
+                 preemptible=preemptible)
     return rows
 
 
@@ -231,6 +240,7 @@ def _finish(rows: _Rows, *, name: str, fmt: str, source: str, label: str, limit:
                 duration_s=rows.duration[i], model=model,
                 kind=JobKind.INFERENCE if is_inf else JobKind.TRAINING, user=rows.user[i],
                 priority=rows.priority[i], slo_ms=slo, compression=rows.compression[i], team=rows.team[i],
+                preemptible=rows.preemptible[i] if rows.preemptible else True,
             ))
         except ValueError as exc:
             raise TraceError(f"{label} line {rows.lines[i]}: {exc}") from None

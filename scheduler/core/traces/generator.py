@@ -1,6 +1,7 @@
 """Synthetic workloads: a Philly-like job generator and the `synthetic:N,...` spec that names one.
 
-Synthetic workloads (`synthetic()`, or the path `synthetic:N[,iat=S][,frac=F][,inference=F]`): Poisson arrivals,
+Synthetic workloads (`synthetic()`, or the path `synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T][,high=F]
+[,pinned=F]`): Poisson arrivals,
 lognormal durations near Philly's (median 15 min, sigma 2, clipped to [10 s, 7 days], longer for larger jobs), sizes
 1/2/4/8/16/32 GPUs (mostly 1), GPU shares 0.25/0.5/0.75, models by the rule of `scheduler.core.traces.models`.
 """
@@ -21,13 +22,15 @@ from scheduler.core.workloads import catalog
 # (and some 32-GPU ones) so that placement and network contention matter in short runs.
 SYNTH_SIZES: dict[int, float] = {1: 0.82, 2: 0.05, 4: 0.06, 8: 0.05, 16: 0.015, 32: 0.005}
 SYNTH_SHARES: dict[float, float] = {0.25: 0.35, 0.5: 0.45, 0.75: 0.2}
-SYNTH_KEYS = {"iat": "mean_interarrival_s", "frac": "frac_share", "inference": "inference_share", "teams": "teams"}
+SYNTH_KEYS = {"iat": "mean_interarrival_s", "frac": "frac_share", "inference": "inference_share", "teams": "teams",
+              "high": "high_priority_share", "pinned": "non_preemptible_share"}
+HIGH_PRIORITY = 10  # the priority of the jobs `high=F` draws (the rest keep 0)
 TEAM_SKEW = 1.0  # team k of N submits a share of the jobs proportional to 1 / (k + 1) ** TEAM_SKEW
 
 
 def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, Any]]:
-    """`synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T]` -> (N, keyword arguments of `synthetic`: floats, and
-    an int for `teams`)."""
+    """`synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T][,high=F][,pinned=F]` -> (N, keyword arguments of
+    `synthetic`: floats, and an int for `teams`)."""
     accepted = ", ".join(f"{k}= ({v})" for k, v in SYNTH_KEYS.items())
     body = spec.removeprefix("synthetic:")
     head, *pairs = [p.strip() for p in body.split(",")]
@@ -52,11 +55,17 @@ def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, Any]]:
             v = int(v)
         kwargs[SYNTH_KEYS[key]] = v
     _check_synthetic(spec, kwargs.get("mean_interarrival_s", 60.0), kwargs.get("frac_share", 0.15),
-                     kwargs.get("inference_share", 0.05))
+                     kwargs.get("inference_share", 0.05), kwargs.get("high_priority_share", 0.0),
+                     kwargs.get("non_preemptible_share", 0.0))
     return n, kwargs
 
 
-def _check_synthetic(where: str, iat: float, frac: float, inference: float) -> None:
+def _check_synthetic(where: str, iat: float, frac: float, inference: float, high: float = 0.0,
+                     pinned: float = 0.0) -> None:
+    if not 0 <= high <= 1:
+        raise TraceError(f"{where}: high (share of jobs at priority {HIGH_PRIORITY}) must be in [0, 1], got {high:g}")
+    if not 0 <= pinned <= 1:
+        raise TraceError(f"{where}: pinned (share of jobs not preemptible) must be in [0, 1], got {pinned:g}")
     if not (math.isfinite(iat) and iat > 0):
         raise TraceError(f"{where}: iat (mean interarrival seconds) must be positive, got {iat:g}")
     if not 0 <= frac <= 1:
@@ -86,6 +95,8 @@ def synthetic(
     sizes: dict[int, float] | None = None,
     shares: dict[float, float] | None = None,
     teams: int = 0,
+    high_priority_share: float = 0.0,
+    non_preemptible_share: float = 0.0,
 ) -> Trace:
     """A Philly-like workload: Poisson arrivals, lognormal durations, mostly one-GPU jobs, some GPU shares.
 
@@ -98,11 +109,15 @@ def synthetic(
     * Models: the draw rule of `scheduler.core.traces.models`.
     * Teams (`teams=T`, for `corral simulate --teams`): jobs belong to `team0` ... `team{T-1}`, team k submitting a share
       proportional to 1 / (k + 1) (skewed demand: with 4 teams, 48%, 24%, 16% and 12% of the jobs). 0: all `default`.
+    * Priorities (`high=F`, `pinned=F`): a job is at priority `HIGH_PRIORITY` with probability `high_priority_share`
+      (else 0), and not preemptible with probability `non_preemptible_share`, independently
+      (`scheduler.core.priorities`).
 
     All randomness derives from `default_rng(seed)`: one spawned stream per attribute, so `synthetic(m)` is a prefix
     of `synthetic(n)` for m < n (a `limit` does not change the jobs it keeps). 100,000 jobs take ~0.3 s.
     """
-    _check_synthetic(f"synthetic({n_jobs})", mean_interarrival_s, frac_share, inference_share)
+    _check_synthetic(f"synthetic({n_jobs})", mean_interarrival_s, frac_share, inference_share, high_priority_share,
+                     non_preemptible_share)
     if n_jobs < 1:
         raise TraceError(f"synthetic: n_jobs must be at least 1, got {n_jobs}")
     if not (median_duration_s > 0 and duration_sigma >= 0 and 0 < min_duration_s <= max_duration_s):
@@ -113,9 +128,10 @@ def synthetic(
         raise TraceError("synthetic: sizes must be integers >= 1 and shares fractions in (0, 1)")
     if teams < 0:
         raise TraceError(f"synthetic: teams must be >= 0, got {teams}")
-    # Children of a SeedSequence do not depend on how many are spawned: the eighth stream (teams) leaves the other
-    # seven, and so every workload generated before it existed, unchanged.
-    g_arrive, g_kind, g_frac, g_size, g_share, g_dur, g_model, g_team = np.random.default_rng(seed).spawn(8)
+    # Children of a SeedSequence do not depend on how many are spawned: each stream added later (teams, then the
+    # priorities) leaves the others, and so every workload generated before it existed, unchanged.
+    streams = np.random.default_rng(seed).spawn(10)
+    g_arrive, g_kind, g_frac, g_size, g_share, g_dur, g_model, g_team, g_high, g_pinned = streams
     n = n_jobs
 
     gaps = g_arrive.exponential(mean_interarrival_s, n)
@@ -139,20 +155,25 @@ def synthetic(
 
     models, _ = draw_models(num_gpus, inference, g_model.random(n))
     team_names = team_draw(g_team, teams, n)
+    priority = np.where(g_high.random(n) < high_priority_share, HIGH_PRIORITY, 0).tolist()
+    preemptible = (g_pinned.random(n) >= non_preemptible_share).tolist()
     profiles = catalog()
     slo = {m: (p.slo_ms or None) for m, p in profiles.items()}
     jobs = [
         JobSpec(
             name=f"syn-{i:06d}", submit_s=s, num_gpus=g, duration_s=d, model=m,
             kind=JobKind.INFERENCE if inf else JobKind.TRAINING, slo_ms=slo[m] if inf else None, team=team,
+            priority=int(pr), preemptible=bool(pe),
         )
-        for i, (s, g, d, m, inf, team) in enumerate(
-            zip(submit.tolist(), num_gpus.tolist(), duration.tolist(), models, inference.tolist(), team_names)
+        for i, (s, g, d, m, inf, team, pr, pe) in enumerate(
+            zip(submit.tolist(), num_gpus.tolist(), duration.tolist(), models, inference.tolist(), team_names,
+                priority, preemptible)
         )
     ]
     spec = (
         f"synthetic:{n_jobs},iat={mean_interarrival_s:g},frac={frac_share:g},inference={inference_share:g}"
-        + (f",teams={teams}" if teams else "") + f" seed={seed}"
+        + (f",teams={teams}" if teams else "") + (f",high={high_priority_share:g}" if high_priority_share else "")
+        + (f",pinned={non_preemptible_share:g}" if non_preemptible_share else "") + f" seed={seed}"
     )
     return Trace(name=f"synthetic-{n_jobs}", format="synthetic", jobs=jobs, skipped={}, source=spec)
 

@@ -16,7 +16,7 @@ from scheduler.core.model import DEFAULT_TEAM
 from scheduler.core.traces.trace import TraceError
 
 CORRAL_REQUIRED = ("job_id", "submit_s", "num_gpus", "duration_s", "kind", "model")
-CORRAL_OPTIONAL = ("user", "priority", "slo_ms", "compression", "team")
+CORRAL_OPTIONAL = ("user", "priority", "slo_ms", "compression", "team", "preemptible")
 PHILLY_COLUMNS = ("#job id", "arrival time (sec)", "topology", "shape", "size", "duration (sec)")
 PHILLY_USED = ("#job id", "arrival time (sec)", "size", "duration (sec)")
 ALIBABA_COLUMNS = (
@@ -42,11 +42,12 @@ class _Rows:
     slo_ms: list[float | None] = field(default_factory=list)
     compression: list[float] = field(default_factory=list)
     team: list[str] = field(default_factory=list)
+    preemptible: list[bool] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
 
     def add(self, line: int, name: str, submit: float, num_gpus: float, duration: float, *, inference: bool = False,
             model: str = "", user: str = "", priority: int = 0, slo_ms: float | None = None,
-            compression: float = 1.0, team: str = DEFAULT_TEAM) -> None:
+            compression: float = 1.0, team: str = DEFAULT_TEAM, preemptible: bool = True) -> None:
         self.lines.append(line)
         self.names.append(name)
         self.submit.append(submit)
@@ -59,6 +60,7 @@ class _Rows:
         self.slo_ms.append(slo_ms)
         self.compression.append(compression)
         self.team.append(team)
+        self.preemptible.append(preemptible)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1

@@ -1,0 +1,202 @@
+"""Job priorities and preemptibility: the rules every policy, heuristic or learned, follows, written once.
+
+A job carries `priority` (an integer, higher first; 0 by default) and `preemptible` (true by default), set by the job
+or by an admin-defined priority class it names (Kueue's WorkloadPriorityClass, KAI's priority classes). The rules:
+
+1. **Higher priority first.** The wrapped policy is asked about the pending jobs one priority band at a time, highest
+   first; a lower band is asked only once the bands above it start nothing more at this instant. Within a band the
+   policy orders as it likes (arrival, SJF, Tiresias' attained service). A lower band still takes GPUs a higher band
+   cannot use (there are no reservations here; those are `scheduler.core.reservations`'s).
+2. **Preemption only downwards.** A policy never preempts a non-preemptible job, and never one of higher priority than
+   the job it makes room for. Of equal priority only a *time-sharing* policy may (`time_sharing = True` on the
+   class: Tiresias, Gittins and the `rl:` policies, whose least-attained-service preemption is what they are; as
+   Kueue's `LowerOrNewerEqualPriority`, or Slurm's gang scheduling of equal jobs). A start whose preemptions break
+   this is held back for the instant and the policy is asked again without it.
+3. **Higher priority makes room.** When a band starts nothing, its first job (in arrival order) that the free GPUs
+   cannot hold preempts running jobs of strictly lower priority, preemptible and of its own team, lowest priority and
+   then youngest first, the fewest GPUs that make room (`scheduler.core.victims`). It is then offered the freed GPUs
+   alone at the next round, and makes room at most once an instant (so a policy that will not place it there does
+   not cost a preemption a round).
+
+Inside the tenancy frame (`scheduler.core.tenancy`), these rules apply to the jobs the frame makes eligible; the frame
+checks that every preemption stays inside it (a victim of the job's own team), reclaims quota only from preemptible
+borrowers of no higher priority, and lets a non-preemptible job start only within its team's quota (it could not be
+reclaimed, so it may not borrow: KAI's rule).
+
+With every job at one priority and preemptible (every trace before priorities), rule 1 asks once, as before, rule 2
+holds for every policy that preempts (they time-share) and rule 3 finds no lower priority: behaviour is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from itertools import groupby
+from typing import Any
+
+from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait
+from scheduler.core.model import Job, JobSpec
+from scheduler.core.room import has_room, room_model
+from scheduler.core.runner import answered, deliberation
+from scheduler.core.state import ClusterView
+from scheduler.core.victims import choose_victims, pending_takers
+
+MAX_ASKS = 64  # re-asks at one call after holding back starts whose preemptions broke rule 2
+
+
+def may_preempt(victim: JobSpec, for_: JobSpec, equals: bool = False) -> bool:
+    """Rule 2: may a start of `for_` preempt `victim`? `equals`: the policy time-shares jobs of equal priority."""
+    return victim.preemptible and (victim.priority < for_.priority or (equals and victim.priority == for_.priority))
+
+
+def bands(queue: Iterable[Job]) -> list[list[Job]]:
+    """The jobs grouped by priority, highest first, each band in the queue's order."""
+    jobs = list(queue)
+    if not jobs:
+        return []
+    first = jobs[0].spec.priority
+    if all(j.spec.priority == first for j in jobs):  # the common case: one band, no sort
+        return [jobs]
+    ordered = sorted(jobs, key=lambda j: -j.spec.priority)  # stable: queue order within a band
+    return [list(band) for _, band in groupby(ordered, key=lambda j: j.spec.priority)]
+
+
+def refusal(victim: JobSpec, for_: JobSpec) -> str:
+    """Why rule 2 refuses preempting `victim` for `for_`, in words for the job's pending reason."""
+    if not victim.preemptible:
+        return f"its policy would preempt {victim.name}, which is not preemptible, to start it"
+    return (f"its policy would preempt {victim.name} (priority {victim.priority}) to start it, and a job preempts only "
+            f"lower priorities (its own is {for_.priority})")
+
+
+class PriorityFrame:
+    """A policy under the priority rules (module docstring); itself a policy, with the wrapped one's `name` and
+    `oracle`. `preemptions` counts those rule 3 made; `refused` the starts rule 2 held back."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.inner = policy
+        self.name = policy.name
+        self.oracle = policy.oracle
+        self.equals = bool(getattr(policy, "time_sharing", False))
+        self.preemptions = 0
+        self.refused = 0
+        self._instant: float | None = None
+        self._made_room_for: set[int] = set()  # this instant's
+        self._focus: int | None = None  # the job rule 3 just made room for: offered the freed GPUs alone, next call
+
+    # ---- the policy protocol -------------------------------------------------------------------------------------
+
+    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        return answered(self.deliberate(view, queue, now), self.answer)
+
+    def answer(self, question: Any) -> Any:
+        """The wrapped policy's agent answers its questions (only a deliberating policy asks any)."""
+        return self.inner.answer(question)  # type: ignore[attr-defined]
+
+    def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation:
+        if now != self._instant:
+            self._instant, self._made_room_for, self._focus = now, set(), None
+        focus, self._focus = self._focus, None
+        if focus is not None:
+            owner = next((j for j in queue if j.id == focus), None)
+            if owner is not None and has_room(view, owner.spec):
+                return (yield from self._ask(view, [owner], now))
+        said: list[Decision] = []
+        lowest: int | None = None
+        for band in bands(queue):
+            decisions = yield from self._ask(view, band, now)
+            if any(isinstance(d, Place | Preempt) for d in decisions):
+                return said + decisions
+            said += decisions
+            if lowest is None:
+                lowest = min((r.spec.priority for r in view.running.values() if r.spec.preemptible), default=None)
+                if lowest is None:
+                    break  # nothing running may be preempted: no band makes room
+            if band[0].spec.priority > lowest:
+                made = self._make_room(view, band, queue)
+                if made:
+                    return said + made
+        return said
+
+    # ---- rule 2 ----------------------------------------------------------------------------------------------------
+
+    def _ask(self, view: ClusterView, jobs: list[Job], now: float) -> Deliberation:
+        """The wrapped policy's decisions for `jobs`, re-asked without any start whose preemptions break rule 2."""
+        held: dict[int, str] = {}
+        for _ in range(MAX_ASKS):
+            asked = [j for j in jobs if j.id not in held] if held else jobs
+            if not asked:
+                break
+            decisions = yield from deliberation(self.inner, view, asked, now)
+            bad = self._breaks(view, decisions, {j.id: j for j in asked})
+            if bad is None:
+                return self._lone_ok(view, decisions) + [Wait(i, why) for i, why in held.items()]
+            held[bad[0]] = bad[1]
+            self.refused += 1
+        return [Wait(i, why) for i, why in held.items()]
+
+    def _breaks(self, view: ClusterView, decisions: list[Decision],
+                by_id: Mapping[int, Job]) -> tuple[int, str] | None:
+        """The first start whose preemptions rule 2 refuses, with why; None if none does. A preemption belongs to
+        the placement that follows it."""
+        victims: list[Job] = []
+        for d in decisions:
+            if isinstance(d, Preempt):
+                v = view.running.get(d.job_id)
+                if v is not None:
+                    victims.append(v)
+            elif isinstance(d, Place) and victims:
+                job = by_id.get(d.job_id)
+                if job is not None:
+                    for v in victims:
+                        if not may_preempt(v.spec, job.spec, self.equals):
+                            return job.id, refusal(v.spec, job.spec)
+                victims = []
+        return None
+
+    @staticmethod
+    def _lone_ok(view: ClusterView, decisions: list[Decision]) -> list[Decision]:
+        """`decisions` less any preemption of a non-preemptible job that no placement follows (no start to check it
+        against, and rule 2 never takes one)."""
+        if not decisions or not isinstance(decisions[-1], Preempt):
+            return decisions
+        end = len(decisions)
+        while end and isinstance(decisions[end - 1], Preempt):
+            end -= 1
+        lone = [d for d in decisions[end:] if not (isinstance(d, Preempt) and d.job_id in view.running
+                                                   and not view.running[d.job_id].spec.preemptible)]
+        return decisions[:end] + lone
+
+    # ---- rule 3 ----------------------------------------------------------------------------------------------------
+
+    def _make_room(self, view: ClusterView, band: list[Job], queue: Collection[Job]) -> list[Decision]:
+        """Preempt lower-priority jobs for the band's first job that they make room for (rule 3); [] if none."""
+        for job in band:
+            spec = job.spec
+            if job.id in self._made_room_for or has_room(view, spec):
+                continue
+            candidates = sorted(
+                (r for r in view.running.values() if r.spec.team == spec.team and may_preempt(r.spec, spec)),
+                key=lambda r: (r.spec.priority, -(r.start_s or 0.0), -r.id))
+            if not candidates:
+                continue
+            lacking, offer = room_model(view, spec)
+            takers = pending_takers(j.spec.gpu_demand for j in queue if j.id != job.id)
+            def fits(victims: list[Job], spec: JobSpec = spec) -> bool:
+                return has_room(view, spec, victims)
+
+            victims = choose_victims((offer(r) for r in candidates), lacking, fits, takers)
+            if victims:
+                self._made_room_for.add(job.id)
+                self._focus = job.id
+                self.preemptions += len(victims)
+                return [Preempt(v.id, f"preempted for {spec.name}, of priority {spec.priority} (its own is "
+                                      f"{v.spec.priority})", for_job=job.id) for v in victims]
+        return []
+
+
+def with_priorities(policy: Policy) -> Policy:
+    """`policy` under the priority rules: wrapped once (a frame already wrapped, or one that wraps its own inner
+    policy, as the tenancy frame does, is returned as it is)."""
+    if isinstance(policy, PriorityFrame) or getattr(policy, "applies_priorities", False):
+        return policy
+    return PriorityFrame(policy)

@@ -1,0 +1,53 @@
+"""Whether a job fits once some running jobs leave, and what each running job would free toward it: the room model
+every preempting rule that takes victims for a job it does not place itself uses (the tenancy frame's reclaim, the
+priority rule), with `scheduler.core.victims` choosing the set."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from scheduler.core.model import Job, JobSpec
+from scheduler.core.state import ClusterView
+from scheduler.core.victims import EPS, Offer
+
+
+def room_model(view: ClusterView, spec: JobSpec) -> tuple[dict[int, float], Callable[[Job], Offer[Job, int]]]:
+    """What `spec` lacks, as `has_room` counts room, and each candidate victim's offer toward it. A gang: whole GPUs
+    over the cluster (one bucket, -1), each victim gaining from each of its GPUs the share of that GPU's tenants it
+    is (so two halves free a GPU together; `has_room` has the last word). A GPU share: each GPU that lacks it."""
+    free = view.free_share
+    if spec.num_gpus >= 1:
+        lacking = spec.workers - view.free_whole
+
+        def whole(j: Job) -> Offer[Job, int]:
+            p = view.placement(j.id)
+            gained = sum(1.0 if 1.0 - free[g] <= p.share + EPS else p.share / (1.0 - free[g]) for g in p.gpus)
+            return Offer(j, {-1: gained}, j.spec.gpu_demand)
+
+        return ({-1: float(lacking)} if lacking > 0 else {}), whole
+    short = np.flatnonzero(free < spec.share - EPS)
+    lacking_share = dict(zip(short.tolist(), (spec.share - free[short]).tolist()))
+
+    def share(j: Job) -> Offer[Job, int]:
+        p = view.placement(j.id)
+        return Offer(j, {g: p.share for g in p.gpus}, j.spec.gpu_demand)
+
+    return lacking_share, share
+
+
+def has_room(view: ClusterView, spec: JobSpec, victims: Iterable[Job] = ()) -> bool:
+    """Would `spec` fit (by capacity; a gang by whole GPUs) once `victims` are off their GPUs?"""
+    freed: dict[int, float] = {}
+    for v in victims:
+        p = view.placement(v.id)
+        for g in p.gpus:
+            freed[g] = freed.get(g, 0.0) + p.share
+    free = view.free_share
+    if spec.num_gpus >= 1:
+        whole = view.free_whole + sum(1 for g, s in freed.items() if free[g] < 1.0 - EPS
+                                      and free[g] + s >= 1.0 - EPS)
+        return whole >= spec.workers
+    return bool((free >= spec.share - EPS).any()) or any(free[g] + s >= spec.share - EPS
+                                                         for g, s in freed.items())
