@@ -164,7 +164,15 @@ class JobSubmitSchema(RequestSchema):
                           f"variables for command jobs: at most {lim.MAX_ENV_VARS}; names of letters, digits and _ "
                           f"(at most {lim.MAX_ENV_NAME}), values of at most {lim.MAX_ENV_VALUE} characters, "
                           f"{lim.MAX_ENV_TOTAL} in all")})
-    priority = _db_int(-lim.MAX_PRIORITY, lim.MAX_PRIORITY, strict=True, load_default=0)
+    priority = _db_int(-lim.MAX_PRIORITY, lim.MAX_PRIORITY, strict=True, load_default=None, metadata={
+        "description": f"higher first, from -{lim.MAX_PRIORITY:,} to {lim.MAX_PRIORITY:,} (default 0, or the priority "
+                       "class's value); a job preempts only jobs of lower priority"})
+    preemptible = fields.Boolean(truthy={True}, falsy={False}, load_default=None, metadata={
+        "description": "false: never preempted (default true, or the priority class's); with teams, such a job runs "
+                       "only within its team's quota"})
+    priority_class = fields.String(load_default=None, validate=validate.Length(min=1, max=64), metadata={
+        "description": "a priority class an admin defined (GET /priority-classes): the job takes its value and "
+                       "preemptibility (then give neither priority nor preemptible)"})
     client_token = fields.String(load_default=None, validate=validate.Length(min=1, max=lim.MAX_NAME), metadata={
         "description": "idempotency key: a retry with the same token returns the first job (200) and stores nothing"})
     slo_ms = _bounded(lim.MIN_SLO_MS, lim.MAX_SLO_MS, load_default=None)
@@ -177,11 +185,18 @@ class JobSubmitSchema(RequestSchema):
         "description": 'the exit codes a failed run is retried on: "any" (the default) or a list'})
     retry_backoff_s = _bounded(0.0, lim.MAX_RETRY_BACKOFF_S, load_default=30.0, metadata={
         "description": "seconds before the first retry, doubled for each retry after (at most an hour)"})
+    webhook = fields.String(load_default=None, validate=validate.Length(min=1, max=2048), metadata={
+        "description": "an http(s) URL called (a signed POST) on each of this job's state changes, among the "
+                       "destinations the server allows (docs/webhooks.md); its secret is in the answer, only then"})
 
     @validates_schema
     def _kind_rules(self, data: dict[str, Any], **kwargs: Any) -> None:
         kind = data.get("kind")
         errors: dict[str, list[str]] = {}
+        if data.get("priority_class") is not None:
+            for name in ("priority", "preemptible"):
+                if data.get(name) is not None:
+                    errors[name] = [f"Give priority_class or {name}, not both: the class sets it."]
         if kind == JobType.EMULATED:
             if data.get("duration_s") is None:
                 errors["duration_s"] = ["Required for emulated jobs (their run time in isolation)."]
@@ -286,6 +301,29 @@ class TeamPatchArgs(RequestSchema):
 
     quota_gpus = TeamGpus(QUOTA_HELP)
     borrow_limit_gpus = TeamGpus(BORROW_HELP, borrow_limit=True, allow_none=True)
+
+
+class PriorityClassCreateArgs(RequestSchema):
+    name = fields.String(required=True, validate=_name_rule, metadata={
+        "description": "1 to 64 letters, digits, '.', '_' or '-', not starting with '-'"})
+    value = _db_int(-lim.MAX_PRIORITY, lim.MAX_PRIORITY, strict=True, required=True, metadata={
+        "description": "the priority its jobs get (higher first)"})
+    preemptible = fields.Boolean(truthy={True}, falsy={False}, load_default=True, metadata={
+        "description": "false: its jobs are never preempted (and, with teams, run only within their team's quota)"})
+    description = fields.String(load_default=None, validate=validate.Length(max=500))
+
+
+class PriorityClassSchema(Schema):
+    name = fields.String()
+    value = fields.Integer()
+    preemptible = fields.Boolean()
+    description = fields.String(allow_none=True)
+    created_at = fields.Float()
+    created_by = fields.String(allow_none=True)
+
+
+class PriorityClassListSchema(Schema):
+    priority_classes = fields.List(fields.Nested(PriorityClassSchema), metadata={"description": "highest value first"})
 
 
 class UserPatchArgs(RequestSchema):
@@ -414,6 +452,12 @@ class ResubmitSchema(RequestSchema):
         return data
 
 
+class JobWebhookSchema(Schema):
+    id = fields.Integer()
+    url = fields.String()
+    secret = fields.String(metadata={"description": "signs every request to it (X-Corral-Signature); shown only now"})
+
+
 class JobSchema(Schema):
     id = fields.Integer()
     name = fields.String()
@@ -427,6 +471,8 @@ class JobSchema(Schema):
     workdir = fields.String(allow_none=True)
     env = fields.Dict(keys=fields.String(), values=fields.String())
     priority = fields.Integer()
+    preemptible = fields.Boolean()
+    priority_class = fields.String(allow_none=True, metadata={"description": "the class it named, if any"})
     slo_ms = fields.Float(allow_none=True)
     client_token = fields.String(allow_none=True)
     restart_policy = fields.String()
@@ -472,6 +518,8 @@ class JobSchema(Schema):
     placement_text = fields.String(allow_none=True, metadata={
         "description": "the allocation in words: GPUs by node and index on the node, then the cluster-wide numbers "
                        "(\"node2: GPU 0-7 (cluster GPUs 16-23)\"); null when it holds none"})
+    webhook = fields.Nested(JobWebhookSchema, metadata={
+        "description": "only in the answer to a submission that gave `webhook`: the job's webhook and its secret"})
 
 
 class EventSchema(Schema):

@@ -232,6 +232,18 @@ class CorralClient:
     def delete_team(self, name: str) -> dict[str, Any]:
         return self.request("DELETE", f"/teams/{quote(name, safe='')}")
 
+    def priority_classes(self) -> list[dict[str, Any]]:
+        """Every priority class, highest value first."""
+        return self.request("GET", "/priority-classes")["priority_classes"]
+
+    def create_priority_class(self, name: str, value: int, *, preemptible: bool = True,
+                              description: str | None = None) -> dict[str, Any]:
+        body = {"name": name, "value": value, "preemptible": preemptible, "description": description}
+        return self.request("POST", "/priority-classes", json=body)
+
+    def delete_priority_class(self, name: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/priority-classes/{quote(name, safe='')}")
+
     def users(self) -> list[dict[str, Any]]:
         return self.request("GET", "/users")["users"]
 

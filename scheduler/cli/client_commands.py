@@ -237,7 +237,10 @@ def retry_on_text(retry_on: str | list[int]) -> str:
 @click.option("--entrypoint", help="The shell command (command jobs).")
 @click.option("--workdir", help="Working directory of the command.")
 @click.option("--env", "env", multiple=True, callback=_env, metavar="K=V", help="Environment variable (repeatable).")
-@click.option("--priority", type=Number("int"))
+@click.option("--priority", type=Number("int"), help="Higher first; a job preempts only lower priorities [default: 0].")
+@click.option("--preemptible/--not-preemptible", default=None,
+              help="Whether the job may be preempted [default: preemptible].")
+@click.option("--priority-class", help="A priority class (`corral priority-class list`): its value and preemptibility.")
 @click.option("--client-token", help="Idempotency key: resubmitting with it returns the first job.")
 @click.option("--slo-ms", type=POSITIVE, help="Latency SLO (inference).")
 @click.option("--restart-policy", type=click.Choice([r.value for r in RestartPolicy]))
@@ -416,7 +419,7 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
     rows = [
         ("user", j["user"]), ("team", j["team"]), ("kind", j["kind"]), ("model", j["model"]), ("gpus", gpus_text(j["num_gpus"])),
         ("duration", f"{j['duration_s']:g}s"), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
-        ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None), ("priority", j["priority"]),
+        ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None), ("priority", priority_text(j)),
         ("slo", f"{j['slo_ms']:g} ms" if j["slo_ms"] else None),
         ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
         ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
@@ -744,6 +747,70 @@ def token_revoke(key: str) -> None:
         store.close()
 
 
+def priority_text(j: dict[str, Any]) -> str:
+    """ "5 (class batch-high, not preemptible)", "0"."""
+    notes = [f"class {j['priority_class']}"] if j.get("priority_class") else []
+    if not j.get("preemptible", True):
+        notes.append("not preemptible")
+    return f"{j['priority']}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+# ---- priority classes --------------------------------------------------------------------------------------------
+
+
+@click.group("priority-class")
+def priority_class() -> None:
+    """Priority classes: named priorities jobs can take (admins define them)."""
+
+
+@priority_class.command("create")
+@click.argument("name")
+@click.option("--value", type=Number("int"), required=True, help="The priority its jobs get (higher first).")
+@click.option("--preemptible", type=click.BOOL, default=True, show_default=True,
+              help="false: its jobs are never preempted (with teams, they then run only within their quota).")
+@click.option("--description", help="What the class is for.")
+@connection
+def priority_class_create(name: str, value: int, preemptible: bool, description: str | None, url: str,
+                          token: str | None) -> None:
+    """Create priority class NAME."""
+    with api_errors():
+        c = client(url, token).create_priority_class(name, value, preemptible=preemptible, description=description)
+    click.echo(f"created priority class {c['name']}: value {c['value']}, "
+               f"{'preemptible' if c['preemptible'] else 'not preemptible'}")
+
+
+@priority_class.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def priority_class_list(as_json: bool, url: str, token: str | None) -> None:
+    """Every priority class, highest value first."""
+    with api_errors():
+        classes = client(url, token).priority_classes()
+    if as_json:
+        print_json(classes)
+        return
+    if not classes:
+        click.echo("no priority classes (an admin adds one with `corral priority-class create`)")
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("name", "value", "preemptible", "description"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for c in classes:
+        table.add_row(escape(c["name"]), str(c["value"]), "yes" if c["preemptible"] else "no",
+                      escape(c["description"] or ""))
+    console().print(table)
+
+
+@priority_class.command("delete")
+@click.argument("name")
+@connection
+def priority_class_delete(name: str, url: str, token: str | None) -> None:
+    """Delete priority class NAME (jobs that named it keep its figures)."""
+    with api_errors():
+        c = client(url, token).delete_priority_class(name)
+    click.echo(f"deleted priority class {c['name']}")
+
+
 # ---- teams and users (admins) --------------------------------------------------------------------------------------
 
 
@@ -934,7 +1001,8 @@ def limits(clear: tuple[str, ...], as_json: bool, url: str, token: str | None, *
     print_limits(res, as_json)
 
 
-COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, logs, cluster, models, policy, token, team, user, limits)
+COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, logs, cluster, models, policy, token, team, user, limits,
+            priority_class)
 
 
 def register_client_commands(group: click.Group) -> None:

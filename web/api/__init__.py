@@ -14,11 +14,13 @@ from web.api import (
     jobs,
     nodes,
     policies,
+    priority_classes,
     reports,
     stats,
     teams,
     tokens,
     users,
+    webhooks,
     whatif,
 )
 
@@ -27,5 +29,5 @@ PREFIX = "/api/v1"
 
 def register_blueprints(api: Api) -> None:
     for module in (health, jobs, explain, cluster, nodes, catalog, policies, stats, reports, tokens, teams, users,
-                   fair_use, whatif):
+                   fair_use, whatif, priority_classes, webhooks):
         api.register_blueprint(module.blueprint(PREFIX))

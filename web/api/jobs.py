@@ -23,6 +23,8 @@ from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Job, User
 from web.api.context import notify, store, write_session
 from web.api.logread import file_size, read_from, tail_lines
+from web.api.webhooks import check_url as check_webhook_url
+from web.api.webhooks import create as create_webhook
 from web.auth import caller, protect, require_owner
 from web.fair_use import submission as fair_use
 from web.limits import MAX_LOG_RESPONSE_BYTES, MAX_LOG_WAITERS, MIN_RANK_LOG_BYTES
@@ -39,7 +41,8 @@ from web.schemas import (
 )
 
 JOB_COLUMNS = (
-    "id", "name", "team", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority", "slo_ms",
+    "id", "name", "team", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority",
+    "preemptible", "priority_class", "slo_ms",
     "client_token", "restart_policy", "max_restarts", "max_retries", "retry_on", "retry_backoff_s", "retries",
     "not_before", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
@@ -82,8 +85,24 @@ def _full_json(s: Session, job: Job) -> dict[str, Any]:
 
 
 # What a resubmission copies from the job: what was submitted, less its client token (the original's idempotency key).
-RESUBMITTED = ("name", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority", "slo_ms",
-               "restart_policy", "max_restarts", "max_retries", "retry_on", "retry_backoff_s")
+RESUBMITTED = ("name", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority",
+               "preemptible", "priority_class", "slo_ms", "restart_policy", "max_restarts", "max_retries", "retry_on",
+               "retry_backoff_s")
+PRIORITY_FIELDS = ("priority", "preemptible")
+
+
+def _resubmitted(job: Job, changes: dict[str, Any]) -> dict[str, Any]:
+    """What a resubmission of `job` submits before `changes` apply: its fields as submitted; of its priority, the
+    class it named (whose figures may have changed since) or, without one, the figures it gave. A change of either
+    kind replaces the other (a class and explicit figures together are refused)."""
+    fields = {name: getattr(job, name) for name in RESUBMITTED}
+    fields["retry_on"] = "any" if fields["retry_on"] is None else fields["retry_on"]
+    if fields["priority_class"] is not None or "priority_class" in changes:
+        for name in PRIORITY_FIELDS:
+            fields.pop(name)
+    if any(name in changes for name in PRIORITY_FIELDS):
+        fields.pop("priority_class")
+    return fields
 
 
 def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, Any], int]:
@@ -98,6 +117,9 @@ def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, 
             "CORRAL_COMMAND_JOBS"], who.name, who.id, who.admin)
         if why is not None:
             abort(403, message=f"kind: {why}")
+    webhook = fields.pop("webhook", None)  # not a job column: a row of its own (web/api/webhooks.py)
+    if webhook is not None:
+        check_webhook_url("webhook", webhook)  # a 422 naming the field, before anything is stored
     # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
     # query per submission, which the token cache exists to avoid.
     user = User(id=who.id, name=who.name, admin=who.admin)
@@ -106,8 +128,15 @@ def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, 
         if problem is not None:
             field, message = problem
             abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
+        try:
+            q.resolve_priority(s, fields)
+        except LookupError as exc:
+            abort(422, message=f"priority_class: {exc}", errors={"json": {"priority_class": [str(exc)]}})
         job, created = q.submit(s, user, fields, max_pending=gate.max_pending, note=note)
         body = job_json(job, user.name) if created else _full_json(s, job)
+        if created and webhook is not None:
+            hook = create_webhook(s, who.id, webhook, job_id=job.id)
+            body["webhook"] = {"id": hook.id, "url": hook.url, "secret": hook.secret}
         gate.created = created
     if created:
         notify()
@@ -143,9 +172,7 @@ def blueprint(prefix: str) -> Blueprint:
         owner or an admin may resubmit it, whatever its state.
         """
         with store().session() as s:
-            job = _job_or_404(s, job_id)
-            fields = {name: getattr(job, name) for name in RESUBMITTED}
-        fields["retry_on"] = "any" if fields["retry_on"] is None else fields["retry_on"]
+            fields = _resubmitted(_job_or_404(s, job_id), changes)
         try:
             merged = JobSubmitSchema().load({**fields, **changes})
         except ValidationError as exc:

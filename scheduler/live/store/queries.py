@@ -31,6 +31,7 @@ from scheduler.live.store.models import (
     LimitDefaults,
     Node,
     PolicyVersion,
+    PriorityClass,
     Team,
     User,
     UserLimits,
@@ -411,6 +412,47 @@ def create_team(s: Session, name: str, quota_gpus: float, borrow_limit_gpus: flo
     except IntegrityError:
         raise TeamConflict(f"team {name!r} already exists") from None
     return team
+
+
+# ---- priority classes (scheduler.core.priorities) -------------------------------------------------------------------
+
+
+def priority_classes(s: Session) -> list[PriorityClass]:
+    """Every class, highest value first (then by name)."""
+    return list(s.scalars(select(PriorityClass).order_by(PriorityClass.value.desc(), PriorityClass.name)))
+
+
+def priority_class(s: Session, name: str) -> PriorityClass | None:
+    return s.get(PriorityClass, name)
+
+
+def create_priority_class(s: Session, name: str, value: int, preemptible: bool, description: str | None,
+                          by: str) -> PriorityClass:
+    """A new class (TeamConflict if the name is taken, even by a concurrent request)."""
+    row = PriorityClass(name=check_user_name(name), value=value, preemptible=preemptible, description=description,
+                        created_at=time.time(), created_by=by)
+    try:
+        with s.begin_nested():
+            s.add(row)
+            s.flush()
+    except IntegrityError:
+        raise TeamConflict(f"priority class {name!r} already exists") from None
+    return row
+
+
+def resolve_priority(s: Session, fields: dict[str, Any]) -> None:
+    """A submission's priority and preemptibility, in place: its priority class's when it names one (LookupError
+    naming the known classes if there is no such class), else what it gave, else 0 and preemptible."""
+    name = fields.get("priority_class")
+    if name is None:
+        fields["priority"] = fields.get("priority") or 0
+        fields["preemptible"] = True if fields.get("preemptible") is None else fields["preemptible"]
+        return
+    row = priority_class(s, name)
+    if row is None:
+        known = ", ".join(c.name for c in priority_classes(s)) or "none are defined"
+        raise LookupError(f"no priority class {name!r} (known: {known})")
+    fields["priority"], fields["preemptible"] = row.value, row.preemptible
 
 
 def delete_team(s: Session, team: Team) -> list[str]:
