@@ -263,6 +263,36 @@ class CorralClient:
         path = "/limits" if user is None else f"/users/{quote(user, safe='')}/limits"
         return self.request("PATCH", path, json=dict(changes))
 
+    # ---- webhooks (docs/webhooks.md) ----------------------------------------------------------------------------
+
+    def add_webhook(self, url: str, description: str = "") -> dict[str, Any]:
+        """A webhook called on every state change of your jobs from now on; the answer holds its `secret`, which
+        signs each request and is never shown again. (A single job's webhook: `submit` with `webhook`.)"""
+        return self.request("POST", "/webhooks", json={"url": url, "description": description})
+
+    def webhooks(self, *, user: str | None = None, job: int | None = None, limit: int | None = None,
+                 offset: int | None = None) -> dict[str, Any]:
+        """Your webhooks (an admin: everyone's, or `user`'s), newest first, without secrets: {webhooks, total}."""
+        return self.request("GET", "/webhooks", params={"user": user, "job": job, "limit": limit, "offset": offset})
+
+    def delete_webhook(self, webhook_id: int) -> dict[str, Any]:
+        return self.request("DELETE", f"/webhooks/{webhook_id}")
+
+    def rotate_webhook_secret(self, webhook_id: int) -> dict[str, Any]:
+        """The webhook with a new `secret` (the old one signs nothing from now on)."""
+        return self.request("POST", f"/webhooks/{webhook_id}/secret")
+
+    def webhook_deliveries(self, *, webhook: int | None = None, job: int | None = None, status: str | None = None,
+                           user: str | None = None, limit: int | None = None,
+                           offset: int | None = None) -> dict[str, Any]:
+        """Deliveries to your webhooks, newest first, each pending, delivered or failed: {deliveries, total}."""
+        return self.request("GET", "/webhooks/deliveries", params={
+            "webhook": webhook, "job": job, "status": status, "user": user, "limit": limit, "offset": offset})
+
+    def webhook_delivery(self, delivery_id: int) -> dict[str, Any]:
+        """One delivery with the body sent and every attempt (`attempt_log`)."""
+        return self.request("GET", f"/webhooks/deliveries/{delivery_id}")
+
 
 def _error(resp: requests.Response, body: Any, url: str) -> ClientError:
     if isinstance(body, Mapping):

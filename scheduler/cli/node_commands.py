@@ -65,10 +65,14 @@ from scheduler.core.errors import SpecError
               help="At SIGTERM or Ctrl-C, stop starting jobs and give the running ones this long to end on their own "
                    "before the rest are checkpointed and requeued (an orderly upgrade; a second signal stops "
                    "waiting). Requeued jobs spend no restart and resume from their checkpoints at the next start.")
+@click.option("--webhook-allow", "webhook_allow", multiple=True, metavar="LIST",
+              help="Where users' webhooks may call, separated by commas (repeatable): IP addresses, CIDR blocks "
+                   "(10.0.0.0/8), host names (hooks.example.com) and domains (.example.com). Without it webhooks are "
+                   "off. See docs/webhooks.md.")
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
           policy: str | None, tick: float, job_user_pattern: str | None, job_user_map: Path | None,
           job_user: str | None, command_jobs: str, log_limit_mb: float, allow_unauthenticated_ray: bool,
-          half_life_h: float, on_gpu_fault: str, drain_timeout: float) -> None:
+          half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...]) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
 
     Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
@@ -89,7 +93,8 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
                                 job_user_pattern=job_user_pattern, job_user_map=job_user_map,
                                 command_jobs=command_jobs, log_limit_mb=log_limit_mb,
                                 allow_unauthenticated_ray=allow_unauthenticated_ray, half_life_s=half_life_h * 3600.0,
-                                on_gpu_fault=on_gpu_fault, drain_timeout_s=drain_timeout))
+                                on_gpu_fault=on_gpu_fault, drain_timeout_s=drain_timeout,
+                                webhook_allow=webhook_allow))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     except ServeError as exc:

@@ -58,6 +58,7 @@ class ServeConfig:
     half_life_s: float = 7 * 24 * 3600.0  # of the teams' fair-share usage (scheduler.core.tenancy)
     drain_timeout_s: float = 0.0  # at SIGTERM: how long running jobs may take to end before they are checkpointed
     on_gpu_fault: str = "requeue"  # what the runs on a GPU its agent reports faulty do (scheduler.core.outages)
+    webhook_allow: tuple[str, ...] = ()  # where webhooks may call (scheduler.live.webhooks); none: webhooks are off
 
 
 FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
@@ -270,10 +271,16 @@ def serve(cfg: ServeConfig) -> None:
     from scheduler.live.leader import StoreBusy, StoreLock
     from scheduler.live.ray_backend import RayBackend
     from scheduler.live.store import Store, database_url, queries
+    from scheduler.live.webhook_dispatch import Dispatcher
+    from scheduler.live.webhooks import AllowList
     from web import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node_type(cfg.preset, cfg.gpus_per_node)  # refuse bad flags before anything starts
+    try:
+        allow = AllowList.parse(cfg.webhook_allow)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
     if cfg.policy is not None:
         make_policy(cfg.policy)  # an unknown name or a broken agent fails here, not in the controller thread
     home = corral_home()
@@ -319,12 +326,20 @@ def serve(cfg: ServeConfig) -> None:
         raise KeyboardInterrupt
 
     server = None
+    # Webhooks, sent by a thread of their own while this replica's controller leads (never from its passes).
+    dispatcher = (Dispatcher(store, allow, leading=lambda: controller.leading and controller.leadership.leading)
+                  if allow.enabled else None)
     try:
         controller.start()
         freeze_heap()
+        if dispatcher is not None:
+            dispatcher.start()
+        else:
+            log.info("webhooks are off (no --webhook-allow): the API refuses new ones")
         app = create_app(store, notify=notify, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
                                                        "CORRAL_JOB_ACCOUNTS": accounts,
-                                                       "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s},
+                                                       "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s,
+                                                       "CORRAL_WEBHOOK_ALLOW": allow},
                          controller_status=controller.status)
         try:
             server = create_server(app, sockets=[sock], threads=cfg.threads)  # it listens from here
@@ -348,6 +363,8 @@ def serve(cfg: ServeConfig) -> None:
             sock.close()
         if listener is not None:
             listener.stop()
+        if dispatcher is not None:
+            dispatcher.stop()  # the requests in flight end within their timeout; the rest wait for the next start
         stop_service(controller, cfg, local=not cfg.ray_address, interrupted=again)
         backend.shutdown()
         store.close()

@@ -309,3 +309,82 @@ class UserLimits(_LimitColumns, Base):
     __tablename__ = "user_limits"
 
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+
+
+class Webhook(Base):
+    """A URL called on job state changes (`scheduler.live.webhooks`): a user's, for every one of their jobs (`job_id`
+    null), or one job's, given at submission. `secret` signs each request (HMAC-SHA256); it is stored as generated,
+    not hashed, because the server needs it to sign. Deleting one sets `deleted_at` (its delivery log stays)."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
+    secret: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[float]
+    deleted_at: Mapped[float | None]
+    # Only events after this one are sent: a user's webhook hears what happens from its creation on, not the past.
+    after_event_id: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class WebhookDelivery(Base):
+    """One job event to send to one webhook, with its body (fixed when queued, so every attempt sends the same bytes)
+    and where its sending stands: pending (due at `next_at`), delivered, or failed (given up, `last_error` says why).
+    A dispatcher claims a pending one by setting `claim` and `locked_until`; a claim that lapses is taken again."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "event_id", name="uq_webhook_deliveries_webhook_event"),
+        Index("ix_webhook_deliveries_due", "status", "next_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    event_id: Mapped[int] = mapped_column(ForeignKey("job_events.id", ondelete="CASCADE"))
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    event: Mapped[str] = mapped_column(String(32))  # the event's kind
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | delivered | failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float]
+    next_at: Mapped[float]
+    claim: Mapped[str | None] = mapped_column(String(64))
+    locked_until: Mapped[float | None]
+    last_attempt_at: Mapped[float | None]
+    last_status_code: Mapped[int | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    finished_at: Mapped[float | None]
+
+    webhook: Mapped[Webhook] = relationship()
+    attempt_log: Mapped[list[WebhookAttempt]] = relationship(
+        back_populates="delivery", order_by="WebhookAttempt.id", cascade="all, delete-orphan")
+
+
+class WebhookAttempt(Base):
+    """One try at sending a delivery: the HTTP status the receiver answered, or what went wrong instead."""
+
+    __tablename__ = "webhook_attempts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    delivery_id: Mapped[int] = mapped_column(ForeignKey("webhook_deliveries.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int]
+    at: Mapped[float]
+    status_code: Mapped[int | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[float]
+
+    delivery: Mapped[WebhookDelivery] = relationship(back_populates="attempt_log")
+
+
+class WebhookCursor(Base):
+    """The one row (id 1): the last job event the webhook dispatcher has queued deliveries for, with every event
+    before it (`scheduler.live.webhook_dispatch`). In the database, so a restart neither skips nor repeats events."""
+
+    __tablename__ = "webhook_cursor"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    last_event_id: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[float] = mapped_column(default=0.0)
