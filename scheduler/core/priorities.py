@@ -29,6 +29,7 @@ holds for every policy that preempts (they time-share) and rule 3 finds no lower
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Mapping
 from itertools import groupby
 from typing import Any
@@ -176,7 +177,7 @@ class PriorityFrame:
                 continue
             candidates = sorted(
                 (r for r in view.running.values() if r.spec.team == spec.team and may_preempt(r.spec, spec)),
-                key=lambda r: (r.spec.priority, -(r.start_s or 0.0), -r.id))
+                key=lambda r: (r.spec.priority, -run_start(r), -r.id))
             if not candidates:
                 continue
             lacking, offer = room_model(view, spec)
@@ -192,6 +193,12 @@ class PriorityFrame:
                 return [Preempt(v.id, f"preempted for {spec.name}, of priority {spec.priority} (its own is "
                                       f"{v.spec.priority})", for_job=job.id) for v in victims]
         return []
+
+
+def run_start(job: Job) -> float:
+    """When its current run started; a run placed whose workers have not reported yet (the live controller's) is the
+    youngest of all."""
+    return job.start_s if job.start_s is not None else math.inf
 
 
 def with_priorities(policy: Policy) -> Policy:

@@ -16,7 +16,7 @@ from scheduler.core.model import (
     Job,
     JobSpec,
 )
-from scheduler.core.priorities import may_preempt, with_priorities
+from scheduler.core.priorities import may_preempt, run_start, with_priorities
 from scheduler.core.room import has_room, room_model
 from scheduler.core.runner import answered, deliberation
 from scheduler.core.standing import TeamStanding, TenancyStanding
@@ -238,7 +238,7 @@ class TenancyFrame:
         # within its quota borrows nothing, so these are never the owner's.
         candidates = sorted(
             (j for j in view.running.values() if standings[self.team_of(j.spec)].borrowed > EPS),
-            key=lambda j: (-standings[self.team_of(j.spec)].ratio, -(j.start_s or 0.0), -j.id))
+            key=lambda j: (-standings[self.team_of(j.spec)].ratio, -run_start(j), -j.id))
         if not candidates:
             return []
         for st in standings.values():

@@ -1,0 +1,122 @@
+"""Issue 28's rules end to end: a real `corral serve` on a Ray cluster of one virtual 4-GPU node, on SQLite and on
+PostgreSQL. A high-priority job makes room by preempting the younger low-priority job (which resumes and finishes);
+a non-preemptible job keeps its GPUs; a command job that exits non-zero is retried, then fails with its last reason,
+or succeeds on a retry."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
+
+from scheduler.live.store import Store, queries
+
+ray = pytest.importorskip("ray")
+
+TERMINAL = {"succeeded", "failed", "cancelled"}
+EMULATED = {"kind": "emulated", "model": "ResNet-50-bs64"}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {"node0": 4}) as c:
+        yield c
+
+
+class Service:
+    def __init__(self, server: ServeProcess, token: str) -> None:
+        self.server, self.headers = server, {"Authorization": f"Bearer {token}"}
+
+    def submit(self, **fields: Any) -> int:
+        r = requests.post(f"{self.server.api}/jobs", json=fields, headers=self.headers, timeout=10)
+        assert r.status_code == 201, r.text
+        return int(r.json()["id"])
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        r = requests.get(f"{self.server.api}/jobs/{job_id}", headers=self.headers, timeout=10)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    def state(self, job_id: int) -> str:
+        return str(self.job(job_id)["state"])
+
+    def finished(self, ids: list[int], timeout: float = 120.0) -> list[dict[str, Any]]:
+        def done() -> list[dict[str, Any]] | None:
+            jobs = [self.job(i) for i in ids]
+            return jobs if all(j["state"] in TERMINAL for j in jobs) else None
+
+        try:
+            return wait_until(f"jobs {ids} to finish", done, timeout=timeout, every=0.3)  # type: ignore[no-any-return]
+        except AssertionError:
+            raise AssertionError(f"jobs not finished: {[self.state(i) for i in ids]}\n"
+                                 f"{self.server.log_tail()}") from None
+
+    def events(self, job_id: int, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.job(job_id)["events"] if e["kind"] == kind]
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def service(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Service]:
+    home = tmp_path_factory.mktemp(f"lifecycle-{request.param}")
+    schema = f"corral_lifecycle_{os.getpid()}"
+    db_url = f"sqlite:///{home / 'corral.db'}" if request.param == "sqlite" else postgres_schema_url(schema)
+    store = Store.open(db_url)
+    with store.session() as s:
+        token = queries.create_token(s, "alice", admin=True)  # an admin's command jobs may run as the server's user
+    store.close()
+    env = {**os.environ, "DATABASE_URL": db_url, "CORRAL_HOME": str(home)}
+    server = ServeProcess(home, ["--ray-address", ray_cluster.address, "--tick", "0.2", "--policy", "fifo"], env)
+    yield Service(server, token)
+    server.stop()
+    if request.param == "postgresql":
+        drop_postgres_schema(schema)
+
+
+def test_a_high_priority_job_preempts_the_younger_low_one(service: Service) -> None:
+    old = service.submit(name="old-low", num_gpus=2, duration_s=15, **EMULATED)
+    wait_until("the old job to run", lambda: service.state(old) == "running", timeout=60)
+    young = service.submit(name="young-low", num_gpus=2, duration_s=15, **EMULATED)
+    wait_until("the young job to run", lambda: service.state(young) == "running", timeout=60)
+    high = service.submit(name="high", num_gpus=2, duration_s=2, priority=5, **EMULATED)
+    high_job, old_job, young_job = service.finished([high, old, young])
+    assert (high_job["state"], old_job["state"], young_job["state"]) == ("succeeded",) * 3
+    assert high_job["first_started_at"] < old_job["finished_at"], "the high job waited for a low one to end"
+    (preempted,) = service.events(young, "preempted")
+    assert "of priority 5" in preempted["message"], preempted
+    assert not service.events(old, "preempted") and young_job["preemptions"] == 1
+
+
+def test_a_non_preemptible_job_keeps_its_gpus(service: Service) -> None:
+    pinned = [service.submit(name=f"pinned-{i}", num_gpus=2, duration_s=6, preemptible=False, **EMULATED)
+              for i in range(2)]
+    wait_until("the pinned jobs to run", lambda: all(service.state(p) == "running" for p in pinned), timeout=60)
+    high = service.submit(name="high", num_gpus=2, duration_s=1, priority=5, **EMULATED)
+    reason = wait_until("the high job's pending reason", lambda: service.job(high)["pending_reason"], timeout=30)
+    assert service.state(high) == "pending", reason
+    *ends, high_job = service.finished([*pinned, high])
+    assert all(e["state"] == "succeeded" and e["preemptions"] == 0 for e in ends)
+    assert high_job["state"] == "succeeded"
+    assert high_job["first_started_at"] >= min(e["finished_at"] for e in ends)
+
+
+def test_a_command_job_is_retried_then_fails_with_its_last_reason(service: Service) -> None:
+    failing = service.submit(name="exit-3", kind="command", model="ResNet-50-bs64", num_gpus=1,
+                             entrypoint="echo try; exit 3", max_retries=2, retry_on=[3], retry_backoff_s=0.2)
+    other_code = service.submit(name="exit-4", kind="command", model="ResNet-50-bs64", num_gpus=1,
+                                entrypoint="exit 4", max_retries=2, retry_on=[3], retry_backoff_s=0.2)
+    # Fails on its first run, succeeds on the retry: the marker lives in its checkpoint folder, kept across runs.
+    flaky = service.submit(name="flaky", kind="command", model="ResNet-50-bs64", num_gpus=1, max_retries=3,
+                           retry_backoff_s=0.2, entrypoint='m="$CORRAL_CHECKPOINT_DIR/tried"; '
+                                                          'if [ -e "$m" ]; then exit 0; fi; touch "$m"; exit 7')
+    failed, other, recovered = service.finished([failing, other_code, flaky])
+    assert failed["state"] == "failed" and failed["retries"] == 2 and failed["exit_code"] == 3
+    assert failed["error"] == "rank 0 exited with code 3 (after 2 retries)", failed["error"]
+    assert [e["data"].get("exit_code") for e in service.events(failing, "retrying")] == [3, 3]
+    assert other["state"] == "failed" and other["retries"] == 0, "4 is not an exit code it retries on"
+    assert recovered["state"] == "succeeded" and recovered["retries"] == 1
