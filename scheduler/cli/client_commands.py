@@ -250,6 +250,8 @@ def retry_on_text(retry_on: str | list[int]) -> str:
               help="The exit codes a failed run is retried on [default: any].")
 @click.option("--retry-backoff", "retry_backoff_s", type=Number("float", 0, 3600),
               help="Seconds before the first retry, doubled for each one after [default: 30].")
+@click.option("--webhook", metavar="URL", help="Call this URL (a signed POST) on each of the job's state changes; "
+              "prints the secret that signs them, once (docs/webhooks.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @connection
 def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, **flags: Any) -> None:
@@ -271,6 +273,9 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
     with api_errors():
         job, created = client(url, token).submit(spec)
     _submitted(job, created, as_json, "submitted job")
+    if job.get("webhook") and not as_json:
+        click.echo(f"webhook {job['webhook']['id']}, secret {job['webhook']['secret']} (shown only now: keep it to "
+                   "verify the requests' signatures)")
 
 
 @click.command()

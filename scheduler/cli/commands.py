@@ -2,8 +2,8 @@
 upper layers (`policies`, later `agents` and `web`) imported, lazily, per sub-command.
 
 The commands live by family: `simulate_commands` (simulate), `learning_commands` (train, calibrate, evaluate, tune),
-`node_commands` (serve, ray-token, node-resources, node ...) and `client_commands` (the commands that talk to a running
-service); this module makes the group and adds them.
+`node_commands` (serve, ray-token, node-resources, node ...), `client_commands` (the commands that talk to a running
+service) and `webhook_commands` (corral webhook ...); this module makes the group and adds them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from scheduler.cli.learning_commands import LEARNING_COMMANDS
 from scheduler.cli.node_commands import NODE_COMMANDS
 from scheduler.cli.params import CorralGroup
 from scheduler.cli.simulate_commands import SIMULATE_COMMANDS
+from scheduler.cli.webhook_commands import webhook
 
 
 @click.group(cls=CorralGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,6 +27,7 @@ def main() -> None:
 for command in [*SIMULATE_COMMANDS, *LEARNING_COMMANDS, *NODE_COMMANDS]:
     main.add_command(command)
 register_client_commands(main)
+main.add_command(webhook)
 
 
 if __name__ == "__main__":

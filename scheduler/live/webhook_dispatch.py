@@ -106,6 +106,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pruned_at = 0.0
+        self.turns = 0  # of the thread's loop, counted (tests wait on it)
 
     # ---- the thread -------------------------------------------------------------------------------------------------
 
@@ -139,6 +140,7 @@ class Dispatcher:
                     self._prune()
             except Exception:  # the database may be restarting: try again at the next turn
                 log.exception("webhooks: the dispatcher's turn failed")
+            self.turns += 1
             if not more:
                 self._wake.wait(self.cfg.poll_s)
                 self._wake.clear()
@@ -199,8 +201,8 @@ class Dispatcher:
         if not hooks:
             return
         event_ids = [e.id for e in events]
-        queued = set(s.execute(select(WebhookDelivery.webhook_id, WebhookDelivery.event_id)
-                               .where(WebhookDelivery.event_id.in_(event_ids))).tuples())
+        queued = {(w, e) for w, e in s.execute(select(WebhookDelivery.webhook_id, WebhookDelivery.event_id)
+                                               .where(WebhookDelivery.event_id.in_(event_ids)))}
         rows: list[dict[str, Any]] = []
         for e in events:
             job = jobs.get(e.job_id)

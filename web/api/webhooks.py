@@ -188,7 +188,7 @@ def _user_filter(s: Session, wanted: str | None) -> int | None:
 
 
 def _names(s: Session, ids: set[int]) -> dict[int, str]:
-    return dict(s.execute(select(User.id, User.name).where(User.id.in_(ids))).tuples().all()) if ids else {}
+    return {i: n for i, n in s.execute(select(User.id, User.name).where(User.id.in_(ids)))} if ids else {}
 
 
 def blueprint(prefix: str) -> Blueprint:
