@@ -267,6 +267,94 @@ def test_the_allow_list_takes_addresses_blocks_names_and_domains_and_refuses_any
     assert wh.shown("https://hooks.example.com:8443/secret/path?token=abc") == "https://hooks.example.com:8443/..."
 
 
+@contextmanager
+def raw_server(handle: Any, tls: Any = None) -> Iterator[int]:
+    """A bare TCP server on 127.0.0.1 (TLS with `tls`, an SSLContext) whose connections `handle(file)` answers."""
+    import socketserver
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            try:
+                handle(self)
+            except OSError:  # the client hung up: what some tests want
+                pass
+
+    class Server(socketserver.ThreadingTCPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+        def get_request(self) -> Any:
+            sock, addr = super().get_request()
+            return (tls.wrap_socket(sock, server_side=True) if tls is not None else sock), addr
+
+    server = Server(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def answer_ok(h: Any) -> None:
+    while h.rfile.readline() not in (b"\r\n", b""):  # the request line and headers
+        pass
+    h.rfile.read(2)  # the body ({})
+    h.wfile.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+
+
+def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_deadline() -> None:
+    done = threading.Event()
+
+    def trickle(h: Any) -> None:
+        h.rfile.readline()
+        h.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(300):  # a header byte at a time, each well within a socket timeout, 30 s in all
+            if done.is_set():
+                return
+            h.wfile.write(b"X")
+            h.wfile.flush()
+            done.wait(0.1)
+
+    with raw_server(trickle) as port:
+        where, addresses = wh.destinations(f"http://127.0.0.1:{port}/", ALLOW)
+        started = time.monotonic()
+        out = wh.post(where, addresses, b"{}", {}, timeout_s=1.0)
+        done.set()
+    assert not out.ok and out.error == "no answer within 1 s"
+    assert time.monotonic() - started < 10  # cut at its deadline, not after the receiver's 30 s
+
+
+def test_https_checks_the_certificate_against_the_host_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: no certificate to test TLS with")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    allow = wh.AllowList.parse(["localhost", "127.0.0.1"])
+    with raw_server(answer_ok, tls) as port:
+        def post(host: str) -> wh.Outcome:
+            where, addresses = wh.destinations(f"https://{host}:{port}/hook", allow)
+            return wh.post(where, addresses, b"{}", {"Content-Type": "application/json"}, timeout_s=5.0)
+
+        untrusted = post("localhost")  # a certificate no authority signed
+        assert not untrusted.ok and "certificate verify failed" in str(untrusted.error)
+        trusted = ssl.create_default_context(cafile=str(cert))
+        monkeypatch.setattr(wh.ssl, "create_default_context", lambda: trusted)
+        good = post("localhost")  # the name the certificate names, over the checked address
+        assert good.ok and good.status == 204, good.error
+        wrong = post("127.0.0.1")  # the same server, reached by a name its certificate does not name
+        assert not wrong.ok and "mismatch" in str(wrong.error)
+
+
 # ---- the API: refusals, ownership ---------------------------------------------------------------------------------
 
 
@@ -360,6 +448,7 @@ def test_a_jobs_own_webhook_and_its_users_webhook_both_fire_signed_with_their_se
         done = got[-1].json
         assert (done["exit_code"], done["attempt"], done["reason"]) == (0, 1, "exit code 0")
         assert got[1].json["attempt"] == 1 and got[0].json["reason"] == "submitted by ann"
+        assert got[0].json["attempt"] == 0  # no run yet, though the job had run by the time it was queued
         assert len({r.headers["X-Corral-Delivery"] for r in got}) == 4
     assert other["id"] not in {r.json["job"]["id"] for r in receiver.requests}
     with site.store.session() as s:  # ids match the events the controller and the API wrote
@@ -543,6 +632,7 @@ def test_a_lost_runs_requeue_carries_the_loss_and_the_old_state(site: Site, rece
     job = site.submit(site.ann)
     now = time.time()
     with site.store.session(write=True) as s:  # as the controller writes them when a node goes (`_lose`)
+        s.get(Job, job["id"]).attempt = 1  # type: ignore[union-attr]
         q.add_event(s, job["id"], "placed", "on n0", at=now, attempt=1)
         q.add_event(s, job["id"], "lost", "node n0 is gone", at=now + 1, attempt=1)
         q.add_event(s, job["id"], "requeued", "restart 1 of 3", at=now + 1)
@@ -552,7 +642,7 @@ def test_a_lost_runs_requeue_carries_the_loss_and_the_old_state(site: Site, rece
     assert [b["event"] for b in bodies] == ["submitted", "placed", "requeued"]  # not lost, not adopted
     requeued = bodies[-1]
     assert (requeued["old_state"], requeued["new_state"]) == ("running", "pending")
-    assert requeued["reason"] == "lost: node n0 is gone; restart 1 of 3" and requeued["attempt"] == 0
+    assert requeued["reason"] == "lost: node n0 is gone; restart 1 of 3" and requeued["attempt"] == 1
 
 
 # ---- the commands -------------------------------------------------------------------------------------------------

@@ -84,7 +84,8 @@ def payload(*, webhook_id: int, event_id: int, kind: str, at: float, message: st
     """The JSON body for one event (compact, keys sorted: the same bytes on every attempt). `job`: its id, name, user
     and team; `old_state`: the state the job's previous state change left it in (None for `submitted`)."""
     reason = f"{cause}; {message}" if cause and message else (cause or message)
-    attempt = data.get("attempt", job.get("attempt"))
+    # The run the event names; else 0 for a submission (no run yet), else the job's run when this was queued.
+    attempt = data.get("attempt", 0 if kind == "submitted" else job.get("attempt"))
     body = {
         "type": PAYLOAD_TYPE,
         "webhook_id": webhook_id,
@@ -402,13 +403,15 @@ def post(where: Target, addresses: Sequence[str], body: bytes, headers: dict[str
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
                 return Outcome(None, _why(exc, address, where.port, expired.is_set(), timeout_s), _ms(start))
+            if expired.is_set():  # what came before the cut is no answer: the headers may have been cut short
+                return Outcome(None, f"no answer within {timeout_s:g} s", _ms(start))
             status = resp.status
             if 300 <= status < 400:
                 location = resp.getheader("Location") or "nowhere"
                 return Outcome(status, f"HTTP {status}: a redirect (to {_printable(location)}), which webhooks never "
                                        "follow", _ms(start))
             if not 200 <= status < 300:
-                try:
+                try:  # a few words of why, read within the same deadline (the timer still runs)
                     text = resp.read(MAX_ERROR_TEXT).decode("utf-8", "replace").strip()
                 except (OSError, http.client.HTTPException):
                     text = ""
