@@ -590,6 +590,25 @@ def test_the_allow_list_is_checked_again_when_sending(site: Site, receiver: Rece
     assert d.last_error == "refused: 127.0.0.1 is not among the destinations this server allows (10.0.0.0/8)"
 
 
+def test_with_webhooks_off_nothing_is_sent_then_or_later(site: Site, receiver: Receiver) -> None:
+    site.hook(site.ann, receiver.url("/ok"))
+    first = site.submit(site.ann)
+    Dispatcher(site.store, ALLOW).fan_out()  # queued while on; then the server restarts without --webhook-allow
+    second = site.submit(site.ann)
+    with dispatching(site.store, allow=wh.AllowList()) as off:
+        wait_until("the queued one to be refused", lambda: [d.status for d in deliveries(site.store)] == ["failed"],
+                   timeout=20)
+        wait_until("a few turns", lambda: off.turns >= 5, timeout=20)
+    (d,) = deliveries(site.store)
+    assert d.job_id == first["id"] and str(d.last_error).startswith("refused: webhooks are off on this server")
+    with site.store.session() as s:  # the cursor moved over the second submission: turned on again, it is not sent
+        assert s.get(WebhookCursor, 1).last_event_id == s.scalar(  # type: ignore[union-attr]
+            select(func.max(JobEvent.id)).where(JobEvent.job_id == second["id"]))
+    with dispatching(site.store) as on:
+        wait_until("a few turns", lambda: on.turns >= 5, timeout=20)
+    assert receiver.requests == [] and len(deliveries(site.store)) == 1
+
+
 def test_the_cursor_waits_at_a_young_gap_in_the_event_ids_and_moves_past_an_old_one(site: Site,
                                                                                      receiver: Receiver) -> None:
     """On PostgreSQL an event id can become visible after a higher one (its transaction committed later): the

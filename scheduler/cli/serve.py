@@ -326,16 +326,13 @@ def serve(cfg: ServeConfig) -> None:
         raise KeyboardInterrupt
 
     server = None
-    # Webhooks, sent by a thread of their own while this replica's controller leads (never from its passes).
-    dispatcher = (Dispatcher(store, allow, leading=lambda: controller.leading and controller.leadership.leading)
-                  if allow.enabled else None)
+    # Webhooks, sent by a thread of their own while this replica's controller leads (never from its passes). With
+    # webhooks off it runs all the same, only keeping its place in the events: turned on later, nothing piles up.
+    dispatcher = Dispatcher(store, allow, leading=lambda: controller.leading and controller.leadership.leading)
     try:
         controller.start()
         freeze_heap()
-        if dispatcher is not None:
-            dispatcher.start()
-        else:
-            log.info("webhooks are off (no --webhook-allow): the API refuses new ones")
+        dispatcher.start()
         app = create_app(store, notify=notify, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
                                                        "CORRAL_JOB_ACCOUNTS": accounts,
                                                        "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s,
@@ -363,8 +360,7 @@ def serve(cfg: ServeConfig) -> None:
             sock.close()
         if listener is not None:
             listener.stop()
-        if dispatcher is not None:
-            dispatcher.stop()  # the requests in flight end within their timeout; the rest wait for the next start
+        dispatcher.stop()  # the requests in flight end within their timeout; the rest wait for the next start
         stop_service(controller, cfg, local=not cfg.ray_address, interrupted=again)
         backend.shutdown()
         store.close()

@@ -22,6 +22,9 @@ Two steps, each its own short transaction, none held while a request is in fligh
 two, the claim lapses and the next dispatcher sends it again, with the same `X-Corral-Delivery` id and body:
 receivers deduplicate on it (or on `event_id`, unique per webhook).
 
+**Webhooks off** (no `--webhook-allow`): the dispatcher still moves its cursor, queueing nothing, so turning them on
+later sends nothing of what happened meanwhile; deliveries queued before fail as refused.
+
 **One dispatcher.** Every `corral serve` replica starts one, but it works only while its controller leads (the
 lease of `scheduler.live.leader`; on SQLite, always): outbound requests come from one place, and the allow list that
 counts is the leader's. The claims and the cursor's row lock make two dispatchers safe anyway (during a handover
@@ -114,8 +117,11 @@ class Dispatcher:
         self._pool = ThreadPoolExecutor(max_workers=self.cfg.workers, thread_name_prefix="corral-webhook")
         self._thread = threading.Thread(target=self._run, name="corral-webhooks", daemon=True)
         self._thread.start()
-        log.info("webhooks: sending to %s (%s, %g s each)", self.allow.text(), schedule_text(self.cfg),
-                 self.cfg.timeout_s)
+        if self.allow.enabled:
+            log.info("webhooks: sending to %s (%s, %g s each)", self.allow.text(), schedule_text(self.cfg),
+                     self.cfg.timeout_s)
+        else:
+            log.info("webhooks are off (no --webhook-allow): nothing is sent, and the API refuses new ones")
         return self
 
     def stop(self) -> None:
@@ -135,7 +141,7 @@ class Dispatcher:
             more = False
             try:
                 if self.leading():
-                    more = self.fan_out() >= self.cfg.batch
+                    more = self.fan_out() >= self.cfg.batch  # a full batch passed: read on at once
                     self.dispatch_due()
                     self._prune()
             except Exception:  # the database may be restarting: try again at the next turn
@@ -148,7 +154,8 @@ class Dispatcher:
     # ---- queueing ---------------------------------------------------------------------------------------------------
 
     def fan_out(self, now: float | None = None) -> int:
-        """Queue deliveries for the events after the cursor, and move it; returns how many events were read."""
+        """Queue deliveries for the events after the cursor, and move it; returns how many events it moved over.
+        With webhooks off (an empty allow list) it only moves: nothing is queued, then or later."""
         now = time.time() if now is None else now
         mono = time.monotonic()
         with self.store.session(write=True) as s:
@@ -160,11 +167,11 @@ class Dispatcher:
                 return 0
             upto = self._contiguous(cursor.last_event_id, [r.id for r in rows], mono)
             wanted = [r for r in rows if r.kind in wh.STATE_EVENTS]
-            if wanted:
+            if wanted and self.allow.enabled:
                 self._queue(s, wanted, now)
             if upto != cursor.last_event_id:
                 cursor.last_event_id, cursor.updated_at = upto, now
-            return len(rows)
+            return sum(1 for r in rows if r.id <= upto)
 
     def _contiguous(self, last: int, ids: Sequence[int], mono: float) -> int:
         """How far the cursor may move over `ids` (ascending, all > `last`): up to the first id missing for less than

@@ -84,9 +84,11 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id')
     )
     # The one row, there from the start: the dispatcher only ever updates it (never an INSERT two could race on).
-    # At 0: a store with a history of events has no webhook yet, so the dispatcher's first pass skips straight to
-    # its newest event.
-    op.bulk_insert(cursor, [{'id': 1, 'last_event_id': 0, 'updated_at': 0.0}])
+    # At the newest event: no webhook exists yet to hear the history, which need not be read.
+    events = sa.table('job_events', sa.column('id', sa.Integer()))
+    op.execute(sa.insert(cursor).from_select(
+        ['id', 'last_event_id', 'updated_at'],
+        sa.select(sa.literal(1), sa.func.coalesce(sa.func.max(events.c.id), 0), sa.literal(0.0))))
 
 
 def downgrade() -> None:
