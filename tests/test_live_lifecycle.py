@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from scheduler.live.store import Store, queries
 
 ray = pytest.importorskip("ray")
 
-TERMINAL = {"succeeded", "failed", "cancelled"}
+TERMINAL = {"succeeded", "failed", "cancelled", "timed_out"}
 EMULATED = {"kind": "emulated", "model": "ResNet-50-bs64"}
 
 
@@ -120,3 +119,11 @@ def test_a_command_job_is_retried_then_fails_with_its_last_reason(service: Servi
     assert [e["data"].get("exit_code") for e in service.events(failing, "retrying")] == [3, 3]
     assert other["state"] == "failed" and other["retries"] == 0, "4 is not an exit code it retries on"
     assert recovered["state"] == "succeeded" and recovered["retries"] == 1
+
+
+def test_a_run_that_reaches_its_time_limit_times_out(service: Service) -> None:
+    limited = service.submit(name="limited", num_gpus=1, duration_s=120, time_limit_s=3, **EMULATED)
+    (done,) = service.finished([limited], timeout=60)
+    assert done["state"] == "timed_out" and done["error"].startswith("time limit of 3 s reached"), done
+    assert done["finished_at"] - done["first_started_at"] < 3 + 5, "stopped within a few passes of its limit"
+    assert service.events(limited, "timed_out") and done["allocation"] == []

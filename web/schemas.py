@@ -170,6 +170,9 @@ class JobSubmitSchema(RequestSchema):
     preemptible = fields.Boolean(truthy={True}, falsy={False}, load_default=None, metadata={
         "description": "false: never preempted (default true, or the priority class's); with teams, such a job runs "
                        "only within its team's quota"})
+    time_limit_s = _bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, load_default=None, metadata={
+        "description": "wall seconds a run may last; one that reaches it is stopped (SIGTERM, then SIGKILL) and the job "
+                       "ends timed_out (default: the cluster's, GET /time-limits; at most its maximum)"})
     priority_class = fields.String(load_default=None, validate=validate.Length(min=1, max=64), metadata={
         "description": "a priority class an admin defined (GET /priority-classes): the job takes its value and "
                        "preemptibility (then give neither priority nor preemptible)"})
@@ -311,6 +314,25 @@ class PriorityClassCreateArgs(RequestSchema):
     preemptible = fields.Boolean(truthy={True}, falsy={False}, load_default=True, metadata={
         "description": "false: its jobs are never preempted (and, with teams, run only within their team's quota)"})
     description = fields.String(load_default=None, validate=validate.Length(max=500))
+
+
+class TimeLimitsArgs(RequestSchema):
+    """Only the fields given change; null clears one."""
+
+    default_s = _bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, allow_none=True, metadata={
+        "description": "the time limit a job gets when it gives none (null: none)"})
+    max_s = _bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, allow_none=True, metadata={
+        "description": "the most a job may give (null: no maximum)"})
+
+    @validates_schema
+    def _something(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if not data:
+            raise ValidationError("give default_s, max_s or both", "_schema")
+
+
+class TimeLimitsSchema(Schema):
+    default_s = fields.Float(allow_none=True, metadata={"description": "a job's time limit when it gives none"})
+    max_s = fields.Float(allow_none=True, metadata={"description": "the most a job may give"})
 
 
 class PriorityClassSchema(Schema):
@@ -473,6 +495,7 @@ class JobSchema(Schema):
     priority = fields.Integer()
     preemptible = fields.Boolean()
     priority_class = fields.String(allow_none=True, metadata={"description": "the class it named, if any"})
+    time_limit_s = fields.Float(allow_none=True, metadata={"description": "wall seconds a run may last (null: none)"})
     slo_ms = fields.Float(allow_none=True)
     client_token = fields.String(allow_none=True)
     restart_policy = fields.String()

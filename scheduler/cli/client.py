@@ -232,6 +232,14 @@ class CorralClient:
     def delete_team(self, name: str) -> dict[str, Any]:
         return self.request("DELETE", f"/teams/{quote(name, safe='')}")
 
+    def time_limits(self) -> dict[str, Any]:
+        """The cluster's time limits: `default_s` and `max_s` (None: not set)."""
+        return self.request("GET", "/time-limits")
+
+    def set_time_limits(self, changes: Mapping[str, float | None]) -> dict[str, Any]:
+        """Only the keys given (`default_s`, `max_s`) change; None clears one. Admins."""
+        return self.request("PATCH", "/time-limits", json=dict(changes))
+
     def priority_classes(self) -> list[dict[str, Any]]:
         """Every priority class, highest value first."""
         return self.request("GET", "/priority-classes")["priority_classes"]

@@ -114,11 +114,13 @@ def reason_text(job: dict[str, Any]) -> str:
         return job["pending_reason"] or ""
     if job["state"] == JobState.FAILED:
         return job["error"] or (f"exit code {job['exit_code']}" if job["exit_code"] is not None else "failed")
+    if job["state"] == JobState.TIMED_OUT:
+        return job["error"] or "time limit reached"
     return ""
 
 
 STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "cyan", JobState.SUCCEEDED: "green",
-               JobState.FAILED: "red", JobState.CANCELLED: "dim"}
+               JobState.FAILED: "red", JobState.CANCELLED: "dim", JobState.TIMED_OUT: "red"}
 
 
 def state_text(state: str) -> str:
@@ -241,6 +243,8 @@ def retry_on_text(retry_on: str | list[int]) -> str:
 @click.option("--preemptible/--not-preemptible", default=None,
               help="Whether the job may be preempted [default: preemptible].")
 @click.option("--priority-class", help="A priority class (`corral priority-class list`): its value and preemptibility.")
+@click.option("--time-limit", "time_limit_s", type=POSITIVE,
+              help="Seconds a run may last; then it is stopped and the job ends timed_out [default: the cluster's].")
 @click.option("--client-token", help="Idempotency key: resubmitting with it returns the first job.")
 @click.option("--slo-ms", type=POSITIVE, help="Latency SLO (inference).")
 @click.option("--restart-policy", type=click.Choice([r.value for r in RestartPolicy]))
@@ -425,6 +429,7 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         ("user", j["user"]), ("team", j["team"]), ("kind", j["kind"]), ("model", j["model"]), ("gpus", gpus_text(j["num_gpus"])),
         ("duration", f"{j['duration_s']:g}s"), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
         ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None), ("priority", priority_text(j)),
+        ("time limit", f"{j['time_limit_s']:g} s" if j.get("time_limit_s") else None),
         ("slo", f"{j['slo_ms']:g} ms" if j["slo_ms"] else None),
         ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
         ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
@@ -438,7 +443,7 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         ("placement", placement(j["allocation"], cluster_ids=True) or None),
         ("predicted slowdown", f"{j['predicted_slowdown']:.3f}" if j["predicted_slowdown"] is not None else None),
         ("pending reason", j["pending_reason"] if j["state"] == JobState.PENDING else None),
-        ("exit code", j["exit_code"]), ("failure reason", reason_text(j) if j["state"] == JobState.FAILED else None),
+        ("exit code", j["exit_code"]), ("failure reason", reason_text(j) if j["state"] in (JobState.FAILED, JobState.TIMED_OUT) else None),
     ]
     for key, value in rows:
         if value is not None and value != "":
@@ -760,6 +765,49 @@ def priority_text(j: dict[str, Any]) -> str:
     return f"{j['priority']}" + (f" ({', '.join(notes)})" if notes else "")
 
 
+# ---- time limits ---------------------------------------------------------------------------------------------------
+
+
+def _seconds_or_none(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None | str:
+    """SECONDS, or `none` to clear; absent: unchanged (returned as "")."""
+    if value is None:
+        return ""
+    if value.lower() == "none":
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give seconds or none", ctx, param) from None
+    if not seconds > 0:
+        raise click.BadParameter(f"{value!r}: must be positive", ctx, param)
+    return seconds
+
+
+@click.command("time-limits")
+@click.option("--default", "default_s", callback=_seconds_or_none, metavar="SECONDS|none",
+              help="The time limit a job gets when it gives none (admins).")
+@click.option("--max", "max_s", callback=_seconds_or_none, metavar="SECONDS|none",
+              help="The most a job may give (admins).")
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def time_limits(default_s: float | None | str, max_s: float | None | str, as_json: bool, url: str,
+                token: str | None) -> None:
+    """Show the cluster's time limits, or change them (admins)."""
+    changes: dict[str, float | None] = {k: v for k, v in (("default_s", default_s), ("max_s", max_s))
+                                        if not isinstance(v, str)}
+    with api_errors():
+        c = client(url, token)
+        res = c.set_time_limits(changes) if changes else c.time_limits()
+    if as_json:
+        print_json(res)
+        return
+
+    def text(v: float | None) -> str:
+        return "none" if v is None else f"{v:g} s"
+
+    click.echo(f"default time limit {text(res['default_s'])}, maximum {text(res['max_s'])}")
+
+
 # ---- priority classes --------------------------------------------------------------------------------------------
 
 
@@ -1007,7 +1055,7 @@ def limits(clear: tuple[str, ...], as_json: bool, url: str, token: str | None, *
 
 
 COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, logs, cluster, models, policy, token, team, user, limits,
-            priority_class)
+            priority_class, time_limits)
 
 
 def register_client_commands(group: click.Group) -> None:

@@ -69,10 +69,20 @@ from scheduler.core.errors import SpecError
               help="Where users' webhooks may call, separated by commas (repeatable): IP addresses, CIDR blocks "
                    "(10.0.0.0/8), host names (hooks.example.com) and domains (.example.com). Without it webhooks are "
                    "off. See docs/webhooks.md.")
+@click.option("--reserve-after", "reserve_after", type=Number("float", 0, 365 * 24 * 3600), default=None,
+              metavar="SECONDS",
+              help="A whole-GPU job that has waited this long holds a reservation: GPUs are kept for it as they free, "
+                   "and other jobs start on them only if their time limits end first (EASY backfill). Default: no "
+                   "reservations by waiting.")
+@click.option("--reserve-share", "reserve_share", type=Number("float", 0, 1, min_open=True), default=None,
+              metavar="F",
+              help="A job asking for at least this share of the cluster's GPUs holds a reservation at once. Default: "
+                   "no reservations by size.")
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
           policy: str | None, tick: float, job_user_pattern: str | None, job_user_map: Path | None,
           job_user: str | None, command_jobs: str, log_limit_mb: float, allow_unauthenticated_ray: bool,
-          half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...]) -> None:
+          half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...],
+          reserve_after: float | None, reserve_share: float | None) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
 
     Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
@@ -94,7 +104,8 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
                                 command_jobs=command_jobs, log_limit_mb=log_limit_mb,
                                 allow_unauthenticated_ray=allow_unauthenticated_ray, half_life_s=half_life_h * 3600.0,
                                 on_gpu_fault=on_gpu_fault, drain_timeout_s=drain_timeout,
-                                webhook_allow=webhook_allow))
+                                webhook_allow=webhook_allow, reserve_after_s=reserve_after,
+                                reserve_share=reserve_share))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     except ServeError as exc:

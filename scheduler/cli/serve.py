@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.core.model import Cluster, SpecError
 from scheduler.core.outages import OnFault
+from scheduler.core.reservations import ReservationRule
 from scheduler.live import job_accounts
 from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_type, presets_text
 from scheduler.live.job_accounts import JobAccounts
@@ -59,6 +60,8 @@ class ServeConfig:
     drain_timeout_s: float = 0.0  # at SIGTERM: how long running jobs may take to end before they are checkpointed
     on_gpu_fault: str = "requeue"  # what the runs on a GPU its agent reports faulty do (scheduler.core.outages)
     webhook_allow: tuple[str, ...] = ()  # where webhooks may call (scheduler.live.webhooks); none: webhooks are off
+    reserve_after_s: float | None = None  # reservations (scheduler.core.reservations): by waiting, by size; both
+    reserve_share: float | None = None  # None: none
 
 
 FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
@@ -155,7 +158,14 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
                       node_presets=[n.preset for n in nodes], accounts=accounts or JobAccounts(shared=cfg.job_user),
                       log_limit_bytes=int(cfg.log_limit_mb * 2**20), half_life_s=cfg.half_life_s,
                       leadership=leadership_for(store, cfg, lock), nodes_from_store=bool(cfg.ray_address),
-                      on_fault=OnFault(cfg.on_gpu_fault))
+                      on_fault=OnFault(cfg.on_gpu_fault), reservations=reservation_rule(cfg))
+
+
+def reservation_rule(cfg: ServeConfig) -> ReservationRule | None:
+    """`--reserve-after` and `--reserve-share` as the core's rule; None when neither is given."""
+    if cfg.reserve_after_s is None and cfg.reserve_share is None:
+        return None
+    return ReservationRule(cfg.reserve_after_s, cfg.reserve_share)
 
 
 def job_accounts_for(cfg: ServeConfig, home: Path) -> JobAccounts:
@@ -336,7 +346,8 @@ def serve(cfg: ServeConfig) -> None:
         app = create_app(store, notify=notify, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
                                                        "CORRAL_JOB_ACCOUNTS": accounts,
                                                        "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s,
-                                                       "CORRAL_WEBHOOK_ALLOW": allow},
+                                                       "CORRAL_WEBHOOK_ALLOW": allow,
+                                                       "CORRAL_RESERVATIONS": reservation_rule(cfg)},
                          controller_status=controller.status)
         try:
             server = create_server(app, sockets=[sock], threads=cfg.threads)  # it listens from here

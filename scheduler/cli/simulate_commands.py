@@ -41,9 +41,17 @@ from scheduler.cli.tables import METRIC_COLUMNS, format_duration, table_cell
 @click.option("--teams", "teams_path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Teams YAML (name, quota_gpus, borrow_limit_gpus; half_life_s): every policy runs inside the "
                    "tenancy frame, and the report shows each team's share.")
+@click.option("--time-limits", "time_limits", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="F", help="Give each job without a time limit one of F times its isolated duration (a run that "
+                                "reaches it is stopped and counts as timed out).")
+@click.option("--reserve-after", "reserve_after", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="A whole-GPU job waiting this long gets a reservation; others backfill around it (EASY backfill).")
+@click.option("--reserve-share", "reserve_share", type=click.FloatRange(min=0, max=1, min_open=True), default=None,
+              metavar="F", help="A job asking for at least this share of the cluster's GPUs gets a reservation.")
 def simulate(
     trace_path: str, trace_format: str, limit: int | None, cluster: Cluster, policies: list[str],
     no_contention: bool, seed: int, json_out: Path | None, plot_out: Path | None, teams_path: Path | None,
+    time_limits: float | None, reserve_after: float | None, reserve_share: float | None,
 ) -> None:
     """Replay a trace on a simulated cluster under each policy and compare them."""
     from rich.console import Console
@@ -61,6 +69,10 @@ def simulate(
         raise click.ClickException(str(exc)) from None
     if not trace.jobs:
         raise click.ClickException(f"{trace_path}: no jobs to replay (skipped: {trace.skipped or 'none'})")
+    from scheduler.core.reservations import ReservationRule, with_time_limits
+
+    jobs = trace.jobs if time_limits is None else with_time_limits(trace.jobs, time_limits)
+    rule = None if reserve_after is None and reserve_share is None else ReservationRule(reserve_after, reserve_share)
     teams = None
     if teams_path is not None:
         from scheduler.core.tenancy import Teams
@@ -74,14 +86,17 @@ def simulate(
     console.print(
         f"[bold]{trace.name}[/]: {len(trace.jobs):,} jobs ({skipped} skipped) on [bold]{cluster.name}[/] "
         f"({cluster.num_nodes} nodes, {cluster.num_gpus} GPUs), contention {'off' if no_contention else 'on'}"
+        + (f", time limits {time_limits:g}x the isolated duration where a job has none" if time_limits else "")
+        + (f", reservations after {reserve_after:g} s" if reserve_after is not None else "")
+        + (f", reservations for jobs of {reserve_share:.0%} of the GPUs or more" if reserve_share is not None else "")
     )
     results: list[SimResult] = []
     with Progress(TextColumn("{task.description:>20}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         for name in policies:
             task = progress.add_task(name, total=len(trace.jobs))
-            sim = Simulator(cluster, trace.jobs, built[name], contention=not no_contention, teams=teams,
-                            progress=partial(progress.advance, task))
+            sim = Simulator(cluster, jobs, built[name], contention=not no_contention, teams=teams,
+                            progress=partial(progress.advance, task), reservations=rule)
             try:
                 results.append(sim.run())
             except SimulationError as exc:
@@ -90,7 +105,10 @@ def simulate(
     if teams is not None:
         console.print(teams_table(results))
     if json_out is not None:
-        json_out.write_text(json.dumps(report(trace, cluster, results, not no_contention, seed), indent=2) + "\n")
+        extra = ({"time_limits": time_limits} if time_limits else {}) | (
+            {"reservations": {"after_s": reserve_after, "share": reserve_share}} if rule is not None else {})
+        json_out.write_text(json.dumps(report(trace, cluster, results, not no_contention, seed) | extra, indent=2)
+                            + "\n")
         console.print(f"metrics written to {json_out}")
     if plot_out is not None:
         plot_jct_cdf(results, plot_out, f"{trace.name} on {cluster.name}")
@@ -107,6 +125,8 @@ def metrics_table(results: list[SimResult], oracle: dict[str, bool]) -> Any:
         table.add_column(r.policy + (" (oracle)" if oracle[r.policy] else ""), justify="right")
     best = min(r.metrics["avg_jct_s"] for r in results)
     for key, header, fmt in METRIC_COLUMNS:
+        if key == "jobs_timed_out" and not any(key in r.metrics for r in results):
+            continue  # no job had a time limit
         cells = []
         for r in results:
             row = r.metrics | {"wall_s": r.wall_s}

@@ -8,6 +8,7 @@ from typing import Any
 METRIC_COLUMNS = [  # (key, header, format)
     ("jobs_completed", "done", "{:d}"),
     ("jobs_rejected", "rejected", "{:d}"),
+    ("jobs_timed_out", "timed out", "{:d}"),
     ("avg_jct_s", "avg JCT", "dur"),
     ("p50_jct_s", "p50 JCT", "dur"),
     ("p95_jct_s", "p95 JCT", "dur"),

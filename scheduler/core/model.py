@@ -388,6 +388,7 @@ class JobSpec:
     compression: float = 1.0  # fraction of gradient bytes actually sent (gradient compression: < 1)
     team: str = DEFAULT_TEAM  # the tenant whose quota it runs under (scheduler.core.tenancy)
     preemptible: bool = True  # false: never preempted, and inside the tenancy frame it never borrows
+    time_limit_s: float | None = None  # wall seconds a run may last before it is stopped (timed out); None: no limit
     workers: int = field(init=False, repr=False, compare=False)  # gang size; a fractional job has one worker
 
     def __post_init__(self) -> None:
@@ -397,6 +398,8 @@ class JobSpec:
             raise ValueError(f"duration_s must be positive, got {self.duration_s}")
         if not 0 < self.compression <= 1:
             raise ValueError(f"compression must be in (0, 1], got {self.compression}")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be positive, got {self.time_limit_s}")
         object.__setattr__(self, "workers", max(1, int(self.num_gpus)))  # hot in every policy: computed once
 
     @property
@@ -428,6 +431,7 @@ class JobPhase(StrEnum):
     RUNNING = "running"
     DONE = "done"
     REJECTED = "rejected"
+    TIMED_OUT = "timed_out"  # its run reached its time limit and was stopped
 
 
 class Job:

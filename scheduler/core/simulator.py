@@ -29,8 +29,8 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
-from scheduler.core.priorities import with_priorities
 from scheduler.core.progress import in_queue_order, progress_rate
+from scheduler.core.reservations import ReservationRule, frame_policy
 from scheduler.core.runner import RoundLimitError, rounds, settle
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import Isolated, TeamLedger, Teams, TenancyFrame, quota_cluster
@@ -38,6 +38,7 @@ from scheduler.core.workloads import ModelProfile, catalog
 
 _FINISH = 0
 _WAKE = 1
+_LIMIT = 3  # a run reaches its time limit; its run number (`_runs`) rides as the version
 _OUTAGE = 2  # an outage starts (version 0) or ends (version 1); its index in `outages` rides as the job id
 
 
@@ -88,6 +89,7 @@ class Simulator:
         teams: Teams | None = None,
         outages: Sequence[Outage] = (),
         on_fault: OnFault = OnFault.REQUEUE,
+        reservations: ReservationRule | None = None,
     ) -> None:
         """`initial`: jobs running from t=0 on the given placements (validated like any placement: PlacementError if
         they overlap or do not fit), each with its isolated work left. Their specs must have `submit_s <= 0`; they get
@@ -100,12 +102,16 @@ class Simulator:
 
         `outages`: node drains and GPU faults over time (`scheduler.core.outages`): while one is in effect its GPUs
         take no new job, and the runs it evicts (an evicting drain; a fault, with `on_fault` requeue) are
-        checkpointed and requeued, as the live controller does. ValueError naming the field for an impossible one."""
+        checkpointed and requeued, as the live controller does. ValueError naming the field for an impossible one.
+
+        `reservations`: when a pending job gets a reservation, and other jobs backfill around it
+        (`scheduler.core.reservations`); None (the default): no reservations. Every policy follows the priority
+        rules (`scheduler.core.priorities`) either way."""
         self.cluster = cluster
         self.specs = sorted(jobs, key=lambda s: s.submit_s)
         placed = [p if isinstance(p, Placed) else Placed(*p) for p in initial]
-        if policy is not None:  # every policy follows the priority rules; with teams, inside the tenancy frame
-            policy = with_priorities(policy)
+        if policy is not None:  # every policy follows the scheduling rules; with teams, inside the tenancy frame
+            policy = frame_policy(policy, reservations)
             if teams is not None and not isinstance(policy, TenancyFrame):
                 policy = TenancyFrame(policy, teams)
         self.policy = policy
@@ -130,6 +136,7 @@ class Simulator:
         self._heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, job id, version)
         self._seq = 0
         self._version = [0] * len(self.jobs)
+        self._runs = [0] * len(self.jobs)  # runs started so far, per job: a time limit applies to one run
         self._slow = np.ones(len(self.jobs))  # current predicted slowdown of each running job
         self._slo_ms = [self._slo(j.spec) for j in self.jobs]
         self._latency_ms = [self.profiles[j.spec.model].latency_ms for j in self.jobs]
@@ -233,6 +240,9 @@ class Simulator:
         if job.first_start_s is None:
             job.first_start_s = self.now
         self.running[job.id] = job
+        self._runs[job.id] += 1
+        if job.spec.time_limit_s is not None:
+            self._push(self.now + job.spec.time_limit_s, _LIMIT, job.id, self._runs[job.id])
         self._rates_changed(self.contention.add(job.id, job.spec, decision.placement))
 
     def _stop(self, job: Job) -> None:
@@ -254,6 +264,18 @@ class Simulator:
         job.state = JobPhase.DONE
         job.end_s = self.now
         job.work_left = 0.0
+        self._finished += 1
+
+    def _time_out(self, job: Job) -> None:
+        """Its run reached its time limit: stopped, and it ends timed out, unless its work was done at that very
+        instant (a finish at the limit is a success)."""
+        self._advance(job)
+        if job.work_left <= 1e-9:
+            self._finish(job)
+            return
+        self._stop(job)
+        job.state = JobPhase.TIMED_OUT
+        job.end_s = self.now
         self._finished += 1
 
     def _preempt(self, job: Job, *, by_policy: bool = True) -> None:
@@ -346,6 +368,8 @@ class Simulator:
             self._events += 1
             if kind == _FINISH and version == self._version[job_id]:
                 self._finish(self.jobs[job_id])
+            elif kind == _LIMIT and version == self._runs[job_id] and job_id in self.running:
+                self._time_out(self.jobs[job_id])
             elif kind == _WAKE:
                 self._wakes.discard(self.now)
             elif kind == _OUTAGE:
@@ -442,6 +466,8 @@ class Simulator:
         done = [j for j in self.jobs if j.state is JobPhase.DONE]
         rejected = sum(j.state is JobPhase.REJECTED for j in self.jobs)
         out: dict[str, Any] = {"jobs_completed": len(done), "jobs_rejected": rejected}
+        if any(s.time_limit_s is not None for s in self.specs):  # (absent without limits: older results read the same)
+            out["jobs_timed_out"] = sum(j.state is JobPhase.TIMED_OUT for j in self.jobs)
         if not done:
             return out | dict.fromkeys(
                 ["avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "avg_slowdown", "makespan_s",

@@ -8,7 +8,8 @@ model's predictions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from types import MappingProxyType
 
 import numpy as np
@@ -172,6 +173,22 @@ class ClusterView:
     @property
     def link_load(self) -> np.ndarray:
         return self._contention.link_load
+
+    @property
+    def closed(self) -> Mapping[int, str]:
+        """GPUs closed to new placements (drained, faulty, or held for a reservation), with why."""
+        return MappingProxyType(self._state.closed)
+
+    @contextmanager
+    def holding(self, gpus: Mapping[int, str]) -> Iterator[None]:
+        """Close `gpus` too for the length of the block, then exactly what was closed before (whatever the block
+        raised). For the frames around a policy (the reservation rule), never for a policy."""
+        before = dict(self._state.closed)
+        self._state.set_closed({**gpus, **before})
+        try:
+            yield
+        finally:
+            self._state.set_closed(before)
 
     def tenants(self, gpu: int) -> tuple[int, ...]:
         return tuple(self._state.tenants.get(gpu, ()))

@@ -38,8 +38,8 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import Cluster, Job, Placement
 from scheduler.core.outages import Drain, OnFault, closed_gpus, evictions, spans
-from scheduler.core.priorities import with_priorities
 from scheduler.core.progress import in_queue_order, progress_rate, runs_on_node
+from scheduler.core.reservations import ReservationRule, frame_policy
 from scheduler.core.runner import settle
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S, Team, Teams, TenancyFrame
@@ -61,6 +61,7 @@ from scheduler.live.store.models import Decision as DecisionRow
 from scheduler.live.store.models import Job as JobRow
 from scheduler.live.store.models import JobState as S
 from scheduler.live.team_usage import Held, history_start, usage_series
+from scheduler.live.worker import STOP_GRACE_S
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,7 @@ class Controller:
         nodes_from_store: bool = False,
         leadership: Leadership | None = None,
         on_fault: OnFault = OnFault.REQUEUE,
+        reservations: ReservationRule | None = None,
     ) -> None:
         if len(node_names) != cluster.num_nodes:
             raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
@@ -184,6 +186,7 @@ class Controller:
         self.log_limit_bytes = log_limit_bytes
         self.half_life_s = half_life_s  # of the teams' fair-share usage
         self.on_fault = on_fault  # what a faulty GPU's runs do (`corral serve --on-gpu-fault`)
+        self.reservations = reservations  # `corral serve --reserve-after/--reserve-share` (None: no reservations)
         # A Ray cluster that outlives this process (or is shared with a standby replica): the store's node numbering
         # is the truth, and recovering takes it (see `_take_store_numbering`).
         self.nodes_from_store = nodes_from_store
@@ -505,6 +508,7 @@ class Controller:
                 self._load_policy(s)
                 self._sync_submissions(s, now)
                 self._sync_cancels(s, now)
+                self._enforce_time_limits(s, now)
                 self._collect(s, statuses, now, stats)
                 changed = False
                 if nodes is not None:
@@ -585,7 +589,8 @@ class Controller:
             queries.activate_policy(s, name, by="controller (default)")
         switched = name != self.policy_name
         if switched:
-            self.inner = with_priorities(self.make_policy(name))  # the priority rules, as in the simulator
+            # The scheduling rules every caller applies (priorities; reservations if configured), as the simulator does.
+            self.inner = frame_policy(self.make_policy(name), self.reservations)
             self.policy_name = name
             log.info("active policy: %s", name)
         teams = queries.team_quotas(s)
@@ -671,6 +676,25 @@ class Controller:
                 self._end_run(s, row, now)
                 row.state, row.finished_at = S.CANCELLED, now
                 queries.add_event(s, row.id, "cancelled", "cancelled while running; workers stopped", at=now)
+
+    def _enforce_time_limits(self, s: Session, now: float) -> None:
+        """Stop every run that has reached its job's time limit, counted from when its workers started: SIGTERM, the
+        stop's grace period, then SIGKILL (the backend's stop), and the job ends `timed_out` with that reason. Checked
+        at every pass, so a run overstays its limit by at most a tick."""
+        for job_id, job in list(self.running.items()):
+            limit = job.spec.time_limit_s
+            if limit is None or job.start_s is None or not self._started.get(job_id) or now < job.start_s + limit:
+                continue
+            row = s.get(JobRow, job_id)
+            assert row is not None
+            ran = now - job.start_s
+            self.backend.stop(job_id)
+            self._end_run(s, row, now)
+            why = (f"time limit of {limit:g} s reached (its run had lasted {ran:.0f} s): stopped with SIGTERM, then "
+                   f"SIGKILL after {STOP_GRACE_S:g} s")
+            row.state, row.finished_at, row.error = S.TIMED_OUT, now, why
+            queries.add_event(s, job_id, "timed_out", why, at=now, attempt=row.attempt, time_limit_s=limit)
+            log.info("job %d: %s", job_id, why)
 
     # ---- what the workers did ------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ def job_spec(row: JobRow, profiles: Mapping[str, ModelProfile]) -> JobSpec:
     return JobSpec(
         name=row.name, submit_s=row.submitted_at, num_gpus=row.num_gpus, duration_s=row.duration_s,
         model=row.model, kind=profile.kind, user=row.user.name, priority=row.priority, slo_ms=row.slo_ms,
-        team=row.team, preemptible=row.preemptible,
+        team=row.team, preemptible=row.preemptible, time_limit_s=row.time_limit_s,
     )
 
 

@@ -39,6 +39,7 @@ from scheduler.core.admission import admission
 from scheduler.core.decisions import Policy
 from scheduler.core.model import PRESETS, Cluster, JobPhase, JobSpec, Placement, SpecError
 from scheduler.core.outages import OnFault, Outage
+from scheduler.core.reservations import ReservationRule
 from scheduler.core.simulator import Placed, SimulationError, Simulator
 from scheduler.core.state import PlacementError
 from scheduler.core.workloads import ModelProfile, catalog
@@ -158,6 +159,7 @@ class LiveJob:
     gpus: tuple[int, ...] = ()  # the store's GPU indices it holds (running jobs only)
     share: float = 1.0
     preemptible: bool = True
+    time_limit_s: float | None = None  # what is left of it (running jobs) or all of it (pending ones)
 
 
 @dataclass
@@ -198,13 +200,13 @@ def snapshot(store: Any) -> Snapshot:
             running.append(LiveJob(
                 r.id, r.name, r.model, r.num_gpus, work, names.get(r.user_id, ""), r.priority, r.slo_ms,
                 r.attained_gpu_s, tuple(sorted(a.gpu for a in held)), held[0].share if held else 1.0,
-                r.preemptible))
+                r.preemptible, _limit_left(r.time_limit_s, r.started_at)))
         for r in pending_rows:
             if r.cancel_requested:
                 continue
             pending.append(LiveJob(r.id, r.name, r.model, r.num_gpus, max(r.duration_s - r.work_done_s, MIN_WORK_S),
                                    names.get(r.user_id, ""), r.priority, r.slo_ms, r.attained_gpu_s,
-                                   preemptible=r.preemptible))
+                                   preemptible=r.preemptible, time_limit_s=r.time_limit_s))
         return Snapshot(nodes, running, pending, q.active_policy(s), closed=closed)
 
 
@@ -225,11 +227,19 @@ class _World:
     outages: list[Outage] = field(default_factory=list)  # the drained nodes' and faulty GPUs', for the whole run
 
 
+def _limit_left(limit: float | None, started_at: float | None) -> float | None:
+    """What is left of a running job's time limit now (at least a second: it is stopped at the next pass)."""
+    if limit is None:
+        return None
+    return max(1.0, limit - (time.time() - started_at)) if started_at is not None else limit
+
+
 def _spec(name: str, model: str, num_gpus: float, work: float, profiles: dict[str, ModelProfile], *,
           submit_s: float = 0.0, user: str = "", priority: int = 0, slo_ms: float | None = None,
-          preemptible: bool = True) -> JobSpec:
+          preemptible: bool = True, time_limit_s: float | None = None) -> JobSpec:
     return JobSpec(name=name, submit_s=submit_s, num_gpus=num_gpus, duration_s=work, model=model,
-                   kind=profiles[model].kind, user=user, priority=priority, slo_ms=slo_ms, preemptible=preemptible)
+                   kind=profiles[model].kind, user=user, priority=priority, slo_ms=slo_ms, preemptible=preemptible,
+                   time_limit_s=time_limit_s)
 
 
 def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]) -> _World:
@@ -269,14 +279,14 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
                 requeued.append(j)  # placed on a node that is gone (or not yet placed): the controller requeues it
                 continue
             spec = _spec(f"{j.name}#{j.id}", j.model, j.num_gpus, j.work_left, profiles, user=j.user,
-                         priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible)
+                         priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s)
             initial.append((spec, Placement(tuple(sorted(gpus)), j.share), j.work_left))
         if requeued:
             notes.append(f"{len(requeued)} running job(s) hold GPUs of nodes that are down: they queue again at t=0")
         for j in [*requeued, *snap.pending]:
             attained[len(arrivals)] = j.attained_gpu_s
             arrivals.append(_spec(f"{j.name}#{j.id}", j.model, j.num_gpus, j.work_left, profiles, user=j.user,
-                                  priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible))
+                                  priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s))
         notes.append(f"{len(initial)} running job(s) keep their GPUs at t=0; {len(arrivals)} pending job(s) arrive "
                      "at t=0 in submission order")
     else:
@@ -327,7 +337,8 @@ class _Run:
 
 
 def _simulate(world: _World, cluster: Cluster, policy: Policy, seed: int, *, with_hypothetical: bool,
-              horizon_s: float | None, profiles: dict[str, ModelProfile]) -> _Run:
+              horizon_s: float | None, profiles: dict[str, ModelProfile],
+              reservations: ReservationRule | None = None) -> _Run:
     n_init, n_arr = len(world.initial), len(world.arrivals)
     base, hypo = draw_factors(seed, n_init + n_arr, len(world.hypothetical))
     initial = []
@@ -340,7 +351,7 @@ def _simulate(world: _World, cluster: Cluster, policy: Policy, seed: int, *, wit
              if with_hypothetical else [])
     try:
         sim = Simulator(cluster, [*arrivals, *extra], policy, profiles=profiles, initial=initial,
-                        outages=world.outages, on_fault=OnFault.KEEP)
+                        outages=world.outages, on_fault=OnFault.KEEP, reservations=reservations)
     except PlacementError as exc:
         raise WhatIfError(None, f"the store's allocations are inconsistent: {exc}") from None
     by_spec = {id(j.spec): j for j in sim.jobs}
@@ -443,8 +454,11 @@ def cap_queue(world: _World, cap: int | None) -> dict[str, Any]:
 
 def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int], Policy], *,
              default_policy: str = DEFAULT_POLICY, profiles: dict[str, ModelProfile] | None = None,
-             budget: int | None = None, queue_cap: int | None = None) -> dict[str, Any]:
-    """Answer `req` about `snap` (see the module docstring); the result is plain JSON-able data. With `budget`, a
+             budget: int | None = None, queue_cap: int | None = None,
+             reservations: ReservationRule | None = None) -> dict[str, Any]:
+    """Answer `req` about `snap` (see the module docstring); the result is plain JSON-able data. `reservations`: the
+    live service's reservation rule (`corral serve --reserve-after/--reserve-share`), so a what-if schedules as the
+    controller does. With `budget`, a
     request whose own jobs (hypothetical or trace) x seeds exceed it is refused (WhatIfError) before any simulation
     runs. With `queue_cap`, only the first `queue_cap` pending jobs are simulated (the answer's `bounds` says how many
     were left out); None: all of them."""
@@ -467,12 +481,12 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
               **cap_queue(world, None if req.trace is not None else queue_cap)}
     seeds = list(range(req.seeds))
     runs = [_simulate(world, world.cluster, policy(name, s), s, with_hypothetical=True, horizon_s=req.horizon_s,
-                      profiles=profiles) for s in seeds]
+                      profiles=profiles, reservations=reservations) for s in seeds]
     changed = name != active or req.extra_nodes > 0 or bool(world.hypothetical)
     baseline = delta = None
     if changed:
         base_runs = [_simulate(world, world.base_cluster, policy(active, s), s, with_hypothetical=False,
-                               horizon_s=req.horizon_s, profiles=profiles) for s in seeds]
+                               horizon_s=req.horizon_s, profiles=profiles, reservations=reservations) for s in seeds]
         baseline = {"policy": active, "extra_nodes": 0, "hypothetical_jobs": 0, "metrics": _distributions(base_runs)}
         delta = {m: _distribution([r.metrics[m] - b.metrics[m] for r, b in zip(runs, base_runs, strict=True)])
                  for m in METRICS}
@@ -510,8 +524,8 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
 
 def what_if(store: Any, request: WhatIfRequest | dict[str, Any], make_policy: Callable[[str, int], Policy], *,
             default_policy: str = DEFAULT_POLICY, budget: int | None = None,
-            queue_cap: int | None = None) -> dict[str, Any]:
+            queue_cap: int | None = None, reservations: ReservationRule | None = None) -> dict[str, Any]:
     """Snapshot `store` and answer `request` (a dict is validated first). Raises WhatIfError naming the bad field."""
     req = request if isinstance(request, WhatIfRequest) else WhatIfRequest.parse(request)
     return evaluate(snapshot(store), req, make_policy, default_policy=default_policy, budget=budget,
-                    queue_cap=queue_cap)
+                    queue_cap=queue_cap, reservations=reservations)

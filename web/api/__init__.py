@@ -18,6 +18,7 @@ from web.api import (
     reports,
     stats,
     teams,
+    time_limits,
     tokens,
     users,
     webhooks,
@@ -29,5 +30,5 @@ PREFIX = "/api/v1"
 
 def register_blueprints(api: Api) -> None:
     for module in (health, jobs, explain, cluster, nodes, catalog, policies, stats, reports, tokens, teams, users,
-                   fair_use, whatif, priority_classes, webhooks):
+                   fair_use, whatif, priority_classes, time_limits, webhooks):
         api.register_blueprint(module.blueprint(PREFIX))

@@ -42,7 +42,7 @@ from web.schemas import (
 
 JOB_COLUMNS = (
     "id", "name", "team", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority",
-    "preemptible", "priority_class", "slo_ms",
+    "preemptible", "priority_class", "time_limit_s", "slo_ms",
     "client_token", "restart_policy", "max_restarts", "max_retries", "retry_on", "retry_backoff_s", "retries",
     "not_before", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
@@ -50,6 +50,7 @@ JOB_COLUMNS = (
     "error",
 )
 RECENT_DECISIONS = 10
+RESERVED = "holds a reservation"  # how the reservation rule's pending reason begins (scheduler.core.reservations)
 RANK_LOG = re.compile(r"rank-(\d+)\.log")
 
 
@@ -62,6 +63,8 @@ def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (), positi
     pending = job.state == JobState.PENDING and estimates is not None
     body["start_estimate_s"] = estimates.starts.get(job.id) if pending else None  # type: ignore[union-attr]
     body["start_estimate_basis"] = estimates.basis if pending else None  # type: ignore[union-attr]
+    if pending and (job.pending_reason or "").startswith(RESERVED):
+        body["start_estimate_basis"] += f"; the job {job.pending_reason}"
     body["allocation"] = [
         {"rank": a.rank, "node": a.node, "gpu": a.gpu, "local_gpu": a.local_gpu, "share": a.share} for a in allocations
     ]
@@ -86,8 +89,8 @@ def _full_json(s: Session, job: Job) -> dict[str, Any]:
 
 # What a resubmission copies from the job: what was submitted, less its client token (the original's idempotency key).
 RESUBMITTED = ("name", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority",
-               "preemptible", "priority_class", "slo_ms", "restart_policy", "max_restarts", "max_retries", "retry_on",
-               "retry_backoff_s")
+               "preemptible", "priority_class", "time_limit_s", "slo_ms", "restart_policy", "max_restarts",
+               "max_retries", "retry_on", "retry_backoff_s")
 PRIORITY_FIELDS = ("priority", "preemptible")
 
 
@@ -132,6 +135,10 @@ def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, 
             q.resolve_priority(s, fields)
         except LookupError as exc:
             abort(422, message=f"priority_class: {exc}", errors={"json": {"priority_class": [str(exc)]}})
+        try:
+            q.apply_time_limit(s, fields)
+        except ValueError as exc:
+            abort(422, message=f"time_limit_s: {exc}", errors={"json": {"time_limit_s": [str(exc)]}})
         job, created = q.submit(s, user, fields, max_pending=gate.max_pending, note=note)
         body = job_json(job, user.name) if created else _full_json(s, job)
         if created and webhook is not None:

@@ -132,10 +132,11 @@ def blueprint(prefix: str) -> Blueprint:
         budget = None if admin else setting(app, "CORRAL_WHATIF_BUDGET", DEFAULT_BUDGET)
         queue_cap = None if admin else setting(app, "CORRAL_WHATIF_QUEUE", DEFAULT_QUEUE_CAP)
         st = store()  # the worker has no app context: hand it the store itself
+        reservations = app.config.get("CORRAL_RESERVATIONS")  # the controller's rule (`corral serve`), if any
 
         def run() -> dict[str, Any]:
             return what_if(st, req, make_policy, default_policy=DEFAULT_POLICY, budget=budget,
-                           queue_cap=queue_cap)
+                           queue_cap=queue_cap, reservations=reservations)
 
         future = pool(app).try_submit(run)
         if future is None:

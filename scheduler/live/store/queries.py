@@ -590,6 +590,42 @@ def limit_settings(s: Session, user_id: int | None = None) -> tuple[dict[str, An
     return defaults, (_set_columns(s.get(UserLimits, user_id)) if user_id is not None else {})
 
 
+def time_limit_settings(s: Session) -> tuple[float | None, float | None]:
+    """(the time limit a job gets when it gives none, the most one may give): None where an admin set neither."""
+    row = s.get(LimitDefaults, 1)
+    return (row.default_time_limit_s, row.max_time_limit_s) if row is not None else (None, None)
+
+
+def set_time_limits(s: Session, changes: Mapping[str, float | None], *, by: str) -> tuple[float | None, float | None]:
+    """Write the cluster's default and maximum time limit (`default_s`, `max_s`; None clears one); ValueError, naming
+    the field, if the default would exceed the maximum. Returns both after the change."""
+    now = time.time()
+    row = s.get(LimitDefaults, 1, with_for_update=True)
+    if row is None:
+        row = LimitDefaults(id=1, updated_at=now)
+        s.add(row)
+    default = changes.get("default_s", row.default_time_limit_s)
+    most = changes.get("max_s", row.max_time_limit_s)
+    if default is not None and most is not None and default > most:
+        field = "default_s" if "default_s" in changes else "max_s"
+        raise ValueError(f"{field}: the default time limit ({default:g} s) would exceed the maximum ({most:g} s)")
+    row.default_time_limit_s, row.max_time_limit_s = default, most
+    row.updated_at, row.updated_by = now, by
+    s.flush()
+    return default, most
+
+
+def apply_time_limit(s: Session, fields: dict[str, Any]) -> None:
+    """A submission's time limit, in place: the cluster's default when it gives none; ValueError (naming
+    `time_limit_s`) when it gives more than the cluster's maximum."""
+    default, most = time_limit_settings(s)
+    if fields.get("time_limit_s") is None:
+        fields["time_limit_s"] = default
+    elif most is not None and fields["time_limit_s"] > most:
+        raise ValueError(f"{fields['time_limit_s']:g} s is more than the cluster's maximum time limit, {most:g} s "
+                         "(an admin sets it: `corral time-limits`)")
+
+
 def effective_limits(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> Limits:
     """The limits that apply: a user's override, else the admins' default, else the built-in one."""
     return replace(BUILTIN_LIMITS, **{**defaults, **overrides})

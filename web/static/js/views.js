@@ -5,7 +5,7 @@
 const Views = (() => {
   const C = Corral;
   const { html, raw, mount } = C;
-  const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+  const TERMINAL = new Set(["succeeded", "failed", "cancelled", "timed_out"]);
 
   const errorBox = (err) => html`<p class="error">${err.status ? `HTTP ${err.status}: ` : ""}${err.message}</p>`;
   const jobLink = (id, text) => html`<a href="#/job/${id}">${text !== undefined ? text : `#${id}`}</a>`;
@@ -289,7 +289,7 @@ const Views = (() => {
   // ---- all jobs ----------------------------------------------------------------------------------------------------
   // Every job, newest first, filtered by state and user and paged (GET /jobs?state&user&limit&offset), so finished
   // jobs can be found. The filters live in the URL (`#/jobs?state=failed&user=bob&page=2`): a view can be shared.
-  const JOB_STATES = ["pending", "running", "succeeded", "failed", "cancelled"];
+  const JOB_STATES = ["pending", "running", "succeeded", "failed", "cancelled", "timed_out"];
   const PAGE_SIZE = 50;
 
   function jobs(el, params) {
