@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from scheduler.cli.params import COUNT, SEED, OutPath
+from scheduler.cli.params import COUNT, SEED, Number, OutPath
 from scheduler.core.errors import SpecError
 
 if TYPE_CHECKING:
@@ -41,12 +41,13 @@ from scheduler.cli.tables import METRIC_COLUMNS, format_duration, table_cell
 @click.option("--teams", "teams_path", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Teams YAML (name, quota_gpus, borrow_limit_gpus; half_life_s): every policy runs inside the "
                    "tenancy frame, and the report shows each team's share.")
-@click.option("--time-limits", "time_limits", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--time-limits", "time_limits", type=Number("float", 0, 1000, min_open=True), default=None,
               metavar="F", help="Give each job without a time limit one of F times its isolated duration (a run that "
                                 "reaches it is stopped and counts as timed out).")
-@click.option("--reserve-after", "reserve_after", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--reserve-after", "reserve_after", type=Number("float", 0, 365 * 24 * 3600), default=None,
+              metavar="SECONDS",
               help="A whole-GPU job waiting this long gets a reservation; others backfill around it (EASY backfill).")
-@click.option("--reserve-share", "reserve_share", type=click.FloatRange(min=0, max=1, min_open=True), default=None,
+@click.option("--reserve-share", "reserve_share", type=Number("float", 0, 1, min_open=True), default=None,
               metavar="F", help="A job asking for at least this share of the cluster's GPUs gets a reservation.")
 def simulate(
     trace_path: str, trace_format: str, limit: int | None, cluster: Cluster, policies: list[str],

@@ -64,7 +64,7 @@ def webhook_list(user: str | None, job_id: int | None, as_json: bool, url: str, 
 
 
 @webhook.command("rm")
-@click.argument("webhook_id", type=WEBHOOK_ID, metavar="ID")
+@click.argument("webhook_id", type=WEBHOOK_ID)
 @connection
 def webhook_rm(webhook_id: int, url: str, token: str | None) -> None:
     """Delete webhook ID: nothing more is sent to it (its pending deliveries fail)."""
@@ -74,7 +74,7 @@ def webhook_rm(webhook_id: int, url: str, token: str | None) -> None:
 
 
 @webhook.command("rotate")
-@click.argument("webhook_id", type=WEBHOOK_ID, metavar="ID")
+@click.argument("webhook_id", type=WEBHOOK_ID)
 @connection
 def webhook_rotate(webhook_id: int, url: str, token: str | None) -> None:
     """Give webhook ID a new secret (prints it, once); the old one signs nothing from now on."""
@@ -125,7 +125,7 @@ def webhook_deliveries(webhook_id: int | None, job_id: int | None, status: str |
 
 
 @webhook.command("delivery")
-@click.argument("delivery_id", type=WEBHOOK_ID, metavar="ID")
+@click.argument("delivery_id", type=WEBHOOK_ID)
 @click.option("--json", "as_json", is_flag=True)
 @connection
 def webhook_delivery(delivery_id: int, as_json: bool, url: str, token: str | None) -> None:
