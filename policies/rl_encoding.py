@@ -76,6 +76,7 @@ from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobKind, JobSpec, Placement
+from scheduler.core.priorities import may_preempt
 from scheduler.core.standing import TenancyStanding
 from scheduler.core.state import EPS, ClusterView
 
@@ -448,11 +449,17 @@ class _Frame:
         self.queues = queues
         self.planner = Planner(view)
         self.preempt = preempt and bool(view.running)
+        # Some running job is protected by the priority rules (`scheduler.core.priorities`): not preemptible, or of
+        # a higher priority than some pending job. Checked once; without priorities no victim is filtered.
+        priorities = {j.spec.priority for j in queue}
+        self.protected = self.preempt and any(
+            not j.spec.preemptible or j.spec.priority > min(priorities, default=j.spec.priority)
+            for j in view.running.values())
         self._running: tuple[Sequence[Job], np.ndarray, np.ndarray] | None = None  # jobs, attained, submit
         self._by_ladder: dict[tuple[float, ...] | str, tuple[np.ndarray, np.ndarray]] = {}  # levels, order
         # Smallest demand that found no victims, per ladder, queue and (inside the tenancy frame) which victims the
         # job may take (`_may_take`).
-        self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool]], float] = {}
+        self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool], int], float] = {}
         self.scanned = 0  # preemption attempts at this decision point (bounded by PREEMPT_SCAN per order)
 
     def _scored(self, spec: JobSpec, cands: list[Placement], victims: list[Job]) -> Choice:
@@ -530,7 +537,11 @@ class _Frame:
         view, planner, spec = self.view, self.planner, job.spec
         level = self.level(job, ladder)
         may_take, whose = self._may_take(job)
-        key = (ladder, level, whose)
+        if self.protected:  # the priority rules: never a higher priority, never a non-preemptible job
+            frame_take = may_take
+            may_take = (lambda v: may_preempt(v.spec, spec, equals=True)) if frame_take is None else (
+                lambda v: may_preempt(v.spec, spec, equals=True) and frame_take(v))
+        key = (ladder, level, whose, spec.priority)
         if not self.preempt or spec.num_gpus >= self._no_victims_from.get(key, math.inf):
             return None
         levels, order = self._ranked(ladder)

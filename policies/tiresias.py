@@ -36,6 +36,7 @@ from policies.placement import Planner
 from policies.registry import UnknownPolicyError, register, register_prefix
 from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
+from scheduler.core.priorities import may_preempt
 from scheduler.core.state import EPS, ClusterView
 from scheduler.core.victims import Offer, choose_victims, pending_takers
 
@@ -249,7 +250,8 @@ class Tiresias:
     def _victims(
         self, view: ClusterView, planner: Planner, spec: JobSpec, level: int, preempted: set[int]
     ) -> list[Job]:
-        victims = (v for v in self._victims_below(view, level) if v.id not in preempted)
+        victims = (v for v in self._victims_below(view, level)
+                   if v.id not in preempted and may_preempt(v.spec, spec, equals=True))
         return pick_victims(view, planner, spec, victims, self._queue)
 
 

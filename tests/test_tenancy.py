@@ -250,6 +250,7 @@ class Scripted:
 
     name = "scripted"
     oracle = False
+    time_sharing = True  # its preemptions of equal priorities pass the priority rule: the frame's rules are tested
 
     def __init__(self) -> None:
         self.script: list[Decision] = []

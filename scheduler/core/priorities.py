@@ -11,7 +11,8 @@ or by an admin-defined priority class it names (Kueue's WorkloadPriorityClass, K
    the job it makes room for. Of equal priority only a *time-sharing* policy may (`time_sharing = True` on the
    class: Tiresias, Gittins and the `rl:` policies, whose least-attained-service preemption is what they are; as
    Kueue's `LowerOrNewerEqualPriority`, or Slurm's gang scheduling of equal jobs). A start whose preemptions break
-   this is held back for the instant and the policy is asked again without it.
+   this is dropped (the job waits, saying why), and so is any later start the policy planned on those victims' GPUs;
+   the policies that preempt (Tiresias, Gittins, `rl:`) take only victims the rule allows, so this is a safety net.
 3. **Higher priority makes room.** When a band starts nothing, its first job (in arrival order) that the free GPUs
    cannot hold preempts running jobs of strictly lower priority, preemptible and of its own team, lowest priority and
    then youngest first, the fewest GPUs that make room (`scheduler.core.victims`). It is then offered the freed GPUs
@@ -30,7 +31,7 @@ holds for every policy that preempts (they time-share) and rule 3 finds no lower
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from itertools import groupby
 from typing import Any
 
@@ -40,8 +41,6 @@ from scheduler.core.room import has_room, room_model
 from scheduler.core.runner import answered, deliberation
 from scheduler.core.state import ClusterView
 from scheduler.core.victims import choose_victims, pending_takers
-
-MAX_ASKS = 64  # re-asks at one call after holding back starts whose preemptions broke rule 2
 
 
 def may_preempt(victim: JobSpec, for_: JobSpec, equals: bool = False) -> bool:
@@ -121,38 +120,40 @@ class PriorityFrame:
     # ---- rule 2 ----------------------------------------------------------------------------------------------------
 
     def _ask(self, view: ClusterView, jobs: list[Job], now: float) -> Deliberation:
-        """The wrapped policy's decisions for `jobs`, re-asked without any start whose preemptions break rule 2."""
-        held: dict[int, str] = {}
-        for _ in range(MAX_ASKS):
-            asked = [j for j in jobs if j.id not in held] if held else jobs
-            if not asked:
-                break
-            decisions = yield from deliberation(self.inner, view, asked, now)
-            bad = self._breaks(view, decisions, {j.id: j for j in asked})
-            if bad is None:
-                return self._lone_ok(view, decisions) + [Wait(i, why) for i, why in held.items()]
-            held[bad[0]] = bad[1]
-            self.refused += 1
-        return [Wait(i, why) for i, why in held.items()]
-
-    def _breaks(self, view: ClusterView, decisions: list[Decision],
-                by_id: Mapping[int, Job]) -> tuple[int, str] | None:
-        """The first start whose preemptions rule 2 refuses, with why; None if none does. A preemption belongs to
-        the placement that follows it."""
-        victims: list[Job] = []
+        """The wrapped policy's decisions for `jobs`, less every start whose preemptions break rule 2 (with its
+        preemptions, and any later start on GPUs those victims hold: the policy planned it on them), each such job
+        told why it waits. One ask: the policy is asked again at the next round, on the state the kept starts leave."""
+        decisions = yield from deliberation(self.inner, view, jobs, now)
+        if not any(isinstance(d, Preempt) for d in decisions):
+            return decisions
+        by_id = {j.id: j for j in jobs}
+        kept: list[Decision] = []
+        group: list[Preempt] = []
+        blocked: set[int] = set()  # GPUs of victims whose preemption was refused: still held
+        refused: list[Decision] = []
         for d in decisions:
             if isinstance(d, Preempt):
-                v = view.running.get(d.job_id)
-                if v is not None:
-                    victims.append(v)
-            elif isinstance(d, Place) and victims:
-                job = by_id.get(d.job_id)
+                group.append(d)
+                continue
+            if not isinstance(d, Place):
+                kept.append(d)
+                continue
+            job = by_id.get(d.job_id)
+            victims = [view.running[v.job_id] for v in group if v.job_id in view.running]
+            bad = next((v for v in victims if job is not None and not may_preempt(v.spec, job.spec, self.equals)),
+                       None)
+            if bad is not None or blocked.intersection(d.placement.gpus):
+                for v in victims:
+                    blocked.update(view.placement(v.id).gpus)
                 if job is not None:
-                    for v in victims:
-                        if not may_preempt(v.spec, job.spec, self.equals):
-                            return job.id, refusal(v.spec, job.spec)
-                victims = []
-        return None
+                    why = refusal(bad.spec, job.spec) if bad is not None else (
+                        "its policy planned it on GPUs whose preemption was refused")
+                    refused.append(Wait(job.id, why))
+                    self.refused += 1
+            else:
+                kept += [*group, d]
+            group = []
+        return self._lone_ok(view, kept + group) + refused
 
     @staticmethod
     def _lone_ok(view: ClusterView, decisions: list[Decision]) -> list[Decision]:
