@@ -22,6 +22,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from scheduler.core.dependencies import Dependency
 from scheduler.core.errors import SpecError
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -389,6 +390,11 @@ class JobSpec:
     team: str = DEFAULT_TEAM  # the tenant whose quota it runs under (scheduler.core.tenancy)
     preemptible: bool = True  # false: never preempted, and inside the tenancy frame it never borrows
     time_limit_s: float | None = None  # wall seconds a run may last before it is stopped (timed out); None: no limit
+    # Offered to the policy only once these hold (`scheduler.core.dependencies`); a task of an array (its key), of
+    # which at most `array_max_running` run at once.
+    depends_on: tuple[Dependency, ...] = ()
+    array: str | None = None
+    array_max_running: int | None = None
     workers: int = field(init=False, repr=False, compare=False)  # gang size; a fractional job has one worker
 
     def __post_init__(self) -> None:
@@ -432,6 +438,7 @@ class JobPhase(StrEnum):
     DONE = "done"
     REJECTED = "rejected"
     TIMED_OUT = "timed_out"  # its run reached its time limit and was stopped
+    CANCELLED = "cancelled"  # a dependency that can never be met
 
 
 class Job:

@@ -27,6 +27,7 @@ import numpy as np
 from scheduler.core.admission import admission
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.core.dependencies import Outcome, array_room, check_acyclic, readiness
 from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
 from scheduler.core.progress import in_queue_order, progress_rate
@@ -131,6 +132,17 @@ class Simulator:
         self._arrivals = len(self.specs)  # jobs [0, _arrivals) arrive from the trace; the rest start placed
         self.running: dict[int, Job] = {}
         self.pending: dict[int, Job] = {}  # arrival order
+        # Arrived jobs whose dependencies do not hold yet (`scheduler.core.dependencies`): not offered to the policy.
+        self.blocked: dict[int, Job] = {}
+        self._by_name = {s.name: i for i, s in reversed(list(enumerate(self.specs)))}  # a name's first job
+        self._deps = any(s.depends_on for s in self.specs)
+        if self._deps:
+            try:
+                check_acyclic({s.name: [d.job for d in s.depends_on] for s in self.specs})
+            except ValueError as exc:
+                raise SimulationError(f"depends_on: {exc}") from None
+        self._arrays = {s.array: s.array_max_running for s in self.specs if s.array is not None
+                        and s.array_max_running is not None}
         self.view = ClusterView(self.state, self.contention, self.running)
         self.now = 0.0
         self._heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, job id, version)
@@ -224,8 +236,49 @@ class Simulator:
             job.state = JobPhase.REJECTED
             job.reject_reason = reason
             self._finished += 1
+            self._ended()
+            return
+        if job.spec.depends_on:
+            self.blocked[job.id] = job
+            self._unblock()
             return
         self.pending[job.id] = job
+
+    def _outcome(self, name: str) -> Outcome | None:
+        state = self.jobs[self._by_name[name]].state
+        if state is JobPhase.DONE:
+            return Outcome.SUCCEEDED
+        if state in (JobPhase.PENDING, JobPhase.RUNNING):
+            return None
+        return Outcome.FAILED
+
+    def _unblock(self) -> None:
+        """Offer the blocked jobs whose dependencies now hold; cancel those whose never will (and so on down)."""
+        changed = True
+        while changed and self.blocked:
+            changed = False
+            for job_id, job in list(self.blocked.items()):
+                ready = readiness(job.spec.depends_on, self._outcome)
+                if ready.ready:
+                    del self.blocked[job_id]
+                    self.pending_reasons.pop(job_id, None)
+                    self.pending[job_id] = job
+                    self.pending = in_queue_order(self.pending)
+                elif ready.never:
+                    del self.blocked[job_id]
+                    job.state = JobPhase.CANCELLED
+                    job.reject_reason = ready.why
+                    job.end_s = self.now
+                    self._finished += 1
+                    self.pending_reasons.pop(job_id, None)
+                    changed = True  # its own dependents may never run now
+                else:
+                    self.pending_reasons[job_id] = ready.why
+
+    def _ended(self) -> None:
+        """A job ended: its dependents may be ready, or never."""
+        if self.blocked:
+            self._unblock()
 
     def _start(self, job: Job, decision: Place) -> None:
         if job.id not in self.pending:
@@ -265,6 +318,7 @@ class Simulator:
         job.end_s = self.now
         job.work_left = 0.0
         self._finished += 1
+        self._ended()
 
     def _time_out(self, job: Job) -> None:
         """Its run reached its time limit: stopped, and it ends timed out, unless its work was done at that very
@@ -277,6 +331,7 @@ class Simulator:
         job.state = JobPhase.TIMED_OUT
         job.end_s = self.now
         self._finished += 1
+        self._ended()
 
     def _preempt(self, job: Job, *, by_policy: bool = True) -> None:
         if job.id not in self.running:
@@ -340,7 +395,22 @@ class Simulator:
         return rounds(self.policy, self.view, self._queue, self.now, self._applied, self._who)
 
     def _queue(self) -> Collection[Job]:
-        return self.pending.values()
+        if not self._arrays:
+            return self.pending.values()
+        room = {a: array_room(k, 0) for a, k in self._arrays.items()}
+        for job in self.running.values():
+            if job.spec.array in room:
+                room[job.spec.array] = max(0, (room[job.spec.array] or 0) - 1)
+        offered = []
+        for job in self.pending.values():  # an array's tasks in queue order: the first it has room for
+            a = job.spec.array
+            if a in room:
+                if not room[a]:
+                    self.pending_reasons[job.id] = (f"array {a} runs {self._arrays[a]} tasks at once, its maximum")
+                    continue
+                room[a] = (room[a] or 0) - 1
+            offered.append(job)
+        return offered
 
     def _applied(self, decisions: list[Decision], _seconds: float) -> bool:
         return self.apply(decisions)
@@ -466,6 +536,8 @@ class Simulator:
         done = [j for j in self.jobs if j.state is JobPhase.DONE]
         rejected = sum(j.state is JobPhase.REJECTED for j in self.jobs)
         out: dict[str, Any] = {"jobs_completed": len(done), "jobs_rejected": rejected}
+        if self._deps:  # (absent without dependencies: older results read the same)
+            out["jobs_cancelled"] = sum(j.state is JobPhase.CANCELLED for j in self.jobs)
         if any(s.time_limit_s is not None for s in self.specs):  # (absent without limits: older results read the same)
             out["jobs_timed_out"] = sum(j.state is JobPhase.TIMED_OUT for j in self.jobs)
         if not done:

@@ -1,0 +1,148 @@
+"""Job dependencies and job arrays: which pending jobs the policy may be offered, written once for the simulator (and
+so the RL environment and what-if) and the live controller.
+
+**Dependencies** (Slurm's `--dependency`): a job lists others with a condition each, and is offered to the policy only
+once every one holds:
+
+* `afterok`: the other job succeeded;
+* `afternotok`: it ended without succeeding (failed, timed out, cancelled or refused);
+* `afterany`: it ended, however.
+
+A condition that can no longer hold (`afterok` on a job that failed; `afternotok` on one that succeeded) makes the
+dependent job **never** runnable: it ends cancelled with that reason (Slurm's DependencyNeverSatisfied), and so,
+in turn, may the jobs that depend on it. A job can depend only on jobs that exist when it is submitted, so the live
+service cannot form a cycle; a trace can, and `check_acyclic` refuses one, naming it.
+
+**Arrays** (Slurm's `--array=0-99%10`): N tasks share a parent; `max_running` bounds how many run at once, so the
+policy is offered only as many of an array's pending tasks (first by index) as it has room for (`array_room`).
+
+Each caller keeps its own books (the simulator its jobs, the controller its store) and asks these functions with
+what it knows of the other jobs' ends (`Outcome`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Condition(StrEnum):
+    AFTEROK = "afterok"
+    AFTERANY = "afterany"
+    AFTERNOTOK = "afternotok"
+
+
+class Outcome(StrEnum):
+    """How a job ended, as far as dependencies care."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # failed, timed out, cancelled or refused: ended without succeeding
+
+
+WORDS = {Condition.AFTEROK: "succeed", Condition.AFTERANY: "end", Condition.AFTERNOTOK: "fail"}
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    job: str  # the other job: its id in the live service, its name (job_id column) in a trace
+    condition: Condition = Condition.AFTEROK
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """A dependent job's state: `ready`, or waiting (`why`), or `never` runnable (`why` says which condition)."""
+
+    ready: bool
+    never: bool = False
+    why: str = ""
+
+
+READY = Readiness(True)
+
+
+def holds(condition: Condition, outcome: Outcome | None) -> bool | None:
+    """Whether `condition` holds for a job that ended with `outcome` (None: not ended): True, False (never will),
+    or None (not yet)."""
+    if outcome is None:
+        return None
+    if condition is Condition.AFTERANY:
+        return True
+    return (outcome is Outcome.SUCCEEDED) == (condition is Condition.AFTEROK)
+
+
+def readiness(deps: Sequence[Dependency], outcome: Callable[[str], Outcome | None],
+              label: Callable[[str], str] = lambda key: f"job {key}") -> Readiness:
+    """Whether a job with `deps` may be offered now; `outcome(key)` says how each other job ended (None: not yet).
+    The first condition that can never hold decides `never`; else the first that does not hold yet is the wait's
+    reason ("waiting for job 12 to succeed")."""
+    waiting: list[str] = []
+    for dep in deps:
+        state = holds(dep.condition, outcome(dep.job))
+        if state is False:
+            ended = "succeeded" if outcome(dep.job) is Outcome.SUCCEEDED else "ended without succeeding"
+            return Readiness(False, True, f"its dependency can never be met: it runs {dep.condition} {label(dep.job)},"
+                                          f" which {ended}")
+        if state is None:
+            waiting.append(f"{label(dep.job)} to {WORDS[dep.condition]}")
+    if not waiting:
+        return READY
+    more = f" (and {len(waiting) - 1} more)" if len(waiting) > 1 else ""
+    return Readiness(False, False, f"waiting for {waiting[0]}{more}")
+
+
+def check_acyclic(deps: Mapping[K, Iterable[K]]) -> None:
+    """ValueError naming a cycle (a -> b -> a) if the dependency graph has one; every key must be a node, and an
+    unknown dependency is refused too."""
+    for node, targets in deps.items():
+        for t in targets:
+            if t not in deps:
+                raise ValueError(f"{node} depends on {t}, which does not exist")
+    colour: dict[K, int] = {}  # 1: on the current path, 2: done
+    for root in deps:
+        if root in colour:
+            continue
+        stack: list[tuple[K, list[K]]] = [(root, list(deps[root]))]
+        path = [root]
+        colour[root] = 1
+        while stack:
+            node, todo = stack[-1]
+            if not todo:
+                stack.pop()
+                path.pop()
+                colour[node] = 2
+                continue
+            nxt = todo.pop()
+            if colour.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                raise ValueError("dependencies form a cycle: " + " -> ".join(map(str, cycle)))
+            if nxt not in colour:
+                colour[nxt] = 1
+                path.append(nxt)
+                stack.append((nxt, list(deps[nxt])))
+
+
+def array_room(max_running: int | None, running: int) -> int | None:
+    """How many more of an array's tasks may start now (None: no bound)."""
+    return None if max_running is None else max(0, max_running - running)
+
+
+def parse_dependency(text: str) -> list[Dependency]:
+    """Slurm's form, as the CLI and the trace column take it: `afterok:12:13,afterany:14` (conditions separated by
+    commas or semicolons, each followed by one or more job keys). ValueError naming what is wrong."""
+    out: list[Dependency] = []
+    for part in (p.strip() for p in text.replace(";", ",").split(",")):
+        if not part:
+            continue
+        name, *keys = part.split(":")
+        try:
+            condition = Condition(name.strip().lower())
+        except ValueError:
+            raise ValueError(f"{name!r} is not a condition; use {', '.join(c.value for c in Condition)}") from None
+        if not keys or any(not k.strip() for k in keys):
+            raise ValueError(f"{part!r}: name at least one job after the condition ({name}:JOB[:JOB...])")
+        out += [Dependency(k.strip(), condition) for k in keys]
+    return out
