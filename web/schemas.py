@@ -9,6 +9,7 @@ from typing import Any
 from marshmallow import INCLUDE, Schema, ValidationError, fields, pre_load, validate, validates_schema
 
 import web.limits as lim
+from scheduler.core.dependencies import Condition
 from scheduler.core.tenancy import TeamError, make_team
 from scheduler.core.workloads import catalog
 from scheduler.live.job_states import DEFAULT_JOB_KIND
@@ -143,6 +144,25 @@ class RequestSchema(Schema):
         return data
 
 
+MAX_DEPENDENCIES = 100  # jobs one job may depend on
+MAX_ARRAY = 1000  # tasks in one array
+
+
+class DependencyArgs(RequestSchema):
+    job = _db_int(1, required=True, metadata={"description": "the id of a job of yours (any job, for admins)"})
+    condition = fields.String(load_default=Condition.AFTEROK.value,
+                              validate=validate.OneOf([c.value for c in Condition]), metadata={
+        "description": "afterok: it succeeded; afternotok: it ended without succeeding; afterany: it ended"})
+
+
+class ArrayArgs(RequestSchema):
+    count = fields.Integer(strict=True, required=True, validate=validate.Range(min=1, max=MAX_ARRAY), metadata={
+        "description": f"tasks: indices 0 to count - 1 (CORRAL_ARRAY_INDEX), at most {MAX_ARRAY}"})
+    max_running = fields.Integer(strict=True, load_default=None, allow_none=True,
+                                 validate=validate.Range(min=1, max=MAX_ARRAY),
+                                 metadata={"description": "tasks running at once, at most (null: no bound)"})
+
+
 class JobSubmitSchema(RequestSchema):
     """A submission. Unknown fields are refused (marshmallow's default), so a misspelt field is an error, not
     silently ignored."""
@@ -173,6 +193,11 @@ class JobSubmitSchema(RequestSchema):
     time_limit_s = _bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, load_default=None, metadata={
         "description": "wall seconds a run may last; one that reaches it is stopped (SIGTERM, then SIGKILL) and the job "
                        "ends timed_out (default: the cluster's, GET /time-limits; at most its maximum)"})
+    depends_on = fields.List(fields.Nested(DependencyArgs), load_default=None,
+                             validate=validate.Length(max=MAX_DEPENDENCIES), metadata={
+        "description": "run only once each of these holds; a job whose condition can never hold is cancelled"})
+    array = fields.Nested(ArrayArgs, load_default=None, metadata={
+        "description": "submit `count` tasks of this job, sharing an array id (GET /arrays/{id})"})
     priority_class = fields.String(load_default=None, validate=validate.Length(min=1, max=64), metadata={
         "description": "a priority class an admin defined (GET /priority-classes): the job takes its value and "
                        "preemptibility (then give neither priority nor preemptible)"})
@@ -480,6 +505,31 @@ class JobWebhookSchema(Schema):
     secret = fields.String(metadata={"description": "signs every request to it (X-Corral-Signature); shown only now"})
 
 
+class DependencyStateSchema(Schema):
+    job = fields.Integer()
+    condition = fields.String()
+    name = fields.String(allow_none=True, metadata={"description": "null: a job the caller may not see"})
+    state = fields.String(allow_none=True)
+    met = fields.Boolean(allow_none=True, metadata={"description": "true: holds; false: never will; null: not yet"})
+
+
+class ArrayTaskSchema(Schema):
+    id = fields.Integer()
+    index = fields.Integer()
+    state = fields.String()
+
+
+class ArraySchema(Schema):
+    id = fields.Integer()
+    name = fields.String()
+    user = fields.String()
+    count = fields.Integer()
+    max_running = fields.Integer(allow_none=True)
+    submitted_at = fields.Float()
+    states = fields.Dict(keys=fields.String(), values=fields.Integer(), metadata={"description": "tasks per state"})
+    tasks = fields.List(fields.Nested(ArrayTaskSchema), metadata={"description": "by index"})
+
+
 class JobSchema(Schema):
     id = fields.Integer()
     name = fields.String()
@@ -496,6 +546,14 @@ class JobSchema(Schema):
     preemptible = fields.Boolean()
     priority_class = fields.String(allow_none=True, metadata={"description": "the class it named, if any"})
     time_limit_s = fields.Float(allow_none=True, metadata={"description": "wall seconds a run may last (null: none)"})
+    depends_on = fields.List(fields.Dict(), allow_none=True, metadata={
+        "description": "[{job, condition}] it runs after (null: none)"})
+    array_id = fields.Integer(allow_none=True, metadata={"description": "its array, if it is a task of one"})
+    array_index = fields.Integer(allow_none=True, metadata={"description": "its index in the array"})
+    array_max_running = fields.Integer(allow_none=True)
+    array = fields.Nested(ArraySchema, allow_none=True, metadata={
+        "description": "its array with every task's state: in GET /jobs/{job_id} and the answer to an array's "
+                       "submission (which is task 0's)"})
     slo_ms = fields.Float(allow_none=True)
     client_token = fields.String(allow_none=True)
     restart_policy = fields.String()
@@ -583,6 +641,9 @@ class DecisionSchema(Schema):
 
 
 class JobDetailSchema(JobSchema):
+    dependencies = fields.List(fields.Nested(DependencyStateSchema), metadata={
+        "description": "the jobs it depends on, each with its state and whether the condition holds"})
+
     last_placement = fields.Nested(LastPlacementSchema, allow_none=True, metadata={
         "description": "a job that holds no GPU now but held some (preempted, requeued after a lost run, finished): "
                        "where its latest run was and what ended it"})

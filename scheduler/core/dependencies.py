@@ -25,7 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from scheduler.core.model import Job
 
 K = TypeVar("K", bound=Hashable)
 
@@ -128,6 +131,31 @@ def check_acyclic(deps: Mapping[K, Iterable[K]]) -> None:
 def array_room(max_running: int | None, running: int) -> int | None:
     """How many more of an array's tasks may start now (None: no bound)."""
     return None if max_running is None else max(0, max_running - running)
+
+
+def array_throttle(pending: Iterable[Job], running: Iterable[Job]) -> tuple[list[Job], dict[int, str]]:
+    """The pending jobs the policy may be offered as far as arrays go, in their order (an array's tasks only as many
+    as it has room for, the first ones), and why each task left out waits."""
+    pending = list(pending)
+    bounded = {j.spec.array: j.spec.array_max_running for j in pending
+               if j.spec.array is not None and j.spec.array_max_running is not None}
+    if not bounded:
+        return pending, {}
+    room = {a: k for a, k in bounded.items()}
+    for job in running:
+        if job.spec.array in room:
+            room[job.spec.array] = max(0, room[job.spec.array] - 1)
+    offered: list[Job] = []
+    waits: dict[int, str] = {}
+    for job in pending:
+        a = job.spec.array
+        if a in room:
+            if not room[a]:
+                waits[job.id] = f"array {a} runs {bounded[a]} tasks at once, its maximum"
+                continue
+            room[a] -= 1
+        offered.append(job)
+    return offered, waits
 
 
 def parse_dependency(text: str) -> list[Dependency]:

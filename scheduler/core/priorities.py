@@ -153,7 +153,7 @@ class PriorityFrame:
             else:
                 kept += [*group, d]
             group = []
-        return self._lone_ok(view, kept + group) + refused
+        return self._lone_ok(view, [*kept, *group]) + refused
 
     @staticmethod
     def _lone_ok(view: ClusterView, decisions: list[Decision]) -> list[Decision]:

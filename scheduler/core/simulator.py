@@ -27,7 +27,7 @@ import numpy as np
 from scheduler.core.admission import admission
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
-from scheduler.core.dependencies import Outcome, array_room, check_acyclic, readiness
+from scheduler.core.dependencies import Outcome, array_throttle, check_acyclic, readiness
 from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
 from scheduler.core.progress import in_queue_order, progress_rate
@@ -397,19 +397,8 @@ class Simulator:
     def _queue(self) -> Collection[Job]:
         if not self._arrays:
             return self.pending.values()
-        room = {a: array_room(k, 0) for a, k in self._arrays.items()}
-        for job in self.running.values():
-            if job.spec.array in room:
-                room[job.spec.array] = max(0, (room[job.spec.array] or 0) - 1)
-        offered = []
-        for job in self.pending.values():  # an array's tasks in queue order: the first it has room for
-            a = job.spec.array
-            if a in room:
-                if not room[a]:
-                    self.pending_reasons[job.id] = (f"array {a} runs {self._arrays[a]} tasks at once, its maximum")
-                    continue
-                room[a] = (room[a] or 0) - 1
-            offered.append(job)
+        offered, waits = array_throttle(self.pending.values(), self.running.values())
+        self.pending_reasons.update(waits)
         return offered
 
     def _applied(self, decisions: list[Decision], _seconds: float) -> bool:

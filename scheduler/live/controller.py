@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.core.dependencies import Outcome, array_throttle, readiness
 from scheduler.core.model import Cluster, Job, Placement
 from scheduler.core.outages import Drain, OnFault, closed_gpus, evictions, spans
 from scheduler.core.progress import in_queue_order, progress_rate, runs_on_node
@@ -228,6 +229,9 @@ class Controller:
         self._capacity_said: set[int] = set()
         self._capacity_key: tuple[object, ...] = ()
         self._held: dict[int, float] = {}  # pending job -> the time a retry's backoff holds it until
+        self._waiting: dict[int, str] = {}  # pending job -> what its dependencies wait for (`_resolve_dependencies`)
+        self._arrays_pending = False  # some pending job is a task of an array with max_running
+        self._throttled: set[int] = set()  # an array's tasks beyond what it may run now (`_ready`)
         self._wake_at = float("inf")
         self._down: set[int] = set()  # nodes whose Ray node is gone
         self._drained: dict[int, Drain] = {}  # nodes an admin drained (the store's `nodes.drained_at`)
@@ -251,7 +255,7 @@ class Controller:
         """What the policy's answer depends on besides the clock: the queue in its order, the runs and whether their
         workers are up, the nodes down, and which view and policy (`_generation`)."""
         return (self._generation, tuple(self.pending), tuple(self._started.get(j, False) for j in self.running),
-                tuple(self.running), frozenset(self._down), frozenset(self.state.closed))
+                tuple(self.running), frozenset(self._down), frozenset(self.state.closed), frozenset(self._waiting))
 
     # ---- between rows and the model ---------------------------------------------------------------------------
 
@@ -510,6 +514,7 @@ class Controller:
                 self._sync_cancels(s, now)
                 self._enforce_time_limits(s, now)
                 self._collect(s, statuses, now, stats)
+                self._resolve_dependencies(s, now)
                 changed = False
                 if nodes is not None:
                     down = set(self._down)
@@ -913,15 +918,58 @@ class Controller:
 
     def _ready(self, now: float) -> Collection[Job]:
         """The pending jobs the policy may place now: all but those a retry's backoff still holds (the pass that
-        asks when the first hold ends is booked with `_wake_at`)."""
+        asks when the first hold ends is booked with `_wake_at`), those whose dependencies do not hold yet, and an
+        array's tasks beyond the number it may still run (`scheduler.core.dependencies`, as the simulator has it)."""
         if self._held:
             for job_id, until in list(self._held.items()):
                 if until <= now or job_id not in self.pending:
                     del self._held[job_id]
-        if not self._held:
-            return self.pending.values()
-        self._wake_at = min(self._wake_at, *self._held.values())
-        return [job for job_id, job in self.pending.items() if job_id not in self._held]
+        ready: Collection[Job] = self.pending.values()
+        if self._held:
+            self._wake_at = min(self._wake_at, *self._held.values())
+        if self._held or self._waiting:
+            ready = [job for job_id, job in self.pending.items()
+                     if job_id not in self._held and job_id not in self._waiting]
+        if self._arrays_pending:
+            ready, throttled = array_throttle(ready, self.running.values())
+            for job_id, why in throttled.items():
+                self._set_reason(job_id, why)
+            self._throttled = set(throttled)
+        return ready
+
+    def _resolve_dependencies(self, s: Session, now: float) -> None:
+        """The pending jobs whose dependencies do not hold yet wait, saying for what; those whose never will are
+        cancelled with the reason (Slurm's DependencyNeverSatisfied), which may in turn do the same to theirs at a
+        later pass. One query a pass for the other jobs' states, only while some pending job has dependencies."""
+        dependent = [job for job in self.pending.values() if job.spec.depends_on]
+        self._arrays_pending = any(job.spec.array_max_running is not None for job in self.pending.values())
+        if not dependent:
+            self._waiting = {}
+            return
+        keys = {int(d.job) for job in dependent for d in job.spec.depends_on}
+        found = s.execute(select(JobRow.id, JobRow.state).where(JobRow.id.in_(keys)))
+        states: dict[int, str] = {i: st for i, st in found}
+
+        def outcome(key: str) -> Outcome | None:
+            state = states.get(int(key))
+            if state in (S.PENDING, S.RUNNING):
+                return None
+            return Outcome.SUCCEEDED if state == S.SUCCEEDED else Outcome.FAILED  # (a job gone: it cannot succeed)
+
+        waiting: dict[int, str] = {}
+        for job in dependent:
+            ready = readiness(job.spec.depends_on, outcome)
+            if ready.never:
+                row = s.get(JobRow, job.id)
+                if row is not None and row.state == S.PENDING:
+                    row.state, row.finished_at, row.error, row.pending_reason = S.CANCELLED, now, ready.why, None
+                    queries.add_event(s, job.id, "cancelled", f"cancelled: {ready.why}", at=now)
+                self.pending.pop(job.id, None)
+                self._reasons.pop(job.id, None)
+            elif not ready.ready:
+                waiting[job.id] = ready.why
+                self._set_reason(job.id, ready.why)
+        self._waiting = waiting
 
     def _lose_node(self, s: Session, node: int, why: str, now: float) -> None:
         """Node `node` is gone: every run with a GPU there is stopped and lost (requeued or failed by its policy)."""
@@ -1071,7 +1119,7 @@ class Controller:
         new to the queue or no longer waited for by the policy (a burst of submissions to a deep queue adds a few
         jobs to a pass; a thousand jobs' reasons stand)."""
         key = (self.state.free_whole, round(self.state.allocated_share, 6), self.policy_name, len(self.pending),
-               len(self._held))
+               len(self._held), len(self._waiting), len(self._throttled))
         if key == self._reasons_key:
             return
         self._reasons_key = key
@@ -1080,7 +1128,9 @@ class Controller:
         if capacity != self._capacity_key:
             self._capacity_key = capacity
             self._capacity_said.clear()
-        todo = self.pending.keys() - self._policy_said - self._capacity_said - self._held.keys()  # (held: retry words)
+        # (held, waiting, throttled: the retry's, the dependencies' and the array's words)
+        todo = (self.pending.keys() - self._policy_said - self._capacity_said - self._held.keys()
+                - self._waiting.keys() - self._throttled)
         said: dict[tuple[float, str], str] = {}  # a thousand queued jobs come in a few sizes and models
         for job_id in todo:
             spec = self.pending[job_id].spec

@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from scheduler.core.admission import admission
+from scheduler.core.dependencies import Condition, Dependency
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
 from scheduler.core.workloads import ModelProfile
 from scheduler.live import job_files
@@ -22,6 +23,8 @@ def job_spec(row: JobRow, profiles: Mapping[str, ModelProfile]) -> JobSpec:
         name=row.name, submit_s=row.submitted_at, num_gpus=row.num_gpus, duration_s=row.duration_s,
         model=row.model, kind=profile.kind, user=row.user.name, priority=row.priority, slo_ms=row.slo_ms,
         team=row.team, preemptible=row.preemptible, time_limit_s=row.time_limit_s,
+        depends_on=tuple(Dependency(str(d["job"]), Condition(d["condition"])) for d in row.depends_on or ()),
+        array=str(row.array_id) if row.array_id is not None else None, array_max_running=row.array_max_running,
     )
 
 
@@ -57,6 +60,13 @@ def rank_specs(cluster: Cluster, node_names: Sequence[str], placement: Placement
     return ranks
 
 
+def array_env(row: JobRow) -> dict[str, str]:
+    """A task of an array learns which (Slurm's SLURM_ARRAY_TASK_ID): its index, its array and how many tasks."""
+    if row.array_id is None:
+        return {}
+    return {"CORRAL_ARRAY_ID": str(row.array_id), "CORRAL_ARRAY_INDEX": str(row.array_index)}
+
+
 def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], accounts: JobAccounts,
               log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES) -> Launch:
     """What the backend needs to start (or, after a restart, find) this run's workers. A command job whose user has no
@@ -71,6 +81,6 @@ def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], ac
         job_id=row.id, attempt=attempt, kind=row.kind, ranks=tuple(ranks),
         work_s=row.duration_s, rate=job.rate, log_dir=str(job_files.log_path(row.id, attempt, 0).parent),
         checkpoint_dir=str(job_files.checkpoint_dir(row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
-        env={str(k): str(v) for k, v in (row.env or {}).items()},
+        env={**{str(k): str(v) for k, v in (row.env or {}).items()}, **array_env(row)},
         run_as=run_as, create_account=accounts.creates, account_error=account_error, log_limit_bytes=log_limit_bytes,
     )

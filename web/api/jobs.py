@@ -12,15 +12,17 @@ from typing import Any
 from flask import current_app
 from flask_smorest import Blueprint, abort
 from marshmallow import ValidationError
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from scheduler.core.dependencies import Condition, Outcome, holds
 from scheduler.live import job_accounts
 from scheduler.live.explain import Estimates, allocation_text, known_progress, last_placement, queue_start_estimates
 from scheduler.live.job_files import log_path
 from scheduler.live.nodes import capacity_refusal
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
-from scheduler.live.store.models import Allocation, Job, User
+from scheduler.live.store.models import Allocation, Job, JobArray, User
 from web.api.context import notify, store, write_session
 from web.api.logread import file_size, read_from, tail_lines
 from web.api.webhooks import check_url as check_webhook_url
@@ -30,6 +32,7 @@ from web.fair_use import submission as fair_use
 from web.limits import MAX_LOG_RESPONSE_BYTES, MAX_LOG_WAITERS, MIN_RANK_LOG_BYTES
 from web.schemas import (
     DEFAULT_COMMAND_DURATION_S,
+    ArraySchema,
     JobDetailSchema,
     JobListArgs,
     JobListSchema,
@@ -42,7 +45,8 @@ from web.schemas import (
 
 JOB_COLUMNS = (
     "id", "name", "team", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority",
-    "preemptible", "priority_class", "time_limit_s", "slo_ms",
+    "preemptible", "priority_class", "time_limit_s", "depends_on", "array_id", "array_index", "array_max_running",
+    "slo_ms",
     "client_token", "restart_policy", "max_restarts", "max_retries", "retry_on", "retry_backoff_s", "retries",
     "not_before", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
@@ -80,6 +84,47 @@ def _job_or_404(s: Session, job_id: int) -> Job:
     return job
 
 
+def array_json(s: Session, array: JobArray, user: str) -> dict[str, Any]:
+    """An array with its tasks' states, by index."""
+    tasks = q.array_tasks(s, array.id)
+    states: dict[str, int] = {}
+    for t in tasks:
+        states[t.state] = states.get(t.state, 0) + 1
+    return {"id": array.id, "name": array.name, "user": user, "count": array.count, "max_running": array.max_running,
+            "submitted_at": array.submitted_at, "states": states,
+            "tasks": [{"id": t.id, "index": t.array_index, "state": t.state} for t in tasks]}
+
+
+def dependencies_json(s: Session, job: Job) -> list[dict[str, Any]]:
+    """The jobs `job` depends on, each with its state and whether the condition holds (true), never will (false)
+    or may yet (null); a job the caller may not see has no name or state."""
+    deps = job.depends_on or []
+    if not deps:
+        return []
+    who = caller()
+    rows = {r.id: r for r in s.scalars(select(Job).where(Job.id.in_([int(d["job"]) for d in deps])))}
+    out = []
+    for d in deps:
+        row = rows.get(int(d["job"]))
+        visible = row is not None and (who.admin or row.user_id == who.id)
+        state = row.state if visible and row is not None else None
+        outcome = None if state in (None, JobState.PENDING, JobState.RUNNING) else (
+            Outcome.SUCCEEDED if state == JobState.SUCCEEDED else Outcome.FAILED)
+        out.append({"job": int(d["job"]), "condition": d["condition"], "name": row.name if visible and row else None,
+                    "state": state, "met": holds(Condition(d["condition"]), outcome)})
+    return out
+
+
+def _array_or_404(s: Session, array_id: int) -> JobArray:
+    array = s.get(JobArray, array_id)
+    if array is None:
+        abort(404, message=f"array {array_id} not found")
+    who = caller()
+    if array.user_id != who.id and not who.admin:
+        abort(403, message=f"array {array_id} belongs to another user")
+    return array
+
+
 def _full_json(s: Session, job: Job) -> dict[str, Any]:
     allocs = q.current_allocations(s, [job]).get(job.id, [])
     pending = job.state == JobState.PENDING
@@ -89,8 +134,8 @@ def _full_json(s: Session, job: Job) -> dict[str, Any]:
 
 # What a resubmission copies from the job: what was submitted, less its client token (the original's idempotency key).
 RESUBMITTED = ("name", "kind", "model", "num_gpus", "duration_s", "entrypoint", "workdir", "env", "priority",
-               "preemptible", "priority_class", "time_limit_s", "slo_ms", "restart_policy", "max_restarts",
-               "max_retries", "retry_on", "retry_backoff_s")
+               "preemptible", "priority_class", "time_limit_s", "depends_on", "slo_ms", "restart_policy",
+               "max_restarts", "max_retries", "retry_on", "retry_backoff_s")
 PRIORITY_FIELDS = ("priority", "preemptible")
 
 
@@ -121,7 +166,12 @@ def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, 
         if why is not None:
             abort(403, message=f"kind: {why}")
     webhook = fields.pop("webhook", None)  # not a job column: a row of its own (web/api/webhooks.py)
+    array = fields.pop("array", None)  # not a job column either: the tasks' parent (job_arrays)
     if webhook is not None:
+        if array is not None:
+            abort(422, message="webhook: an array's tasks take no webhook of their own; a webhook of yours (POST "
+                               "/webhooks) is called for every task", errors={"json": {"webhook": [
+                                   "not with array: add a webhook of yours instead"]}})
         check_webhook_url("webhook", webhook)  # a 422 naming the field, before anything is stored
     # A detached stand-in for the caller's row (submit reads only its id and name): loading the row would cost a
     # query per submission, which the token cache exists to avoid.
@@ -139,8 +189,18 @@ def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, 
             q.apply_time_limit(s, fields)
         except ValueError as exc:
             abort(422, message=f"time_limit_s: {exc}", errors={"json": {"time_limit_s": [str(exc)]}})
-        job, created = q.submit(s, user, fields, max_pending=gate.max_pending, note=note)
-        body = job_json(job, user.name) if created else _full_json(s, job)
+        try:
+            fields["depends_on"] = q.check_dependencies(s, user, fields.get("depends_on"))
+        except LookupError as exc:
+            abort(422, message=f"depends_on: {exc}", errors={"json": {"depends_on": [str(exc)]}})
+        if array is None:
+            job, created = q.submit(s, user, fields, max_pending=gate.max_pending, note=note)
+            body = job_json(job, user.name) if created else _full_json(s, job)
+        else:
+            job, parent, created = q.submit_array(s, user, fields, array["count"], array["max_running"],
+                                                  max_pending=gate.max_pending, note=note)
+            body = job_json(job, user.name) if created else _full_json(s, job)
+            body["array"] = array_json(s, parent, user.name)
         if created and webhook is not None:
             hook = create_webhook(s, who.id, webhook, job_id=job.id)
             body["webhook"] = {"id": hook.id, "url": hook.url, "secret": hook.secret}
@@ -237,12 +297,43 @@ def blueprint(prefix: str) -> Blueprint:
             body = _full_json(s, job)
             body["last_placement"] = None if body["allocation"] else last_placement(s, job)
             body["events"] = [{"at": e.at, "kind": e.kind, "message": e.message, "data": e.data} for e in job.events]
+            body["dependencies"] = dependencies_json(s, job)
+            parent = s.get(JobArray, job.array_id) if job.array_id is not None else None
+            body["array"] = array_json(s, parent, body["user"]) if parent is not None else None
             body["decisions"] = [
                 {"at": d.at, "policy": d.policy, "action": d.action, "reason": d.reason, "gpus": d.gpus,
                  "share": d.share, "predicted_slowdown": d.predicted_slowdown, "candidates": d.candidates}
                 for d in q.recent_decisions(s, job_id, RECENT_DECISIONS)
             ]
             return body
+
+    @blp.route("/arrays/<int:array_id>", methods=["GET"])
+    @blp.response(200, ArraySchema)
+    def show_array(array_id: int) -> Any:
+        """Show a job array
+
+        Its size, how many tasks may run at once, and each task's state. Its owner's and admins' to see.
+        """
+        with store().session() as s:
+            array = _array_or_404(s, array_id)
+            return array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
+
+    @blp.route("/arrays/<int:array_id>/cancel", methods=["POST"])
+    @blp.response(200, ArraySchema, description="the array after the cancel")
+    def cancel_array(array_id: int) -> Any:
+        """Cancel a job array
+
+        Every task not finished: pending ones at once, running ones flagged (the controller stops their workers).
+        """
+        with write_session() as s:
+            array = _array_or_404(s, array_id)
+            live = [t for t in q.array_tasks(s, array.id) if not JobState(t.state).terminal]
+            for task in live:
+                q.cancel(s, task)
+            body = array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
+        if live:
+            notify()
+        return body
 
     @blp.route("/jobs/<int:job_id>/cancel", methods=["POST"])
     @blp.response(200, JobSchema, description="the job after the cancel: cancelled if it was pending, else flagged")

@@ -95,6 +95,12 @@ class Job(Base):
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     priority_class: Mapped[str | None] = mapped_column(String(64))
     time_limit_s: Mapped[float | None]  # wall seconds a run may take before it is stopped (`timed_out`); None: none
+    # Run only once these hold: [{"job": id, "condition": "afterok" | "afterany" | "afternotok"}]
+    # (`scheduler.core.dependencies`); None: none.
+    depends_on: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    array_id: Mapped[int | None] = mapped_column(ForeignKey("job_arrays.id"), index=True)  # its array, if a task
+    array_index: Mapped[int | None]  # its index in the array (CORRAL_ARRAY_INDEX)
+    array_max_running: Mapped[int | None]  # its array's (a copy: the controller reads it with the job)
     slo_ms: Mapped[float | None]
     client_token: Mapped[str | None] = mapped_column(String(200))
     restart_policy: Mapped[str] = mapped_column(String(16), default=RestartPolicy.REQUEUE)
@@ -137,6 +143,20 @@ class Job(Base):
     events: Mapped[list[JobEvent]] = relationship(
         back_populates="job", order_by="JobEvent.id", cascade="all, delete-orphan"
     )
+
+
+class JobArray(Base):
+    """The parent of an array's tasks (Slurm's `--array`): how many there are and how many may run at once. Each task
+    is a job with `array_id` and `array_index`; cancelling the array cancels the tasks."""
+
+    __tablename__ = "job_arrays"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    count: Mapped[int] = mapped_column(Integer)
+    max_running: Mapped[int | None] = mapped_column(Integer)  # None: no bound
+    submitted_at: Mapped[float]
 
 
 class JobEvent(Base):

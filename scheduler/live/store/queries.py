@@ -26,6 +26,7 @@ from scheduler.live.store.models import (
     Decision,
     Gpu,
     Job,
+    JobArray,
     JobEvent,
     JobState,
     LimitDefaults,
@@ -177,6 +178,55 @@ def submit(s: Session, user: User, fields: dict[str, Any], *, max_pending: int |
                                   "message": f"submitted by {user.name}" + (f" ({note})" if note else ""),
                                   "data": {}}])
     return job, True
+
+
+def check_dependencies(s: Session, user: User, deps: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """A submission's `depends_on` as stored: each job must exist and be the submitter's (an admin's may be anyone's);
+    LookupError naming the first that is not (a job of another user reads as missing: its existence is not told)."""
+    if not deps:
+        return None
+    ids = sorted({int(d["job"]) for d in deps})
+    owners: dict[int, int] = {i: u for i, u in s.execute(select(Job.id, Job.user_id).where(Job.id.in_(ids)))}
+    for job_id in ids:
+        if job_id not in owners or (not user.admin and owners[job_id] != user.id):
+            raise LookupError(f"no job {job_id} of yours to depend on")
+    return [{"job": int(d["job"]), "condition": str(d["condition"])} for d in deps]
+
+
+def submit_array(s: Session, user: User, fields: dict[str, Any], count: int, max_running: int | None, *,
+                 max_pending: int | None = None, note: str | None = None) -> tuple[Job, JobArray, bool]:
+    """Store `count` tasks of the submission, sharing a new array (indices 0 .. count - 1). Returns (task 0, the
+    array, created); a retry with the same `client_token` (which task 0 carries) returns those the first attempt
+    stored. With `max_pending`, PendingLimit if the tasks would take the user past it."""
+    token = fields.get("client_token")
+    if token is not None:
+        existing = known_submission(s, user.id, token)
+        if existing is not None and existing.array_id is not None:
+            array = s.get(JobArray, existing.array_id)
+            assert array is not None
+            return existing, array, False
+    if max_pending is not None:
+        s.execute(select(User.id).where(User.id == user.id).with_for_update())
+        pending = pending_jobs_of_user(s, user.id)
+        if pending + count > max_pending:
+            raise PendingLimit(user.name, pending + count - 1, max_pending)
+    array = JobArray(user_id=user.id, name=fields["name"], count=count, max_running=max_running,
+                     submitted_at=time.time())
+    s.add(array)
+    s.flush()
+    first: Job | None = None
+    for index in range(count):
+        task = {**fields, "array_id": array.id, "array_index": index, "array_max_running": max_running}
+        if index:
+            task["client_token"] = None
+        job, _ = submit(s, user, task, note=note or f"task {index} of array {array.id}")
+        first = first or job
+    assert first is not None
+    return first, array, True
+
+
+def array_tasks(s: Session, array_id: int) -> list[Job]:
+    return list(s.scalars(select(Job).where(Job.array_id == array_id).order_by(Job.array_index)))
 
 
 def known_submission(s: Session, user_id: int, client_token: str) -> Job | None:
