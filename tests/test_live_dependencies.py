@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import StartingBackend, wait_until
+from click.testing import CliRunner
+from conftest import StartingBackend, served, wait_until
 from sqlalchemy import func, select
 
 from policies.heuristics import Fifo
+from scheduler.cli.commands import main
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
 from scheduler.live.runs import JobStatus
@@ -57,7 +59,8 @@ class Site:
         with store.session() as s:
             self.tokens = {"root": create_token(s, "root", admin=True), "ann": create_token(s, "ann"),
                            "bob": create_token(s, "bob")}
-        self.client = create_app(store, notify=lambda: None).test_client()
+        self.app = create_app(store, notify=lambda: None)
+        self.client = self.app.test_client()
         self.backend = Outcomes()
         self.ctl = Controller(store, self.backend, build_live_cluster("dgx-a100", [4]), ["n0"], lambda name: Fifo(),
                               default_policy="fifo", tick_s=0.05, preset="dgx-a100")
@@ -168,3 +171,28 @@ def test_cancelling_the_array_cancels_its_tasks(site: Site) -> None:
     site.until("the running task to be stopped",
                lambda: site.ok("GET", f"/arrays/{array_id}")["states"] == {"cancelled": 4})
     assert site.call("GET", "/arrays/99999").status_code == 404
+
+
+def test_the_cli_submits_with_dependencies_and_arrays(site: Site) -> None:
+    runner = CliRunner()
+    base = ["--model", "ResNet-50-bs64", "--gpus", "1", "--duration", "60"]
+    with served(site.app) as url:
+        def corral(*args: str) -> str:
+            result = runner.invoke(main, [*args, "--url", url, "--token", site.tokens["ann"]])
+            assert result.exit_code == 0, result.output
+            return result.output
+
+        first = int(corral("submit", "--name", "prep", *base).split()[2])
+        out = corral("submit", "--name", "train", *base, "--depends-on", f"afterok:{first},afterany:{first}")
+        train = int(out.split()[2])
+        assert f"afterok {first} (prep, pending); afterany {first} (prep, pending)" in corral("show", str(train))
+        made = corral("submit", "--name", "sweep", *base, "--array", "0-3%2")
+        assert made.startswith("submitted array ") and "4 tasks, at most 2 running: 4 pending" in made
+        array_id = made.split()[2].rstrip(":")
+        assert "task 3" in corral("array", "show", array_id)
+        assert "4 cancelled" in corral("array", "cancel", array_id)
+        bad = runner.invoke(main, ["submit", "--name", "x", *base, "--depends-on", "afterok:prep", "--url", url,
+                                   "--token", site.tokens["ann"]])
+        assert bad.exit_code != 0 and "jobs are named by their ids" in bad.output
+        bad = runner.invoke(main, ["submit", "--name", "x", *base, "--array", "1-4", "--url", url])
+        assert bad.exit_code != 0 and "indices start at 0" in bad.output

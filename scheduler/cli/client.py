@@ -149,6 +149,14 @@ class CorralClient:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/cancel")
 
+    def array(self, array_id: int) -> dict[str, Any]:
+        """A job array with each task's state."""
+        return self.request("GET", f"/arrays/{array_id}")
+
+    def cancel_array(self, array_id: int) -> dict[str, Any]:
+        """Cancel every task of an array not yet finished."""
+        return self.request("POST", f"/arrays/{array_id}/cancel")
+
     def logs(self, job_id: int, *, attempt: int | None = None, rank: int | None = None, tail: int | None = None,
              offset: int | None = None, wait_s: float | None = None) -> dict[str, Any]:
         """The last `tail` lines of each rank's log; or, with `rank` and `offset`, what that log gained since byte

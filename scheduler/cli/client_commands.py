@@ -222,6 +222,39 @@ def _retry_on(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.BadParameter(f"{value!r}: give any, or exit codes separated by commas (1,2,137)") from None
 
 
+def _depends_on(ctx: click.Context, param: click.Parameter, value: str | None) -> list[dict[str, Any]] | None:
+    """--depends-on in Slurm's form: afterok:12[:13][,afterany:14]."""
+    if value is None:
+        return None
+    from scheduler.core.dependencies import parse_dependency
+
+    try:
+        deps = parse_dependency(value)
+        return [{"job": int(d.job), "condition": d.condition.value} for d in deps]
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r}: {exc}" if "invalid literal" not in str(exc) else
+                                 f"{value!r}: jobs are named by their ids (afterok:12:13)", ctx, param) from None
+
+
+def _array(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
+    """--array N[%K] or 0-(N-1)[%K] (Slurm's form, from 0): N tasks, at most K running at once."""
+    if value is None:
+        return None
+    body, _, most = value.partition("%")
+    try:
+        first, dash, last = body.partition("-")
+        count = int(last) - int(first) + 1 if dash else int(first)
+        if dash and int(first) != 0:
+            raise ValueError("indices start at 0")
+        out: dict[str, Any] = {"count": count}
+        if most:
+            out["max_running"] = int(most)
+    except ValueError as exc:
+        why = str(exc) if "start at 0" in str(exc) else "write N, N%K or 0-LAST%K (e.g. 0-99%10)"
+        raise click.BadParameter(f"{value!r}: {why}", ctx, param) from None
+    return out
+
+
 def retry_on_text(retry_on: str | list[int]) -> str:
     return "any" if retry_on == "any" else ", ".join(map(str, retry_on))
 
@@ -243,6 +276,10 @@ def retry_on_text(retry_on: str | list[int]) -> str:
 @click.option("--preemptible/--not-preemptible", default=None,
               help="Whether the job may be preempted [default: preemptible].")
 @click.option("--priority-class", help="A priority class (`corral priority-class list`): its value and preemptibility.")
+@click.option("--depends-on", "depends_on", callback=_depends_on, metavar="afterok:ID[:ID][,afterany:ID]",
+              help="Run only once these jobs succeed (afterok), end (afterany) or fail (afternotok).")
+@click.option("--array", "array", callback=_array, metavar="N[%K]|0-LAST[%K]",
+              help="Submit N tasks (CORRAL_ARRAY_INDEX 0..N-1), at most K running at once.")
 @click.option("--time-limit", "time_limit_s", type=POSITIVE,
               help="Seconds a run may last; then it is stopped and the job ends timed_out [default: the cluster's].")
 @click.option("--client-token", help="Idempotency key: resubmitting with it returns the first job.")
@@ -304,6 +341,10 @@ def resubmit(job_id: int, changes: str | None, as_json: bool, url: str, token: s
 def _submitted(job: dict[str, Any], created: bool, as_json: bool, what: str) -> None:
     if as_json:
         print_json(job)
+    elif created and job.get("array"):
+        a = job["array"]
+        click.echo(f"{what.replace('job', 'array')} {a['id']}: jobs {a['tasks'][0]['id']} to {a['tasks'][-1]['id']} "
+                   f"({array_states_text(a)})")
     elif created:
         click.echo(f"{what} {job['id']} ({job['state']})")
     else:
@@ -430,6 +471,9 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         ("duration", f"{j['duration_s']:g}s"), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
         ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None), ("priority", priority_text(j)),
         ("time limit", f"{j['time_limit_s']:g} s" if j.get("time_limit_s") else None),
+        ("depends on", dependencies_text(j.get("dependencies") or [])),
+        ("array", f"task {j['array_index']} of array {j['array']['id']} ({array_states_text(j['array'])})"
+                  if j.get("array") else None),
         ("slo", f"{j['slo_ms']:g} ms" if j["slo_ms"] else None),
         ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
         ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
@@ -757,6 +801,57 @@ def token_revoke(key: str) -> None:
         store.close()
 
 
+def dependencies_text(deps: list[dict[str, Any]]) -> str | None:
+    """ "afterok 12 (prep, succeeded: met); afterany 13 (running)" """
+    parts = []
+    for d in deps:
+        met = {True: ": met", False: ": never met"}.get(d["met"], "")
+        parts.append(f"{d['condition']} {d['job']}" + (f" ({d['name']}, {d['state']}{met})" if d["name"] else ""))
+    return "; ".join(parts) or None
+
+
+def array_states_text(array: dict[str, Any]) -> str:
+    """ "10 tasks, at most 2 running: 3 succeeded, 2 running, 5 pending" """
+    bound = f", at most {array['max_running']} running" if array.get("max_running") else ""
+    states = ", ".join(f"{n} {state}" for state, n in sorted(array["states"].items(), key=lambda kv: -kv[1]))
+    return f"{array['count']} tasks{bound}: {states}"
+
+
+# ---- arrays ------------------------------------------------------------------------------------------------------
+
+
+@click.group("array")
+def array_group() -> None:
+    """Job arrays: show one, or cancel every task of one."""
+
+
+@array_group.command("show")
+@click.argument("array_id", type=JOB_ID)
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def array_show(array_id: int, as_json: bool, url: str, token: str | None) -> None:
+    """An array's tasks and their states."""
+    with api_errors():
+        a = client(url, token).array(array_id)
+    if as_json:
+        print_json(a)
+        return
+    out = console()
+    out.print(f"[bold]array {a['id']}[/] {escape(a['name'])}: {array_states_text(a)}")
+    for t in a["tasks"]:
+        out.print(f"  task {t['index']:<5} job {t['id']:<8} {state_text(t['state'])}")
+
+
+@array_group.command("cancel")
+@click.argument("array_id", type=JOB_ID)
+@connection
+def array_cancel(array_id: int, url: str, token: str | None) -> None:
+    """Cancel every task of the array not yet finished."""
+    with api_errors():
+        a = client(url, token).cancel_array(array_id)
+    click.echo(f"array {a['id']}: {array_states_text(a)}")
+
+
 def priority_text(j: dict[str, Any]) -> str:
     """ "5 (class batch-high, not preemptible)", "0"."""
     notes = [f"class {j['priority_class']}"] if j.get("priority_class") else []
@@ -1055,7 +1150,7 @@ def limits(clear: tuple[str, ...], as_json: bool, url: str, token: str | None, *
 
 
 COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, logs, cluster, models, policy, token, team, user, limits,
-            priority_class, time_limits)
+            priority_class, time_limits, array_group)
 
 
 def register_client_commands(group: click.Group) -> None:
