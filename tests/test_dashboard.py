@@ -664,3 +664,27 @@ def test_every_page_runs_under_the_content_security_policy(browser: Any, service
     finally:
         ctx.close()
     assert not violations and not errors, (violations, errors)
+
+
+def test_job_page_lists_dependencies_and_array_tasks(page: Any, service: Service) -> None:
+    """A job waiting on another shows it, with its state and "not yet", and the queue's reason says for what; a task
+    of an array lists every task of the array with its state."""
+    sign_in(page, service)
+    head = service.submit(name="dep-head", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=600)
+    after = service.submit(name="dep-after", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=60,
+                           depends_on=[{"job": head["id"], "condition": "afterok"}])
+    task0 = service.submit(name="dep-sweep", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=600,
+                           array={"count": 3, "max_running": 1})
+    wait_until("the dependent job's reason", lambda: service.get(f"/jobs/{after['id']}")["pending_reason"] ==
+               f"waiting for job {head['id']} to succeed", timeout=30)
+    page.goto(f"{service.base}/#/job/{after['id']}")
+    page.wait_for_selector("#job-deps li")
+    deps = page.inner_text("#job-deps")
+    assert f"afterok #{head['id']} dep-head" in deps and "not yet" in deps, deps
+    assert f"waiting for job {head['id']} to succeed" in page.inner_text("#job-head")
+    page.goto(f"{service.base}/#/job/{task0['id']}")
+    page.wait_for_selector("#array-tasks tbody tr")
+    assert page.locator("#array-tasks tbody tr").count() == 3
+    assert "at most 1 running at once" in page.inner_text("#job-array")
+    shoot(page, service, "job-array")
+    service.cancel_all()

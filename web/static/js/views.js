@@ -537,6 +537,7 @@ const Views = (() => {
             Object.entries(j.env).map(([k, v]) => `${k}=${v}\n`)}</pre>` : ""}
           ${slo ? html`<p id="job-slo" class="slo-line ${slo.risk ? "at-risk" : ""}">${sloText(slo)}</p>` : ""}
           ${j.pending_reason ? html`<p class="reason">Pending: ${j.pending_reason}</p>` : ""}
+          ${dependencyList(j)}${arrayTable(j)}
           ${j.error ? html`<p class="error" id="job-failure">${j.state === "failed" ? "Failed" : "Last run failed"}:
             ${j.error}</p>` : j.state === "failed" ? html`<p class="error" id="job-failure">Failed (no reason
             recorded).</p>` : ""}`);
@@ -600,6 +601,29 @@ const Views = (() => {
         }
       },
     };
+  }
+
+  // What a job waits for (GET /jobs/{id}'s `dependencies`), each with its state and whether its condition holds.
+  function dependencyList(j) {
+    const deps = j.dependencies || [];
+    if (!deps.length) return "";
+    const met = (d) => (d.met === true ? "met" : d.met === false ? "never met" : "not yet");
+    return html`<div id="job-deps"><h2>Depends on</h2><ul class="deps">${deps.map((d) => html`<li
+      data-job="${d.job}">${d.condition} ${jobLink(d.job)} ${d.name ? html`${d.name} ${C.stateBadge(d.state)}` : ""}
+      <span class="muted dep-met">${met(d)}</span></li>`)}</ul></div>`;
+  }
+
+  // A task's array: every task with its state, and how many may run at once.
+  function arrayTable(j) {
+    const a = j.array;
+    if (!a) return "";
+    const counts = Object.entries(a.states).map(([state, n]) => `${n} ${state}`).join(", ");
+    return html`<div id="job-array"><h2>Array #${a.id}</h2>
+      <p>task <b>${j.array_index}</b> of ${a.count}${a.max_running ? `, at most ${a.max_running} running at once` : ""}:
+        ${counts}</p>
+      <table class="table" id="array-tasks"><thead><tr><th>Task</th><th>Job</th><th>State</th></tr></thead><tbody>
+      ${a.tasks.map((t) => html`<tr data-index="${t.index}"><td>${t.index}</td><td>${jobLink(t.id)}</td>
+        <td>${C.stateBadge(t.state)}</td></tr>`)}</tbody></table></div>`;
   }
 
   // ---- metrics -----------------------------------------------------------------------------------------------------
