@@ -3,6 +3,8 @@ own functions."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from policies import make_policy
@@ -18,6 +20,8 @@ from scheduler.core.dependencies import (
 )
 from scheduler.core.model import JobPhase, JobSpec
 from scheduler.core.simulator import SimulationError, Simulator
+from scheduler.core.traces import load_trace
+from scheduler.core.traces.trace import TraceError
 from tests.conftest import small_cluster
 
 
@@ -113,3 +117,22 @@ def test_an_array_runs_at_most_max_running_tasks_at_once(policy: str) -> None:
         most = max(most, sum(j.spec.array == "sweep" for j in sim.running.values()))
     assert most == 3 and all(j.state is JobPhase.DONE for j in sim.jobs)
     assert array_room(3, 1) == 2 and array_room(None, 5) is None and array_room(2, 5) == 0
+
+
+def test_the_corral_csv_carries_dependencies_and_arrays(tmp_path: Path) -> None:
+    path = tmp_path / "pipeline.csv"
+    path.write_text("job_id,submit_s,num_gpus,duration_s,kind,model,depends_on,array,array_max_running\n"
+                    "prep,0,1,100,training,,,,\n"
+                    "train,0,2,200,training,,afterok:prep,,\n"
+                    "t0,0,1,50,training,,afterany:train,sweep,1\n"
+                    "t1,0,1,50,training,,afterany:train,sweep,1\n")
+    trace = load_trace(str(path))
+    by = {j.name: j for j in trace.jobs}
+    assert by["train"].depends_on == (Dependency("prep"),) and by["t1"].array == "sweep"
+    result = Simulator(small_cluster(nodes=1, gpus=4), trace.jobs, make_policy("fifo"), contention=False).run()
+    ends = {j.spec.name: (j.first_start_s, j.end_s) for j in result.jobs}
+    assert ends["train"][0] == pytest.approx(100.0) and ends["t0"][0] == pytest.approx(300.0)
+    assert ends["t1"][0] == pytest.approx(350.0), "one task of the array at a time"
+    path.write_text("job_id,submit_s,num_gpus,duration_s,kind,model,depends_on\na,0,1,1,training,,later:b\n")
+    with pytest.raises(TraceError, match="line 2: column 'depends_on': 'later' is not a condition"):
+        load_trace(str(path))

@@ -10,7 +10,9 @@ Formats (`load_trace(path, format="auto")` tells them apart from the header line
   drawn (rule in `scheduler.core.traces.models`); `slo_ms` empty means the model's default SLO for inference jobs;
   `compression` in (0, 1] is the fraction of gradient bytes sent (default 1); `team` names the job's team
   (`corral simulate --teams`; empty or absent: `default`); `priority` is an integer (higher first, default 0) and
-  `preemptible` is `true` or `false` (default true), the rules of `scheduler.core.priorities`. Example::
+  `preemptible` is `true` or `false` (default true), the rules of `scheduler.core.priorities`; `depends_on` names other
+  jobs of the file by `job_id` in Slurm's form (`afterok:a:b,afterany:c`), and `array` names an array the job is a
+  task of, with at most `array_max_running` of its tasks running at once (`scheduler.core.dependencies`). Example::
 
       job_id,submit_s,num_gpus,duration_s,kind,model
       a,0,8,3600,training,FSDP
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scheduler.core.dependencies import Dependency, parse_dependency
 from scheduler.core.model import DEFAULT_TEAM, JobKind, JobSpec
 from scheduler.core.traces.generator import parse_synthetic_spec, synthetic
 from scheduler.core.traces.models import draw_models, inference_fits
@@ -126,9 +129,21 @@ def _parse_corral(t: _Table) -> _Rows:
             if flag not in _FLAGS:
                 raise t.error(line, "preemptible", f"{opt(row, 'preemptible')!r} is not true or false")
             preemptible = _FLAGS[flag]
+        depends: tuple[Dependency, ...] = ()
+        if opt(row, "depends_on"):
+            try:
+                depends = tuple(parse_dependency(opt(row, "depends_on")))
+            except ValueError as exc:
+                raise t.error(line, "depends_on", str(exc)) from None
+        array_max = t.integer(line, "array_max_running", opt(row, "array_max_running")) if opt(
+            row, "array_max_running") else None
+        if array_max is not None and array_max < 1:
+            raise t.error(line, "array_max_running", f"{array_max} is not at least 1")
+        if array_max is not None and not opt(row, "array"):
+            raise t.error(line, "array_max_running", "give the job's array too")
         rows.add(line, name, submit, num_gpus, duration, inference=kind is JobKind.INFERENCE, model=model,
                  user=opt(row, "user"), priority=priority, slo_ms=slo, compression=compression, team=team,
-                 preemptible=preemptible)
+                 preemptible=preemptible, depends_on=depends, array=(opt(row, "array") or None, array_max))
     return rows
 
 
@@ -241,6 +256,9 @@ def _finish(rows: _Rows, *, name: str, fmt: str, source: str, label: str, limit:
                 kind=JobKind.INFERENCE if is_inf else JobKind.TRAINING, user=rows.user[i],
                 priority=rows.priority[i], slo_ms=slo, compression=rows.compression[i], team=rows.team[i],
                 preemptible=rows.preemptible[i] if rows.preemptible else True,
+                depends_on=rows.depends_on[i] if rows.depends_on else (),
+                array=rows.array[i][0] if rows.array else None,
+                array_max_running=rows.array[i][1] if rows.array else None,
             ))
         except ValueError as exc:
             raise TraceError(f"{label} line {rows.lines[i]}: {exc}") from None

@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduler.core.dependencies import Dependency
 from scheduler.core.model import DEFAULT_TEAM
 from scheduler.core.traces.trace import TraceError
 
 CORRAL_REQUIRED = ("job_id", "submit_s", "num_gpus", "duration_s", "kind", "model")
-CORRAL_OPTIONAL = ("user", "priority", "slo_ms", "compression", "team", "preemptible")
+CORRAL_OPTIONAL = ("user", "priority", "slo_ms", "compression", "team", "preemptible", "depends_on", "array",
+                   "array_max_running")
 PHILLY_COLUMNS = ("#job id", "arrival time (sec)", "topology", "shape", "size", "duration (sec)")
 PHILLY_USED = ("#job id", "arrival time (sec)", "size", "duration (sec)")
 ALIBABA_COLUMNS = (
@@ -43,11 +45,14 @@ class _Rows:
     compression: list[float] = field(default_factory=list)
     team: list[str] = field(default_factory=list)
     preemptible: list[bool] = field(default_factory=list)
+    depends_on: list[tuple[Dependency, ...]] = field(default_factory=list)
+    array: list[tuple[str | None, int | None]] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
 
     def add(self, line: int, name: str, submit: float, num_gpus: float, duration: float, *, inference: bool = False,
             model: str = "", user: str = "", priority: int = 0, slo_ms: float | None = None,
-            compression: float = 1.0, team: str = DEFAULT_TEAM, preemptible: bool = True) -> None:
+            compression: float = 1.0, team: str = DEFAULT_TEAM, preemptible: bool = True,
+            depends_on: tuple[Dependency, ...] = (), array: tuple[str | None, int | None] = (None, None)) -> None:
         self.lines.append(line)
         self.names.append(name)
         self.submit.append(submit)
@@ -61,6 +66,8 @@ class _Rows:
         self.compression.append(compression)
         self.team.append(team)
         self.preemptible.append(preemptible)
+        self.depends_on.append(depends_on)
+        self.array.append(array)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
