@@ -25,12 +25,28 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, TypeVar
-
-if TYPE_CHECKING:
-    from scheduler.core.model import Job
+from typing import Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
+
+
+class _TaskSpec(Protocol):  # what `array_throttle` reads of a JobSpec (this module comes before the model's)
+    @property
+    def array(self) -> str | None: ...
+
+    @property
+    def array_max_running(self) -> int | None: ...
+
+
+class _Task(Protocol):  # ... and of a Job
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def spec(self) -> _TaskSpec: ...
+
+
+T = TypeVar("T", bound=_Task)
 
 
 class Condition(StrEnum):
@@ -133,7 +149,7 @@ def array_room(max_running: int | None, running: int) -> int | None:
     return None if max_running is None else max(0, max_running - running)
 
 
-def array_throttle(pending: Iterable[Job], running: Iterable[Job]) -> tuple[list[Job], dict[int, str]]:
+def array_throttle(pending: Iterable[T], running: Iterable[_Task]) -> tuple[list[T], dict[int, str]]:
     """The pending jobs the policy may be offered as far as arrays go, in their order (an array's tasks only as many
     as it has room for, the first ones), and why each task left out waits."""
     pending = list(pending)
@@ -141,11 +157,11 @@ def array_throttle(pending: Iterable[Job], running: Iterable[Job]) -> tuple[list
                if j.spec.array is not None and j.spec.array_max_running is not None}
     if not bounded:
         return pending, {}
-    room = {a: k for a, k in bounded.items()}
+    room = dict(bounded)
     for job in running:
         if job.spec.array in room:
             room[job.spec.array] = max(0, room[job.spec.array] - 1)
-    offered: list[Job] = []
+    offered: list[T] = []
     waits: dict[int, str] = {}
     for job in pending:
         a = job.spec.array
