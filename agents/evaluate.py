@@ -149,6 +149,14 @@ def ci95(values: Sequence[float]) -> float:
     return float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
 
 
+def interval_text(values: Sequence[float], fmt: str = ".3f") -> str:
+    """ "mean [low, high]" with the 95% t interval (`ci95`); the mean alone for one value, "-" for none."""
+    if not len(values):
+        return "-"
+    m, half = float(np.mean(values)), ci95(values)
+    return f"{m:{fmt}}" if len(values) < 2 else f"{m:{fmt}} [{m - half:{fmt}}, {m + half:{fmt}}]"
+
+
 def compare(values: Sequence[float], baseline: Sequence[float], kind: str, upper: float | None = None) -> dict[str, Any]:
     """`values` against `baseline`, paired by case: {"kind", "estimate", "low", "high", "n", "per_case", "note"}.
 

@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agents.evaluate import interval_text
 from agents.scenarios import held_out
 from policies import available, make_policy
 from scheduler.core.simulator import Simulator
@@ -42,16 +40,6 @@ from scheduler.core.traces.generator import HIGH_PRIORITY
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly_day60.csv"
 MIN_ALONE_WAIT_S = 1.0  # below this, a window's ratio is left out (its difference still counts)
-
-
-def interval(xs: Sequence[float], fmt: str = ".3f") -> str:
-    if not xs:
-        return "-"
-    m = float(np.mean(xs))
-    if len(xs) < 2:
-        return f"{m:{fmt}}"
-    half = float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / math.sqrt(len(xs)))
-    return f"{m:{fmt}} [{m - half:{fmt}}, {m + half:{fmt}}]"
 
 
 def waits(result: object, names: set[str]) -> list[float]:
@@ -111,8 +99,9 @@ def main() -> int:
         met = float(np.mean(mix_w)) <= 1.10 * float(np.mean(alone_w)) + MIN_ALONE_WAIT_S
         ok_all &= met
         left = args.windows - len(ratio)
-        print(f"{name:<18} {interval(mix_w, '.1f'):>26} {interval(alone_w, '.1f'):>24} {interval(flat_w, '.1f'):>24} "
-              f"{interval(ratio):>24} {interval(diff, '.1f'):>24} {interval(jct):>24}  {'yes' if met else 'NO'}"
+        print(f"{name:<18} {interval_text(mix_w, '.1f'):>26} {interval_text(alone_w, '.1f'):>24} "
+              f"{interval_text(flat_w, '.1f'):>24} {interval_text(ratio):>24} {interval_text(diff, '.1f'):>24} "
+              f"{interval_text(jct):>24}  {'yes' if met else 'NO'}"
               + (f"  ({left} window(s) under {MIN_ALONE_WAIT_S:g} s alone: difference only)" if left else "")
               + f"  [{time.perf_counter() - t0:.0f} s]", flush=True)
     print(f"target (high jobs' average wait within 10% of the empty cluster's, every policy): "

@@ -26,14 +26,13 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agents.evaluate import interval_text
 from policies import available, make_policy
 from scheduler.core.model import JobPhase, parse_cluster
 from scheduler.core.reservations import ReservationFrame, ReservationRule, with_time_limits
@@ -43,14 +42,6 @@ from scheduler.core.traces.windows import offered_load
 
 SIZES = {1: 0.6, 2: 0.12, 4: 0.1, 8: 0.08, 16: 0.06, 32: 0.04}  # 10% of jobs at 16 GPUs or more
 LARGE = 16
-
-
-def interval(xs: Sequence[float], fmt: str = ".2f") -> str:
-    m = float(np.mean(xs))
-    if len(xs) < 2:
-        return f"{m:{fmt}}"
-    half = float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / math.sqrt(len(xs)))
-    return f"{m:{fmt}} [{m - half:{fmt}}, {m + half:{fmt}}]"
 
 
 def large_p99_wait(result: SimResult) -> float:
@@ -117,8 +108,9 @@ def main() -> int:
         finite = [g for g in gain if math.isfinite(g)]
         met = float(np.mean(p99_off)) >= 2 * float(np.mean(p99_on)) and float(np.mean(jct)) <= 1.05
         every &= met
-        print(f"{name:<18} {interval(p99_off, '.0f'):>24} {interval(p99_on, '.0f'):>24} {interval(finite):>22} "
-              f"{interval(jct, '.3f'):>22} {np.mean(out_off):>9.1f} {np.mean(out_on):>9.1f} {np.mean(filled):>11.1f}  "
+        print(f"{name:<18} {interval_text(p99_off, '.0f'):>24} {interval_text(p99_on, '.0f'):>24} "
+              f"{interval_text(finite, '.2f'):>22} {interval_text(jct, '.3f'):>22} {np.mean(out_off):>9.1f} "
+              f"{np.mean(out_on):>9.1f} {np.mean(filled):>11.1f}  "
               f"{'yes' if met else 'NO'}  [{time.perf_counter() - t0:.0f} s]", flush=True)
     print("target (mean large-job p99 wait at least 2x lower, mean avg JCT within 5%): "
           + ("met by every policy" if every else "NOT met by every policy (see the rows marked NO)"))

@@ -29,17 +29,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agents.evaluate import interval_text
 from agents.scenarios import held_out
 from policies import make_policy
 from scheduler.core.simulator import Simulator
@@ -48,14 +47,6 @@ from scheduler.core.traces.generator import team_draw
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly_day60.csv"
 TEAMS = 4
-
-
-def interval(xs: list[float]) -> str:
-    m = float(np.mean(xs))
-    if len(xs) < 2:
-        return f"{m:.3f}"
-    half = float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / math.sqrt(len(xs)))
-    return f"{m:.3f} [{m - half:.3f}, {m + half:.3f}]"
 
 
 def main() -> int:
@@ -112,9 +103,9 @@ def main() -> int:
               f"{report['swaps']} in swaps; {plain.metrics['preemptions']} without teams), max rho "
               f"{report['rho_max']:.2f} (without teams {rho_plain:.2f}; {report['rho_excluded']} jobs larger than "
               f"their quota); GPU-h used/quota: {used}  [{time.perf_counter() - t0:.1f} s]")
-    print(f"Jain's index: {interval(jains)}")
-    print(f"worst team's starved share of its time: {interval(starved)} (max {max(starved):.1%})")
-    print(f"avg JCT with teams / without: {interval(ratios)}")
+    print(f"Jain's index: {interval_text(jains)}")
+    print(f"worst team's starved share of its time: {interval_text(starved)} (max {max(starved):.1%})")
+    print(f"avg JCT with teams / without: {interval_text(ratios)}")
     for label, xs in (("with teams", rhos), ("without teams", rhos_plain)):
         print(f"finish-time fairness, max rho {label}: median {np.median(xs):.2f} over windows, range "
               f"[{min(xs):.2f}, {max(xs):.2f}]")
