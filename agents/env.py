@@ -19,6 +19,7 @@ from scheduler.core.simulator import Simulator
 from scheduler.core.tenancy import TenancyFrame
 
 DEFAULT_TEAM_SHARE = 0.3  # training windows shared by teams (`corral train --team-share`)
+DEFAULT_PRIORITY_SHARE = 0.3  # training windows with priorities (`corral train --priority-share`)
 
 
 class PlacementEnv(gym.Env[np.ndarray, np.int64]):
@@ -44,11 +45,12 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     not an error: it is taken as wait (or, where wait is masked, as the first valid action) and reported in `info`.
 
     ## Observation Space
-    `Box(0, 8, (542,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
-    wait, attained service, queue, Gittins index, expected remaining service, the preemption it needs and its team's
-    standing (borrowing or within quota, swap, the team's borrowed GPUs and fair-share rank), and per placement slot
-    its predicted slowdowns, spread, link load, fragmentation and sharing; cluster, queue and teams summaries.
-    Nothing depends on the cluster's or the queue's size, or on the number of teams.
+    `Box(0, 8, (562,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
+    wait, attained service, queue, Gittins index, expected remaining service, the preemption it needs, its team's
+    standing (borrowing or within quota, swap, the team's borrowed GPUs and fair-share rank) and its priority (the
+    GPUs running at a lower one, whether it is pinned), and per placement slot its predicted slowdowns, spread, link
+    load, fragmentation and sharing; cluster, queue, teams and priority summaries. Nothing depends on the cluster's or
+    the queue's size, or on the number of teams.
 
     ## Rewards
     Minus the number of jobs in the system times the time until the next decision, minus `slo_weight` times the
@@ -65,7 +67,8 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     `workloads`: "synthetic" and/or trace paths; `presets`; `nodes` (inclusive range) for synthetic clusters;
     `window` jobs per episode; `load` the range of offered load; `part` the part of traces to draw windows from
     ("train", "test" or "all"); `scenarios` a fixed list to cycle through instead of drawing (for evaluation);
-    `team_share` the probability that a drawn window is shared by teams (0: never, the default).
+    `team_share` the probability that a drawn window is shared by teams (0: never, the default); `priority_share` the
+    probability that a drawn window's jobs carry priorities (`agents.scenarios.PRIORITY_DRAW`; 0: never, the default).
     `reset(options=...)` may give a `scenario` (a `Scenario` or its dict), a `workload` or `window` to draw with, a
     fixed `cluster` spec, or `outages` (node drains and GPU faults, `scheduler.core.outages.Outage`; one that never
     ends must leave room for every job).
@@ -87,9 +90,11 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         slo_weight: float = 1.0,
         max_decisions: int = 50_000,
         team_share: float = 0.0,
+        priority_share: float = 0.0,
     ) -> None:
         super().__init__()
-        self.source = ScenarioSource(workloads, presets, nodes, window, load, part, scenarios, team_share)
+        self.source = ScenarioSource(workloads, presets, nodes, window, load, part, scenarios, team_share,
+                                     priority_share)
         self.reward_scale_s = reward_scale_s
         self.slo_weight = slo_weight
         self.max_decisions = max_decisions

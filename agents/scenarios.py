@@ -33,7 +33,7 @@ from scheduler.core.traces import (
     window,
     window_starts,
 )
-from scheduler.core.traces.generator import team_draw
+from scheduler.core.traces.generator import HIGH_PRIORITY, team_draw
 
 __all__ = ["SYNTHETIC", "SYNTHETIC_MIXES", "Scenario", "ScenarioSource", "draw", "held_out", "is_synthetic", "scale_to_load", "trace_jobs"]
 
@@ -65,6 +65,7 @@ TEAM_COUNTS = (2, 4)  # inclusive range of teams a training window with teams is
 # Fair-share half-life of windows with teams: as `benchmarks/teams.py`, short enough that usage within a window of a
 # few hundred jobs matters (the 7-day default would make it the window's whole history).
 TEAM_HALF_LIFE_S = 3600.0
+PRIORITY_DRAW = (0.1, 0.05)  # a window with priorities: this share of jobs at HIGH_PRIORITY, this share not preemptible
 
 
 @cache
@@ -85,13 +86,15 @@ class Scenario:
     start: int = 0
     nodes: int = 0
     teams: int = 0  # shared by this many teams (`tenancy`), 0: no teams
+    priorities: bool = False  # some jobs drawn at a high priority, some not preemptible (`PRIORITY_DRAW`)
 
     @property
     def label(self) -> str:
         name = self.workload if is_synthetic(self.workload) else Path(self.workload).stem
         where = f"seed {self.seed}" if is_synthetic(self.workload) else f"jobs {self.start}+{self.window}, seed {self.seed}"
         shared = f", {self.teams} teams" if self.teams else ""
-        return f"{name} ({where}) on {self.preset}, target load {self.load:.2f}{shared}"
+        ranked = ", priorities" if self.priorities else ""
+        return f"{name} ({where}) on {self.preset}, target load {self.load:.2f}{shared}{ranked}"
 
     def build(self) -> tuple[Cluster, list[JobSpec]]:
         """The cluster and the jobs; with teams, each job's team is drawn with skewed demand (`team_draw`: team k
@@ -100,6 +103,13 @@ class Scenario:
         if self.teams:
             names = team_draw(np.random.default_rng([self.seed, self.start, self.teams]), self.teams, len(jobs))
             jobs = [replace(j, team=t) for j, t in zip(jobs, names, strict=True)]
+        if self.priorities:  # as `synthetic:N,high=F,pinned=F` draws them, from the scenario's own seed
+            high_share, pinned_share = PRIORITY_DRAW
+            g = np.random.default_rng([self.seed, self.start, 7])
+            high = g.random(len(jobs)) < high_share
+            pinned = g.random(len(jobs)) < pinned_share
+            jobs = [replace(j, priority=HIGH_PRIORITY if h else j.priority, preemptible=j.preemptible and not p)
+                    for j, h, p in zip(jobs, high.tolist(), pinned.tolist(), strict=True)]
         return cluster, jobs
 
     def tenancy(self, cluster: Cluster) -> Teams | None:
@@ -131,6 +141,7 @@ class Scenario:
 def draw(
     rng: np.random.Generator, workloads: Sequence[str], presets: Sequence[str], nodes: tuple[int, int],
     window_size: int, load: tuple[float, float], part: str = "train", team_share: float = 0.0,
+    priority_share: float = 0.0,
 ) -> Scenario:
     """A random scenario: a workload, a preset, a load in the range; trace windows from `part` of the trace; with
     probability `team_share`, shared by `TEAM_COUNTS` teams (none drawn when it is 0, so the draws are those of
@@ -141,13 +152,16 @@ def draw(
     teams = 0
     if team_share > 0 and rng.random() < team_share:
         teams = int(rng.integers(TEAM_COUNTS[0], TEAM_COUNTS[1] + 1))
+    # Drawn only when asked for: without it every draw is the one made before priorities existed.
+    ranked = priority_share > 0 and bool(rng.random() < priority_share)
     if is_synthetic(workload):
         return Scenario(workload, preset, target, window_size, int(rng.integers(2**31)),
-                        nodes=int(rng.integers(nodes[0], nodes[1] + 1)), teams=teams)
+                        nodes=int(rng.integers(nodes[0], nodes[1] + 1)), teams=teams, priorities=ranked)
     seed = int(rng.integers(MODEL_SEEDS))
     n = len(trace_jobs(workload, seed))
     lo, hi = window_starts(n, window_size, part)
-    return Scenario(workload, preset, target, min(window_size, n), seed, start=int(rng.integers(lo, hi)), teams=teams)
+    return Scenario(workload, preset, target, min(window_size, n), seed, start=int(rng.integers(lo, hi)), teams=teams,
+                    priorities=ranked)
 
 
 class ScenarioSource:
@@ -159,9 +173,10 @@ class ScenarioSource:
 
     def __init__(self, workloads: Sequence[str], presets: Sequence[str], nodes: tuple[int, int], window: int,
                  load: tuple[float, float], part: str, scenarios: Sequence[Scenario] | None,
-                 team_share: float = 0.0) -> None:
+                 team_share: float = 0.0, priority_share: float = 0.0) -> None:
         self.workloads = list(workloads)
         self.team_share = team_share
+        self.priority_share = priority_share
         self.presets = list(presets)
         self.nodes = nodes
         self.window = window
@@ -184,7 +199,8 @@ class ScenarioSource:
             return sc
         workloads = [options["workload"]] if "workload" in options else self.workloads
         return draw(rng, workloads, self.presets, self.nodes, int(options.get("window", self.window)), self.load,
-                    self.part, float(options.get("team_share", self.team_share)))
+                    self.part, float(options.get("team_share", self.team_share)),
+                    float(options.get("priority_share", self.priority_share)))
 
 
 def held_out(

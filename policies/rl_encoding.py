@@ -41,11 +41,14 @@ Observation (`OBS_SIZE` floats in [`OBS_LOW`, `OBS_HIGH`], independent of the cl
   node, the GPU share it strands, tenants already on its GPUs;
   then its team's standing (`TEAM_JOB_FEATURES`, `team_job_features`): whether it would borrow (start beyond its
   team's quota), whether it is offered only as a swap, its team's borrowed GPUs over its quota, the borrowed share
-  of what its team holds, and its team's fair-share rank among the teams with demand (0 first, 1 last);
+  of what its team holds, and its team's fair-share rank among the teams with demand (0 first, 1 last); then its
+  priority (`PRIORITY_JOB_FEATURES`, `Priorities`): the share of GPUs running jobs of lower priority hold (what it
+  could take by the priority rule), and whether it is not preemptible;
 * the cluster and queue (`CLUSTER_FEATURES`): free whole GPUs, free capacity, wholly free nodes, queue length, GPUs
   the queue asks for, GPUs shared through MPS, running jobs per GPU, the queue's fraction of fractional jobs; then the
   teams (`TEAM_CLUSTER_FEATURES`): the borrowed share of the running GPUs, the idle quota lent to borrowers (per GPU),
-  how many teams have demand beyond the first (log2 / 4).
+  how many teams have demand beyond the first (log2 / 4); then the priorities (`PRIORITY_CLUSTER_FEATURES`): the share of
+  GPUs held by non-preemptible runs and by runs of higher priority than any pending job (encoding 6).
 
 Teams: inside the tenancy frame (`scheduler.core.tenancy`) the frame hands its policy each team's standing on the
 view (`ClusterView.tenancy`) while it asks. Without teams it is None and every team feature is 0: what one team
@@ -80,7 +83,7 @@ from scheduler.core.priorities import may_preempt
 from scheduler.core.standing import TenancyStanding
 from scheduler.core.state import EPS, ClusterView
 
-ENCODING_VERSION = 5
+ENCODING_VERSION = 6
 ORDERS = ("las", "las-fine", "gittins", "remaining", "fifo", "smallest", "preempt-las", "preempt-fine",
           "preempt-gittins")
 MAX_JOBS = len(ORDERS)  # job slots: one per order
@@ -89,10 +92,12 @@ WAIT = MAX_JOBS * MAX_CANDIDATES  # the last action
 N_ACTIONS = WAIT + 1
 CANDIDATE_FEATURES = 8
 TEAM_JOB_FEATURES = 5  # the job's team's standing (`team_job_features`)
-JOB_FEATURES = 1 + len(ORDERS) + 12 + TEAM_JOB_FEATURES
+PRIORITY_JOB_FEATURES = 2  # its priority against the running jobs', and whether it may be preempted (`Priorities`)
+JOB_FEATURES = 1 + len(ORDERS) + 12 + TEAM_JOB_FEATURES + PRIORITY_JOB_FEATURES
 SLOT_SIZE = JOB_FEATURES + MAX_CANDIDATES * CANDIDATE_FEATURES
 TEAM_CLUSTER_FEATURES = 3  # the teams together (`team_cluster_features`)
-CLUSTER_FEATURES = 8 + TEAM_CLUSTER_FEATURES
+PRIORITY_CLUSTER_FEATURES = 2  # the running GPUs no start may take back (`Priorities`)
+CLUSTER_FEATURES = 8 + TEAM_CLUSTER_FEATURES + PRIORITY_CLUSTER_FEATURES
 OBS_SIZE = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES
 OBS_LOW, OBS_HIGH = 0.0, 8.0  # every feature is clipped into this range
 THRESHOLDS = DEFAULT_THRESHOLDS  # the `las` order's queues
@@ -203,7 +208,33 @@ def queue_summary(queue: Collection[Job]) -> QueueSummary:
     return QueueSummary(n, float(sum(j.spec.gpu_demand for j in queue)), frac / n if n else 0.0)
 
 
-def cluster_features(view: ClusterView, queued: QueueSummary) -> np.ndarray:
+class Priorities:
+    """The running jobs' priorities and preemptibility, read once per decision point (`scheduler.core.priorities`).
+    With every job at one priority and preemptible, every feature it gives is 0: the observation is then encoding
+    5's with zeros appended where these features sit."""
+
+    def __init__(self, view: ClusterView, queue: Collection[Job]) -> None:
+        running = list(view.running.values())
+        self.num_gpus = view.cluster.num_gpus
+        self.priority = np.array([j.spec.priority for j in running], dtype=np.float64)
+        self.gpus = np.array([j.spec.gpu_demand for j in running], dtype=np.float64)
+        self.pinned = float(sum(j.spec.gpu_demand for j in running if not j.spec.preemptible)) / self.num_gpus
+        top = max((j.spec.priority for j in queue), default=0)
+        self.above = float(self.gpus[self.priority > top].sum()) / self.num_gpus if running else 0.0
+
+    def job(self, spec: JobSpec) -> tuple[float, float]:
+        """The share of the cluster's GPUs held by running jobs of lower priority than `spec` (what it could take by
+        rule 3), and 1 if `spec` is not preemptible."""
+        lower = float(self.gpus[self.priority < spec.priority].sum()) / self.num_gpus if len(self.gpus) else 0.0
+        return lower, 0.0 if spec.preemptible else 1.0
+
+    def cluster(self) -> tuple[float, float]:
+        """The share of GPUs held by non-preemptible runs, and by runs of higher priority than any pending job."""
+        return self.pinned, self.above
+
+
+def cluster_features(view: ClusterView, queued: QueueSummary,
+                     priorities: Priorities | None = None) -> np.ndarray:
     c = view.cluster
     free = np.asarray(view.free_share)
     shared = float(np.count_nonzero((free > EPS) & (free < 1.0 - EPS))) / c.num_gpus
@@ -218,6 +249,7 @@ def cluster_features(view: ClusterView, queued: QueueSummary) -> np.ndarray:
         len(view.running) / c.num_gpus,
         queued.fractional,
         *team_cluster_features(view.tenancy, c.num_gpus),
+        *(priorities.cluster() if priorities is not None else (0.0, 0.0)),
     ], dtype=np.float32)
 
 
@@ -263,7 +295,7 @@ def team_job_features(tenancy: TenancyStanding | None, job: Job) -> tuple[float,
 
 
 def job_features(view: ClusterView, sizes: SizeDistribution, job: Job, now: float, level: int,
-                 heads: Sequence[str], victims: Sequence[Job]) -> np.ndarray:
+                 heads: Sequence[str], victims: Sequence[Job], priorities: Priorities | None = None) -> np.ndarray:
     spec = job.spec
     prof = view.profile(spec)
     attained = view.attained_gpu_s(job)
@@ -286,6 +318,7 @@ def job_features(view: ClusterView, sizes: SizeDistribution, job: Job, now: floa
         math.log1p(victim_service / 3600.0) / 4.0,
         1.0 if victims else 0.0,
         *team_job_features(view.tenancy, job),
+        *(priorities.job(spec) if priorities is not None else (0.0, 0.0)),
     ], dtype=np.float32)
 
 
@@ -697,6 +730,7 @@ def decision_point(
         headed.setdefault(i, []).append(name)
     c = view.cluster
     partial: dict[int, bool] = {}
+    prio = Priorities(view, jobs)
     obs = np.zeros(OBS_SIZE, dtype=np.float32)
     mask = np.zeros(N_ACTIONS, dtype=bool)
     slots: list[JobSlot | None] = []
@@ -708,7 +742,7 @@ def decision_point(
         job = jobs[i]
         level = las_level(view.attained_gpu_s(job), FINE_THRESHOLDS)
         base = j * SLOT_SIZE
-        obs[base:base + JOB_FEATURES] = job_features(view, sizes, job, now, level, headed[i], victims)
+        obs[base:base + JOB_FEATURES] = job_features(view, sizes, job, now, level, headed[i], victims, prio)
         workers = job.spec.workers
         if workers not in partial:
             node_free = frame.planner.node_free
@@ -719,7 +753,7 @@ def decision_point(
             obs[at:at + CANDIDATE_FEATURES] = candidate_features(view, job, p, pred, partial[workers])
             mask[j * MAX_CANDIDATES + k] = True
         slots.append(JobSlot(job, cands, tuple(v.id for v in victims), level, tuple(headed[i])))
-    obs[MAX_JOBS * SLOT_SIZE:] = cluster_features(view, queue_summary(jobs))
+    obs[MAX_JOBS * SLOT_SIZE:] = cluster_features(view, queue_summary(jobs), prio)
     np.nan_to_num(obs, copy=False, nan=OBS_LOW, posinf=OBS_HIGH, neginf=OBS_LOW)
     np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
     # Waiting declines preemption; it is not offered while a job can start on free GPUs (holding GPUs idle for a

@@ -302,3 +302,61 @@ def test_dagger_rollouts_follow_the_actor_and_keep_the_teachers_labels() -> None
     assert not np.array_equal(dagger.obs[:n], taught.obs[:n])
     merged = taught + dagger
     assert len(merged) == len(taught) + len(dagger) and merged.masks.shape[0] == len(merged)
+
+
+def test_the_priority_features_and_victims_follow_the_priority_rules() -> None:
+    """Encoding 6: a job's slot says what share of GPUs runs at a lower priority and whether it is pinned; the
+    cluster part, what share runs pinned and above every pending job. All zero without priorities; a preemption slot
+    never names a victim the rules protect."""
+    from policies.rl_encoding import CLUSTER_FEATURES, JOB_FEATURES, MAX_JOBS, SLOT_SIZE
+
+    def point_for(long_priority: int, long_preemptible: bool, new_priority: int) -> tuple[np.ndarray, object]:
+        long_run = JobSpec("long", 0.0, 4.0, 100_000.0, "ResNet-50-bs64", priority=long_priority,
+                           preemptible=long_preemptible)
+        newcomer = JobSpec("new", 5_000.0, 8.0, 100.0, "ResNet-50-bs64", priority=new_priority)
+        small = JobSpec("small", 5_000.0, 1.0, 100.0, "ResNet-50-bs64", priority=new_priority)  # fits: a point
+        sim = _sim("pcie-v100:1", [long_run, newcomer, small])
+        sim.advance()
+        _start(sim, 0, tuple(range(4)))
+        while sim.now < 5_000.0:
+            sim.advance()
+        point = decision_point(sim.view, sim.pending.values(), sim.now)
+        assert point is not None
+        return point.obs, dict(zip(ORDERS, point.slots))
+
+    def job_prio(obs: np.ndarray, slot: int) -> list[float]:
+        base = slot * SLOT_SIZE + JOB_FEATURES
+        return obs[base - 2:base].tolist()
+
+    preempt = ORDERS.index("preempt-las")
+    obs, slots = point_for(0, True, 0)
+    assert job_prio(obs, preempt) == [0.0, 0.0] and slots["preempt-las"] is not None  # type: ignore[index]
+    assert obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 2:].tolist() == [0.0, 0.0]
+    obs, slots = point_for(0, True, 5)  # the newcomer outranks the running job: half the GPUs run lower
+    assert job_prio(obs, preempt) == [0.5, 0.0] and slots["preempt-las"] is not None  # type: ignore[index]
+    obs, slots = point_for(0, False, 5)  # pinned: never a victim, and the cluster says half its GPUs are
+    assert slots["preempt-las"] is None  # type: ignore[index]
+    assert obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 2:].tolist() == [0.5, 0.0]
+    obs, slots = point_for(9, True, 0)  # the running job outranks every pending one
+    assert slots["preempt-las"] is None  # type: ignore[index]
+    assert obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 2:].tolist() == [0.0, 0.5]
+
+
+def test_training_windows_with_priorities() -> None:
+    """`--priority-share`: a drawn window carries priorities with that probability (from its own seed, the same jobs
+    otherwise); at 0 the draws are those made before priorities existed."""
+    from agents.scenarios import draw
+
+    def drawn(share: float) -> Scenario:
+        return draw(np.random.default_rng(3), ["synthetic"], ["dgx-a100"], (2, 4), 400, (1.0, 1.0),
+                    priority_share=share)
+
+    plain, ranked = drawn(0.0), drawn(1.0)
+    assert not plain.priorities and ranked.priorities
+    cluster, jobs = Scenario(**{**ranked.__dict__, "priorities": False}).build()
+    _, with_priorities = ranked.build()
+    high = sum(j.priority > 0 for j in with_priorities) / len(jobs)
+    pinned = sum(not j.preemptible for j in with_priorities) / len(jobs)
+    assert 0.05 < high < 0.15 and 0.02 < pinned < 0.09
+    assert [(j.submit_s, j.num_gpus) for j in jobs] == [(j.submit_s, j.num_gpus) for j in with_priorities]
+    assert all(j.priority == 0 and j.preemptible for j in jobs)

@@ -33,6 +33,8 @@ from policies.rl_encoding import (
     CLUSTER_FEATURES,
     JOB_FEATURES,
     MAX_JOBS,
+    PRIORITY_CLUSTER_FEATURES,
+    PRIORITY_JOB_FEATURES,
     SLOT_SIZE,
     TEAM_CLUSTER_FEATURES,
     TEAM_JOB_FEATURES,
@@ -65,14 +67,18 @@ def _simulate(policy: Any, cluster: str, mix: dict[str, Any], n_jobs: int, load:
     return sim
 
 
-TEAM_AT = JOB_FEATURES - TEAM_JOB_FEATURES
-TEAM_COLUMNS = np.array([j * SLOT_SIZE + TEAM_AT + k for j in range(MAX_JOBS) for k in range(TEAM_JOB_FEATURES)]
-                        + [MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - TEAM_CLUSTER_FEATURES + k
-                           for k in range(TEAM_CLUSTER_FEATURES)])
+# The features encodings 5 and 6 appended: the teams' standing, then the priorities', at the end of each job slot's
+# features and of the cluster's.
+SLOT_ADDED = TEAM_JOB_FEATURES + PRIORITY_JOB_FEATURES
+CLUSTER_ADDED = TEAM_CLUSTER_FEATURES + PRIORITY_CLUSTER_FEATURES
+TEAM_AT = JOB_FEATURES - SLOT_ADDED
+TEAM_COLUMNS = np.array([j * SLOT_SIZE + TEAM_AT + k for j in range(MAX_JOBS) for k in range(SLOT_ADDED)]
+                        + [MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - CLUSTER_ADDED + k for k in range(CLUSTER_ADDED)])
 
 
 def without_teams(obs: np.ndarray) -> np.ndarray:
-    """Encoding 4's observation: encoding 5's without the team features, which must be 0 (no teams)."""
+    """Encoding 4's observation: encoding 6's without the team and priority features, which must be 0 (no teams,
+    every job at one priority and preemptible)."""
     assert not obs[TEAM_COLUMNS].any()
     return np.delete(obs, TEAM_COLUMNS)
 

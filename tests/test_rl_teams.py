@@ -1,4 +1,4 @@
-"""The RL encoding inside the tenancy frame (encoding version 5): the standing the frame hands its policy, the team
+"""The RL encoding inside the tenancy frame (encoding version 5, and 6 which adds priorities): the standing the frame hands its policy, the team
 features it becomes, the environment's windows with teams, and `rl:default` inside the frame."""
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from policies.rl_encoding import (
     OBS_LOW,
     OBS_SIZE,
     ORDERS,
+    PRIORITY_CLUSTER_FEATURES,
+    PRIORITY_JOB_FEATURES,
     SLOT_SIZE,
     TEAM_CLUSTER_FEATURES,
     TEAM_JOB_FEATURES,
@@ -40,8 +42,9 @@ from scheduler.core.state import ClusterView
 from scheduler.core.tenancy import Teams, TenancyFrame
 
 ZOO = Path(__file__).resolve().parents[1] / "agents" / "zoo"
-TEAM_AT = JOB_FEATURES - TEAM_JOB_FEATURES  # where a job slot's team features start
-TEAM_CLUSTER_AT = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - TEAM_CLUSTER_FEATURES
+# Where a job slot's team features start, and the cluster's (encoding 6's priority features follow each).
+TEAM_AT = JOB_FEATURES - TEAM_JOB_FEATURES - PRIORITY_JOB_FEATURES
+TEAM_CLUSTER_AT = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - TEAM_CLUSTER_FEATURES - PRIORITY_CLUSTER_FEATURES
 
 
 def tjob(name: str, gpus: float, team: str, duration: float = 600.0, submit: float = 0.0) -> JobSpec:
@@ -107,15 +110,15 @@ def test_the_standing_features_of_a_job_within_quota_and_of_a_borrower() -> None
     frame.schedule(sim.view, sim.pending.values(), sim.now)
     point = capture.calls[0][2]
     assert point is not None
-    a0 = slot_of(point, "a0")[TEAM_AT:JOB_FEATURES]
-    b9 = slot_of(point, "b9")[TEAM_AT:JOB_FEATURES]
+    a0 = slot_of(point, "a0")[TEAM_AT:TEAM_AT + TEAM_JOB_FEATURES]
+    b9 = slot_of(point, "b9")[TEAM_AT:TEAM_AT + TEAM_JOB_FEATURES]
     # borrows, swap, borrowed over quota, borrowed share of the team's GPUs, fair-share rank
     np.testing.assert_allclose(a0, [0.0, 0.0, 0.0, 0.0, 0.0])
     np.testing.assert_allclose(b9, [1.0, 0.0, 1 / 4, 1 / 5, 1.0], rtol=1e-6)
-    cluster = point.obs[TEAM_CLUSTER_AT:]
+    cluster = point.obs[TEAM_CLUSTER_AT:TEAM_CLUSTER_AT + TEAM_CLUSTER_FEATURES]
     # borrowed share of the running GPUs, lent GPUs per cluster GPU, teams with demand beyond one (log2 / 4)
     np.testing.assert_allclose(cluster, [1 / 6, 1 / 8, 0.25], rtol=1e-6)
-    assert OBS_SIZE == MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES and ENCODING_VERSION == 5
+    assert OBS_SIZE == MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES and ENCODING_VERSION == 6
 
 
 def swap_scene() -> tuple[Simulator, Capture]:
@@ -233,7 +236,7 @@ def test_a_version_4_agent_is_refused_with_the_usual_message(tmp_path: Path) -> 
     shutil.copy(ZOO / "default.zip", tmp_path / "old.zip")
     meta = json.loads((ZOO / "default.json").read_text()) | {"encoding_version": 4}
     (tmp_path / "old.json").write_text(json.dumps(meta))
-    with pytest.raises(AgentLoadError, match=r"trained for encoding version 4, this Corral speaks version 5; "
+    with pytest.raises(AgentLoadError, match=r"trained for encoding version 4, this Corral speaks version 6; "
                                              r"retrain it with `corral train"):
         make_policy(f"rl:{tmp_path / 'old.zip'}")
 
