@@ -77,6 +77,16 @@ def test_non_preemptible_jobs_are_never_preempted(policy: str) -> None:
     assert all(j.preemptions == 0 for j in jobs.values())
 
 
+@pytest.mark.parametrize("policy", ["fifo", "sjf", "tiresias"])
+def test_a_lower_band_still_takes_free_gpus_a_higher_one_cannot_use(policy: str) -> None:
+    """Every running job pinned (or none running): a high-priority job too large for the free GPUs cannot make room,
+    and a small low-priority job behind it starts at once on them."""
+    jobs = run([pjob("pinned", 0, 2, 1000, preemptible=False), pjob("big-high", 10, 4, 100, priority=5),
+                pjob("small-low", 20, 1, 100)], policy)
+    assert jobs["small-low"].first_start_s == pytest.approx(20.0)
+    assert jobs["big-high"].first_start_s == pytest.approx(1000.0)
+
+
 @pytest.mark.parametrize("policy", ["tiresias", "gittins", "rl:default"])
 def test_time_sharing_keeps_its_preemption_of_equals_but_never_of_a_pinned_job(policy: str) -> None:
     """Tiresias' least-attained-service preemption: a long job that has left the first queue is preempted for a new

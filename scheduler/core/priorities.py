@@ -99,18 +99,20 @@ class PriorityFrame:
         if focus is not None:
             owner = next((j for j in queue if j.id == focus), None)
             if owner is not None and has_room(view, owner.spec):
-                return (yield from self._ask(view, [owner], now))
+                offered = yield from self._ask(view, [owner], now)
+                if _acted(offered):
+                    return offered
+                # Its policy will not place it there: the freed GPUs go to the bands as usual (it made room once).
         said: list[Decision] = []
-        lowest: int | None = None
+        lowest: float | None = None  # the lowest priority a running, preemptible job has (inf: none has)
         for band in bands(queue):
             decisions = yield from self._ask(view, band, now)
-            if any(isinstance(d, Place | Preempt) for d in decisions):
+            if _acted(decisions):
                 return said + decisions
             said += decisions
             if lowest is None:
-                lowest = min((r.spec.priority for r in view.running.values() if r.spec.preemptible), default=None)
-                if lowest is None:
-                    break  # nothing running may be preempted: no band makes room
+                lowest = min((r.spec.priority for r in view.running.values() if r.spec.preemptible),
+                             default=math.inf)
             if band[0].spec.priority > lowest:
                 made = self._make_room(view, band, queue)
                 if made:
@@ -194,6 +196,10 @@ class PriorityFrame:
                 return [Preempt(v.id, f"preempted for {spec.name}, of priority {spec.priority} (its own is "
                                       f"{v.spec.priority})", for_job=job.id) for v in victims]
         return []
+
+
+def _acted(decisions: list[Decision]) -> bool:
+    return any(isinstance(d, Place | Preempt) for d in decisions)
 
 
 def run_start(job: Job) -> float:
