@@ -353,7 +353,7 @@ def test_training_windows_with_priorities() -> None:
 
     plain, ranked = drawn(0.0), drawn(1.0)
     assert not plain.priorities and ranked.priorities
-    cluster, jobs = Scenario(**{**ranked.__dict__, "priorities": False}).build()
+    _, jobs = Scenario(**{**ranked.__dict__, "priorities": False}).build()
     _, with_priorities = ranked.build()
     high = sum(j.priority > 0 for j in with_priorities) / len(jobs)
     pinned = sum(not j.preemptible for j in with_priorities) / len(jobs)
