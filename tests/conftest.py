@@ -28,7 +28,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 # (`make test-fast`). Modules, not tests, are listed where every test of the module starts the thing (a module-scoped
 # fixture does); a test elsewhere is tiered by the fixtures it uses.
 RAY_MODULES = {"test_controller", "test_drains", "test_live", "test_live_teams", "test_ray_auth", "test_restarts",
-               "test_standby", "test_multihost", "test_dashboard"}  # a local Ray cluster, or `corral serve` (one)
+               "test_standby", "test_multihost", "test_dashboard", "test_live_lifecycle"}  # a local Ray cluster, or `corral serve` (one)
 RAY_FIXTURES = {"ray_head"}
 BROWSER_MODULES = {"test_dashboard", "test_dashboard_teams", "test_dashboard_truth"}
 BROWSER_FIXTURES = {"browser", "page"}
