@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -127,3 +128,28 @@ def test_a_run_that_reaches_its_time_limit_times_out(service: Service) -> None:
     assert done["state"] == "timed_out" and done["error"].startswith("time limit of 3 s reached"), done
     assert done["finished_at"] - done["first_started_at"] < 3 + 5, "stopped within a few passes of its limit"
     assert service.events(limited, "timed_out") and done["allocation"] == []
+
+
+def test_dependencies_and_an_array_on_ray(service: Service) -> None:
+    """A job that depends on another runs once it succeeded; one waiting for it to fail is cancelled with the reason;
+    an array of 3 tasks runs one at a time, each told its index."""
+    first = service.submit(name="prep", num_gpus=1, duration_s=2, **EMULATED)
+    after = service.submit(name="train", num_gpus=1, duration_s=1, depends_on=[{"job": first}], **EMULATED)
+    never = service.submit(name="on-fail", num_gpus=1, duration_s=1,
+                           depends_on=[{"job": first, "condition": "afternotok"}], **EMULATED)
+    r = requests.post(f"{service.server.api}/jobs", headers=service.headers, timeout=10, json={
+        "name": "sweep", "kind": "command", "model": "ResNet-50-bs64", "num_gpus": 1,
+        "entrypoint": "echo index=$CORRAL_ARRAY_INDEX; sleep 1", "array": {"count": 3, "max_running": 1}})
+    assert r.status_code == 201, r.text
+    tasks = [t["id"] for t in r.json()["array"]["tasks"]]
+    prep, train, cancelled = service.finished([first, after, never])
+    assert (prep["state"], train["state"], cancelled["state"]) == ("succeeded", "succeeded", "cancelled")
+    assert train["first_started_at"] >= prep["finished_at"]
+    assert cancelled["error"].startswith("its dependency can never be met: it runs afternotok job")
+    done = service.finished(tasks)
+    assert all(t["state"] == "succeeded" for t in done)
+    runs = sorted((t["first_started_at"], t["finished_at"]) for t in done)
+    assert all(later[0] >= earlier[1] for earlier, later in pairwise(runs)), "at most one task at a time"
+    for index, task in enumerate(tasks):
+        logs = requests.get(f"{service.server.api}/jobs/{task}/logs", headers=service.headers, timeout=10).json()
+        assert f"index={index}" in logs["logs"][0]["text"]
