@@ -33,12 +33,11 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable
 from itertools import groupby
-from typing import Any
 
 from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.room import has_room, room_model
-from scheduler.core.runner import answered, deliberation
+from scheduler.core.runner import PolicyFrame, deliberation
 from scheduler.core.state import ClusterView
 from scheduler.core.victims import choose_victims, pending_takers
 
@@ -68,29 +67,18 @@ def refusal(victim: JobSpec, for_: JobSpec) -> str:
             f"lower priorities (its own is {for_.priority})")
 
 
-class PriorityFrame:
+class PriorityFrame(PolicyFrame):
     """A policy under the priority rules (module docstring); itself a policy, with the wrapped one's `name` and
     `oracle`. `preemptions` counts those rule 3 made; `refused` the starts rule 2 held back."""
 
     def __init__(self, policy: Policy) -> None:
-        self.inner = policy
-        self.name = policy.name
-        self.oracle = policy.oracle
+        super().__init__(policy)
         self.equals = bool(getattr(policy, "time_sharing", False))
         self.preemptions = 0
         self.refused = 0
         self._instant: float | None = None
         self._made_room_for: set[int] = set()  # this instant's
         self._focus: int | None = None  # the job rule 3 just made room for: offered the freed GPUs alone, next call
-
-    # ---- the policy protocol -------------------------------------------------------------------------------------
-
-    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        return answered(self.deliberate(view, queue, now), self.answer)
-
-    def answer(self, question: Any) -> Any:
-        """The wrapped policy's agent answers its questions (only a deliberating policy asks any)."""
-        return self.inner.answer(question)  # type: ignore[attr-defined]
 
     def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation:
         if now != self._instant:

@@ -28,7 +28,6 @@ import math
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -36,7 +35,7 @@ from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Pree
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.priorities import bands, with_priorities
 from scheduler.core.room import has_room
-from scheduler.core.runner import answered, deliberation
+from scheduler.core.runner import PolicyFrame, deliberation
 from scheduler.core.state import EPS, ClusterView
 
 
@@ -107,25 +106,17 @@ def with_time_limits(jobs: Sequence[JobSpec], factor: float) -> list[JobSpec]:
     return [j if j.time_limit_s is not None else replace(j, time_limit_s=j.duration_s * factor) for j in jobs]
 
 
-class ReservationFrame:
+class ReservationFrame(PolicyFrame):
     """A policy under the reservation rule (module docstring), inside the priority rules; itself a policy with the
     wrapped one's `name` and `oracle`. `current` is the reservation of the last call (None if none)."""
 
     applies_priorities = True
 
     def __init__(self, policy: Policy, rule: ReservationRule) -> None:
-        self.inner = with_priorities(policy)
+        super().__init__(with_priorities(policy), named_as=policy)
         self.rule = rule
-        self.name = policy.name
-        self.oracle = policy.oracle
         self.current: Reservation | None = None
         self.backfilled = 0  # jobs started on reserved GPUs because their time limits end before it starts
-
-    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        return answered(self.deliberate(view, queue, now), self.answer)
-
-    def answer(self, question: Any) -> Any:
-        return self.inner.answer(question)  # type: ignore[attr-defined]
 
     def holder(self, view: ClusterView, queue: Collection[Job], now: float) -> Job | None:
         """Rule 1's job: the first that qualifies, in priority and queue order, whether it fits now or not."""

@@ -67,6 +67,28 @@ def rounds(policy: Policy, view: ClusterView, queue: Callable[[], Collection[Job
     raise RoundLimitError(f"{who or policy.name} kept acting at t={now:g} for {MAX_ROUNDS} rounds")
 
 
+class PolicyFrame:
+    """A policy around another, as the frames are (priorities, reservations, tenancy): `name` and `oracle` are the
+    wrapped policy's, `deliberate` (the subclass's) decides, yielding the wrapped policy's questions, and its agent
+    answers them when the frame is asked through `schedule`."""
+
+    def __init__(self, inner: Policy, named_as: Policy | None = None) -> None:
+        self.inner = inner
+        shown = named_as if named_as is not None else inner
+        self.name = shown.name
+        self.oracle = shown.oracle
+
+    def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation:
+        raise NotImplementedError
+
+    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        return answered(self.deliberate(view, queue, now), self.answer)
+
+    def answer(self, question: Any) -> Any:
+        """The wrapped policy's agent answers its questions (only a deliberating policy asks any)."""
+        return self.inner.answer(question)  # type: ignore[attr-defined]
+
+
 def settle(policy: Policy, view: ClusterView, queue: Callable[[], Collection[Job]], now: float, apply: Apply,
            who: str | None = None) -> int:
     """`rounds`, with the policy's own agent answering its questions: the instant's scheduling, done."""

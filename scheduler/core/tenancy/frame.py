@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any
 
 from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.model import (
@@ -18,7 +17,7 @@ from scheduler.core.model import (
 )
 from scheduler.core.priorities import may_preempt, run_start, with_priorities
 from scheduler.core.room import has_room, room_model
-from scheduler.core.runner import answered, deliberation
+from scheduler.core.runner import PolicyFrame, deliberation
 from scheduler.core.standing import TeamStanding, TenancyStanding
 from scheduler.core.state import ClusterView
 from scheduler.core.tenancy.teams import EPS, Team, Teams
@@ -132,7 +131,7 @@ def borrow_words(team: Team, in_use: float, queued_within: float, need: float, l
             f"GPUs to lend, {_gpus(max(0.0, lendable))} may be lent now ({', '.join(parts)})")
 
 
-class TenancyFrame:
+class TenancyFrame(PolicyFrame):
     """A policy inside the tenancy frame (see the module docstring). `name` and `oracle` are the wrapped policy's."""
 
     applies_priorities = True  # its wrapped policy is under the priority rules (`scheduler.core.priorities`)
@@ -140,10 +139,8 @@ class TenancyFrame:
     def __init__(self, policy: Policy, teams: Teams) -> None:
         if DEFAULT_TEAM not in teams.teams:  # jobs that name no team: no quota, they only borrow
             teams = Teams({**teams.teams, DEFAULT_TEAM: Team(DEFAULT_TEAM, 0.0, None)}, teams.half_life_s)
-        self.inner = with_priorities(policy)
+        super().__init__(with_priorities(policy), named_as=policy)
         self.teams = teams
-        self.name = policy.name
-        self.oracle = policy.oracle
         self.share = FairShare(teams)
         self.reclaims = 0  # preemptions the frame made to give teams their quota back
         self.swaps = 0  # preemptions the policy made of a team's own jobs to start one of its jobs beyond its quota
@@ -329,13 +326,6 @@ class TenancyFrame:
             view.tenancy = before
 
     # ---- the policy protocol -------------------------------------------------------------------------------------
-
-    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        return answered(self.deliberate(view, queue, now), self.answer)
-
-    def answer(self, question: Any) -> Any:
-        """The wrapped policy's agent answers its questions (only a deliberating policy asks any)."""
-        return self.inner.answer(question)  # type: ignore[attr-defined]
 
     def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation:
         """The frame's decisions at this call (`schedule`), yielding the questions its wrapped policy asks while
