@@ -196,3 +196,16 @@ def test_the_cli_submits_with_dependencies_and_arrays(site: Site) -> None:
         assert bad.exit_code != 0 and "jobs are named by their ids" in bad.output
         bad = runner.invoke(main, ["submit", "--name", "x", *base, "--array", "1-4", "--url", url])
         assert bad.exit_code != 0 and "indices start at 0" in bad.output
+
+
+def test_an_array_counts_every_task_against_the_pending_limit(site: Site) -> None:
+    """With at most 4 pending jobs, an array of 5 is refused (429) and stores nothing; one of 4 is taken, and then a
+    single job more is refused."""
+    site.ok("PATCH", "/users/ann/limits", {"max_pending": 4}, who="root")
+    before = site.jobs()
+    resp = site.call("POST", "/jobs", JOB | {"array": {"count": 5}})
+    assert resp.status_code == 429 and "max_pending" in resp.json["message"], resp.json
+    assert site.jobs() == before
+    site.ok("POST", "/jobs", JOB | {"array": {"count": 4}}, status=201)
+    assert site.call("POST", "/jobs", JOB).status_code == 429
+    assert site.jobs() == before + 4

@@ -49,6 +49,7 @@ from scheduler.live import metrics
 from scheduler.live.cluster import ModelNode, model_cluster, node_preset
 from scheduler.live.explain import capacity_reason
 from scheduler.live.job_accounts import JobAccounts
+from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.leader import Leadership, NotLeader, SoleLeader
 from scheduler.live.nodes import CONDITION_COLUMNS, conditions, register_nodes
 from scheduler.live.retries import retry_delay, retry_words
@@ -952,9 +953,7 @@ class Controller:
 
         def outcome(key: str) -> Outcome | None:
             state = states.get(int(key))
-            if state in (S.PENDING, S.RUNNING):
-                return None
-            return Outcome.SUCCEEDED if state == S.SUCCEEDED else Outcome.FAILED  # (a job gone: it cannot succeed)
+            return Outcome.FAILED if state is None else job_outcome(state)  # (a job gone: it cannot succeed)
 
         waiting: dict[int, str] = {}
         for job in dependent:

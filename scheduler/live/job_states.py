@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from scheduler.core.dependencies import Outcome
+
 
 class JobState(StrEnum):
     """A live job's state, as the API reports it (the model's `scheduler.core.model.JobPhase` has no failures)."""
@@ -19,6 +21,14 @@ class JobState(StrEnum):
     @property
     def terminal(self) -> bool:
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
+
+
+def outcome(state: str) -> Outcome | None:
+    """How a job in `state` ended, as dependencies count it (`scheduler.core.dependencies`): succeeded, or not (failed,
+    timed out, cancelled); None while it is pending or running."""
+    if state in (JobState.PENDING, JobState.RUNNING):
+        return None
+    return Outcome.SUCCEEDED if state == JobState.SUCCEEDED else Outcome.FAILED
 
 
 class JobType(StrEnum):

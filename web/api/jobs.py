@@ -15,10 +15,11 @@ from marshmallow import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from scheduler.core.dependencies import Condition, Outcome, holds
+from scheduler.core.dependencies import Condition, holds
 from scheduler.live import job_accounts
 from scheduler.live.explain import Estimates, allocation_text, known_progress, last_placement, queue_start_estimates
 from scheduler.live.job_files import log_path
+from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.nodes import capacity_refusal
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
@@ -108,10 +109,9 @@ def dependencies_json(s: Session, job: Job) -> list[dict[str, Any]]:
         row = rows.get(int(d["job"]))
         visible = row is not None and (who.admin or row.user_id == who.id)
         state = row.state if visible and row is not None else None
-        outcome = None if state in (None, JobState.PENDING, JobState.RUNNING) else (
-            Outcome.SUCCEEDED if state == JobState.SUCCEEDED else Outcome.FAILED)
+        ended = job_outcome(state) if state is not None else None
         out.append({"job": int(d["job"]), "condition": d["condition"], "name": row.name if visible and row else None,
-                    "state": state, "met": holds(Condition(d["condition"]), outcome)})
+                    "state": state, "met": holds(Condition(d["condition"]), ended)})
     return out
 
 

@@ -206,10 +206,7 @@ def submit_array(s: Session, user: User, fields: dict[str, Any], count: int, max
             assert array is not None
             return existing, array, False
     if max_pending is not None:
-        s.execute(select(User.id).where(User.id == user.id).with_for_update())
-        pending = pending_jobs_of_user(s, user.id)
-        if pending + count > max_pending:
-            raise PendingLimit(user.name, pending + count - 1, max_pending)
+        check_pending(s, user, max_pending, adding=count)
     array = JobArray(user_id=user.id, name=fields["name"], count=count, max_running=max_running,
                      submitted_at=time.time())
     s.add(array)
@@ -620,13 +617,14 @@ def pending_jobs_of_user(s: Session, user_id: int) -> int:
                                                                 Job.state == JobState.PENDING)) or 0
 
 
-def check_pending(s: Session, user: User, max_pending: int) -> None:
-    """PendingLimit if `user` already has `max_pending` jobs pending. The user's row is locked first (PostgreSQL; on
-    SQLite the submission holds the one write lock), as `move_user` does: two submissions of one user then count in
-    turn, each seeing the other's job once it committed, so concurrent submissions cannot overshoot the limit."""
+def check_pending(s: Session, user: User, max_pending: int, adding: int = 1) -> None:
+    """PendingLimit if `adding` more jobs (an array's tasks, or one) would take `user` past `max_pending` pending. The
+    user's row is locked first (PostgreSQL; on SQLite the submission holds the one write lock), as `move_user` does:
+    two submissions of one user then count in turn, each seeing the other's jobs once it committed, so concurrent
+    submissions cannot overshoot the limit."""
     s.execute(select(User.id).where(User.id == user.id).with_for_update())
     pending = pending_jobs_of_user(s, user.id)
-    if pending >= max_pending:
+    if pending + adding > max_pending:
         raise PendingLimit(user.name, pending, max_pending)
 
 
