@@ -76,7 +76,7 @@ def run_end(job: Job) -> float:
     return job.start_s + job.spec.time_limit_s
 
 
-def plan(view: ClusterView, spec: JobSpec, now: float) -> Reservation | None:
+def plan(view: ClusterView, spec: JobSpec, now: float, job_id: int = -1) -> Reservation | None:
     """The GPUs `spec` would hold and when it would start (rule 2); None if the cluster has too few GPUs its model
     fits on."""
     cluster = view.cluster
@@ -95,7 +95,7 @@ def plan(view: ClusterView, spec: JobSpec, now: float) -> Reservation | None:
     gpus = tuple(sorted(order[:spec.workers]))
     held = set(gpus)
     waiting = tuple(sorted(j for j in view.running if held.intersection(view.placement(j).gpus)))
-    return Reservation(-1, gpus, float(free_at[list(gpus)].max()), waiting)
+    return Reservation(job_id, gpus, float(free_at[list(gpus)].max()), waiting)
 
 
 def with_time_limits(jobs: Sequence[JobSpec], factor: float) -> list[JobSpec]:
@@ -139,11 +139,9 @@ class ReservationFrame(PolicyFrame):
         if holder is None:
             self.current = None
             return (yield from deliberation(self.inner, view, queue, now))
-        planned = plan(view, holder.spec, now)
-        if planned is None:  # larger than the cluster (admission refuses these): nothing to hold
-            self.current = None
+        res = self.current = plan(view, holder.spec, now, holder.id)
+        if res is None:  # larger than the cluster (admission refuses these): nothing to hold
             return (yield from deliberation(self.inner, view, queue, now))
-        res = self.current = replace(planned, job_id=holder.id)
         others = [j for j in queue if j.id != holder.id]
         free_now = [g for g in res.gpus if view.free_share[g] >= 1.0 - EPS]
         said: list[Decision] = []

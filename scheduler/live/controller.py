@@ -931,19 +931,26 @@ class Controller:
         if self._held or self._waiting:
             ready = [job for job_id, job in self.pending.items()
                      if job_id not in self._held and job_id not in self._waiting]
+        throttled: dict[int, str] = {}
         if self._arrays_pending:
             ready, throttled = array_throttle(ready, self.running.values())
             for job_id, why in throttled.items():
                 self._set_reason(job_id, why)
-            self._throttled = set(throttled)
+        self._throttled = set(throttled)
         return ready
 
     def _resolve_dependencies(self, s: Session, now: float) -> None:
         """The pending jobs whose dependencies do not hold yet wait, saying for what; those whose never will are
         cancelled with the reason (Slurm's DependencyNeverSatisfied), which may in turn do the same to theirs at a
-        later pass. One query a pass for the other jobs' states, only while some pending job has dependencies."""
-        dependent = [job for job in self.pending.values() if job.spec.depends_on]
-        self._arrays_pending = any(job.spec.array_max_running is not None for job in self.pending.values())
+        later pass. One query a pass for the other jobs' states, only while some pending job has dependencies. The
+        same scan of the queue notes whether a task of a bounded array waits (`_ready` throttles only then)."""
+        dependent: list[Job] = []
+        arrays = False
+        for job in self.pending.values():
+            if job.spec.depends_on:
+                dependent.append(job)
+            arrays = arrays or job.spec.array_max_running is not None
+        self._arrays_pending = arrays
         if not dependent:
             self._waiting = {}
             return
