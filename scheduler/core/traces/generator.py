@@ -1,14 +1,17 @@
 """Synthetic workloads: a Philly-like job generator and the `synthetic:N,...` spec that names one.
 
 Synthetic workloads (`synthetic()`, or the path `synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T][,high=F]
-[,pinned=F]`): Poisson arrivals,
+[,pinned=F][,gangs=F]`): Poisson arrivals,
 lognormal durations near Philly's (median 15 min, sigma 2, clipped to [10 s, 7 days], longer for larger jobs), sizes
 1/2/4/8/16/32 GPUs (mostly 1), GPU shares 0.25/0.5/0.75, models by the rule of `scheduler.core.traces.models`.
+`gangs=F` makes a share F of the jobs LLM-style gangs instead: training on 64, 128, 256 or 512 whole GPUs, a
+communication-heavy language model (`GANG_MODELS`), lognormal durations of hours to days (`GANG_DURATION`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,14 +26,30 @@ from scheduler.core.workloads import catalog
 SYNTH_SIZES: dict[int, float] = {1: 0.82, 2: 0.05, 4: 0.06, 8: 0.05, 16: 0.015, 32: 0.005}
 SYNTH_SHARES: dict[float, float] = {0.25: 0.35, 0.5: 0.45, 0.75: 0.2}
 SYNTH_KEYS = {"iat": "mean_interarrival_s", "frac": "frac_share", "inference": "inference_share", "teams": "teams",
-              "high": "high_priority_share", "pinned": "non_preemptible_share"}
+              "high": "high_priority_share", "pinned": "non_preemptible_share", "gangs": "large_gang_share"}
 HIGH_PRIORITY = 10  # the priority of the jobs `high=F` draws (the rest keep 0)
 TEAM_SKEW = 1.0  # team k of N submits a share of the jobs proportional to 1 / (k + 1) ** TEAM_SKEW
 
+# Large gangs (`gangs=F`, issue 30: the big-gang regime where fabric contention matters). Sizes: the probability halves
+# as the size doubles, so each size class asks for the same GPUs in all (a few of the largest jobs hold as much of the
+# cluster as many of the smallest), mean 136.5 GPUs. An assumption within published ranges: Acme (Hu et al., NSDI'24;
+# InternLM/AcmeTrace, data/cluster_summary.csv) has GPU jobs of up to 1,024 GPUs on both its clusters; the Crux
+# trace (SIGCOMM'24) has gangs of 32 to 744 GPUs on 1,024. 512 stays below the 1,024-GPU clusters the benchmark runs.
+GANG_SIZES: dict[int, float] = {64: 8 / 15, 128: 4 / 15, 256: 2 / 15, 512: 1 / 15}
+# The catalog's communication-heavy training models (>= 500 MB of gradients per step, `models.HEAVY_GRAD_MB`), the
+# nearest it has to LLM training: FSDP (sharded data parallel), MoE (expert parallel), Transformer-XL (a language
+# model); each needs 8-12 GB per GPU, well inside an 80 GB A100/H100. Equally likely (an assumption).
+GANG_MODELS: dict[str, float] = {"FSDP": 1.0, "MoE": 1.0, "Transformer-XL": 1.0}
+# Durations (seconds): lognormal, median 6 h, log-sd 1 (5% under 1.2 h, 5% over 31 h, mean ~10 h), clipped to [1 h,
+# 7 days], not scaled by size (an LLM run's length follows its token budget and the failures that end it, not its GPU
+# count). An assumption, bounded by Acme's summary (same file): its longest GPU job ran 7.2 days on Kalos, 14 on Seren
+# (we clip at the generator's 7 days); its median GPU job (~2 min) is evaluation and debugging, not these runs.
+GANG_DURATION = {"median_s": 6 * 3600.0, "sigma": 1.0, "min_s": 3600.0, "max_s": 7 * 86400.0}
+
 
 def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, Any]]:
-    """`synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T][,high=F][,pinned=F]` -> (N, keyword arguments of
-    `synthetic`: floats, and an int for `teams`)."""
+    """`synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T][,high=F][,pinned=F][,gangs=F]` -> (N, keyword
+    arguments of `synthetic`: floats, and an int for `teams`)."""
     accepted = ", ".join(f"{k}= ({v})" for k, v in SYNTH_KEYS.items())
     body = spec.removeprefix("synthetic:")
     head, *pairs = [p.strip() for p in body.split(",")]
@@ -56,12 +75,15 @@ def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, Any]]:
         kwargs[SYNTH_KEYS[key]] = v
     _check_synthetic(spec, kwargs.get("mean_interarrival_s", 60.0), kwargs.get("frac_share", 0.15),
                      kwargs.get("inference_share", 0.05), kwargs.get("high_priority_share", 0.0),
-                     kwargs.get("non_preemptible_share", 0.0))
+                     kwargs.get("non_preemptible_share", 0.0), kwargs.get("large_gang_share", 0.0))
     return n, kwargs
 
 
 def _check_synthetic(where: str, iat: float, frac: float, inference: float, high: float = 0.0,
-                     pinned: float = 0.0) -> None:
+                     pinned: float = 0.0, gangs: float = 0.0) -> None:
+    if not 0 <= gangs <= 1:
+        raise TraceError(f"{where}: gangs (share of LLM-style gang jobs of 64-512 GPUs) must be in [0, 1], "
+                         f"got {gangs:g}")
     if not 0 <= high <= 1:
         raise TraceError(f"{where}: high (share of jobs at priority {HIGH_PRIORITY}) must be in [0, 1], got {high:g}")
     if not 0 <= pinned <= 1:
@@ -97,6 +119,7 @@ def synthetic(
     teams: int = 0,
     high_priority_share: float = 0.0,
     non_preemptible_share: float = 0.0,
+    large_gang_share: float = 0.0,
 ) -> Trace:
     """A Philly-like workload: Poisson arrivals, lognormal durations, mostly one-GPU jobs, some GPU shares.
 
@@ -112,12 +135,17 @@ def synthetic(
     * Priorities (`high=F`, `pinned=F`): a job is at priority `HIGH_PRIORITY` with probability `high_priority_share`
       (else 0), and not preemptible with probability `non_preemptible_share`, independently
       (`scheduler.core.priorities`).
+    * Large gangs (`gangs=F`): a job is an LLM-style gang with probability `large_gang_share`: training on a size of
+      `GANG_SIZES` (64-512 whole GPUs), a model of `GANG_MODELS`, a duration drawn as `GANG_DURATION` states; it keeps
+      its arrival, team and priorities. The other jobs are drawn as above (so `frac` and `inference` are shares of the
+      jobs that are not gangs). Gangs dominate the offered load (mean ~136 GPUs for ~10 h): fit the arrival rate to
+      the cluster (`scheduler.core.traces.windows`) rather than using the default `iat`.
 
     All randomness derives from `default_rng(seed)`: one spawned stream per attribute, so `synthetic(m)` is a prefix
     of `synthetic(n)` for m < n (a `limit` does not change the jobs it keeps). 100,000 jobs take ~0.3 s.
     """
     _check_synthetic(f"synthetic({n_jobs})", mean_interarrival_s, frac_share, inference_share, high_priority_share,
-                     non_preemptible_share)
+                     non_preemptible_share, large_gang_share)
     if n_jobs < 1:
         raise TraceError(f"synthetic: n_jobs must be at least 1, got {n_jobs}")
     if not (median_duration_s > 0 and duration_sigma >= 0 and 0 < min_duration_s <= max_duration_s):
@@ -129,9 +157,9 @@ def synthetic(
     if teams < 0:
         raise TraceError(f"synthetic: teams must be >= 0, got {teams}")
     # Children of a SeedSequence do not depend on how many are spawned: each stream added later (teams, then the
-    # priorities) leaves the others, and so every workload generated before it existed, unchanged.
-    streams = np.random.default_rng(seed).spawn(10)
-    g_arrive, g_kind, g_frac, g_size, g_share, g_dur, g_model, g_team, g_high, g_pinned = streams
+    # priorities, then the gangs) leaves the others, and so every workload generated before it existed, unchanged.
+    streams = np.random.default_rng(seed).spawn(11)
+    g_arrive, g_kind, g_frac, g_size, g_share, g_dur, g_model, g_team, g_high, g_pinned, g_gang = streams
     n = n_jobs
 
     gaps = g_arrive.exponential(mean_interarrival_s, n)
@@ -154,6 +182,12 @@ def synthetic(
     submit = np.round(submit, 3)
 
     models, _ = draw_models(num_gpus, inference, g_model.random(n))
+    if large_gang_share > 0:  # overwrite the gangs' draws; with share 0 the stream is never read
+        gang = _gang_draw(g_gang, n, large_gang_share)
+        inference = inference & ~gang.mask
+        num_gpus = np.where(gang.mask, gang.num_gpus, num_gpus)
+        duration = np.where(gang.mask, gang.duration, duration)
+        models = [gm if g else m for m, gm, g in zip(models, gang.models, gang.mask.tolist())]
     team_names = team_draw(g_team, teams, n)
     priority = np.where(g_high.random(n) < high_priority_share, HIGH_PRIORITY, 0).tolist()
     preemptible = (g_pinned.random(n) >= non_preemptible_share).tolist()
@@ -173,9 +207,34 @@ def synthetic(
     spec = (
         f"synthetic:{n_jobs},iat={mean_interarrival_s:g},frac={frac_share:g},inference={inference_share:g}"
         + (f",teams={teams}" if teams else "") + (f",high={high_priority_share:g}" if high_priority_share else "")
-        + (f",pinned={non_preemptible_share:g}" if non_preemptible_share else "") + f" seed={seed}"
+        + (f",pinned={non_preemptible_share:g}" if non_preemptible_share else "")
+        + (f",gangs={large_gang_share:g}" if large_gang_share else "") + f" seed={seed}"
     )
     return Trace(name=f"synthetic-{n_jobs}", format="synthetic", jobs=jobs, skipped={}, source=spec)
+
+
+@dataclass(frozen=True, slots=True)
+class _Gangs:
+    mask: np.ndarray  # which jobs are gangs
+    num_gpus: np.ndarray  # a gang size for every job (used where mask)
+    models: list[str]
+    duration: np.ndarray  # seconds, rounded like the other durations
+
+
+def _gang_draw(g: np.random.Generator, n: int, share: float) -> _Gangs:
+    """Which of `n` jobs are large gangs, and a size, model and duration for every job, from `g` alone.
+
+    One child stream per attribute, each read in arrival order, keeps the prefix property (`synthetic(m)` is a prefix
+    of `synthetic(n)`), as the streams of `synthetic` do."""
+    g_is, g_size, g_model, g_dur = g.spawn(4)
+    mask = g_is.random(n) < share
+    size = _categorical(g_size, GANG_SIZES, n)
+    names = list(GANG_MODELS)
+    pick = _categorical(g_model, dict(enumerate(GANG_MODELS.values())), n).astype(int)
+    d = GANG_DURATION
+    duration = np.exp(np.log(d["median_s"]) + d["sigma"] * g_dur.standard_normal(n))
+    duration = np.round(np.clip(duration, d["min_s"], d["max_s"]), 3)
+    return _Gangs(mask=mask, num_gpus=size, models=[names[i] for i in pick.tolist()], duration=duration)
 
 
 def team_draw(g: np.random.Generator, teams: int, n: int) -> list[str]:
