@@ -42,7 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.core.model import Cluster, JobSpec, LinkKind, Placement
+from scheduler.core.fabric import Fabric, flow_links
+from scheduler.core.model import INTER_SERVER, Cluster, JobSpec, Placement
 from scheduler.core.workloads import ModelProfile, catalog
 
 
@@ -89,19 +90,30 @@ class Prediction:
 
 
 def collective_traffic(cluster: Cluster, gpus: Iterable[int], grad_gb: float) -> dict[int, float]:
-    """GB per iteration that a data-parallel job on `gpus` moves over each link (hierarchical ring all-reduce)."""
+    """GB per iteration that a data-parallel job on `gpus` moves over each link (hierarchical ring all-reduce); with a
+    fabric, its flows spread evenly over each group's ECMP links (the expected load)."""
+    return collective_flows(cluster, gpus, grad_gb)[0]
+
+
+def collective_flows(cluster: Cluster, gpus: Iterable[int], grad_gb: float,
+                     flow_key: int | None = None) -> tuple[dict[int, float], dict[int, float]]:
+    """The traffic of `collective_traffic`, with the fabric's flows hashed by `flow_key` when given (ECMP), and the
+    factor each fabric link's time is stretched by for the expected hash collisions when not
+    (`scheduler.core.fabric.flow_links`)."""
     by_node: dict[int, list[int]] = {}
     for g in gpus:
         by_node.setdefault(int(cluster.gpu_node[g]), []).append(int(g))
     traffic: dict[int, float] = {}
     if sum(len(v) for v in by_node.values()) < 2 or grad_gb <= 0:
-        return traffic
+        return traffic, {}
 
     def put(link: int, gb: float) -> None:
         traffic[link] = traffic.get(link, 0.0) + gb
 
     k = len(by_node)
     inter = 2.0 * (k - 1) / k * grad_gb  # per node, across nodes: each node holds a full gradient after step one
+    # NCCL runs one ring (channel) per GPU index present on every node; each leaves by its GPU's NIC.
+    channels = min(len(gs) for gs in by_node.values())
     for node, gs in by_node.items():
         m = len(gs)
         local_links = {int(cluster.gpu_local_link[g]) for g in gs}
@@ -116,15 +128,42 @@ def collective_traffic(cluster: Cluster, gpus: Iterable[int], grad_gb: float) ->
                 if len(local_links) > 1 and cluster.node_socket[node] >= 0:
                     put(int(cluster.node_socket[node]), intra)
         if k > 1:
-            put(int(cluster.node_nic[node]), inter)
-            if not cluster.node_nvlink[node]:  # GPUDirect RDMA: NIC traffic also crosses the GPUs' PCIe switch
-                put(min(local_links), inter)
+            if cluster.one_nic:
+                put(int(cluster.node_nic[node]), inter)
+                if not cluster.node_nvlink[node]:  # GPUDirect RDMA: NIC traffic also crosses the GPUs' PCIe switch
+                    put(min(local_links), inter)
+            else:
+                for g in sorted(gs)[:channels]:
+                    put(int(cluster.nic_link[cluster.gpu_nic[g]]), inter / channels)
+                    if not cluster.node_nvlink[node]:
+                        put(int(cluster.gpu_local_link[g]), inter / channels)
+    if k > 1 and cluster.fabric is not None:
+        return _fabric_flows(cluster, cluster.fabric, by_node, inter / channels, channels, traffic, flow_key)
     racks = {int(cluster.node_rack[n]) for n in by_node}
     if len(racks) > 1:
         r = len(racks)
         for rack in racks:
             put(int(cluster.rack_uplink[rack]), 2.0 * (r - 1) / r * grad_gb)
-    return traffic
+    return traffic, {}
+
+
+def _fabric_flows(cluster: Cluster, fabric: Fabric, by_node: dict[int, list[int]], channel_gb: float, channels: int,
+                  traffic: dict[int, float], flow_key: int | None) -> tuple[dict[int, float], dict[int, float]]:
+    """The ring's hops between servers as flows on the fabric: node i sends to node i + 1 (in node order, so a rack's
+    nodes are neighbours and the ring leaves each rack once), channel c from the c-th GPU's NIC to the c-th GPU's NIC
+    of the next node (rail-aligned when both are GPU c of their node), each split into `flows_per_nic` flows."""
+    nodes = sorted(by_node)
+    ranks = {n: sorted(by_node[n])[:channels] for n in nodes}
+    split = fabric.spec.flows_per_nic
+    flows = []
+    for i, node in enumerate(nodes):
+        nxt = nodes[(i + 1) % len(nodes)]
+        for a, b in zip(ranks[node], ranks[nxt]):
+            flows.extend([(int(cluster.gpu_nic[a]), int(cluster.gpu_nic[b]))] * split)
+    fabric_traffic, stretch = flow_links(fabric, flows, channel_gb / split, flow_key)
+    for link, gb in fabric_traffic.items():
+        traffic[link] = traffic.get(link, 0.0) + gb
+    return traffic, stretch
 
 
 _NO_LINKS = np.zeros(0, dtype=np.int64)
@@ -154,14 +193,18 @@ class ContentionModel:
         profiles: Mapping[str, ModelProfile] | None = None,
         params: ContentionParams | None = None,
         enabled: bool = True,
+        hashed_flows: bool = False,
     ) -> None:
         self.cluster = cluster
+        # True (the simulator): a placed job's fabric flows take the links ECMP hashes them to, by job id; False (the
+        # live controller, which cannot see the switches' hashes): the expected spread. Predictions are expected.
+        self.hashed_flows = hashed_flows
         self.profiles = profiles if profiles is not None else catalog()
         self.params = params or ContentionParams()
         self.enabled = enabled
         self._cap = cluster.link_capacity
         # 1.0 on inter-server links (NICs, rack uplinks), 0.0 inside servers: where the ring-straggler term applies
-        self._inter = np.array([k in (LinkKind.NIC, LinkKind.UPLINK) for k in cluster.link_kind], dtype=np.float64)
+        self._inter = np.array([k in INTER_SERVER for k in cluster.link_kind], dtype=np.float64)
         self._load = np.zeros(cluster.num_links)  # sum of duty cycles of the jobs crossing each link
         self._link_jobs: dict[int, set[int]] = {}
         self._gpu_jobs: dict[int, list[int]] = {}
@@ -198,11 +241,15 @@ class ContentionModel:
         c = compute_s * mps
         return c + max(0.0, comm_s - overlap * c)
 
-    def _link_times(self, gpus: Iterable[int], grad_gb: float) -> tuple[np.ndarray, np.ndarray]:
-        """Links a job's collective traffic crosses and the seconds per iteration it needs on each, alone."""
-        traffic = collective_traffic(self.cluster, gpus, grad_gb)
+    def _link_times(self, gpus: Iterable[int], grad_gb: float, flow_key: int | None = None,
+                    ideal: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Links a job's collective traffic crosses, the seconds per iteration it needs on each alone (with the
+        expected ECMP collisions unless `ideal` or its flows are hashed by `flow_key`), and the seconds its bytes keep
+        each busy (what other jobs on the link see: the same but for the expected collisions)."""
+        gpus = list(gpus)
+        traffic, stretch = collective_flows(self.cluster, gpus, grad_gb, flow_key)
         if not traffic:
-            return _NO_LINKS, _NO_TIMES
+            return _NO_LINKS, _NO_TIMES, _NO_TIMES
         links = np.fromiter(traffic.keys(), dtype=np.int64, count=len(traffic))
         link_time = np.fromiter(traffic.values(), dtype=np.float64, count=len(traffic)) / self._cap[links]
         straggler = self.params.ring_straggler
@@ -210,10 +257,14 @@ class ContentionModel:
             servers = len({int(self.cluster.gpu_node[g]) for g in gpus})
             if servers > 2:
                 link_time *= 1.0 + straggler * (servers - 2) * self._inter[links]
-        return links, link_time
+        if not stretch or ideal:
+            return links, link_time, link_time
+        factor = np.fromiter((stretch.get(link, 1.0) for link in traffic), dtype=np.float64, count=len(traffic))
+        return links, link_time * factor, link_time
 
     def reference_iteration(self, spec: JobSpec) -> float:
-        """Iteration time alone, packed on as few nodes as possible, on the reference GPU."""
+        """Iteration time alone, packed on as few nodes as possible, on the reference GPU, its flows spread perfectly
+        over the fabric's links (ECMP collisions, its own included, count as contention)."""
         key = (spec.model, spec.workers, spec.compression)
         cached = self._ref_cache.get(key)
         if cached is not None:
@@ -223,22 +274,25 @@ class ContentionModel:
         comm = 0.0
         if spec.workers > 1 and spec.workers <= self.cluster.num_gpus:
             # GPUs of a node are contiguous, so the first `workers` GPUs are the tightest packing of the first group.
-            _links, link_time = self._link_times(range(spec.workers), prof.grad_gb * spec.compression)
+            _links, link_time, _busy = self._link_times(range(spec.workers), prof.grad_gb * spec.compression,
+                                                        ideal=True)
             comm = float(link_time.max()) if link_time.size else 0.0
         ref = self._iteration(compute, prof.overlap, comm)
         self._ref_cache[key] = ref
         return ref
 
-    def footprint(self, spec: JobSpec, placement: Placement) -> Footprint:
+    def footprint(self, spec: JobSpec, placement: Placement, flow_key: int | None = None) -> Footprint:
+        """What `spec` on `placement` puts on the cluster: with `flow_key`, its fabric flows hashed by it (the world
+        the simulator plays); without, the expected spread and collision cost (what a scheduler can predict)."""
         prof = self.profiles[spec.model]
         gpus = placement.gpus
         speed = float(min(self.cluster.gpu_speed[g] for g in gpus))
         compute = prof.compute_ms / 1000.0 / speed
-        links, link_time = self._link_times(gpus, prof.grad_gb * spec.compression)
+        links, link_time, busy = self._link_times(gpus, prof.grad_gb * spec.compression, flow_key)
         comm = float(link_time.max()) if link_time.size else 0.0
         alone = self._iteration(compute, prof.overlap, comm)
         return Footprint(
-            gpus=tuple(gpus), share=placement.share, links=links, link_time=link_time, duty=link_time / alone,
+            gpus=tuple(gpus), share=placement.share, links=links, link_time=link_time, duty=busy / alone,
             compute_s=compute, overlap=prof.overlap, ref_iter_s=self.reference_iteration(spec),
             sm=prof.sm, membw=prof.membw, sm_demand=min(prof.sm, placement.share),
         )
@@ -251,7 +305,8 @@ class ContentionModel:
         if not self.enabled:
             self._slowdown[job_id] = 1.0
             return {job_id}
-        return self._add(job_id, self.footprint(spec, placement))
+        key = job_id if self.hashed_flows else None
+        return self._add(job_id, self.footprint(spec, placement, key))
 
     def _add(self, job_id: int, fp: Footprint) -> set[int]:
         self._fp[job_id] = fp

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from scheduler.core.dependencies import Dependency
 from scheduler.core.errors import SpecError
+from scheduler.core.fabric import FABRICS, Fabric, FabricSpec, build_fabric
 
 # --------------------------------------------------------------------------------------------------------------------
 # Hardware catalog
@@ -61,7 +62,12 @@ class LinkKind(StrEnum):
     PCIE = "pcie"  # a PCIe switch's uplink, shared by the GPUs below it
     SOCKET = "socket"  # the CPU-socket interconnect between PCIe switches (QPI/UPI)
     NIC = "nic"
-    UPLINK = "uplink"  # a rack's uplink to the spine
+    UPLINK = "uplink"  # a rack's uplink to the spine; with a fabric, one switch port up from a leaf or pod group
+    DOWNLINK = "downlink"  # with a fabric: one switch port down into a leaf or pod group
+
+
+# Links between servers: where a ring over many servers runs below line rate (`ContentionParams.ring_straggler`).
+INTER_SERVER = frozenset({LinkKind.NIC, LinkKind.UPLINK, LinkKind.DOWNLINK})
 
 
 class NodeTypeSpec(BaseModel):
@@ -76,7 +82,8 @@ class NodeTypeSpec(BaseModel):
     pcie_switches: int = Field(1, ge=1, description="PCIe switches; GPUs split evenly; one per socket when 2")
     pcie_switch_gbs: float = Field(12.0, gt=0, description="uplink of one PCIe switch (PCIe 3.0 x16: ~12 GB/s)")
     socket_gbs: float = Field(9.0, gt=0, description="GPU peer traffic across CPU sockets")
-    nic_gbps: float = Field(100.0, gt=0, description="NIC bandwidth in Gb/s")
+    nic_gbps: float = Field(100.0, gt=0, description="bandwidth of one NIC in Gb/s")
+    nics: int = Field(1, ge=1, le=64, description="NICs per server; GPU k uses NIC k * nics // gpus_per_node")
 
     @model_validator(mode="after")
     def _check(self) -> NodeTypeSpec:
@@ -84,6 +91,8 @@ class NodeTypeSpec(BaseModel):
             raise ValueError(f"unknown gpu {self.gpu!r}; choose one of {', '.join(GPU_TYPES)}")
         if self.gpus_per_node % self.pcie_switches:
             raise ValueError("gpus_per_node must split evenly over pcie_switches")
+        if self.gpus_per_node % self.nics:
+            raise ValueError("gpus_per_node must split evenly over nics")
         return self
 
 
@@ -97,13 +106,13 @@ PRESETS: dict[str, NodeTypeSpec] = {
     ),
     # A small inference box: 4 x T4 on one PCIe switch, 25 Gb/s NIC.
     "pcie-t4": NodeTypeSpec(gpu="T4", gpus_per_node=4, interconnect="pcie", pcie_switches=1, nic_gbps=25.0),
-    # HGX H100 / H200: 8 GPUs on NVSwitch with NVLink 4 (18 links, 450 GB/s per GPU each way) and one 400 Gb/s NDR
-    # InfiniBand NIC per GPU. The model has one NIC per server, so it is the eight rails together (3,200 Gb/s): a ring
-    # across servers uses every rail at once (NCCL's rail-aligned rings), which is what the aggregate stands for.
+    # HGX H100 / H200: 8 GPUs on NVSwitch with NVLink 4 (18 links, 450 GB/s per GPU each way; the H200 keeps the
+    # H100's NVLink) and one 400 Gb/s NDR InfiniBand (or RoCE) NIC per GPU: GPU k's NIC is on rail k of a
+    # rail-optimised fabric. A ring across servers runs one channel per GPU, each over its GPU's NIC.
     "hgx-h100": NodeTypeSpec(gpu="H100-80GB", gpus_per_node=8, interconnect="nvlink", nvlink_gbs=450.0,
-                             nic_gbps=3200.0),
+                             nic_gbps=400.0, nics=8),
     "hgx-h200": NodeTypeSpec(gpu="H200-141GB", gpus_per_node=8, interconnect="nvlink", nvlink_gbs=450.0,
-                             nic_gbps=3200.0),
+                             nic_gbps=400.0, nics=8),
 }
 
 
@@ -127,14 +136,21 @@ class NodeGroupSpec(BaseModel):
 
 
 class ClusterSpec(BaseModel):
-    """What a cluster YAML file holds (and what `PRESET:N` expands to)."""
+    """What a cluster YAML file holds (and what `PRESET:N[@FABRIC]` expands to)."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = "cluster"
     nodes_per_rack: int = Field(16, ge=1)
-    oversubscription: float = Field(2.0, ge=1.0, description="rack uplink = rack NIC total / this")
+    oversubscription: float = Field(2.0, ge=1.0, description="without a fabric: rack uplink = rack NIC total / this")
     groups: list[NodeGroupSpec] = Field(min_length=1)
+    fabric: FabricSpec | None = Field(None, description="the network above the servers, port by port")
+
+    @model_validator(mode="after")
+    def _one_oversubscription(self) -> ClusterSpec:
+        if self.fabric is not None and "oversubscription" in self.model_fields_set:
+            raise ValueError("with a fabric, give the oversubscription in it (fabric.oversubscription)")
+        return self
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -158,15 +174,19 @@ class Cluster:
     node_first_gpu: np.ndarray  # [N]
     node_num_gpus: np.ndarray  # [N]
     node_rack: np.ndarray  # [N]
-    node_nic: np.ndarray  # [N] link id
+    node_nic: np.ndarray  # [N] link id of its first NIC
     node_socket: np.ndarray  # [N] link id of the socket interconnect, -1 if none
     node_nvlink: np.ndarray  # [N] bool
-    rack_uplink: np.ndarray  # [R] link id
+    rack_uplink: np.ndarray  # [R] link id of the rack's one aggregate uplink; empty with a fabric (its own links)
     link_capacity: np.ndarray  # [L] GB/s
     link_kind: list[LinkKind]
     node_types: list[NodeTypeSpec] = field(default_factory=list)
     node_type_index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [N]
     reference_speed: float = 1.0  # speed of the GPU that trace durations refer to (the cluster's most common type)
+    gpu_nic: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [G] NIC index its traffic leaves by
+    nic_link: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [NICs] link id
+    nic_node: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [NICs]
+    fabric: Fabric | None = None  # the network above the servers (scheduler.core.fabric); None: one uplink per rack
 
     @property
     def num_gpus(self) -> int:
@@ -176,9 +196,14 @@ class Cluster:
     def num_nodes(self) -> int:
         return int(self.node_rack.shape[0])
 
-    @property
+    @cached_property
     def num_racks(self) -> int:
-        return int(self.rack_uplink.shape[0])
+        return int(self.node_rack.max()) + 1
+
+    @cached_property
+    def one_nic(self) -> bool:
+        """Every server has one NIC (all presets before HGX): its traffic all leaves by `node_nic`."""
+        return len(self.nic_link) == self.num_nodes
 
     @property
     def num_links(self) -> int:
@@ -203,7 +228,8 @@ class Cluster:
             "gpus": self.num_gpus,
             "racks": self.num_racks,
             "gpu_types": kinds,
-            "oversubscription": self.spec.oversubscription,
+            "oversubscription": self.spec.oversubscription if self.fabric is None else None,
+            **({"fabric": self.fabric.describe()} if self.fabric is not None else {}),
         }
 
 
@@ -224,6 +250,11 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     node_types: list[NodeTypeSpec] = []
     caps: list[float] = []
     kinds: list[LinkKind] = []
+    nic_links: list[int] = []
+    nic_node: list[int] = []
+    nic_rail: list[int] = []
+    nic_gbps: list[float] = []
+    g_nic: list[int] = []
 
     def link(kind: LinkKind, cap: float) -> int:
         caps.append(cap)
@@ -246,7 +277,14 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
             n_rack.append(node // spec.nodes_per_rack)
             n_type.append(nt_idx)
             n_nvlink.append(nt.interconnect == "nvlink")
-            n_nic.append(link(LinkKind.NIC, nt.nic_gbps / 8.0))
+            nics = [link(LinkKind.NIC, nt.nic_gbps / 8.0) for _k in range(nt.nics)]
+            n_nic.append(nics[0])
+            nic_first = len(nic_links)
+            nic_links.extend(nics)
+            nic_node.extend([node] * nt.nics)
+            nic_rail.extend(range(nt.nics))
+            nic_gbps.extend([nt.nic_gbps] * nt.nics)
+            g_nic.extend(nic_first + g * nt.nics // nt.gpus_per_node for g in range(nt.gpus_per_node))
             if nt.interconnect == "nvlink":
                 n_socket.append(-1)
                 for _g in range(nt.gpus_per_node):
@@ -265,11 +303,17 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
             node += 1
 
     num_racks = n_rack[-1] + 1
-    nic_cap = np.array(caps)[n_nic]
-    rack_uplink = []
-    for r in range(num_racks):
-        rack_nic_total = float(nic_cap[np.array(n_rack) == r].sum())
-        rack_uplink.append(link(LinkKind.UPLINK, rack_nic_total / spec.oversubscription))
+    rack_uplink: list[int] = []
+    fabric = None
+    if spec.fabric is None:
+        nic_cap = np.array(caps)[nic_links]
+        nic_rack = np.array(n_rack)[nic_node]
+        for r in range(num_racks):
+            rack_nic_total = float(nic_cap[nic_rack == r].sum())
+            rack_uplink.append(link(LinkKind.UPLINK, rack_nic_total / spec.oversubscription))
+    else:
+        fabric = build_fabric(spec.fabric, np.array(nic_node), np.array(nic_rail), np.array(nic_gbps),
+                              np.array(n_rack), lambda kind, cap: link(LinkKind(kind), cap))
 
     gt_arr = np.array(g_type, dtype=np.int32)
     counts = np.bincount(gt_arr, minlength=len(gpu_types))
@@ -301,6 +345,10 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         node_types=node_types,
         node_type_index=ro(np.array(n_type, dtype=np.int32)),
         reference_speed=reference_speed,
+        gpu_nic=ro(np.array(g_nic, dtype=np.int32)),
+        nic_link=ro(np.array(nic_links, dtype=np.int32)),
+        nic_node=ro(np.array(nic_node, dtype=np.int32)),
+        fabric=fabric,
     )
 
 
@@ -313,11 +361,14 @@ def _format_validation(err: ValidationError) -> str:
 
 
 def parse_cluster(text: str) -> Cluster:
-    """Build a cluster from `PRESET:NODES[,PRESET:NODES...]` or a YAML file path.
+    """Build a cluster from `PRESET:NODES[,PRESET:NODES...][@FABRIC]` or a YAML file path.
 
     Raises SpecError naming the problem and the accepted choices.
     """
     text = text.strip()
+    nodes_text, at, fabric_name = text.partition("@")
+    if at:
+        return _with_fabric(parse_cluster(nodes_text), fabric_name.strip(), text)
     path = Path(text)
     if text.endswith((".yaml", ".yml")) or path.is_file():
         if not path.is_file():
@@ -354,6 +405,19 @@ def parse_cluster(text: str) -> Cluster:
             raise SpecError(f"--cluster: node count in {part!r} must be at least 1")
         groups.append(NodeGroupSpec(preset=preset, count=n))
     return build_cluster(ClusterSpec(name=text, groups=groups))
+
+
+def _with_fabric(cluster: Cluster, name: str, text: str) -> Cluster:
+    """`cluster` rebuilt on the named fabric preset, with leaf groups as large as its leaf switches allow."""
+    preset = FABRICS.get(name)
+    if preset is None:
+        raise SpecError(f"--cluster: unknown fabric {name!r} in {text!r}; choose one of {', '.join(FABRICS)}")
+    if cluster.fabric is not None:
+        raise SpecError(f"--cluster: {text!r} names a fabric twice")
+    nics = max(nt.nics for nt in cluster.node_types)
+    spec = ClusterSpec(name=text, nodes_per_rack=preset.nodes_per_rack(nics), groups=cluster.spec.groups,
+                       fabric=preset.spec)
+    return build_cluster(spec)
 
 
 # --------------------------------------------------------------------------------------------------------------------

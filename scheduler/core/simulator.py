@@ -123,7 +123,7 @@ class Simulator:
         self._contention_on = contention
         self._params = params
         self.profiles = profiles if profiles is not None else catalog()
-        self.contention = ContentionModel(cluster, self.profiles, params, enabled=contention)
+        self.contention = ContentionModel(cluster, self.profiles, params, enabled=contention, hashed_flows=True)
         self.state = ClusterState(cluster, self.profiles)
         self.preempt_overhead_s = preempt_overhead_s
         self.progress = progress

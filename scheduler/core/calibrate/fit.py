@@ -38,7 +38,7 @@ from scheduler.core.calibrate.data import (
     gavel_testbed,
 )
 from scheduler.core.contention import collective_traffic
-from scheduler.core.model import Cluster, LinkKind, Placement
+from scheduler.core.model import INTER_SERVER, Cluster, Placement
 
 OVERLAP_PRIOR_WEIGHT = 0.02
 MEM_PRIOR_GB = 2.0
@@ -65,7 +65,7 @@ class _Jobs:
 
 def _job_tables(cluster: Cluster, jobs: Sequence[tuple[int, Placement]]) -> _Jobs:
     cap = cluster.link_capacity
-    inter_kind = np.array([k in (LinkKind.NIC, LinkKind.UPLINK) for k in cluster.link_kind], dtype=float)
+    inter_kind = np.array([k in INTER_SERVER for k in cluster.link_kind], dtype=float)
     rows = []
     for model, placement in jobs:
         traffic = collective_traffic(cluster, placement.gpus, 1.0)
