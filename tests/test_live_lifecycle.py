@@ -1,7 +1,8 @@
 """Issue 28's rules end to end: a real `corral serve` on a Ray cluster of one virtual 4-GPU node, on SQLite and on
 PostgreSQL. A high-priority job makes room by preempting the younger low-priority job (which resumes and finishes);
 a non-preemptible job keeps its GPUs; a command job that exits non-zero is retried, then fails with its last reason,
-or succeeds on a retry."""
+or succeeds on a retry; a job of every GPU holds a reservation, and only a job whose time limit ends before it starts
+backfills onto the GPUs it holds."""
 
 from __future__ import annotations
 
@@ -71,7 +72,10 @@ def service(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path_factory: 
         token = queries.create_token(s, "alice", admin=True)  # an admin's command jobs may run as the server's user
     store.close()
     env = {**os.environ, "DATABASE_URL": db_url, "CORRAL_HOME": str(home)}
-    server = ServeProcess(home, ["--ray-address", ray_cluster.address, "--tick", "0.2", "--policy", "fifo"], env)
+    # Reservations for jobs of every GPU (4) only: the other tests' jobs, of 1 or 2 GPUs, never qualify, so one
+    # controller serves them all (two on one Ray cluster would place jobs on the same GPUs).
+    server = ServeProcess(home, ["--ray-address", ray_cluster.address, "--tick", "0.2", "--policy", "fifo",
+                                 "--reserve-share", "1"], env)
     yield Service(server, token)
     server.stop()
     if request.param == "postgresql":
@@ -153,3 +157,34 @@ def test_dependencies_and_an_array_on_ray(service: Service) -> None:
     for index, task in enumerate(tasks):
         logs = requests.get(f"{service.server.api}/jobs/{task}/logs", headers=service.headers, timeout=10).json()
         assert f"index={index}" in logs["logs"][0]["text"]
+
+
+def test_a_gang_of_every_gpu_holds_a_reservation_and_only_short_jobs_backfill(service: Service) -> None:
+    """Two 1-GPU jobs with 30-s limits run; a 4-GPU gang (every GPU: `--reserve-share 1`) holds a reservation that
+    starts by their limits, and keeps the 2 free GPUs. A job whose 4-s limit ends before that backfills onto them; one
+    with a 120-s limit waits for the gang; the gang starts when the two jobs end, well before their limits."""
+    busy = [service.submit(name=f"busy-{i}", num_gpus=1, duration_s=10, time_limit_s=30, **EMULATED) for i in range(2)]
+    wait_until("the busy jobs to run", lambda: all(service.state(b) == "running" for b in busy), timeout=60)
+    gang = service.submit(name="gang", num_gpus=4, duration_s=2, time_limit_s=30, **EMULATED)
+
+    def holding() -> dict[str, Any] | None:
+        job = service.job(gang)
+        return job if (job["pending_reason"] or "").startswith("holds a reservation") else None
+
+    held = wait_until("the gang to hold a reservation", holding, timeout=30)
+    assert held["pending_reason"].startswith("holds a reservation for 4 GPUs on 1 node(s) (2 free now"), held
+    assert "when busy-0, busy-1 reach their time limits" in held["pending_reason"], held["pending_reason"]
+    assert "holds a reservation" in held["start_estimate_basis"], held["start_estimate_basis"]
+    long = service.submit(name="long", num_gpus=1, duration_s=1, time_limit_s=120, **EMULATED)
+    short = service.submit(name="short", num_gpus=1, duration_s=1, time_limit_s=4, **EMULATED)
+    kept_off = wait_until("the long job to be kept off the held GPUs",
+                          lambda: "held for gang's reservation" in (service.job(long)["pending_reason"] or ""),
+                          timeout=30)
+    assert kept_off and service.state(gang) == "pending", "observed while the gang still waited"
+    gang_job, long_job, short_job, *ends = service.finished([gang, long, short, *busy])
+    assert all(j["state"] == "succeeded" for j in (gang_job, long_job, short_job, *ends)), service.server.log_tail()
+    assert short_job["first_started_at"] < gang_job["first_started_at"], "the short job backfilled"
+    assert long_job["first_started_at"] >= gang_job["finished_at"], "the long job never ran on the held GPUs"
+    freed = max(e["finished_at"] for e in ends)
+    assert freed <= gang_job["first_started_at"] < min(e["first_started_at"] for e in ends) + 30, \
+        "the gang started when the GPUs freed, not at the busy jobs' limits"
