@@ -240,3 +240,36 @@ def test_each_ring_channel_leaves_by_its_gpus_nic() -> None:
     # 2 nodes: each sends a full gradient (2 (k - 1) / k = 1 GB), split over its two GPUs' NICs.
     assert sorted(nics.values()) == pytest.approx([0.5] * 4)
     assert set(nics) == {int(c.nic_link[c.gpu_nic[g]]) for g in (0, 1, 4, 5)}
+
+
+# ---- racks by name ------------------------------------------------------------------------------------------------
+
+
+def test_groups_may_name_their_racks(tmp_path: Path) -> None:
+    path = tmp_path / "named.yaml"
+    path.write_text(textwrap.dedent("""\
+        nodes_per_rack: 2
+        fabric: {oversubscription: 2}
+        groups:
+          - {count: 1, preset: dgx-a100, rack: r1}
+          - {count: 3, preset: dgx-a100}
+          - {count: 1, preset: dgx-a100, rack: r1}
+        """))
+    c = parse_cluster(str(path))
+    # r1 holds nodes 0 and 4; the three unnamed nodes fill racks of two in order.
+    assert c.node_rack.tolist() == [0, 1, 1, 2, 0]
+    # A ring over nodes 0 and 4 stays in rack r1: no fabric link.
+    assert fabric_links(c, (0, 4 * 8), key=1) == set()
+    assert fabric_links(c, (0, 8), key=1)  # node 1 is in another rack
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("groups:\n  - {count: 1, preset: dgx-a100, rack: 'a/b'}")
+    with pytest.raises(SpecError, match=r"groups\.0\.rack"):
+        parse_cluster(str(bad))
+
+
+def test_a_quota_cluster_keeps_the_fabric_and_splits_nics() -> None:
+    from scheduler.core.tenancy.quota import quota_cluster
+
+    part = quota_cluster(parse_cluster("hgx-h100:16@fat-tree-3:1"), 20)
+    assert part.fabric is not None and part.num_gpus == 20
+    assert len(part.nic_link) == 8 + 8 + 4  # two whole servers and one of 4 GPUs with 4 of its NICs

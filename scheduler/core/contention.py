@@ -149,10 +149,10 @@ def collective_flows(cluster: Cluster, gpus: Iterable[int], grad_gb: float,
 
 def _fabric_flows(cluster: Cluster, fabric: Fabric, by_node: dict[int, list[int]], channel_gb: float, channels: int,
                   traffic: dict[int, float], flow_key: int | None) -> tuple[dict[int, float], dict[int, float]]:
-    """The ring's hops between servers as flows on the fabric: node i sends to node i + 1 (in node order, so a rack's
+    """The ring's hops between servers as flows on the fabric: node i sends to node i + 1 (in rack order, so a rack's
     nodes are neighbours and the ring leaves each rack once), channel c from the c-th GPU's NIC to the c-th GPU's NIC
     of the next node (rail-aligned when both are GPU c of their node), each split into `flows_per_nic` flows."""
-    nodes = sorted(by_node)
+    nodes = sorted(by_node, key=lambda n: (int(cluster.node_rack[n]), n))
     ranks = {n: sorted(by_node[n])[:channels] for n in nodes}
     split = fabric.spec.flows_per_nic
     flows = []

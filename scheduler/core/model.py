@@ -122,6 +122,9 @@ class NodeGroupSpec(BaseModel):
     count: int = Field(ge=1, le=100_000)
     preset: str | None = None
     node: NodeTypeSpec | None = None
+    rack: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$",
+                             description="the rack (leaf group) its nodes sit in; groups naming one rack share it, "
+                             "nodes of groups naming none fill racks of nodes_per_rack in order")
 
     @model_validator(mode="after")
     def _one_of(self) -> NodeGroupSpec:
@@ -242,7 +245,6 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     g_switch: list[int] = []
     n_first: list[int] = []
     n_count: list[int] = []
-    n_rack: list[int] = []
     n_nic: list[int] = []
     n_socket: list[int] = []
     n_nvlink: list[bool] = []
@@ -262,6 +264,8 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         return len(caps) - 1
 
     node = 0
+    rack_key: list[tuple[str, object]] = []  # racks numbered in order of first appearance
+    unnamed = 0
     for group in spec.groups:
         nt = group.node_type()
         if nt not in node_types:
@@ -274,7 +278,11 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         for _ in range(group.count):
             n_first.append(len(g_node))
             n_count.append(nt.gpus_per_node)
-            n_rack.append(node // spec.nodes_per_rack)
+            if group.rack is not None:
+                rack_key.append(("named", group.rack))
+            else:
+                rack_key.append(("filled", unnamed // spec.nodes_per_rack))
+                unnamed += 1
             n_type.append(nt_idx)
             n_nvlink.append(nt.interconnect == "nvlink")
             nics = [link(LinkKind.NIC, nt.nic_gbps / 8.0) for _k in range(nt.nics)]
@@ -302,7 +310,9 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
                 g_node.append(node)
             node += 1
 
-    num_racks = n_rack[-1] + 1
+    rack_ids: dict[tuple[str, object], int] = {}
+    n_rack = [rack_ids.setdefault(key, len(rack_ids)) for key in rack_key]
+    num_racks = len(rack_ids)
     rack_uplink: list[int] = []
     fabric = None
     if spec.fabric is None:

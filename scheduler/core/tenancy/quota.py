@@ -32,8 +32,10 @@ def quota_cluster(cluster: Cluster, gpus: int) -> Cluster:
             groups[-1].count += 1
         else:
             groups.append(NodeGroupSpec(count=1, node=nt))
+    fabric = cluster.spec.fabric
+    network = {"fabric": fabric} if fabric is not None else {"oversubscription": cluster.spec.oversubscription}
     spec = ClusterSpec(name=f"{cluster.name}[:{gpus} GPUs]", nodes_per_rack=cluster.spec.nodes_per_rack,
-                       oversubscription=cluster.spec.oversubscription, groups=groups)
+                       groups=groups, **network)
     return build_cluster(spec)
 
 
@@ -44,4 +46,5 @@ def _partial_node(nt: NodeTypeSpec, gpus: int) -> NodeTypeSpec:
         spans = -(-gpus // per)  # the switches the node's first `gpus` GPUs sit under
         switches = min((d for d in range(1, nt.pcie_switches + 1) if gpus % d == 0),
                        key=lambda d: (abs(d - spans), -d))
-    return NodeTypeSpec(**(nt.model_dump() | {"gpus_per_node": gpus, "pcie_switches": switches}))
+    nics = max(d for d in range(1, min(nt.nics, gpus) + 1) if gpus % d == 0)  # its GPUs' NICs, as evenly as they go
+    return NodeTypeSpec(**(nt.model_dump() | {"gpus_per_node": gpus, "pcie_switches": switches, "nics": nics}))
