@@ -1,4 +1,4 @@
-"""Classic queue-order heuristics: fifo, fifo-backfill, sjf, consolidate, gandiva, random.
+"""Classic queue-order heuristics: fifo, fifo-backfill, sjf, consolidate, topology, gandiva, random.
 
 Each one is a queue order, a placement rule and whether the first job that does not fit blocks the ones behind it.
 """
@@ -100,6 +100,19 @@ class Consolidate(QueuePolicy):
     """Slurm-like topology best fit: arrival order with backfill; the tightest node, else the best-fitting rack."""
 
     name = "consolidate"
+
+
+@register
+class Topology(QueuePolicy):
+    """Topology-aware best fit (Slurm's topology/block, Kueue's TAS, KAI's and Volcano's topology-aware scheduling):
+    arrival order with backfill; a gang on as few racks, then pods, then nodes as it fits, rail-aligned."""
+
+    name = "topology"
+
+    def place(self, planner: Planner, job: Job) -> Placement | None:
+        if job.spec.num_gpus < 1:
+            return planner.packed_share(job.spec)
+        return planner.topology_fit(job.spec)
 
 
 @register

@@ -184,6 +184,74 @@ class Planner:
                 return Placement(tuple(gpus))
         return None
 
+    def topology_fit(self, spec: JobSpec) -> Placement | None:
+        """A gang in as few racks as it fits, then as few pods, then as few nodes, on the same GPU indices of each
+        node where it can (rail-aligned rings stay on their rail's leaf): Slurm's `topology/block` and Kueue's
+        Topology Aware Scheduling. One node: best fit; one rack: the fullest that holds it (best fit, as consolidate);
+        else the pod that holds it with least to spare, and in it (or in the cluster) the racks with most free GPUs
+        first, so the fewest are spanned."""
+        w = spec.workers
+        if self.free_whole < w:
+            return None
+        c = self.cluster
+        free = np.where(self._eligible_nodes(spec), self.node_free, 0)
+        single = np.flatnonzero(free >= w)
+        if single.size:
+            return Placement(tuple(self.gpus_in_node(int(single[np.argmin(free[single])]), w)))
+        if int(free.sum()) < w:
+            self._record_misfit(spec)
+            return None
+        racks = self._fewest_racks(free, w)
+        nodes = np.flatnonzero(np.isin(c.node_rack, racks) & (free > 0))
+        nodes = nodes[np.lexsort((nodes, -free[nodes]))]  # fullest-free first: the fewest nodes
+        counts: dict[int, int] = {}
+        for node in nodes.tolist():
+            counts[node] = min(int(free[node]), w - sum(counts.values()))
+            if sum(counts.values()) == w:
+                break
+        return Placement(tuple(sorted(self._aligned(counts))))
+
+    def _fewest_racks(self, free: np.ndarray, w: int) -> np.ndarray:
+        """The racks a gang of `w` GPUs takes: one (best fit) if one holds it; else within the best-fitting pod if
+        one holds it; else the racks with most free GPUs first."""
+        c = self.cluster
+        rack_free = np.bincount(c.node_rack, weights=free, minlength=c.num_racks)
+        fitting = np.flatnonzero(rack_free >= w)
+        if fitting.size:
+            return fitting[[np.argmin(rack_free[fitting])]]
+        pool = np.arange(c.num_racks)
+        per_pod = c.fabric.spec.racks_per_pod if c.fabric is not None else None
+        if per_pod:
+            pod_free = np.bincount(pool // per_pod, weights=rack_free)
+            pods = np.flatnonzero(pod_free >= w)
+            if pods.size:
+                pool = pool[pool // per_pod == pods[np.argmin(pod_free[pods])]]
+        pool = pool[np.lexsort((pool, -rack_free[pool]))]
+        taken = np.cumsum(rack_free[pool])
+        return pool[: int(np.searchsorted(taken, w)) + 1]
+
+    def _aligned(self, counts: dict[int, int]) -> list[int]:
+        """`counts[node]` free GPUs of each node, preferring the GPU indices free on most of the nodes: channel k
+        of the ring then joins GPU k of every node, one rail."""
+        c = self.cluster
+        votes: dict[int, int] = {}
+        free_local: dict[int, list[int]] = {}
+        for node in counts:
+            first = int(c.node_first_gpu[node])
+            local = [g - first for g in c.node_gpus(node) if self.free_share[g] >= 1.0 - EPS]
+            free_local[node] = local
+            for k in local:
+                votes[k] = votes.get(k, 0) + 1
+        gpus: list[int] = []
+        for node, m in counts.items():
+            if c.node_nvlink[node]:
+                first = int(c.node_first_gpu[node])
+                best = sorted(free_local[node], key=lambda k: (-votes[k], k))[:m]
+                gpus.extend(first + k for k in best)
+            else:  # PCIe: keep the switch packing of gpus_in_node; rails matter on NVLink servers with NICs per GPU
+                gpus.extend(self.gpus_in_node(node, m))
+        return gpus
+
     def spread(self, spec: JobSpec, rng: np.random.Generator) -> Placement | None:
         """Whole GPUs picked at random among the free ones (the `random` baseline)."""
         w = spec.workers
@@ -263,6 +331,8 @@ class Planner:
             found = [self.consolidated(spec, "best")]
         else:
             found = [self.consolidated(spec, "best"), self.consolidated(spec, "worst"), self.least_loaded(spec)]
+            if self.cluster.fabric is not None:  # tiers above the racks: the placement that spans fewest of them
+                found.append(self.topology_fit(spec))
         unique: dict[tuple[int, ...], Placement] = {}
         for p in found:
             if p is not None and p.gpus not in unique:
