@@ -96,6 +96,12 @@ class NodeTypeSpec(BaseModel):
         return self
 
 
+def nics_for(nics: int, gpus: int) -> int:
+    """The NICs of a server of a type with `nics` NICs that has `gpus` GPUs (a partial or smaller one): as many as
+    its GPUs split evenly over, at most `nics` (a 1-GPU HGX host: one NIC)."""
+    return max(d for d in range(1, min(nics, gpus) + 1) if gpus % d == 0)
+
+
 PRESETS: dict[str, NodeTypeSpec] = {
     # DGX A100: 8 x A100 80 GB on NVSwitch (300 GB/s per GPU each way), one 200 Gb/s NIC as the issue specifies.
     "dgx-a100": NodeTypeSpec(gpu="A100-80GB", gpus_per_node=8, interconnect="nvlink", nvlink_gbs=300.0, nic_gbps=200.0),

@@ -6,7 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, overload
 
-from scheduler.core.model import PRESETS, Cluster, ClusterSpec, NodeGroupSpec, NodeTypeSpec, SpecError, build_cluster
+from scheduler.core.model import (
+    PRESETS,
+    Cluster,
+    ClusterSpec,
+    NodeGroupSpec,
+    NodeTypeSpec,
+    SpecError,
+    build_cluster,
+    nics_for,
+)
 
 
 class ModelNode(NamedTuple):
@@ -23,7 +32,9 @@ def node_type(preset: str, gpus_per_node: int) -> NodeTypeSpec:
     if preset not in PRESETS:
         raise SpecError(f"--preset: unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     try:
-        return NodeTypeSpec.model_validate({**PRESETS[preset].model_dump(), "gpus_per_node": gpus_per_node})
+        base = PRESETS[preset]
+        return NodeTypeSpec.model_validate({**base.model_dump(), "gpus_per_node": gpus_per_node,
+                                            "nics": nics_for(base.nics, gpus_per_node) if gpus_per_node > 0 else 1})
     except ValueError as exc:
         raise SpecError(f"--gpus-per-node {gpus_per_node} does not fit preset {preset}: {exc}") from None
 

@@ -8,6 +8,7 @@ from scheduler.core.model import (
     NodeGroupSpec,
     NodeTypeSpec,
     build_cluster,
+    nics_for,
 )
 
 
@@ -46,5 +47,5 @@ def _partial_node(nt: NodeTypeSpec, gpus: int) -> NodeTypeSpec:
         spans = -(-gpus // per)  # the switches the node's first `gpus` GPUs sit under
         switches = min((d for d in range(1, nt.pcie_switches + 1) if gpus % d == 0),
                        key=lambda d: (abs(d - spans), -d))
-    nics = max(d for d in range(1, min(nt.nics, gpus) + 1) if gpus % d == 0)  # its GPUs' NICs, as evenly as they go
-    return NodeTypeSpec(**(nt.model_dump() | {"gpus_per_node": gpus, "pcie_switches": switches, "nics": nics}))
+    return NodeTypeSpec(**(nt.model_dump() | {"gpus_per_node": gpus, "pcie_switches": switches,
+                                              "nics": nics_for(nt.nics, gpus)}))
