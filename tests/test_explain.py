@@ -172,3 +172,48 @@ def test_an_explanation_says_when_and_beside_whom_each_figure_was_computed(store
             "node1: GPU 0 ×0.25 (cluster GPU 2)") in summary
     assert "policy's preference" not in summary
     assert summary.endswith("; now 1.00 alone")
+
+
+def run_at(store: Store, job_id: int, gpus: list[int], started_at: float) -> None:
+    """Make the job run on whole cluster GPUs `gpus` (2 a node, as `add_cluster` makes them) since `started_at`."""
+    with store.session() as s:
+        row = s.get(Job, job_id)
+        assert row is not None
+        row.state, row.attempt, row.predicted_slowdown, row.progress, row.started_at = "running", 1, 1.0, 0.0, started_at
+        for rank, g in enumerate(gpus):
+            s.add(Allocation(job_id=job_id, attempt=1, rank=rank, node=f"node{g // 2}", gpu=g, local_gpu=g % 2,
+                             share=1.0, allocated_at=started_at))
+
+
+def test_the_holder_of_a_reservation_is_estimated_first_and_by_the_time_limits(store: Store,
+                                                                                corral_home: Path) -> None:
+    """4 GPUs: `long` (predicted 1000 s left, but its 300-s limit stops it in 200 s) on GPUs 0-1, `short` (50 s left,
+    limit in 600 s) on GPU 2. `gang` holds a reservation (its pending reason says so, as the controller writes it):
+    it is estimated before `early`, a 4-GPU job submitted before it, and when `long` reaches its limit; its reservation
+    starts when all four GPUs free by the limits, in 600 s, which the basis gives."""
+    env: Env = make_env(store)
+    add_cluster(store)
+    now = time.time()
+    long = env.submit(num_gpus=2, duration_s=1000, time_limit_s=300, name="long")
+    short = env.submit(num_gpus=1, duration_s=50, time_limit_s=600, name="short")
+    early = env.submit(num_gpus=4, duration_s=100, name="early")
+    gang = env.submit(num_gpus=4, duration_s=30, name="gang")
+    run_at(store, long["id"], [0, 1], now - 100)
+    run_at(store, short["id"], [2], now)
+    with store.session() as s:
+        s.get(Job, gang["id"]).pending_reason = (  # type: ignore[union-attr]
+            "holds a reservation for 4 GPUs on 2 node(s) (1 free now, kept for it as the rest free)")
+    held, behind = env.get(f"/jobs/{gang['id']}").json, env.get(f"/jobs/{early['id']}").json
+    assert held["start_estimate_s"] == pytest.approx(200.0, abs=2.0), "first, when long is stopped at its limit"
+    assert behind["start_estimate_s"] == pytest.approx(200.0 + 30.0, abs=2.0), "after the gang's 30 s"
+    basis = behind["start_estimate_basis"]
+    assert basis.startswith("replaying the predicted ends of 2 running jobs (no later than their time limits)"), basis
+    assert (f"then the queue in submission order with job {gang['id']} (gang) first, as it holds a reservation, "
+            "which starts within 10 min 00 s at the latest, when the GPUs it needs free by the running jobs' time "
+            "limits") in basis
+    assert held["start_estimate_basis"].startswith(basis), "the holder's adds its pending reason"
+    with store.session() as s:
+        s.get(Job, short["id"]).time_limit_s = None  # type: ignore[union-attr]
+    unbounded = env.get(f"/jobs/{gang['id']}").json
+    assert unbounded["start_estimate_s"] == pytest.approx(200.0, abs=2.0), "short's predicted end is still sooner"
+    assert "(it waits on runs without time limits, so nothing bounds its start)" in unbounded["start_estimate_basis"]

@@ -174,7 +174,8 @@ def test_a_gang_of_every_gpu_holds_a_reservation_and_only_short_jobs_backfill(se
     held = wait_until("the gang to hold a reservation", holding, timeout=30)
     assert held["pending_reason"].startswith("holds a reservation for 4 GPUs on 1 node(s) (2 free now"), held
     assert "when busy-0, busy-1 reach their time limits" in held["pending_reason"], held["pending_reason"]
-    assert "holds a reservation" in held["start_estimate_basis"], held["start_estimate_basis"]
+    assert f"job {gang} (gang) first, as it holds a reservation" in held["start_estimate_basis"], held
+    assert 0 < held["start_estimate_s"] <= 30, "no later than the busy jobs' limits, its reservation's start"
     long = service.submit(name="long", num_gpus=1, duration_s=1, time_limit_s=120, **EMULATED)
     short = service.submit(name="short", num_gpus=1, duration_s=1, time_limit_s=4, **EMULATED)
     kept_off = wait_until("the long job to be kept off the held GPUs",

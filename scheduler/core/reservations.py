@@ -25,7 +25,7 @@ none unless the simulator is given a multiple of each job's isolated duration (`
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -61,6 +61,9 @@ class ReservationRule:
                 or (self.share is not None and spec.workers >= self.share * cluster_gpus - EPS))
 
 
+HOLDS = "holds a reservation"  # how the holder's pending reason begins: the store's record of who holds one
+
+
 @dataclass(frozen=True, slots=True)
 class Reservation:
     job_id: int
@@ -76,26 +79,41 @@ def run_end(job: Job) -> float:
     return job.start_s + job.spec.time_limit_s
 
 
+def free_times(gpus: Iterable[int], runs: Iterable[tuple[Iterable[int], float]], now: float) -> dict[int, float]:
+    """Rule 2's clock over `gpus`: when each is wholly free, now or when the last run on it must end (`runs`: each
+    run's GPUs and the end its time limit sets, inf without one). The controller's plan and the API's start estimate
+    (`scheduler.live.explain`) both read it, so the two say the same."""
+    free = dict.fromkeys(gpus, float(now))
+    for held, end in runs:
+        for g in held:
+            if g in free:
+                free[g] = max(free[g], end)
+    return free
+
+
+def reservation_start(free: Mapping[int, float], workers: int) -> float:
+    """When `workers` of the GPUs free at `free` are all free: the `workers`-th soonest (inf if there are fewer)."""
+    times = sorted(free.values())
+    return times[workers - 1] if len(times) >= workers else math.inf
+
+
 def plan(view: ClusterView, spec: JobSpec, now: float, job_id: int = -1) -> Reservation | None:
     """The GPUs `spec` would hold and when it would start (rule 2); None if the cluster has too few GPUs its model
     fits on."""
     cluster = view.cluster
-    fits = np.flatnonzero(cluster.gpu_mem >= view.mem_need(spec) - EPS)
+    fits = np.flatnonzero(cluster.gpu_mem >= view.mem_need(spec) - EPS).tolist()
     if len(fits) < spec.workers:
         return None
-    free_at = np.full(cluster.num_gpus, float(now))
-    for job in view.running.values():
-        end = run_end(job)
-        for g in view.placement(job.id).gpus:
-            free_at[g] = max(free_at[g], end)
+    free_at = free_times(fits, ((view.placement(j.id).gpus, run_end(j)) for j in view.running.values()), now)
     for g in view.closed:  # a drained or faulty GPU: free when it reopens, which no one schedules by
-        free_at[g] = math.inf
+        if g in free_at:
+            free_at[g] = math.inf
     node_of, free_nodes = cluster.gpu_node, view.node_free
-    order = sorted(fits.tolist(), key=lambda g: (free_at[g], -int(free_nodes[node_of[g]]), int(node_of[g]), g))
+    order = sorted(fits, key=lambda g: (free_at[g], -int(free_nodes[node_of[g]]), int(node_of[g]), g))
     gpus = tuple(sorted(order[:spec.workers]))
     held = set(gpus)
     waiting = tuple(sorted(j for j in view.running if held.intersection(view.placement(j).gpus)))
-    return Reservation(job_id, gpus, float(free_at[list(gpus)].max()), waiting)
+    return Reservation(job_id, gpus, reservation_start(free_at, spec.workers), waiting)
 
 
 def with_time_limits(jobs: Sequence[JobSpec], factor: float) -> list[JobSpec]:
@@ -181,7 +199,7 @@ class ReservationFrame(PolicyFrame):
         the controller's differ)."""
         nodes = sorted({int(view.cluster.gpu_node[g]) for g in res.gpus})
         held = sum(1 for g in res.gpus if view.free_share[g] >= 1.0 - EPS)
-        text = (f"holds a reservation for {len(res.gpus)} GPUs on {len(nodes)} node(s) ({held} free now, kept for it "
+        text = (f"{HOLDS} for {len(res.gpus)} GPUs on {len(nodes)} node(s) ({held} free now, kept for it "
                 "as the rest free)")
         names = [view.running[j].spec.name for j in res.waiting_on if j in view.running][:3]
         more = len(res.waiting_on) - len(names)

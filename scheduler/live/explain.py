@@ -12,7 +12,10 @@ Two pieces, both cheap enough to run on every controller pass or API request:
   borrowing limit). A job that does not fit now is never estimated "now": it waits at least for the earliest predicted
   end, and a run past its predicted end counts as ending within `OVERDUE_FLOOR_S`, not at once. It ignores topology,
   the reservations of teams under their quota and the policy's own order, so it is an estimate to show as "about",
-  not a promise, and says how it was made (`Estimates.basis`); `POST /api/v1/whatif` runs the full simulator when that
+  not a promise, and says how it was made (`Estimates.basis`). A job holding a reservation (`corral serve
+  --reserve-share/--reserve-after`, `scheduler.core.reservations`) goes first, as the controller lets it; a run ends
+  by its time limit at the latest, so the holder starts by its reservation's start (when the GPUs it needs free by
+  the running jobs' time limits), which the basis says; `POST /api/v1/whatif` runs the full simulator when that
   matters. It is computed from the store on every request, so it follows the cluster as it changes.
 
 And what a job's page shows besides: what a job's progress is where it is known (`known_progress`), and where a job
@@ -33,6 +36,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from scheduler.core.model import DEFAULT_TEAM, JobSpec
+from scheduler.core.reservations import HOLDS, free_times, reservation_start
 from scheduler.core.state import EPS, ClusterView
 from scheduler.core.workloads import catalog
 from scheduler.live.job_states import JobState, JobType
@@ -171,10 +175,10 @@ def known_progress(kind: str, state: str, progress: float | None) -> float | Non
 
 
 def remaining_s(job: JobRow, now: float) -> tuple[float, bool]:
-    """A running job's predicted wall seconds left, and whether it is past its predicted end (then OVERDUE_FLOOR_S).
-    An emulated job: its isolated work left (its workers report progress), stretched by its predicted slowdown. A
-    command job reports no progress: its estimated duration (the user's) stretched by its slowdown, less what its
-    current run has been up."""
+    """A running job's predicted wall seconds left, no more than its time limit leaves, and whether it is past its
+    predicted end or its limit (then OVERDUE_FLOOR_S). An emulated job: its isolated work left (its workers report
+    progress), stretched by its predicted slowdown. A command job reports no progress: its estimated duration (the
+    user's) stretched by its slowdown, less what its current run has been up."""
     slow = job.predicted_slowdown or 1.0
     done = known_progress(job.kind, job.state, job.progress)
     if done is not None:
@@ -182,6 +186,7 @@ def remaining_s(job: JobRow, now: float) -> tuple[float, bool]:
     else:
         ran = max(0.0, now - job.started_at) if job.started_at is not None else 0.0
         left = job.duration_s * slow - ran
+    left = min(left, _run_end(job) - now)  # the controller stops it at its time limit
     if left <= EPS or (done is not None and done >= 1.0 - EPS):
         return OVERDUE_FLOOR_S, True
     return max(left, 0.0), False
@@ -202,8 +207,9 @@ def _count(n: int, what: str) -> str:
 
 def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
     """`start_estimates` over the store as it is now: the usable GPUs, the running jobs' open allocations and
-    predicted ends, the pending jobs in queue order (submission order, `queries.queue_positions`), the teams'
-    ceilings."""
+    predicted ends, the pending jobs in queue order (submission order, `queries.queue_positions`, but the holder of a
+    reservation first), the teams' ceilings. Runs end by their time limits at the latest, so the holder's estimate is
+    never later than its reservation's start (`reservation_wait_s`), which the basis gives."""
     now = time.time() if now is None else now
     nodes = q.nodes_with_gpus(s)
     usability = gpu_usability(nodes, now)
@@ -211,8 +217,11 @@ def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
     gpu_mem = {g.index: g.mem_gb for n in nodes for g in n.gpus}
     rows = s.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING)).all()
     allocs = q.current_allocations(s, rows)
-    queue = s.scalars(select(JobRow).where(JobRow.state == JobState.PENDING)
-                      .order_by(JobRow.submitted_at, JobRow.id)).all()
+    queue = list(s.scalars(select(JobRow).where(JobRow.state == JobState.PENDING)
+                           .order_by(JobRow.submitted_at, JobRow.id)).all())
+    holder = next((j for j in queue if (j.pending_reason or "").startswith(HOLDS)), None)
+    if holder is not None:  # the controller offers it the GPUs first and keeps them for it as they free
+        queue = [holder, *(j for j in queue if j is not holder)]
     ceilings = {name: quota + borrow for name, quota, borrow in q.team_quotas(s) if borrow is not None}
     profiles = catalog()
     running: list[Running] = []
@@ -226,8 +235,10 @@ def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
         running.append(Running(held, left, row.team))
     queued = [Queued(j.num_gpus, j.duration_s, j.team, profiles[j.model].mem_gb if j.model in profiles else 0.0)
               for j in queue]
-    starts = start_estimates(usable, running, queued, gpu_mem=gpu_mem, ceilings=ceilings)
-    basis = (f"replaying the predicted ends of {_count(len(running), 'running job')} on "
+    starts = dict(zip((j.id for j in queue), start_estimates(usable, running, queued, gpu_mem=gpu_mem,
+                                                             ceilings=ceilings), strict=True))
+    limited = " (no later than their time limits)" if any(math.isfinite(_run_end(r)) for r in rows) else ""
+    basis = (f"replaying the predicted ends of {_count(len(running), 'running job')}{limited} on "
              f"{_count(len(usable), 'usable GPU')}")
     out = {why for why in usability.values() if why is not None}
     if out:
@@ -236,8 +247,37 @@ def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
     if overdue:
         basis += (f"; {overdue} of them past {'its' if overdue == 1 else 'their'} predicted end, counted as ending in "
                   f"{duration_text(OVERDUE_FLOOR_S)}")
-    basis += ", then the queue in submission order (not topology, nor the policy's own order)"
-    return Estimates({j.id: start for j, start in zip(queue, starts, strict=True)}, basis)
+    basis += ", then the queue in submission order"
+    if holder is not None:
+        by_limits = reservation_wait_s(holder, queued[0].mem_gb, usable, gpu_mem, rows, allocs, now)
+        basis += f" with {_holder_words(holder, by_limits)}"
+    basis += " (not topology, nor the policy's own order)"
+    return Estimates({j.id: starts[j.id] for j in queue}, basis)
+
+
+def reservation_wait_s(holder: JobRow, mem_gb: float, usable: Iterable[int], gpu_mem: Mapping[int, float],
+                       rows: Sequence[JobRow], allocs: Mapping[int, Sequence[Allocation]], now: float) -> float:
+    """Seconds until `holder`'s reservation starts: when the usable GPUs it fits on free by the running jobs' time
+    limits, the controller's rule (`scheduler.core.reservations.plan`); inf if it waits on a run without a limit."""
+    fits = [g for g in usable if gpu_mem.get(g, math.inf) >= mem_gb - EPS]
+    runs = [([a.gpu for a in allocs.get(r.id, ())], _run_end(r)) for r in rows]
+    return max(0.0, reservation_start(free_times(fits, runs, now), int(holder.num_gpus)) - now)
+
+
+def _run_end(row: JobRow) -> float:
+    """When a running job's run must end by its time limit (inf without one): `reservations.run_end` of a row."""
+    if row.time_limit_s is None or row.started_at is None:
+        return math.inf
+    return row.started_at + row.time_limit_s
+
+
+def _holder_words(holder: JobRow, by_limits: float) -> str:
+    """How the estimates treat the reservation's holder, for the basis."""
+    who = f"job {holder.id} ({holder.name}) first, as it holds a reservation"
+    if math.isinf(by_limits):
+        return who + " (it waits on runs without time limits, so nothing bounds its start)"
+    return who + (f", which starts within {duration_text(by_limits)} at the latest, when the GPUs it needs free by "
+                  "the running jobs' time limits")
 
 
 # ---- where a job is, was, and what it chose between ---------------------------------------------------------------
