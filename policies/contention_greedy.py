@@ -80,6 +80,8 @@ class ContentionGreedy:
                 costs = [self.cost(view, spec, p) for p in cands]
                 best = min(range(len(cands)), key=lambda i: (round(costs[i], 9), i))
                 why = f"least added slowdown ({costs[best]:.3f} GPUs' worth) of {len(cands)} candidates"
+                tiers = view.fabric_words(spec, cands[best])
+                why += f"; {tiers}" if tiers else ""
                 return [Place(job.id, cands[best], why, self._weighed(view, spec, cands, costs))]
             blocked.add(job.id)
             if first_wait is None:

@@ -41,6 +41,10 @@ class QueuePolicy:
     def place(self, planner: Planner, job: Job) -> Placement | None:
         return planner.best_fit(job.spec)
 
+    def reason(self, planner: Planner, job: Job, placement: Placement) -> str:
+        """Why this placement, for the job's explanation ('' : nothing beyond the policy's rule)."""
+        return ""
+
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         decisions: list[Decision] = []
         if not queue:
@@ -58,8 +62,8 @@ class QueuePolicy:
                 if self.strict:
                     break
                 continue
+            decisions.append(Place(job.id, placement, self.reason(planner, job, placement)))
             planner.take(job.spec, placement)
-            decisions.append(Place(job.id, placement))
         return decisions
 
 
@@ -113,6 +117,11 @@ class Topology(QueuePolicy):
         if job.spec.num_gpus < 1:
             return planner.packed_share(job.spec)
         return planner.topology_fit(job.spec)
+
+    def reason(self, planner: Planner, job: Job, placement: Placement) -> str:
+        # What spanning costs, as the model predicts it with the jobs running now (this call's earlier placements
+        # are not in the model yet: the words can only understate).
+        return planner.view.fabric_words(job.spec, placement)
 
 
 @register

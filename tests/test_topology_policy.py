@@ -112,3 +112,18 @@ def test_policies_place_a_gang_within_one_rack_on_a_fabric(name: str) -> None:
     decisions = make_policy(name).schedule(view, [Job(1, gang(44), 100.0)], 0.0)
     placed = [d for d in decisions if isinstance(d, Place)]
     assert len(placed) == 1 and racks_of(cluster, placed[0].placement) == {1}
+
+
+def test_explanations_name_the_tier_a_gang_crosses() -> None:
+    cluster = parse_cluster("hgx-h100:12@fat-tree-3:1")  # racks of 6 servers
+    view = planner(cluster).view
+    one_rack = Placement(tuple(range(48)))
+    two_racks = Placement(tuple(range(24)) + tuple(range(48, 72)))
+    assert view.fabric_words(gang(48), one_rack) == ""
+    words = view.fabric_words(gang(48), two_racks)
+    assert words.startswith("spans 2 racks: ") and words.endswith("x from the spine at 3:1")
+    assert float(words.split(": ")[1].split("x")[0]) >= 1.0
+    assert parse_cluster("hgx-h100:12").fabric is None
+    assert planner(parse_cluster("hgx-h100:12")).view.fabric_words(gang(48), two_racks) == ""
+    decisions = make_policy("topology").schedule(view, [Job(1, gang(64), 100.0)], 0.0)
+    assert isinstance(decisions[0], Place) and decisions[0].reason.startswith("spans 2 racks: ")

@@ -212,6 +212,7 @@ class ContentionModel:
         self._slowdown: dict[int, float] = {}
         self._ref_cache: dict[tuple[str, int, float], float] = {}
         self._changes = 0  # placements added or removed so far (`predict_later` checks the model did not change)
+        self._tiers: np.ndarray | None = None  # per link, its fabric tier (`_link_tiers`)
 
     # ---- read side -------------------------------------------------------------------------------------------------
 
@@ -405,6 +406,42 @@ class ContentionModel:
             return Prediction(own, before, after)
 
         return finish
+
+    # ---- what the fabric costs ---------------------------------------------------------------------------------------
+
+    def fabric_words(self, spec: JobSpec, placement: Placement) -> str:
+        """What the fabric's tiers cost `spec` on `placement` if placed now, naming the tier ("spans 3 racks: 1.12x
+        from the spine at 3:1"): its predicted iteration over the same without the fabric's links. '' without a
+        fabric, or when its traffic climbs no tier."""
+        fabric = self.cluster.fabric
+        if fabric is None or not self.enabled:
+            return ""
+        fp = self.footprint(spec, placement)
+        tiers = self._link_tiers()[fp.links]
+        if not fp.links.size or tiers.max() < 0:
+            return ""
+        stretched = fp.link_time * (1.0 + self._load[fp.links])
+        inside = stretched[tiers < 0]
+        with_fabric = self._iteration(fp.compute_s, fp.overlap, float(stretched.max()))
+        without = self._iteration(fp.compute_s, fp.overlap, float(inside.max()) if inside.size else 0.0)
+        worst = int(tiers[int(np.argmax(np.where(tiers >= 0, stretched, -1.0)))])
+        above = "core" if worst > 0 else "spine" if len(fabric.tiers) == 1 else "pod spine"  # where the links lead
+        racks = len({int(self.cluster.node_rack[self.cluster.gpu_node[g]]) for g in placement.gpus})
+        where = f"spans {racks} racks" if racks > 1 else "crosses rails in its rack"
+        return f"{where}: {with_fabric / without:.2f}x from the {above} at {fabric.oversubscription[worst]:g}:1"
+
+    def _link_tiers(self) -> np.ndarray:
+        """Per link, the fabric tier whose uplinks or downlinks it is (-1: not a fabric link)."""
+        cached = self._tiers
+        if cached is None:
+            cached = np.full(self.cluster.num_links, -1, dtype=np.int64)
+            fabric = self.cluster.fabric
+            for t, groups in enumerate(fabric.links if fabric is not None else ()):
+                for up, down in groups:
+                    cached[up] = t
+                    cached[down] = t
+            self._tiers = cached
+        return cached
 
     # ---- the model -------------------------------------------------------------------------------------------------
 

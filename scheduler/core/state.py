@@ -208,6 +208,10 @@ class ClusterView:
     def predict(self, spec: JobSpec, placement: Placement) -> Prediction:
         return self._contention.predict(spec, placement)
 
+    def fabric_words(self, spec: JobSpec, placement: Placement) -> str:
+        """What the fabric's tiers would cost `spec` there, naming the tier ('' without a fabric)."""
+        return self._contention.fabric_words(spec, placement)
+
     def predict_later(self, spec: JobSpec, placement: Placement) -> Callable[[], Prediction]:
         """`predict`'s result, computed when called (before anything changes; `ContentionModel.predict_later`)."""
         return self._contention.predict_later(spec, placement)
