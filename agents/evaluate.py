@@ -118,9 +118,11 @@ def build_synthetic_cases(spec: str, cluster: str, seeds: int, load: float | Non
     n, kwargs = parse_synthetic_spec(spec)
     kwargs = {**kwargs, **SYNTHETIC_MIXES[mix]}
     base = parse_cluster(cluster)
-    preset, sep, _ = cluster.partition(":")
-    if load is not None and (not sep or preset not in PRESETS or "," in cluster):
-        raise SpecError(f"a synthetic load keeps a single-preset cluster's size (PRESET:NODES); got {cluster!r}")
+    nodes_text, _at, fabric = cluster.partition("@")  # a fabric (`PRESET:NODES@FABRIC`) stays when the size changes
+    fabric_suffix = f"@{fabric}" if fabric else ""
+    preset, sep, _ = nodes_text.partition(":")
+    if load is not None and (not sep or preset not in PRESETS or "," in nodes_text):
+        raise SpecError(f"a synthetic load keeps a single-preset cluster's size (PRESET:NODES[@FABRIC]); got {cluster!r}")
     label = name or (spec if mix == "default" else f"{spec} ({mix})")
     out = []
     for seed in range(first_seed, first_seed + seeds):
@@ -129,7 +131,7 @@ def build_synthetic_cases(spec: str, cluster: str, seeds: int, load: float | Non
         if load is not None:
             gpn = PRESETS[preset].gpus_per_node
             nodes = max(base.num_nodes, -(-max(j.workers for j in jobs) // gpn))
-            c = parse_cluster(f"{preset}:{nodes}")
+            c = base if nodes == base.num_nodes else parse_cluster(f"{preset}:{nodes}{fabric_suffix}")
             scaled = scale_to_load(jobs, nodes * gpn, load)
             span, new_span = jobs[-1].submit_s - jobs[0].submit_s, scaled[-1].submit_s - scaled[0].submit_s
             factor = span / new_span if new_span > 0 else 1.0

@@ -46,6 +46,9 @@ SYNTHETIC_MIXES: dict[str, dict[str, Any]] = {
     "long": {"median_duration_s": 4 * 3600.0, "duration_sigma": 1.0},  # hours-long jobs, a narrower spread
     "fractional": {"frac_share": 0.6, "inference_share": 0.1},  # most jobs take a GPU share (MPS)
     "multinode": {"sizes": {1: 0.45, 2: 0.1, 4: 0.1, 8: 0.15, 16: 0.15, 32: 0.05}},  # gangs spanning servers
+    # LLM-style gangs of 64-512 GPUs beside the usual jobs: for clusters of 1,024 GPUs and more, on a fabric
+    # (benchmarks/decision_quality.py's gangs-* workloads); 5% of jobs, about 80% of the GPU-time.
+    "gangs": {"large_gang_share": 0.05},
 }
 
 

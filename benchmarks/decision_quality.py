@@ -55,8 +55,16 @@ TRACES = {  # name: (path relative to the project, node preset)
     "philly": ("../shared/traces/philly_day60.csv", "pcie-v100"),
     "alibaba": ("../shared/traces/alibaba_openb_before_day130.csv", "pcie-t4"),
 }
-SYNTHETIC = {f"synthetic-{mix}": mix for mix in SYNTHETIC_MIXES}
-WORKLOADS = (*TRACES, *SYNTHETIC)
+# The big-gang regime (issue 30): LLM-style gangs of 64-512 GPUs beside small jobs, on HGX H100 clusters of 1,024 and
+# 4,096 GPUs under a 3:1 fat-tree and a rail-optimised fabric. name: (mix, cluster, jobs per case). A case holds
+# about 2 jobs per GPU: fewer leave too little work inside the arrival span to reach the load (a gang runs ~10 h).
+FABRIC_WORKLOADS = {
+    f"gangs-{fabric}-{nodes * 8}": ("gangs", f"hgx-h100:{nodes}@{fabric}", nodes * 16)
+    for nodes in (128, 512) for fabric in ("fat-tree-3:1", "rail-optimised")
+}
+SYNTHETIC = {f"synthetic-{mix}": mix for mix in SYNTHETIC_MIXES
+             if mix not in {m for m, _c, _n in FABRIC_WORKLOADS.values()}}
+WORKLOADS = (*TRACES, *SYNTHETIC, *FABRIC_WORKLOADS)
 LEARNED_PREFIXES = ("rl", "deepshare")  # a prefixed name with another prefix (tiresias:thresholds=...) is a heuristic
 KEPT_METRICS = ("avg_jct_s", "p99_jct_s", "jobs_completed", "jobs_rejected")
 
@@ -76,13 +84,15 @@ class Group:
 
 
 def expand_workloads(names: Iterable[str]) -> list[str]:
-    """`philly`, `alibaba`, `synthetic-MIX`; `synthetic` stands for every mix."""
+    """`philly`, `alibaba`, `synthetic-MIX`, `gangs-FABRIC-GPUS`; `synthetic` stands for every mix but the gangs,
+    `gangs` for every fabric workload."""
     out: list[str] = []
     for name in names:
-        picked = list(SYNTHETIC) if name == "synthetic" else [name]
+        picked = list(SYNTHETIC) if name == "synthetic" else list(FABRIC_WORKLOADS) if name == "gangs" else [name]
         for w in picked:
             if w not in WORKLOADS:
-                raise SystemExit(f"--workloads: unknown workload {w!r}; choose from synthetic, {', '.join(WORKLOADS)}")
+                raise SystemExit(f"--workloads: unknown workload {w!r}; choose from synthetic, gangs, "
+                                 f"{', '.join(WORKLOADS)}")
             if w not in out:
                 out.append(w)
     return out
@@ -103,9 +113,10 @@ def build_groups(workloads: Sequence[str], loads: Sequence[float], seeds: int, w
                 groups.append(Group(w, load, build_cases([str(path)], f"{preset}:1", seeds, window_size=window,
                                                          part="test", load=load, first_seed=MODEL_SEEDS)))
         else:
+            mix, cluster, size = FABRIC_WORKLOADS.get(w, (SYNTHETIC.get(w, ""), synthetic_cluster, window))
             for load in loads:
-                groups.append(Group(w, load, build_synthetic_cases(f"synthetic:{window}", synthetic_cluster, seeds,
-                                                                   load=load, mix=SYNTHETIC[w], name=w)))
+                groups.append(Group(w, load, build_synthetic_cases(f"synthetic:{size}", cluster, seeds,
+                                                                   load=load, mix=mix, name=w)))
     return groups, notes
 
 
@@ -374,10 +385,13 @@ def fmt(c: dict[str, Any] | None, digits: int = 2) -> str:
 
 def fit_summary(cases: Sequence[dict[str, Any]], sep: str = ", ") -> str:
     """How the cases were brought to their load, in a few words: node range and how many had arrivals rescaled."""
-    nodes = sorted({c["cluster"] for c in cases}, key=lambda s: int(s.rsplit(":", 1)[-1]) if ":" in s else 0)
+    names = {c["cluster"] for c in cases}
+    fabric = next(iter(names)).partition("@")[2]  # every case of a group is on one fabric (or none)
+    nodes = sorted({n.partition("@")[0] for n in names}, key=lambda s: int(s.rsplit(":", 1)[-1]) if ":" in s else 0)
     preset = nodes[0].rsplit(":", 1)[0]
     counts = sorted(int(s.rsplit(":", 1)[1]) for s in nodes)
-    where = f"{preset}:{counts[0]}" + (f"-{counts[-1]}" if counts[-1] != counts[0] else "")
+    where = f"{preset}:{counts[0]}" + (f"-{counts[-1]}" if counts[-1] != counts[0] else "") + (
+        f"@{fabric}" if fabric else "")
     rescaled = [c for c in cases if "arrivals" in c["load_fit"]]
     if not rescaled:
         return where
@@ -420,6 +434,34 @@ def print_tables(report: dict[str, Any]) -> None:
     if report["skipped"]:
         for name, why in report["skipped"].items():
             console.print(f"skipped {name}: {why}")
+
+
+def add_contention_cost(report: dict[str, Any], off: dict[str, Any]) -> None:
+    """Each policy's avg JCT with contention over the same without (`off`: the same groups and cases), paired by
+    case: what contention itself costs it, into `report`'s groups as policies[name]["contention_cost"]."""
+    for g, g_off in zip(report["groups"], off["groups"], strict=True):
+        for name, p in g["policies"].items():
+            if name in g_off["policies"]:
+                on = [c["policies"][name]["avg_jct_s"] for c in g["cases"]]
+                without = [c["policies"][name]["avg_jct_s"] for c in g_off["cases"]]
+                p["contention_cost"] = compare(on, without, "ratio")
+
+
+def print_contention_cost(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 150))
+    groups = report["groups"]
+    t = Table(title="contention's own cost: avg JCT with contention / without (geometric mean [95% t] over the seeds)",
+              title_justify="left", show_lines=True)
+    t.add_column("workload, load", no_wrap=True)
+    for name in report["policies"]:
+        t.add_column(name, no_wrap=True)
+    for g in groups:
+        t.add_row(f"{g['workload']} {g['load']:g}",
+                  *[fmt(g["policies"][n].get("contention_cost")) for n in report["policies"]])
+    console.print(t)
 
 
 def markdown(report: dict[str, Any], focus: str = FOCUS) -> str:
@@ -517,10 +559,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     help="comma-separated; 'default' = every registered heuristic and rl:default")
     ap.add_argument("--extra", action="append", default=[], help="one more policy name, verbatim (may hold commas)")
     ap.add_argument("--focus", default=FOCUS, help="the policy the markdown table reports")
-    ap.add_argument("--window", type=int, default=500, help="jobs per case")
+    ap.add_argument("--window", type=int, default=500, help="jobs per case (the gangs-* workloads: 2 per GPU)")
     ap.add_argument("--synthetic-cluster", default="dgx-a100:8", help="PRESET:NODES of the synthetic cases")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (0: run in this process)")
     ap.add_argument("--no-contention", action="store_true")
+    ap.add_argument("--contention-cost", action="store_true",
+                    help="also run every case without contention and report each policy's avg JCT with / without")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--markdown", action="store_true", help="also print the table for agents/zoo/README.md")
@@ -546,13 +590,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"{n_cases} cases ({len(groups)} workload x load groups, {args.seeds} seeds), {len(policies)} policies: "
           f"{', '.join(policies)}; {args.jobs} workers")
     report = run(groups, policies, jobs=args.jobs, progress=not args.quiet, contention=not args.no_contention)
+    if args.contention_cost:
+        if args.no_contention:
+            ap.error("--contention-cost compares with contention against without: drop --no-contention")
+        add_contention_cost(report, run(groups, list(report["policies"]), jobs=args.jobs, progress=not args.quiet,
+                                        contention=False))
     wall = time.perf_counter() - t0
     report["config"] = {"seeds": args.seeds, "loads": loads, "workloads": workloads, "window": args.window,
                         "synthetic_cluster": args.synthetic_cluster, "jobs": args.jobs,
-                        "contention": not args.no_contention, "command": " ".join(["benchmarks/decision_quality.py",
+                        "contention": not args.no_contention, "contention_cost": args.contention_cost, "command": " ".join(["benchmarks/decision_quality.py",
                                                                                    *(argv or sys.argv[1:])])}
     report["wall_s"] = wall
     print_tables(report)
+    if args.contention_cost:
+        print_contention_cost(report)
     if args.markdown:
         print()
         print(markdown(report, args.focus))

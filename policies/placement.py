@@ -196,8 +196,10 @@ class Planner:
         c = self.cluster
         free = np.where(self._eligible_nodes(spec), self.node_free, 0)
         single = np.flatnonzero(free >= w)
-        if single.size:
-            return Placement(tuple(self.gpus_in_node(int(single[np.argmin(free[single])]), w)))
+        if single.size:  # best fit at both levels: the fullest rack with a node that holds it, its tightest node
+            rack_free = np.bincount(c.node_rack, weights=free, minlength=c.num_racks)
+            node = single[np.lexsort((single, free[single], rack_free[c.node_rack[single]]))[0]]
+            return Placement(tuple(self.gpus_in_node(int(node), w)))
         if int(free.sum()) < w:
             self._record_misfit(spec)
             return None

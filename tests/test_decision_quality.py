@@ -181,4 +181,21 @@ def test_default_policies_follow_the_registry() -> None:
     assert not any(n.endswith(":NAME") for n in names)
     extra = dq.resolve_policies("fifo", ["tiresias:thresholds=60,600,3600"])
     assert extra == ["fifo", "tiresias:thresholds=60,600,3600", "tiresias"]
-    assert dq.expand_workloads(["alibaba", "synthetic"]) == ["alibaba", *[f"synthetic-{m}" for m in SYNTHETIC_MIXES]]
+    assert dq.expand_workloads(["alibaba", "synthetic"]) == ["alibaba", *[f"synthetic-{m}" for m in SYNTHETIC_MIXES
+                                                                          if m != "gangs"]]
+    # The gangs mix runs only on the large fabric clusters, as its own workloads.
+    assert dq.expand_workloads(["gangs"]) == ["gangs-fat-tree-3:1-1024", "gangs-rail-optimised-1024",
+                                              "gangs-fat-tree-3:1-4096", "gangs-rail-optimised-4096"]
+
+
+def test_gang_workloads_keep_their_fabric_at_every_load_and_report_contention_cost() -> None:
+    groups, notes = dq.build_groups(["gangs-fat-tree-3:1-1024"], [1.0], seeds=2, window=100)
+    assert notes == [] and len(groups[0].cases) == 2
+    for case in groups[0].cases:
+        assert case.cluster.fabric is not None and case.cluster.num_gpus == 1024
+        assert len(case.jobs) == 2048 and any(j.workers >= 64 for j in case.jobs)
+    assert dq.fit_summary([{"cluster": "hgx-h100:128@fat-tree-3:1", "load_fit": ""}]) == "hgx-h100:128@fat-tree-3:1"
+    on = {"groups": [{"policies": {"fifo": {}}, "cases": [{"policies": {"fifo": {"avg_jct_s": v}}} for v in (2, 3)]}]}
+    off = {"groups": [{"policies": {"fifo": {}}, "cases": [{"policies": {"fifo": {"avg_jct_s": v}}} for v in (1, 3)]}]}
+    dq.add_contention_cost(on, off)
+    assert on["groups"][0]["policies"]["fifo"]["contention_cost"]["estimate"] == pytest.approx(2 ** 0.5)
