@@ -13,7 +13,9 @@ at least `--share` of the GPUs if given, holds one).
 
 Printed per policy, as the mean over windows with a 95% t interval: the p99 wait (submission to first start) of the
 large jobs without and with reservations and their ratio (target: at least 2), the average JCT with over without
-(target: at most 1.05), the jobs that timed out in each run, and the jobs backfilled onto reserved GPUs.
+(target: at most 1.05), the jobs that timed out in each run, and the jobs backfilled onto reserved GPUs. And where the
+JCT cost comes from: the small jobs' (under 16 GPUs) average JCT with over without, and the GPU-time free GPUs stood
+idle, held for a reservation, as a share of the run's GPU-time (its makespan times the GPUs).
 
     python benchmarks/reservations.py [--policies fifo,...] [--load 1.3] [--windows 5] [--window 1000]
         [--cluster dgx-a100:16] [--after 7200] [--share F] [--sigma 1] [--limit-factor 1.2] [--json out.json]
@@ -50,6 +52,11 @@ def large_p99_wait(result: SimResult) -> float:
     return float(np.percentile(waits, 99)) if waits else math.nan
 
 
+def small_jct(result: SimResult) -> float:
+    return float(np.mean([j.end_s - j.spec.submit_s for j in result.jobs
+                          if j.spec.num_gpus < LARGE and j.end_s is not None]))
+
+
 def timed_out(result: SimResult) -> int:
     return sum(j.state is JobPhase.TIMED_OUT for j in result.jobs)
 
@@ -83,12 +90,13 @@ def main() -> int:
           f"duration; reservations after {args.after:g} s of waiting"
           + (f" or for jobs of {args.share:.0%} of the GPUs or more" if args.share else ""))
     print(f"{'policy':<18} {'large p99 wait, without':>24} {'with':>24} {'without/with':>22} {'JCT with/without':>22} "
-          f"{'timed out w/o, with':>20} {'backfilled':>11}  met")
+          f"{'timed out w/o, with':>20} {'backfilled':>11} {'small JCT with/without':>22} {'held idle':>16}  met")
     rows: list[dict[str, object]] = []
     every = True
     for name in policies:
         t0 = time.perf_counter()
         p99_off, p99_on, gain, jct, out_off, out_on, filled = [], [], [], [], [], [], []
+        small, idle = [], []
         for k, jobs in enumerate(windows):
             off = Simulator(cluster, jobs, make_policy(name)).run()
             sim = Simulator(cluster, jobs, make_policy(name), reservations=rule)
@@ -102,15 +110,20 @@ def main() -> int:
             out_off.append(timed_out(off))
             out_on.append(timed_out(on))
             filled.append(frame.backfilled if isinstance(frame, ReservationFrame) else 0)
+            small.append(small_jct(on) / small_jct(off))
+            held = frame.held_gpu_s if isinstance(frame, ReservationFrame) else 0.0
+            idle.append(held / (on.metrics["makespan_s"] * cluster.num_gpus))
             rows.append({"policy": name, "window": k, "large_p99_wait_without_s": a, "large_p99_wait_with_s": b,
                          "avg_jct_without_s": off.metrics["avg_jct_s"], "avg_jct_with_s": on.metrics["avg_jct_s"],
-                         "timed_out_without": out_off[-1], "timed_out_with": out_on[-1], "backfilled": filled[-1]})
+                         "timed_out_without": out_off[-1], "timed_out_with": out_on[-1], "backfilled": filled[-1],
+                         "small_jct_ratio": small[-1], "held_idle_share": idle[-1]})
         finite = [g for g in gain if math.isfinite(g)]
         met = float(np.mean(p99_off)) >= 2 * float(np.mean(p99_on)) and float(np.mean(jct)) <= 1.05
         every &= met
         print(f"{name:<18} {interval_text(p99_off, '.0f'):>24} {interval_text(p99_on, '.0f'):>24} "
               f"{interval_text(finite, '.2f'):>22} {interval_text(jct, '.3f'):>22} {np.mean(out_off):>9.1f} "
-              f"{np.mean(out_on):>9.1f} {np.mean(filled):>11.1f}  "
+              f"{np.mean(out_on):>9.1f} {np.mean(filled):>11.1f} {interval_text(small, '.2f'):>22} "
+              f"{interval_text([100 * i for i in idle], '.1f') + '%':>16}  "
               f"{'yes' if met else 'NO'}  [{time.perf_counter() - t0:.0f} s]", flush=True)
     print("target (mean large-job p99 wait at least 2x lower, mean avg JCT within 5%): "
           + ("met by every policy" if every else "NOT met by every policy (see the rows marked NO)"))

@@ -102,6 +102,8 @@ def test_backfill_takes_only_jobs_that_end_before_the_reservation_starts() -> No
     assert jobs["no-limit"].first_start_s == pytest.approx(500.0)
     frame = sim.policy
     assert isinstance(frame, ReservationFrame) and frame.backfilled == 1
+    # Idle while held: 3 free GPUs from t=1, 2 while `fits` runs (2 to 252), 3 again until busy ends at 400.
+    assert frame.held_gpu_s == pytest.approx(3 * 1 + 2 * 250 + 3 * 148)
 
 
 def test_the_pending_reasons_name_the_reservation() -> None:

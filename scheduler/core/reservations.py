@@ -135,6 +135,8 @@ class ReservationFrame(PolicyFrame):
         self.rule = rule
         self.current: Reservation | None = None
         self.backfilled = 0  # jobs started on reserved GPUs because their time limits end before it starts
+        self.held_gpu_s = 0.0  # GPU-seconds free GPUs stood idle, held for a reservation: what holding costs
+        self._held_at = (0.0, 0)  # (the last call's time, how many free GPUs it left held)
 
     def holder(self, view: ClusterView, queue: Collection[Job], now: float) -> Job | None:
         """Rule 1's job: the first that qualifies, in priority and queue order, whether it fits now or not."""
@@ -145,7 +147,16 @@ class ReservationFrame(PolicyFrame):
                     return job
         return None
 
+    def _holding(self, now: float, free_held: int) -> None:
+        """Count the idle held GPUs: the last call at an instant (the one that starts nothing more) says how many
+        stay held until the next call."""
+        at, held = self._held_at
+        if now > at:
+            self.held_gpu_s += held * (now - at)
+        self._held_at = (now, free_held)
+
     def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation:
+        self._holding(now, 0)
         holder = self.holder(view, queue, now)
         if holder is not None and has_room(view, holder.spec):
             # It fits: offered the GPUs before anyone else. If its policy declines (a placement it will not take),
@@ -162,6 +173,7 @@ class ReservationFrame(PolicyFrame):
             return (yield from deliberation(self.inner, view, queue, now))
         others = [j for j in queue if j.id != holder.id]
         free_now = [g for g in res.gpus if view.free_share[g] >= 1.0 - EPS]
+        self._holding(now, len(free_now))
         said: list[Decision] = []
         if others:
             with _held(view, free_now, f"held for {holder.spec.name}'s reservation"):
