@@ -19,6 +19,7 @@ from pathlib import Path
 
 from scheduler.core.calibrate.catalog import CATALOG_PATH, Calibration, calibrate, catalog_csv
 from scheduler.core.calibrate.data import DEEPSHARE_MODELS, DEFAULT_SHARED, TESTBED_NOTES
+from scheduler.core.calibrate.published import print_checks
 from scheduler.core.calibrate.validate import Validation, holdout, validate_all
 from scheduler.core.contention import ContentionParams
 from scheduler.core.workloads import catalog
@@ -77,7 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shared", type=Path, default=DEFAULT_SHARED, help="directory with the raw measurements")
     parser.add_argument("--write", action="store_true", help="regenerate scheduler/core/data/workloads.csv")
     parser.add_argument("--no-holdout", action="store_true", help="skip the hold-out refits")
+    parser.add_argument("--published", action="store_true",
+                        help="only the published datacentre figures (Crux, CASSINI) against the fabric model")
     args = parser.parse_args(argv)
+    if args.published:
+        print_checks()
+        return 0
     if not args.shared.is_dir():
         parser.error(f"{args.shared} is not a directory (expected the raw DeepShare and Gavel files)")
     cal = calibrate(args.shared)
