@@ -27,8 +27,9 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 # Every test gets one or more tier markers from what it needs beyond Python; `unit` is what needs nothing else
 # (`make test-fast`). Modules, not tests, are listed where every test of the module starts the thing (a module-scoped
 # fixture does); a test elsewhere is tiered by the fixtures it uses.
+# A local Ray cluster, or `corral serve` (one):
 RAY_MODULES = {"test_controller", "test_drains", "test_live", "test_live_teams", "test_ray_auth", "test_restarts",
-               "test_standby", "test_multihost", "test_dashboard", "test_live_lifecycle"}  # a local Ray cluster, or `corral serve` (one)
+               "test_standby", "test_multihost", "test_dashboard", "test_live_lifecycle", "test_live_racks"}
 RAY_FIXTURES = {"ray_head"}
 BROWSER_MODULES = {"test_dashboard", "test_dashboard_teams", "test_dashboard_truth"}
 BROWSER_FIXTURES = {"browser", "page"}
@@ -111,10 +112,10 @@ def ray_token_env(folder: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def virtual_ray_cluster(folder: Path, nodes: dict[str, int]) -> Iterator[Any]:
+def virtual_ray_cluster(folder: Path, nodes: dict[str, int], racks: dict[str, str] | None = None) -> Iterator[Any]:
     """A real Ray cluster for one test module, with the token of `ray_token_env`: a head with no Corral resources and
-    one Corral node per entry of `nodes` (name: virtual GPUs); this process is connected to it. `corral_nodes` maps
-    each name to Ray's handle of its node (to remove it)."""
+    one Corral node per entry of `nodes` (name: virtual GPUs), in the rack `racks` names for it (if any); this process
+    is connected to it. `corral_nodes` maps each name to Ray's handle of its node (to remove it)."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -123,7 +124,8 @@ def virtual_ray_cluster(folder: Path, nodes: dict[str, int]) -> Iterator[Any]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     with ray_token_env(folder):
         cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-        cluster.corral_nodes = {name: cluster.add_node(num_cpus=1, num_gpus=gpus, resources=node_resources(name, gpus))
+        cluster.corral_nodes = {name: cluster.add_node(num_cpus=1, num_gpus=gpus,
+                                                       resources=node_resources(name, gpus, rack=(racks or {}).get(name)))
                                 for name, gpus in nodes.items()}
         cluster.wait_for_nodes()
         try:

@@ -752,6 +752,9 @@ class NodeSchema(Schema):
     name = fields.String()
     index = fields.Integer()
     preset = fields.String()
+    rack = fields.String(allow_none=True, metadata={
+        "description": "the rack the node names (`corral node start --rack`): nodes naming one rack share it in the "
+                       "cluster model; null: it names none, and fills racks in order"})
     alive = fields.Boolean()
     since = fields.Float(metadata={"description": "When the node came up or went down (Unix seconds): when `alive` "
                                                   "last changed, or when it was first seen"})

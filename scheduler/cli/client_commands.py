@@ -613,7 +613,9 @@ def cluster(as_json: bool, url: str, token: str | None) -> None:
             status += f", [yellow]drained[/]{': ' + escape(drain['reason']) if drain['reason'] else ''}"
         health = node.get("health")
         by_gpu = {h["index"]: h for h in health["gpus"]} if health else {}
-        table = Table(title=f"{escape(node['name'])} ({escape(node['preset'])}, {status}{health_text(health)})",
+        # The rack the node names (`corral node start --rack`), before its preset: the map groups by it too.
+        rack = f"rack {escape(node['rack'])}, " if node.get("rack") else ""
+        table = Table(title=f"{escape(node['name'])} ({rack}{escape(node['preset'])}, {status}{health_text(health)})",
                       title_justify="left", box=None, header_style="bold")
         for col in ("gpu", "local", "type", "mem", "free", *(("health",) if health else ()), "tenants"):
             table.add_column(col, justify="left" if col in ("type", "health", "tenants") else "right")

@@ -126,22 +126,33 @@ def ray_token_cmd(show: bool) -> None:
     click.echo(path.read_text().strip() if show else str(path))
 
 
+RACK_HELP = ("The rack this node sits in (1 to 64 letters, digits, '.', '_' or '-'): nodes naming one rack share it, "
+             "and topology-aware policies keep a gang in one rack when one holds it. Default: none (the node fills "
+             "racks in order).")
+
+
 @click.command("node-resources")
 @click.option("--name", required=True, help="The Corral node name this Ray node will be (unique in the cluster).")
 @click.option("--gpus", required=True, type=Number("int", 1, 64), help="GPUs on this node.")
 @click.option("--preset", default=None, help="The server model this node is (dgx-a100, pcie-v100, pcie-t4): the "
               "controller models it so. Default: none, and the controller models it as `corral serve --preset`.")
-def node_resources_cmd(name: str, gpus: int, preset: str | None) -> None:
+@click.option("--rack", default=None, help=RACK_HELP)
+def node_resources_cmd(name: str, gpus: int, preset: str | None, rack: str | None) -> None:
     """Print the JSON for `ray start --resources` that makes a Ray node a Corral node."""
     from scheduler.live.cluster import node_type
-    from scheduler.live.runs import node_resources
+    from scheduler.live.runs import check_rack, node_resources
 
     if preset is not None:
         try:
             node_type(preset, gpus)
         except SpecError as exc:
             raise click.BadParameter(str(exc), param_hint="'--preset'") from None
-    click.echo(json.dumps(node_resources(name, gpus, preset)))
+    if rack is not None:
+        try:
+            check_rack(rack)
+        except SpecError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--rack'") from None
+    click.echo(json.dumps(node_resources(name, gpus, preset, rack)))
 
 
 
@@ -180,6 +191,7 @@ def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> s
               help="auto: discover the GPUs through NVML; N: offer N virtual GPUs (no driver needed; give --preset).")
 @click.option("--preset", default=None, help="Server model (dgx-a100, pcie-v100, pcie-t4): with --gpus N, what the "
               "virtual GPUs are; with auto, overrides the model NVML's names match.")
+@click.option("--rack", default=None, help=RACK_HELP)
 @click.option("--mps-control", default=None, metavar="PATH",
               help="The CUDA MPS control program [default: nvidia-cuda-mps-control on PATH; none: no MPS].")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -193,8 +205,8 @@ def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 @click.option("--allow-unauthenticated-ray", is_flag=True,
               help="Join a Ray cluster that takes no token (anyone who reaches it runs code on this node).")
 @click.argument("ray_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- RAY_START_ARGS]...")
-def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str | None, mps_control: str | None,
-                   state_dir: Path | None, health_interval: float, api: str | None, dry_run: bool,
+def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str | None, rack: str | None,
+                   mps_control: str | None, state_dir: Path | None, health_interval: float, api: str | None, dry_run: bool,
                    allow_unauthenticated_ray: bool, ray_args: tuple[str, ...]) -> None:
     """Join the Ray cluster at ADDRESS as a Corral node, in the foreground until stopped (like `ray start --block`):
     discover the GPUs (NVML), run `ray start` with Corral's resources for them, start CUDA MPS while fractional jobs
@@ -202,8 +214,8 @@ def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str
     exits with Ray's status."""
     from scheduler.live.node.daemon import TOKEN_ENV, AgentError, AgentOptions, NodeAgent, default_name
 
-    opts = AgentOptions(address=address, name=name or default_name(), gpus=gpus, preset=preset, node_dir=state_dir,
-                        mps_control=mps_control, ray_args=ray_args, health_interval_s=health_interval,
+    opts = AgentOptions(address=address, name=name or default_name(), gpus=gpus, preset=preset, rack=rack,
+                        node_dir=state_dir, mps_control=mps_control, ray_args=ray_args, health_interval_s=health_interval,
                         dry_run=dry_run, api=api, api_token=os.environ.get(TOKEN_ENV) or None,
                         allow_unauthenticated_ray=allow_unauthenticated_ray)
     try:

@@ -25,7 +25,7 @@ from scheduler.core.model import Cluster, SpecError
 from scheduler.core.outages import OnFault
 from scheduler.core.reservations import ReservationRule
 from scheduler.live import job_accounts
-from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_type, presets_text
+from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_rack, node_type, presets_text
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES
 
@@ -72,7 +72,7 @@ def discover(backend: RayBackend, cfg: ServeConfig,
     """The cluster model's nodes, in order: the nodes of an earlier run in the store's order (`known`: name, GPU
     count and preset; allocations record GPUs by their index in that order, so it must not change), whether Ray has
     them now or not, then the others Ray reports, by name, each with the preset it advertises (`cfg.preset` for one
-    that advertises none). Nodes joining later are appended by the controller."""
+    that advertises none) and in the rack it names. Nodes joining later are appended by the controller."""
     alive = {n.name: n for n in backend.nodes() if n.alive}
     deadline = time.monotonic() + (FIRST_NODE_WAIT_S if cfg.ray_address else 0.0)
     while not alive and not known and time.monotonic() < deadline:
@@ -91,14 +91,23 @@ def discover(backend: RayBackend, cfg: ServeConfig,
         preset, why = node_preset(alive[name].preset, cfg.preset, alive[name].gpus)
         if why:
             log.warning("node %s: %s", name, why)
-        order.append(ModelNode(name, alive[name].gpus, preset))
+        order.append(ModelNode(name, alive[name].gpus, preset, advertised_rack(alive[name])))
     return order, model_cluster(order)
+
+
+def advertised_rack(node: NodeInfo) -> str | None:
+    """The rack `node` is modelled in by what it advertises (a marker that is no rack name: none, said so)."""
+    rack, why = node_rack(node.rack)
+    if why:
+        log.warning("node %s: %s", node.name, why)
+    return rack
 
 
 def stored(node: ModelNode, now: NodeInfo | None, fallback: str) -> ModelNode:
     """A node the store knows, as the store has it: the GPUs after it would be renumbered if its count changed, and
     its GPU rows and the placements on them were modelled as its recorded preset. Says so when Ray reports it
-    otherwise now."""
+    otherwise now. Its rack is the one it names now if Ray has it (a rack moves no GPU numbering), else the
+    store's."""
     if now is not None and now.gpus != node.gpus:
         log.warning("node %s reports %d GPUs, the store %d: restart it with %d, or remove it from the store",
                     node.name, now.gpus, node.gpus, node.gpus)
@@ -108,7 +117,8 @@ def stored(node: ModelNode, now: NodeInfo | None, fallback: str) -> ModelNode:
     preset, why = node_preset(node.preset, fallback, node.gpus)
     if why:
         log.warning("node %s: %s", node.name, why)
-    return node._replace(preset=preset)
+    rack = advertised_rack(now) if now is not None else node_rack(node.rack)[0]
+    return node._replace(preset=preset, rack=rack)
 
 
 def freeze_heap() -> None:
@@ -151,7 +161,7 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
     known: list[ModelNode] = []
     if cfg.ray_address:  # a cluster that outlives this process: keep the numbering its allocations were written in
         with store.session() as s:
-            known = [ModelNode(n.name, len(n.gpus), n.preset) for n in queries.nodes_with_gpus(s)]
+            known = [ModelNode(n.name, len(n.gpus), n.preset, n.rack) for n in queries.nodes_with_gpus(s)]
     nodes, cluster = discover(backend, cfg, known)
     return Controller(store, backend, cluster, [n.name for n in nodes], make_policy,
                       default_policy=cfg.policy or "rl:default", tick_s=cfg.tick_s, preset=cfg.preset,

@@ -1,5 +1,5 @@
-"""The cluster model of a live service: its Ray nodes, each described by its own preset, shared by `corral serve`,
-what-if and the store's history."""
+"""The cluster model of a live service: its Ray nodes, each described by its own preset and in the rack it names,
+shared by `corral serve`, what-if and the store's history."""
 
 from __future__ import annotations
 
@@ -16,15 +16,18 @@ from scheduler.core.model import (
     build_cluster,
     nics_for,
 )
+from scheduler.live.runs import check_rack
 
 
 class ModelNode(NamedTuple):
-    """A node as the cluster model has it, in the model's order: its name, its GPUs and the preset it is modelled
-    with (its own, or `corral serve --preset` for a node that advertises none)."""
+    """A node as the cluster model has it, in the model's order: its name, its GPUs, the preset it is modelled
+    with (its own, or `corral serve --preset` for a node that advertises none) and the rack it names (None: none, so
+    it fills racks in order)."""
 
     name: str
     gpus: int
     preset: str
+    rack: str | None = None
 
 
 def node_type(preset: str, gpus_per_node: int) -> NodeTypeSpec:
@@ -53,37 +56,59 @@ def node_preset(own: str | None, fallback: str, gpus: int) -> tuple[str, str | N
     return own, None
 
 
+def node_rack(own: str | None) -> tuple[str | None, str | None]:
+    """The rack a node is modelled in, and why not the one it names when it named one: its own (`own`, what it
+    advertises or what the store recorded) if it is a rack name, else none. A node started by hand with a marker that
+    is no rack name (`ray start --resources`) still joins, in no named rack, rather than failing every controller
+    pass."""
+    if own is None:
+        return None, None
+    try:
+        return check_rack(own, "its rack"), None
+    except SpecError as exc:
+        return None, f"{exc}; modelled in no named rack"
+
+
 @overload
-def build_live_cluster(nodes: Sequence[tuple[str, int]]) -> Cluster: ...
+def build_live_cluster(nodes: Sequence[tuple[str, int]], *, racks: Sequence[str | None] | None = None) -> Cluster: ...
 @overload
 def build_live_cluster(nodes: str, gpus_by_node: Sequence[int]) -> Cluster: ...
 
 
-def build_live_cluster(nodes: Sequence[tuple[str, int]] | str, gpus_by_node: Sequence[int] | None = None) -> Cluster:
-    """The cluster model of the Ray nodes, in order, each given as (preset, GPUs): consecutive nodes of one preset
-    with as many GPUs form one group. The cluster is named `live-<preset>`, or `live-<a>+<b>` (sorted) when the
-    presets differ. `build_live_cluster(preset, gpus_by_node)` is the same for nodes that all have `preset` (kept for
-    the callers that model one preset, e.g. `corral train --from-history`)."""
+def build_live_cluster(nodes: Sequence[tuple[str, int]] | str, gpus_by_node: Sequence[int] | None = None, *,
+                       racks: Sequence[str | None] | None = None) -> Cluster:
+    """The cluster model of the Ray nodes, in order, each given as (preset, GPUs), in the racks `racks` names (one
+    per node, None: in no named rack; no `racks`: none named): consecutive nodes of one preset, GPU count and rack
+    form one group. The cluster is named `live-<preset>`, or `live-<a>+<b>` (sorted) when the presets differ.
+    `build_live_cluster(preset, gpus_by_node)` is the same for nodes that all have `preset` (kept for the callers that
+    model one preset, e.g. `corral train --from-history`)."""
     if isinstance(nodes, str):
         shape = [(nodes, gpus) for gpus in gpus_by_node or ()]
         presets = [nodes]
     else:
         shape = [(preset, gpus) for preset, gpus in nodes]
         presets = sorted({preset for preset, _ in shape})
+    if racks is not None and len(racks) != len(shape):
+        raise ValueError(f"{len(racks)} racks for {len(shape)} nodes")
     groups: list[NodeGroupSpec] = []
-    last: tuple[str, int] | None = None
-    for preset, gpus in shape:
-        if last == (preset, gpus):
+    last: tuple[str, int, str | None] | None = None
+    for (preset, gpus), rack in zip(shape, racks or [None] * len(shape), strict=True):
+        if last == (preset, gpus, rack):
             groups[-1].count += 1
         else:
-            groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus)))
-        last = (preset, gpus)
+            groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus), rack=rack))
+        last = (preset, gpus, rack)
     return build_cluster(ClusterSpec(name="live-" + "+".join(presets), groups=groups))
 
 
 def model_cluster(nodes: Sequence[ModelNode]) -> Cluster:
     """The cluster model of `nodes`, in their order."""
-    return build_live_cluster([(n.preset, n.gpus) for n in nodes])
+    return build_live_cluster([(n.preset, n.gpus) for n in nodes], racks=[n.rack for n in nodes])
+
+
+def racks_of(cluster: Cluster) -> list[str | None]:
+    """The rack each node of a live cluster model names, in the model's order (None: none): its groups' racks."""
+    return [group.rack for group in cluster.spec.groups for _ in range(group.count)]
 
 
 def presets_text(presets: Sequence[str]) -> str:

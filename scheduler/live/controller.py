@@ -46,7 +46,7 @@ from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S, Team, Teams, TenancyFrame
 from scheduler.core.workloads import ModelProfile, catalog
 from scheduler.live import metrics
-from scheduler.live.cluster import ModelNode, model_cluster, node_preset
+from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_rack, racks_of
 from scheduler.live.explain import capacity_reason
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.job_states import outcome as job_outcome
@@ -495,6 +495,9 @@ class Controller:
             joined = [n for n in nodes or () if n.alive and n.name not in self.node_index]
             if joined:
                 self._grow(joined)
+            moved = self._moved(nodes or ())
+            if moved:
+                self._move(moved)
             t0 = time.perf_counter()
             statuses = self.backend.poll()
             if nodes is None and any(st.phase == "lost" for st in statuses):
@@ -756,7 +759,8 @@ class Controller:
         workers adopted again, as after a failed pass. Rare, so the simplest correct rebuild; it takes the policy's
         caches, built for the old cluster, with it."""
         joined = sorted(joined, key=lambda n: n.name)
-        added = [ModelNode(n.name, n.gpus, self._preset_of(n.name, n.preset, n.gpus)) for n in joined]
+        added = [ModelNode(n.name, n.gpus, self._preset_of(n.name, n.preset, n.gpus), self._rack_of(n.name, n.rack))
+                 for n in joined]
         self._renumber([*self._node_gpus(), *added])
         log.info("node(s) joined: %s; the cluster has %d nodes and %d GPUs now",
                  ", ".join(f"{n.name} ({n.gpus} GPUs, {n.preset})" for n in added), self.cluster.num_nodes,
@@ -770,8 +774,35 @@ class Controller:
             log.warning("node %s: %s", name, why)
         return preset
 
+    def _rack_of(self, name: str, own: str | None) -> str | None:
+        """The rack node `name` is modelled in: the one it names, if it is a rack name (saying why not)."""
+        rack, why = node_rack(own)
+        if why:
+            log.warning("node %s: %s", name, why)
+        return rack
+
+    def _moved(self, nodes: Sequence[NodeInfo]) -> dict[str, str | None]:
+        """The alive nodes of the model that name another rack than the one they are modelled in (name -> rack):
+        a server moved, or its agent was restarted with another --rack."""
+        racks = racks_of(self.cluster)
+        moved: dict[str, str | None] = {}
+        for n in nodes:
+            i = self.node_index.get(n.name)
+            if n.alive and i is not None and node_rack(n.rack)[0] != racks[i]:
+                moved[n.name] = self._rack_of(n.name, n.rack)
+        return moved
+
+    def _move(self, moved: dict[str, str | None]) -> None:
+        """Nodes that name another rack now: the model takes their racks (no GPU is renumbered: a rack is not part
+        of the numbering), then the state is rebuilt as after a join (`_grow`). Rare: a server moves racks."""
+        self._renumber([n._replace(rack=moved[n.name]) if n.name in moved else n for n in self._node_gpus()])
+        log.info("node(s) moved: %s", ", ".join(f"{name} to {rack or 'no named rack'}"
+                                                for name, rack in sorted(moved.items())))
+        self.recover(after_failure=True)
+
     def _node_gpus(self) -> list[ModelNode]:
-        return [ModelNode(name, int(self.cluster.node_num_gpus[i]), self.node_presets[i])
+        racks = racks_of(self.cluster)
+        return [ModelNode(name, int(self.cluster.node_num_gpus[i]), self.node_presets[i], racks[i])
                 for i, name in enumerate(self.node_names)]
 
     def _renumber(self, nodes: list[ModelNode]) -> None:
@@ -783,9 +814,12 @@ class Controller:
     def _take_store_numbering(self) -> None:
         """Another replica may have led while nodes joined, and numbered them in the order they came: take the
         store's numbering (the one allocations were written in) with the presets it recorded, then the nodes only
-        this replica knows of."""
+        this replica knows of. A node's rack is the model's if it has the node (what the node names now: `_move`),
+        else the store's."""
+        mine = {n.name: n.rack for n in self._node_gpus()}
         with self.store.session() as s:
-            known = [ModelNode(n.name, len(n.gpus), self._preset_of(n.name, n.preset, len(n.gpus)))
+            known = [ModelNode(n.name, len(n.gpus), self._preset_of(n.name, n.preset, len(n.gpus)),
+                               mine[n.name] if n.name in mine else self._rack_of(n.name, n.rack))
                      for n in queries.nodes_with_gpus(s)]
         names = {n.name for n in known}
         nodes = [*known, *(n for n in self._node_gpus() if n.name not in names)]

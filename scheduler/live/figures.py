@@ -177,7 +177,7 @@ def network_load(store: Store) -> dict[str, Any]:
     snap = whatif.snapshot(store)
     if not snap.nodes:
         return {"approximate": False, "method": NETWORK_METHOD, "nodes": [], "uplinks": []}
-    cluster = build_live_cluster([(n.preset, len(n.gpus)) for n in snap.nodes])
+    cluster = build_live_cluster([(n.preset, len(n.gpus)) for n in snap.nodes], racks=[n.rack for n in snap.nodes])
     # The store numbers GPUs cluster-wide over every node; the model numbers those of the live nodes, in order.
     to_model = {g: int(cluster.node_first_gpu[i]) + k for i, n in enumerate(snap.nodes) for k, g in enumerate(n.gpus)}
     model = ContentionModel(cluster, catalog())

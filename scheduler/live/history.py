@@ -207,7 +207,8 @@ def read_history(store: Store) -> History:
             notes.append(f"nodes record several presets ({presets_text(presets_by_node)}): each is modelled as its "
                          f"own; a model of one preset (`corral train --from-history`'s scenarios) uses {preset}")
         try:
-            cluster = build_live_cluster(list(zip(presets_by_node, gpus_by_node, strict=True)))
+            cluster = build_live_cluster(list(zip(presets_by_node, gpus_by_node, strict=True)),
+                                         racks=[n.rack for n in nodes])
         except SpecError as exc:
             notes.append(f"could not rebuild the live cluster ({exc})")
 

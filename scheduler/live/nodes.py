@@ -13,19 +13,21 @@ from scheduler.core.admission import admission
 from scheduler.core.model import Cluster
 from scheduler.core.outages import Drain, NodeSpan, closed_gpus
 from scheduler.core.workloads import catalog
+from scheduler.live.cluster import racks_of
 from scheduler.live.runs import NodeInfo
 from scheduler.live.store.models import Gpu, Node
 
 
 def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, node_names: Sequence[str],
                    presets: Sequence[str], now: float) -> set[int]:
-    """Write the cluster model's nodes (each with the preset it is modelled with, `presets[i]`) and GPUs with what
-    the backend reports of each; returns the indices of the nodes that are not alive. Nodes in the store that the
-    model no longer has (a smaller cluster than last time) are marked gone. A node's `updated_at` is when its `alive`
-    last changed (or it was first seen): the dashboard's "since"."""
+    """Write the cluster model's nodes (each with the preset it is modelled with, `presets[i]`, and the rack it is
+    modelled in) and GPUs with what the backend reports of each; returns the indices of the nodes that are not alive.
+    Nodes in the store that the model no longer has (a smaller cluster than last time) are marked gone. A node's
+    `updated_at` is when its `alive` last changed (or it was first seen): the dashboard's "since"."""
     if len(presets) != len(node_names):
         raise ValueError(f"{len(presets)} presets for {len(node_names)} nodes")
     by_name = {n.name: n for n in reported}
+    racks = racks_of(cluster)
     down: set[int] = set()
     existing = {n.name: n for n in s.scalars(select(Node))}
     for i, name in enumerate(node_names):
@@ -34,7 +36,7 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
         if node is None:
             node = Node(name=name, index=i, preset=presets[i], updated_at=now)
             s.add(node)
-        node.index, node.preset = i, presets[i]
+        node.index, node.preset, node.rack = i, presets[i], racks[i]
         alive = bool(info and info.alive)
         if node.alive != alive:
             node.updated_at = now

@@ -1,10 +1,10 @@
 """Running jobs' workers on Ray: the only module that imports ray.
 
 A Corral node is a Ray node that carries the custom resources `corral_node_<name>` and one `corral_gpu_<name>_<i>` per
-GPU (capacity 1), and `corral_preset_<preset>` when it says which server model it is. A worker asks for exactly the
-GPUs and share the policy chose as those resources, so Ray itself refuses to over-commit a GPU even if the controller
-were wrong, and the worker lands on its node. Ray's own GPU resource is left alone: Ray would pick GPU ids itself, and
-here the policy picks them.
+GPU (capacity 1), `corral_preset_<preset>` when it says which server model it is and `corral_rack_<rack>` when it says
+which rack it sits in. A worker asks for exactly the GPUs and share the policy chose as those resources, so Ray itself
+refuses to over-commit a GPU even if the controller were wrong, and the worker lands on its node. Ray's own GPU
+resource is left alone: Ray would pick GPU ids itself, and here the policy picks them.
 
 Each worker (one per node of a placement: it drives that node's GPUs, like a torchrun launcher) is a *detached*
 named actor, `corral-<job>-<attempt>-<rank>`, so it outlives a controller that dies: a restarted controller finds it
@@ -34,6 +34,7 @@ from scheduler.live import ray_auth, sockets
 from scheduler.live.runs import (
     NAMESPACE,
     PRESET_PREFIX,
+    RACK_PREFIX,
     JobStatus,
     Launch,
     NodeInfo,
@@ -68,11 +69,21 @@ def _reload_auth() -> None:
     AuthenticationTokenLoader.instance().reset_cache()
 
 
+def _marker(resources: dict[str, Any], prefix: str) -> str | None:
+    """What a node's one marker resource of `prefix` names; None without one, or with several (a node started by hand
+    with two markers is ambiguous)."""
+    named = [key[len(prefix):] for key in resources if key.startswith(prefix)]
+    return named[0] if len(named) == 1 else None
+
+
 def advertised_preset(resources: dict[str, Any]) -> str | None:
-    """The preset a node's marker resource names; None without one, or with several (a node started by hand with two
-    markers is ambiguous: the controller then models it as `corral serve --preset`)."""
-    presets = [key[len(PRESET_PREFIX):] for key in resources if key.startswith(PRESET_PREFIX)]
-    return presets[0] if len(presets) == 1 else None
+    """The preset a node's marker resource names (None: the controller models it as `corral serve --preset`)."""
+    return _marker(resources, PRESET_PREFIX)
+
+
+def advertised_rack(resources: dict[str, Any]) -> str | None:
+    """The rack a node's marker resource names, unchecked (None: the node is in no named rack)."""
+    return _marker(resources, RACK_PREFIX)
 
 
 def _share_resource(share: float) -> float:
@@ -193,7 +204,7 @@ class RayBackend:
                 name = m.group(1)
                 gpus = sum(1 for k in res if k.startswith(f"corral_gpu_{name}_"))
                 info = NodeInfo(name, gpus, bool(n.get("Alive")), n.get("NodeID", ""), n.get("NodeManagerAddress", ""),
-                                advertised_preset(res))
+                                advertised_preset(res), advertised_rack(res))
                 if info.alive or name not in found:  # a restarted node replaces its dead record
                     found[name] = info
         return list(found.values())

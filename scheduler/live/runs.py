@@ -6,24 +6,45 @@ stays in one module.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from scheduler.core.errors import SpecError
 
 NAMESPACE = "corral"
 # The marker resource that says which server model (preset) a node is: `corral_preset_dgx-a100`. Its amount means
 # nothing and no task asks for it; it only travels with the node in Ray's node table, so the controller models each
 # node as what it is. The prefix shares nothing with `corral_node_` and `corral_gpu_`, whose parsers it cannot confuse.
 PRESET_PREFIX = "corral_preset_"
+# The marker resource that says which rack a node sits in, `corral_rack_r12`, carried like the preset's (a Ray label
+# would not do: a label value must start and end with a letter or digit and has at most 63 characters, and a rack name
+# is any of NodeGroupSpec.rack's). Nodes naming one rack share it in the cluster model; a node naming none fills racks
+# in order, as before racks had names.
+RACK_PREFIX = "corral_rack_"
+# NodeGroupSpec.rack's rule (scheduler.core.model), checked here too so that a bad name is refused where it is given
+# (`corral node start --rack`), not when the controller builds its model.
+RACK_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-def node_resources(name: str, gpus: int, preset: str | None = None) -> dict[str, float]:
+def check_rack(rack: str, where: str = "--rack") -> str:
+    """`rack` if it is a rack name (letters, digits, '.', '_' and '-', 1 to 64 of them); SpecError naming `where`
+    and the name otherwise."""
+    if not RACK_RE.match(rack):
+        raise SpecError(f"{where} {rack!r}: a rack name is 1 to 64 letters, digits, '.', '_' or '-'")
+    return rack
+
+
+def node_resources(name: str, gpus: int, preset: str | None = None, rack: str | None = None) -> dict[str, float]:
     """The custom resources a Ray node must carry to be Corral node `name` with `gpus` GPUs (for `ray start
-    --resources`), and with its preset's marker when it has one (None: the controller models it as `corral serve
-    --preset`)."""
+    --resources`), with its preset's marker when it has one (None: the controller models it as `corral serve
+    --preset`) and its rack's when it has one (SpecError for a bad rack name; None: in no named rack)."""
     res = {f"corral_node_{name}": 1.0}
     res.update({f"corral_gpu_{name}_{i}": 1.0 for i in range(gpus)})
     if preset is not None:
         res[PRESET_PREFIX + preset] = 1.0
+    if rack is not None:
+        res[RACK_PREFIX + check_rack(rack)] = 1.0
     return res
 
 
@@ -40,6 +61,7 @@ class NodeInfo:
     ray_node_id: str
     address: str
     preset: str | None = None  # the preset the node advertises (None: none, or several markers)
+    rack: str | None = None  # the rack the node advertises, unchecked (None: none, or several markers)
 
 
 @dataclass(frozen=True, slots=True)

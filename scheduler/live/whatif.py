@@ -143,6 +143,7 @@ class LiveNode:
     name: str
     preset: str
     gpus: tuple[int, ...]  # the store's cluster-wide GPU indices, in local order
+    rack: str | None = None  # the rack it names (None: none; it fills racks in order)
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,8 @@ def snapshot(store: Any) -> Snapshot:
 
     with store.session() as s:
         rows = q.nodes_with_gpus(s)
-        nodes = [LiveNode(n.name, n.preset, tuple(g.index for g in sorted(n.gpus, key=lambda g: g.local_index)))
-                 for n in rows if n.alive]
+        nodes = [LiveNode(n.name, n.preset, tuple(g.index for g in sorted(n.gpus, key=lambda g: g.local_index)),
+                          n.rack) for n in rows if n.alive]
         closed = closed_in_store(rows, time.time())  # (down nodes' GPUs are left out of the model instead)
         running_rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
         allocs = q.current_allocations(s, running_rows)
@@ -250,10 +251,14 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
         if n.preset not in PRESETS:
             raise WhatIfError(None, f"node {n.name} has unknown preset {n.preset!r}")
     shape = [(n.preset, len(n.gpus)) for n in snap.nodes]
-    base_cluster = build_live_cluster(shape)  # what the controller models: each node as its recorded preset
-    cluster = build_live_cluster(shape + [shape[-1]] * req.extra_nodes) if req.extra_nodes else base_cluster
+    racks = [n.rack for n in snap.nodes]
+    # What the controller models: each node as its recorded preset, in the rack it names.
+    base_cluster = build_live_cluster(shape, racks=racks)
+    cluster = (build_live_cluster(shape + [shape[-1]] * req.extra_nodes, racks=racks + [racks[-1]] * req.extra_nodes)
+               if req.extra_nodes else base_cluster)
     if req.extra_nodes:
-        notes.append(f"{req.extra_nodes} extra {shape[-1][0]} node(s) of {shape[-1][1]} GPUs join at t=0")
+        where = f" in rack {racks[-1]}" if racks[-1] else ""
+        notes.append(f"{req.extra_nodes} extra {shape[-1][0]} node(s) of {shape[-1][1]} GPUs join{where} at t=0")
 
     model_gpu: dict[int, int] = {}  # store GPU index -> model GPU index (dead nodes are left out, so they differ)
     for k, n in enumerate(snap.nodes):

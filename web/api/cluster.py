@@ -44,8 +44,8 @@ def cluster_json() -> dict[str, Any]:
                 out_gpus.append({"index": gpu.index, "local_index": gpu.local_index, "gpu_type": gpu.gpu_type,
                                  "mem_gb": gpu.mem_gb, "free_share": round(max(0.0, 1.0 - used), 6),
                                  "tenants": held, "closed": closed.get(gpu.index)})
-            out_nodes.append({"name": node.name, "index": node.index, "preset": node.preset, "alive": node.alive,
-                              "since": node.updated_at, "address": node.address, "gpus": out_gpus,
+            out_nodes.append({"name": node.name, "index": node.index, "preset": node.preset, "rack": node.rack,
+                              "alive": node.alive, "since": node.updated_at, "address": node.address, "gpus": out_gpus,
                               "health": health_view(node.health, node.health_at, now), "health_at": node.health_at,
                               "drain": drain_view(node)})
     return {
@@ -65,8 +65,9 @@ def blueprint(prefix: str) -> Blueprint:
     def cluster() -> Any:
         """Show the cluster map
 
-        Every node (alive or not) with its GPUs and the jobs holding each, with their shares, and the GPUs' health as
-        the node's agent last reported it (stale when older than 3 of its reporting intervals: shown, not acted on).
+        Every node (alive or not), with the rack it names, its GPUs and the jobs holding each, with their shares, and
+        the GPUs' health as the node's agent last reported it (stale when older than 3 of its reporting intervals:
+        shown, not acted on).
         A GPU on a down or drained node, or one its agent reports faulty, is `closed` (with why): it takes no new job,
         and `totals.gpus_usable` leaves it out. Read from the database only, so it answers while the controller is
         down.

@@ -33,7 +33,7 @@ from scheduler.live.node.health import readings, write_health
 from scheduler.live.node.mps import NODE_DIR_ENV, MpsConfig, MpsError, MpsManager, write_config
 from scheduler.live.node.nvml import Nvml, NvmlUnavailable
 from scheduler.live.node.report import HealthPusher
-from scheduler.live.runs import node_resources
+from scheduler.live.runs import check_rack, node_resources
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 TOKEN_ENV = "CORRAL_TOKEN"  # the admin token health is pushed with: the agent's alone, never passed on to Ray
@@ -53,6 +53,7 @@ class AgentOptions:
     name: str
     gpus: int | None  # None: --gpus auto (NVML)
     preset: str | None = None
+    rack: str | None = None  # the rack the node sits in (None: none named; it fills racks in order)
     node_dir: Path | None = None  # default CORRAL_HOME/nodes/NAME
     mps_control: str | None = None  # None: nvidia-cuda-mps-control on PATH, if any
     ray_args: tuple[str, ...] = ()
@@ -156,20 +157,27 @@ class NodeAgent:
         (a dry run) changes nothing on disk: an agent may be running with this folder."""
         opts = self.opts
         check_name(opts.name)
+        if opts.rack is not None:
+            try:
+                check_rack(opts.rack)
+            except SpecError as exc:
+                raise AgentError(str(exc)) from None
         self.hardware, self._nvml = discover(opts, self._nvml_module)
         hw = self.hardware
         folder = opts.folder
         if write:
             folder.mkdir(parents=True, exist_ok=True)
             self._hold_folder(folder)
-            (folder / "node.json").write_text(json.dumps({"name": opts.name, **hw.as_json()}, indent=1))
-        self._out(f"corral node {opts.name}: {hw.summary}" + (f", preset {hw.preset}" if hw.preset else ""))
+            (folder / "node.json").write_text(json.dumps({"name": opts.name, "rack": opts.rack, **hw.as_json()},
+                                                         indent=1))
+        self._out(f"corral node {opts.name}: {hw.summary}" + (f", preset {hw.preset}" if hw.preset else "")
+                  + (f", rack {opts.rack}" if opts.rack else ""))
         for note in hw.notes:
             self._out(f"  note: {note}")
         self._setup_mps(folder, write)
-        # The preset travels with the node: the controller models it as this server (no preset: as `corral serve
-        # --preset`, the service's fallback).
-        resources = node_resources(opts.name, hw.gpus, hw.preset)
+        # The preset and the rack travel with the node: the controller models it as this server (no preset: as
+        # `corral serve --preset`, the service's fallback) in this rack (none: it fills racks in order).
+        resources = node_resources(opts.name, hw.gpus, hw.preset, opts.rack)
         self._out(f"  resources: {json.dumps(resources)}")
         self._out(f"  node folder: {folder} (health in {folder / 'health.json'})")
         self._setup_push()

@@ -224,6 +224,9 @@ class Node(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     index: Mapped[int]  # position in the cluster model
     preset: Mapped[str] = mapped_column(String(64))
+    # The rack the node is modelled in, as it names it (`corral node start --rack`); None: it names none, and fills
+    # racks in order. The controller writes it at every registration: a node that moved says so when it comes back.
+    rack: Mapped[str | None] = mapped_column(String(64))
     alive: Mapped[bool] = mapped_column(Boolean, default=True)
     ray_node_id: Mapped[str | None] = mapped_column(String(64))
     address: Mapped[str | None] = mapped_column(String(64))

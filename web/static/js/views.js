@@ -241,7 +241,7 @@ const Views = (() => {
           <span><b>${cluster.queue.running}</b> running</span>
           <span><a href="#/queue"><b>${cluster.queue.pending}</b> pending</a></span>
           <span>policy <b>${cluster.active_policy || "–"}</b></span>`);
-        mount(nodesEl, cluster.nodes.map((n) => {
+        const nodeCard = (n) => {
           const readings = new Map((n.health ? n.health.gpus : []).map((r) => [r.index, r]));
           return html`
           <div class="node${n.alive ? "" : " dead"}${n.drain ? " drained" : ""}" data-node="${n.name}">
@@ -252,9 +252,37 @@ const Views = (() => {
             <div class="gpus" style="grid-template-columns: repeat(${Math.min(8, n.gpus.length)}, minmax(0, 1fr))">
               ${n.gpus.map((g) => gpuCell(g, jobs, teams, readings.get(g.local_index)))}</div>
           </div>`;
-        }));
+        };
+        const racks = byRack(cluster.nodes);
+        // A cluster whose nodes name no rack looks as it did before racks had names: one list of nodes.
+        mount(nodesEl, racks.size === 1 && racks.has("") ? cluster.nodes.map(nodeCard)
+          : [...racks].map(([rack, nodes]) => rackGroup(rack, nodes, nodeCard)));
       },
     };
+  }
+
+  // The nodes by the rack they name (`corral node start --rack`), racks in the order of their first node (the
+  // cluster model's order); the nodes naming none together under "", as the model fills racks with them in order.
+  function byRack(nodes) {
+    const racks = new Map();
+    nodes.forEach((n) => {
+      const key = n.rack || "";
+      if (!racks.has(key)) racks.set(key, []);
+      racks.get(key).push(n);
+    });
+    return racks;
+  }
+
+  // One rack of the map: a heading with its free GPUs (a topology-aware policy keeps a gang in one rack when one
+  // holds it), then its nodes.
+  function rackGroup(rack, nodes, nodeCard) {
+    const gpus = nodes.flatMap((n) => n.gpus);
+    const free = gpus.filter((g) => !g.tenants.length && !g.closed).length;
+    return html`<section class="rack" data-rack="${rack}">
+      <h2 class="rack-head">${rack ? `Rack ${rack}` : "No rack named"}
+        <span class="muted">${nodes.length} node${nodes.length === 1 ? "" : "s"} · ${free} of ${gpus.length} GPUs
+          free</span></h2>
+      ${nodes.map(nodeCard)}</section>`;
   }
 
   // ---- queue -------------------------------------------------------------------------------------------------------
