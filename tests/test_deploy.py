@@ -80,7 +80,8 @@ VARIABLES = {m["braced"] or m["named"] for m in _VAR.finditer(COMPOSE.read_text(
 # The settings the compose file reads from the shell or .env, each with a value of its own: a setting that reaches one
 # service but not the one it must agree with shows. Compose is checked as run with none set and with all of them.
 KNOBS = {"POSTGRES_PASSWORD": "s3cret-from-env", "CORRAL_GPUS_PER_NODE": "4", "CORRAL_PRESET": "pcie-v100",
-         "CORRAL_MIN_NODES": "5", "CORRAL_IMAGE": "registry.example/corral:1.2", "CORRAL_NODE_TOKEN": "node-token-1"}
+         "CORRAL_MIN_NODES": "5", "CORRAL_IMAGE": "registry.example/corral:1.2", "CORRAL_NODE_TOKEN": "node-token-1",
+         "CORRAL_RACK": "row-2.rack_b"}
 ENVS = {"defaults": {}, "overridden": KNOBS}
 
 
@@ -271,11 +272,14 @@ def test_worker_runs_the_node_agent_joined_to_the_head(env: dict[str, str], tmp_
     gpus = int(environment(worker)["CORRAL_GPUS_PER_NODE"])
     assert gpus == int(env.get("CORRAL_GPUS_PER_NODE", 8)) and option(args, "--gpus") == str(gpus)
     assert option(args, "--preset") == env.get("CORRAL_PRESET", "dgx-a100")
+    rack = env.get("CORRAL_RACK")  # unset: the worker names no rack, and is given no --rack at all
+    assert option(args, "--rack") == rack if rack else not any(a.startswith("--rack") for a in args)
     dry = subprocess.run([str(CORRAL_CLI), *args[1:], "--dry-run", "--state-dir", str(tmp_path / "agent"),
                           "--mps-control", "none"], capture_output=True, text=True, timeout=60, check=True)
     line = next(x for x in dry.stdout.splitlines() if x.strip().startswith("resources:"))
-    # The worker's preset travels with it: the controller models the node as that preset.
-    assert json.loads(line.split(":", 1)[1]) == node_resources(hostname, gpus, env.get("CORRAL_PRESET", "dgx-a100"))
+    # The worker's preset and rack travel with it: the controller models the node as that preset, in that rack.
+    assert json.loads(line.split(":", 1)[1]) == node_resources(hostname, gpus, env.get("CORRAL_PRESET", "dgx-a100"),
+                                                               rack)
 
 
 def test_worker_pushes_gpu_health_to_the_service_s_api(env: dict[str, str], tmp_path: Path) -> None:
