@@ -28,13 +28,13 @@ def env(tmp_path: Path) -> Iterator[tuple[Any, dict[str, str], Store]]:
     store.close()
 
 
-def seed(store: Store, now: float) -> None:
+def seed(store: Store, now: float, preset: str = "dgx-a100", racks: tuple[str | None, str | None] = (None, None)) -> None:
     """Two nodes of 2 GPUs. Job 1 ran [now-500, now-100) on one GPU (queued 100 s, JCT 500 s); job 2 runs since
     now-250 on 4 GPUs across both nodes (queued 50 s); job 3 waits since now-200."""
     with store.session() as s:
         user = s.query(User).one()
         for n in range(2):
-            node = Node(name=f"node{n}", index=n, preset="dgx-a100", updated_at=now)
+            node = Node(name=f"node{n}", index=n, preset=preset, rack=racks[n], updated_at=now)
             s.add(node)
             s.flush()
             for g in range(2):
@@ -104,7 +104,29 @@ def test_network_load_is_the_contention_models(env: tuple[Any, dict[str, str], S
         assert expected > 0 and by_node[n]["load"] == pytest.approx(expected, abs=1e-6)
         assert by_node[n]["jobs"] == [2] and by_node[n]["nic_gbps"] == pytest.approx(200.0)
     # Both nodes sit in one rack: nothing crosses its uplink.
-    assert body["uplinks"] == [{"rack": 0, "load": 0.0, "jobs": []}]
+    assert body["uplinks"] == [{"rack": 0, "name": None, "load": 0.0, "jobs": []}]
+
+
+def test_network_load_sums_a_servers_nics_and_names_its_racks(env: tuple[Any, dict[str, str], Store]) -> None:
+    """An HGX server has a NIC per GPU: its row is all of them (2 GPUs here: 2 x 400 Gb/s), and each rack's uplink
+    row carries the rack's name."""
+    from scheduler.core.contention import ContentionModel
+    from scheduler.core.model import JobSpec, Placement
+    from scheduler.live.cluster import build_live_cluster
+
+    client, auth, store = env
+    seed(store, time.time(), preset="hgx-h100", racks=("r1", "r2"))
+    body = client.get("/api/v1/stats/network", headers=auth).json
+    cluster = build_live_cluster([("hgx-h100", 2), ("hgx-h100", 2)], racks=["r1", "r2"])
+    model = ContentionModel(cluster)
+    model.add(2, JobSpec("gang", 0.0, 4, 100.0, "ResNet-50-bs64"), Placement((0, 1, 2, 3)))
+    for i, row in enumerate(body["nodes"]):
+        nics = cluster.nic_link[cluster.nic_node == i].tolist()
+        assert len(nics) == 2 and row["nic_gbps"] == pytest.approx(800.0)
+        demand = sum(float(model.link_load[nic]) * 400.0 for nic in nics)
+        assert demand > 0 and row["demand_gbps"] == pytest.approx(demand, abs=1e-3) and row["jobs"] == [2]
+    assert [(u["rack"], u["name"]) for u in body["uplinks"]] == [(0, "r1"), (1, "r2")]
+    assert all(u["load"] > 0 and u["jobs"] == [2] for u in body["uplinks"])  # the gang crosses both racks
 
 
 def test_agent_reports_and_curves(env: tuple[Any, dict[str, str], Store]) -> None:

@@ -196,6 +196,7 @@ class Cluster:
     nic_link: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [NICs] link id
     nic_node: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [NICs]
     fabric: Fabric | None = None  # the network above the servers (scheduler.core.fabric); None: one uplink per rack
+    rack_names: tuple[str | None, ...] = ()  # [R] the name a node group gave its rack; None: filled in order
 
     @property
     def num_gpus(self) -> int:
@@ -365,6 +366,7 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         nic_link=ro(np.array(nic_links, dtype=np.int32)),
         nic_node=ro(np.array(nic_node, dtype=np.int32)),
         fabric=fabric,
+        rack_names=tuple(str(name) if kind == "named" else None for kind, name in rack_ids),
     )
 
 

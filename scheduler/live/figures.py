@@ -188,10 +188,12 @@ def network_load(store: Store) -> dict[str, Any]:
     load = model.link_load
     nodes = []
     for i, n in enumerate(snap.nodes):
-        nic = int(cluster.node_nic[i])
-        gbps = float(cluster.link_capacity[nic]) * 8.0  # link capacities are GB/s
-        nodes.append({"node": n.name, "preset": n.preset, "nic_gbps": gbps, "load": round(float(load[nic]), 6),
-                      "demand_gbps": round(float(load[nic]) * gbps, 3), "jobs": list(model.link_jobs(nic))})
-    uplinks = [{"rack": r, "load": round(float(load[int(link)]), 6), "jobs": list(model.link_jobs(int(link)))}
-               for r, link in enumerate(cluster.rack_uplink)]
+        nics = cluster.nic_link[cluster.nic_node == i].tolist()  # an HGX server has one per GPU
+        gbps = [float(cluster.link_capacity[nic]) * 8.0 for nic in nics]  # link capacities are GB/s
+        demand = sum(float(load[nic]) * g for nic, g in zip(nics, gbps))
+        jobs = sorted({j for nic in nics for j in model.link_jobs(nic)})
+        nodes.append({"node": n.name, "preset": n.preset, "nic_gbps": sum(gbps),
+                      "load": round(demand / sum(gbps), 6), "demand_gbps": round(demand, 3), "jobs": jobs})
+    uplinks = [{"rack": r, "name": cluster.rack_names[r], "load": round(float(load[int(link)]), 6),
+                "jobs": list(model.link_jobs(int(link)))} for r, link in enumerate(cluster.rack_uplink)]
     return {"approximate": False, "method": NETWORK_METHOD, "nodes": nodes, "uplinks": uplinks}

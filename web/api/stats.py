@@ -78,6 +78,7 @@ class NodeNetSchema(Schema):
 
 class UplinkSchema(Schema):
     rack = fields.Integer()
+    name = fields.String(allow_none=True)  # the rack's name where its nodes declare one
     load = fields.Float()  # type: ignore[assignment]  # no shadowing: see NodeNetSchema.load
     jobs = fields.List(fields.Integer())
 
