@@ -203,15 +203,45 @@ class Planner:
         if int(free.sum()) < w:
             self._record_misfit(spec)
             return None
-        racks = self._fewest_racks(free, w)
-        nodes = np.flatnonzero(np.isin(c.node_rack, racks) & (free > 0))
-        nodes = nodes[np.lexsort((nodes, -free[nodes]))]  # fullest-free first: the fewest nodes
-        counts: dict[int, int] = {}
-        for node in nodes.tolist():
-            counts[node] = min(int(free[node]), w - sum(counts.values()))
-            if sum(counts.values()) == w:
-                break
+        rack_free = np.bincount(c.node_rack, weights=free, minlength=c.num_racks)
+        # No rack holds it: whole servers, on the fewest racks they allow. A server the gang shares gives it only
+        # some of its NICs, which its other tenants' traffic also crosses, and fewer GPUs there give its ring fewer
+        # channels (each of its NICs carries more): a rack saved is worth less (benchmarks/decision_quality.py).
+        counts = None if (rack_free >= w).any() else self._whole_servers(free, w)
+        if counts is None:  # one rack holds it, or too few servers are wholly free: fewest racks, fullest first
+            racks = self._fewest_racks(free, w)
+            nodes = np.flatnonzero(np.isin(c.node_rack, racks) & (free > 0))
+            nodes = nodes[np.lexsort((nodes, -free[nodes]))]
+            counts = {}
+            for node in nodes.tolist():
+                counts[node] = min(int(free[node]), w - sum(counts.values()))
+                if sum(counts.values()) == w:
+                    break
         return Placement(tuple(sorted(self._aligned(counts))))
+
+    def _whole_servers(self, free: np.ndarray, w: int) -> dict[int, int] | None:
+        """A gang as wholly free servers on the fewest racks they allow, plus the remainder on one more server (best
+        fit, in those racks if one there holds it): GPUs per server for each. None if too few servers are wholly
+        free."""
+        c = self.cluster
+        per = int(c.max_gpus_per_node)
+        whole = (free == c.node_num_gpus) & (c.node_num_gpus == per)
+        q, rest = divmod(w, per)
+        if int(whole.sum()) < q or q == 0:
+            return None
+        racks = self._fewest_racks(whole * per, q * per)
+        counts: dict[int, int] = {}
+        for rack in racks.tolist():
+            for node in np.flatnonzero(whole & (c.node_rack == rack)).tolist()[: q - len(counts)]:
+                counts[node] = per
+        if rest:
+            others = np.flatnonzero(free >= rest)
+            others = others[~np.isin(others, list(counts))]
+            if not others.size:
+                return None
+            outside = ~np.isin(c.node_rack[others], racks)
+            counts[int(others[np.lexsort((others, free[others], outside))[0]])] = rest
+        return counts
 
     def _fewest_racks(self, free: np.ndarray, w: int) -> np.ndarray:
         """The racks a gang of `w` GPUs takes: one (best fit) if one holds it; else within the best-fitting pod if

@@ -61,15 +61,20 @@ def test_a_gang_goes_to_the_one_rack_that_holds_it() -> None:
     assert p is not None and racks_of(c, p) == {2}
 
 
-def test_a_gang_no_rack_holds_spans_the_fewest_racks() -> None:
-    c = fabric(nodes=8, per_rack=2)  # 4 racks of 8 GPUs
-    # Free: rack 0: 4, rack 1: 6, rack 2: 7, rack 3: 8. A 14-GPU gang needs two racks: 3 and 2.
+def test_a_gang_no_rack_holds_takes_whole_servers_on_the_fewest_racks_they_allow() -> None:
+    c = fabric(nodes=8, per_rack=2)  # 4 racks of 2 servers x 4 GPUs
+    # Free: rack 0: 0 + 4, rack 1: 2 + 4, rack 2: 3 + 4, rack 3: 4 + 4. A 14-GPU gang: 3 whole servers (racks 3 and 0,
+    # its first in order of most whole servers), the 2 left on the server that fits them tightest (server 2: 2 free).
     busy = (0, 1, 2, 3, 8, 9, 16)
     p = planner(c, busy=busy).topology_fit(gang(14))
+    assert p is not None
+    per_server = {int(c.gpu_node[g]): 0 for g in p.gpus}
+    for g in p.gpus:
+        per_server[int(c.gpu_node[g])] += 1
+    assert per_server == {1: 4, 2: 2, 6: 4, 7: 4}
+    # Too few wholly free servers: the fewest racks, fullest-free servers first (racks 3 and 2).
+    p = planner(c, busy=(*busy, 4, 12, 20)).topology_fit(gang(14))
     assert p is not None and racks_of(c, p) == {2, 3}
-    # consolidate, blind to racks here, fills the nodes with most free GPUs first, wherever they are.
-    blind = planner(c, busy=busy).consolidated(gang(14))
-    assert blind is not None and len(racks_of(c, blind)) >= 2
 
 
 def test_a_gang_prefers_the_pod_that_holds_it() -> None:
