@@ -4,6 +4,9 @@ items 3 and 5)."""
 
 from __future__ import annotations
 
+import os
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -71,3 +74,72 @@ def test_a_background_child_holding_the_output_open_does_not_keep_the_job_runnin
     w = run(launch(tmp_path, "(sleep 20 &) ; echo started", log_limit_bytes=1000), timeout_s=15.0)
     assert w.exit_code == 0 and time.monotonic() - start < 15.0
     assert (tmp_path / "logs" / "rank-0.log").read_text().startswith("started")
+
+
+# A program the shell starts that traps SIGTERM: it takes `delay` seconds to "save", says so, and exits; with
+# `ignore`, it never exits on its own.
+TRAPPING = textwrap.dedent("""\
+    import signal, sys, time
+    delay, ignore = float(sys.argv[1]), sys.argv[2] == "ignore"
+    def on_term(*_):
+        if ignore:
+            return
+        time.sleep(delay)
+        print("saved the checkpoint", flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    open(sys.argv[3], "w").write(str(__import__("os").getpid()))
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.05)
+""")
+
+
+def started(worker: Worker, pid_file: Path) -> int:
+    deadline = time.monotonic() + 20
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline, "the program did not start"
+        time.sleep(0.05)
+    return int(pid_file.read_text())
+
+
+def test_a_stop_logs_what_the_program_says_after_its_shell_has_ended(tmp_path: Path) -> None:
+    """`sh -c 'python ...; true'` ends at the SIGTERM while python takes a second to save its checkpoint: the log
+    keeps reading until python is done (it used to stop half a second after the shell), within the grace."""
+    script = tmp_path / "trap.py"
+    script.write_text(TRAPPING)
+    pid_file = tmp_path / "pid"
+    l = launch(tmp_path, f"{sys.executable} {script} 1.0 save {pid_file}; true")
+    worker = Worker(l, 0)
+    worker.start(rank_env(l.ranks[0], 1, "127.0.0.1", 29500, l))
+    started(worker, pid_file)
+    worker.stop(grace_s=5.0)
+    deadline = time.monotonic() + 10
+    while worker.phase != "exited" and time.monotonic() < deadline:
+        worker.finished(0.2)
+    log = (Path(l.log_dir) / "rank-0.log").read_text()
+    assert "ready" in log and "saved the checkpoint" in log
+
+
+def test_a_stop_kills_a_program_that_outlives_its_grace_though_its_shell_ended(tmp_path: Path) -> None:
+    """The grace is the group's: a program that ignores SIGTERM is killed when it runs out, even though the shell
+    that started it ended at once (it used to be left running, holding its GPU)."""
+    script = tmp_path / "trap.py"
+    script.write_text(TRAPPING)
+    pid_file = tmp_path / "pid"
+    l = launch(tmp_path, f"{sys.executable} {script} 0 ignore {pid_file}; true")
+    worker = Worker(l, 0)
+    worker.start(rank_env(l.ranks[0], 1, "127.0.0.1", 29500, l))
+    pid = started(worker, pid_file)
+    began = time.monotonic()
+    worker.stop(grace_s=1.0)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the program that ignores SIGTERM is still running 10 s after the stop")
+    assert time.monotonic() - began >= 1.0  # it had its grace first

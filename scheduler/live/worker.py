@@ -18,6 +18,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,7 @@ class Worker:
         self.done_s = 0.0
         self.error = ""
         self._stop = threading.Event()
+        self._grace_s = 0.0  # the grace of the stop under way: how long its log is still read after the shell ends
         self._ended = threading.Event()
         self._poke = threading.Event()  # wakes the emulation at once: a stop or a new rate
         self._new_rate: float | None = None
@@ -160,22 +162,20 @@ class Worker:
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """Stop the work: emulated ranks write their checkpoint; a command gets SIGTERM, then SIGKILL."""
+        self._grace_s = grace_s
         self._stop.set()
         self._poke.set()
         proc = self._proc
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            except ProcessLookupError:
-                pass
+        if proc is not None:
+            _stop_group(proc, grace_s)
         deadline = time.time() + grace_s
         while self.phase == "running" and time.time() < deadline:
             time.sleep(0.01)
         return self.exit_code
+
+    def _drain_s(self) -> float:
+        """How long the log is read after the job's shell ends: a stop's grace more while one is under way."""
+        return DRAIN_AFTER_EXIT_S + (self._grace_s if self._stop.is_set() else 0.0)
 
     # -- kinds --
 
@@ -293,7 +293,7 @@ class Worker:
             return
         try:
             with self._log_path.open("ab") as out:
-                copy_capped(self._proc, out, self.launch.log_limit_bytes)
+                copy_capped(self._proc, out, self.launch.log_limit_bytes, self._drain_s)
         except OSError as exc:  # the log's disk is full or gone: the job goes on, its output is lost
             log.warning("job %s rank %s: writing its log: %s", self.launch.job_id, self.rank, exc)
             copy_capped(self._proc, None, 0)
@@ -306,10 +306,34 @@ LOG_CHUNK = 64 * 1024
 DRAIN_AFTER_EXIT_S = 2.0  # how long output left in the pipe is read after the job's process has exited
 
 
-def copy_capped(proc: subprocess.Popen[bytes], out: Any, limit: int) -> None:
+def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM to the job's whole process group, then SIGKILL to whatever of it is left after `grace_s`. The group,
+    not the shell: `sh -c` may end at the signal while the program it started is still saving its checkpoint (or
+    ignores the signal), and that program must get its grace and no more."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the shell: a zombie still counts as a member of its group
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def copy_capped(proc: subprocess.Popen[bytes], out: Any, limit: int,
+                drain_s: Callable[[], float] = lambda: DRAIN_AFTER_EXIT_S) -> None:
     """Copy the process's output into `out` up to `limit` bytes; past it, say so in the log once and drop the rest
     (still read, so the job never blocks on a full pipe). Returns when the output ends, or soon after the process exits
-    if something it left running in the background keeps the pipe open."""
+    if something it left running in the background keeps the pipe open: after a pause in its output, or `drain_s()`
+    seconds after it exits (longer while a stop's grace runs: the rest of its group may still be writing)."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     written, dropped = 0, False
@@ -332,6 +356,8 @@ def copy_capped(proc: subprocess.Popen[bytes], out: Any, limit: int) -> None:
                 out.flush()
         if proc.poll() is not None:
             exited_at = exited_at or time.monotonic()
-            if not ready or time.monotonic() - exited_at > DRAIN_AFTER_EXIT_S:
+            bound = drain_s()
+            paused = not ready and bound <= DRAIN_AFTER_EXIT_S  # a stop's grace waits for the pipe, not a pause
+            if paused or time.monotonic() - exited_at > bound:
                 break
     proc.stdout.close()
