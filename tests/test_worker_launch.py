@@ -95,24 +95,25 @@ TRAPPING = textwrap.dedent("""\
 """)
 
 
-def started(worker: Worker, pid_file: Path) -> int:
+def start_trapping(tmp_path: Path, args: str) -> tuple[Worker, Launch, int]:
+    """A worker running `sh -c 'python TRAPPING ARGS PIDFILE; true'`, once the program is up: the worker, its launch
+    and the program's pid."""
+    script, pid_file = tmp_path / "trap.py", tmp_path / "pid"
+    script.write_text(TRAPPING)
+    l = launch(tmp_path, f"{sys.executable} {script} {args} {pid_file}; true")
+    worker = Worker(l, 0)
+    worker.start(rank_env(l.ranks[0], 1, "127.0.0.1", 29500, l))
     deadline = time.monotonic() + 20
     while not pid_file.exists() or not pid_file.read_text():
         assert time.monotonic() < deadline, "the program did not start"
         time.sleep(0.05)
-    return int(pid_file.read_text())
+    return worker, l, int(pid_file.read_text())
 
 
 def test_a_stop_logs_what_the_program_says_after_its_shell_has_ended(tmp_path: Path) -> None:
     """`sh -c 'python ...; true'` ends at the SIGTERM while python takes a second to save its checkpoint: the log
     keeps reading until python is done (it used to stop half a second after the shell), within the grace."""
-    script = tmp_path / "trap.py"
-    script.write_text(TRAPPING)
-    pid_file = tmp_path / "pid"
-    l = launch(tmp_path, f"{sys.executable} {script} 1.0 save {pid_file}; true")
-    worker = Worker(l, 0)
-    worker.start(rank_env(l.ranks[0], 1, "127.0.0.1", 29500, l))
-    started(worker, pid_file)
+    worker, l, _pid = start_trapping(tmp_path, "1.0 save")
     worker.stop(grace_s=5.0)
     deadline = time.monotonic() + 10
     while worker.phase != "exited" and time.monotonic() < deadline:
@@ -124,13 +125,7 @@ def test_a_stop_logs_what_the_program_says_after_its_shell_has_ended(tmp_path: P
 def test_a_stop_kills_a_program_that_outlives_its_grace_though_its_shell_ended(tmp_path: Path) -> None:
     """The grace is the group's: a program that ignores SIGTERM is killed when it runs out, even though the shell
     that started it ended at once (it used to be left running, holding its GPU)."""
-    script = tmp_path / "trap.py"
-    script.write_text(TRAPPING)
-    pid_file = tmp_path / "pid"
-    l = launch(tmp_path, f"{sys.executable} {script} 0 ignore {pid_file}; true")
-    worker = Worker(l, 0)
-    worker.start(rank_env(l.ranks[0], 1, "127.0.0.1", 29500, l))
-    pid = started(worker, pid_file)
+    worker, _l, pid = start_trapping(tmp_path, "0 ignore")
     began = time.monotonic()
     worker.stop(grace_s=1.0)
     deadline = time.monotonic() + 10
