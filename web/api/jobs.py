@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from scheduler.core.dependencies import Condition, holds
+from scheduler.core.reservations import HOLDS
 from scheduler.live import job_accounts
 from scheduler.live.explain import Estimates, allocation_text, known_progress, last_placement, queue_start_estimates
 from scheduler.live.job_files import log_path
@@ -55,7 +56,6 @@ JOB_COLUMNS = (
     "error",
 )
 RECENT_DECISIONS = 10
-RESERVED = "holds a reservation"  # how the reservation rule's pending reason begins (scheduler.core.reservations)
 RANK_LOG = re.compile(r"rank-(\d+)\.log")
 
 
@@ -68,7 +68,7 @@ def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (), positi
     pending = job.state == JobState.PENDING and estimates is not None
     body["start_estimate_s"] = estimates.starts.get(job.id) if pending else None  # type: ignore[union-attr]
     body["start_estimate_basis"] = estimates.basis if pending else None  # type: ignore[union-attr]
-    if pending and (job.pending_reason or "").startswith(RESERVED):
+    if pending and (job.pending_reason or "").startswith(HOLDS):
         body["start_estimate_basis"] += f"; the job {job.pending_reason}"
     body["allocation"] = [
         {"rank": a.rank, "node": a.node, "gpu": a.gpu, "local_gpu": a.local_gpu, "share": a.share} for a in allocations
