@@ -21,7 +21,7 @@ from scheduler.core.model import (
     Placement,
     build_cluster,
 )
-from scheduler.core.workloads import ModelProfile, catalog
+from scheduler.core.workloads import ModelProfile, catalog, llm_profiles
 
 CALIBRATION = Path(__file__).resolve().parents[1].parent / "shared" / "calibration"
 
@@ -443,7 +443,7 @@ def test_defaults_and_catalog_are_the_fit(shared: Path) -> None:
     from scheduler.core import calibrate as cb
 
     cal = cb.calibrate(shared)
-    cat = catalog()
+    cat = {name: p for name, p in catalog().items() if name not in llm_profiles()}  # measured on an H100, not fitted
     assert list(cal.profiles) == list(cat)
     for refit_pred, shipped_pred in (
         (cb.deepshare_pair_predictions(shared, cal.profiles, cal.params)[0], cb.deepshare_pair_predictions(shared)[0]),

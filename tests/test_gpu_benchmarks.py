@@ -58,6 +58,38 @@ def test_an_unknown_workload_is_named(workloads: ModuleType) -> None:
         workloads.build("mobilenet", "cpu", "tiny")
 
 
+def test_llm_profiles_benchmark_trains_and_records_each_model_on_cpu(tmp_path: Path) -> None:
+    bench = _load("gpu_llm_profiles")
+    out = tmp_path / "llm"
+    assert bench.main(["--out", str(out), "--device", "cpu", "--size", "tiny", "--warmup", "1", "--steps", "3"]) == 0
+    data = json.loads((out / "llm_profiles.json").read_text())
+    assert data["size"] == "tiny" and data["steps"] == 3 and "torch" in data["environment"]
+    assert [m["name"] for m in data["models"]] == list(bench.CONFIGS["tiny"])
+    for m in data["models"]:
+        c = bench.CONFIGS["tiny"][m["name"]]
+        assert m["params"] == bench.param_count(c)  # the model built is the one the shapes describe
+        assert m["grad_mb_fp32"] == pytest.approx(m["params"] * 4 / 1e6)
+        assert m["tokens_per_step"] == c.batch * c.seq and m["halved"] == 0
+        assert m["step_ms"] > 0 and m["forward_ms"] > 0 and m["backward_ms"] > 0 and m["optimizer_ms"] > 0
+        assert m["gpu_busy"] is None  # no NVML on a CPU run: nothing is made up
+
+
+def test_llm_models_learn_and_the_decoder_is_causal() -> None:
+    bench = _load("gpu_llm_profiles")
+    c = bench.CONFIGS["tiny"]["gpt-1.3b"]
+    torch.manual_seed(0)
+    model = bench.LanguageModel(c)
+    ids = torch.randint(0, c.vocab, (1, c.seq))
+    changed = ids.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % c.vocab
+    with torch.no_grad():  # a causal decoder's outputs before the last token cannot see it
+        assert torch.allclose(model(ids)[0, :-1], model(changed)[0, :-1], atol=1e-6)
+    m = bench.measure("gpt-1.3b", c, torch.device("cpu"), warmup=0, steps=1)
+    assert m.step_ms > 0
+    with pytest.raises(SystemExit):
+        bench.main(["--out", "/tmp/unused", "--models", "gpt-175b", "--device", "cpu", "--size", "tiny"])
+
+
 def test_window_rates_count_steps_between_ends() -> None:
     coloc = _load("gpu_colocation")
     ends = [0.05, 0.15, 0.25, 0.35, 0.45, 1.05, 1.25, 1.45]

@@ -3,16 +3,32 @@
 The table lives in `scheduler/core/data/workloads.csv`; `scheduler/core/calibrate/` derives it from the raw DeepShare
 and Gavel measurements in `../shared/calibration` and writes each row's source. Profiles are stated on one V100: a node
 type's `GpuType.speed` scales compute.
+
+The catalog's LLM-scale models (`LLM_MODELS`) come after the table's: `llm_profiles` derives them from training steps
+measured on an H100 (`scheduler/core/data/llm_steps.csv`, `scheduler.core.calibrate.llm`).
 """
 
 from __future__ import annotations
 
 import csv
+import statistics
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
-from scheduler.core.model import JobKind
+from scheduler.core.model import GPU_TYPES, JobKind
+
+LLM_STEPS_PATH = Path(str(resources.files("scheduler.core").joinpath("data/llm_steps.csv")))
+LLM_STEPS_COLUMNS = ("run", "gpu", "model", "params", "batch", "seq", "step_ms", "forward_ms", "backward_ms",
+                     "optimizer_ms", "model_tflops", "peak_mem_gib", "gpu_busy", "mem_busy")
+# benchmarks/gpu_llm_profiles.py's names -> the catalog's
+LLM_MODELS = {"gpt-1.3b": "GPT-1.3B", "gpt-2.7b": "GPT-2.7B", "bert-large": "BERT-large"}
+# NVML's names of the GPUs LLM steps may be measured on -> GPU_TYPES (whose speed states the step on a V100)
+MEASURED_GPUS = {"NVIDIA H100 80GB HBM3": "H100-80GB", "NVIDIA H200": "H200-141GB"}
+CUDA_CONTEXT_GB = 0.5  # what a process's CUDA context holds beside PyTorch's allocations (as in the Hopper profiles)
+DDP_GRAD_BYTES = 4  # PyTorch DDP all-reduces the fp32 gradients of fp32 weights trained under bf16 autocast
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +67,58 @@ def profile_from_row(row: dict[str, str]) -> ModelProfile:
     )
 
 
+def _rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader([ln for ln in text.splitlines() if ln and not ln.startswith("#")]))
+
+
 @cache
 def catalog() -> dict[str, ModelProfile]:
-    """All profiles by name, in table order."""
+    """All profiles by name: the calibrated table's in its order, then the LLM-scale ones."""
     text = resources.files("scheduler.core").joinpath("data/workloads.csv").read_text()
-    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-    return {p.name: p for p in map(profile_from_row, csv.DictReader(lines))}
+    return {p.name: p for p in map(profile_from_row, _rows(text))} | llm_profiles()
+
+
+@cache
+def llm_profiles(path: Path = LLM_STEPS_PATH) -> dict[str, ModelProfile]:
+    """The LLM-scale profiles from the measured steps, averaged over runs:
+
+    * compute_ms: the whole step (forward, backward, optimizer) times the measured GPU's speed over a V100's;
+    * sm, membw: NVML's busy fractions during the steps (not fitted on co-location: these jobs take whole GPUs);
+    * mem_gb: the peak PyTorch allocated plus the CUDA context;
+    * grad_mb: fp32 gradients, 4 bytes a parameter, what a DDP all-reduce moves per step. With tensor and pipeline
+      parallelism inside a server a much larger model's GPU holds a shard of this size (a 70B model over 8 x 4
+      GPUs: 2.2B parameters), so these stand in for the data-parallel traffic per GPU of today's LLM runs too;
+    * overlap: the backward pass's share of the step, the most of it DDP's bucketed all-reduce can hide under.
+    """
+    by_model: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for row in _rows(path.read_text()):
+        by_model[row["model"]].append(row)
+    out: dict[str, ModelProfile] = {}
+    for key, name in LLM_MODELS.items():
+        rows = by_model.get(key)
+        if not rows:
+            continue
+
+        def mean(col: str, rows: list[dict[str, str]] = rows) -> float:
+            return statistics.fmean(float(r[col]) for r in rows)
+
+        gpus = {r["gpu"] for r in rows}
+        if len(gpus) != 1 or (gpu := gpus.pop()) not in MEASURED_GPUS:
+            raise ValueError(f"{path}: {key} was measured on {sorted(gpus) or [gpu]}; expected one of "
+                             f"{', '.join(MEASURED_GPUS)}")
+        speed = GPU_TYPES[MEASURED_GPUS[gpu]].speed
+        step = mean("step_ms")
+        params = int(rows[0]["params"])
+        out[name] = ModelProfile(
+            name=name, kind=JobKind.TRAINING, compute_ms=round(step * speed, 1),
+            sm=round(min(1.0, mean("gpu_busy")), 3), membw=round(min(1.0, mean("mem_busy")), 3),
+            mem_gb=round(max(float(r["peak_mem_gib"]) for r in rows) + CUDA_CONTEXT_GB, 1),
+            grad_mb=round(params * DDP_GRAD_BYTES / 1e6, 1), overlap=round(mean("backward_ms") / step, 3),
+            source=(f"measured on an {gpu} (benchmarks/gpu_llm_profiles.py, {len(rows)} runs): batch "
+                    f"{rows[0]['batch']} x {rows[0]['seq']} tokens, {step:.0f} ms a step, {mean('model_tflops'):.0f} "
+                    "TFLOP/s; sm/membw: NVML busy fractions; overlap: the backward pass's share of the step"),
+        )
+    return out
 
 
 def get(name: str) -> ModelProfile:

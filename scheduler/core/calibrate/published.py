@@ -5,9 +5,9 @@ prints them, docs/contention-model.md has the table and `tests/test_published_fi
 * **Crux** (Cao et al., SIGCOMM'24, §2.2): a GPT job's iteration took 11.0% longer (1.53 s to 1.70 s) while a BERT
   job shared its network links, and BERT's throughput fell 7.7%. The paper's production hardware is not in these notes,
   so the setup is stated, not copied: 12 A100 servers of 8 GPUs on a 1:1 two-tier Clos (Crux's 96-GPU testbed size),
-  one NIC per GPU; the catalog's measured language models stand in for the two jobs (Transformer-XL, fitted on
-  DeepShare's runs, for GPT; Gavel's Transformer at batch 64 for BERT, a BERT-sized encoder); each on 32 GPUs, 4
-  servers, two in each of two leaf groups, so that their rings cross the same leaf uplinks. The figure is the mean
+  one NIC per GPU; the catalog's LLM-scale profiles, measured on an H100 (`scheduler.core.calibrate.llm`), stand in
+  for the two jobs (GPT-2.7B for GPT, BERT-large for BERT; Crux does not give their sizes); each on 32 GPUs, 4
+  servers, one in each of four leaf groups, so that their rings cross the same leaf uplinks. The figure is the mean
   over ECMP hashes (the simulator's world) and the expected form (every prediction's). `matching_bandwidth` gives the
   network bandwidth per GPU at which the model reaches Crux's 11%: the model sees the effect only where the jobs'
   all-reduce is that starved of bandwidth.
@@ -38,7 +38,7 @@ from scheduler.core.model import (
 CRUX_GPT_SLOWDOWN = 1.70 / 1.53  # Crux §2.2: GPT's iteration with BERT on its links over alone
 CRUX_BERT_SLOWDOWN = 1.0 / (1.0 - 0.077)  # BERT's throughput fell 7.7%
 CASSINI_AVG_JCT = 1.6  # CASSINI's best average-JCT gain over network-unaware schedulers
-GPT_STAND_IN, BERT_STAND_IN = "Transformer-XL", "Transformer-bs64"
+GPT_STAND_IN, BERT_STAND_IN = "GPT-2.7B", "BERT-large"
 HASHES = 400  # ECMP hash draws (pairs of job ids) averaged for the simulator's figure
 
 

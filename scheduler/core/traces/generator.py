@@ -5,7 +5,7 @@ Synthetic workloads (`synthetic()`, or the path `synthetic:N[,iat=S][,frac=F][,i
 lognormal durations near Philly's (median 15 min, sigma 2, clipped to [10 s, 7 days], longer for larger jobs), sizes
 1/2/4/8/16/32 GPUs (mostly 1), GPU shares 0.25/0.5/0.75, models by the rule of `scheduler.core.traces.models`.
 `gangs=F` makes a share F of the jobs LLM-style gangs instead: training on 64, 128, 256 or 512 whole GPUs, a
-communication-heavy language model (`GANG_MODELS`), lognormal durations of hours to days (`GANG_DURATION`).
+language model measured at LLM scale (`GANG_MODELS`), lognormal durations of hours to days (`GANG_DURATION`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ TEAM_SKEW = 1.0  # team k of N submits a share of the jobs proportional to 1 / (
 # InternLM/AcmeTrace, data/cluster_summary.csv) has GPU jobs of up to 1,024 GPUs on both its clusters; the Crux
 # trace (SIGCOMM'24) has gangs of 32 to 744 GPUs on 1,024. 512 stays below the 1,024-GPU clusters the benchmark runs.
 GANG_SIZES: dict[int, float] = {64: 8 / 15, 128: 4 / 15, 256: 2 / 15, 512: 1 / 15}
-# The catalog's communication-heavy training models (>= 500 MB of gradients per step, `models.HEAVY_GRAD_MB`), the
-# nearest it has to LLM training: FSDP (sharded data parallel), MoE (expert parallel), Transformer-XL (a language
-# model); each needs 8-12 GB per GPU, well inside an 80 GB A100/H100. Equally likely (an assumption).
-GANG_MODELS: dict[str, float] = {"FSDP": 1.0, "MoE": 1.0, "Transformer-XL": 1.0}
+# The catalog's LLM-scale profiles, measured on an H100 (`scheduler.core.workloads.llm_profiles`): GPT-1.3B and GPT-2.7B
+# (5.3 and 10.6 GB of fp32 gradients a step; also the data-parallel traffic per GPU of a much larger model sharded by
+# tensor and pipeline parallelism within servers) and BERT-large (1.3 GB). They need 20-62 GB a GPU: the mix is for
+# clusters of 80 GB GPUs (A100-80GB, H100, H200). Equally likely (an assumption).
+GANG_MODELS: dict[str, float] = {"GPT-1.3B": 1.0, "GPT-2.7B": 1.0, "BERT-large": 1.0}
 # Durations (seconds): lognormal, median 6 h, log-sd 1 (5% under 1.2 h, 5% over 31 h, mean ~10 h), clipped to [1 h,
 # 7 days], not scaled by size (an LLM run's length follows its token budget and the failures that end it, not its GPU
 # count). An assumption, bounded by Acme's summary (same file): its longest GPU job ran 7.2 days on Kalos, 14 on Seren

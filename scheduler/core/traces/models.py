@@ -2,14 +2,16 @@
 
 Model assignment (traces that name no model): one uniform number per job, drawn from `numpy.random.default_rng(seed)`
 in arrival order over all kept jobs before `limit` applies, so a seed gives the same models, and a shorter `limit`
-gives the same models to the jobs it keeps. The number picks a model from the job's pool by weight:
+gives the same models to the jobs it keeps. Pools hold only models that fit the smallest GPU we ship (16 GB): a trace
+that names no model ran on the GPUs of its day, and the catalog's LLM-scale profiles (measured on an H100, 20-62 GB)
+would not have fitted them. The number picks a model from the job's pool by weight:
 
 * inference jobs: inference models (each weight 1); the job takes the model's `slo_ms`;
 * fractional jobs (share s): only models with `mem_gb <= s * 16`, i.e. that fit in that share of the smallest GPU we
   ship (16 GB); if none fits (a share below ~0.1), the model of the job's kind with the smallest footprint (the
   share's memory is then too small; contention's memory check decides). Corral CSV rows get an error instead;
-* one-GPU training jobs: every training model, weight 1 (no communication, so only compute and memory matter);
-* multi-GPU training jobs: every training model, communication-heavy ones (`grad_mb >= 500`: FSDP, MoE,
+* one-GPU training jobs: every such training model, weight 1 (no communication, so only compute and memory matter);
+* multi-GPU training jobs: every such training model, communication-heavy ones (`grad_mb >= 500`: FSDP, MoE,
   Transformer-XL in the current catalog) at weight 2, others at weight 1 (about 3/8 heavy), so that jobs sharing
   links contend as DeepShare measured, without every large job being the worst case.
 """
@@ -31,7 +33,8 @@ HEAVY_WEIGHT = 2.0  # draw weight of a communication-heavy model for multi-GPU j
 def _pool(inference: bool, multi: bool, share: float) -> tuple[tuple[str, ...], np.ndarray]:
     """Models a job may draw and their cumulative weights; empty when no model of its kind fits its share."""
     profiles = catalog()
-    names = inference_models() if inference else training_models()
+    names = [m for m in (inference_models() if inference else training_models())
+             if profiles[m].mem_gb <= SMALLEST_GPU_GB + 1e-9]
     if share < 1.0:
         names = [m for m in names if profiles[m].mem_gb <= share * SMALLEST_GPU_GB + 1e-9]
     weights = [
