@@ -45,12 +45,13 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     not an error: it is taken as wait (or, where wait is masked, as the first valid action) and reported in `info`.
 
     ## Observation Space
-    `Box(0, 8, (562,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
+    `Box(0, 8, (635,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
     wait, attained service, queue, Gittins index, expected remaining service, the preemption it needs, its team's
     standing (borrowing or within quota, swap, the team's borrowed GPUs and fair-share rank) and its priority (the
     GPUs running at a lower one, whether it is pinned), and per placement slot its predicted slowdowns, spread, link
-    load, fragmentation and sharing; cluster, queue, teams and priority summaries. Nothing depends on the cluster's or
-    the queue's size, or on the number of teams.
+    load, fragmentation, sharing, the racks it spans beyond the fewest and the load of the busiest fabric link it would
+    cross; cluster, queue, teams, priority and fabric summaries. Nothing depends on the cluster's or the queue's size,
+    or on the number of teams.
 
     ## Rewards
     Minus the number of jobs in the system times the time until the next decision, minus `slo_weight` times the

@@ -110,7 +110,13 @@ class Teachers:
 # order 0.92-0.97 x at 0.8-1.0). Gittins' order pays on multi-node gangs at every load (0.85-0.97 x) and under heavy
 # load on Philly and the default, long-job and fractional mixes (0.91-0.98 x at 1.7-2.2). An earlier table, from 4
 # windows of 300 jobs on 3-6 nodes, had tiresias teach the multi-node mix: too few windows to see Gittins' edge there
-# (8 windows of 500 jobs on 3-6 nodes show it too, 0.81-0.89 x at loads 1.0-2.2).
+# (8 windows of 500 jobs on 3-6 nodes show it too, 0.81-0.89 x at loads 1.0-2.2). The large-gang mix, on its own
+# fabric clusters of 128 HGX servers (`agents.scenarios.MIX_PRESETS`; the same command with `--workloads
+# synthetic:gangs --policies tiresias,contention-greedy,gittins,tiresias:thresholds=300,3600,36000,topology`):
+# contention-greedy at 0.8 and 1.7 (0.975 and 0.990 x), Gittins' order at 1.0 (0.989 x), tiresias at 1.3 (every other
+# 1.01-1.04 x), topology at 2.2 (0.937 x; contention-greedy 0.939 x). Noisy bands: the mix's 25 gangs a window decide
+# most of its JCT. On clusters only as large as the largest gang (32-64 servers) the finer queues and Gittins' order
+# had taught instead, and contention-greedy was 1.00-1.08 x tiresias there.
 FINE_TEACHER = "tiresias:thresholds=300,3600,36000"
 BEST = Teachers("tiresias", {
     "alibaba": [(1.15, "gittins"), (99.0, FINE_TEACHER)],
@@ -120,6 +126,8 @@ BEST = Teachers("tiresias", {
     f"{SYNTHETIC}:long": [(1.5, "tiresias"), (99.0, "gittins")],
     f"{SYNTHETIC}:fractional": [(0.9, "tiresias"), (1.15, FINE_TEACHER), (1.5, "tiresias"), (99.0, "gittins")],
     f"{SYNTHETIC}:multinode": [(99.0, "gittins")],
+    f"{SYNTHETIC}:gangs": [(0.9, "contention-greedy"), (1.15, "gittins"), (1.5, "tiresias"),
+                           (1.95, "contention-greedy"), (99.0, "topology")],
 })
 
 

@@ -35,7 +35,7 @@ from scheduler.core.traces import (
 )
 from scheduler.core.traces.generator import HIGH_PRIORITY, team_draw
 
-__all__ = ["SYNTHETIC", "SYNTHETIC_MIXES", "Scenario", "ScenarioSource", "draw", "held_out", "is_synthetic", "scale_to_load", "trace_jobs"]
+__all__ = ["MIX_PRESETS", "SYNTHETIC", "SYNTHETIC_MIXES", "Scenario", "ScenarioSource", "draw", "held_out", "is_synthetic", "scale_to_load", "trace_jobs"]
 
 SYNTHETIC = "synthetic"
 # Synthetic mixes (`synthetic:MIX` as a workload): settings of `scheduler.core.traces.synthetic` for the regimes a learned
@@ -49,6 +49,14 @@ SYNTHETIC_MIXES: dict[str, dict[str, Any]] = {
     # LLM-style gangs of 64-512 GPUs beside the usual jobs: for clusters of 1,024 GPUs and more, on a fabric
     # (benchmarks/decision_quality.py's gangs-* workloads); 5% of jobs, about 80% of the GPU-time.
     "gangs": {"large_gang_share": 0.05},
+}
+# Mixes made for particular clusters: drawn (for training, validation and teachers) on these presets, with their
+# fabrics and at least this many nodes (`PRESET[:NODES][@FABRIC]`), whatever presets are asked for the other
+# workloads. The gangs' LLM profiles need 80 GB GPUs, and what they are for is the tiers of a datacentre fabric at the
+# scale `benchmarks/decision_quality.py`'s gangs-*-1024 workloads run: on clusters only as large as their largest
+# gang (32-64 servers) the best heuristic is another one (docs/benchmarks.md, "the big-gang regime").
+MIX_PRESETS: dict[str, tuple[str, ...]] = {
+    "gangs": ("hgx-h100:128@fat-tree-3:1", "hgx-h100:128@rail-optimised"),
 }
 
 
@@ -69,6 +77,21 @@ TEAM_COUNTS = (2, 4)  # inclusive range of teams a training window with teams is
 # few hundred jobs matters (the 7-day default would make it the window's whole history).
 TEAM_HALF_LIFE_S = 3600.0
 PRIORITY_DRAW = (0.1, 0.05)  # a window with priorities: this share of jobs at HIGH_PRIORITY, this share not preemptible
+
+
+def presets_for(workload: str, presets: Sequence[str]) -> Sequence[str]:
+    """The presets a workload is drawn on: its mix's own (`MIX_PRESETS`) or the ones asked for."""
+    if is_synthetic(workload):
+        return MIX_PRESETS.get(workload.partition(":")[2], presets)
+    return presets
+
+
+def split_preset(preset: str) -> tuple[str, int, str]:
+    """`PRESET[:NODES][@FABRIC]` -> (the node preset, the fewest nodes (1 if not given), the cluster suffix for
+    `parse_cluster`: "" or "@FABRIC")."""
+    head, at, fabric = preset.partition("@")
+    name, _, nodes = head.partition(":")
+    return name, int(nodes or 1), f"{at}{fabric}"
 
 
 @cache
@@ -126,15 +149,16 @@ class Scenario:
                            cluster.num_gpus)
 
     def _build(self) -> tuple[Cluster, list[JobSpec]]:
-        gpn = PRESETS[self.preset].gpus_per_node
+        preset, fewest, fabric = split_preset(self.preset)
+        gpn = PRESETS[preset].gpus_per_node
         if is_synthetic(self.workload):
-            nodes = max(self.nodes, 1)
+            nodes = max(self.nodes, fewest)
             jobs = synthetic(self.window, seed=self.seed, **synthetic_mix(self.workload)).jobs
             biggest = max(j.workers for j in jobs)
             nodes = max(nodes, -(-biggest // gpn))
-            return parse_cluster(f"{self.preset}:{nodes}"), scale_to_load(jobs, nodes * gpn, self.load)
+            return parse_cluster(f"{preset}:{nodes}{fabric}"), scale_to_load(jobs, nodes * gpn, self.load)
         fit = fit_load(window(trace_jobs(self.workload, self.seed), self.start, self.window), gpn, self.load)
-        return parse_cluster(f"{self.preset}:{fit.nodes}"), fit.jobs
+        return parse_cluster(f"{preset}:{fit.nodes}{fabric}"), fit.jobs
 
     def realised_load(self) -> float:
         cluster, jobs = self.build()
@@ -150,7 +174,8 @@ def draw(
     probability `team_share`, shared by `TEAM_COUNTS` teams (none drawn when it is 0, so the draws are those of
     before teams)."""
     workload = workloads[int(rng.integers(len(workloads)))]
-    preset = presets[int(rng.integers(len(presets)))]
+    own = presets_for(workload, presets)
+    preset = own[int(rng.integers(len(own)))]
     target = float(rng.uniform(*load))
     teams = 0
     if team_share > 0 and rng.random() < team_share:
@@ -220,8 +245,9 @@ def held_out(
     synthetic_base = 2**31 + (0 if part == "test" else 500_000)
     out = []
     for workload in workloads:
+        own = presets_for(workload, presets)
         for k in range(count):
-            preset = presets[k % len(presets)]
+            preset = own[k % len(own)]
             target = float(rng.uniform(*load))
             if is_synthetic(workload):
                 out.append(Scenario(workload, preset, target, window_size, synthetic_base + 1000 * seed + k,

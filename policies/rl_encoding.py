@@ -37,8 +37,10 @@ Observation (`OBS_SIZE` floats in [`OBS_LOW`, `OBS_HIGH`], independent of the cl
   volume, time waited, attained service, fine queue, log Gittins index, log expected remaining GPU-seconds, GPUs it
   would preempt (per GPU it asks for) and the service those victims attained; then per placement slot
   (`CANDIDATE_FEATURES`): valid, log of its own predicted slowdown, slowdown it adds to the jobs it joins (per GPU of
-  the job), nodes beyond the fewest possible, busiest NIC load among its nodes, whether it breaks into a wholly free
-  node, the GPU share it strands, tenants already on its GPUs;
+  the job), nodes beyond the fewest possible, busiest NIC load among its nodes' NICs, whether it breaks into a wholly
+  free node, the GPU share it strands, tenants already on its GPUs; then the fabric's tiers (`FABRIC_CANDIDATE_FEATURES`,
+  encoding 7): racks beyond the fewest that could hold the job, and the busiest fabric link (a leaf's or pod's uplink
+  or downlink) its traffic would cross, as the other jobs' summed duty cycles there (`Prediction.fabric_load`);
   then its team's standing (`TEAM_JOB_FEATURES`, `team_job_features`): whether it would borrow (start beyond its
   team's quota), whether it is offered only as a swap, its team's borrowed GPUs over its quota, the borrowed share
   of what its team holds, and its team's fair-share rank among the teams with demand (0 first, 1 last); then its
@@ -48,7 +50,11 @@ Observation (`OBS_SIZE` floats in [`OBS_LOW`, `OBS_HIGH`], independent of the cl
   the queue asks for, GPUs shared through MPS, running jobs per GPU, the queue's fraction of fractional jobs; then the
   teams (`TEAM_CLUSTER_FEATURES`): the borrowed share of the running GPUs, the idle quota lent to borrowers (per GPU),
   how many teams have demand beyond the first (log2 / 4); then the priorities (`PRIORITY_CLUSTER_FEATURES`): the share of
-  GPUs held by non-preemptible runs and by runs of higher priority than any pending job (encoding 6).
+  GPUs held by non-preemptible runs and by runs of higher priority than any pending job (encoding 6); then the fabric
+  (`FABRIC_CLUSTER_FEATURES`): the mean load of its links (encoding 7).
+
+Fabric: on a cluster without one (`Cluster.fabric` None: one aggregate uplink per rack) every fabric feature is 0, so
+such a cluster encodes as under encoding 6 with zeros inserted, and on a one-NIC server the NIC load is that NIC's.
 
 Teams: inside the tenancy frame (`scheduler.core.tenancy`) the frame hands its policy each team's standing on the
 view (`ClusterView.tenancy`) while it asks. Without teams it is None and every team feature is 0: what one team
@@ -83,21 +89,23 @@ from scheduler.core.priorities import may_preempt
 from scheduler.core.standing import TenancyStanding
 from scheduler.core.state import EPS, ClusterView
 
-ENCODING_VERSION = 6
+ENCODING_VERSION = 7
 ORDERS = ("las", "las-fine", "gittins", "remaining", "fifo", "smallest", "preempt-las", "preempt-fine",
           "preempt-gittins")
 MAX_JOBS = len(ORDERS)  # job slots: one per order
 MAX_CANDIDATES = 4  # placement slots per job
 WAIT = MAX_JOBS * MAX_CANDIDATES  # the last action
 N_ACTIONS = WAIT + 1
-CANDIDATE_FEATURES = 8
+FABRIC_CANDIDATE_FEATURES = 2  # racks beyond the fewest, the busiest fabric link it crosses
+CANDIDATE_FEATURES = 8 + FABRIC_CANDIDATE_FEATURES
 TEAM_JOB_FEATURES = 5  # the job's team's standing (`team_job_features`)
 PRIORITY_JOB_FEATURES = 2  # its priority against the running jobs', and whether it may be preempted (`Priorities`)
 JOB_FEATURES = 1 + len(ORDERS) + 12 + TEAM_JOB_FEATURES + PRIORITY_JOB_FEATURES
 SLOT_SIZE = JOB_FEATURES + MAX_CANDIDATES * CANDIDATE_FEATURES
 TEAM_CLUSTER_FEATURES = 3  # the teams together (`team_cluster_features`)
 PRIORITY_CLUSTER_FEATURES = 2  # the running GPUs no start may take back (`Priorities`)
-CLUSTER_FEATURES = 8 + TEAM_CLUSTER_FEATURES + PRIORITY_CLUSTER_FEATURES
+FABRIC_CLUSTER_FEATURES = 1  # the fabric links' mean load
+CLUSTER_FEATURES = 8 + TEAM_CLUSTER_FEATURES + PRIORITY_CLUSTER_FEATURES + FABRIC_CLUSTER_FEATURES
 OBS_SIZE = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES
 OBS_LOW, OBS_HIGH = 0.0, 8.0  # every feature is clipped into this range
 THRESHOLDS = DEFAULT_THRESHOLDS  # the `las` order's queues
@@ -250,6 +258,8 @@ def cluster_features(view: ClusterView, queued: QueueSummary,
         queued.fractional,
         *team_cluster_features(view.tenancy, c.num_gpus),
         *(priorities.cluster() if priorities is not None else (0.0, 0.0)),
+        # Summed duty cycles per link, averaged: 1.0 means every uplink and downlink carries a saturating job's worth.
+        min(float(np.mean(np.asarray(view.link_load)[c.fabric_links])), OBS_HIGH) if c.fabric_links.size else 0.0,
     ], dtype=np.float32)
 
 
@@ -329,11 +339,14 @@ def candidate_features(view: ClusterView, job: Job, placement: Placement, pred: 
     c = view.cluster
     nodes = placement.nodes(c)
     fewest = -(-spec.workers // c.max_gpus_per_node)
-    nic_load = float(np.max(np.asarray(view.link_load)[c.node_nic[nodes]]))
+    nic_load = float(np.max(np.asarray(view.link_load)[c.nics_of(nodes)]))
     breaks_node = partial_fit and any(view.node_free[n] == c.node_num_gpus[n] for n in nodes)
     first = placement.gpus[0]
     stranded = (1.0 - spec.share) if spec.num_gpus < 1 and view.free_share[first] >= 1.0 - EPS else 0.0
     tenants = sum(len(view.tenants(g)) for g in placement.gpus) / len(placement.gpus)
+    racks_beyond = 0
+    if c.fabric is not None:  # without one, racks are only the old aggregate uplinks: encoding 6's view
+        racks_beyond = len(set(c.node_rack[nodes].tolist())) - -(-spec.workers // c.max_rack_gpus)
     return np.array([
         1.0,
         # Clipped before the log: a prediction can be huge (a service far over its SLO) or, fuzzed, not finite.
@@ -344,6 +357,8 @@ def candidate_features(view: ClusterView, job: Job, placement: Placement, pred: 
         1.0 if breaks_node else 0.0,
         stranded,
         tenants / 4.0,
+        racks_beyond / 4.0,
+        min(pred.fabric_load, 1e3),
     ], dtype=np.float32)
 
 

@@ -3,6 +3,8 @@ never choose."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -308,7 +310,9 @@ def test_the_priority_features_and_victims_follow_the_priority_rules() -> None:
     """Encoding 6: a job's slot says what share of GPUs runs at a lower priority and whether it is pinned; the
     cluster part, what share runs pinned and above every pending job. All zero without priorities; a preemption slot
     never names a victim the rules protect."""
-    from policies.rl_encoding import CLUSTER_FEATURES, JOB_FEATURES, MAX_JOBS, SLOT_SIZE
+    from policies.rl_encoding import CLUSTER_FEATURES, FABRIC_CLUSTER_FEATURES, JOB_FEATURES, MAX_JOBS, SLOT_SIZE
+
+    PRIO_AT = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - FABRIC_CLUSTER_FEATURES - 2  # the priorities' two features
 
     def point_for(long_priority: int, long_preemptible: bool, new_priority: int) -> tuple[np.ndarray, object]:
         long_run = JobSpec("long", 0.0, 4.0, 100_000.0, "ResNet-50-bs64", priority=long_priority,
@@ -331,15 +335,15 @@ def test_the_priority_features_and_victims_follow_the_priority_rules() -> None:
     preempt = ORDERS.index("preempt-las")
     obs, slots = point_for(0, True, 0)
     assert job_prio(obs, preempt) == [0.0, 0.0] and slots["preempt-las"] is not None  # type: ignore[index]
-    assert obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 2:].tolist() == [0.0, 0.0]
+    assert obs[PRIO_AT:PRIO_AT + 2].tolist() == [0.0, 0.0]
     obs, slots = point_for(0, True, 5)  # the newcomer outranks the running job: half the GPUs run lower
     assert job_prio(obs, preempt) == [0.5, 0.0] and slots["preempt-las"] is not None  # type: ignore[index]
     obs, slots = point_for(0, False, 5)  # pinned: never a victim, and the cluster says half its GPUs are
     assert slots["preempt-las"] is None  # type: ignore[index]
-    assert obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 2:].tolist() == [0.5, 0.0]
+    assert obs[PRIO_AT:PRIO_AT + 2].tolist() == [0.5, 0.0]
     obs, slots = point_for(9, True, 0)  # the running job outranks every pending one
     assert slots["preempt-las"] is None  # type: ignore[index]
-    assert obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 2:].tolist() == [0.0, 0.5]
+    assert obs[PRIO_AT:PRIO_AT + 2].tolist() == [0.0, 0.5]
 
 
 def test_training_windows_with_priorities() -> None:
@@ -360,3 +364,63 @@ def test_training_windows_with_priorities() -> None:
     assert 0.05 < high < 0.15 and 0.02 < pinned < 0.09
     assert [(j.submit_s, j.num_gpus) for j in jobs] == [(j.submit_s, j.num_gpus) for j in with_priorities]
     assert all(j.priority == 0 and j.preemptible for j in jobs)
+
+
+def test_the_fabric_features_see_racks_and_the_uplinks_a_placement_would_share() -> None:
+    """Encoding 7: per candidate, the racks it spans beyond the fewest and the busiest fabric link it would cross
+    (the other jobs' summed duty cycles there); for the cluster, the fabric links' mean load. All 0 without a fabric,
+    where the NIC load is encoding 6's."""
+    from policies.rl_encoding import (
+        CANDIDATE_FEATURES,
+        CLUSTER_FEATURES,
+        FABRIC_CANDIDATE_FEATURES,
+        MAX_JOBS,
+        SLOT_SIZE,
+        candidate_features,
+    )
+
+    gpt = "GPT-2.7B"
+    # 12 HGX servers under a 3:1 fat-tree: 6 servers a leaf group, so 2 racks of 48 GPUs.
+    specs = [JobSpec("running", 0.0, 16, 36_000.0, gpt), JobSpec("new", 1.0, 16, 3_600.0, gpt)]
+    sim = _sim("hgx-h100:12@fat-tree-3:1", specs)
+    c = sim.cluster
+    assert c.num_racks == 2 and c.max_rack_gpus == 48
+
+    def on(*servers: int) -> Placement:
+        return Placement(tuple(8 * s + k for s in servers for k in range(8)))
+
+    sim.advance()
+    _start(sim, 0, on(0, 6).gpus)  # across both racks: its ring climbs both leaves' uplinks
+    _arrive_all(sim)
+    job = sim.jobs[1]
+    fabric_at = CANDIDATE_FEATURES - FABRIC_CANDIDATE_FEATURES
+    inside = candidate_features(sim.view, job, on(1, 2), sim.view.predict(job.spec, on(1, 2)), False)
+    across = candidate_features(sim.view, job, on(1, 7), sim.view.predict(job.spec, on(1, 7)), False)
+    assert inside[fabric_at:].tolist() == [0.0, 0.0]  # one rack: no uplink, no rack beyond the one it needs
+    assert across[fabric_at] == pytest.approx(0.25)  # one rack beyond the fewest, / 4
+    shared = np.asarray(sim.view.link_load)[c.fabric_links].max()
+    assert shared > 0 and across[fabric_at + 1] == pytest.approx(shared, rel=1e-6)  # the running job's load there
+    # Without the running job nothing is on the uplinks: the same placement crosses them at load 0.
+    alone = _sim("hgx-h100:12@fat-tree-3:1", [replace(specs[1], submit_s=0.0)])
+    _arrive_all(alone)
+    assert candidate_features(alone.view, alone.jobs[0], on(1, 7),
+                              alone.view.predict(alone.jobs[0].spec, on(1, 7)), False)[fabric_at + 1] == 0.0
+    point = decision_point(sim.view, sim.pending.values(), sim.now)
+    assert point is not None
+    mean_load = float(np.mean(np.asarray(sim.view.link_load)[c.fabric_links]))
+    assert point.obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 1] == pytest.approx(mean_load, rel=1e-5) and mean_load > 0
+    # The NIC load is the busiest of a server's 8 NICs: server 0's carry the running job's traffic.
+    nic_load = candidate_features(sim.view, job, on(0, 1), sim.view.predict(job.spec, on(0, 1)), False)[4]
+    assert nic_load == pytest.approx(np.asarray(sim.view.link_load)[c.nics_of(np.array([0]))].max()) and nic_load > 0
+
+    # No fabric: the same jobs on 12 DGX servers (racks of the old model) give zeros.
+    plain = _sim("dgx-a100:12", [JobSpec("running", 0.0, 16, 36_000.0, "Transformer-XL"),
+                                 JobSpec("new", 1.0, 16, 3_600.0, "Transformer-XL")])
+    plain.advance()
+    _start(plain, 0, on(0, 6).gpus)
+    _arrive_all(plain)
+    pj = plain.jobs[1]
+    feats = candidate_features(plain.view, pj, on(1, 7), plain.view.predict(pj.spec, on(1, 7)), False)
+    assert feats[fabric_at:].tolist() == [0.0, 0.0] and plain.cluster.fabric_links.size == 0
+    plain_point = decision_point(plain.view, plain.pending.values(), plain.now)
+    assert plain_point is not None and plain_point.obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 1] == 0.0

@@ -30,8 +30,12 @@ from agents.scenarios import SYNTHETIC_MIXES
 from policies import make_policy
 from policies.rl import RLPolicy
 from policies.rl_encoding import (
+    CANDIDATE_FEATURES,
     CLUSTER_FEATURES,
+    FABRIC_CANDIDATE_FEATURES,
+    FABRIC_CLUSTER_FEATURES,
     JOB_FEATURES,
+    MAX_CANDIDATES,
     MAX_JOBS,
     PRIORITY_CLUSTER_FEATURES,
     PRIORITY_JOB_FEATURES,
@@ -67,18 +71,22 @@ def _simulate(policy: Any, cluster: str, mix: dict[str, Any], n_jobs: int, load:
     return sim
 
 
-# The features encodings 5 and 6 appended: the teams' standing, then the priorities', at the end of each job slot's
-# features and of the cluster's.
+# The features encodings 5 to 7 appended: the teams' standing, then the priorities', at the end of each job slot's
+# features and of the cluster's; then the fabric's, at the end of each candidate's features and of the cluster's.
 SLOT_ADDED = TEAM_JOB_FEATURES + PRIORITY_JOB_FEATURES
-CLUSTER_ADDED = TEAM_CLUSTER_FEATURES + PRIORITY_CLUSTER_FEATURES
+CLUSTER_ADDED = TEAM_CLUSTER_FEATURES + PRIORITY_CLUSTER_FEATURES + FABRIC_CLUSTER_FEATURES
 TEAM_AT = JOB_FEATURES - SLOT_ADDED
-TEAM_COLUMNS = np.array([j * SLOT_SIZE + TEAM_AT + k for j in range(MAX_JOBS) for k in range(SLOT_ADDED)]
-                        + [MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - CLUSTER_ADDED + k for k in range(CLUSTER_ADDED)])
+FABRIC_AT = CANDIDATE_FEATURES - FABRIC_CANDIDATE_FEATURES
+TEAM_COLUMNS = np.array(
+    [j * SLOT_SIZE + TEAM_AT + k for j in range(MAX_JOBS) for k in range(SLOT_ADDED)]
+    + [j * SLOT_SIZE + JOB_FEATURES + c * CANDIDATE_FEATURES + FABRIC_AT + k
+       for j in range(MAX_JOBS) for c in range(MAX_CANDIDATES) for k in range(FABRIC_CANDIDATE_FEATURES)]
+    + [MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - CLUSTER_ADDED + k for k in range(CLUSTER_ADDED)])
 
 
 def without_teams(obs: np.ndarray) -> np.ndarray:
-    """Encoding 4's observation: encoding 6's without the team and priority features, which must be 0 (no teams,
-    every job at one priority and preemptible)."""
+    """Encoding 4's observation: encoding 7's without the team, priority and fabric features, which must be 0 (no
+    teams, every job at one priority and preemptible, no fabric)."""
     assert not obs[TEAM_COLUMNS].any()
     return np.delete(obs, TEAM_COLUMNS)
 

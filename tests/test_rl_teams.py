@@ -19,6 +19,7 @@ from policies import make_policy
 from policies.rl_encoding import (
     CLUSTER_FEATURES,
     ENCODING_VERSION,
+    FABRIC_CLUSTER_FEATURES,
     JOB_FEATURES,
     MAX_JOBS,
     OBS_HIGH,
@@ -44,7 +45,8 @@ from scheduler.core.tenancy import Teams, TenancyFrame
 ZOO = Path(__file__).resolve().parents[1] / "agents" / "zoo"
 # Where a job slot's team features start, and the cluster's (encoding 6's priority features follow each).
 TEAM_AT = JOB_FEATURES - TEAM_JOB_FEATURES - PRIORITY_JOB_FEATURES
-TEAM_CLUSTER_AT = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - TEAM_CLUSTER_FEATURES - PRIORITY_CLUSTER_FEATURES
+TEAM_CLUSTER_AT = (MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - TEAM_CLUSTER_FEATURES - PRIORITY_CLUSTER_FEATURES
+                   - FABRIC_CLUSTER_FEATURES)
 
 
 def tjob(name: str, gpus: float, team: str, duration: float = 600.0, submit: float = 0.0) -> JobSpec:
@@ -118,7 +120,7 @@ def test_the_standing_features_of_a_job_within_quota_and_of_a_borrower() -> None
     cluster = point.obs[TEAM_CLUSTER_AT:TEAM_CLUSTER_AT + TEAM_CLUSTER_FEATURES]
     # borrowed share of the running GPUs, lent GPUs per cluster GPU, teams with demand beyond one (log2 / 4)
     np.testing.assert_allclose(cluster, [1 / 6, 1 / 8, 0.25], rtol=1e-6)
-    assert OBS_SIZE == MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES and ENCODING_VERSION == 6
+    assert OBS_SIZE == MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES and ENCODING_VERSION == 7
 
 
 def swap_scene() -> tuple[Simulator, Capture]:
@@ -236,7 +238,7 @@ def test_a_version_4_agent_is_refused_with_the_usual_message(tmp_path: Path) -> 
     shutil.copy(ZOO / "default.zip", tmp_path / "old.zip")
     meta = json.loads((ZOO / "default.json").read_text()) | {"encoding_version": 4}
     (tmp_path / "old.json").write_text(json.dumps(meta))
-    with pytest.raises(AgentLoadError, match=r"trained for encoding version 4, this Corral speaks version 6; "
+    with pytest.raises(AgentLoadError, match=r"trained for encoding version 4, this Corral speaks version 7; "
                                              r"retrain it with `corral train"):
         make_policy(f"rl:{tmp_path / 'old.zip'}")
 

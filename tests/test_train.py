@@ -330,3 +330,25 @@ def test_training_draws_synthetic_mixes_and_refuses_unknown_ones() -> None:
     check_workloads(["synthetic:multinode"])
     with pytest.raises(SpecError, match="unknown synthetic mix 'bogus'"):
         check_workloads(["synthetic:bogus"])
+
+
+def test_the_gangs_mix_is_drawn_on_its_own_fabric_clusters() -> None:
+    from agents.scenarios import MIX_PRESETS, draw
+
+    rng = np.random.default_rng(4)
+    seen = set()
+    for _ in range(12):
+        sc = draw(rng, ["synthetic:gangs", "synthetic"], ["dgx-a100"], (2, 4), 300, (1.0, 1.3))
+        if sc.workload == "synthetic":
+            assert sc.preset == "dgx-a100"
+            continue
+        seen.add(sc.preset)
+        assert sc.preset in MIX_PRESETS["gangs"]
+    assert seen == set(MIX_PRESETS["gangs"])
+    cluster, jobs = Scenario("synthetic:gangs", "hgx-h100@fat-tree-3:1", 1.0, 300, 5, nodes=2).build()
+    assert cluster.fabric is not None and cluster.fabric.spec.oversubscription == 3.0
+    assert cluster.num_gpus >= max(j.num_gpus for j in jobs) >= 64  # grown to hold its largest gang
+    big, _ = Scenario("synthetic:gangs", "hgx-h100:128@rail-optimised", 1.0, 300, 5, nodes=2).build()
+    assert big.num_nodes == 128 and big.fabric is not None and big.fabric.spec.kind == "rail-optimised"
+    validation = held_out(["synthetic:gangs"], ["pcie-t4"], 300, (1.0, 1.3), 2, part="train")
+    assert [v.preset for v in validation] == list(MIX_PRESETS["gangs"])

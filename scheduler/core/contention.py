@@ -82,6 +82,7 @@ class Prediction:
     slowdown: float
     others_before: dict[int, float]
     others_after: dict[int, float]
+    fabric_load: float = 0.0  # the busiest fabric link its traffic would cross: the other jobs' duty cycles summed
 
     @property
     def others_added(self) -> float:
@@ -391,6 +392,10 @@ class ContentionModel:
                 jobs.add(probe)
                 jobs.discard(probe)
         changes = self._changes
+        fabric_load = 0.0
+        if self.cluster.fabric is not None and fp.links.size:
+            crossed = fp.links[self._link_tiers()[fp.links] >= 0]
+            fabric_load = float(self._load[crossed].max()) if crossed.size else 0.0
 
         def finish() -> Prediction:
             if self._changes != changes:
@@ -403,7 +408,7 @@ class ContentionModel:
             # Restore bit for bit: add-then-subtract in floating point need not give back the same numbers.
             self._load[fp.links] = saved_load
             self._slowdown.update(before)
-            return Prediction(own, before, after)
+            return Prediction(own, before, after, fabric_load)
 
         return finish
 

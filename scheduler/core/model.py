@@ -211,6 +211,24 @@ class Cluster:
         return int(self.node_rack.max()) + 1
 
     @cached_property
+    def fabric_links(self) -> np.ndarray:
+        """Ids of every fabric link (each tier's uplinks and downlinks); empty without a fabric."""
+        if self.fabric is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([ids for tier in self.fabric.links for pair in tier for ids in pair]).astype(np.int64)
+
+    @cached_property
+    def max_rack_gpus(self) -> int:
+        """GPUs of the largest rack: a gang of n GPUs needs at least ceil(n / this) racks."""
+        return int(np.bincount(self.node_rack, weights=self.node_num_gpus).max())
+
+    def nics_of(self, nodes: np.ndarray | list[int]) -> np.ndarray:
+        """Link ids of every NIC of `nodes` (one per node on single-NIC servers)."""
+        if self.one_nic:
+            return self.node_nic[nodes]
+        return self.nic_link[np.isin(self.nic_node, nodes)]
+
+    @cached_property
     def one_nic(self) -> bool:
         """Every server has one NIC (all presets before HGX): its traffic all leaves by `node_nic`."""
         return len(self.nic_link) == self.num_nodes
