@@ -27,7 +27,7 @@ LLM_STEPS_COLUMNS = ("run", "gpu", "model", "params", "batch", "seq", "step_ms",
 LLM_MODELS = {"gpt-1.3b": "GPT-1.3B", "gpt-2.7b": "GPT-2.7B", "bert-large": "BERT-large"}
 # NVML's names of the GPUs LLM steps may be measured on -> GPU_TYPES (whose speed states the step on a V100)
 MEASURED_GPUS = {"NVIDIA H100 80GB HBM3": "H100-80GB", "NVIDIA H200": "H200-141GB"}
-CUDA_CONTEXT_GB = 0.5  # what a process's CUDA context holds beside PyTorch's allocations (as in the Hopper profiles)
+CUDA_CONTEXT_GB = 0.5  # a CUDA context and PyTorch's kernels on a Hopper GPU, beyond what the allocator reports
 DDP_GRAD_BYTES = 4  # PyTorch DDP all-reduces the fp32 gradients of fp32 weights trained under bf16 autocast
 
 

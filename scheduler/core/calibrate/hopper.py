@@ -49,7 +49,7 @@ from scheduler.core.model import (
     Placement,
     build_cluster,
 )
-from scheduler.core.workloads import ModelProfile, catalog, profile_from_row
+from scheduler.core.workloads import CUDA_CONTEXT_GB, ModelProfile, catalog, profile_from_row
 
 DATA = Path(str(resources.files("scheduler.core").joinpath("data")))
 MEASURED_PATH = DATA / "hopper_colocation.csv"
@@ -66,7 +66,6 @@ V100_ANALOGUES = {
 }
 SLO_X_P99 = 2.0  # an inference service's SLO: this many times the p99 latency it had alone (its own headroom)
 HOLDOUT_SEED = 0
-CONTEXT_GIB = 0.5  # a CUDA context and PyTorch's kernels on a Hopper GPU, beyond what the allocator reports
 
 
 # ---- the measurements --------------------------------------------------------------------------------------------
@@ -246,7 +245,7 @@ def base_profiles(meas: Measured) -> dict[str, ModelProfile]:
         step_ms = alone if kind == "inference" else 1000.0 / alone
         out[job] = ModelProfile(
             name=job, kind=JobKind(kind), compute_ms=round(step_ms * speed, 4), sm=ana.sm, membw=ana.membw,
-            mem_gb=round(meas.peak_gib[job] + CONTEXT_GIB, 2) if job in meas.peak_gib else ana.mem_gb,
+            mem_gb=round(meas.peak_gib[job] + CUDA_CONTEXT_GB, 2) if job in meas.peak_gib else ana.mem_gb,
             grad_mb=ana.grad_mb, overlap=ana.overlap,
             latency_ms=round(alone, 4) if kind == "inference" else 0.0,
             slo_ms=round(SLO_X_P99 * meas.alone_p99[job], 3) if kind == "inference" else 0.0,
