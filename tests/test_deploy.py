@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from scheduler.core.model import PRESETS
-from scheduler.live.cluster import node_type
+from scheduler.live.cluster import check_fabric, node_type
 from scheduler.live.runs import node_resources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ VARIABLES = {m["braced"] or m["named"] for m in _VAR.finditer(COMPOSE.read_text(
 # service but not the one it must agree with shows. Compose is checked as run with none set and with all of them.
 KNOBS = {"POSTGRES_PASSWORD": "s3cret-from-env", "CORRAL_GPUS_PER_NODE": "4", "CORRAL_PRESET": "pcie-v100",
          "CORRAL_MIN_NODES": "5", "CORRAL_IMAGE": "registry.example/corral:1.2", "CORRAL_NODE_TOKEN": "node-token-1",
-         "CORRAL_RACK": "row-2.rack_b"}
+         "CORRAL_RACK": "row-2.rack_b", "CORRAL_FABRIC": "fat-tree-3:1"}
 ENVS = {"defaults": {}, "overridden": KNOBS}
 
 
@@ -350,6 +350,9 @@ def test_service_joins_ray_waits_for_workers_then_serves(env: dict[str, str], tm
     gpus = environment(c["services"]["ray-worker"])["CORRAL_GPUS_PER_NODE"]
     assert option(serve, "--gpus-per-node") == gpus
     node_type(option(serve, "--preset"), int(gpus))
+    # The fabric the contention model sees: the setting, or none (one uplink per rack), which the service accepts.
+    assert option(serve, "--fabric") == env.get("CORRAL_FABRIC", "none")
+    check_fabric(option(serve, "--fabric"))
     published = [str(p) if not isinstance(p, dict) else f"{p.get('published')}:{p['target']}" for p in svc["ports"]]
     assert f"8080:{option(serve, '--port')}" in published
 

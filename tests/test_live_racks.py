@@ -1,5 +1,6 @@
 """Issue 30's live acceptance: a gang is placed in one rack when one rack can hold it, by a real `corral serve
---policy topology` on a real Ray cluster whose nodes declare their racks, on SQLite and on PostgreSQL.
+--policy topology --fabric fat-tree-3:1` on a real Ray cluster whose nodes declare their racks, on SQLite and on
+PostgreSQL.
 
 Five virtual nodes of 2 GPUs: n0 and n2 in rack r1, n1 and n3 in rack `row-2.rack_b` (a name with every kind of
 character a rack name may have, through Ray's node table), n4 in none. Nodes are numbered by name, so the racks
@@ -118,7 +119,8 @@ def service(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path_factory: 
     drain_all_but_n0(store)
     store.close()
     env = {**os.environ, "DATABASE_URL": db_url, "CORRAL_HOME": str(home)}
-    server = ServeProcess(home, ["--ray-address", ray_cluster.address, "--tick", "0.2", "--policy", "topology"], env)
+    server = ServeProcess(home, ["--ray-address", ray_cluster.address, "--tick", "0.2", "--policy", "topology",
+                                 "--fabric", "fat-tree-3:1"], env)
     yield Service(server, token, db_url)
     server.stop()
     if request.param == "postgresql":
@@ -128,8 +130,9 @@ def service(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path_factory: 
 def test_each_node_is_in_the_rack_it_declared(service: Service) -> None:
     """The marker went through Ray's node table to the controller, and replaced the store's record (none) in the
     store and `GET /cluster`."""
-    nodes = service.get("/cluster")["nodes"]
-    assert {n["name"]: n["rack"] for n in nodes} == {**RACKS, "n4": None}
+    cluster = service.get("/cluster")
+    assert {n["name"]: n["rack"] for n in cluster["nodes"]} == {**RACKS, "n4": None}
+    assert cluster["fabric"] == "fat-tree-3:1"  # `--fabric`, recorded in the store
 
 
 def test_a_gang_is_placed_in_the_one_rack_that_holds_it(service: Service) -> None:

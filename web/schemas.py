@@ -789,6 +789,9 @@ class ClusterSchema(Schema):
     totals = fields.Nested(TotalsSchema)
     queue = fields.Nested(QueueSchema)
     active_policy = fields.String(allow_none=True)
+    fabric = fields.String(allow_none=True, metadata={
+        "description": "the fabric preset the contention model sees above the servers (`corral serve --fabric`); "
+                       "null: none, one uplink per rack"})
 
 
 class ModelSchema(Schema):

@@ -633,7 +633,8 @@ def cluster(as_json: bool, url: str, token: str | None) -> None:
     out.print(f"{t['nodes']} nodes, {t['gpus']} GPUs{usable}: {t['gpus_allocated']} allocated "
               f"({t['gpus_shared']} shared), "
               f"{t['share_allocated']:g} GPUs of share in use; queue: {q['pending']} pending, {q['running']} running; "
-              f"policy: {c['active_policy'] or '(controller default)'}")
+              f"policy: {c['active_policy'] or '(controller default)'}"
+              + (f"; fabric: {escape(c['fabric'])}" if c.get("fabric") else ""))
 
 
 @click.command()

@@ -27,6 +27,11 @@ from scheduler.core.errors import SpecError
               help="Server model the contention model assumes for a node that does not say which it is (dgx-a100, "
                    "pcie-v100, pcie-t4); a node started with `corral node start` or `node-resources --preset` "
                    "brings its own.")
+@click.option("--fabric", default=None, metavar="NAME",
+              help="The network above the servers the contention model sees: a fabric preset (fat-tree, "
+                   "fat-tree-3:1, rail-optimised; docs/contention-model.md), nodes in the racks they name or filling "
+                   "its leaf groups in order; 'none' for one uplink per rack. The store records it: default, keep the "
+                   "store's (none on a new store).")
 @click.option("--ray-address", default=None,
               help="Join this Ray cluster instead of starting a local one (replicas must all join the same one).")
 @click.option("--policy", default=None,
@@ -78,7 +83,8 @@ from scheduler.core.errors import SpecError
               metavar="F",
               help="A job asking for at least this share of the cluster's GPUs holds a reservation at once. Default: "
                    "no reservations by size.")
-def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray_address: str | None,
+def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fabric: str | None,
+          ray_address: str | None,
           policy: str | None, tick: float, job_user_pattern: str | None, job_user_map: Path | None,
           job_user: str | None, command_jobs: str, log_limit_mb: float, allow_unauthenticated_ray: bool,
           half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...],
@@ -99,7 +105,7 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, ray
 
     try:
         run_service(ServeConfig(host=host, port=port, nodes=nodes, gpus_per_node=gpus_per_node, preset=preset,
-                                ray_address=ray_address, policy=policy, tick_s=tick, job_user=job_user,
+                                fabric=fabric, ray_address=ray_address, policy=policy, tick_s=tick, job_user=job_user,
                                 job_user_pattern=job_user_pattern, job_user_map=job_user_map,
                                 command_jobs=command_jobs, log_limit_mb=log_limit_mb,
                                 allow_unauthenticated_ray=allow_unauthenticated_ray, half_life_s=half_life_h * 3600.0,

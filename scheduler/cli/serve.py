@@ -21,11 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from scheduler.core.fabric import FABRICS
 from scheduler.core.model import Cluster, SpecError
 from scheduler.core.outages import OnFault
 from scheduler.core.reservations import ReservationRule
 from scheduler.live import job_accounts
-from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_rack, node_type, presets_text
+from scheduler.live.cluster import (
+    ModelNode,
+    check_fabric,
+    model_cluster,
+    modelled_fabric,
+    node_preset,
+    node_rack,
+    node_type,
+    presets_text,
+)
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES
 
@@ -46,6 +56,7 @@ class ServeConfig:
     nodes: int = 4
     gpus_per_node: int = 8
     preset: str = "dgx-a100"
+    fabric: str | None = None  # a fabric preset, or "none"; None: keep the store's (none on a new store)
     ray_address: str | None = None
     policy: str | None = None  # None: keep the store's active policy (rl:default on a new store)
     tick_s: float = 0.5
@@ -67,12 +78,13 @@ class ServeConfig:
 FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
 
 
-def discover(backend: RayBackend, cfg: ServeConfig,
-             known: Sequence[ModelNode] = ()) -> tuple[list[ModelNode], Cluster]:
+def discover(backend: RayBackend, cfg: ServeConfig, known: Sequence[ModelNode] = (),
+             fabric: str | None = None) -> tuple[list[ModelNode], Cluster]:
     """The cluster model's nodes, in order: the nodes of an earlier run in the store's order (`known`: name, GPU
     count and preset; allocations record GPUs by their index in that order, so it must not change), whether Ray has
     them now or not, then the others Ray reports, by name, each with the preset it advertises (`cfg.preset` for one
-    that advertises none) and in the rack it names. Nodes joining later are appended by the controller."""
+    that advertises none) and in the rack it names, on the fabric preset `fabric` (None: none). Nodes joining later
+    are appended by the controller."""
     alive = {n.name: n for n in backend.nodes() if n.alive}
     deadline = time.monotonic() + (FIRST_NODE_WAIT_S if cfg.ray_address else 0.0)
     while not alive and not known and time.monotonic() < deadline:
@@ -92,7 +104,19 @@ def discover(backend: RayBackend, cfg: ServeConfig,
         if why:
             log.warning("node %s: %s", name, why)
         order.append(ModelNode(name, alive[name].gpus, preset, advertised_rack(alive[name])))
-    return order, model_cluster(order)
+    return order, model_cluster(order, fabric)
+
+
+def stored_fabric(store: Store) -> str | None:
+    """The fabric preset the store records (`corral serve --fabric`), None: none. One this version does not know (a
+    newer server's) is modelled as none, said so, rather than failing the start."""
+    from scheduler.live.store import queries
+
+    with store.session() as s:
+        fabric, why = modelled_fabric(queries.fabric(s))
+    if why:
+        log.warning("%s", why)
+    return fabric
 
 
 def advertised_rack(node: NodeInfo) -> str | None:
@@ -162,13 +186,16 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
     if cfg.ray_address:  # a cluster that outlives this process: keep the numbering its allocations were written in
         with store.session() as s:
             known = [ModelNode(n.name, len(n.gpus), n.preset, n.rack) for n in queries.nodes_with_gpus(s)]
-    nodes, cluster = discover(backend, cfg, known)
+    fabric = stored_fabric(store)
+    nodes, cluster = discover(backend, cfg, known, fabric)
+    if fabric is not None:
+        log.info("the cluster is modelled on the %s fabric (%s)", fabric, FABRICS[fabric].about)
     return Controller(store, backend, cluster, [n.name for n in nodes], make_policy,
                       default_policy=cfg.policy or "rl:default", tick_s=cfg.tick_s, preset=cfg.preset,
                       node_presets=[n.preset for n in nodes], accounts=accounts or JobAccounts(shared=cfg.job_user),
                       log_limit_bytes=int(cfg.log_limit_mb * 2**20), half_life_s=cfg.half_life_s,
                       leadership=leadership_for(store, cfg, lock), nodes_from_store=bool(cfg.ray_address),
-                      on_fault=OnFault(cfg.on_gpu_fault), reservations=reservation_rule(cfg))
+                      on_fault=OnFault(cfg.on_gpu_fault), reservations=reservation_rule(cfg), fabric=fabric)
 
 
 def reservation_rule(cfg: ServeConfig) -> ReservationRule | None:
@@ -297,6 +324,7 @@ def serve(cfg: ServeConfig) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node_type(cfg.preset, cfg.gpus_per_node)  # refuse bad flags before anything starts
+    fabric = check_fabric(cfg.fabric)
     try:
         allow = AllowList.parse(cfg.webhook_allow)
     except ValueError as exc:
@@ -327,6 +355,9 @@ def serve(cfg: ServeConfig) -> None:
     if cfg.policy is not None:
         with store.session(write=True) as s:
             queries.activate_policy(s, cfg.policy, by="corral serve --policy")
+    if cfg.fabric is not None:
+        with store.session(write=True) as s:
+            queries.set_fabric(s, fabric)
     if cfg.ray_address:
         log.info("joining the Ray cluster at %s", cfg.ray_address)
         backend = RayBackend.connect(cfg.ray_address, allow_unauthenticated=cfg.allow_unauthenticated_ray)

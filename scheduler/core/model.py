@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from scheduler.core.dependencies import Dependency
 from scheduler.core.errors import SpecError
-from scheduler.core.fabric import FABRICS, Fabric, FabricSpec, build_fabric
+from scheduler.core.fabric import FABRICS, Fabric, FabricPreset, FabricSpec, build_fabric
 
 # --------------------------------------------------------------------------------------------------------------------
 # Hardware catalog
@@ -216,6 +216,19 @@ class Cluster:
         if self.fabric is None:
             return np.zeros(0, dtype=np.int64)
         return np.concatenate([ids for tier in self.fabric.links for pair in tier for ids in pair]).astype(np.int64)
+
+    def rack_links(self, rack: int) -> np.ndarray:
+        """Ids of the links a rack's traffic leaves and enters it by: its one aggregate uplink, or with a fabric the
+        uplinks and downlinks of its leaf groups (one per rack in a fat-tree, one per rail in a rail fabric)."""
+        if self.fabric is None:
+            return self.rack_uplink[rack:rack + 1].astype(np.int64)
+        groups = np.unique(self.fabric.nic_group[0][self.nic_node_rack == rack])
+        return np.concatenate([ids for g in groups.tolist() for ids in self.fabric.links[0][g]]).astype(np.int64)
+
+    @cached_property
+    def nic_node_rack(self) -> np.ndarray:
+        """[NICs] the rack of each NIC's server."""
+        return self.node_rack[self.nic_node]
 
     @cached_property
     def max_rack_gpus(self) -> int:
@@ -443,17 +456,27 @@ def parse_cluster(text: str) -> Cluster:
     return build_cluster(ClusterSpec(name=text, groups=groups))
 
 
-def _with_fabric(cluster: Cluster, name: str, text: str) -> Cluster:
-    """`cluster` rebuilt on the named fabric preset, with leaf groups as large as its leaf switches allow."""
+def fabric_preset(name: str, where: str) -> FabricPreset:
+    """The fabric preset `name`; SpecError naming `where` it was asked for and the choices for an unknown one."""
     preset = FABRICS.get(name)
     if preset is None:
-        raise SpecError(f"--cluster: unknown fabric {name!r} in {text!r}; choose one of {', '.join(FABRICS)}")
+        raise SpecError(f"{where}: unknown fabric {name!r}; choose one of {', '.join(FABRICS)}")
+    return preset
+
+
+def on_fabric(spec: ClusterSpec, preset: FabricPreset, name: str) -> ClusterSpec:
+    """`spec` on the fabric `preset`: nodes that name no rack fill leaf groups as large as its leaf switches allow
+    (for the most NICs a server of the spec has); nodes that name one stay in it."""
+    nics = max(group.node_type().nics for group in spec.groups)
+    return ClusterSpec(name=name, nodes_per_rack=preset.nodes_per_rack(nics), groups=spec.groups, fabric=preset.spec)
+
+
+def _with_fabric(cluster: Cluster, name: str, text: str) -> Cluster:
+    """`cluster` rebuilt on the named fabric preset, with leaf groups as large as its leaf switches allow."""
+    preset = fabric_preset(name, f"--cluster {text!r}")
     if cluster.fabric is not None:
         raise SpecError(f"--cluster: {text!r} names a fabric twice")
-    nics = max(nt.nics for nt in cluster.node_types)
-    spec = ClusterSpec(name=text, nodes_per_rack=preset.nodes_per_rack(nics), groups=cluster.spec.groups,
-                       fabric=preset.spec)
-    return build_cluster(spec)
+    return build_cluster(on_fabric(cluster.spec, preset, text))
 
 
 # --------------------------------------------------------------------------------------------------------------------

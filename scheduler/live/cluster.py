@@ -1,5 +1,6 @@
 """The cluster model of a live service: its Ray nodes, each described by its own preset and in the rack it names,
-shared by `corral serve`, what-if and the store's history."""
+on the fabric `corral serve --fabric` names (the store records it: `queries.fabric`), shared by `corral serve`,
+what-if, the figures and the store's history."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from scheduler.core.model import (
     NodeTypeSpec,
     SpecError,
     build_cluster,
+    fabric_preset,
     nics_for,
+    on_fabric,
 )
 from scheduler.live.runs import check_rack
 
@@ -70,16 +73,19 @@ def node_rack(own: str | None) -> tuple[str | None, str | None]:
 
 
 @overload
-def build_live_cluster(nodes: Sequence[tuple[str, int]], *, racks: Sequence[str | None] | None = None) -> Cluster: ...
+def build_live_cluster(nodes: Sequence[tuple[str, int]], *, racks: Sequence[str | None] | None = None,
+                       fabric: str | None = None) -> Cluster: ...
 @overload
-def build_live_cluster(nodes: str, gpus_by_node: Sequence[int]) -> Cluster: ...
+def build_live_cluster(nodes: str, gpus_by_node: Sequence[int], *, fabric: str | None = None) -> Cluster: ...
 
 
 def build_live_cluster(nodes: Sequence[tuple[str, int]] | str, gpus_by_node: Sequence[int] | None = None, *,
-                       racks: Sequence[str | None] | None = None) -> Cluster:
+                       racks: Sequence[str | None] | None = None, fabric: str | None = None) -> Cluster:
     """The cluster model of the Ray nodes, in order, each given as (preset, GPUs), in the racks `racks` names (one
-    per node, None: in no named rack; no `racks`: none named): consecutive nodes of one preset, GPU count and rack
-    form one group. The cluster is named `live-<preset>`, or `live-<a>+<b>` (sorted) when the presets differ.
+    per node, None: in no named rack; no `racks`: none named), on the fabric preset `fabric` (None: one uplink per
+    rack, as without a fabric; nodes naming no rack fill its leaf groups in order): consecutive nodes of one preset,
+    GPU count and rack form one group. The cluster is named `live-<preset>`, or `live-<a>+<b>` (sorted) when the
+    presets differ.
     `build_live_cluster(preset, gpus_by_node)` is the same for nodes that all have `preset` (kept for the callers that
     model one preset, e.g. `corral train --from-history`)."""
     if isinstance(nodes, str):
@@ -98,12 +104,33 @@ def build_live_cluster(nodes: Sequence[tuple[str, int]] | str, gpus_by_node: Seq
         else:
             groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus), rack=rack))
         last = (preset, gpus, rack)
-    return build_cluster(ClusterSpec(name="live-" + "+".join(presets), groups=groups))
+    spec = ClusterSpec(name="live-" + "+".join(presets), groups=groups)
+    if fabric is not None:
+        spec = on_fabric(spec, fabric_preset(fabric, "--fabric"), spec.name)
+    return build_cluster(spec)
 
 
-def model_cluster(nodes: Sequence[ModelNode]) -> Cluster:
-    """The cluster model of `nodes`, in their order."""
-    return build_live_cluster([(n.preset, n.gpus) for n in nodes], racks=[n.rack for n in nodes])
+def model_cluster(nodes: Sequence[ModelNode], fabric: str | None = None) -> Cluster:
+    """The cluster model of `nodes`, in their order, on the fabric preset `fabric` (None: none)."""
+    return build_live_cluster([(n.preset, n.gpus) for n in nodes], racks=[n.rack for n in nodes], fabric=fabric)
+
+
+def modelled_fabric(recorded: str | None) -> tuple[str | None, str | None]:
+    """The fabric preset a store's record (`queries.fabric`) is modelled on, and why not the one it records: a
+    preset this version does not know (a newer server's) is modelled as none rather than failing the start."""
+    try:
+        return check_fabric(recorded), None
+    except SpecError as exc:
+        return None, f"the store records {exc}; the cluster is modelled on no fabric"
+
+
+def check_fabric(name: str | None) -> str | None:
+    """`corral serve --fabric`'s value: a fabric preset's name, or None for "none" (no fabric model); SpecError
+    naming the flag and the choices otherwise."""
+    if name is None or name == "none":
+        return None
+    fabric_preset(name, "--fabric")
+    return name
 
 
 def racks_of(cluster: Cluster) -> list[str | None]:

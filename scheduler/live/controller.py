@@ -167,6 +167,7 @@ class Controller:
         leadership: Leadership | None = None,
         on_fault: OnFault = OnFault.REQUEUE,
         reservations: ReservationRule | None = None,
+        fabric: str | None = None,
     ) -> None:
         if len(node_names) != cluster.num_nodes:
             raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
@@ -189,6 +190,7 @@ class Controller:
         self.half_life_s = half_life_s  # of the teams' fair-share usage
         self.on_fault = on_fault  # what a faulty GPU's runs do (`corral serve --on-gpu-fault`)
         self.reservations = reservations  # `corral serve --reserve-after/--reserve-share` (None: no reservations)
+        self.fabric = fabric  # the fabric preset `cluster` sits on (`corral serve --fabric`), kept as nodes join
         # A Ray cluster that outlives this process (or is shared with a standby replica): the store's node numbering
         # is the truth, and recovering takes it (see `_take_store_numbering`).
         self.nodes_from_store = nodes_from_store
@@ -806,7 +808,7 @@ class Controller:
                 for i, name in enumerate(self.node_names)]
 
     def _renumber(self, nodes: list[ModelNode]) -> None:
-        self.cluster = model_cluster(nodes)
+        self.cluster = model_cluster(nodes, self.fabric)
         self.node_names = [n.name for n in nodes]
         self.node_presets = [n.preset for n in nodes]
         self.node_index = {n: i for i, n in enumerate(self.node_names)}

@@ -20,7 +20,6 @@ from scheduler.core.contention import ContentionModel
 from scheduler.core.model import JobSpec, Placement
 from scheduler.core.workloads import catalog
 from scheduler.live import whatif
-from scheduler.live.cluster import build_live_cluster
 from scheduler.live.store import JobState, Store
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, Job
@@ -168,7 +167,8 @@ def _ratio(usage: float, quota: float) -> float | None:
 NETWORK_METHOD = (
     "the contention model's own link loads (the one the controller places with): every running job's placement is "
     "added to a ContentionModel of the live cluster, and each NIC's and rack uplink's load is the sum of the duty "
-    "cycles of the jobs whose all-reduce crosses it (1.0: busy all the time at line rate; above 1 the jobs contend)"
+    "cycles of the jobs whose all-reduce crosses it (1.0: busy all the time at line rate; above 1 the jobs contend); "
+    "on a fabric, a rack's load is its leaf switches' busiest port up or down"
 )
 
 
@@ -176,8 +176,8 @@ def network_load(store: Store) -> dict[str, Any]:
     """NIC and rack-uplink load now, from the contention model rebuilt from the store's running placements."""
     snap = whatif.snapshot(store)
     if not snap.nodes:
-        return {"approximate": False, "method": NETWORK_METHOD, "nodes": [], "uplinks": []}
-    cluster = build_live_cluster([(n.preset, len(n.gpus)) for n in snap.nodes], racks=[n.rack for n in snap.nodes])
+        return {"approximate": False, "method": NETWORK_METHOD, "nodes": [], "uplinks": [], "fabric": snap.fabric}
+    cluster = snap.cluster()
     # The store numbers GPUs cluster-wide over every node; the model numbers those of the live nodes, in order.
     to_model = {g: int(cluster.node_first_gpu[i]) + k for i, n in enumerate(snap.nodes) for k, g in enumerate(n.gpus)}
     model = ContentionModel(cluster, catalog())
@@ -194,6 +194,10 @@ def network_load(store: Store) -> dict[str, Any]:
         jobs = sorted({j for nic in nics for j in model.link_jobs(nic)})
         nodes.append({"node": n.name, "preset": n.preset, "nic_gbps": sum(gbps),
                       "load": round(demand / sum(gbps), 6), "demand_gbps": round(demand, 3), "jobs": jobs})
-    uplinks = [{"rack": r, "name": cluster.rack_names[r], "load": round(float(load[int(link)]), 6),
-                "jobs": list(model.link_jobs(int(link)))} for r, link in enumerate(cluster.rack_uplink)]
-    return {"approximate": False, "method": NETWORK_METHOD, "nodes": nodes, "uplinks": uplinks}
+    uplinks = []
+    for r in range(cluster.num_racks):  # with a fabric, a rack's busiest switch port up or down
+        links = cluster.rack_links(r).tolist()
+        uplinks.append({"rack": r, "name": cluster.rack_names[r], "load": round(max(float(load[k]) for k in links), 6),
+                        "jobs": sorted({j for k in links for j in model.link_jobs(k)})})
+    return {"approximate": False, "method": NETWORK_METHOD, "nodes": nodes, "uplinks": uplinks,
+            "fabric": snap.fabric}

@@ -39,7 +39,8 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.model import Cluster, JobKind, JobSpec, Placement, SpecError
 from scheduler.core.traces import Trace
 from scheduler.core.workloads import catalog
-from scheduler.live.cluster import build_live_cluster, presets_text
+from scheduler.live.cluster import build_live_cluster, modelled_fabric, presets_text
+from scheduler.live.store import queries
 from scheduler.live.store.db import Store
 from scheduler.live.store.models import Allocation, Gpu, Job, JobEvent, JobState, Node, PolicyVersion, User
 
@@ -192,8 +193,11 @@ def read_history(store: Store) -> History:
         started = {(e.job_id, int((e.data or {}).get("attempt", 0))): e.at
                    for e in s.scalars(select(JobEvent).where(JobEvent.kind == "started"))}
         active = s.scalars(select(PolicyVersion.name).where(PolicyVersion.active.is_(True))).first()
+        fabric, why = modelled_fabric(queries.fabric(s))
         user_names = {uid: name for uid, name in s.execute(select(User.id, User.name))}
     users = {j.id: user_names.get(j.user_id, "") for j in jobs}
+    if why:
+        notes.append(why)
 
     # the live cluster's shape, as the controller registered it
     per_node = Counter(g.node_id for g in gpu_rows)
@@ -208,7 +212,7 @@ def read_history(store: Store) -> History:
                          f"own; a model of one preset (`corral train --from-history`'s scenarios) uses {preset}")
         try:
             cluster = build_live_cluster(list(zip(presets_by_node, gpus_by_node, strict=True)),
-                                         racks=[n.rack for n in nodes])
+                                         racks=[n.rack for n in nodes], fabric=fabric)
         except SpecError as exc:
             notes.append(f"could not rebuild the live cluster ({exc})")
 

@@ -43,7 +43,7 @@ from scheduler.core.reservations import ReservationRule
 from scheduler.core.simulator import Placed, SimulationError, Simulator
 from scheduler.core.state import PlacementError
 from scheduler.core.workloads import ModelProfile, catalog
-from scheduler.live.cluster import build_live_cluster
+from scheduler.live.cluster import build_live_cluster, modelled_fabric
 from scheduler.live.nodes import closed_in_store
 
 SIGMA = 0.3  # log-normal spread of a job's true remaining work around its estimate
@@ -171,6 +171,15 @@ class Snapshot:
     active_policy: str | None
     taken_at: float = field(default_factory=time.time)
     closed: dict[int, str] = field(default_factory=dict)  # store GPU index -> why it takes no new job (drain, fault)
+    fabric: str | None = None  # the fabric preset the controller models the cluster on (None: none)
+
+    def cluster(self, extra_nodes: int = 0) -> Cluster:
+        """The cluster model the controller has of the live nodes: each as its recorded preset, in the rack it names,
+        on the recorded fabric; with `extra_nodes` more of the last node's kind, in its rack."""
+        shape = [(n.preset, len(n.gpus)) for n in self.nodes]
+        racks = [n.rack for n in self.nodes]
+        return build_live_cluster(shape + shape[-1:] * extra_nodes, racks=racks + racks[-1:] * extra_nodes,
+                                  fabric=self.fabric)
 
 
 def snapshot(store: Any) -> Snapshot:
@@ -208,7 +217,8 @@ def snapshot(store: Any) -> Snapshot:
             pending.append(LiveJob(r.id, r.name, r.model, r.num_gpus, max(r.duration_s - r.work_done_s, MIN_WORK_S),
                                    names.get(r.user_id, ""), r.priority, r.slo_ms, r.attained_gpu_s,
                                    preemptible=r.preemptible, time_limit_s=r.time_limit_s))
-        return Snapshot(nodes, running, pending, q.active_policy(s), closed=closed)
+        return Snapshot(nodes, running, pending, q.active_policy(s), closed=closed,
+                        fabric=modelled_fabric(q.fabric(s))[0])
 
 
 # ---- the model of the cluster --------------------------------------------------------------------------------------
@@ -250,15 +260,15 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
     for n in snap.nodes:
         if n.preset not in PRESETS:
             raise WhatIfError(None, f"node {n.name} has unknown preset {n.preset!r}")
-    shape = [(n.preset, len(n.gpus)) for n in snap.nodes]
-    racks = [n.rack for n in snap.nodes]
-    # What the controller models: each node as its recorded preset, in the rack it names.
-    base_cluster = build_live_cluster(shape, racks=racks)
-    cluster = (build_live_cluster(shape + [shape[-1]] * req.extra_nodes, racks=racks + [racks[-1]] * req.extra_nodes)
-               if req.extra_nodes else base_cluster)
+    # What the controller models: each node as its recorded preset, in the rack it names, on the recorded fabric.
+    base_cluster = snap.cluster()
+    cluster = snap.cluster(req.extra_nodes) if req.extra_nodes else base_cluster
+    if snap.fabric is not None:
+        notes.append(f"on the {snap.fabric} fabric, as the controller models the cluster")
     if req.extra_nodes:
-        where = f" in rack {racks[-1]}" if racks[-1] else ""
-        notes.append(f"{req.extra_nodes} extra {shape[-1][0]} node(s) of {shape[-1][1]} GPUs join{where} at t=0")
+        last = snap.nodes[-1]
+        where = f" in rack {last.rack}" if last.rack else ""
+        notes.append(f"{req.extra_nodes} extra {last.preset} node(s) of {len(last.gpus)} GPUs join{where} at t=0")
 
     model_gpu: dict[int, int] = {}  # store GPU index -> model GPU index (dead nodes are left out, so they differ)
     for k, n in enumerate(snap.nodes):

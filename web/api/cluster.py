@@ -9,6 +9,7 @@ from typing import Any
 
 from flask_smorest import Blueprint
 
+from scheduler.live.cluster import modelled_fabric
 from scheduler.live.nodes import closed_in_store, drain_view, health_view
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
@@ -27,6 +28,7 @@ def cluster_json() -> dict[str, Any]:
                                        "team": job.team})
         counts = q.count_by_state(s)
         active = q.active_policy(s)
+        fabric = modelled_fabric(q.fabric(s))[0]
         closed = closed_in_store(nodes, now)
         out_nodes = []
         gpus = allocated = shared = free = 0
@@ -54,6 +56,7 @@ def cluster_json() -> dict[str, Any]:
                    "gpus_allocated": allocated, "gpus_shared": shared, "share_allocated": round(share_total, 6)},
         "queue": {"pending": counts.get(JobState.PENDING, 0), "running": counts.get(JobState.RUNNING, 0)},
         "active_policy": active,
+        "fabric": fabric,
     }
 
 
@@ -65,7 +68,8 @@ def blueprint(prefix: str) -> Blueprint:
     def cluster() -> Any:
         """Show the cluster map
 
-        Every node (alive or not), with the rack it names, its GPUs and the jobs holding each, with their shares, and
+        Every node (alive or not), with the rack it names (on `fabric`, the fabric preset the controller models the
+        network above the servers with; null: one uplink per rack), its GPUs and the jobs holding each, with their shares, and
         the GPUs' health as the node's agent last reported it (stale when older than 3 of its reporting intervals:
         shown, not acted on).
         A GPU on a down or drained node, or one its agent reports faulty, is `closed` (with why): it takes no new job,

@@ -88,6 +88,8 @@ class NetworkSchema(Schema):
     method = fields.String()
     nodes = fields.List(fields.Nested(NodeNetSchema))
     uplinks = fields.List(fields.Nested(UplinkSchema))
+    fabric = fields.String(allow_none=True, metadata={"description": "the fabric preset the cluster is modelled on "
+                                                      "(`corral serve --fabric`); null: one uplink per rack"})
 
 
 class TeamStatsArgs(RequestSchema):

@@ -411,3 +411,15 @@ class WebhookCursor(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     last_event_id: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[float] = mapped_column(default=0.0)
+
+
+class ClusterFabric(Base):
+    """The one row (id 1): the fabric preset the live cluster model sits on (`corral serve --fabric`; None: none,
+    one uplink per rack). In the database, so the controller, what-if, the figures and the history rebuild one model,
+    and a restart without the flag keeps it."""
+
+    __tablename__ = "cluster_fabric"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(64))
+    set_at: Mapped[float] = mapped_column(default=0.0)

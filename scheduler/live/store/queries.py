@@ -23,6 +23,7 @@ from scheduler.core.model import DEFAULT_TEAM
 from scheduler.live.store.models import (
     Allocation,
     ApiToken,
+    ClusterFabric,
     Decision,
     Gpu,
     Job,
@@ -326,6 +327,19 @@ def open_allocations_with_jobs(s: Session) -> list[tuple[Allocation, Job, str]]:
 
 def nodes_with_gpus(s: Session) -> list[Node]:
     return list(s.scalars(select(Node).options(selectinload(Node.gpus)).order_by(Node.index)).all())
+
+
+FABRIC_ROW = 1  # cluster_fabric's one row (migration 0014 inserts it)
+
+
+def fabric(s: Session) -> str | None:
+    """The fabric preset the live cluster model sits on (`corral serve --fabric`), None: none."""
+    return s.scalars(select(ClusterFabric.name).where(ClusterFabric.id == FABRIC_ROW)).first()
+
+
+def set_fabric(s: Session, name: str | None) -> None:
+    """Record the fabric preset the live cluster model sits on (None: none); the caller validates the name first."""
+    s.execute(update(ClusterFabric).where(ClusterFabric.id == FABRIC_ROW).values(name=name, set_at=time.time()))
 
 
 _ACTIVE_POLICY = select(PolicyVersion.name).where(PolicyVersion.active.is_(True))  # built once: read every pass

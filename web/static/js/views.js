@@ -240,7 +240,9 @@ const Views = (() => {
           <span><b>${t.gpus_shared}</b> shared (MPS)</span>
           <span><b>${cluster.queue.running}</b> running</span>
           <span><a href="#/queue"><b>${cluster.queue.pending}</b> pending</a></span>
-          <span>policy <b>${cluster.active_policy || "–"}</b></span>`);
+          <span>policy <b>${cluster.active_policy || "–"}</b></span>
+          ${cluster.fabric ? html`<span id="map-fabric" title="the network above the servers the contention model
+            sees (corral serve --fabric)">fabric <b>${cluster.fabric}</b></span>` : ""}`);
         const nodeCard = (n) => {
           const readings = new Map((n.health ? n.health.gpus : []).map((r) => [r.index, r]));
           return html`
