@@ -154,13 +154,14 @@ def test_a_gang_is_placed_in_the_one_rack_that_holds_it(service: Service) -> Non
 
 def test_the_cluster_map_groups_the_nodes_by_rack(service: Service, browser: Any) -> None:
     """A heading per rack, in the order of its first node, with its nodes under it and their free GPUs as
-    `GET /cluster` counts them; the node naming none under "No rack named"."""
+    `GET /cluster` counts them; the node naming none under "No rack named"; the summary names the fabric."""
     with signed_in_page(browser, service.token) as page:
         page.goto(f"{service.server.api.removesuffix('/api/v1')}/#/map")
         page.wait_for_selector("section.rack .node")
         racks = page.eval_on_selector_all("section.rack", """els => els.map(el => [
             el.dataset.rack, el.querySelector('.rack-head').innerText.replace(/\\s+/g, ' ').trim(),
             [...el.querySelectorAll('.node')].map(n => n.dataset.node)])""")
+        fabric = page.inner_text("#map-fabric")
         nodes = {n["name"]: n for n in service.get("/cluster")["nodes"]}
 
     def free(names: list[str]) -> int:
@@ -171,3 +172,4 @@ def test_the_cluster_map_groups_the_nodes_by_rack(service: Service, browser: Any
         [R2, f"Rack row-2.rack_b 2 nodes · {free(['n1', 'n3'])} of 4 GPUs free", ["n1", "n3"]],
         ["", f"No rack named 1 node · {free(['n4'])} of 2 GPUs free", ["n4"]],
     ]
+    assert fabric == "fabric fat-tree-3:1"  # the summary names the network the contention model sees
