@@ -13,6 +13,8 @@ from alembic import command
 from click.testing import CliRunner
 from conftest import StartingBackend
 from sqlalchemy import create_engine, text
+from test_node_racks import Reported, steps
+from test_node_racks import submit as submit_job
 
 from policies import make_policy
 from scheduler.cli.commands import main
@@ -139,16 +141,7 @@ def controller(store: Store, fabric: str | None) -> tuple[Controller, Racked]:
 
 
 def submit(store: Store, name: str, num_gpus: float) -> int:
-    with store.session(write=True) as s:
-        user = q.ensure_user(s, "ann")
-        return q.submit(s, user, {"name": name, "kind": "emulated", "model": "GPT-1.3B", "num_gpus": num_gpus,
-                                  "duration_s": 600.0})[0].id
-
-
-def steps(ctl: Controller, n: int = 1) -> None:
-    for _ in range(n):
-        ctl._last_poll = ctl._last_nodes = 0.0  # read the node table at every pass
-        ctl.step()
+    return submit_job(store, name, num_gpus, model="GPT-1.3B")  # an LLM gang, as fabrics are for
 
 
 def reason(store: Store, job_id: int) -> str:
@@ -187,14 +180,6 @@ def test_a_gang_the_racks_cannot_hold_is_explained_by_the_tier_it_crosses(store:
     assert ctl.node_names[-1] == "n4"
     assert (ctl.cluster.fabric is None) == (fabric is None)
     assert ctl.cluster.num_racks == 3
-
-
-class Reported:
-    def __init__(self, nodes: list[NodeInfo]) -> None:
-        self._nodes = nodes
-
-    def nodes(self) -> list[NodeInfo]:
-        return self._nodes
 
 
 def test_serve_what_if_the_figures_the_history_and_the_api_model_the_store_s_fabric(store: Store,

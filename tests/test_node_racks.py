@@ -234,10 +234,10 @@ def controller(store: Store, racks: dict[str, str | None], policy: str = "topolo
     return ctl, backend
 
 
-def submit(store: Store, name: str, num_gpus: float) -> int:
+def submit(store: Store, name: str, num_gpus: float, model: str = "ResNet-50-bs64") -> int:
     with store.session(write=True) as s:
         user = q.ensure_user(s, "ann")
-        return q.submit(s, user, {"name": name, "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": num_gpus,
+        return q.submit(s, user, {"name": name, "kind": "emulated", "model": model, "num_gpus": num_gpus,
                                   "duration_s": 600.0})[0].id
 
 
