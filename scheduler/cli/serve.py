@@ -29,8 +29,8 @@ from scheduler.live import job_accounts
 from scheduler.live.cluster import (
     ModelNode,
     check_fabric,
+    fabric_in_store,
     model_cluster,
-    modelled_fabric,
     node_preset,
     node_rack,
     node_type,
@@ -110,10 +110,8 @@ def discover(backend: RayBackend, cfg: ServeConfig, known: Sequence[ModelNode] =
 def stored_fabric(store: Store) -> str | None:
     """The fabric preset the store records (`corral serve --fabric`), None: none. One this version does not know (a
     newer server's) is modelled as none, said so, rather than failing the start."""
-    from scheduler.live.store import queries
-
     with store.session() as s:
-        fabric, why = modelled_fabric(queries.fabric(s))
+        fabric, why = fabric_in_store(s)
     if why:
         log.warning("%s", why)
     return fabric

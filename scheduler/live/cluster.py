@@ -5,7 +5,7 @@ what-if, the figures and the store's history."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, overload
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 from scheduler.core.model import (
     PRESETS,
@@ -20,6 +20,9 @@ from scheduler.core.model import (
     on_fabric,
 )
 from scheduler.live.runs import check_rack
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 
 class ModelNode(NamedTuple):
@@ -122,6 +125,14 @@ def modelled_fabric(recorded: str | None) -> tuple[str | None, str | None]:
         return check_fabric(recorded), None
     except SpecError as exc:
         return None, f"the store records {exc}; the cluster is modelled on no fabric"
+
+
+def fabric_in_store(s: Session) -> tuple[str | None, str | None]:
+    """The fabric preset the store records (`corral serve --fabric`) as the model uses it, and why not the recorded
+    one (`modelled_fabric`): what the controller, what-if, the figures, the history and the API all read."""
+    from scheduler.live.store import queries
+
+    return modelled_fabric(queries.fabric(s))
 
 
 def check_fabric(name: str | None) -> str | None:

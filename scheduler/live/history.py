@@ -39,8 +39,7 @@ from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.model import Cluster, JobKind, JobSpec, Placement, SpecError
 from scheduler.core.traces import Trace
 from scheduler.core.workloads import catalog
-from scheduler.live.cluster import build_live_cluster, modelled_fabric, presets_text
-from scheduler.live.store import queries
+from scheduler.live.cluster import build_live_cluster, fabric_in_store, presets_text
 from scheduler.live.store.db import Store
 from scheduler.live.store.models import Allocation, Gpu, Job, JobEvent, JobState, Node, PolicyVersion, User
 
@@ -193,7 +192,7 @@ def read_history(store: Store) -> History:
         started = {(e.job_id, int((e.data or {}).get("attempt", 0))): e.at
                    for e in s.scalars(select(JobEvent).where(JobEvent.kind == "started"))}
         active = s.scalars(select(PolicyVersion.name).where(PolicyVersion.active.is_(True))).first()
-        fabric, why = modelled_fabric(queries.fabric(s))
+        fabric, why = fabric_in_store(s)
         user_names = {uid: name for uid, name in s.execute(select(User.id, User.name))}
     users = {j.id: user_names.get(j.user_id, "") for j in jobs}
     if why:

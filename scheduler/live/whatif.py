@@ -43,7 +43,7 @@ from scheduler.core.reservations import ReservationRule
 from scheduler.core.simulator import Placed, SimulationError, Simulator
 from scheduler.core.state import PlacementError
 from scheduler.core.workloads import ModelProfile, catalog
-from scheduler.live.cluster import build_live_cluster, modelled_fabric
+from scheduler.live.cluster import build_live_cluster, fabric_in_store
 from scheduler.live.nodes import closed_in_store
 
 SIGMA = 0.3  # log-normal spread of a job's true remaining work around its estimate
@@ -218,7 +218,7 @@ def snapshot(store: Any) -> Snapshot:
                                    names.get(r.user_id, ""), r.priority, r.slo_ms, r.attained_gpu_s,
                                    preemptible=r.preemptible, time_limit_s=r.time_limit_s))
         return Snapshot(nodes, running, pending, q.active_policy(s), closed=closed,
-                        fabric=modelled_fabric(q.fabric(s))[0])
+                        fabric=fabric_in_store(s)[0])
 
 
 # ---- the model of the cluster --------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 from flask_smorest import Blueprint
 
-from scheduler.live.cluster import modelled_fabric
+from scheduler.live.cluster import fabric_in_store
 from scheduler.live.nodes import closed_in_store, drain_view, health_view
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
@@ -28,7 +28,7 @@ def cluster_json() -> dict[str, Any]:
                                        "team": job.team})
         counts = q.count_by_state(s)
         active = q.active_policy(s)
-        fabric = modelled_fabric(q.fabric(s))[0]
+        fabric = fabric_in_store(s)[0]
         closed = closed_in_store(nodes, now)
         out_nodes = []
         gpus = allocated = shared = free = 0
@@ -69,9 +69,9 @@ def blueprint(prefix: str) -> Blueprint:
         """Show the cluster map
 
         Every node (alive or not), with the rack it names (on `fabric`, the fabric preset the controller models the
-        network above the servers with; null: one uplink per rack), its GPUs and the jobs holding each, with their shares, and
-        the GPUs' health as the node's agent last reported it (stale when older than 3 of its reporting intervals:
-        shown, not acted on).
+        network above the servers with; null: one uplink per rack), its GPUs and the jobs holding each, with their
+        shares, and the GPUs' health as the node's agent last reported it (stale when older than 3 of its reporting
+        intervals: shown, not acted on).
         A GPU on a down or drained node, or one its agent reports faulty, is `closed` (with why): it takes no new job,
         and `totals.gpus_usable` leaves it out. Read from the database only, so it answers while the controller is
         down.
