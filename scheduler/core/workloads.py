@@ -5,7 +5,8 @@ and Gavel measurements in `../shared/calibration` and writes each row's source. 
 type's `GpuType.speed` scales compute.
 
 The catalog's LLM-scale models (`LLM_MODELS`) come after the table's: `llm_profiles` derives them from training steps
-measured on an H100 (`scheduler/core/data/llm_steps.csv`, `scheduler.core.calibrate.llm`).
+measured on an H100 (`scheduler/core/data/llm_steps.csv`, `scheduler.core.calibrate.llm`); the same steps measured on an
+H200 state its speed (`llm_speedup`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ LLM_STEPS_COLUMNS = ("run", "gpu", "model", "params", "batch", "seq", "step_ms",
 LLM_MODELS = {"gpt-1.3b": "GPT-1.3B", "gpt-2.7b": "GPT-2.7B", "bert-large": "BERT-large"}
 # NVML's names of the GPUs LLM steps may be measured on -> GPU_TYPES (whose speed states the step on a V100)
 MEASURED_GPUS = {"NVIDIA H100 80GB HBM3": "H100-80GB", "NVIDIA H200": "H200-141GB"}
+# The profiles are the H100's runs; runs on another GPU measure that GPU's speed against it (`llm_speedup`).
+PROFILE_GPU = "NVIDIA H100 80GB HBM3"
 CUDA_CONTEXT_GB = 0.5  # a CUDA context and PyTorch's kernels on a Hopper GPU, beyond what the allocator reports
 DDP_GRAD_BYTES = 4  # PyTorch DDP all-reduces the fp32 gradients of fp32 weights trained under bf16 autocast
 
@@ -78,9 +81,20 @@ def catalog() -> dict[str, ModelProfile]:
     return {p.name: p for p in map(profile_from_row, _rows(text))} | llm_profiles()
 
 
+def llm_steps_by_gpu(path: Path) -> dict[str, dict[str, list[dict[str, str]]]]:
+    """The measured table's rows by GPU, then by model; refuses a GPU with no speed in GPU_TYPES."""
+    out: dict[str, dict[str, list[dict[str, str]]]] = defaultdict(lambda: defaultdict(list))
+    for row in _rows(path.read_text()):
+        if row["gpu"] not in MEASURED_GPUS:
+            raise ValueError(f"{path}: {row['model']} was measured on {row['gpu']!r}; expected one of "
+                             f"{', '.join(MEASURED_GPUS)}")
+        out[row["gpu"]][row["model"]].append(row)
+    return out
+
+
 @cache
 def llm_profiles(path: Path = LLM_STEPS_PATH) -> dict[str, ModelProfile]:
-    """The LLM-scale profiles from the measured steps, averaged over runs:
+    """The LLM-scale profiles from the steps measured on `PROFILE_GPU`, averaged over runs:
 
     * compute_ms: the whole step (forward, backward, optimizer) times the measured GPU's speed over a V100's;
     * sm, membw: NVML's busy fractions during the steps (not fitted on co-location: these jobs take whole GPUs);
@@ -90,9 +104,8 @@ def llm_profiles(path: Path = LLM_STEPS_PATH) -> dict[str, ModelProfile]:
       GPUs: 2.2B parameters), so these stand in for the data-parallel traffic per GPU of today's LLM runs too;
     * overlap: the backward pass's share of the step, the most of it DDP's bucketed all-reduce can hide under.
     """
-    by_model: dict[str, list[dict[str, str]]] = defaultdict(list)
-    for row in _rows(path.read_text()):
-        by_model[row["model"]].append(row)
+    by_model = llm_steps_by_gpu(path).get(PROFILE_GPU, {})
+    speed = GPU_TYPES[MEASURED_GPUS[PROFILE_GPU]].speed
     out: dict[str, ModelProfile] = {}
     for key, name in LLM_MODELS.items():
         rows = by_model.get(key)
@@ -102,11 +115,6 @@ def llm_profiles(path: Path = LLM_STEPS_PATH) -> dict[str, ModelProfile]:
         def mean(col: str, rows: list[dict[str, str]] = rows) -> float:
             return statistics.fmean(float(r[col]) for r in rows)
 
-        gpus = {r["gpu"] for r in rows}
-        if len(gpus) != 1 or (gpu := gpus.pop()) not in MEASURED_GPUS:
-            raise ValueError(f"{path}: {key} was measured on {sorted(gpus) or [gpu]}; expected one of "
-                             f"{', '.join(MEASURED_GPUS)}")
-        speed = GPU_TYPES[MEASURED_GPUS[gpu]].speed
         step = mean("step_ms")
         params = int(rows[0]["params"])
         out[name] = ModelProfile(
@@ -114,11 +122,25 @@ def llm_profiles(path: Path = LLM_STEPS_PATH) -> dict[str, ModelProfile]:
             sm=round(min(1.0, mean("gpu_busy")), 3), membw=round(min(1.0, mean("mem_busy")), 3),
             mem_gb=round(max(float(r["peak_mem_gib"]) for r in rows) + CUDA_CONTEXT_GB, 1),
             grad_mb=round(params * DDP_GRAD_BYTES / 1e6, 1), overlap=round(mean("backward_ms") / step, 3),
-            source=(f"measured on an {gpu} (benchmarks/gpu_llm_profiles.py, {len(rows)} runs): batch "
+            source=(f"measured on an {PROFILE_GPU} (benchmarks/gpu_llm_profiles.py, {len(rows)} runs): batch "
                     f"{rows[0]['batch']} x {rows[0]['seq']} tokens, {step:.0f} ms a step, {mean('model_tflops'):.0f} "
                     "TFLOP/s; sm/membw: NVML busy fractions; overlap: the backward pass's share of the step"),
         )
     return out
+
+
+def llm_speedup(gpu: str, path: Path = LLM_STEPS_PATH) -> float:
+    """How many times faster `gpu` (NVML's name) trained the LLM-scale models than `PROFILE_GPU`: the geometric mean
+    over the models measured on both of the ratio of their mean step times. The figure `GPU_TYPES` states a GPU's
+    speed from where it was measured (the H200's: the H100's times this)."""
+    rows = llm_steps_by_gpu(path)
+    base, other = rows.get(PROFILE_GPU, {}), rows.get(gpu, {})
+    both = [m for m in LLM_MODELS if base.get(m) and other.get(m)]
+    if not both:
+        raise ValueError(f"{path}: no model was measured on both {PROFILE_GPU} and {gpu}")
+    return statistics.geometric_mean(
+        statistics.fmean(float(r["step_ms"]) for r in base[m]) / statistics.fmean(float(r["step_ms"]) for r in other[m])
+        for m in both)
 
 
 def get(name: str) -> ModelProfile:
