@@ -313,9 +313,19 @@ def _room_model(
 
         return dict(zip(nodes.tolist(), need.astype(float).tolist())), node_gains
     have = float(planner.node_free[eligible].sum())
+    eligible_gpu = eligible[gpu_node]
+    used_all = 1.0 - free_share  # per GPU, as `fraction` computes it
 
     def cluster_gains(p: Placement) -> dict[int, float]:
-        return {_CLUSTER: sum(fraction(p, g) for g in p.gpus if eligible[gpu_node[g]])}
+        if len(p.gpus) < _VECTOR_GPUS:
+            return {_CLUSTER: sum(fraction(p, g) for g in p.gpus if eligible[gpu_node[g]])}
+        # A large gang: `fraction` per GPU over arrays (the same float operations), summed in the same order.
+        gpus = np.asarray(p.gpus)
+        gpus = gpus[eligible_gpu[gpus]]
+        used = used_all[gpus]
+        whole = used <= p.share + EPS
+        part = np.divide(p.share, used, out=np.ones_like(used), where=~whole)
+        return {_CLUSTER: sum(part.tolist())}
 
     return ({_CLUSTER: workers - have} if workers > have else {}), cluster_gains
 
@@ -337,6 +347,7 @@ def _fits(view: ClusterView, planner: Planner, spec: JobSpec) -> Callable[[list[
 
 
 _CAPACITY_EPS = 1e-6
+_VECTOR_GPUS = 32  # from this many GPUs a victim's gains are computed over arrays
 _CLUSTER = -1  # the bucket of a gang larger than any node: the whole cluster
 
 

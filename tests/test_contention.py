@@ -239,6 +239,12 @@ def test_incremental_matches_rebuild_on_random_sequence() -> None:
             j = rng.choice([k for k in range(len(jobs)) if k not in live])
             live.append(j)
             assert j in m.add(j, *jobs[j])
+        # A what-if between changes (a probe joins and leaves GPUs' tenants and links) changes no later figure: the
+        # model keeps per-job and per-GPU terms between changes, and the probe must leave none of its own behind.
+        probe = jobs[rng.randrange(len(jobs))]
+        before = m.slowdowns()
+        m.predict(*probe)
+        assert m.slowdowns() == before
         fresh = ContentionModel(c)
         for k in live:
             fresh.add(k, *jobs[k])
@@ -275,6 +281,45 @@ def test_predict_leaves_state_unchanged_bit_for_bit() -> None:
     assert m.slowdown(99) == pytest.approx(pred.slowdown)
     for k, v in pred.others_after.items():
         assert m.slowdown(k) == pytest.approx(v)
+
+
+def test_predictions_on_a_shared_gpu_each_see_their_own_tenant() -> None:
+    # Each what-if's probe takes the same id: one probe's terms on a GPU must never serve the next one's.
+    c = cluster(nodes=1, gpus=1)
+    profs = {"A": profile("A", sm=0.6, membw=0.5), "B": profile("B", sm=0.9, membw=0.9),
+             "C": profile("C", sm=0.2, membw=0.1)}
+    m = ContentionModel(c, profs)
+    m.add(1, spec("A", 0.5), Placement((0,), share=0.5))
+    seen = set()
+    for name in ("B", "C", "B"):
+        pred = m.predict(spec(name, 0.5), Placement((0,), share=0.5))
+        fresh = ContentionModel(c, profs)
+        fresh.add(1, spec("A", 0.5), Placement((0,), share=0.5))
+        fresh.add(2, spec(name, 0.5), Placement((0,), share=0.5))
+        assert pred.slowdown == fresh.slowdown(2) and pred.others_after[1] == fresh.slowdown(1)
+        seen.add(pred.slowdown)
+    assert len(seen) == 2  # B and C differ: the check above could tell them apart
+    alone = ContentionModel(c, profs)
+    alone.add(1, spec("A", 0.5), Placement((0,), share=0.5))
+    assert m.slowdown(1) == alone.slowdown(1)  # and the tenant that stays is as it was
+
+
+def test_expected_footprints_are_kept_read_only_and_keyed_by_all_they_depend_on() -> None:
+    c = _mixed_cluster()
+    m = ContentionModel(c)
+    where = Placement((0, 1, 4, 5))  # two servers: traffic on NICs and the rack's links
+    first = m.footprint(spec("ResNet-50-bs32", 4), where)
+    assert m.footprint(spec("ResNet-50-bs32", 4), where) is first  # the same expected footprint, traced once
+    with pytest.raises(ValueError):  # shared, so nobody may write into it
+        first.duty[0] = 0.0
+    fresh = ContentionModel(c).footprint(spec("ResNet-50-bs32", 4), where)
+    assert np.array_equal(first.links, fresh.links) and np.array_equal(first.duty, fresh.duty)
+    # Another compression, model or set of GPUs is another footprint.
+    compressed = m.footprint(spec("ResNet-50-bs32", 4, compression=0.3), where)
+    assert compressed.link_time.sum() < first.link_time.sum()
+    assert m.footprint(spec("Transformer-XL", 4), where).link_time.sum() != first.link_time.sum()
+    assert m.footprint(spec("ResNet-50-bs32", 4), Placement((0, 1, 2, 3))).gpus == (0, 1, 2, 3)
+    assert m.footprint(spec("ResNet-50-bs32", 4), where, flow_key=7) is not first  # a hashed world is never kept
 
 
 def test_contention_disabled_gives_one() -> None:

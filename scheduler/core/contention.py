@@ -167,6 +167,7 @@ def _fabric_flows(cluster: Cluster, fabric: Fabric, by_node: dict[int, list[int]
     return traffic, stretch
 
 
+FOOTPRINT_CACHE = 1024  # expected footprints kept (`ContentionModel.footprint`); all dropped when full
 _NO_LINKS = np.zeros(0, dtype=np.int64)
 _NO_TIMES = np.zeros(0, dtype=np.float64)
 _NO_LINKS.flags.writeable = False
@@ -211,7 +212,20 @@ class ContentionModel:
         self._gpu_jobs: dict[int, list[int]] = {}
         self._fp: dict[int, Footprint] = {}
         self._slowdown: dict[int, float] = {}
+        # Per job, its GPUs' term (MPS tenancy and the share cap): a function of its GPUs' tenants alone, so it stays
+        # valid until a tenant joins or leaves one of them (`_add`, `_remove` drop it then). A job whose traffic
+        # shares a link with a change needs only its links' term again: on a large fabric, most jobs a placement
+        # touches are such, and recomputing every GPU's tenancy for each was most of a prediction's cost.
+        self._mps: dict[int, float] = {}
+        # A GPU's tenants (in order) -> their slowdowns there: valid until the next add or remove. A gang probed on
+        # another gang's GPUs (a preemption's candidate, before its victims leave) shares hundreds of GPUs with the
+        # same tenants; one water-fill serves them all.
+        self._shared: dict[tuple[int, ...], list[float]] = {}
         self._ref_cache: dict[tuple[str, int, float], float] = {}
+        # Expected footprints by (model, compression, workers, GPUs, share): a scheduler weighs the same candidate
+        # placements of a pending job at decision after decision, and a large gang's flows over a fabric cost the
+        # most of a prediction to trace.
+        self._fp_cache: dict[tuple[str, float, int, tuple[int, ...], float], Footprint] = {}
         self._changes = 0  # placements added or removed so far (`predict_later` checks the model did not change)
         self._tiers: np.ndarray | None = None  # per link, its fabric tier (`_link_tiers`)
 
@@ -286,18 +300,31 @@ class ContentionModel:
     def footprint(self, spec: JobSpec, placement: Placement, flow_key: int | None = None) -> Footprint:
         """What `spec` on `placement` puts on the cluster: with `flow_key`, its fabric flows hashed by it (the world
         the simulator plays); without, the expected spread and collision cost (what a scheduler can predict)."""
+        gpus = tuple(placement.gpus)
+        key = None
+        if flow_key is None:  # the expected footprint is a function of these alone
+            key = (spec.model, spec.compression, spec.workers, gpus, placement.share)
+            cached = self._fp_cache.get(key)
+            if cached is not None:
+                return cached
         prof = self.profiles[spec.model]
-        gpus = placement.gpus
         speed = float(min(self.cluster.gpu_speed[g] for g in gpus))
         compute = prof.compute_ms / 1000.0 / speed
         links, link_time, busy = self._link_times(gpus, prof.grad_gb * spec.compression, flow_key)
         comm = float(link_time.max()) if link_time.size else 0.0
         alone = self._iteration(compute, prof.overlap, comm)
-        return Footprint(
-            gpus=tuple(gpus), share=placement.share, links=links, link_time=link_time, duty=busy / alone,
+        fp = Footprint(
+            gpus=gpus, share=placement.share, links=links, link_time=link_time, duty=busy / alone,
             compute_s=compute, overlap=prof.overlap, ref_iter_s=self.reference_iteration(spec),
             sm=prof.sm, membw=prof.membw, sm_demand=min(prof.sm, placement.share),
         )
+        if key is not None:
+            for array in (fp.links, fp.link_time, fp.duty):  # shared from now on: nobody may write to them
+                array.flags.writeable = False
+            if len(self._fp_cache) >= FOOTPRINT_CACHE:
+                self._fp_cache.clear()
+            self._fp_cache[key] = fp
+        return fp
 
     # ---- incremental updates ----------------------------------------------------------------------------------------
 
@@ -311,17 +338,23 @@ class ContentionModel:
         return self._add(job_id, self.footprint(spec, placement, key))
 
     def _add(self, job_id: int, fp: Footprint) -> set[int]:
+        self._shared.clear()
         self._fp[job_id] = fp
         affected = {job_id}
-        for link, duty in zip(fp.links.tolist(), fp.duty.tolist()):
-            self._load[link] += duty
-            jobs = self._link_jobs.setdefault(link, set())
+        self._load[fp.links] += fp.duty  # a footprint's links are distinct: each adds as alone
+        link_jobs = self._link_jobs
+        for link in fp.links.tolist():
+            jobs = link_jobs.setdefault(link, set())
             affected |= jobs
             jobs.add(job_id)
+        mps = self._mps
         for g in fp.gpus:
             tenants = self._gpu_jobs.setdefault(g, [])
+            for t in tenants:
+                mps.pop(t, None)
             affected.update(tenants)
             tenants.append(job_id)
+        mps.pop(job_id, None)
         for j in affected:
             self._slowdown[j] = self._compute(j)
         return affected
@@ -335,24 +368,32 @@ class ContentionModel:
         return affected
 
     def _remove(self, job_id: int) -> set[int]:
+        self._shared.clear()
         self._slowdown.pop(job_id, None)
+        self._mps.pop(job_id, None)
         fp = self._fp.pop(job_id, None)
         if fp is None:
             return set()
         affected: set[int] = set()
-        for link, duty in zip(fp.links.tolist(), fp.duty.tolist()):
-            jobs = self._link_jobs[link]
+        self._load[fp.links] -= fp.duty
+        idle = []
+        link_jobs = self._link_jobs
+        for link in fp.links.tolist():
+            jobs = link_jobs[link]
             jobs.discard(job_id)
             if jobs:
-                self._load[link] -= duty
                 affected |= jobs
-            else:  # reset exactly so float drift never accumulates on idle links
-                self._load[link] = 0.0
-                del self._link_jobs[link]
+            else:
+                idle.append(link)
+                del link_jobs[link]
+        if idle:  # reset exactly so float drift never accumulates on idle links
+            self._load[idle] = 0.0
         for g in fp.gpus:
             tenants = self._gpu_jobs[g]
             tenants.remove(job_id)
             if tenants:
+                for t in tenants:
+                    self._mps.pop(t, None)
                 affected.update(tenants)
             else:
                 del self._gpu_jobs[g]
@@ -381,8 +422,11 @@ class ContentionModel:
         probe = -1
         fp = self.footprint(spec, placement)
         others: set[int] = set()
+        link_jobs = self._link_jobs
         for link in fp.links.tolist():
-            others |= self._link_jobs.get(link, set())
+            jobs = link_jobs.get(link)
+            if jobs:
+                others |= jobs
         for g in fp.gpus:
             others.update(self._gpu_jobs.get(g, ()))
         before = {j: self._slowdown[j] for j in others}
@@ -476,12 +520,19 @@ class ContentionModel:
 
     def _compute(self, job_id: int) -> float:
         fp = self._fp[job_id]
-        mps = 1.0
-        for g in fp.gpus:
-            tenants = self._gpu_jobs[g]
-            if len(tenants) > 1:  # the tenants' slowdowns include the share cap (each is at least it)
-                mps = max(mps, self.gpu_slowdowns(tenants)[tenants.index(job_id)])
-        mps = max(mps, self.share_cap(fp))  # alone on a GPU, the cap alone; once a job, not once a GPU
+        mps = self._mps.get(job_id)
+        if mps is None:
+            mps = 1.0
+            shared = self._shared
+            for g in fp.gpus:
+                tenants = self._gpu_jobs[g]
+                if len(tenants) > 1:  # the tenants' slowdowns include the share cap (each is at least it)
+                    key = tuple(tenants)
+                    slow = shared.get(key)
+                    if slow is None:
+                        slow = shared[key] = self.gpu_slowdowns(tenants)
+                    mps = max(mps, slow[tenants.index(job_id)])
+            mps = self._mps[job_id] = max(mps, self.share_cap(fp))  # alone on a GPU, the cap alone: once a job
         comm = 0.0
         if fp.links.size:
             comm = float((fp.link_time * (1.0 + self._load[fp.links] - fp.duty)).max())
