@@ -206,5 +206,11 @@ def load(fmt: AgentFormat, arg: str, load_model: Callable[[Path], Any]) -> tuple
     if model.observation_space.shape != (fmt.obs_size,) or n_actions != fmt.n_actions:
         raise AgentLoadError(f"{who}: observations {model.observation_space.shape} and {n_actions} actions, expected "
                              f"({fmt.obs_size},) and {fmt.n_actions}; {fix}")
+    # The agents are small MLPs, trained on one torch thread. Where the machine's cores are busy (Ray workers,
+    # another replay), torch's intra-op threads spin-wait on each other: each layer took 3 ms instead of 0.05 (a
+    # 1,024-GPU replay on 2 cores beside one other process: 50 s instead of 9). So one thread here too.
+    import torch
+
+    torch.set_num_threads(1)
     _LOADED[key] = model
     return model, meta

@@ -168,3 +168,18 @@ def test_the_fast_forward_pass_picks_what_predict_picks() -> None:
         if other.any():
             expected, _ = policy.model.predict(obs, action_masks=other, deterministic=True)
             assert act(obs, other) == int(expected)
+
+
+def test_loading_an_agent_keeps_torch_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A small MLP's forward pass gains nothing from intra-op threads and loses much to their spin-waits on busy cores.
+    torch = pytest.importorskip("torch")
+    from policies import trained
+
+    monkeypatch.setattr(trained, "_LOADED", {})  # a fresh load, not the model an earlier test cached
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        make_policy("rl:default", seed=0)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
