@@ -84,7 +84,9 @@ def service(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path_factory: 
 
 def test_a_high_priority_job_preempts_the_younger_low_one(service: Service) -> None:
     old = service.submit(name="old-low", num_gpus=2, duration_s=15, **EMULATED)
-    wait_until("the old job to run", lambda: service.state(old) == "running", timeout=60)
+    # Age is the run's start as its workers report it, not its placement: until the old job's workers are up, the
+    # young job's could start first, and the old one would be the younger run (CI saw it).
+    wait_until("the old job's workers to start", lambda: service.job(old)["started_at"] is not None, timeout=60)
     young = service.submit(name="young-low", num_gpus=2, duration_s=15, **EMULATED)
     wait_until("the young job to run", lambda: service.state(young) == "running", timeout=60)
     high = service.submit(name="high", num_gpus=2, duration_s=2, priority=5, **EMULATED)
