@@ -6,6 +6,8 @@ one call without touching the real state. All searches are vectorised over nodes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from scheduler.core.model import Job, JobSpec, Placement
@@ -75,6 +77,37 @@ class Planner:
         self._max_free_share = None
         self._misfit_workers = float("inf")
         self._misfit_shares = []
+
+    def fits_once_freed(self, spec: JobSpec, victims: Sequence[Job]) -> bool:
+        """Would `best_fit(spec)` place it once `victims` leave? What giving them back, asking and taking them again
+        answers, with the plan left as it is.
+
+        A whole-GPU job is answered without touching the plan: `consolidated` places a gang whenever the nodes with
+        memory enough hold as many whole free GPUs as it has workers, so it counts the GPUs the victims would leave
+        wholly free, their shares added to each GPU's free share in the order `give_back` adds them (the same floats).
+        The victim search asks this of hundreds of sets for a gang larger than a node, and giving back and taking
+        every victim was most of such a decision. A GPU share takes the plan's own path."""
+        if spec.num_gpus < 1:
+            for v in victims:
+                self.give_back(v)
+            try:
+                return self.best_fit(spec) is not None
+            finally:
+                for v in victims:
+                    self.take(v.spec, self.view.placement(v.id))
+        eligible = self._eligible_nodes(spec)
+        need = spec.workers - int(self.node_free[eligible].sum())
+        if need <= 0 or not victims:
+            return need <= 0
+        placements = [self.view.placement(v.id) for v in victims]
+        gpus = np.fromiter((g for p in placements for g in p.gpus), dtype=np.intp)
+        shares = np.fromiter((p.share for p in placements for _ in p.gpus), dtype=float, count=gpus.size)
+        touched, slot = np.unique(gpus, return_inverse=True)
+        before = self.free_share[touched]
+        after = before.copy()
+        np.add.at(after, slot, shares)  # in the victims' order, one addition at a time, as `give_back` adds
+        freed = (before < 1.0 - EPS) & (after >= 1.0 - EPS) & eligible[self.cluster.gpu_node[touched]]
+        return int(np.count_nonzero(freed)) >= need
 
     @property
     def max_free_share(self) -> float:

@@ -274,7 +274,7 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
         return []
     offers = (Offer(v, gains(view.placement(v.id)), v.spec.gpu_demand) for v in victims)
     takers = pending_takers(j.spec.gpu_demand for j in others if j.spec is not spec)
-    return choose_victims(offers, lacking, _fits(view, planner, spec), takers)
+    return choose_victims(offers, lacking, _fits(planner, spec), takers)
 
 
 def _room_model(
@@ -330,18 +330,12 @@ def _room_model(
     return ({_CLUSTER: workers - have} if workers > have else {}), cluster_gains
 
 
-def _fits(view: ClusterView, planner: Planner, spec: JobSpec) -> Callable[[list[Job]], bool]:
+def _fits(planner: Planner, spec: JobSpec) -> Callable[[list[Job]], bool]:
     """The exact test: does `spec` have a placement once these victims are off their GPUs? The planner is left as it
     was."""
 
     def fits(victims: list[Job]) -> bool:
-        for v in victims:
-            planner.give_back(v)
-        try:
-            return planner.best_fit(spec) is not None
-        finally:
-            for v in victims:
-                planner.take(v.spec, view.placement(v.id))
+        return planner.fits_once_freed(spec, victims)
 
     return fits
 

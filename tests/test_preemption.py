@@ -227,3 +227,54 @@ def test_reclaim_frees_no_more_than_the_owner_needs() -> None:
     by_name = {j.spec.name: j for j in sim.jobs}
     assert sorted(n for n, j in by_name.items() if j.preemptions) == ["b1", "b2"]
     assert by_name["a2"].state is JobPhase.RUNNING and frame.reclaims == 2
+
+
+def test_fits_once_freed_answers_what_giving_the_victims_back_answers() -> None:
+    """The victim search's exact test, asked without touching the plan, against giving the victims back, asking
+    `best_fit` and taking them again, on random busy clusters of whole GPUs and MPS shares (two shares of a GPU free
+    it only together) and random victim sets, for gangs within a node and larger than one."""
+    import random
+
+    from scheduler.core.contention import ContentionModel
+    from scheduler.core.state import ClusterState, ClusterView
+    from scheduler.core.workloads import catalog
+
+    rng = random.Random(7)
+    cluster = small_cluster(nodes=4, gpus=4)
+    asked = {True: 0, False: 0}
+    for _ in range(60):
+        state, model, jobs = ClusterState(cluster, catalog()), ContentionModel(cluster), {}
+        free = list(range(cluster.num_gpus))
+        rng.shuffle(free)
+        while len(free) > rng.randrange(0, 4):
+            if rng.random() < 0.3:  # a GPU shared by two or three MPS tenants
+                g = free.pop()
+                shares = rng.choice([[0.5, 0.5], [0.25, 0.75], [0.25, 0.25, 0.5]])
+                layout = [(s, (g,)) for s in shares]
+            else:
+                n = min(len(free), rng.choice([1, 2, 3, 4, 6]))
+                layout = [(float(n), tuple(sorted(free.pop() for _ in range(n))))]
+            for gpus_asked, gpus in layout:
+                s = spec(f"j{len(jobs)}", gpus_asked)
+                j = Job(len(jobs), s, s.duration_s)
+                p = Placement(gpus, s.share)
+                state.allocate(j.id, s, p)
+                model.add(j.id, s, p)
+                j.state, j.placement, j.start_s = JobPhase.RUNNING, p, 0.0
+                jobs[j.id] = j
+        view = ClusterView(state, model, jobs)
+        planner = Planner(view)
+        before = (planner.free_share.copy(), planner.node_free.copy(), planner.free_whole)
+        for _ in range(10):
+            newcomer = spec("new", rng.choice([1, 2, 4, 6, 8, 12]))
+            victims = rng.sample(list(jobs.values()), rng.randrange(0, len(jobs) + 1))
+            for v in victims:
+                planner.give_back(v)
+            expected = planner.best_fit(newcomer) is not None
+            for v in victims:
+                planner.take(v.spec, view.placement(v.id))
+            assert planner.fits_once_freed(newcomer, victims) is expected, (newcomer.num_gpus, victims)
+            asked[expected] += 1
+        assert (planner.free_share == before[0]).all() and (planner.node_free == before[1]).all()
+        assert planner.free_whole == before[2]
+    assert min(asked.values()) >= 50, asked  # both answers were asked for often
