@@ -61,8 +61,8 @@ import numpy as np
 
 from policies.heuristics import wait_reason
 from policies.placement import Planner
-from policies.registry import UnknownPolicyError, register, register_prefix
-from policies.tiresias import Tiresias, check_thresholds, format_thresholds, parse_options
+from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
+from policies.tiresias import Tiresias, check_thresholds, format_thresholds
 from scheduler.core.decisions import Decision, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, SpecError
 from scheduler.core.state import ClusterView

@@ -5,15 +5,17 @@ Each one is a queue order, a placement rule and whether the first job that does 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable
 from typing import ClassVar
 
 import numpy as np
 
 from policies.placement import Planner
-from policies.registry import register
-from scheduler.core.decisions import Decision, Place, Wait
+from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
+from scheduler.core.decisions import Decision, Place, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
+from scheduler.core.reservations import duration_words
 from scheduler.core.state import ClusterView
 
 
@@ -45,12 +47,18 @@ class QueuePolicy:
         """Why this placement, for the job's explanation ('' : nothing beyond the policy's rule)."""
         return ""
 
+    def hold(self, planner: Planner, job: Job, placement: Placement) -> tuple[str, float] | None:
+        """Why `job` stays queued although `placement` fits it now, and until when at most (the policy asks to be
+        called again then); None: it starts. The jobs behind it go on."""
+        return None
+
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         decisions: list[Decision] = []
         if not queue:
             return decisions
         planner = Planner(view)
         blocked: Job | None = None
+        wake = math.inf
         for job in self.order(queue, view):
             if planner.full():
                 break
@@ -62,8 +70,15 @@ class QueuePolicy:
                 if self.strict:
                     break
                 continue
+            held = self.hold(planner, job, placement)
+            if held is not None:
+                decisions.append(Wait(job.id, held[0]))
+                wake = min(wake, held[1])
+                continue
             decisions.append(Place(job.id, placement, self.reason(planner, job, placement)))
             planner.take(job.spec, placement)
+        if wake < math.inf:
+            decisions.append(WakeAt(wake))
         return decisions
 
 
@@ -106,22 +121,87 @@ class Consolidate(QueuePolicy):
     name = "consolidate"
 
 
+NODE_WAIT_S = 3600.0  # topology: how long a job one server holds waits for one server
+GANG_WAIT_S = 86400.0  # topology: how long a gang larger than a server waits for the fewest servers
+
+
 @register
 class Topology(QueuePolicy):
     """Topology-aware best fit (Slurm's topology/block, Kueue's TAS, KAI's and Volcano's topology-aware scheduling):
-    arrival order with backfill; a gang on as few racks, then pods, then nodes as it fits, rail-aligned."""
+    arrival order with backfill; a gang on as few racks, then pods, then nodes as it fits, rail-aligned.
+
+    Compactness is required for a bounded time, as Slurm's `--switches=N@max-time` and Kueue's required topology
+    ask it: a job that one server can hold waits up to `node_wait_s` from its submission for one server, and a larger
+    gang up to `gang_wait_s` for the fewest servers it fits on (whole ones), rather than start spread over the
+    fragments free now; the jobs behind it start meanwhile. A spread gang shares NICs and rack uplinks with others for
+    its whole run, and its ring runs at the pace of its most crowded link. A GPU share takes a GPU of its own while one
+    is free (MPS tenants slow each other), and packs onto the fullest GPU that holds it only when none is.
+    """
 
     name = "topology"
 
+    def __init__(self, seed: int = 0, node_wait_s: float = NODE_WAIT_S, gang_wait_s: float = GANG_WAIT_S) -> None:
+        super().__init__(seed)
+        self.node_wait_s = node_wait_s
+        self.gang_wait_s = gang_wait_s
+
     def place(self, planner: Planner, job: Job) -> Placement | None:
-        if job.spec.num_gpus < 1:
-            return planner.packed_share(job.spec)
-        return planner.topology_fit(job.spec)
+        spec = job.spec
+        if spec.num_gpus < 1:
+            return planner.empty_gpu_share(spec) or planner.packed_share(spec)
+        placement = planner.topology_fit(spec)
+        if placement is not None and _servers(planner, placement) > _fewest_servers(planner, spec):
+            # Fewest racks came first; fewer servers in more racks beat a spread the hold would refuse.
+            return planner.whole_servers_fit(spec) or placement
+        return placement
+
+    def hold(self, planner: Planner, job: Job, placement: Placement) -> tuple[str, float] | None:
+        spec = job.spec
+        if spec.num_gpus < 1:
+            return None
+        servers, fewest = _servers(planner, placement), _fewest_servers(planner, spec)
+        if servers <= fewest:
+            return None
+        one = fewest == 1
+        until = spec.submit_s + (self.node_wait_s if one else self.gang_wait_s)
+        now = planner.view.now
+        if now >= until:
+            return None
+        what = "one server" if one else f"{fewest} servers"
+        why = (f"waits for {what} to hold its {spec.workers} GPUs (now they would span {servers} servers, sharing "
+               f"their NICs and uplinks); starts spread in {duration_words(until - now)} at the latest")
+        return why, until
 
     def reason(self, planner: Planner, job: Job, placement: Placement) -> str:
         # What spanning costs, as the model predicts it with the jobs running now (this call's earlier placements
         # are not in the model yet: the words can only understate).
         return planner.view.fabric_words(job.spec, placement)
+
+
+def _servers(planner: Planner, placement: Placement) -> int:
+    return len({int(n) for n in planner.cluster.gpu_node[list(placement.gpus)]})
+
+
+def _fewest_servers(planner: Planner, spec: JobSpec) -> int:
+    return -(-spec.workers // int(planner.cluster.max_gpus_per_node))
+
+
+def make_topology(arg: str, seed: int = 0) -> Topology:
+    """`topology:node_wait=S,gang_wait=S`: how long (seconds, 0 for never) a job waits for one server, and a larger
+    gang for the fewest servers, before it starts spread; the instance reports its canonical name."""
+    opts = parse_options("topology", arg, numbers=("node_wait", "gang_wait"))
+    for key, (value,) in opts.items():
+        if value < 0:
+            raise UnknownPolicyError(f"policy 'topology:{arg}': option {key!r}: {value:g} is negative")
+    node = opts["node_wait"][0] if "node_wait" in opts else NODE_WAIT_S
+    gang = opts["gang_wait"][0] if "gang_wait" in opts else GANG_WAIT_S
+    policy = Topology(seed=seed, node_wait_s=node, gang_wait_s=gang)
+    named = ",".join(f"{k}={opts[k][0]:g}" for k in ("node_wait", "gang_wait") if k in opts)
+    policy.name = f"topology:{named}"  # type: ignore[misc]  # instances report the name they were asked for
+    return policy
+
+
+register_prefix("topology", make_topology)
 
 
 @register

@@ -252,6 +252,15 @@ class Planner:
                     break
         return Placement(tuple(sorted(self._aligned(counts))))
 
+    def whole_servers_fit(self, spec: JobSpec) -> Placement | None:
+        """A gang on the fewest servers: wholly free ones on the fewest racks they allow, the remainder on one more
+        (`_whole_servers`), rail-aligned; None if too few servers are wholly free."""
+        w = spec.workers
+        if self.free_whole < w:
+            return None
+        counts = self._whole_servers(np.where(self._eligible_nodes(spec), self.node_free, 0), w)
+        return Placement(tuple(sorted(self._aligned(counts)))) if counts is not None else None
+
     def _whole_servers(self, free: np.ndarray, w: int) -> dict[int, int] | None:
         """A gang as wholly free servers on the fewest racks they allow, plus the remainder on one more server (best
         fit, in those racks if one there holds it): GPUs per server for each. None if too few servers are wholly

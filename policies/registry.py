@@ -16,8 +16,9 @@ why); Corral's own policies are never replaced.
 from __future__ import annotations
 
 import logging
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from importlib.metadata import entry_points
 from typing import TypeVar
 
@@ -125,3 +126,40 @@ def make_policy(name: str, seed: int = 0) -> Policy:
             raise UnknownPolicyError(f"policy {name!r} from an installed package was left out: {left_out[name]}")
         raise UnknownPolicyError(f"unknown policy {name!r}; choose from {', '.join(available())}")
     return cls(seed=seed)
+
+
+def parse_options(name: str, arg: str, lists: Collection[str] = (),
+                  numbers: Collection[str] = ()) -> dict[str, list[float]]:
+    """`KEY=VALUE,...` options of policy `name` (given as `name:arg`): keys in `lists` take one or more comma-separated
+    numbers (`thresholds=60,600,3600`), keys in `numbers` exactly one. Every value must be a finite number. Raises
+    `UnknownPolicyError` (a `SpecError`) naming the option and the problem."""
+    where = f"policy '{name}:{arg}'"
+    keys = [*lists, *numbers]
+    choices = ", ".join(f"{k}=N,N,..." if k in lists else f"{k}=N" for k in keys)
+    if not arg.strip():
+        raise UnknownPolicyError(f"{where}: no options given; use {name} alone, or {name}:{choices}")
+    out: dict[str, list[float]] = {}
+    key: str | None = None
+    for token in arg.split(","):
+        token = token.strip()
+        if "=" in token:
+            key, _, token = (part.strip() for part in token.partition("="))
+            if key not in keys:
+                raise UnknownPolicyError(f"{where}: unknown option {key!r}; choose from {choices}")
+            if key in out:
+                raise UnknownPolicyError(f"{where}: option {key!r} given twice")
+            out[key] = []
+        elif key is None:
+            raise UnknownPolicyError(f"{where}: expected KEY=VALUE, got {token!r}; choose from {choices}")
+        elif key not in lists:
+            raise UnknownPolicyError(f"{where}: option {key!r} takes one number, got another value {token!r}")
+        if not token:
+            raise UnknownPolicyError(f"{where}: option {key!r} has an empty value")
+        try:
+            value = float(token)
+        except ValueError:
+            raise UnknownPolicyError(f"{where}: option {key!r}: {token!r} is not a number") from None
+        if not math.isfinite(value):
+            raise UnknownPolicyError(f"{where}: option {key!r}: {token!r} is not a finite number")
+        out[key].append(value)
+    return out

@@ -33,7 +33,7 @@ import numpy as np
 
 from policies.heuristics import wait_reason
 from policies.placement import Planner
-from policies.registry import UnknownPolicyError, register, register_prefix
+from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.priorities import may_preempt
@@ -346,43 +346,6 @@ _CLUSTER = -1  # the bucket of a gang larger than any node: the whole cluster
 
 
 # ---- options: `tiresias:thresholds=60,600,3600,starvation=8` ---------------------------------------------------------
-
-
-def parse_options(name: str, arg: str, lists: Collection[str] = (),
-                  numbers: Collection[str] = ()) -> dict[str, list[float]]:
-    """`KEY=VALUE,...` options of policy `name` (given as `name:arg`): keys in `lists` take one or more comma-separated
-    numbers (`thresholds=60,600,3600`), keys in `numbers` exactly one. Every value must be a finite number. Raises
-    `UnknownPolicyError` (a `SpecError`) naming the option and the problem."""
-    where = f"policy '{name}:{arg}'"
-    keys = [*lists, *numbers]
-    choices = ", ".join(f"{k}=N,N,..." if k in lists else f"{k}=N" for k in keys)
-    if not arg.strip():
-        raise UnknownPolicyError(f"{where}: no options given; use {name} alone, or {name}:{choices}")
-    out: dict[str, list[float]] = {}
-    key: str | None = None
-    for token in arg.split(","):
-        token = token.strip()
-        if "=" in token:
-            key, _, token = (part.strip() for part in token.partition("="))
-            if key not in keys:
-                raise UnknownPolicyError(f"{where}: unknown option {key!r}; choose from {choices}")
-            if key in out:
-                raise UnknownPolicyError(f"{where}: option {key!r} given twice")
-            out[key] = []
-        elif key is None:
-            raise UnknownPolicyError(f"{where}: expected KEY=VALUE, got {token!r}; choose from {choices}")
-        elif key not in lists:
-            raise UnknownPolicyError(f"{where}: option {key!r} takes one number, got another value {token!r}")
-        if not token:
-            raise UnknownPolicyError(f"{where}: option {key!r} has an empty value")
-        try:
-            value = float(token)
-        except ValueError:
-            raise UnknownPolicyError(f"{where}: option {key!r}: {token!r} is not a number") from None
-        if not math.isfinite(value):
-            raise UnknownPolicyError(f"{where}: option {key!r}: {token!r} is not a finite number")
-        out[key].append(value)
-    return out
 
 
 def check_thresholds(name: str, arg: str, values: Sequence[float], unit: str = "GPU-seconds") -> tuple[float, ...]:

@@ -8,7 +8,7 @@ import pytest
 from policies import make_policy
 from policies.placement import Planner
 from scheduler.core.contention import ContentionModel, collective_flows
-from scheduler.core.decisions import Place
+from scheduler.core.decisions import Place, Wait, WakeAt
 from scheduler.core.fabric import FabricSpec
 from scheduler.core.model import (
     Cluster,
@@ -19,10 +19,11 @@ from scheduler.core.model import (
     NodeGroupSpec,
     NodeTypeSpec,
     Placement,
+    SpecError,
     build_cluster,
     parse_cluster,
 )
-from scheduler.core.simulator import Simulator
+from scheduler.core.simulator import Placed, Simulator
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.traces import synthetic
 from scheduler.core.workloads import catalog
@@ -132,3 +133,80 @@ def test_explanations_name_the_tier_a_gang_crosses() -> None:
     assert planner(parse_cluster("hgx-h100:12")).view.fabric_words(gang(48), two_racks) == ""
     decisions = make_policy("topology").schedule(view, [Job(1, gang(64), 100.0)], 0.0)
     assert isinstance(decisions[0], Place) and decisions[0].reason.startswith("spans 2 racks: ")
+
+
+# ---- compactness required for a bounded time (Slurm's --switches=N@max-time) -----------------------------------------
+
+
+def small(name: str, n: float, submit: float = 0.0) -> JobSpec:
+    return JobSpec(name=name, submit_s=submit, num_gpus=n, duration_s=100.0, model="ResNet-50-bs64")
+
+
+def test_a_job_one_server_holds_waits_for_one_server_then_starts_spread() -> None:
+    c = fabric(nodes=2, per_rack=2)  # 2 servers of 4 GPUs
+    view = planner(c, busy=(0, 1, 4, 5)).view  # 2 free GPUs on each server: a 3-GPU job would span both
+    waiting = Job(1, small("three", 3), 100.0)
+    decisions = make_policy("topology:node_wait=600").schedule(view, [waiting, Job(2, small("two", 2), 100.0)], 0.0)
+    wait = next(d for d in decisions if isinstance(d, Wait))
+    assert wait.job_id == 1 and wait.reason.startswith("waits for one server to hold its 3 GPUs (now they would span "
+                                                       "2 servers"), wait.reason
+    assert "starts spread in 10 min at the latest" in wait.reason
+    assert WakeAt(600.0) in decisions, "asked to be called when the wait ends"
+    assert [d.job_id for d in decisions if isinstance(d, Place)] == [2], "the job behind it starts meanwhile"
+    view.now = 600.0
+    (placed,) = make_policy("topology:node_wait=600").schedule(view, [waiting], 600.0)
+    assert isinstance(placed, Place) and len(placed.placement.gpus) == 3
+    (spread,) = make_policy("topology:node_wait=0").schedule(planner(c, busy=(0, 1, 4, 5)).view, [waiting], 0.0)
+    assert isinstance(spread, Place), "node_wait=0: the placement of before, at once"
+
+
+def test_a_gang_takes_whole_servers_in_another_rack_before_a_spread_in_one() -> None:
+    c = fabric(nodes=6, per_rack=3)  # 2 racks of 3 servers x 4 GPUs
+    # Rack 0: 8 free GPUs, no whole server (the tighter rack: fewest racks alone would spread the gang over its 3
+    # servers); rack 1: servers 3 and 4 whole, one GPU free on server 5.
+    p = planner(c, busy=(0, 4, 8, 9, 21, 22, 23))
+    assert p.topology_fit(gang(8)) is not None and racks_of(c, p.topology_fit(gang(8))) == {0}
+    decisions = make_policy("topology").schedule(p.view, [Job(1, gang(8), 100.0)], 0.0)
+    (placed,) = decisions
+    assert isinstance(placed, Place) and placed.placement.gpus == tuple(range(12, 20)), placed
+    # Without two whole servers anywhere the gang waits (a day by default) rather than spread over three.
+    busy = (0, 4, 8, 12, 16, 20)
+    decisions = make_policy("topology").schedule(planner(c, busy=busy).view, [Job(1, gang(8), 100.0)], 0.0)
+    assert decisions[0] == Wait(1, decisions[0].reason) and "waits for 2 servers" in decisions[0].reason
+    assert WakeAt(86400.0) in decisions
+
+
+def test_a_gpu_share_takes_a_gpu_of_its_own_while_one_is_free() -> None:
+    c = fabric(nodes=2, per_rack=2)
+    state, model = ClusterState(c, catalog()), ContentionModel(c)
+    half = small("half", 0.5)
+    state.allocate(1000, half, Placement((0,), 0.5))
+    model.add(1000, half, Placement((0,), 0.5))
+    view = ClusterView(state, model, {})
+    (placed,) = make_policy("topology").schedule(view, [Job(1, small("quarter", 0.25), 100.0)], 0.0)
+    assert isinstance(placed, Place) and placed.placement.gpus != (0,), "not onto the GPU another tenant uses"
+    (packed,) = make_policy("consolidate").schedule(view, [Job(1, small("quarter", 0.25), 100.0)], 0.0)
+    assert isinstance(packed, Place) and packed.placement.gpus == (0,), "consolidate packs (best fit)"
+    full = planner(c, busy=tuple(range(1, 8))).view  # GPU 0 the only one left: shares pack there
+    (only,) = make_policy("topology").schedule(full, [Job(1, small("quarter", 0.25), 100.0)], 0.0)
+    assert isinstance(only, Place) and only.placement.gpus == (0,)
+
+
+def test_the_simulator_starts_a_held_job_when_its_wait_ends() -> None:
+    c = fabric(nodes=2, per_rack=2)
+    busy = [Placed(small(f"busy{g}", 1), Placement((g,)), 10_000.0) for g in (0, 1, 4, 5)]
+    job = small("three", 3, submit=50.0)
+    result = Simulator(c, [job], make_policy("topology:node_wait=600"), initial=busy).run()
+    (three,) = [j for j in result.jobs if j.spec.name == "three"]
+    assert three.first_start_s == pytest.approx(650.0), "at its submission plus the wait, not when a server frees"
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("topology:node_wait=-1", "option 'node_wait': -1 is negative"),
+    ("topology:gang_wait=soon", "option 'gang_wait': 'soon' is not a number"),
+    ("topology:wait=5", "unknown option 'wait'"),
+])
+def test_bad_topology_options_are_refused_by_name(name: str, why: str) -> None:
+    with pytest.raises(SpecError, match=why):
+        make_policy(name)
+    assert make_policy("topology:gang_wait=3600").name == "topology:gang_wait=3600"

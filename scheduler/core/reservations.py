@@ -218,7 +218,7 @@ class ReservationFrame(PolicyFrame):
         whom = ", ".join(names) + (f" and {more} more" if more > 0 else "")
         if math.isinf(res.start_s):
             return text + (f"; it starts when {whom} end (not all have time limits)" if whom else "")
-        return text + f"; it starts within {_duration(res.start_s - now)}, when {whom} reach their time limits"
+        return text + f"; it starts within {duration_words(res.start_s - now)}, when {whom} reach their time limits"
 
 
 def frame_policy(policy: Policy, reservations: ReservationRule | None = None) -> Policy:
@@ -229,7 +229,8 @@ def frame_policy(policy: Policy, reservations: ReservationRule | None = None) ->
     return ReservationFrame(policy, reservations)
 
 
-def _duration(seconds: float) -> str:
+def duration_words(seconds: float) -> str:
+    """A wait in a pending reason's words: "45 s", "12 min", "3.5 h"."""
     seconds = max(0.0, seconds)
     if seconds < 120:
         return f"{seconds:.0f} s"
