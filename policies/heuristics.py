@@ -151,7 +151,8 @@ class Topology(QueuePolicy):
             return planner.empty_gpu_share(spec) or planner.packed_share(spec)
         placement = planner.topology_fit(spec)
         if placement is not None and _servers(planner, placement) > _fewest_servers(planner, spec):
-            # Fewest racks came first; fewer servers in more racks beat a spread the hold would refuse.
+            # Fewest racks came first and spread it over more servers than it needs: whole servers in more racks
+            # instead, where there are enough (a spread shares NICs and uplinks, and the hold would refuse it).
             return planner.whole_servers_fit(spec) or placement
         return placement
 
