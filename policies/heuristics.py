@@ -144,6 +144,7 @@ class Topology(QueuePolicy):
         super().__init__(seed)
         self.node_wait_s = node_wait_s
         self.gang_wait_s = gang_wait_s
+        self._lowest: tuple[Planner, float] | None = None  # this call's lowest priority a running job may be preempted at
 
     def place(self, planner: Planner, job: Job) -> Placement | None:
         spec = job.spec
@@ -161,7 +162,9 @@ class Topology(QueuePolicy):
         if spec.num_gpus < 1:
             return None
         servers, fewest = _servers(planner, placement), _fewest_servers(planner, spec)
-        if servers <= fewest:
+        if servers <= fewest or spec.priority > self._lowest_preemptible(planner):
+            # A job the priority rules would preempt for, were there no room, does not wait for better room either:
+            # high-priority jobs wait as on an empty cluster (scheduler.core.priorities).
             return None
         one = fewest == 1
         until = spec.submit_s + (self.node_wait_s if one else self.gang_wait_s)
@@ -172,6 +175,12 @@ class Topology(QueuePolicy):
         why = (f"waits for {what} to hold its {spec.workers} GPUs (now they would span {servers} servers, sharing "
                f"their NICs and uplinks); starts spread in {duration_words(until - now)} at the latest")
         return why, until
+
+    def _lowest_preemptible(self, planner: Planner) -> float:
+        if self._lowest is None or self._lowest[0] is not planner:  # one planner per scheduling call
+            running = planner.view.running.values()
+            self._lowest = planner, min((j.spec.priority for j in running if j.spec.preemptible), default=math.inf)
+        return self._lowest[1]
 
     def reason(self, planner: Planner, job: Job, placement: Placement) -> str:
         # What spanning costs, as the model predicts it with the jobs running now (this call's earlier placements

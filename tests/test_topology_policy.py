@@ -210,3 +210,22 @@ def test_bad_topology_options_are_refused_by_name(name: str, why: str) -> None:
     with pytest.raises(SpecError, match=why):
         make_policy(name)
     assert make_policy("topology:gang_wait=3600").name == "topology:gang_wait=3600"
+
+
+def test_a_job_the_priority_rules_favour_is_not_held() -> None:
+    """Without room it would preempt a lower-priority job (rule 3), so it does not wait for better room either:
+    high-priority jobs wait as on an empty cluster (benchmarks/priorities.py)."""
+    c = fabric(nodes=2, per_rack=2)
+    state, model, running = ClusterState(c, catalog()), ContentionModel(c), {}
+    for i, g in enumerate((0, 1, 4, 5)):  # 2 free GPUs on each server, held by preemptible jobs of priority 0
+        busy = Job(1000 + i, small(f"b{i}", 1), 10.0)
+        state.allocate(busy.id, busy.spec, Placement((g,)))
+        model.add(busy.id, busy.spec, Placement((g,)))
+        busy.placement, busy.start_s = Placement((g,)), 0.0
+        running[busy.id] = busy
+    view = ClusterView(state, model, running)
+    high = JobSpec(name="high", submit_s=0.0, num_gpus=3, duration_s=100.0, model="ResNet-50-bs64", priority=5)
+    (placed,) = make_policy("topology").schedule(view, [Job(1, high, 100.0)], 0.0)
+    assert isinstance(placed, Place) and len({int(c.gpu_node[g]) for g in placed.placement.gpus}) == 2
+    decisions = make_policy("topology").schedule(view, [Job(1, small("low", 3), 100.0)], 0.0)
+    assert isinstance(decisions[0], Wait), "a job of the running jobs' priority is held"
