@@ -134,8 +134,9 @@ class Topology(QueuePolicy):
     ask it: a job that one server can hold waits up to `node_wait_s` from its submission for one server, and a larger
     gang up to `gang_wait_s` for the fewest servers it fits on (whole ones), rather than start spread over the
     fragments free now; the jobs behind it start meanwhile. A spread gang shares NICs and rack uplinks with others for
-    its whole run, and its ring runs at the pace of its most crowded link. A GPU share takes a GPU of its own while one
-    is free (MPS tenants slow each other), and packs onto the fullest GPU that holds it only when none is.
+    its whole run, and its ring runs at the pace of its most crowded link. A job that outranks a running preemptible
+    job is never held (the priority rules would preempt for it). A GPU share takes a GPU of its own while one is free
+    (MPS tenants slow each other), and packs onto the fullest GPU that holds it only when none is.
     """
 
     name = "topology"
