@@ -152,9 +152,11 @@ class Topology(QueuePolicy):
         if spec.num_gpus < 1:
             return planner.empty_gpu_share(spec) or planner.packed_share(spec)
         placement = planner.topology_fit(spec)
-        if placement is not None and _servers(planner, placement) > _fewest_servers(planner, spec):
+        fewest = _fewest_servers(planner, spec)
+        if placement is not None and fewest > 1 and _servers(planner, placement) > fewest:
             # Fewest racks came first and spread it over more servers than it needs: whole servers in more racks
-            # instead, where there are enough (a spread shares NICs and uplinks, and the hold would refuse it).
+            # instead, where there are enough (a spread shares NICs and uplinks, and the hold would refuse it). A job
+            # one server holds is spread only when no server has room, and whole servers cannot help it.
             return planner.whole_servers_fit(spec) or placement
         return placement
 
