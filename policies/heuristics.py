@@ -72,7 +72,7 @@ class QueuePolicy:
                 continue
             held = self.hold(planner, job, placement)
             if held is not None:
-                decisions.append(Wait(job.id, held[0]))
+                decisions.append(Wait(job.id, held[0], held[1]))
                 wake = min(wake, held[1])
                 continue
             decisions.append(Place(job.id, placement, self.reason(planner, job, placement)))

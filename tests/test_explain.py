@@ -91,6 +91,34 @@ def test_a_team_at_its_ceiling_waits_for_its_own_jobs_to_end() -> None:
     assert start_estimates(range(8), running, [Queued(3, 10.0, team="A")], ceilings={"A": 2.0}) == [None]
 
 
+def test_a_job_the_policy_holds_starts_when_its_hold_ends_and_the_jobs_behind_it_go_on_meanwhile() -> None:
+    """8 free GPUs. `held` (4 GPUs, 1000 s) fits now, but the policy holds it until 600 s (topology, for compact
+    room): it starts then, not now. `fits` (4 GPUs) behind it starts now on the other four; `after` (6 GPUs) fits
+    only once both have taken theirs and ended: held ends at 1600 s, after fits (900 s)."""
+    queue = [Queued(4, 1000.0), Queued(4, 900.0), Queued(6, 100.0)]
+    assert start_estimates(range(8), [], queue, not_before=[600.0, 0.0, 0.0]) == [600.0, 0.0, 1600.0]
+    assert start_estimates(range(8), [], queue) == [0.0, 0.0, 1000.0], "unheld: all of it now"
+    assert start_estimates(range(8), [], queue, not_before=[0.0, 0.0, 0.0]) == [0.0, 0.0, 1000.0]
+
+
+def test_a_held_job_takes_its_place_in_the_queue_again_when_its_hold_ends() -> None:
+    """4 of 8 GPUs busy until 700 s. `gang` (8 GPUs) is held until 600 s; behind it, `quick` starts now on the free
+    four and `long` when quick ends (50 s), before the hold ends. At 600 s the gang is back ahead of `last`: it needs
+    all 8, so it waits for long (1050 s), and last waits for it (strict order), though 4 GPUs free at 700 s."""
+    running = [Running(whole(0, 4), 700.0)]
+    queue = [Queued(8, 100.0), Queued(4, 50.0), Queued(4, 1000.0), Queued(4, 10.0)]
+    assert start_estimates(range(8), running, queue, not_before=[600.0, 0.0, 0.0, 0.0]) == [1050.0, 0.0, 50.0,
+                                                                                          1150.0]
+    # Without the hold the gang goes first: it waits for the busy GPUs (700 s), and everything behind it waits.
+    assert start_estimates(range(8), running, queue) == [700.0, 800.0, 800.0, 850.0]
+    # Held longer than the others take: it starts when its hold ends, all free by then.
+    assert start_estimates(range(8), running, queue, not_before=[2000.0, 0.0, 0.0, 0.0]) == [2000.0, 0.0, 50.0, 700.0]
+    # A held job that can never start here holds no one up.
+    assert start_estimates(range(8), [], [Queued(16, 10.0), Queued(2, 10.0)], not_before=[5.0, 0.0]) == [None, 0.0]
+    with pytest.raises(ValueError, match="2 entries for 1 queued"):
+        start_estimates(range(8), [], [Queued(1, 10.0)], not_before=[0.0, 0.0])
+
+
 def add_cluster(store: Store) -> None:
     now = time.time()
     with store.session() as s:

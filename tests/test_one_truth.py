@@ -83,7 +83,8 @@ def test_a_gang_waiting_for_whole_gpus_is_never_estimated_now(env: Env) -> None:
     # Two halves must end: 100 s and 110 s at slowdown 1, progress 0.
     assert body["start_estimate_s"] == pytest.approx(110.0)
     assert body["start_estimate_basis"] == ("replaying the predicted ends of 4 running jobs on 4 usable GPUs, then "
-                                            "the queue in submission order (not topology, nor the policy's own order)")
+                                            "the queue in submission order (not the policy's own order, nor "
+                                            "topology beyond its holds)")
     ex = env.get(f"/jobs/{gang['id']}/explain").json
     assert ex["start_estimate_s"] == body["start_estimate_s"] and ex["start_estimate_basis"] == body[
         "start_estimate_basis"]

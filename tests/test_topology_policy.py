@@ -172,7 +172,7 @@ def test_a_gang_takes_whole_servers_in_another_rack_before_a_spread_in_one() -> 
     # Without two whole servers anywhere the gang waits (a day by default) rather than spread over three.
     busy = (0, 4, 8, 12, 16, 20)
     decisions = make_policy("topology").schedule(planner(c, busy=busy).view, [Job(1, gang(8), 100.0)], 0.0)
-    assert decisions[0] == Wait(1, decisions[0].reason) and "waits for 2 servers" in decisions[0].reason
+    assert decisions[0] == Wait(1, decisions[0].reason, 86400.0) and "waits for 2 servers" in decisions[0].reason
     assert WakeAt(86400.0) in decisions
 
 
@@ -190,6 +190,28 @@ def test_a_gpu_share_takes_a_gpu_of_its_own_while_one_is_free() -> None:
     full = planner(c, busy=tuple(range(1, 8))).view  # GPU 0 the only one left: shares pack there
     (only,) = make_policy("topology").schedule(full, [Job(1, small("quarter", 0.25), 100.0)], 0.0)
     assert isinstance(only, Place) and only.placement.gpus == (0,)
+
+
+def test_a_held_job_s_wait_says_until_when_the_hold_lasts() -> None:
+    """The `Wait` carries the hold's end, its submission plus the wait (the live controller stores it as the job's
+    `pending_until` and the start estimate counts the job as starting then); the WakeAt asks for the same time. The
+    priority rules' and a misfit's waits bound nothing."""
+    c = fabric(nodes=2, per_rack=2)
+    view = planner(c, busy=(0, 1, 4, 5)).view
+    view.now = 100.0
+    queue = [Job(1, small("three", 3, submit=50.0), 100.0), Job(2, small("five", 5, submit=60.0), 100.0)]
+    decisions = make_policy("topology:node_wait=600").schedule(view, queue, 100.0)
+    assert Wait(1, next(d.reason for d in decisions if isinstance(d, Wait) and d.job_id == 1), 650.0) in decisions
+    assert "starts spread in 9 min at the latest" in decisions[0].reason  # (hold end 650, now 100)
+    assert WakeAt(650.0) in decisions
+    misfit = next(d for d in decisions if isinstance(d, Wait) and d.job_id == 2)
+    assert misfit.until is None and misfit.reason.startswith("waiting for 5 GPUs"), "no bound: it does not fit"
+    (gang_wait,) = [d for d in make_policy("topology:gang_wait=1000").schedule(
+        planner(fabric(nodes=6, per_rack=3), busy=(0, 4, 8, 12, 16, 20)).view,
+        [Job(1, JobSpec(name="g8", submit_s=7.0, num_gpus=8, duration_s=100.0, model="MoE"), 100.0)], 0.0)
+        if isinstance(d, Wait)]
+    assert gang_wait.until == 1007.0, "a gang's hold: its submission plus gang_wait"
+    assert Wait(3, "x").until is None, "other policies' waits: no bound"
 
 
 def test_the_simulator_starts_a_held_job_when_its_wait_ends() -> None:

@@ -584,6 +584,10 @@ class JobSchema(Schema):
         "description": "succeeded jobs: wall time run over isolated duration"})
     run_s = fields.Float(metadata={"description": "wall seconds its workers ran, over finished runs"})
     pending_reason = fields.String(allow_none=True)
+    pending_until = fields.Float(allow_none=True, metadata={
+        "description": "pending jobs the policy holds for compact room although they fit now (topology): the latest "
+                       "time it holds them (seconds since the epoch), when they start spread if they must; null if "
+                       "the wait is not bounded so"})
     queue_position = fields.Integer(allow_none=True, metadata={
         "description": "pending jobs: place in the queue, 1 first, in submission order"})
     start_estimate_s = fields.Float(allow_none=True, metadata={
@@ -961,6 +965,9 @@ class ExplainSchema(Schema):
     state = fields.String()
     queue_position = fields.Integer(allow_none=True)
     pending_reason = fields.String(allow_none=True)
+    pending_until = fields.Float(allow_none=True, metadata={
+        "description": "the latest time the policy holds the job for its pending reason (seconds since the epoch; "
+                       "topology, for compact room), null if not bounded so"})
     start_estimate_s = fields.Float(allow_none=True, metadata={
         "description": "about how long until enough usable GPUs free up (see start_estimate_basis)"})
     start_estimate_basis = fields.String(allow_none=True, metadata={

@@ -51,10 +51,13 @@ class Preempt:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """The job stays queued; `reason` is what the dashboard shows as its pending reason."""
+    """The job stays queued; `reason` is what the dashboard shows as its pending reason. `until`: the latest time
+    (the simulator's or the controller's clock) the policy keeps it waiting for this reason, where it bounds the wait
+    (`topology` holding a job that fits now only spread: it starts then, spread if it must); None: no such bound."""
 
     job_id: int
     reason: str
+    until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

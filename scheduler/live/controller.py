@@ -224,8 +224,10 @@ class Controller:
         self._attempt: dict[int, int] = {}  # running job -> its current attempt
         self._started: dict[int, bool] = {}  # running job -> its workers have started
         self.slowdowns = SlowdownLedger()
-        self._reasons: dict[int, str] = {}  # pending job -> the reason last written to the store
-        self._unwritten: dict[int, str] = {}  # reasons set this pass, written at its end (`_write_reasons`)
+        # pending job -> the reason last written to the store, with the time the policy holds it until at the latest
+        # (a `Wait`'s `until`; None: not bounded, or not the policy's reason), stored beside it as `pending_until`
+        self._reasons: dict[int, tuple[str, float | None]] = {}
+        self._unwritten: dict[int, tuple[str, float | None]] = {}  # set this pass, written at its end (`_write_reasons`)
         self._policy_said: set[int] = set()  # pending jobs the policy gave a reason for since the last explanation
         self._reasons_key: tuple[object, ...] = ()
         # Pending jobs whose reason is what the cluster lacks for them, computed on the capacity `_capacity_key` says.
@@ -1005,6 +1007,7 @@ class Controller:
                 row = s.get(JobRow, job.id)
                 if row is not None and row.state == S.PENDING:
                     row.state, row.finished_at, row.error, row.pending_reason = S.CANCELLED, now, ready.why, None
+                    row.pending_until = None
                     queries.add_event(s, job.id, "cancelled", f"cancelled: {ready.why}", at=now)
                 self.pending.pop(job.id, None)
                 self._reasons.pop(job.id, None)
@@ -1053,11 +1056,11 @@ class Controller:
         with `data`."""
         self._end_run(s, row, now)
         row.state, row.queued_since = S.PENDING, now
-        row.pending_reason = why
+        row.pending_reason, row.pending_until = why, None
         queries.add_event(s, row.id, event, message or why, at=now, attempt=row.attempt, **data)
         self.pending[row.id] = self._job(row)
         self._sort_pending()
-        self._reasons[row.id] = why
+        self._reasons[row.id] = (why, None)
 
     # ---- deciding ------------------------------------------------------------------------------------------------
 
@@ -1125,8 +1128,9 @@ class Controller:
             waits = [d for d in decisions if type(d) is Wait and d.job_id in self.pending]
             reasons, unwritten = self._reasons, self._unwritten  # `_set_reason`, inlined: a thousand a pass
             for d in waits:
-                if reasons.get(d.job_id) != d.reason:
-                    reasons[d.job_id] = unwritten[d.job_id] = d.reason
+                said = (d.reason, d.until)
+                if reasons.get(d.job_id) != said:
+                    reasons[d.job_id] = unwritten[d.job_id] = said
             self._policy_said.update(d.job_id for d in waits)
             if waits:
                 metrics.DECISIONS.labels("wait").inc(len(waits))
@@ -1141,18 +1145,20 @@ class Controller:
         return acted
 
     def _set_reason(self, job_id: int, reason: str) -> None:
-        if self._reasons.get(job_id) != reason:
-            self._reasons[job_id] = reason
-            self._unwritten[job_id] = reason
+        """A reason that is not the policy's `Wait`: it bounds no wait (`pending_until` is cleared with it)."""
+        if self._reasons.get(job_id) != (reason, None):
+            self._reasons[job_id] = self._unwritten[job_id] = (reason, None)
 
     def _write_reasons(self, s: Session) -> None:
-        """The reasons that changed this pass, in one statement (a thousand jobs' reasons change at once when the
-        cluster does), for the jobs still pending."""
-        rows = [{"job": i, "why": why} for i, why in self._unwritten.items() if i in self.pending]
+        """The reasons that changed this pass, each with its `pending_until`, in one statement (a thousand jobs'
+        reasons change at once when the cluster does), for the jobs still pending."""
+        rows = [{"job": i, "why": why, "until": until} for i, (why, until) in self._unwritten.items()
+                if i in self.pending]
         self._unwritten.clear()
         if rows:  # Core's executemany: the ORM's bulk update costs a millisecond more for the usual one or two rows
             jobs = cast(Table, JobRow.__table__)  # declared a FromClause; a mapped class's table is a Table
-            s.execute(update(jobs).where(jobs.c.id == bindparam("job")).values(pending_reason=bindparam("why")), rows)
+            s.execute(update(jobs).where(jobs.c.id == bindparam("job")).values(
+                pending_reason=bindparam("why"), pending_until=bindparam("until")), rows)
 
     def _explain_waits(self) -> None:
         """Give every job still pending a reason: the policy's own words where it said why (a `Wait`), else what the
@@ -1198,8 +1204,8 @@ class Controller:
         # The API may have cancelled it a moment ago: the conditional update decides, atomically.
         moved = cast("CursorResult[Any]", s.execute(update(JobRow).where(  # an UPDATE's result counts its rows
             JobRow.id == d.job_id, JobRow.state == S.PENDING).values(
-            state=S.RUNNING, attempt=attempt, pending_reason=None, not_before=None, predicted_slowdown=predicted.slowdown,
-            started_at=None))).rowcount
+            state=S.RUNNING, attempt=attempt, pending_reason=None, pending_until=None, not_before=None,
+            predicted_slowdown=predicted.slowdown, started_at=None))).rowcount
         del self.pending[d.job_id]
         self._reasons.pop(d.job_id, None)
         if not moved:

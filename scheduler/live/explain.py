@@ -10,13 +10,16 @@ Two pieces, both cheap enough to run on every controller pass or API request:
   nodes alive and not drained, GPUs not faulted), with the rules of `capacity_reason` (a gang needs whole free GPUs
   with the memory its model needs; a share needs that share free on one GPU) and each team's ceiling (quota plus
   borrowing limit). A job that does not fit now is never estimated "now": it waits at least for the earliest predicted
-  end, and a run past its predicted end counts as ending within `OVERDUE_FLOOR_S`, not at once. It ignores topology,
-  the reservations of teams under their quota and the policy's own order, so it is an estimate to show as "about",
-  not a promise, and says how it was made (`Estimates.basis`). A job holding a reservation (`corral serve
-  --reserve-share/--reserve-after`, `scheduler.core.reservations`) goes first, as the controller lets it; a run ends
-  by its time limit at the latest, so the holder starts by its reservation's start (when the GPUs it needs free by
-  the running jobs' time limits), which the basis says; `POST /api/v1/whatif` runs the full simulator when that
-  matters. It is computed from the store on every request, so it follows the cluster as it changes.
+  end, and a run past its predicted end counts as ending within `OVERDUE_FLOOR_S`, not at once. Of topology it knows
+  only the holds: a job the policy holds for compact room although it fits now (a `Wait` with an `until`, stored as
+  the job's `pending_until`) is counted as starting when its hold ends, at the latest, and the jobs behind it start
+  meanwhile; which GPUs are compact, the reservations of teams under their quota and the policy's own order it
+  ignores, so it is an estimate to show as "about", not a promise, and says how it was made (`Estimates.basis`). A
+  job holding a reservation (`corral serve --reserve-share/--reserve-after`, `scheduler.core.reservations`) goes
+  first, as the controller lets it; a run ends by its time limit at the latest, so the holder starts by its
+  reservation's start (when the GPUs it needs free by the running jobs' time limits), which the basis says;
+  `POST /api/v1/whatif` runs the full simulator when that matters. It is computed from the store on every request,
+  so it follows the cluster as it changes.
 
 And what a job's page shows besides: what a job's progress is where it is known (`known_progress`), and where a job
 that holds no GPU now last ran and why it stopped (`last_placement`).
@@ -134,33 +137,56 @@ class _Replay:
 
 def start_estimates(usable: Iterable[int], running: Sequence[Running], queue: Sequence[Queued], *,
                     gpu_mem: Mapping[int, float] | None = None,
-                    ceilings: Mapping[str, float] | None = None) -> list[float | None]:
+                    ceilings: Mapping[str, float] | None = None,
+                    not_before: Sequence[float] | None = None) -> list[float | None]:
     """Seconds until each job of `queue` may start, the queue taken in order (no one overtakes), on the `usable`
     GPUs: entry i is None if job i can never start (more GPUs than are usable, or nothing running would free enough).
-    A job that does not fit now gets at least the earliest predicted end among the running jobs: never 0."""
+    A job that does not fit now gets at least the earliest predicted end among the running jobs: never 0.
+
+    `not_before[i]` (seconds from now; 0: none) holds job i back until then, as the policy holds a job for compact
+    room (`topology`: it starts spread when its hold ends, at the latest): it takes no GPUs before, and the jobs behind
+    it are replayed meanwhile as if it were not there (the policy lets them start); from then on it is back in its
+    place in the queue, ahead of the jobs behind it that have not started."""
     usable = sorted(set(usable))
     mem = gpu_mem or {}
+    if not_before is not None and len(not_before) != len(queue):
+        raise ValueError(f"not_before has {len(not_before)} entries for {len(queue)} queued jobs")
     r = _Replay({g: 1.0 for g in usable}, mem, ceilings or {})
     for held in running:
         r.hold(held.seconds, held.gpus, held.team, sum(held.gpus.values()))
-    now = 0.0
-    out: list[float | None] = []
-    for job in queue:
+    out: list[float | None] = [None] * len(queue)
+    waiting: list[int] = []  # jobs free to start, by their place in the queue (a heap: the first goes first)
+    holds: list[tuple[float, int]] = []  # jobs held back: (until, place in the queue)
+    for i, job in enumerate(queue):
         possible = [g for g in usable if mem.get(g, math.inf) >= job.mem_gb]
         if (len(possible) < job.gpus - EPS if job.gpus >= 1 else not possible) or \
                 job.gpus > r.ceilings.get(job.team, math.inf) + EPS:
-            out.append(None)
-            continue  # it can never start here; it does not hold anyone up
-        got = r.take(job)
-        while got is None and r.ends:
-            now = max(now, r.release())
+            continue  # it can never start here (None); it does not hold anyone up
+        until = not_before[i] if not_before is not None else 0.0
+        if until > 0:
+            holds.append((until, i))
+        else:
+            waiting.append(i)  # in order: already a heap
+    heapq.heapify(holds)
+    now = 0.0
+    while waiting or holds:
+        while holds and holds[0][0] <= now:  # a hold ended: the job is back in its place in the queue
+            heapq.heappush(waiting, heapq.heappop(holds)[1])
+        if waiting:
+            job = queue[waiting[0]]
             got = r.take(job)
-        if got is None:  # nothing will free enough: neither this job nor any behind it starts
-            out.extend([None] * (len(queue) - len(out)))
-            return out
-        out.append(now)
-        if job.seconds > 0:
-            r.hold(now + job.seconds, got, job.team, job.gpus)
+            if got is not None:
+                out[heapq.heappop(waiting)] = now
+                if job.seconds > 0:
+                    r.hold(now + job.seconds, got, job.team, job.gpus)
+                continue
+        # The first job free to start does not fit now (or none is free to): on to the next hold's end or run's end.
+        if holds and (not r.ends or holds[0][0] <= r.ends[0][0]):
+            now = max(now, holds[0][0])
+        elif r.ends:
+            now = max(now, r.release())
+        else:  # nothing will free enough: neither the first waiting job nor any behind it starts (None)
+            break
     return out
 
 
@@ -208,8 +234,9 @@ def _count(n: int, what: str) -> str:
 def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
     """`start_estimates` over the store as it is now: the usable GPUs, the running jobs' open allocations and
     predicted ends, the pending jobs in queue order (submission order, `queries.queue_positions`, but the holder of a
-    reservation first), the teams' ceilings. Runs end by their time limits at the latest, so the holder's estimate is
-    never later than its reservation's start (`reservation_wait_s`), which the basis gives."""
+    reservation first), the teams' ceilings, and the holds the policy bounds (`pending_until`, a `Wait`'s `until`:
+    such a job takes its GPUs when its hold ends). Runs end by their time limits at the latest, so the holder's
+    estimate is never later than its reservation's start (`reservation_wait_s`), which the basis gives."""
     now = time.time() if now is None else now
     nodes = q.nodes_with_gpus(s)
     usability = gpu_usability(nodes, now)
@@ -235,8 +262,11 @@ def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
         running.append(Running(held, left, row.team))
     queued = [Queued(j.num_gpus, j.duration_s, j.team, profiles[j.model].mem_gb if j.model in profiles else 0.0)
               for j in queue]
+    # A job the policy holds (`pending_until`: topology, waiting for compact room while it fits now only spread)
+    # starts when its hold ends at the latest: the replay gives it its GPUs then, and lets the jobs behind it start.
+    holds = [j.pending_until - now if j.pending_until is not None and j.pending_until > now else 0.0 for j in queue]
     starts = dict(zip((j.id for j in queue), start_estimates(usable, running, queued, gpu_mem=gpu_mem,
-                                                             ceilings=ceilings), strict=True))
+                                                             ceilings=ceilings, not_before=holds), strict=True))
     limited = " (no later than their time limits)" if any(math.isfinite(_run_end(r)) for r in rows) else ""
     basis = (f"replaying the predicted ends of {_count(len(running), 'running job')}{limited} on "
              f"{_count(len(usable), 'usable GPU')}")
@@ -251,7 +281,12 @@ def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
     if holder is not None:
         by_limits = reservation_wait_s(holder, queued[0].mem_gb, usable, gpu_mem, rows, allocs, now)
         basis += f" with {_holder_words(holder, by_limits)}"
-    basis += " (not topology, nor the policy's own order)"
+    holding = sum(t > 0 for t in holds)
+    if holding:
+        its, it = ("its", "it") if holding == 1 else ("their", "them")
+        basis += (f"; {_count(holding, 'job')} the policy holds for compact room counted as starting when {its} hold "
+                  f"ends (at the latest), the jobs behind {it} starting meanwhile")
+    basis += " (not the policy's own order, nor topology beyond its holds)"
     return Estimates({j.id: starts[j.id] for j in queue}, basis)
 
 

@@ -67,12 +67,17 @@ def trade_words(chosen: dict[str, Any], cands: list[dict[str, Any]]) -> str:
     return f"it chose slowdown {fig(chosen)}, over {fig(own)} on {own.get('where') or own['gpus']}"
 
 
-def start_words(estimate: float | None) -> str:
-    """A pending job's start estimate as the summary says it."""
+def start_words(estimate: float | None, hold_s: float | None = None) -> str:
+    """A pending job's start estimate as the summary says it; `hold_s`: the seconds left of the policy's hold on it
+    (its `pending_until`), where the policy holds it for compact room (the estimate counts it as starting then)."""
     if estimate is None:
         return "no start estimate: nothing running is predicted to free enough usable GPUs"
     if estimate <= 0:
         return "it fits the free usable GPUs now"
+    if hold_s is not None and hold_s > 0:
+        if estimate <= hold_s + 1.0:  # (the two read the clock a moment apart)
+            return f"about {duration_text(estimate)} until its hold ends, when it starts at the latest"
+        return f"about {duration_text(estimate)} until enough GPUs free up after its hold ends"
     return f"about {duration_text(estimate)} until enough GPUs free up"
 
 
@@ -88,7 +93,8 @@ def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, es
              placement: dict[str, Any] | None, last: dict[str, Any] | None = None) -> str:
     if job.state == JobState.PENDING:
         where = f"#{position} in the queue" if position else "queued"
-        return (f"{where}: {job.pending_reason or 'waiting for the controller'}; {start_words(estimate)}"
+        hold_s = job.pending_until - time.time() if job.pending_until is not None else None
+        return (f"{where}: {job.pending_reason or 'waiting for the controller'}; {start_words(estimate, hold_s)}"
                 + _last_words(last))
     if decision is None:
         return f"{job.state}; no placement was recorded" + _last_words(last)
@@ -152,6 +158,7 @@ def explain_job(s: Session, job: Job) -> dict[str, Any]:
     return {
         "job_id": job.id, "name": job.name, "state": job.state, "queue_position": position,
         "pending_reason": job.pending_reason if pending else None,
+        "pending_until": job.pending_until if pending else None,
         "start_estimate_s": estimate,
         "start_estimate_basis": estimates.basis if estimates is not None else None,
         "placement": placement, "last_placement": last, "observed_slowdown": job.observed_slowdown,

@@ -52,8 +52,8 @@ JOB_COLUMNS = (
     "client_token", "restart_policy", "max_restarts", "max_retries", "retry_on", "retry_backoff_s", "retries",
     "not_before", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
-    "predicted_slowdown", "predicted_slowdown_avg", "observed_slowdown", "run_s", "pending_reason", "exit_code",
-    "error",
+    "predicted_slowdown", "predicted_slowdown_avg", "observed_slowdown", "run_s", "pending_reason", "pending_until",
+    "exit_code", "error",
 )
 RECENT_DECISIONS = 10
 RANK_LOG = re.compile(r"rank-(\d+)\.log")

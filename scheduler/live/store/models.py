@@ -133,6 +133,9 @@ class Job(Base):
     predicted_slowdown_avg: Mapped[float | None]
     observed_slowdown: Mapped[float | None]
     pending_reason: Mapped[str | None] = mapped_column(Text)
+    # The latest time the policy keeps the job waiting for its pending reason (a `Wait`'s `until`: `topology` holding
+    # it for compact room); None: no such bound. Written and cleared with the reason; the start estimate reads it.
+    pending_until: Mapped[float | None]
     exit_code: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
 

@@ -240,7 +240,8 @@ def cancel(s: Session, job: Job) -> Job:
     now = time.time()
     done = cast("CursorResult[Any]", s.execute(  # an UPDATE's result is a cursor's, which counts the rows
         update(Job).where(Job.id == job.id, Job.state == JobState.PENDING)
-        .values(state=JobState.CANCELLED, finished_at=now, cancel_requested=True, pending_reason=None)
+        .values(state=JobState.CANCELLED, finished_at=now, cancel_requested=True, pending_reason=None,
+                pending_until=None)
     )).rowcount
     if done:
         add_event(s, job.id, "cancelled", "cancelled while pending", at=now)
