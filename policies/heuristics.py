@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from policies.compactness import GANG_WAIT_S, NODE_WAIT_S, CompactnessWait, fewest_servers, lowest_preemptible, servers
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from scheduler.core.decisions import Decision, Place, Wait, WakeAt
@@ -121,39 +122,41 @@ class Consolidate(QueuePolicy):
     name = "consolidate"
 
 
-NODE_WAIT_S = 3600.0  # topology: how long a job one server holds waits for one server
-GANG_WAIT_S = 86400.0  # topology: how long a gang larger than a server waits for the fewest servers
-
-
 @register
 class Topology(QueuePolicy):
     """Topology-aware best fit (Slurm's topology/block, Kueue's TAS, KAI's and Volcano's topology-aware scheduling):
     arrival order with backfill; a gang on as few racks, then pods, then nodes as it fits, rail-aligned.
 
-    Compactness is required for a bounded time, as Slurm's `--switches=N@max-time` and Kueue's required topology
-    ask it: a job that one server can hold waits up to `node_wait_s` from its submission for one server, and a larger
-    gang up to `gang_wait_s` for the fewest servers it fits on (whole ones), rather than start spread over the
-    fragments free now; the jobs behind it start meanwhile. A spread gang shares NICs and rack uplinks with others for
-    its whole run, and its ring runs at the pace of its most crowded link. A job that outranks a running preemptible
-    job is never held (the priority rules would preempt for it). A GPU share takes a GPU of its own while one is free
-    (MPS tenants slow each other), and packs onto the fullest GPU that holds it only when none is.
+    Compactness is required for a bounded time (`policies.compactness`, the rule the `rl:` frame shares): a job that
+    one server can hold waits up to `node_wait_s` from its submission for one server, and a larger gang up to
+    `gang_wait_s` for the fewest servers it fits on (whole ones), rather than start spread over the fragments free
+    now; the jobs behind it start meanwhile. A job that outranks a running preemptible job is never held. A GPU share
+    takes a GPU of its own while one is free (MPS tenants slow each other), and packs onto the fullest GPU that holds
+    it only when none is.
     """
 
     name = "topology"
 
     def __init__(self, seed: int = 0, node_wait_s: float = NODE_WAIT_S, gang_wait_s: float = GANG_WAIT_S) -> None:
         super().__init__(seed)
-        self.node_wait_s = node_wait_s
-        self.gang_wait_s = gang_wait_s
+        self.waits = CompactnessWait(node_wait_s, gang_wait_s)
         self._lowest: tuple[Planner, float] | None = None  # this call's lowest priority a running job may be preempted at
+
+    @property
+    def node_wait_s(self) -> float:
+        return self.waits.node_wait_s
+
+    @property
+    def gang_wait_s(self) -> float:
+        return self.waits.gang_wait_s
 
     def place(self, planner: Planner, job: Job) -> Placement | None:
         spec = job.spec
         if spec.num_gpus < 1:
             return planner.empty_gpu_share(spec) or planner.packed_share(spec)
         placement = planner.topology_fit(spec)
-        fewest = _fewest_servers(planner, spec)
-        if placement is not None and fewest > 1 and _servers(planner, placement) > fewest:
+        fewest = fewest_servers(planner.cluster, spec)
+        if placement is not None and fewest > 1 and servers(planner.cluster, placement) > fewest:
             # Fewest racks came first and spread it over more servers than it needs: whole servers in more racks
             # instead, where there are enough (a spread shares NICs and uplinks, and the hold would refuse it). A job
             # one server holds is spread only when no server has room, and whole servers cannot help it.
@@ -162,41 +165,26 @@ class Topology(QueuePolicy):
 
     def hold(self, planner: Planner, job: Job, placement: Placement) -> tuple[str, float] | None:
         spec = job.spec
-        if spec.num_gpus < 1:
+        if self.waits.compact(planner.cluster, spec, placement):
             return None
-        servers, fewest = _servers(planner, placement), _fewest_servers(planner, spec)
-        if servers <= fewest or spec.priority > self._lowest_preemptible(planner):
-            # A job the priority rules would preempt for, were there no room, does not wait for better room either:
-            # high-priority jobs wait as on an empty cluster (scheduler.core.priorities).
+        until = self.waits.until(planner.view, spec, self._lowest_preemptible(planner))
+        if until is None:
             return None
-        one = fewest == 1
-        until = spec.submit_s + (self.node_wait_s if one else self.gang_wait_s)
-        now = planner.view.now
-        if now >= until:
-            return None
-        what = "one server" if one else f"{fewest} servers"
-        why = (f"waits for {what} to hold its {spec.workers} GPUs (now they would span {servers} servers, sharing "
-               f"their NICs and uplinks); starts spread in {duration_words(until - now)} at the latest")
+        fewest, spans = fewest_servers(planner.cluster, spec), servers(planner.cluster, placement)
+        what = "one server" if fewest == 1 else f"{fewest} servers"
+        why = (f"waits for {what} to hold its {spec.workers} GPUs (now they would span {spans} servers, sharing their "
+               f"NICs and uplinks); starts spread in {duration_words(until - planner.view.now)} at the latest")
         return why, until
 
     def _lowest_preemptible(self, planner: Planner) -> float:
         if self._lowest is None or self._lowest[0] is not planner:  # one planner per scheduling call
-            running = planner.view.running.values()
-            self._lowest = planner, min((j.spec.priority for j in running if j.spec.preemptible), default=math.inf)
+            self._lowest = planner, lowest_preemptible(planner.view)
         return self._lowest[1]
 
     def reason(self, planner: Planner, job: Job, placement: Placement) -> str:
         # What spanning costs, as the model predicts it with the jobs running now (this call's earlier placements
         # are not in the model yet: the words can only understate).
         return planner.view.fabric_words(job.spec, placement)
-
-
-def _servers(planner: Planner, placement: Placement) -> int:
-    return len({int(n) for n in planner.cluster.gpu_node[list(placement.gpus)]})
-
-
-def _fewest_servers(planner: Planner, spec: JobSpec) -> int:
-    return -(-spec.workers // int(planner.cluster.max_gpus_per_node))
 
 
 def make_topology(arg: str, seed: int = 0) -> Topology:

@@ -25,6 +25,7 @@ from policies.rl_encoding import (
     DecisionPoint,
     decision_point,
     next_demotion,
+    next_wait_end,
 )
 from policies.trained import AgentFormat, load, safe_objects
 from scheduler.core.decisions import Candidate, Decision, Deliberation, Place, WakeAt
@@ -122,9 +123,12 @@ class RLPolicy:
                         return decisions
                     return self._with_candidates(view, slot.job, slot.candidates, decisions)
                 self._waited = (now, len(view.running))
-        # Someone waits: look again when a running job drops to a lower queue and may be preempted.
-        wake = next_demotion(view, now) if queue else None
-        return [WakeAt(wake)] if wake is not None else []
+        # Someone waits: look again when a running job drops to a lower queue and may be preempted, or when a job's
+        # wait for compact room ends and it may start spread.
+        if not queue:
+            return []
+        wakes = [t for t in (next_demotion(view, now), next_wait_end(view, queue, now)) if t is not None]
+        return [WakeAt(min(wakes))] if wakes else []
 
     @staticmethod
     def _with_candidates(view: ClusterView, job: Job, cands: list[Placement], decisions: list[Decision]) -> list[Decision]:

@@ -56,6 +56,15 @@ Observation (`OBS_SIZE` floats in [`OBS_LOW`, `OBS_HIGH`], independent of the cl
 Fabric: on a cluster without one (`Cluster.fabric` None: one aggregate uplink per rack) every fabric feature is 0, so
 such a cluster encodes as under encoding 6 with zeros inserted, and on a one-NIC server the NIC load is that NIC's.
 
+Compactness waits, on a fabric only (`policies.compactness`, the rule `topology` follows): a whole-GPU job waits a
+bounded time from its submission (an hour for one server, a day for a larger gang's fewest servers) for room on the
+fewest servers. While it waits it is offered only placements on them (a gang larger than a server also whole servers in
+as few racks as they allow, as `topology` places it); where it could start spread it is not offered and nobody is
+preempted for it; where it fits nowhere, a preemption slot offers it only victims that free the fewest servers (the
+victim search's test of each set, `CompactnessWait.room`, then its placements on them). The policy asks to be woken
+when such a wait ends. The rule adds no feature and changes nothing without a fabric: agents of this version act
+under it as they are (the shipped one was trained before it and measured with it, agents/zoo/README.md).
+
 Teams: inside the tenancy frame (`scheduler.core.tenancy`) the frame hands its policy each team's standing on the
 view (`ClusterView.tenancy`) while it asks. Without teams it is None and every team feature is 0: what one team
 owning the whole cluster would see (nothing borrowed or lent, one team with demand, every job offered within its
@@ -79,6 +88,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from policies.compactness import CompactnessWait, lowest_preemptible
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
@@ -122,6 +132,7 @@ PREEMPT_LADDERS: dict[str, tuple[float, ...] | str] = {
 # find victims the ones ahead did not.
 PREEMPT_SCAN = 32
 TOLERANCE = 1e-6  # predictions closer than this are ties for dominance
+COMPACTNESS = CompactnessWait()  # `topology`'s default waits for the fewest servers
 
 
 @dataclass(frozen=True)
@@ -507,8 +518,21 @@ class _Frame:
         self._by_ladder: dict[tuple[float, ...] | str, tuple[np.ndarray, np.ndarray]] = {}  # levels, order
         # Smallest demand that found no victims, per ladder, queue and (inside the tenancy frame) which victims the
         # job may take (`_may_take`).
-        self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool], int], float] = {}
+        self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool], int, bool], float] = {}
         self.scanned = 0  # preemption attempts at this decision point (bounded by PREEMPT_SCAN per order)
+        self._lowest: float | None = None  # the lowest priority a running job may be preempted at (`compactness`)
+        # Jobs waiting for compact room (`policies.compactness`) with free GPUs enough to start spread: offered only
+        # placements on the fewest servers, and not preempted for.
+        self.held: set[int] = set()
+
+    def _waits_until(self, spec: JobSpec) -> float | None:
+        """When `spec`'s compactness wait ends if it waits now (`policies.compactness`), else None. Only on a fabric
+        (`Cluster.fabric`), whose tiers the model prices a spread by: elsewhere the frame is encoding 7's as it was."""
+        if spec.num_gpus < 1 or self.view.cluster.fabric is None:
+            return None
+        if self._lowest is None:
+            self._lowest = lowest_preemptible(self.view)
+        return COMPACTNESS.until(self.view, spec, self._lowest)
 
     def _scored(self, spec: JobSpec, cands: list[Placement], victims: list[Job]) -> Choice:
         # The prediction counts the victims' contention still (the view does not know they would leave), which
@@ -521,7 +545,14 @@ class _Frame:
         """The job's non-dominated candidate placements on free capacity (`chosen` makes them a Choice), or None if
         it fits nowhere now."""
         spec = job.spec
-        cands = self.planner.candidates(spec) if self.planner.may_fit(spec) else []
+        if not self.planner.may_fit(spec):
+            return None
+        if self._waits_until(spec) is not None:
+            cands = COMPACTNESS.candidates(self.planner, spec)
+            if not cands and self.planner.fits_once_freed(spec, ()):
+                self.held.add(job.id)  # it could start spread: it waits for the fewest servers instead
+        else:
+            cands = self.planner.candidates(spec)
         # Predicted only if the job heads an order: the preemption orders ask whether each job they pass fits, and
         # on a cluster with room for many, predicting all of their candidates was most of the slowest decisions.
         return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands]) if cands else None
@@ -589,8 +620,9 @@ class _Frame:
             frame_take = may_take
             may_take = (lambda v: may_preempt(v.spec, spec, equals=True)) if frame_take is None else (
                 lambda v: may_preempt(v.spec, spec, equals=True) and frame_take(v))
-        key = (ladder, level, whose, spec.priority)
-        if not self.preempt or spec.num_gpus >= self._no_victims_from.get(key, math.inf):
+        waits = self._waits_until(spec) is not None
+        key = (ladder, level, whose, spec.priority, waits)
+        if not self.preempt or job.id in self.held or spec.num_gpus >= self._no_victims_from.get(key, math.inf):
             return None
         levels, order = self._ranked(ladder)
         count = int(np.count_nonzero(levels > level))
@@ -598,8 +630,10 @@ class _Frame:
         # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands (it reads
         # on only when those would free more GPUs than the job lacks).
         ranked = (running[k] for k in order[:count])
+        # Waiting for compact room, victims make room only where they free the fewest servers.
+        fits = (lambda vs: COMPACTNESS.room(planner, spec, vs)) if waits else None
         victims = pick_victims(view, planner, spec, filter(may_take, ranked) if may_take else ranked,
-                               self.queue) if count else []
+                               self.queue, fits) if count else []
         if not victims:
             # Within a level (and a set of teams it may take from) victims are the same set, so a larger demand finds
             # none either.
@@ -607,7 +641,8 @@ class _Frame:
             return None
         for v in victims:
             planner.give_back(v)
-        cands = planner.candidates(spec)
+        # Waiting for compact room, it is offered only the fewest servers, freed or not.
+        cands = COMPACTNESS.candidates(planner, spec) if waits else planner.candidates(spec)
         for v in victims:  # the planner stays as it is now: other jobs' candidates must not count these GPUs
             planner.take(v.spec, view.placement(v.id))
         return self._scored(spec, cands, victims) if cands else None  # none: fragmentation, preempting won't help
@@ -776,6 +811,17 @@ def decision_point(
     # an agent that may idle GPUs can starve the cluster), nor on an idle cluster, where nothing would ever change.
     mask[WAIT] = bool(view.running) and all(slot is None or slot.victims for slot in slots)
     return DecisionPoint(slots, obs, mask, jobs)
+
+
+def next_wait_end(view: ClusterView, queue: Collection[Job], now: float) -> float | None:
+    """When the next compactness wait (`policies.compactness`) of a pending job that has free GPUs enough to start
+    spread ends: from then it may, a wake-up time. (A job without them starts only once a run ends, which wakes the
+    policy anyway.)"""
+    c, free = view.cluster, view.free_whole
+    if c.fabric is None:
+        return None
+    ends = (COMPACTNESS.end(c, j.spec) for j in queue if 1 <= j.spec.num_gpus <= free)
+    return min((e for e in ends if e is not None and e > now), default=None)
 
 
 def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = FINE_THRESHOLDS) -> float | None:

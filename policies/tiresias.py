@@ -261,20 +261,20 @@ def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRES
 
 
 def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job],
-                 others: Iterable[Job] = ()) -> list[Job]:
+                 others: Iterable[Job] = (), fits: Callable[[list[Job]], bool] | None = None) -> list[Job]:
     """Which of `victims` (the policy's order of preference, lowest priority first) to preempt so that `spec` fits,
     by the rule of `scheduler.core.victims`: the first ones in order that make room, unless they free more than the
     job lacks where it would start (a 16-GPU job for a 2-GPU one) and the `others` pending (read only then, and
     never counting `spec`'s own job) would not take the surplus; then the set that frees the fewest GPUs. Room is
     counted on each node that can hold the whole gang when one can (so no GPUs are freed where they cannot help),
     else over the cluster; for a GPU share, on each GPU. Every set returned fits (`Planner.best_fit`); empty if none
-    does."""
+    does; `fits` replaces that test where the job may start only on some placements (`policies.compactness`)."""
     lacking, gains = _room_model(view, planner, spec)
     if not lacking:
         return []
     offers = (Offer(v, gains(view.placement(v.id)), v.spec.gpu_demand) for v in victims)
     takers = pending_takers(j.spec.gpu_demand for j in others if j.spec is not spec)
-    return choose_victims(offers, lacking, _fits(planner, spec), takers)
+    return choose_victims(offers, lacking, fits or _fits(planner, spec), takers)
 
 
 def _room_model(
