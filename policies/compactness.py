@@ -25,6 +25,7 @@ import numpy as np
 
 from policies.placement import Planner
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
+from scheduler.core.reservations import duration_words
 from scheduler.core.state import ClusterView
 
 NODE_WAIT_S = 3600.0  # how long a job one server holds waits for one server
@@ -80,6 +81,16 @@ class CompactnessWait:
         free = planner.free_once_freed(spec, victims)
         top = np.partition(free, len(free) - k)[len(free) - k:] if k < len(free) else free
         return int(top.sum()) >= spec.workers
+
+    @staticmethod
+    def words(cluster: Cluster, spec: JobSpec, until: float, now: float, spans: int | None = None) -> str:
+        """A held job's pending reason: what it waits for, and until when (`spans`: the servers it would span now,
+        where known)."""
+        fewest = fewest_servers(cluster, spec)
+        what = "one server" if fewest == 1 else f"{fewest} servers"
+        now_words = f"now they would span {spans} servers" if spans is not None else "now they would span more"
+        return (f"waits for {what} to hold its {spec.workers} GPUs ({now_words}, sharing their NICs and uplinks); "
+                f"starts spread in {duration_words(until - now)} at the latest")
 
     def candidates(self, planner: Planner, spec: JobSpec) -> list[Placement]:
         """`Planner.candidates` on the fewest servers, with a gang larger than a server on whole servers in as few

@@ -16,7 +16,6 @@ from policies.placement import Planner
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from scheduler.core.decisions import Decision, Place, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
-from scheduler.core.reservations import duration_words
 from scheduler.core.state import ClusterView
 
 
@@ -170,11 +169,8 @@ class Topology(QueuePolicy):
         until = self.waits.until(planner.view, spec, self._lowest_preemptible(planner))
         if until is None:
             return None
-        fewest, spans = fewest_servers(planner.cluster, spec), servers(planner.cluster, placement)
-        what = "one server" if fewest == 1 else f"{fewest} servers"
-        why = (f"waits for {what} to hold its {spec.workers} GPUs (now they would span {spans} servers, sharing their "
-               f"NICs and uplinks); starts spread in {duration_words(until - planner.view.now)} at the latest")
-        return why, until
+        spans = servers(planner.cluster, placement)
+        return self.waits.words(planner.cluster, spec, until, planner.view.now, spans), until
 
     def _lowest_preemptible(self, planner: Planner) -> float:
         if self._lowest is None or self._lowest[0] is not planner:  # one planner per scheduling call

@@ -18,6 +18,7 @@ import numpy as np
 from policies.gittins import SizeDistribution, default_sizes
 from policies.registry import register_prefix
 from policies.rl_encoding import (
+    COMPACTNESS,
     ENCODING_VERSION,
     MAX_CANDIDATES,
     N_ACTIONS,
@@ -28,7 +29,7 @@ from policies.rl_encoding import (
     next_wait_end,
 )
 from policies.trained import AgentFormat, load, safe_objects
-from scheduler.core.decisions import Candidate, Decision, Deliberation, Place, WakeAt
+from scheduler.core.decisions import Candidate, Decision, Deliberation, Place, Wait, WakeAt
 from scheduler.core.model import Job, Placement
 from scheduler.core.runner import answered
 from scheduler.core.state import ClusterView
@@ -108,8 +109,9 @@ class RLPolicy:
         (`scheduler.core.runner`)."""
         # After a wait, nothing more starts until something changes (the clock moves or a job leaves), as in the
         # environment. Inside the tenancy frame a wait holds for the swaps it offers next at this instant too.
+        held: dict[int, float] = {}  # jobs the frame holds for compact room, and until when
         if self._waited != (now, len(view.running)):
-            point = decision_point(view, queue, now, self.sizes)
+            point = decision_point(view, queue, now, self.sizes, held=held)
             if point is not None:
                 action = yield point
                 chosen = point.choice(action)
@@ -127,8 +129,12 @@ class RLPolicy:
         # wait for compact room ends and it may start spread.
         if not queue:
             return []
+        c = view.cluster
+        specs = {j.id: j.spec for j in queue} if held else {}
+        said: list[Decision] = [Wait(i, COMPACTNESS.words(c, specs[i], until, now), until)
+                                for i, until in held.items() if i in specs]
         wakes = [t for t in (next_demotion(view, now), next_wait_end(view, queue, now)) if t is not None]
-        return [WakeAt(min(wakes))] if wakes else []
+        return said + [WakeAt(min(wakes))] if wakes else said
 
     @staticmethod
     def _with_candidates(view: ClusterView, job: Job, cands: list[Placement], decisions: list[Decision]) -> list[Decision]:

@@ -521,9 +521,9 @@ class _Frame:
         self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool], int, bool], float] = {}
         self.scanned = 0  # preemption attempts at this decision point (bounded by PREEMPT_SCAN per order)
         self._lowest: float | None = None  # the lowest priority a running job may be preempted at (`compactness`)
-        # Jobs waiting for compact room (`policies.compactness`) with free GPUs enough to start spread: offered only
-        # placements on the fewest servers, and not preempted for.
-        self.held: set[int] = set()
+        # Jobs waiting for compact room (`policies.compactness`) with free GPUs enough to start spread, and when their
+        # waits end: offered only placements on the fewest servers, and not preempted for.
+        self.held: dict[int, float] = {}
 
     def _waits_until(self, spec: JobSpec) -> float | None:
         """When `spec`'s compactness wait ends if it waits now (`policies.compactness`), else None. Only on a fabric
@@ -547,10 +547,11 @@ class _Frame:
         spec = job.spec
         if not self.planner.may_fit(spec):
             return None
-        if self._waits_until(spec) is not None:
+        until = self._waits_until(spec)
+        if until is not None:
             cands = COMPACTNESS.candidates(self.planner, spec)
             if not cands and self.planner.fits_once_freed(spec, ()):
-                self.held.add(job.id)  # it could start spread: it waits for the fewest servers instead
+                self.held[job.id] = until  # it could start spread: it waits for the fewest servers instead
         else:
             cands = self.planner.candidates(spec)
         # Predicted only if the job heads an order: the preemption orders ask whether each job they pass fits, and
@@ -703,12 +704,13 @@ def _gittins_queues(sizes: SizeDistribution) -> Gittins:
 
 def decision_point(
     view: ClusterView, queue: Collection[Job], now: float, sizes: SizeDistribution | None = None,
-    preempt: bool = True,
+    preempt: bool = True, held: dict[int, float] | None = None,
 ) -> DecisionPoint | None:
     """The agent's choice at this instant, or None if no pending job can start (even by preempting).
 
     `queue` holds the pending jobs in arrival order. Waiting is not offered on an idle cluster: nothing would ever
-    change.
+    change. `held`, if given, receives the jobs the frame held for compact room (of those it looked at), each with
+    when its wait ends.
     """
     jobs = list(queue)
     if not jobs:
@@ -773,6 +775,8 @@ def decision_point(
                 attempts += 1
                 if attempts >= PREEMPT_SCAN:
                     break
+    if held is not None:
+        held.update(frame.held)
     if not heads:
         return None
     headed: dict[int, list[str]] = {}

@@ -11,9 +11,9 @@ import pytest
 from policies.compactness import GANG_WAIT_S, NODE_WAIT_S, CompactnessWait
 from policies.placement import Planner
 from policies.rl import RLPolicy
-from policies.rl_encoding import MAX_CANDIDATES, ORDERS, decision_point
+from policies.rl_encoding import MAX_CANDIDATES, ORDERS, WAIT, decision_point
 from scheduler.core.contention import ContentionModel
-from scheduler.core.decisions import WakeAt
+from scheduler.core.decisions import Wait, WakeAt
 from scheduler.core.fabric import FabricSpec
 from scheduler.core.model import (
     Cluster,
@@ -75,15 +75,19 @@ def test_a_job_that_fits_only_spread_waits_on_a_fabric_while_the_job_behind_it_i
     assert point is not None and set(offered(point)) == {"two"}, "the 3-GPU job waits for one server"
     assert not any(s is not None and s.victims for s in point.slots), "and nobody is preempted for it"
     # Without a fabric the frame is as it was: the 3-GPU job is offered, spread.
-    _, flat = point_after_arrivals(cluster(2, 2, fabric=False), busy, pending)
+    flat_sim, flat = point_after_arrivals(cluster(2, 2, fabric=False), busy, pending)
     assert flat is not None and "three" in offered(flat)
     assert any(len(servers_of(c, g)) == 2 for g in offered(flat)["three"])
-    # The policy asks to be woken when the wait ends; from then it is offered spread.
+    # The policy says why the job waits and until when (the live controller stores it as its pending reason and
+    # `pending_until`), and asks to be woken then; from then it is offered spread.
     policy = RLPolicy(model=None, label="test", explain=False)
-    policy._waited = (sim.now, len(sim.view.running))  # as after a wait: only the wake-up is asked for
-    decisions = answered(policy.deliberate(sim.view, list(sim.pending.values()), sim.now), policy.answer)
-    wakes = [d for d in decisions if isinstance(d, WakeAt)]
-    assert wakes == [WakeAt(10.0 + NODE_WAIT_S)]
+    three = [j for j in sim.pending.values() if j.spec.name == "three"]
+    decisions = answered(policy.deliberate(sim.view, three, sim.now), policy.answer)  # nothing to answer: held
+    until = 10.0 + NODE_WAIT_S
+    assert decisions == [Wait(three[0].id, decisions[0].reason, until), WakeAt(until)], decisions
+    assert decisions[0].reason.startswith("waits for one server to hold its 3 GPUs (now they would span more")
+    assert not any(isinstance(d, Wait) for d in answered(RLPolicy(None, "flat").deliberate(
+        flat_sim.view, [j for j in flat_sim.pending.values() if j.spec.name == "three"], flat_sim.now), lambda p: WAIT))
     sim.now = sim.view.now = 10.0 + NODE_WAIT_S
     later = decision_point(sim.view, sim.pending.values(), sim.now)
     assert later is not None and any(len(servers_of(c, g)) == 2 for g in offered(later)["three"])
