@@ -99,6 +99,22 @@ class Planner:
         need = spec.workers - int(self.node_free[eligible].sum())
         if need <= 0 or not victims:
             return need <= 0
+        freed = self._wholly_freed(victims)
+        return int(np.count_nonzero(eligible[self.cluster.gpu_node[freed]])) >= need
+
+    def free_once_freed(self, spec: JobSpec, victims: Sequence[Job]) -> np.ndarray:
+        """Whole free GPUs per node, on the nodes with memory enough for `spec` (0 elsewhere), once `victims` leave:
+        the count `fits_once_freed` makes, per node, with the plan left as it is."""
+        eligible = self._eligible_nodes(spec)
+        free = np.where(eligible, self.node_free, 0)
+        if not victims:
+            return free
+        nodes = self.cluster.gpu_node[self._wholly_freed(victims)]
+        return free + np.where(eligible, np.bincount(nodes, minlength=len(free)), 0)
+
+    def _wholly_freed(self, victims: Sequence[Job]) -> np.ndarray:
+        """The GPUs the victims would leave wholly free: their shares added to each GPU's free share in the order
+        `give_back` adds them (the same floats)."""
         placements = [self.view.placement(v.id) for v in victims]
         gpus = np.fromiter((g for p in placements for g in p.gpus), dtype=np.intp)
         shares = np.fromiter((p.share for p in placements for _ in p.gpus), dtype=float, count=gpus.size)
@@ -106,24 +122,7 @@ class Planner:
         before = self.free_share[touched]
         after = before.copy()
         np.add.at(after, slot, shares)  # in the victims' order, one addition at a time, as `give_back` adds
-        freed = (before < 1.0 - EPS) & (after >= 1.0 - EPS) & eligible[self.cluster.gpu_node[touched]]
-        return int(np.count_nonzero(freed)) >= need
-
-    def free_once_freed(self, spec: JobSpec, victims: Sequence[Job]) -> np.ndarray:
-        """Whole free GPUs per node, on the nodes with memory enough for `spec` (0 elsewhere), once `victims` leave:
-        the count `fits_once_freed` makes, per node, with the plan left as it is."""
-        free = np.where(self._eligible_nodes(spec), self.node_free, 0)
-        if not victims:
-            return free
-        placements = [self.view.placement(v.id) for v in victims]
-        gpus = np.fromiter((g for p in placements for g in p.gpus), dtype=np.intp)
-        shares = np.fromiter((p.share for p in placements for _ in p.gpus), dtype=float, count=gpus.size)
-        touched, slot = np.unique(gpus, return_inverse=True)
-        before = self.free_share[touched]
-        after = before.copy()
-        np.add.at(after, slot, shares)  # in the victims' order, as `give_back` adds
-        nodes = self.cluster.gpu_node[touched[(before < 1.0 - EPS) & (after >= 1.0 - EPS)]]
-        return free + np.where(self._eligible_nodes(spec), np.bincount(nodes, minlength=len(free)), 0)
+        return touched[(before < 1.0 - EPS) & (after >= 1.0 - EPS)]
 
     @property
     def max_free_share(self) -> float:
