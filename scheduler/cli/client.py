@@ -178,10 +178,11 @@ class CorralClient:
         while True:
             news = False
             state, current = first["state"], first["current_attempt"]
-            for r in list(ends):
+            for i, r in enumerate(list(ends)):
                 res = self.logs(job_id, attempt=attempt, rank=r, offset=ends[r],
                                 wait_s=wait_s if len(ends) == 1 else 0.0)
-                state, current = res["state"], res["current_attempt"]
+                if i == 0:  # read (server side) before every rank's text of this pass: if it says the run is over,
+                    state, current = res["state"], res["current_attempt"]  # the pass read each rank to its end
                 entry = res["logs"][0]
                 ends[r] = entry["end"]
                 if entry["text"]:

@@ -398,24 +398,24 @@ FOLLOW_POLL_S = 0.2
 def _follow(job_id: int, attempt: int, rank: int, offset: int, wait_s: float) -> dict[str, Any]:
     """One rank's log from `offset`, waiting up to `wait_s` for news while the attempt is the job's live run."""
     path = log_path(job_id, attempt, rank)
-    text, end = read_from(path, offset, MAX_LOG_RESPONSE_BYTES)
+    # The state is read before the text, always: a state that says the run is over then comes with every line the
+    # run wrote (its workers write before it ends), so a follower that moves on loses none of its last words.
     state, current = _job_now(job_id)
+    text, end = read_from(path, offset, MAX_LOG_RESPONSE_BYTES)
     if not text and wait_s > 0 and current == attempt and not JobState(state).terminal and _WAITERS.acquire(False):
         try:
             deadline = time.monotonic() + wait_s
             checked = time.monotonic()
             while not text and time.monotonic() < deadline:
                 time.sleep(FOLLOW_POLL_S)
-                text, end = read_from(path, offset, MAX_LOG_RESPONSE_BYTES)
-                if not text and time.monotonic() - checked >= 1.0:  # the run may have ended: no news will come
+                if time.monotonic() - checked >= 1.0:  # the run may have ended: no news will come
                     checked = time.monotonic()
                     state, current = _job_now(job_id)
-                    if current != attempt or JobState(state).terminal:
-                        text, end = read_from(path, offset, MAX_LOG_RESPONSE_BYTES)  # its last words
-                        break
+                text, end = read_from(path, offset, MAX_LOG_RESPONSE_BYTES)
+                if not text and (current != attempt or JobState(state).terminal):
+                    break
         finally:
             _WAITERS.release()
-        state, current = _job_now(job_id)
     return {"job_id": job_id, "attempt": attempt, "state": state, "current_attempt": current,
             "logs": [{"rank": rank, "path": str(path), "text": text, "end": end}]}
 
