@@ -17,7 +17,6 @@ preempts for a waiting job only where it fits nowhere, taking only victims that 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,11 +39,6 @@ def servers(cluster: Cluster, placement: Placement) -> int:
     return len({int(n) for n in cluster.gpu_node[list(placement.gpus)]})
 
 
-def lowest_preemptible(view: ClusterView) -> float:
-    """The lowest priority a running job may be preempted at (inf: none may be)."""
-    return min((j.spec.priority for j in view.running.values() if j.spec.preemptible), default=math.inf)
-
-
 @dataclass(frozen=True)
 class CompactnessWait:
     """The two waits (seconds from submission; 0: none), and what a job may start on while one lasts."""
@@ -60,8 +54,8 @@ class CompactnessWait:
         return spec.submit_s + (self.node_wait_s if fewest_servers(cluster, spec) == 1 else self.gang_wait_s)
 
     def until(self, view: ClusterView, spec: JobSpec, lowest: float) -> float | None:
-        """When `spec`'s wait ends if it is waiting now (`lowest`: `lowest_preemptible` of this instant), else None:
-        a GPU share, a job that outranks a preemptible run, or a wait over."""
+        """When `spec`'s wait ends if it is waiting now, else None: a GPU share, a job that outranks a preemptible run
+        (`lowest`: `scheduler.core.priorities.lowest_preemptible` now), or a wait over."""
         end = self.end(view.cluster, spec)
         if end is None or spec.priority > lowest or view.now >= end:
             return None

@@ -11,11 +11,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from policies.compactness import GANG_WAIT_S, NODE_WAIT_S, CompactnessWait, fewest_servers, lowest_preemptible, servers
+from policies.compactness import GANG_WAIT_S, NODE_WAIT_S, CompactnessWait, fewest_servers, servers
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from scheduler.core.decisions import Decision, Place, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
+from scheduler.core.priorities import lowest_preemptible
 from scheduler.core.state import ClusterView
 
 
@@ -140,14 +141,6 @@ class Topology(QueuePolicy):
         super().__init__(seed)
         self.waits = CompactnessWait(node_wait_s, gang_wait_s)
         self._lowest: tuple[Planner, float] | None = None  # this call's lowest priority a running job may be preempted at
-
-    @property
-    def node_wait_s(self) -> float:
-        return self.waits.node_wait_s
-
-    @property
-    def gang_wait_s(self) -> float:
-        return self.waits.gang_wait_s
 
     def place(self, planner: Planner, job: Job) -> Placement | None:
         spec = job.spec

@@ -88,14 +88,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.compactness import CompactnessWait, lowest_preemptible
+from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobKind, JobSpec, Placement
-from scheduler.core.priorities import may_preempt
+from scheduler.core.priorities import lowest_preemptible, may_preempt
 from scheduler.core.standing import TenancyStanding
 from scheduler.core.state import EPS, ClusterView
 

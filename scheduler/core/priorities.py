@@ -47,6 +47,12 @@ def may_preempt(victim: JobSpec, for_: JobSpec, equals: bool = False) -> bool:
     return victim.preemptible and (victim.priority < for_.priority or (equals and victim.priority == for_.priority))
 
 
+def lowest_preemptible(view: ClusterView) -> float:
+    """The lowest priority a running job may be preempted at (inf: none may be): a pending job above it has a victim
+    by rule 3."""
+    return min((r.spec.priority for r in view.running.values() if r.spec.preemptible), default=math.inf)
+
+
 def bands(queue: Iterable[Job]) -> list[list[Job]]:
     """The jobs grouped by priority, highest first, each band in the queue's order."""
     jobs = list(queue)
@@ -99,8 +105,7 @@ class PriorityFrame(PolicyFrame):
                 return said + decisions
             said += decisions
             if lowest is None:
-                lowest = min((r.spec.priority for r in view.running.values() if r.spec.preemptible),
-                             default=math.inf)
+                lowest = lowest_preemptible(view)
             if band[0].spec.priority > lowest:
                 made = self._make_room(view, band, queue)
                 if made:
