@@ -32,7 +32,7 @@ GANG_WAIT_S = 86400.0  # how long a gang larger than a server waits for the fewe
 
 
 def fewest_servers(cluster: Cluster, spec: JobSpec) -> int:
-    return -(-spec.workers // int(cluster.max_gpus_per_node))
+    return cluster.fewest_nodes(spec.workers)
 
 
 def servers(cluster: Cluster, placement: Placement) -> int:

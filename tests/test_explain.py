@@ -21,7 +21,11 @@ from scheduler.live.store.models import Allocation, Decision, Gpu, Job, Node
 
 
 def view_with(placed: list[tuple[float, tuple[int, ...]]]) -> ClusterView:
-    cluster = small_cluster(nodes=2, gpus=4)
+    return small_view(2, placed)
+
+
+def small_view(nodes: int, placed: list[tuple[float, tuple[int, ...]]]) -> ClusterView:
+    cluster = small_cluster(nodes=nodes, gpus=4)
     state = ClusterState(cluster, catalog())
     contention = ContentionModel(cluster, catalog())
     for i, (gpus, where) in enumerate(placed):
@@ -43,6 +47,13 @@ def test_capacity_reasons_say_what_is_missing() -> None:
     assert capacity_reason(busy, spec(0.5), "p") == "fits now: p chose to wait"
     spread = view_with([(2, (0, 1)), (2, (4, 5))])  # 2 free on each node
     assert "at most 2 free on one" in capacity_reason(spread, spec(4), "p")
+    # A gang larger than a server that fits only spread: 5 GPUs need 2 of these 4-GPU nodes, which have 4 free.
+    spread3 = small_view(nodes=3, placed=[(2, (0, 1)), (2, (4, 5)), (2, (8, 9))])  # 2 free on each of 3 nodes
+    assert capacity_reason(spread3, spec(5), "rl:default") == (
+        "fits only spread over more than 2 nodes (the 2 with the most room have 4 free): rl:default chose to wait "
+        "for 5 on 2 nodes")
+    roomy = small_view(nodes=3, placed=[(2, (0, 1))])  # 4 free on nodes 1 and 2: 8 on the fewest
+    assert capacity_reason(roomy, spec(5), "p") == "fits now: p chose to wait"
     full = view_with([(4, (0, 1, 2, 3)), (4, (4, 5, 6, 7))])
     assert capacity_reason(full, spec(0.25), "p").startswith("waiting for a GPU with a 0.25 share")
 

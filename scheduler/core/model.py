@@ -255,6 +255,10 @@ class Cluster:
     def max_gpus_per_node(self) -> int:
         return int(self.node_num_gpus.max())
 
+    def fewest_nodes(self, workers: int) -> int:
+        """The fewest servers `workers` whole GPUs can be on (a placement on more is spread)."""
+        return -(-workers // self.max_gpus_per_node)
+
     def node_gpus(self, node: int) -> range:
         first = int(self.node_first_gpu[node])
         return range(first, first + int(self.node_num_gpus[node]))

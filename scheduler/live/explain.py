@@ -64,10 +64,17 @@ def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> str:
     free = int(whole.sum())
     if free < k:
         return f"waiting for {k} GPUs ({free} free)"
-    per_node = np.bincount(view.cluster.gpu_node[whole], minlength=view.cluster.num_nodes)
-    most = int(per_node.max())
-    if k <= view.cluster.max_gpus_per_node and most < k:
-        return f"fits only spread over nodes (at most {most} free on one): {policy} chose to wait for {k} on one node"
+    per_node = np.sort(np.bincount(view.cluster.gpu_node[whole], minlength=view.cluster.num_nodes))
+    fewest = view.cluster.fewest_nodes(k)
+    room = int(per_node[-fewest:].sum())  # the whole free GPUs of the fewest servers with the most
+    if room < k:
+        # It would start spread over more servers than it needs: policies that hold jobs for compact room
+        # (policies.compactness) do so, and say why where they looked at the job; this covers the rest.
+        if fewest == 1:
+            return (f"fits only spread over nodes (at most {room} free on one): {policy} chose to wait for {k} "
+                    f"on one node")
+        return (f"fits only spread over more than {fewest} nodes (the {fewest} with the most room have {room} "
+                f"free): {policy} chose to wait for {k} on {fewest} nodes")
     return f"fits now: {policy} chose to wait"
 
 
