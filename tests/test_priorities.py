@@ -11,7 +11,7 @@ from policies import available, make_policy
 from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.priorities import PriorityFrame, bands, may_preempt, with_priorities
-from scheduler.core.simulator import Simulator
+from scheduler.core.simulator import SimulationError, Simulator
 from scheduler.core.state import ClusterView
 from scheduler.core.tenancy import Teams, TenancyFrame
 from scheduler.core.traces import load_trace
@@ -225,6 +225,36 @@ def test_reclaim_never_takes_a_borrower_of_higher_priority() -> None:
     equal = run([pjob("b-one", 0, 4, 1000, team="b"), pjob("b-two", 1, 4, 500, team="b"), a_low], "fifo", nodes=2,
                 teams=two_teams())
     assert equal["b-two"].preemptions == 1 and equal["a-low"].first_start_s == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "tiresias", "gittins", "contention-greedy"])
+def test_a_high_job_swapped_for_starts_at_once(policy: str) -> None:
+    """Team a holds 8 GPUs (4 of them borrowed from b, idle) when its 6-GPU high-priority job arrives: a swap, made
+    by the priority rule (a-borrow and a-low2 preempted). Its team is then back within its quota and the job beyond
+    what is left of it; it is still offered the GPUs freed for it first. Before, the victims took them back and were
+    preempted again at every call (gittins: 22 times) while the high job waited for a-low1 to end at t=1000."""
+    specs = [pjob("a-low1", 0, 2, 1000, team="a"), pjob("a-low2", 0, 2, 1000, team="a"),
+             pjob("a-borrow", 0, 4, 1000, team="a"), pjob("a-high", 10, 6, 100, priority=10, team="a")]
+    jobs = run(specs, policy, nodes=2, teams=two_teams())
+    assert jobs["a-high"].first_start_s == pytest.approx(10.0)
+    assert jobs["a-borrow"].preemptions == 1 and jobs["a-low2"].preemptions == 1 and jobs["a-low1"].preemptions == 0
+
+
+@pytest.mark.parametrize("policy", ["contention-greedy", "fifo-backfill"])
+def test_teams_and_priorities_never_preempt_a_job_twice(policy: str) -> None:
+    """A window of multi-node jobs shared by 3 teams, with priorities (agents.scenarios draws such windows for
+    training). The priority rule preempted for a high job at the same call at which the frame then asked about
+    swaps, on a view where those victims still ran, and the policy took one of them again: 'preempted job
+    syn-000143, which is not running'. Now the run goes to its end, where a pinned 16-GPU job, larger than its team's
+    8-GPU quota, can never start (the simulator's error for a job no placement can ever start)."""
+    from agents.scenarios import Scenario
+
+    scenario = Scenario("synthetic:multinode", "pcie-v100", 1.9, 300, 0, nodes=3, teams=3, priorities=True)
+    cluster, specs = scenario.build()
+    sim = Simulator(cluster, specs, make_policy(policy), teams=scenario.tenancy(cluster))
+    with pytest.raises(SimulationError, match="queued on an idle cluster.*not preemptible, so it runs only within"):
+        sim.run()
+    assert sim.done and not sim.running
 
 
 # ---- traces and synthetic workloads ------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ These live in the core so that the simulator and the controller can apply decisi
 
 from __future__ import annotations
 
-from collections.abc import Collection, Generator
+from collections.abc import Collection, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -68,6 +68,12 @@ class WakeAt:
 
 
 Decision = Place | Preempt | Wait | WakeAt
+
+
+def acted(decisions: Iterable[Decision]) -> bool:
+    """Whether `decisions` change the cluster (a start or a preemption): the frames ask their policy again, on the
+    state those leave, rather than ask it more at the same call on a state that no longer holds."""
+    return any(isinstance(d, Place | Preempt) for d in decisions)
 
 
 @runtime_checkable

@@ -34,7 +34,7 @@ import math
 from collections.abc import Collection, Iterable
 from itertools import groupby
 
-from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait
+from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait, acted
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.room import has_room, room_model
 from scheduler.core.runner import PolicyFrame, deliberation
@@ -94,14 +94,14 @@ class PriorityFrame(PolicyFrame):
             owner = next((j for j in queue if j.id == focus), None)
             if owner is not None and has_room(view, owner.spec):
                 offered = yield from self._ask(view, [owner], now)
-                if _acted(offered):
+                if acted(offered):
                     return offered
                 # Its policy will not place it there: the freed GPUs go to the bands as usual (it made room once).
         said: list[Decision] = []
         lowest: float | None = None  # the lowest priority a running, preemptible job has (inf: none has)
         for band in bands(queue):
             decisions = yield from self._ask(view, band, now)
-            if _acted(decisions):
+            if acted(decisions):
                 return said + decisions
             said += decisions
             if lowest is None:
@@ -189,10 +189,6 @@ class PriorityFrame(PolicyFrame):
                 return [Preempt(v.id, f"preempted for {spec.name}, of priority {spec.priority} (its own is "
                                       f"{v.spec.priority})", for_job=job.id) for v in victims]
         return []
-
-
-def _acted(decisions: list[Decision]) -> bool:
-    return any(isinstance(d, Place | Preempt) for d in decisions)
 
 
 def run_start(job: Job) -> float:

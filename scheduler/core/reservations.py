@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait
+from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Wait, acted
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.priorities import bands, with_priorities
 from scheduler.core.room import has_room
@@ -162,7 +162,7 @@ class ReservationFrame(PolicyFrame):
             # It fits: offered the GPUs before anyone else. If its policy declines (a placement it will not take),
             # nothing is held for it this time: holding GPUs for a job that would not take them idles them.
             first = yield from deliberation(self.inner, view, [holder], now)
-            if _acted(first):
+            if acted(first):
                 return first
             holder = None
         if holder is None:
@@ -178,12 +178,12 @@ class ReservationFrame(PolicyFrame):
         if others:
             with _held(view, free_now, f"held for {holder.spec.name}'s reservation"):
                 said = yield from deliberation(self.inner, view, others, now)
-            if _acted(said):
+            if acted(said):
                 return said
             short = [j for j in others if j.spec.time_limit_s is not None and now + j.spec.time_limit_s <= res.start_s]
             if short and free_now:
                 backfill = yield from deliberation(self.inner, view, short, now)
-                if _acted(backfill):
+                if acted(backfill):
                     self.backfilled += sum(isinstance(d, Place) for d in backfill)
                     return backfill
             said = self._held_back(view, said, others, holder, free_now)
@@ -235,10 +235,6 @@ def duration_words(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-def _acted(decisions: Sequence[Decision]) -> bool:
-    return any(isinstance(d, Place | Preempt) for d in decisions)
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from types import MappingProxyType
 
-from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait, WakeAt, acted
 from scheduler.core.model import (
     DEFAULT_TEAM,
     Job,
@@ -151,6 +151,10 @@ class TenancyFrame(PolicyFrame):
         self._instant: float | None = None
         self._reclaimed_for: set[int] = set()
         self._focus: int | None = None
+        # The job the priority rule made room for by a swap at the last call (`_swap`). At the next call its team may
+        # be back within its quota, the job then beyond what is left of it and not a swap any more: offered with the
+        # rest it waited for lendable GPUs while its victims took their GPUs back, at every call (a livelock).
+        self._swapped_for: int | None = None
         self._said: dict[int, Wait] = {}  # the last call's waits (see `_waits`)
 
     def team_of(self, spec: JobSpec) -> str:
@@ -332,13 +336,18 @@ class TenancyFrame(PolicyFrame):
         deciding inside it (`scheduler.core.runner`): the RL environment answers them in the agent's place."""
         self.share.observe(now, view.running.values(), self.team_of)
         if now != self._instant:
-            self._instant, self._reclaimed_for, self._focus = now, set(), None
+            self._instant, self._reclaimed_for, self._focus, self._swapped_for = now, set(), None, None
         standings = self.standings(view, queue)
         frame = self.frame(view, standings)
         owner = next((j for j in frame.eligible if j.id == self._focus and j.id in frame.within_quota), None)
+        if owner is None and self._swapped_for is not None:
+            owner = next((j for j in queue if j.id == self._swapped_for), None)
+        self._swapped_for = None
         if owner is not None and has_room(view, owner.spec, []):
-            # Just reclaimed for: it alone is offered the reclaimed GPUs, before borrowers or swaps could take them.
+            # Just reclaimed for, or swapped for: it alone is offered the GPUs freed for it, before borrowers or
+            # swaps could take them.
             frame.eligible, frame.swaps = [owner], []
+            frame.waits.pop(owner.id, None)
             decisions: list[Decision] = []
         else:
             self._focus = None
@@ -346,15 +355,15 @@ class TenancyFrame(PolicyFrame):
         if not decisions:
             decisions = yield from self._ask(view, frame, standings, now)
             by_id = {j.id: j for j in frame.eligible}
-            started = False
             for d in decisions:
                 if isinstance(d, Place) and d.job_id in by_id:
                     job = by_id[d.job_id]
                     self.share.placed(job, self.team_of(job.spec), now)
-                    started = True
-            # Swaps only once nothing else starts: the jobs within quota and the borrowers on idle GPUs go first, and
-            # the runner asks again after every change, so a swap is looked at on the state they leave.
-            if not started and frame.swaps:
+            # Swaps only once nothing else changes: the jobs within quota and the borrowers on idle GPUs go first, and
+            # the runner asks again after every change, so a swap is looked at on the state they leave. A preemption
+            # alone counts (the priority rules make room for a job first, and start it at the next call): asked now,
+            # the policy would see its victims still running and could take them again.
+            if not acted(decisions) and frame.swaps:
                 decisions += yield from self._swap(view, frame, standings, now)
             if owner is not None:
                 self._focus = None
@@ -414,6 +423,7 @@ class TenancyFrame(PolicyFrame):
                 and self._growth(owner, ran, victims, lendable, in_use, standings) is not None):
             self.swaps += len(victims)
             kept += victims
+            self._swapped_for = owner.id
         return kept
 
     def _growth(self, job: Job | None, ran: list[Job], group: list[Preempt], lendable: float,
