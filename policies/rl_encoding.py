@@ -524,6 +524,7 @@ class _Frame:
         # Jobs waiting for compact room (`policies.compactness`) with free GPUs enough to start spread, and when their
         # waits end: offered only placements on the fewest servers, and not preempted for.
         self.held: dict[int, float] = {}
+        self._predicted: dict[tuple[int, Placement], Prediction] = {}  # `_scored`'s, by job id and placement
 
     def _waits_until(self, spec: JobSpec) -> float | None:
         """When `spec`'s compactness wait ends if it waits now (`policies.compactness`), else None. Only on a fabric
@@ -534,10 +535,18 @@ class _Frame:
             self._lowest = lowest_preemptible(self.view)
         return COMPACTNESS.until(self.view, spec, self._lowest)
 
-    def _scored(self, spec: JobSpec, cands: list[Placement], victims: list[Job]) -> Choice:
+    def _scored(self, job: Job, cands: list[Placement], victims: list[Job]) -> Choice:
         # The prediction counts the victims' contention still (the view does not know they would leave), which
-        # errs on the side of caution.
-        preds = [self.view.predict(spec, p) for p in cands]
+        # errs on the side of caution. So it depends on the job and the placement alone while the decision point
+        # lasts (the model does not change in it), and the ladders' preemption slots, which often pick the same job
+        # and victims, predict each placement once: on a queue of big gangs that wait for room (none is preempted
+        # for), most of a decision's time was these predictions, and most of them repeats.
+        preds = []
+        for p in cands:
+            key = (job.id, p)
+            if key not in self._predicted:
+                self._predicted[key] = self.view.predict(job.spec, p)
+            preds.append(self._predicted[key])
         keep = non_dominated(preds)[:MAX_CANDIDATES]
         return [cands[i] for i in keep], [preds[i] for i in keep], victims
 
@@ -646,7 +655,7 @@ class _Frame:
         cands = COMPACTNESS.candidates(planner, spec) if waits else planner.candidates(spec)
         for v in victims:  # the planner stays as it is now: other jobs' candidates must not count these GPUs
             planner.take(v.spec, view.placement(v.id))
-        return self._scored(spec, cands, victims) if cands else None  # none: fragmentation, preempting won't help
+        return self._scored(job, cands, victims) if cands else None  # none: fragmentation, preempting won't help
 
 
 # (spec, attained, Gittins index, expected remaining, GPU demand, GPUs): `_orders` reads the last five as floats

@@ -12,12 +12,14 @@ from agents.env import PlacementEnv
 from agents.imitation import Teachers, teacher_action
 from agents.scenarios import Scenario
 from policies.rl_encoding import (
+    JOB_FEATURES,
     MAX_CANDIDATES,
     N_ACTIONS,
     OBS_HIGH,
     OBS_LOW,
     OBS_SIZE,
     ORDERS,
+    SLOT_SIZE,
     WAIT,
     decision_point,
     non_dominated,
@@ -119,6 +121,35 @@ def test_preemption_slot_names_its_victims_and_acting_preempts_them() -> None:
     sim.apply(point.decisions(action, "test"))
     assert sim.jobs[0].id in sim.pending and sim.jobs[1].id in sim.running
     assert point.mask[WAIT]  # declining to preempt is a choice
+
+
+def test_the_preemption_slots_predict_each_placement_once_per_decision_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ladder offers the newcomer the same victims: their candidates are predicted once, and each slot reads the
+    very predictions a fresh prediction gives (the model does not change within a decision point)."""
+    long_run = JobSpec("long", 0.0, 8.0, 100_000.0, "ResNet-50-bs64")
+    newcomer = JobSpec("new", 5_000.0, 4.0, 100.0, "ResNet-50-bs64")
+    sim = _sim("pcie-v100:1", [long_run, newcomer])
+    sim.advance()
+    _start(sim, 0, tuple(range(8)))
+    while sim.now < 5_000.0:
+        sim.advance()
+    asked: list[tuple[str, Placement]] = []
+    predict = type(sim.view).predict
+
+    def counted(view: object, spec: JobSpec, placement: Placement) -> Prediction:
+        asked.append((spec.name, placement))
+        return predict(view, spec, placement)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(sim.view), "predict", counted)
+    point = decision_point(sim.view, sim.pending.values(), sim.now)
+    assert point is not None
+    slots = [s for name, s in zip(ORDERS, point.slots) if name.startswith("preempt-")]
+    assert len(slots) == 3 and all(s is not None and s.job.spec.name == "new" for s in slots)
+    assert asked and len(asked) == len(set(asked)) == len(slots[0].candidates)  # type: ignore[union-attr]
+    assert all(s.victims == (sim.jobs[0].id,) and s.candidates == slots[0].candidates for s in slots)  # type: ignore[union-attr]
+    blocks = [point.obs[ORDERS.index(name) * SLOT_SIZE + JOB_FEATURES:(ORDERS.index(name) + 1) * SLOT_SIZE]
+              for name in ("preempt-las", "preempt-fine", "preempt-gittins")]
+    assert all(np.array_equal(b, blocks[0]) for b in blocks) and blocks[0].any()
 
 
 def test_observation_size_does_not_depend_on_the_cluster() -> None:
