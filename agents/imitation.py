@@ -117,7 +117,10 @@ class Teachers:
 # at 1.0 and 2.2); topology, consolidate and contention-greedy were 1.00-1.10 x tiresias, FIFO 17-22 x (a 512-GPU gang
 # blocks the queue). On 128 servers (presets `hgx-h100:128@...`) contention-greedy taught at 0.8 and 1.7 (0.975 and
 # 0.990 x), Gittins' order at 1.0, topology at 2.2 (0.937 x); a retrain there fits the budget (17.7 minutes) but was
-# not kept: it did not imitate contention-greedy well on the gang windows (agents/zoo/README.md).
+# not kept: it did not imitate contention-greedy well on the gang windows. Since topology waits for compact room it is
+# the best teacher there at every load (0.92-0.99 x tiresias, `--nodes 128,128`); a retrain with it teaching the mix
+# (26.0 minutes) became topology (1.005 x it on 30 held-out big-gang cases) and was not kept either
+# (agents/zoo/README.md).
 FINE_TEACHER = "tiresias:thresholds=300,3600,36000"
 BEST = Teachers("tiresias", {
     "alibaba": [(1.15, "gittins"), (99.0, FINE_TEACHER)],

@@ -54,8 +54,9 @@ SYNTHETIC_MIXES: dict[str, dict[str, Any]] = {
 # fabrics and, where given, at least this many nodes (`PRESET[:NODES][@FABRIC]`), whatever presets are asked for the
 # other workloads. The gangs' LLM profiles need 80 GB GPUs, and what they are for is the tiers of a datacentre fabric.
 # Their clusters grow to hold the window's largest gang (32-64 servers). At the 128 servers of the benchmark's
-# gangs-*-1024 workloads another heuristic is best (contention-greedy); an agent trained there (`hgx-h100:128@...`,
-# 17.7 minutes) was not kept (agents/zoo/README.md).
+# gangs-*-1024 workloads another heuristic is best (topology since its compactness waits); agents trained there
+# (`hgx-h100:128@...`, taught by contention-greedy on 2026-11-26 and by topology on 2026-11-28) were not kept: the
+# second matched topology within 2% and was not better than the shipped agent (agents/zoo/README.md).
 MIX_PRESETS: dict[str, tuple[str, ...]] = {
     "gangs": ("hgx-h100@fat-tree-3:1", "hgx-h100@rail-optimised"),
 }
