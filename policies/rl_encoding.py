@@ -540,7 +540,7 @@ class _Frame:
         # errs on the side of caution. So it depends on the job and the placement alone while the decision point
         # lasts (the model does not change in it), and the ladders' preemption slots, which often pick the same job
         # and victims, predict each placement once: on a queue of big gangs that wait for room (none is preempted
-        # for), most of a decision's time was these predictions, and most of them repeats.
+        # for), these predictions were much of a decision's time, and many of them repeats.
         preds = []
         for p in cands:
             key = (job.id, p)

@@ -124,8 +124,8 @@ def test_preemption_slot_names_its_victims_and_acting_preempts_them() -> None:
 
 
 def test_the_preemption_slots_predict_each_placement_once_per_decision_point(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every ladder offers the newcomer the same victims: their candidates are predicted once, and each slot reads the
-    very predictions a fresh prediction gives (the model does not change within a decision point)."""
+    """Every ladder offers the newcomer the same victims: their candidates are predicted once (the model does not
+    change within a decision point), and the three slots describe them alike."""
     long_run = JobSpec("long", 0.0, 8.0, 100_000.0, "ResNet-50-bs64")
     newcomer = JobSpec("new", 5_000.0, 4.0, 100.0, "ResNet-50-bs64")
     sim = _sim("pcie-v100:1", [long_run, newcomer])
