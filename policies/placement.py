@@ -49,10 +49,15 @@ class Planner:
         # large does not fit either; `give_back` forgets them. This keeps a scan of a deep queue cheap.
         self._misfit_workers = float("inf")
         self._misfit_shares: list[tuple[float, float]] = []  # (share, GB)
+        # `candidates` by what they read of a job (`candidates`), for this plan only: `take` and
+        # `give_back` empty it. A deep queue holds many jobs of one size and model, and the `rl:` frame and
+        # contention-greedy ask for the candidates of each one they pass.
+        self._candidates: dict[tuple[float, int, float, float], list[Placement]] = {}
 
     # ---- bookkeeping -----------------------------------------------------------------------------------------------
 
     def take(self, spec: JobSpec, placement: Placement) -> None:
+        self._candidates.clear()
         mem = self.view.mem_need(spec)
         for g in placement.gpus:
             if self.free_share[g] >= 1.0 - EPS:
@@ -65,6 +70,7 @@ class Planner:
 
     def give_back(self, job: Job) -> None:
         """Count a running job's GPUs as free (it is about to be preempted)."""
+        self._candidates.clear()
         placement = self.view.placement(job.id)
         mem = self.view.mem_need(job.spec)
         for g in placement.gpus:
@@ -413,7 +419,18 @@ class Planner:
         return self.consolidated(spec, "first")
 
     def candidates(self, spec: JobSpec) -> list[Placement]:
-        """Distinct placements worth comparing for a job (for contention-aware and learned policies)."""
+        """Distinct placements worth comparing for a job (for contention-aware and learned policies).
+
+        The searches read the plan and, of the job, only its GPUs, workers, share and memory: jobs alike in those get
+        the same placements from the same plan, so they are searched once per plan. (A search that finds nothing
+        also notes the misfit for `may_fit`; a repeat would note the same.)"""
+        key = (spec.num_gpus, spec.workers, spec.share, self.view.mem_need(spec))
+        found = self._candidates.get(key)
+        if found is None:
+            found = self._candidates[key] = self._search_candidates(spec)
+        return list(found)
+
+    def _search_candidates(self, spec: JobSpec) -> list[Placement]:
         if spec.num_gpus < 1:
             found = [self.packed_share(spec), self.empty_gpu_share(spec), *self.shared_gpus(spec)]
         elif spec.workers == 1:

@@ -510,10 +510,9 @@ class _Frame:
         self.preempt = preempt and bool(view.running)
         # Some running job is protected by the priority rules (`scheduler.core.priorities`): not preemptible, or of
         # a higher priority than some pending job. Checked once; without priorities no victim is filtered.
-        priorities = {j.spec.priority for j in queue}
+        lowest = min((j.spec.priority for j in queue), default=math.inf)  # once: not per running job
         self.protected = self.preempt and any(
-            not j.spec.preemptible or j.spec.priority > min(priorities, default=j.spec.priority)
-            for j in view.running.values())
+            not j.spec.preemptible or j.spec.priority > lowest for j in view.running.values())
         self._running: tuple[Sequence[Job], np.ndarray, np.ndarray] | None = None  # jobs, attained, submit
         self._by_ladder: dict[tuple[float, ...] | str, tuple[np.ndarray, np.ndarray]] = {}  # levels, order
         # Smallest demand that found no victims, per ladder, queue and (inside the tenancy frame) which victims the

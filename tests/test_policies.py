@@ -132,6 +132,25 @@ def test_fractional_jobs_pack_or_isolate() -> None:
     assert planner.packed_share(job("x", 0, 0.75, 1)).gpus != (2,)  # 0.5 free is not enough
 
 
+def test_candidates_are_searched_once_per_plan_for_jobs_alike(monkeypatch) -> None:
+    cluster = small_cluster(nodes=3, gpus=4)
+    planner = _planner(cluster, {0: 1.0, 4: 1.0, 5: 1.0})
+    searched: list[str] = []
+    search = Planner._search_candidates
+    monkeypatch.setattr(Planner, "_search_candidates", lambda self, spec: searched.append(spec.name) or search(self, spec))
+    first = planner.candidates(job("a", 0, 2, 1))
+    assert len(first) > 1
+    assert planner.candidates(job("b", 50, 2, 99)) == first and searched == ["a"]  # alike: 2 GPUs, one model
+    planner.candidates(job("c", 0, 2, 1, model="BERT-large"))  # more memory: searched
+    planner.candidates(job("d", 0, 3, 1))  # more GPUs: searched
+    assert searched == ["a", "c", "d"]
+    planner.take(job("a", 0, 2, 1), first[0])  # the plan changed: searched again, on what is left
+    after = planner.candidates(job("b", 50, 2, 99))
+    assert searched[-1] == "b"
+    assert after == search(planner, job("e", 0, 2, 1)) and after != first
+    assert not {g for p in after for g in p.gpus} & set(first[0].gpus)
+
+
 def test_contention_greedy_avoids_the_contended_gpu() -> None:
     cluster = small_cluster(nodes=1, gpus=2)
     heavy = job("heavy", 0, 0.5, 10_000, model="ResNet-50-bs16")
