@@ -11,12 +11,14 @@ lower bound no policy can beat: the mean isolated duration (every job started on
 
 Latency is the wall time of one `schedule()` call (each of these policies places at most one job per call, so a call
 is a decision), measured inside a replay of a synthetic workload on dgx-a100:256 whose arrivals outpace the cluster
-until the queue holds hundreds of jobs; only calls made with at least `--min-queue` jobs queued count.
+until the queue holds hundreds of jobs; only calls made with at least `--min-queue` jobs queued count. The heap is
+frozen once the policy is loaded (`freeze_heap`), as `corral serve` freezes it once its controller has started.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -28,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from policies import make_policy
+from scheduler.cli.serve import freeze_heap
 from scheduler.core.decisions import Decision, Policy
 from scheduler.core.model import Job, parse_cluster
 from scheduler.core.simulator import Simulator
@@ -55,13 +58,18 @@ def latency(name: str, jobs: int, min_queue: int, seed: int) -> dict[str, float]
     cluster = parse_cluster("dgx-a100:256")
     trace = synthetic(jobs, seed=seed, mean_interarrival_s=0.5).jobs
     timed = Timed(make_policy(name, seed=seed))
+    # As `corral serve` does once its controller has loaded its policy: a full collection over the modules, torch
+    # and the agent took ~300 ms, and the replay's ~50 of them made most of the slowest 1% of decisions.
+    freeze_heap()
+    full = gc.get_stats()[2]["collections"]
     Simulator(cluster, trace, timed).run()
+    full = gc.get_stats()[2]["collections"] - full
     deep = np.array([s for q, s in timed.calls if q >= min_queue]) * 1e3
     queues = np.array([q for q, _ in timed.calls if q >= min_queue])
     if not deep.size:
         raise SystemExit(f"{name}: the queue never reached {min_queue} jobs; raise --jobs")
     return {"calls": int(deep.size), "median_queue": float(np.median(queues)), "p50_ms": float(np.percentile(deep, 50)),
-            "p99_ms": float(np.percentile(deep, 99)), "max_ms": float(deep.max())}
+            "p99_ms": float(np.percentile(deep, 99)), "max_ms": float(deep.max()), "full_gcs": full}
 
 
 def env_throughput(steps: int, seed: int) -> dict[str, float]:
@@ -132,7 +140,8 @@ def main() -> None:
     for name in (args.policy, args.baseline):
         r = latency(name, args.jobs, args.min_queue, args.seed)
         print(f"  {name:>20}: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.1f} ms "
-              f"over {r['calls']:,} decisions (median queue {r['median_queue']:.0f})")
+              f"over {r['calls']:,} decisions (median queue {r['median_queue']:.0f}; {r['full_gcs']} full garbage "
+              f"collections in the replay, the heap frozen before it)")
     r = env_throughput(args.env_steps, args.seed)
     print(f"environment: {r['steps_per_s']:,.0f} steps/s in one process ({r['steps']:,} steps, {r['episodes']} "
           f"episodes of 300 synthetic jobs, random valid actions)")
