@@ -11,8 +11,8 @@ lower bound no policy can beat: the mean isolated duration (every job started on
 
 Latency is the wall time of one `schedule()` call (each of these policies places at most one job per call, so a call
 is a decision), measured inside a replay of a synthetic workload on dgx-a100:256 whose arrivals outpace the cluster
-until the queue holds hundreds of jobs; only calls made with at least `--min-queue` jobs queued count. The heap is
-frozen once the policy is loaded (`freeze_heap`), as `corral serve` freezes it once its controller has started.
+until the queue holds hundreds of jobs; only calls made with at least `--min-queue` jobs queued count. Every replay
+freezes the heap it starts with (`scheduler.core.heap`), as `corral serve` freezes its own once it has started.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from policies import make_policy
-from scheduler.cli.serve import freeze_heap
 from scheduler.core.decisions import Decision, Policy
 from scheduler.core.model import Job, parse_cluster
 from scheduler.core.simulator import Simulator
@@ -58,10 +57,7 @@ def latency(name: str, jobs: int, min_queue: int, seed: int) -> dict[str, float]
     cluster = parse_cluster("dgx-a100:256")
     trace = synthetic(jobs, seed=seed, mean_interarrival_s=0.5).jobs
     timed = Timed(make_policy(name, seed=seed))
-    # As `corral serve` does once its controller has loaded its policy: a full collection over the modules, torch
-    # and the agent took ~300 ms, and the replay's ~50 of them made most of the slowest 1% of decisions.
-    freeze_heap()
-    full = gc.get_stats()[2]["collections"]
+    full = gc.get_stats()[2]["collections"]  # the replay freezes what is alive before it (`scheduler.core.heap`)
     Simulator(cluster, trace, timed).run()
     full = gc.get_stats()[2]["collections"] - full
     deep = np.array([s for q, s in timed.calls if q >= min_queue]) * 1e3
@@ -141,7 +137,7 @@ def main() -> None:
         r = latency(name, args.jobs, args.min_queue, args.seed)
         print(f"  {name:>20}: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.1f} ms "
               f"over {r['calls']:,} decisions (median queue {r['median_queue']:.0f}; {r['full_gcs']} full garbage "
-              f"collections in the replay, the heap frozen before it)")
+              f"collections in the replay)")
     r = env_throughput(args.env_steps, args.seed)
     print(f"environment: {r['steps_per_s']:,.0f} steps/s in one process ({r['steps']:,} steps, {r['episodes']} "
           f"episodes of 300 synthetic jobs, random valid actions)")

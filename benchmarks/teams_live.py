@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the te
 
 from conftest import InMemoryBackend
 
-from scheduler.cli.serve import ServeConfig, build_controller, freeze_heap
+from scheduler.cli.serve import ServeConfig, build_controller
+from scheduler.core.heap import freeze_heap
 from scheduler.live.ray_backend import RayBackend
 from scheduler.live.runs import JobStatus
 from scheduler.live.store import Store, queries

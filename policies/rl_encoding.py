@@ -499,6 +499,13 @@ class _Unscored:
     predictions: list[Callable[[], Prediction]]
 
 
+class _Fitting:
+    """A job that fits on free capacity, asked by a preemption order, which passes over it: no prediction made."""
+
+
+FITTING = _Fitting()
+
+
 class _Frame:
     """One decision point's working state: the planner, and which jobs can start (with which victims)."""
 
@@ -549,9 +556,9 @@ class _Frame:
         keep = non_dominated(preds)[:MAX_CANDIDATES]
         return [cands[i] for i in keep], [preds[i] for i in keep], victims
 
-    def fits(self, job: Job) -> Choice | _Unscored | None:
+    def fits(self, job: Job, predict: bool = True) -> Choice | _Unscored | _Fitting | None:
         """The job's non-dominated candidate placements on free capacity (`chosen` makes them a Choice), or None if
-        it fits nowhere now."""
+        it fits nowhere now; without `predict`, FITTING where it fits (for an order that only passes over it)."""
         spec = job.spec
         if not self.planner.may_fit(spec):
             return None
@@ -563,8 +570,16 @@ class _Frame:
         else:
             cands = self.planner.candidates(spec)
         # Predicted only if the job heads an order: the preemption orders ask whether each job they pass fits, and
-        # on a cluster with room for many, predicting all of their candidates was most of the slowest decisions.
-        return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands]) if cands else None
+        # on a cluster with room for many, predicting all of their candidates was most of the slowest decisions. They
+        # do not ask for predictions at all, but what asking would have done to the model is done (`probe`), so that
+        # every later prediction is what it was.
+        if not cands:
+            return None
+        if not predict:
+            for p in cands:
+                self.view.probe(spec, p)
+            return FITTING
+        return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands])
 
     @staticmethod
     def chosen(fit: Choice | _Unscored) -> Choice:
@@ -736,7 +751,7 @@ def decision_point(
     not_now = never | ((num < 1) & (num > planner.max_free_share + EPS))
     # fits[i]: job i's candidates on free capacity (None: it fits nowhere), in the order the scans below first ask.
     # `refused[i]` marks jobs the scans passed over by the tests above; they count as asked (None) from then on.
-    fits: dict[int, Choice | _Unscored | None] = {}
+    fits: dict[int, Choice | _Unscored | _Fitting | None] = {}
     refused = never.copy()
     heads: dict[str, tuple[int, Choice]] = {}
     # Offered only as swaps (`scheduler.core.tenancy`), a job starts only by preempting its own team's jobs: the frame
@@ -751,7 +766,7 @@ def decision_point(
             # The first job in this order that fits: only the jobs not refused are asked, in order, as they were.
             looked = order[~not_now[order]]
             for i in looked.tolist():
-                if i not in fits:
+                if i not in fits or fits[i] is FITTING:  # (the preemption orders, which leave FITTING, come last)
                     fits[i] = frame.fits(jobs[i])
                 if fits[i] is not None:
                     fits[i] = frame.chosen(fits[i])  # type: ignore[arg-type]
@@ -774,7 +789,7 @@ def decision_point(
             elif skip[i]:
                 fit = fits[i] = None
             else:
-                fit = fits[i] = frame.fits(jobs[i])
+                fit = fits[i] = frame.fits(jobs[i], predict=False)  # a job that fits is passed over
             if fit is None:
                 choice = frame.preempting(jobs[i], ladder)
                 if choice is not None:

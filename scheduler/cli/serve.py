@@ -6,7 +6,6 @@ only kind of module in `scheduler/` allowed to reach up into `policies` and `web
 from __future__ import annotations
 
 import errno
-import gc
 import logging
 import os
 import shlex
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scheduler.core.fabric import FABRICS
+from scheduler.core.heap import freeze_heap
 from scheduler.core.model import Cluster, SpecError
 from scheduler.core.outages import OnFault
 from scheduler.core.reservations import ReservationRule
@@ -141,15 +141,6 @@ def stored(node: ModelNode, now: NodeInfo | None, fallback: str) -> ModelNode:
         log.warning("node %s: %s", node.name, why)
     rack = advertised_rack(now) if now is not None else node_rack(node.rack)[0]
     return node._replace(preset=preset, rack=rack)
-
-
-def freeze_heap() -> None:
-    """Move every object alive now (the modules, Ray's client, torch and the policy's network, the controller's state)
-    out of the cyclic garbage collector's way: a full collection over them took about 290 ms, in the middle of a
-    controller pass (measured with the pass benchmark, benchmarks/teams_live.py). After this, collections look only
-    at what is allocated later. Called once the controller has recovered and loaded its policy."""
-    gc.collect()
-    gc.freeze()
 
 
 class ServeError(Exception):
@@ -380,7 +371,7 @@ def serve(cfg: ServeConfig) -> None:
     dispatcher = Dispatcher(store, allow, leading=lambda: controller.leading and controller.leadership.leading)
     try:
         controller.start()
-        freeze_heap()
+        freeze_heap()  # its modules, Ray's client, torch, the policy and the controller's state are there to stay
         dispatcher.start()
         app = create_app(store, notify=notify, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
                                                        "CORRAL_JOB_ACCOUNTS": accounts,

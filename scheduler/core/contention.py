@@ -169,6 +169,7 @@ def _fabric_flows(cluster: Cluster, fabric: Fabric, by_node: dict[int, list[int]
 
 FOOTPRINT_CACHE = 1024  # expected footprints kept (`ContentionModel.footprint`); all dropped when full
 _NO_LINKS = np.zeros(0, dtype=np.int64)
+_PROBE = -1  # the job id a prediction places and takes off again
 _NO_TIMES = np.zeros(0, dtype=np.float64)
 _NO_LINKS.flags.writeable = False
 _NO_TIMES.flags.writeable = False
@@ -419,7 +420,7 @@ class ContentionModel:
         if not self.enabled:
             same = Prediction(1.0, {}, {})
             return lambda: same
-        probe = -1
+        probe = _PROBE
         fp = self.footprint(spec, placement)
         others: set[int] = set()
         link_jobs = self._link_jobs
@@ -430,11 +431,7 @@ class ContentionModel:
         for g in fp.gpus:
             others.update(self._gpu_jobs.get(g, ()))
         before = {j: self._slowdown[j] for j in others}
-        for link in fp.links.tolist():  # `_add` then `_remove` of the probe, as far as any set is concerned
-            jobs = self._link_jobs.get(link)
-            if jobs is not None:  # (a set created for the probe alone is deleted with it)
-                jobs.add(probe)
-                jobs.discard(probe)
+        self._probe_sets(fp)
         changes = self._changes
         fabric_load = 0.0
         if self.cluster.fabric is not None and fp.links.size:
@@ -455,6 +452,22 @@ class ContentionModel:
             return Prediction(own, before, after, fabric_load)
 
         return finish
+
+    def probe(self, spec: JobSpec, placement: Placement) -> None:
+        """What asking `predict_later(spec, placement)` does to the model, without the prediction: for a caller that
+        needed to know only that the placement exists, so that later predictions and updates stay bit for bit what
+        they would have been had it asked (`predict_later` says why the sets' layout matters)."""
+        if self.enabled:
+            self._probe_sets(self.footprint(spec, placement))
+
+    def _probe_sets(self, fp: Footprint) -> None:
+        """`_add` then `_remove` of a probe on `fp`'s links, as far as any set is concerned. Repeating it changes
+        nothing until a job is added or removed."""
+        for link in fp.links.tolist():
+            jobs = self._link_jobs.get(link)
+            if jobs is not None:  # (a set created for the probe alone is deleted with it)
+                jobs.add(_PROBE)
+                jobs.discard(_PROBE)
 
     # ---- what the fabric costs ---------------------------------------------------------------------------------------
 

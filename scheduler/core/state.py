@@ -216,6 +216,10 @@ class ClusterView:
         """`predict`'s result, computed when called (before anything changes; `ContentionModel.predict_later`)."""
         return self._contention.predict_later(spec, placement)
 
+    def probe(self, spec: JobSpec, placement: Placement) -> None:
+        """What asking `predict_later` does to the model, without the prediction (`ContentionModel.probe`)."""
+        self._contention.probe(spec, placement)
+
     def attained_gpu_s(self, job: Job) -> float:
         """GPU-seconds of service a job has had up to now (Tiresias' 2D attained service)."""
         extra = (self.now - job.start_s) * job.spec.gpu_demand if job.start_s is not None else 0.0

@@ -1,0 +1,73 @@
+"""The heap freezes of `scheduler.core.heap`: what they keep from the collector, for how long, and that every replay
+runs inside one."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+from conftest import job, small_cluster
+
+from policies import make_policy
+from scheduler.core.heap import freeze_heap, heap_frozen
+from scheduler.core.simulator import Simulator
+
+
+class Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the cyclic collector frees it
+
+
+@pytest.fixture(autouse=True)
+def thawed():
+    if gc.get_freeze_count():
+        pytest.skip("this test process's heap is frozen already: the freezes under test would do nothing")
+    yield
+    gc.unfreeze()
+
+
+def test_garbage_alive_when_the_block_starts_is_collected_only_after_it() -> None:
+    cycle = Node()
+    ref = weakref.ref(cycle)
+    with heap_frozen():
+        assert gc.get_freeze_count() > 0
+        del cycle
+        gc.collect()
+        assert ref() is not None  # frozen: no collection looks at it
+        later = Node()
+        later_ref = weakref.ref(later)
+        del later
+        gc.collect()
+        assert later_ref() is None  # made inside the block: collected as ever
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_block_inside_a_freeze_leaves_it_as_it_was() -> None:
+    with heap_frozen():
+        frozen = gc.get_freeze_count()
+        with heap_frozen():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen  # the inner block did not thaw the outer one's objects
+    freeze_heap()  # a server's freeze, for good
+    frozen = gc.get_freeze_count()
+    with heap_frozen():
+        pass
+    assert gc.get_freeze_count() == frozen > 0
+
+
+def test_every_replay_runs_with_the_heap_it_started_with_frozen() -> None:
+    seen: list[int] = []
+    policy = make_policy("fifo")
+    schedule = policy.schedule
+
+    def counting(view, queue, now):
+        seen.append(gc.get_freeze_count())
+        return schedule(view, queue, now)
+
+    policy.schedule = counting  # type: ignore[method-assign]
+    result = Simulator(small_cluster(nodes=1, gpus=4), [job("a", 0, 2, 60), job("b", 10, 4, 60)], policy).run()
+    assert len(result.jobs) == 2 and seen and min(seen) > 0
+    assert gc.get_freeze_count() == 0
