@@ -49,9 +49,9 @@ class Planner:
         # large does not fit either; `give_back` forgets them. This keeps a scan of a deep queue cheap.
         self._misfit_workers = float("inf")
         self._misfit_shares: list[tuple[float, float]] = []  # (share, GB)
-        # `candidates` by what they read of a job (`candidates`), for this plan only: `take` and
-        # `give_back` empty it. A deep queue holds many jobs of one size and model, and the `rl:` frame and
-        # contention-greedy ask for the candidates of each one they pass.
+        # `candidates` by what its searches read of a job, for this plan only: `take` and `give_back` empty it. A deep
+        # queue holds many jobs of one size and model, and the `rl:` frame and contention-greedy ask for the
+        # candidates of each one they pass.
         self._candidates: dict[tuple[float, int, float, float], list[Placement]] = {}
 
     # ---- bookkeeping -----------------------------------------------------------------------------------------------

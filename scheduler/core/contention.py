@@ -169,10 +169,10 @@ def _fabric_flows(cluster: Cluster, fabric: Fabric, by_node: dict[int, list[int]
 
 FOOTPRINT_CACHE = 1024  # expected footprints kept (`ContentionModel.footprint`); all dropped when full
 _NO_LINKS = np.zeros(0, dtype=np.int64)
-_PROBE = -1  # the job id a prediction places and takes off again
 _NO_TIMES = np.zeros(0, dtype=np.float64)
 _NO_LINKS.flags.writeable = False
 _NO_TIMES.flags.writeable = False
+_PROBE = -1  # the job id a prediction places and takes off again
 
 
 def _water_fill(demands: list[float]) -> list[float]:
