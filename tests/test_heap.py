@@ -10,6 +10,7 @@ import pytest
 from conftest import job, small_cluster
 
 from policies import make_policy
+from scheduler.core import heap
 from scheduler.core.heap import freeze_heap, heap_frozen
 from scheduler.core.simulator import Simulator
 
@@ -20,9 +21,10 @@ class Node:
 
 
 @pytest.fixture(autouse=True)
-def thawed():
+def thawed(monkeypatch):
     if gc.get_freeze_count():
         pytest.skip("this test process's heap is frozen already: the freezes under test would do nothing")
+    monkeypatch.setattr(heap, "_holders", 0)  # restored after: a `freeze_heap` here holds it for this test only
     yield
     gc.unfreeze()
 

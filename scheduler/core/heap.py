@@ -14,24 +14,33 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+_holders = 0  # who keeps the heap frozen now: `freeze_heap` for good, each `heap_frozen` block while it runs
+
 
 def freeze_heap() -> None:
     """Collect, then freeze every object alive for the rest of the process: for a server once it has started (its
     modules, clients, policy and state are there to stay)."""
+    global _holders
     gc.collect()
     gc.freeze()
+    _holders += 1  # for good: later blocks leave the heap as it is
 
 
 @contextmanager
 def heap_frozen() -> Iterator[None]:
     """Every object alive now frozen while the block runs and thawed after (both O(1); garbage among them is
     collected after the block). Nothing is done where the heap is frozen already: a server's freeze stays, and a
-    block inside another is inside its freeze."""
-    if gc.get_freeze_count():
+    block inside another is inside its freeze. (Counted here: `gc.get_freeze_count` walks the frozen objects, and
+    replays nest.)"""
+    global _holders
+    if _holders:
         yield
         return
     gc.freeze()
+    _holders += 1
     try:
         yield
     finally:
-        gc.unfreeze()
+        _holders -= 1
+        if not _holders:
+            gc.unfreeze()
