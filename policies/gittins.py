@@ -62,7 +62,7 @@ import numpy as np
 from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
-from policies.tiresias import Tiresias, check_thresholds, format_thresholds
+from policies.tiresias import Tiresias, check_thresholds, format_thresholds, queue_demands
 from scheduler.core.decisions import Decision, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, SpecError
 from scheduler.core.state import ClusterView
@@ -403,7 +403,7 @@ class Gittins(Tiresias):
         self._sync(view, now)
         if not queue:
             return []
-        self._queue = queue  # who else would take GPUs a preemption frees beyond its job's need (`pick_victims`)
+        self._queue = queue_demands(queue)  # who else would take GPUs a preemption frees beyond its job's need
         keys = self._keys
         if len(keys) > 2 * len(queue) + 1024:  # forget jobs that left the queue now and then
             ids = {job.id for job in queue}

@@ -6,12 +6,15 @@ one call without touching the real state. All searches are vectorised over nodes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
+
+_SCALAR_GPUS = 64  # victims' GPUs up to which `fit_test` adds their shares in Python: numpy costs more per call below
 
 
 class PassedOver:
@@ -53,11 +56,13 @@ class Planner:
         # queue holds many jobs of one size and model, and the `rl:` frame and contention-greedy ask for the
         # candidates of each one they pass.
         self._candidates: dict[tuple[float, int, float, float], list[Placement]] = {}
+        self.changes = 0  # how many times `take` or `give_back` changed the plan: what was found before may not hold
 
     # ---- bookkeeping -----------------------------------------------------------------------------------------------
 
     def take(self, spec: JobSpec, placement: Placement) -> None:
         self._candidates.clear()
+        self.changes += 1
         mem = self.view.mem_need(spec)
         for g in placement.gpus:
             if self.free_share[g] >= 1.0 - EPS:
@@ -71,6 +76,7 @@ class Planner:
     def give_back(self, job: Job) -> None:
         """Count a running job's GPUs as free (it is about to be preempted)."""
         self._candidates.clear()
+        self.changes += 1
         placement = self.view.placement(job.id)
         mem = self.view.mem_need(job.spec)
         for g in placement.gpus:
@@ -84,29 +90,61 @@ class Planner:
         self._misfit_workers = float("inf")
         self._misfit_shares = []
 
+    def without(self, victims: Sequence[Job]) -> Planner:
+        """A scratch plan: this one with `victims` given back (`give_back`), this one left exactly as it is, with
+        what its searches found. For weighing a preemption: giving the victims back and taking them again would leave
+        rounding errors in the free shares and memory, and forget every search."""
+        scratch = copy.copy(self)
+        scratch.free_share, scratch.used_mem, scratch.node_free = (
+            self.free_share.copy(), self.used_mem.copy(), self.node_free.copy())
+        scratch._candidates = {}
+        for v in victims:
+            scratch.give_back(v)
+        return scratch
+
     def fits_once_freed(self, spec: JobSpec, victims: Sequence[Job]) -> bool:
         """Would `best_fit(spec)` place it once `victims` leave? What giving them back, asking and taking them again
-        answers, with the plan left as it is.
+        answers, with the plan left as it is (`fit_test`)."""
+        return self.fit_test(spec)(victims)
+
+    def fit_test(self, spec: JobSpec) -> Callable[[Sequence[Job]], bool]:
+        """`fits_once_freed` for `spec`, to ask of many victim sets while the plan stays as it is: the victim search
+        asks it of hundreds of sets for a gang larger than a node, so what does not depend on the victims is read once.
 
         A whole-GPU job is answered without touching the plan: `consolidated` places a gang whenever the nodes with
         memory enough hold as many whole free GPUs as it has workers, so it counts the GPUs the victims would leave
         wholly free, their shares added to each GPU's free share in the order `give_back` adds them (the same floats).
-        The victim search asks this of hundreds of sets for a gang larger than a node, and giving back and taking
-        every victim was most of such a decision. A GPU share takes the plan's own path."""
+        A GPU share takes the plan's own path: giving back, asking, taking again."""
         if spec.num_gpus < 1:
-            for v in victims:
-                self.give_back(v)
-            try:
-                return self.best_fit(spec) is not None
-            finally:
+            def share_fits(victims: Sequence[Job]) -> bool:
                 for v in victims:
-                    self.take(v.spec, self.view.placement(v.id))
+                    self.give_back(v)
+                try:
+                    return self.best_fit(spec) is not None
+                finally:
+                    for v in victims:
+                        self.take(v.spec, self.view.placement(v.id))
+            return share_fits
         eligible = self._eligible_nodes(spec)
         need = spec.workers - int(self.node_free[eligible].sum())
-        if need <= 0 or not victims:
-            return need <= 0
-        freed = self._wholly_freed(victims)
-        return int(np.count_nonzero(eligible[self.cluster.gpu_node[freed]])) >= need
+        if need <= 0:
+            return lambda victims: True
+        free_share, placement = self.free_share, self.view.placement
+        eligible_gpu = eligible[self.cluster.gpu_node]
+
+        def whole_fits(victims: Sequence[Job]) -> bool:
+            placements = [placement(v.id) for v in victims]
+            if sum(len(p.gpus) for p in placements) > _SCALAR_GPUS:
+                return int(np.count_nonzero(eligible_gpu[self._wholly_freed(placements)])) >= need
+            after: dict[int, float] = {}  # per GPU, its free share plus the victims' shares, added in their order
+            for p in placements:
+                for g in p.gpus:
+                    after[g] = (after[g] if g in after else float(free_share[g])) + p.share
+            freed = sum(1 for g, a in after.items()
+                        if a >= 1.0 - EPS and free_share[g] < 1.0 - EPS and eligible_gpu[g])
+            return freed >= need
+
+        return whole_fits
 
     def free_once_freed(self, spec: JobSpec, victims: Sequence[Job]) -> np.ndarray:
         """Whole free GPUs per node, on the nodes with memory enough for `spec` (0 elsewhere), once `victims` leave:
@@ -115,13 +153,12 @@ class Planner:
         free = np.where(eligible, self.node_free, 0)
         if not victims:
             return free
-        nodes = self.cluster.gpu_node[self._wholly_freed(victims)]
+        nodes = self.cluster.gpu_node[self._wholly_freed([self.view.placement(v.id) for v in victims])]
         return free + np.where(eligible, np.bincount(nodes, minlength=len(free)), 0)
 
-    def _wholly_freed(self, victims: Sequence[Job]) -> np.ndarray:
-        """The GPUs the victims would leave wholly free: their shares added to each GPU's free share in the order
-        `give_back` adds them (the same floats)."""
-        placements = [self.view.placement(v.id) for v in victims]
+    def _wholly_freed(self, placements: Sequence[Placement]) -> np.ndarray:
+        """The GPUs victims on `placements` would leave wholly free: their shares added to each GPU's free share in the
+        order `give_back` adds them (the same floats)."""
         gpus = np.fromiter((g for p in placements for g in p.gpus), dtype=np.intp)
         shares = np.fromiter((p.share for p in placements for _ in p.gpus), dtype=float, count=gpus.size)
         touched, slot = np.unique(gpus, return_inverse=True)

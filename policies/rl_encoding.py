@@ -91,13 +91,14 @@ import numpy as np
 from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
-from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
+from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims, queue_demands
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobKind, JobSpec, Placement
 from scheduler.core.priorities import lowest_preemptible, may_preempt
 from scheduler.core.standing import TenancyStanding
 from scheduler.core.state import EPS, ClusterView
+from scheduler.core.victims import PendingDemands
 
 ENCODING_VERSION = 7
 ORDERS = ("las", "las-fine", "gittins", "remaining", "fifo", "smallest", "preempt-las", "preempt-fine",
@@ -509,9 +510,12 @@ FITTING = _Fitting()
 class _Frame:
     """One decision point's working state: the planner, and which jobs can start (with which victims)."""
 
-    def __init__(self, view: ClusterView, preempt: bool, queues: Gittins, queue: Sequence[Job] = ()) -> None:
+    def __init__(self, view: ClusterView, preempt: bool, queues: Gittins, queue: Sequence[Job] = (),
+                 demands: np.ndarray | None = None) -> None:
+        """`demands`: the queue's GPU demands, if known (`_orders` reads them)."""
         self.view = view
-        self.queue = queue  # the pending jobs: who else would take GPUs a preemption frees beyond its job's need
+        # Who else would take GPUs a preemption frees beyond its job's need.
+        self.pending = PendingDemands(demands.tolist) if demands is not None else queue_demands(queue)
         self.queues = queues
         self.planner = Planner(view)
         self.preempt = preempt and bool(view.running)
@@ -531,6 +535,10 @@ class _Frame:
         # waits end: offered only placements on the fewest servers, and not preempted for.
         self.held: dict[int, float] = {}
         self._predicted: dict[tuple[int, Placement], Prediction] = {}  # `_scored`'s, by job id and placement
+        # What `fits` without a prediction found for jobs alike (`_alike`), while the plan is unchanged: FITTING or
+        # None. A deep queue holds many jobs alike, and the preemption orders ask each one they pass.
+        self._passed: dict[tuple[str, float, float, int, float], _Fitting | None] = {}
+        self._passed_at = -1  # the plan's `changes` when `_passed` was filled
 
     def _waits_until(self, spec: JobSpec) -> float | None:
         """When `spec`'s compactness wait ends if it waits now (`policies.compactness`), else None. Only on a fabric
@@ -563,6 +571,8 @@ class _Frame:
         if not self.planner.may_fit(spec):
             return None
         until = self._waits_until(spec)
+        if until is None and not predict:
+            return self._passing(spec)
         if until is not None:
             cands = COMPACTNESS.candidates(self.planner, spec)
             if not cands and self.planner.fits_once_freed(spec, ()):
@@ -575,11 +585,28 @@ class _Frame:
         # every later prediction is what it was.
         if not cands:
             return None
-        if not predict:
+        if not predict:  # (held for compact room: its candidates are its own)
             for p in cands:
                 self.view.probe(spec, p)
             return FITTING
         return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands])
+
+    def _passing(self, spec: JobSpec) -> _Fitting | None:
+        """`fits` without a prediction for a job that does not wait for compact room: FITTING or None. Jobs alike in
+        all that its searches and the probes read (model, compression, GPUs, workers, share) get the same placements
+        from the same plan, and repeating a probe changes nothing (`ContentionModel.probe`), so a job alike to one
+        already asked gets that one's answer with nothing done again."""
+        if self._passed_at != self.planner.changes:
+            self._passed.clear()
+            self._passed_at = self.planner.changes
+        key = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share)
+        if key in self._passed:
+            return self._passed[key]
+        cands = self.planner.candidates(spec)
+        for p in cands:
+            self.view.probe(spec, p)
+        found = self._passed[key] = FITTING if cands else None
+        return found
 
     @staticmethod
     def chosen(fit: Choice | _Unscored) -> Choice:
@@ -657,18 +684,16 @@ class _Frame:
         # Waiting for compact room, victims make room only where they free the fewest servers.
         fits = (lambda vs: COMPACTNESS.room(planner, spec, vs)) if waits else None
         victims = pick_victims(view, planner, spec, filter(may_take, ranked) if may_take else ranked,
-                               self.queue, fits) if count else []
+                               self.pending, fits) if count else []
         if not victims:
             # Within a level (and a set of teams it may take from) victims are the same set, so a larger demand finds
             # none either.
             self._no_victims_from[key] = spec.num_gpus
             return None
-        for v in victims:
-            planner.give_back(v)
-        # Waiting for compact room, it is offered only the fewest servers, freed or not.
-        cands = COMPACTNESS.candidates(planner, spec) if waits else planner.candidates(spec)
-        for v in victims:  # the planner stays as it is now: other jobs' candidates must not count these GPUs
-            planner.take(v.spec, view.placement(v.id))
+        # On a scratch plan: this one stays as it is, since other jobs' candidates must not count these GPUs. Waiting
+        # for compact room, it is offered only the fewest servers, freed or not.
+        freed = planner.without(victims)
+        cands = COMPACTNESS.candidates(freed, spec) if waits else freed.candidates(spec)
         return self._scored(job, cands, victims) if cands else None  # none: fragmentation, preempting won't help
 
 
@@ -739,14 +764,15 @@ def decision_point(
     if not jobs:
         return None
     sizes = sizes or default_sizes()
-    frame = _Frame(view, preempt, _gittins_queues(sizes), jobs)
     orders, num = _orders(view, sizes, jobs)
+    frame = _Frame(view, preempt, _gittins_queues(sizes), jobs, num)
     planner = frame.planner
     # Jobs that fit nowhere, known without a search: `Planner.may_fit` refuses them (and nothing else about them is
     # computed). A whole-GPU job asking for more GPUs than are wholly free stays so for the whole decision point (a
-    # preemption gives its victims' GPUs back and takes them again, which restores the count exactly); a GPU share
-    # larger than any GPU has free is refused so until the first preemption is tried (which may move free shares by a
-    # rounding error), so that test serves only the orders scanned before it.
+    # preemption is weighed on a scratch plan; the exact test of a GPU share's victims gives them back and takes them
+    # again, which restores the count of whole GPUs exactly); a GPU share larger than any GPU has free is refused so
+    # until the first preemption is tried (that round trip may move free shares by a rounding error), so that test
+    # serves only the orders scanned before it.
     never = (num >= 1) & (num > planner.free_whole)
     not_now = never | ((num < 1) & (num > planner.max_free_share + EPS))
     # fits[i]: job i's candidates on free capacity (None: it fits nowhere), in the order the scans below first ask.

@@ -38,7 +38,7 @@ from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.priorities import may_preempt
 from scheduler.core.state import EPS, ClusterView
-from scheduler.core.victims import Offer, choose_victims, pending_takers
+from scheduler.core.victims import Offer, PendingDemands, choose_victims
 
 # Queue thresholds in GPU-seconds of attained service: one GPU-hour and ten GPU-hours.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
@@ -58,7 +58,7 @@ class Tiresias:
         self.starvation_factor = starvation_factor
         self._discount: dict[int, float] = {}  # attained service forgiven at promotion, by job id
         self._indexed_view: ClusterView | None = None
-        self._queue: Collection[Job] = ()  # the pending jobs of the current call
+        self._queue: PendingDemands = queue_demands(())  # the pending jobs of the current call
         self._reset_index()
 
     def _reset_index(self) -> None:
@@ -168,7 +168,7 @@ class Tiresias:
         self._sync(view, now)
         if not queue:  # demotions only matter when someone is waiting
             return []
-        self._queue = queue  # who else would take GPUs a preemption frees beyond its job's need (`pick_victims`)
+        self._queue = queue_demands(queue)  # who else would take GPUs a preemption frees beyond its job's need
         planner = Planner(view)
         # The queue arrives in arrival order, so bucketing it by level gives (level, arrival) order without a sort.
         buckets: list[list[Job]] = [[] for _ in range(len(self.thresholds) + 1)]
@@ -260,8 +260,14 @@ def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRES
     return bisect.bisect_right(thresholds, attained_gpu_s) if attained_gpu_s else 0
 
 
+def queue_demands(queue: Iterable[Job]) -> PendingDemands:
+    """The pending jobs' demands, for `pick_victims`: built once per pass, read on its first question."""
+    return PendingDemands(lambda: (j.spec.gpu_demand for j in queue))
+
+
 def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job],
-                 others: Iterable[Job] = (), fits: Callable[[list[Job]], bool] | None = None) -> list[Job]:
+                 others: Iterable[Job] | PendingDemands = (),
+                 fits: Callable[[list[Job]], bool] | None = None) -> list[Job]:
     """Which of `victims` (the policy's order of preference, lowest priority first) to preempt so that `spec` fits,
     by the rule of `scheduler.core.victims`: the first ones in order that make room, unless they free more than the
     job lacks where it would start (a 16-GPU job for a 2-GPU one) and the `others` pending (read only then, and
@@ -273,8 +279,9 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
     if not lacking:
         return []
     offers = (Offer(v, gains(view.placement(v.id)), v.spec.gpu_demand) for v in victims)
-    takers = pending_takers(j.spec.gpu_demand for j in others if j.spec is not spec)
-    return choose_victims(offers, lacking, fits or _fits(planner, spec), takers)
+    pending = others if isinstance(others, PendingDemands) else queue_demands(others)
+    takers = pending.takers(spec.gpu_demand)
+    return choose_victims(offers, lacking, fits or planner.fit_test(spec), takers)
 
 
 def _room_model(
@@ -284,7 +291,7 @@ def _room_model(
 
     Whole GPUs: a node (or, for a gang larger than any node, the cluster, bucket -1) gains from each GPU of the victim
     the share of that GPU's tenants the victim is: 1 where it is the last, 1/2 where it is one of two halves. That
-    never under-counts whole GPUs freed (two victims sharing a GPU free it together); `_fits` has the last word."""
+    never under-counts whole GPUs freed (two victims sharing a GPU free it together); `Planner.fit_test` has the last word."""
     cluster = view.cluster
     mem = view.mem_need(spec)
     if spec.num_gpus < 1:  # a GPU share: on one GPU with enough memory (a victim frees memory too: lacking > 0)
@@ -330,14 +337,6 @@ def _room_model(
     return ({_CLUSTER: workers - have} if workers > have else {}), cluster_gains
 
 
-def _fits(planner: Planner, spec: JobSpec) -> Callable[[list[Job]], bool]:
-    """The exact test: does `spec` have a placement once these victims are off their GPUs? The planner is left as it
-    was."""
-
-    def fits(victims: list[Job]) -> bool:
-        return planner.fits_once_freed(spec, victims)
-
-    return fits
 
 
 _CAPACITY_EPS = 1e-6

@@ -20,7 +20,7 @@ from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobPhase, JobSpec, Placement, parse_cluster
 from scheduler.core.simulator import Placed, Simulator
 from scheduler.core.tenancy import Teams, TenancyFrame
-from scheduler.core.victims import Offer, choose_victims, pending_takers
+from scheduler.core.victims import Offer, PendingDemands, choose_victims, pending_takers
 
 CLUSTER = "dgx-a100:4"  # 4 nodes x 8 GPUs
 HOUR = 3600.0
@@ -181,6 +181,23 @@ def test_the_first_set_stands_when_other_pending_jobs_would_take_its_surplus() -
     assert pending_takers([4.0, 1.0, 2.0, 8.0])(5.0) == 7.0
 
 
+def test_the_queue_sorted_once_answers_what_sorting_the_others_answers() -> None:
+    """`PendingDemands` sorts the queue once for every starting job; leaving one copy of the starting job's demand
+    out must give the very floats that sorting and summing the other jobs' demands gives."""
+    import random
+
+    rng = random.Random(3)
+    for _ in range(40):
+        demands = [rng.choice([0.1, 0.25, 0.3, 0.5, 1.0, 2.0, 3.0, 8.0, 64.0]) for _ in range(rng.randrange(0, 30))]
+        pending = PendingDemands(lambda demands=demands: demands)
+        for own_at in [*range(len(demands)), None]:
+            own = demands[own_at] if own_at is not None else 0.7  # 0.7: a starting job that is not pending
+            others = [d for i, d in enumerate(demands) if i != own_at]
+            takers, expected = pending.takers(own), pending_takers(others)
+            for surplus in [0.0, 0.3, 0.6, 1.0, 2.5, 7.9, 10.0, 100.0]:
+                assert takers(surplus) == expected(surplus), (demands, own, surplus)
+
+
 def test_pick_victims_frees_the_fewest_gpus_on_the_node_that_lacks_fewest() -> None:
     # Two nodes of 4 GPUs. Node 0: a 3-GPU job (lowest priority) and 1 free GPU; node 1: four 1-GPU jobs. A 2-GPU job
     # needs one more GPU on node 0 or two on node 1: preempting one 1-GPU job... is not enough anywhere, so two of
@@ -229,11 +246,17 @@ def test_reclaim_frees_no_more_than_the_owner_needs() -> None:
     assert by_name["a2"].state is JobPhase.RUNNING and frame.reclaims == 2
 
 
-def test_fits_once_freed_answers_what_giving_the_victims_back_answers() -> None:
+@pytest.mark.parametrize("scalar_gpus", [64, 0], ids=["sums-in-python", "sums-in-numpy"])
+def test_fits_once_freed_answers_what_giving_the_victims_back_answers(monkeypatch, scalar_gpus: int) -> None:
     """The victim search's exact test, asked without touching the plan, against giving the victims back, asking
     `best_fit` and taking them again, on random busy clusters of whole GPUs and MPS shares (two shares of a GPU free
-    it only together) and random victim sets, for gangs within a node and larger than one."""
+    it only together) and random victim sets, for gangs within a node and larger than one; and one `fit_test` asked
+    of every set on the same plan answers the same. Both ways of adding the victims' shares are checked."""
     import random
+
+    import policies.placement
+
+    monkeypatch.setattr(policies.placement, "_SCALAR_GPUS", scalar_gpus)
 
     from scheduler.core.contention import ContentionModel
     from scheduler.core.state import ClusterState, ClusterView
@@ -265,6 +288,7 @@ def test_fits_once_freed_answers_what_giving_the_victims_back_answers() -> None:
         view = ClusterView(state, model, jobs)
         planner = Planner(view)
         before = (planner.free_share.copy(), planner.node_free.copy(), planner.free_whole)
+        tests = {n: planner.fit_test(spec("new", n)) for n in [1, 2, 4, 6, 8, 12]}
         for _ in range(10):
             newcomer = spec("new", rng.choice([1, 2, 4, 6, 8, 12]))
             victims = rng.sample(list(jobs.values()), rng.randrange(0, len(jobs) + 1))
@@ -274,7 +298,39 @@ def test_fits_once_freed_answers_what_giving_the_victims_back_answers() -> None:
             for v in victims:
                 planner.take(v.spec, view.placement(v.id))
             assert planner.fits_once_freed(newcomer, victims) is expected, (newcomer.num_gpus, victims)
+            assert tests[int(newcomer.num_gpus)](victims) is expected
             asked[expected] += 1
         assert (planner.free_share == before[0]).all() and (planner.node_free == before[1]).all()
         assert planner.free_whole == before[2]
     assert min(asked.values()) >= 50, asked  # both answers were asked for often
+
+
+def test_a_scratch_plan_frees_the_victims_and_leaves_the_plan_bit_for_bit() -> None:
+    """`Planner.without`: the victims' GPUs free in the scratch plan; the plan itself exactly as it was, with what its
+    searches found. Giving a victim back and taking it again would not be: 0.2 + 0.5 - 0.5 is 0.19999999999999996."""
+    from scheduler.core.contention import ContentionModel
+    from scheduler.core.state import ClusterState, ClusterView
+    from scheduler.core.workloads import catalog
+
+    cluster = small_cluster(nodes=1, gpus=2)
+    state, model, jobs = ClusterState(cluster, catalog()), ContentionModel(cluster), {}
+    for i, (share, gpu) in enumerate([(0.5, 0), (0.3, 0), (1.0, 1)]):
+        s = spec(f"j{i}", share)
+        j = Job(i, s, s.duration_s)
+        j.state, j.placement, j.start_s = JobPhase.RUNNING, Placement((gpu,), share), 0.0
+        state.allocate(i, s, j.placement)
+        model.add(i, s, j.placement)
+        jobs[i] = j
+    view = ClusterView(state, model, jobs)
+    planner = Planner(view)
+    whole = spec("whole", 1.0)
+    assert planner.candidates(whole) == [] and planner.changes == 0
+    before = (planner.free_share.tolist(), planner.used_mem.tolist(), planner.node_free.tolist(), planner.free_whole)
+    scratch = planner.without([jobs[0], jobs[2]])
+    assert scratch.free_share.tolist() == [0.7, 1.0] and scratch.free_whole == 1
+    assert [p.gpus for p in scratch.candidates(whole)] == [(1,)]
+    assert (planner.free_share.tolist(), planner.used_mem.tolist(), planner.node_free.tolist(),
+            planner.free_whole) == before and planner.changes == 0
+    planner.give_back(jobs[0])
+    planner.take(jobs[0].spec, jobs[0].placement)
+    assert planner.free_share.tolist() != before[0]  # why the scratch plan: the round trip does not restore it

@@ -455,3 +455,37 @@ def test_the_fabric_features_see_racks_and_the_uplinks_a_placement_would_share()
     assert feats[fabric_at:].tolist() == [0.0, 0.0] and plain.cluster.fabric_links.size == 0
     plain_point = decision_point(plain.view, plain.pending.values(), plain.now)
     assert plain_point is not None and plain_point.obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 1] == 0.0
+
+
+def test_jobs_alike_passed_over_by_a_preemption_order_are_asked_once(monkeypatch) -> None:
+    """A deep queue of jobs alike that fit: the preemption orders pass over every one of them, and the frame asks
+    (searches and probes the model) once for all of them while the plan is unchanged. The decision point is the one
+    asking each job gives, bit for bit."""
+    from policies.rl_encoding import DecisionPoint, _Frame
+    from scheduler.core.contention import ContentionModel
+
+    def point_of(memo: bool) -> tuple[DecisionPoint, int]:
+        specs = [JobSpec("long", 0.0, 4.0, 1e7, "ResNet-50-bs64")]
+        specs += [JobSpec(f"alike{i}", 1.0, 1.0, 100.0, "ResNet-18-bs32") for i in range(30)]
+        specs += [JobSpec("big", 2.0, 16.0, 100.0, "ResNet-50-bs64")]  # fits nowhere: the orders scan past the rest
+        sim = _sim("pcie-v100:2", specs)
+        sim.advance()
+        _start(sim, 0, (0, 1, 2, 3))  # something runs: the preemption orders scan the queue
+        _arrive_all(sim)
+        probes = []
+        probe = ContentionModel.probe
+        monkeypatch.setattr(ContentionModel, "probe", lambda self, s, p: probes.append(s.name) or probe(self, s, p))
+        if not memo:
+            passing = _Frame._passing
+            monkeypatch.setattr(_Frame, "_passing", lambda self, s: self._passed.clear() or passing(self, s))
+        point = decision_point(sim.view, sim.pending.values(), sim.now)
+        monkeypatch.undo()
+        assert point is not None
+        return point, len(probes)
+
+    fast, asked_once = point_of(memo=True)
+    slow, asked_each = point_of(memo=False)
+    assert asked_each >= 25 * asked_once > 0  # every alike job passed over was asked, or only the first
+    assert fast.obs.tobytes() == slow.obs.tobytes() and (fast.mask == slow.mask).all()
+    assert [(s.job.id, s.candidates, s.victims) if s else None for s in fast.slots] == \
+        [(s.job.id, s.candidates, s.victims) if s else None for s in slow.slots]

@@ -39,7 +39,7 @@ from scheduler.core.model import Job, JobSpec
 from scheduler.core.room import has_room, room_model
 from scheduler.core.runner import PolicyFrame, deliberation
 from scheduler.core.state import ClusterView
-from scheduler.core.victims import choose_victims, pending_takers
+from scheduler.core.victims import PendingDemands, choose_victims
 
 
 def may_preempt(victim: JobSpec, for_: JobSpec, equals: bool = False) -> bool:
@@ -167,6 +167,7 @@ class PriorityFrame(PolicyFrame):
 
     def _make_room(self, view: ClusterView, band: list[Job], queue: Collection[Job]) -> list[Decision]:
         """Preempt lower-priority jobs for the band's first job that they make room for (rule 3); [] if none."""
+        pending = PendingDemands(lambda: (j.spec.gpu_demand for j in queue))  # read on the first question
         for job in band:
             spec = job.spec
             if job.id in self._made_room_for or has_room(view, spec):
@@ -177,7 +178,7 @@ class PriorityFrame(PolicyFrame):
             if not candidates:
                 continue
             lacking, offer = room_model(view, spec)
-            takers = pending_takers(j.spec.gpu_demand for j in queue if j.id != job.id)
+            takers = pending.takers(job.spec.gpu_demand)  # a band's job is pending
             def fits(victims: list[Job], spec: JobSpec = spec) -> bool:
                 return has_room(view, spec, victims)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -100,19 +101,40 @@ def fewest_victims(first: Sequence[Offer[T, K]], bucket: K, offers: Iterable[Off
     return _victims(chosen if cheaper is None else cheaper)
 
 
+class PendingDemands:
+    """The pending jobs' GPU demands, sorted once: `takers` for each starting job. A pass weighs preemptions for many
+    jobs against one queue, and gathering and sorting the queue again for each was most of their cost on a deep
+    queue (a Python loop over ~1,500 jobs each time)."""
+
+    def __init__(self, demands: Callable[[], Iterable[float]]) -> None:
+        self._demands = demands  # called on the first question
+        self._sorted: list[float] | None = None
+
+    def takers(self, own: float | None = None) -> Takers:
+        """`Takers` of the pending jobs but the starting one, whose demand is `own` (None: it is not pending): those
+        no larger than the surplus, all of them (whether they pack into it is left to the pass that places them).
+        Computed on the first question."""
+        table: list[tuple[list[float], list[float]]] = []
+
+        def take(surplus: float) -> float:
+            if not table:
+                if self._sorted is None:
+                    self._sorted = sorted(self._demands())
+                ds = self._sorted
+                if own is not None:  # sorting the others gives this list with one copy of `own` out
+                    k = bisect.bisect_left(ds, own)
+                    if k < len(ds) and ds[k] == own:
+                        ds = ds[:k] + ds[k + 1:]
+                table.append((ds, list(itertools.accumulate(ds, initial=0.0))))
+            ds, sums = table[0]
+            return sums[bisect.bisect_right(ds, surplus + EPS)]
+
+        return take
+
+
 def pending_takers(demands: Iterable[float]) -> Takers:
-    """`Takers` of pending jobs asking for `demands` GPUs: those no larger than the surplus, all of them (whether
-    they pack into it is left to the pass that places them). Sorted once, on the first question."""
-    table: list[tuple[list[float], list[float]]] = []
-
-    def take(surplus: float) -> float:
-        if not table:
-            ds = sorted(demands)
-            table.append((ds, list(itertools.accumulate(ds, initial=0.0))))
-        ds, sums = table[0]
-        return sums[bisect.bisect_right(ds, surplus + EPS)]
-
-    return take
+    """`Takers` of pending jobs asking for `demands` GPUs (`PendingDemands.takers`)."""
+    return PendingDemands(lambda: demands).takers()
 
 
 def _noting(offers: Iterator[Offer[T, K]], seen: list[Offer[T, K]]) -> Iterator[Offer[T, K]]:
@@ -144,6 +166,10 @@ def _trim(chosen: Sequence[Offer[T, K]], bucket: K, need: float, fits: Fits[T] |
 
 # One candidate set, as a linked list of its offers (last added first): extending a set costs O(1).
 _Chain = tuple[Offer[T, K], "_Chain[T, K]"] | None
+# A frontier's entry: (minus the gain so far, GPUs freed, the set). The gain is kept negated so that the frontier's
+# order (most gain first, then least cost) is the entries' own first two fields, sorted by C's comparisons.
+_Entry = tuple[float, float, _Chain[T, K]]
+_MOST_GAIN_LEAST_COST = operator.itemgetter(0, 1)
 
 
 def _cheapest(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], bound: float,
@@ -151,22 +177,27 @@ def _cheapest(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], bound: 
     """The set of offers that covers some bucket's need (and that `fits` accepts) while freeing the fewest GPUs, if it
     frees fewer than `bound`; None otherwise. Per bucket, a Pareto frontier of (gain so far, GPUs freed, set),
     widened by each offer in turn (0/1 knapsack cover): exact up to `MAX_FRONTIER` pairs per bucket."""
-    fronts: dict[K, list[tuple[float, float, _Chain[T, K]]]] = {}
+    fronts: dict[K, list[_Entry[T, K]]] = {}
     best: list[Offer[T, K]] | None = None
     for offer in offers:
-        if offer.freed >= bound - EPS:  # alone it frees as much as the best set: no set holding it is cheaper
+        freed = offer.freed
+        if freed >= bound - EPS:  # alone it frees as much as the best set: no set holding it is cheaper
             continue
         for bucket, gain in offer.gains.items():
             need = lacking.get(bucket)
             if need is None or gain <= 0.0:
                 continue
-            front = fronts.get(bucket) or [(0.0, 0.0, None)]
-            grown: list[tuple[float, float, _Chain[T, K]]] = [
-                (min(need, g + gain), c + offer.freed, (offer, chain)) for g, c, chain in front
-                if c + offer.freed < bound - EPS]
-            front = fronts[bucket] = _pareto(front + grown)
-            top_gain, top_cost, top = front[0]
-            if top_gain >= need - EPS and top_cost < bound - EPS:
+            front = fronts.get(bucket) or [(-0.0, 0.0, None)]
+            limit = bound - EPS
+            grown: list[_Entry[T, K]] = []
+            for minus_g, c, chain in front:
+                if c + freed < limit:
+                    g = gain - minus_g  # the gain so far plus this offer's, capped at the need
+                    grown.append((-min(need, g), c + freed, (offer, chain)))
+            # Nothing grown, the frontier would come out as it is (it is its own Pareto frontier): not sorted again.
+            front = fronts[bucket] = _pareto(front + grown) if grown else front
+            minus_top_gain, top_cost, top = front[0]
+            if -minus_top_gain >= need - EPS and top_cost < bound - EPS:
                 found = _unchain(top)
                 if fits is None or fits(_victims(found)):
                     bound, best = top_cost, found
@@ -183,16 +214,16 @@ def _unchain(chain: _Chain[T, K]) -> list[Offer[T, K]]:
     return out[::-1]
 
 
-def _pareto(pairs: list[tuple[float, float, _Chain[T, K]]]) -> list[tuple[float, float, _Chain[T, K]]]:
-    """The pairs no other beats (at least as much gain for less cost), most gain first. Of equal pairs the earlier
+def _pareto(entries: list[_Entry[T, K]]) -> list[_Entry[T, K]]:
+    """The entries no other beats (at least as much gain for less cost), most gain first. Of equal ones the earlier
     stays (the set the policy's order reached first). The empty set (no gain, no cost) always stays."""
-    pairs.sort(key=lambda p: (-p[0], p[1]))  # stable: earlier pairs first among equals
+    entries.sort(key=_MOST_GAIN_LEAST_COST)  # stable: earlier entries first among equals
     out = []
     cheapest = float("inf")
-    for p in pairs:
-        if p[1] < cheapest - EPS:
-            out.append(p)
-            cheapest = p[1]
+    for e in entries:
+        if e[1] < cheapest - EPS:
+            out.append(e)
+            cheapest = e[1]
     if len(out) > MAX_FRONTIER:
         out = [*out[:MAX_FRONTIER - 1], out[-1]]
     return out
