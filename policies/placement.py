@@ -114,17 +114,11 @@ class Planner:
         A whole-GPU job is answered without touching the plan: `consolidated` places a gang whenever the nodes with
         memory enough hold as many whole free GPUs as it has workers, so it counts the GPUs the victims would leave
         wholly free, their shares added to each GPU's free share in the order `give_back` adds them (the same floats).
-        A GPU share takes the plan's own path: giving back, asking, taking again."""
+        A GPU share is asked of a scratch plan the victims are given back to (`without`), which leaves this one as it
+        is: a search for a share asks it of many sets, and giving back and taking again would leave rounding errors
+        in this plan's free shares and forget its searches each time."""
         if spec.num_gpus < 1:
-            def share_fits(victims: Sequence[Job]) -> bool:
-                for v in victims:
-                    self.give_back(v)
-                try:
-                    return self.best_fit(spec) is not None
-                finally:
-                    for v in victims:
-                        self.take(v.spec, self.view.placement(v.id))
-            return share_fits
+            return lambda victims: self.without(victims).best_fit(spec) is not None
         eligible = self._eligible_nodes(spec)
         need = spec.workers - int(self.node_free[eligible].sum())
         if need <= 0:
