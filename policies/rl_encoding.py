@@ -535,7 +535,7 @@ class _Frame:
         # waits end: offered only placements on the fewest servers, and not preempted for.
         self.held: dict[int, float] = {}
         self._predicted: dict[tuple[int, Placement], Prediction] = {}  # `_scored`'s, by job id and placement
-        # What `fits` without a prediction found for jobs alike (`_alike`), while the plan is unchanged: FITTING or
+        # What `fits` without a prediction found for jobs alike (`_passing`), while the plan is unchanged: FITTING or
         # None. A deep queue holds many jobs alike, and the preemption orders ask each one they pass.
         self._passed: dict[tuple[str, float, float, int, float], _Fitting | None] = {}
         self._passed_at = -1  # the plan's `changes` when `_passed` was filled

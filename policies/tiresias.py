@@ -58,7 +58,7 @@ class Tiresias:
         self.starvation_factor = starvation_factor
         self._discount: dict[int, float] = {}  # attained service forgiven at promotion, by job id
         self._indexed_view: ClusterView | None = None
-        self._queue: PendingDemands = queue_demands(())  # the pending jobs of the current call
+        self._queue: PendingDemands = queue_demands(())  # the pending jobs' demands, of the current call
         self._reset_index()
 
     def _reset_index(self) -> None:
@@ -270,11 +270,11 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
                  fits: Callable[[list[Job]], bool] | None = None) -> list[Job]:
     """Which of `victims` (the policy's order of preference, lowest priority first) to preempt so that `spec` fits,
     by the rule of `scheduler.core.victims`: the first ones in order that make room, unless they free more than the
-    job lacks where it would start (a 16-GPU job for a 2-GPU one) and the `others` pending (read only then, and
-    never counting `spec`'s own job) would not take the surplus; then the set that frees the fewest GPUs. Room is
-    counted on each node that can hold the whole gang when one can (so no GPUs are freed where they cannot help),
-    else over the cluster; for a GPU share, on each GPU. Every set returned fits (`Planner.best_fit`); empty if none
-    does; `fits` replaces that test where the job may start only on some placements (`policies.compactness`)."""
+    job lacks where it would start (a 16-GPU job for a 2-GPU one) and the `others` pending (read only then; `spec`'s
+    own job among them, which is not counted) would not take the surplus; then the set that frees the fewest GPUs.
+    Room is counted on each node that can hold the whole gang when one can (so no GPUs are freed where they cannot
+    help), else over the cluster; for a GPU share, on each GPU. Every set returned fits (`Planner.best_fit`); empty if
+    none does; `fits` replaces that test where the job may start only on some placements (`policies.compactness`)."""
     lacking, gains = _room_model(view, planner, spec)
     if not lacking:
         return []
@@ -291,7 +291,8 @@ def _room_model(
 
     Whole GPUs: a node (or, for a gang larger than any node, the cluster, bucket -1) gains from each GPU of the victim
     the share of that GPU's tenants the victim is: 1 where it is the last, 1/2 where it is one of two halves. That
-    never under-counts whole GPUs freed (two victims sharing a GPU free it together); `Planner.fit_test` has the last word."""
+    never under-counts whole GPUs freed (two victims sharing a GPU free it together); `Planner.fit_test` has the last
+    word."""
     cluster = view.cluster
     mem = view.mem_need(spec)
     if spec.num_gpus < 1:  # a GPU share: on one GPU with enough memory (a victim frees memory too: lacking > 0)
@@ -335,8 +336,6 @@ def _room_model(
         return {_CLUSTER: sum(part.tolist())}
 
     return ({_CLUSTER: workers - have} if workers > have else {}), cluster_gains
-
-
 
 
 _CAPACITY_EPS = 1e-6
