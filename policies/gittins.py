@@ -62,10 +62,11 @@ import numpy as np
 from policies.heuristics import wait_reason
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
-from policies.tiresias import Tiresias, check_thresholds, format_thresholds, queue_demands
+from policies.tiresias import Tiresias, check_thresholds, format_thresholds
 from scheduler.core.decisions import Decision, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, SpecError
 from scheduler.core.state import ClusterView
+from scheduler.core.victims import queue_demands
 
 FORMAT = "corral-size-distribution/1"
 CLASSES = ("frac", "1", "2-4", "5-8", "9+")  # GPU classes known at submit time

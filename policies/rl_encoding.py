@@ -91,7 +91,7 @@ import numpy as np
 from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
-from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims, queue_demands
+from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobKind, JobSpec, Placement
@@ -510,12 +510,12 @@ FITTING = _Fitting()
 class _Frame:
     """One decision point's working state: the planner, and which jobs can start (with which victims)."""
 
-    def __init__(self, view: ClusterView, preempt: bool, queues: Gittins, queue: Sequence[Job] = (),
-                 demands: np.ndarray | None = None) -> None:
-        """`demands`: the queue's GPU demands, if known (`_orders` reads them)."""
+    def __init__(self, view: ClusterView, preempt: bool, queues: Gittins, queue: Sequence[Job],
+                 demands: np.ndarray) -> None:
+        """`demands`: the queue's GPU demands (`_orders` reads them)."""
         self.view = view
         # Who else would take GPUs a preemption frees beyond its job's need.
-        self.pending = PendingDemands(demands.tolist) if demands is not None else queue_demands(queue)
+        self.pending = PendingDemands(demands.tolist)
         self.queues = queues
         self.planner = Planner(view)
         self.preempt = preempt and bool(view.running)
@@ -586,9 +586,7 @@ class _Frame:
         if not cands:
             return None
         if not predict:  # (held for compact room: its candidates are its own)
-            for p in cands:
-                self.view.probe(spec, p)
-            return FITTING
+            return self._probed(spec, cands)
         return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands])
 
     def _passing(self, spec: JobSpec) -> _Fitting | None:
@@ -602,11 +600,14 @@ class _Frame:
         key = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share)
         if key in self._passed:
             return self._passed[key]
-        cands = self.planner.candidates(spec)
+        found = self._passed[key] = self._probed(spec, self.planner.candidates(spec))
+        return found
+
+    def _probed(self, spec: JobSpec, cands: list[Placement]) -> _Fitting | None:
+        """FITTING if there are candidates, each probed (`fits` says why); None if none."""
         for p in cands:
             self.view.probe(spec, p)
-        found = self._passed[key] = FITTING if cands else None
-        return found
+        return FITTING if cands else None
 
     @staticmethod
     def chosen(fit: Choice | _Unscored) -> Choice:

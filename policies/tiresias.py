@@ -38,7 +38,7 @@ from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.priorities import may_preempt
 from scheduler.core.state import EPS, ClusterView
-from scheduler.core.victims import Offer, PendingDemands, choose_victims
+from scheduler.core.victims import Offer, PendingDemands, choose_victims, queue_demands
 
 # Queue thresholds in GPU-seconds of attained service: one GPU-hour and ten GPU-hours.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
@@ -258,11 +258,6 @@ class Tiresias:
 def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
     """Tiresias' queue for a job that has attained this much service (0 is the highest priority)."""
     return bisect.bisect_right(thresholds, attained_gpu_s) if attained_gpu_s else 0
-
-
-def queue_demands(queue: Iterable[Job]) -> PendingDemands:
-    """The pending jobs' demands, for `pick_victims`: built once per pass, read on its first question."""
-    return PendingDemands(lambda: (j.spec.gpu_demand for j in queue))
 
 
 def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job],

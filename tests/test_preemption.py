@@ -20,7 +20,7 @@ from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobPhase, JobSpec, Placement, parse_cluster
 from scheduler.core.simulator import Placed, Simulator
 from scheduler.core.tenancy import Teams, TenancyFrame
-from scheduler.core.victims import Offer, PendingDemands, choose_victims, pending_takers
+from scheduler.core.victims import Offer, PendingDemands, Takers, choose_victims
 
 CLUSTER = "dgx-a100:4"  # 4 nodes x 8 GPUs
 HOUR = 3600.0
@@ -175,10 +175,14 @@ def test_a_set_that_frees_less_is_preferred_to_the_first_in_order() -> None:
 def test_the_first_set_stands_when_other_pending_jobs_would_take_its_surplus() -> None:
     rows = offers(("big", {0: 8, 1: 8}, 16), ("x", {2: 2}, 2))
     lacking = {0: 2, 1: 2, 2: 2}
-    assert choose_victims(rows, lacking, takers=pending_takers([2.0] * 7)) == ["big"]  # 14 GPUs taken: no waste
-    assert choose_victims(rows, lacking, takers=pending_takers([2.0] * 6)) == ["x"]  # 2 of the 14 left idle
-    assert choose_victims(rows, lacking, takers=pending_takers([16.0, 32.0])) == ["x"]  # too large for the surplus
-    assert pending_takers([4.0, 1.0, 2.0, 8.0])(5.0) == 7.0
+    assert choose_victims(rows, lacking, takers=_takers([2.0] * 7)) == ["big"]  # 14 GPUs taken: no waste
+    assert choose_victims(rows, lacking, takers=_takers([2.0] * 6)) == ["x"]  # 2 of the 14 left idle
+    assert choose_victims(rows, lacking, takers=_takers([16.0, 32.0])) == ["x"]  # too large for the surplus
+    assert _takers([4.0, 1.0, 2.0, 8.0])(5.0) == 7.0
+
+
+def _takers(demands: list[float]) -> Takers:
+    return PendingDemands(lambda: demands).takers()
 
 
 def test_the_queue_sorted_once_answers_what_sorting_the_others_answers() -> None:
@@ -192,10 +196,15 @@ def test_the_queue_sorted_once_answers_what_sorting_the_others_answers() -> None
         pending = PendingDemands(lambda demands=demands: demands)
         for own_at in [*range(len(demands)), None]:
             own = demands[own_at] if own_at is not None else 0.7  # 0.7: a starting job that is not pending
-            others = [d for i, d in enumerate(demands) if i != own_at]
-            takers, expected = pending.takers(own), pending_takers(others)
+            others = sorted(d for i, d in enumerate(demands) if i != own_at)
+            takers = pending.takers(own)
             for surplus in [0.0, 0.3, 0.6, 1.0, 2.5, 7.9, 10.0, 100.0]:
-                assert takers(surplus) == expected(surplus), (demands, own, surplus)
+                expected = 0.0
+                for d in others:  # the others no larger than the surplus, summed smallest first
+                    if d > surplus + 1e-6:
+                        break
+                    expected += d
+                assert takers(surplus) == expected, (demands, own, surplus)
 
 
 def test_pick_victims_frees_the_fewest_gpus_on_the_node_that_lacks_fewest() -> None:

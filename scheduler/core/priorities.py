@@ -39,7 +39,7 @@ from scheduler.core.model import Job, JobSpec
 from scheduler.core.room import has_room, room_model
 from scheduler.core.runner import PolicyFrame, deliberation
 from scheduler.core.state import ClusterView
-from scheduler.core.victims import PendingDemands, choose_victims
+from scheduler.core.victims import choose_victims, queue_demands
 
 
 def may_preempt(victim: JobSpec, for_: JobSpec, equals: bool = False) -> bool:
@@ -167,7 +167,7 @@ class PriorityFrame(PolicyFrame):
 
     def _make_room(self, view: ClusterView, band: list[Job], queue: Collection[Job]) -> list[Decision]:
         """Preempt lower-priority jobs for the band's first job that they make room for (rule 3); [] if none."""
-        pending = PendingDemands(lambda: (j.spec.gpu_demand for j in queue))  # read on the first question
+        pending = queue_demands(queue)
         for job in band:
             spec = job.spec
             if job.id in self._made_room_for or has_room(view, spec):

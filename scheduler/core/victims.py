@@ -35,7 +35,10 @@ import itertools
 import operator
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from scheduler.core.model import Job
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
@@ -132,9 +135,9 @@ class PendingDemands:
         return take
 
 
-def pending_takers(demands: Iterable[float]) -> Takers:
-    """`Takers` of pending jobs asking for `demands` GPUs (`PendingDemands.takers`)."""
-    return PendingDemands(lambda: demands).takers()
+def queue_demands(queue: Iterable[Job]) -> PendingDemands:
+    """The pending jobs' demands: built once per pass, read on its first question."""
+    return PendingDemands(lambda: (j.spec.gpu_demand for j in queue))
 
 
 def _noting(offers: Iterator[Offer[T, K]], seen: list[Offer[T, K]]) -> Iterator[Offer[T, K]]:
