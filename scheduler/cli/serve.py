@@ -37,7 +37,7 @@ from scheduler.live.cluster import (
     presets_text,
 )
 from scheduler.live.job_accounts import JobAccounts
-from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES
+from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, START_TIMEOUT_S
 
 if TYPE_CHECKING:
     from scheduler.live.controller import Controller
@@ -73,6 +73,7 @@ class ServeConfig:
     webhook_allow: tuple[str, ...] = ()  # where webhooks may call (scheduler.live.webhooks); none: webhooks are off
     reserve_after_s: float | None = None  # reservations (scheduler.core.reservations): by waiting, by size; both
     reserve_share: float | None = None  # None: none
+    start_timeout_s: float = START_TIMEOUT_S  # a placed run whose workers are not up by then is requeued
 
 
 FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
@@ -184,7 +185,8 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
                       node_presets=[n.preset for n in nodes], accounts=accounts or JobAccounts(shared=cfg.job_user),
                       log_limit_bytes=int(cfg.log_limit_mb * 2**20), half_life_s=cfg.half_life_s,
                       leadership=leadership_for(store, cfg, lock), nodes_from_store=bool(cfg.ray_address),
-                      on_fault=OnFault(cfg.on_gpu_fault), reservations=reservation_rule(cfg), fabric=fabric)
+                      on_fault=OnFault(cfg.on_gpu_fault), reservations=reservation_rule(cfg), fabric=fabric,
+                      start_timeout_s=cfg.start_timeout_s)
 
 
 def reservation_rule(cfg: ServeConfig) -> ReservationRule | None:

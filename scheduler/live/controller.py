@@ -54,7 +54,16 @@ from scheduler.live.leader import Leadership, NotLeader, SoleLeader
 from scheduler.live.nodes import CONDITION_COLUMNS, conditions, register_nodes
 from scheduler.live.retries import retry_delay, retry_words
 from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
-from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, Backend, JobStatus, Launch, NodeInfo, RankSpec, actor_name
+from scheduler.live.runs import (
+    DEFAULT_LOG_LIMIT_BYTES,
+    START_TIMEOUT_S,
+    Backend,
+    JobStatus,
+    Launch,
+    NodeInfo,
+    RankSpec,
+    actor_name,
+)
 from scheduler.live.slowdown import SlowdownLedger
 from scheduler.live.store import queries
 from scheduler.live.store.db import Store
@@ -168,6 +177,7 @@ class Controller:
         on_fault: OnFault = OnFault.REQUEUE,
         reservations: ReservationRule | None = None,
         fabric: str | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
         if len(node_names) != cluster.num_nodes:
             raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
@@ -191,6 +201,7 @@ class Controller:
         self.on_fault = on_fault  # what a faulty GPU's runs do (`corral serve --on-gpu-fault`)
         self.reservations = reservations  # `corral serve --reserve-after/--reserve-share` (None: no reservations)
         self.fabric = fabric  # the fabric preset `cluster` sits on (`corral serve --fabric`), kept as nodes join
+        self.start_timeout_s = start_timeout_s  # `corral serve --start-timeout` (`_enforce_start_deadline`)
         # A Ray cluster that outlives this process (or is shared with a standby replica): the store's node numbering
         # is the truth, and recovering takes it (see `_take_store_numbering`).
         self.nodes_from_store = nodes_from_store
@@ -522,6 +533,7 @@ class Controller:
                 self._sync_cancels(s, now)
                 self._enforce_time_limits(s, now)
                 self._collect(s, statuses, now, stats)
+                self._enforce_start_deadline(s, now)  # after what the workers said: runs that started just now count
                 self._resolve_dependencies(s, now)
                 changed = False
                 if nodes is not None:
@@ -709,6 +721,26 @@ class Controller:
             queries.add_event(s, job_id, "timed_out", why, at=now, attempt=row.attempt, time_limit_s=limit)
             log.info("job %d: %s", job_id, why)
 
+    def _enforce_start_deadline(self, s: Session, now: float) -> None:
+        """Take back every run whose workers are not all up `start_timeout_s` after it was placed: Ray could not start
+        them (something Corral does not know of holds the GPU's Ray resource, or the node hangs), and the job would
+        otherwise show `running` forever with no process, while the loop polls at its starting tick. Its
+        workers are stopped, its nodes held out for SUSPECT_S (as after a lost run), and it is requeued in its old
+        place without spending a restart: it never ran, and the fault is not the job's."""
+        for job_id, job in list(self.running.items()):
+            if self._started.get(job_id) or job.start_s is None or now < job.start_s + self.start_timeout_s:
+                continue
+            row = s.get(JobRow, job_id)
+            assert row is not None
+            assert job.placement is not None
+            nodes = ", ".join(self.node_names[i] for i in job.placement.nodes(self.cluster))
+            why = (f"its workers were not up {self.start_timeout_s:g} s after it was placed on {nodes} (Ray did not "
+                   "start them)")
+            self.backend.stop(job_id)
+            self._suspect_nodes(job, now, f"did not start within {self.start_timeout_s:g} s")
+            self._requeue(s, row, now, "evicted", f"{why}: requeued (no restart spent)")
+            log.warning("job %d: %s; requeued, and %s held out for %g s", job_id, why, nodes, SUSPECT_S)
+
     # ---- what the workers did ------------------------------------------------------------------------------------
 
     def _collect(self, s: Session, statuses: list[JobStatus], now: float, stats: StepStats) -> None:
@@ -864,14 +896,15 @@ class Controller:
         self._drained, self._faults = drained, faults
         return True
 
-    def _suspect_nodes(self, job: Job, now: float) -> None:
-        """A run of `job` was lost: hold its nodes out of placement for SUSPECT_S (those Ray still calls alive)."""
+    def _suspect_nodes(self, job: Job, now: float, what: str = "were lost") -> None:
+        """A run of `job` was lost (or its workers never started, `what`): hold its nodes out of placement for
+        SUSPECT_S (those Ray still calls alive)."""
         if job.placement is None:
             return
         at = time.strftime("%H:%M:%S", time.localtime(now))
         for i in job.placement.nodes(self.cluster):
             if i not in self._down:
-                self._suspect[i] = (now + SUSPECT_S, (f"job {job.id}'s workers were lost there at {at}; it takes "
+                self._suspect[i] = (now + SUSPECT_S, (f"job {job.id}'s workers {what} there at {at}; it takes "
                                                       f"no new job for {SUSPECT_S:g} s unless Ray declares it dead "
                                                       "sooner"))
                 self._held_changed = True

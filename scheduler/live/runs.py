@@ -51,6 +51,10 @@ def node_resources(name: str, gpus: int, preset: str | None = None, rack: str | 
 # What one rank of a command job may write to its log in one run: enough for any training log, small enough that a
 # job printing without end cannot fill CORRAL_HOME's disk (`corral serve --log-limit-mb`).
 DEFAULT_LOG_LIMIT_BYTES = 64 * 1024 * 1024
+# A placed run whose workers are not all up this long after it was placed is taken back and its job requeued elsewhere
+# (the controller's `_enforce_start_deadline`; Slurm's BatchStartTimeout does this for a batch job that never
+# launched). Ray starts a worker in seconds; one that waits longer waits for resources something else holds.
+START_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)
