@@ -56,7 +56,7 @@ STATE_EVENTS: dict[str, str] = {
     "requeued": JobState.PENDING,  # a lost run, restarted
     "retrying": JobState.PENDING,  # a failed run, to run again after its backoff
     "checkpointed": JobState.PENDING,  # requeued at a server's shutdown
-    "evicted": JobState.PENDING,  # requeued off a drained node or a faulty GPU
+    "evicted": JobState.PENDING,  # requeued off a drained node, a faulty GPU, or workers Ray did not start
     "timed_out": TIMED_OUT_STATE,  # ran past its time limit
 }
 # Whose reason a state change carries along when it follows in the same instant (a lost run's requeue or failure).
