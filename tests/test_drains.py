@@ -398,6 +398,18 @@ def test_a_restart_on_fewer_nodes_requeues_the_runs_it_lost_instead_of_crashing(
         assert sorted(s.get(Job, i).state for i in ids) == ["pending", "running"]  # type: ignore[union-attr]
 
 
+def placed_on_two_nodes(store: Store, backend: Any, **kw: Any) -> tuple[Controller, int]:
+    """A controller on two 8-GPU nodes with `backend`, and an 8-GPU job it has placed (one pass)."""
+    ctl = Controller(store, backend, build_live_cluster("dgx-a100", [8, 8]), ["n0", "n1"], make_policy,
+                     default_policy="fifo", preset="dgx-a100", **kw)
+    ctl.recover()
+    with store.session() as s:
+        job_id = queries.submit(s, queries.ensure_user(s, "alice"), {
+            "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 8, "duration_s": 60.0, "name": "j"})[0].id
+    ctl.step()
+    return ctl, job_id
+
+
 def test_a_node_that_just_lost_a_run_is_held_out_so_the_requeued_job_is_not_lost_twice(store: Store,
                                                                                          corral_home: Any) -> None:
     """A partitioned node loses its workers seconds before Ray declares it dead. Seen in the multi-host test: the
@@ -418,13 +430,7 @@ def test_a_node_that_just_lost_a_run_is_held_out_so_the_requeued_job_is_not_lost
             return out
 
     backend = LosesOnce(["n0", "n1"], 8)
-    ctl = Controller(store, backend, build_live_cluster("dgx-a100", [8, 8]), ["n0", "n1"], make_policy,
-                     default_policy="fifo", preset="dgx-a100")
-    ctl.recover()
-    with store.session() as s:
-        job_id = queries.submit(s, queries.ensure_user(s, "alice"), {
-            "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 8, "duration_s": 60.0, "name": "j"})[0].id
-    ctl.step()
+    ctl, job_id = placed_on_two_nodes(store, backend)
     first = backend.launches[job_id].ranks[0].node
     backend.lose.add(job_id)
     for _ in range(3):
@@ -460,13 +466,7 @@ def test_a_run_whose_workers_never_start_is_requeued_elsewhere_spending_no_resta
             return out
 
     backend = StuckOn(["n0", "n1"], 8)
-    ctl = Controller(store, backend, build_live_cluster("dgx-a100", [8, 8]), ["n0", "n1"], make_policy,
-                     default_policy="fifo", preset="dgx-a100", start_timeout_s=3600.0)
-    ctl.recover()
-    with store.session() as s:
-        job_id = queries.submit(s, queries.ensure_user(s, "alice"), {
-            "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 8, "duration_s": 60.0, "name": "j"})[0].id
-    ctl.step()
+    ctl, job_id = placed_on_two_nodes(store, backend, start_timeout_s=3600.0)
     first = backend.launches[job_id].ranks[0].node
     StuckOn.node = first
     for _ in range(3):  # within the deadline: it waits for its workers
