@@ -98,6 +98,7 @@ class Planner:
         scratch.free_share, scratch.used_mem, scratch.node_free = (
             self.free_share.copy(), self.used_mem.copy(), self.node_free.copy())
         scratch._candidates = {}
+        scratch._misfit_shares = list(self._misfit_shares)  # its own: a search on it notes misfits there, not here
         for v in victims:
             scratch.give_back(v)
         return scratch
