@@ -489,19 +489,92 @@ def test_a_run_whose_workers_never_start_is_requeued_elsewhere_spending_no_resta
         closed.pop()
 
 
-def test_corral_serve_start_timeout_reaches_the_controller(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(store: Store,
+                                                                                 corral_home: Any) -> None:
+    """Each run placed on a node Ray cannot start workers on costs its job a start timeout, and the node's hold only
+    spaces them out. Once the runs of three different jobs did not start there within an hour, the controller drains
+    it as an admin would (by `controller`, saying why); one job failing twice counts once; `resume` reopens it."""
+    from conftest import StartingBackend
+
+    from scheduler.live.runs import START_STRIKES, JobStatus
+
+    class StuckOnN0(StartingBackend):
+        def poll(self) -> list[JobStatus]:
+            out = super().poll()
+            for st in out:
+                if any(r.node == "n0" for r in self.launches[st.job_id].ranks):
+                    st.phase, st.started_at = "starting", [None] * len(st.started_at)
+            return out
+
+    assert START_STRIKES == 3
+    backend = StuckOnN0(["n0", "n1"], 8)
+    ctl = Controller(store, backend, build_live_cluster("dgx-a100", [8, 8]), ["n0", "n1"], make_policy,
+                     default_policy="fifo", preset="dgx-a100", start_timeout_s=0.0)  # past at the next pass
+    ctl.recover()
+    with store.session(write=True) as s:  # an admin's drain of n1: every job goes to n0
+        s.execute(update(Node).where(Node.name == "n1").values(drained_at=time.time(), drained_by="admin",
+                                                                drain_reason="maintenance", drain_evict=False))
+        alice = queries.ensure_user(s, "alice")
+        ids = [queries.submit(s, alice, {"kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 8,
+                                         "duration_s": 60.0, "name": f"j{i}"})[0].id for i in range(4)]
+    ctl._last_conditions = 0.0  # the drain is read at the next pass
+
+    def fail_on_n0(job_id: int) -> None:
+        """The next pass places `job_id` on n0 (the head of the queue, its hold over), the one after takes it back."""
+        ctl._suspect = {i: (0.0, why) for i, (_, why) in ctl._suspect.items()}  # the hold's time is up
+        ctl.step()
+        assert backend.launches[job_id].ranks[0].node == "n0"
+        attempt = Live.job_row(store, job_id).attempt
+        ctl.step()
+        row = Live.job_row(store, job_id)
+        assert row.state == "pending" and row.attempt == attempt and row.restarts == 0
+
+    def drain() -> Node | None:
+        with store.session() as s:
+            node = s.scalars(select(Node).where(Node.name == "n0")).one()
+            return node if node.drained_at is not None else None
+
+    fail_on_n0(ids[0])
+    fail_on_n0(ids[0])  # the same job again: it counts once
+    for job_id in ids[:2]:  # each cancelled while pending, so that the next job heads the queue
+        with store.session(write=True) as s:
+            queries.cancel(s, s.get(Job, job_id))  # type: ignore[arg-type]
+        fail_on_n0(ids[1] if job_id == ids[0] else ids[2])
+        if job_id == ids[0]:
+            assert drain() is None  # two jobs so far
+    node = drain()
+    assert node is not None and node.drained_by == "controller" and not node.drain_evict
+    assert node.drain_reason == (f"the workers of 3 jobs ({ids[0]}, {ids[1]}, {ids[2]}) did not start here within "
+                                 "0 s, all in the last 60 min: check Ray on this node, then `corral node resume`")
+    ctl._suspect = {i: (0.0, why) for i, (_, why) in ctl._suspect.items()}
+    ctl.step()
+    assert {why for g, why in ctl.state.closed.items() if g < 8} == {f"node n0 is drained: {node.drain_reason}"}
+    assert Live.job_row(store, ids[2]).state == "pending" and not backend.launches  # nowhere to go
+    with store.session(write=True) as s:
+        token = queries.create_token(s, "root", admin=True)
+    resumed = create_app(store).test_client().post(f"{API}/nodes/n0/resume",
+                                                   headers={"Authorization": f"Bearer {token}"})
+    assert resumed.status_code == 200
+    ctl._last_conditions = 0.0  # read at the next pass (the API's notify wakes the loop, which a test does not run)
+    fail_on_n0(ids[2])  # it takes jobs again, and its count starts afresh
+    assert drain() is None
+
+
+def test_corral_serve_start_timeout_and_drain_after_reach_the_controller(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
     from conftest import StartingBackend
 
     import scheduler.cli.serve as serve_module
     from scheduler.cli.commands import main
     from scheduler.cli.serve import ServeConfig, build_controller
-    from scheduler.live.runs import START_TIMEOUT_S
+    from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S
 
     seen: list[ServeConfig] = []
     monkeypatch.setattr(serve_module, "serve", seen.append)
-    assert CliRunner().invoke(main, ["serve", "--start-timeout", "45"]).exit_code == 0
+    assert CliRunner().invoke(main, ["serve", "--start-timeout", "45", "--drain-after", "0"]).exit_code == 0
     assert CliRunner().invoke(main, ["serve"]).exit_code == 0
-    assert [c.start_timeout_s for c in seen] == [45.0, START_TIMEOUT_S]
-    backend = StartingBackend(["n0"], 8)
-    assert build_controller(store, backend, seen[0]).start_timeout_s == 45.0  # type: ignore[arg-type]
+    assert [(c.start_timeout_s, c.drain_after) for c in seen] == [(45.0, 0), (START_TIMEOUT_S, START_STRIKES)]
+    ctl = build_controller(store, StartingBackend(["n0"], 8), seen[0])  # type: ignore[arg-type]
+    assert (ctl.start_timeout_s, ctl.drain_after) == (45.0, 0)
+    refused = CliRunner().invoke(main, ["serve", "--drain-after", "1.5"])
+    assert refused.exit_code == 2 and "--drain-after" in refused.output and len(seen) == 2

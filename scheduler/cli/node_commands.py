@@ -13,7 +13,7 @@ import click
 from scheduler.cli.client_commands import api_errors, client, connection
 from scheduler.cli.params import Number
 from scheduler.core.errors import SpecError
-from scheduler.live.runs import START_TIMEOUT_S
+from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S
 
 
 @click.command()
@@ -89,12 +89,17 @@ from scheduler.live.runs import START_TIMEOUT_S
               help="A job whose workers Ray has not started this long after it was placed is taken back: requeued "
                    "elsewhere without spending a restart, its nodes held out for a minute (Slurm's "
                    "BatchStartTimeout).")
+@click.option("--drain-after", "drain_after", type=Number("int", 0, 1000), default=START_STRIKES, show_default=True,
+              metavar="JOBS",
+              help="Drain a node (as `corral node drain` would, by `controller`, with why) once the workers of this "
+                   "many different jobs placed there did not start within --start-timeout, all within an hour; its "
+                   "running jobs may finish. 0: never.")
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fabric: str | None,
           ray_address: str | None,
           policy: str | None, tick: float, job_user_pattern: str | None, job_user_map: Path | None,
           job_user: str | None, command_jobs: str, log_limit_mb: float, allow_unauthenticated_ray: bool,
           half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...],
-          reserve_after: float | None, reserve_share: float | None, start_timeout: float) -> None:
+          reserve_after: float | None, reserve_share: float | None, start_timeout: float, drain_after: int) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
 
     Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
@@ -117,7 +122,8 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
                                 allow_unauthenticated_ray=allow_unauthenticated_ray, half_life_s=half_life_h * 3600.0,
                                 on_gpu_fault=on_gpu_fault, drain_timeout_s=drain_timeout,
                                 webhook_allow=webhook_allow, reserve_after_s=reserve_after,
-                                reserve_share=reserve_share, start_timeout_s=start_timeout))
+                                reserve_share=reserve_share, start_timeout_s=start_timeout,
+                                drain_after=drain_after))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     except ServeError as exc:

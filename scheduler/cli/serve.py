@@ -37,7 +37,7 @@ from scheduler.live.cluster import (
     presets_text,
 )
 from scheduler.live.job_accounts import JobAccounts
-from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, START_TIMEOUT_S
+from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, START_STRIKES, START_TIMEOUT_S
 
 if TYPE_CHECKING:
     from scheduler.live.controller import Controller
@@ -74,6 +74,7 @@ class ServeConfig:
     reserve_after_s: float | None = None  # reservations (scheduler.core.reservations): by waiting, by size; both
     reserve_share: float | None = None  # None: none
     start_timeout_s: float = START_TIMEOUT_S  # a placed run whose workers are not up by then is requeued
+    drain_after: int = START_STRIKES  # a node where that many jobs' workers did not start in an hour is drained
 
 
 FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
@@ -186,7 +187,7 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
                       log_limit_bytes=int(cfg.log_limit_mb * 2**20), half_life_s=cfg.half_life_s,
                       leadership=leadership_for(store, cfg, lock), nodes_from_store=bool(cfg.ray_address),
                       on_fault=OnFault(cfg.on_gpu_fault), reservations=reservation_rule(cfg), fabric=fabric,
-                      start_timeout_s=cfg.start_timeout_s)
+                      start_timeout_s=cfg.start_timeout_s, drain_after=cfg.drain_after)
 
 
 def reservation_rule(cfg: ServeConfig) -> ReservationRule | None:

@@ -24,6 +24,7 @@ a deposed leader never touches the workers its successor adopted. It then stands
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -56,6 +57,8 @@ from scheduler.live.retries import retry_delay, retry_words
 from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
 from scheduler.live.runs import (
     DEFAULT_LOG_LIMIT_BYTES,
+    START_STRIKES,
+    START_STRIKES_WINDOW_S,
     START_TIMEOUT_S,
     Backend,
     JobStatus,
@@ -178,6 +181,7 @@ class Controller:
         reservations: ReservationRule | None = None,
         fabric: str | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
+        drain_after: int = START_STRIKES,
     ) -> None:
         if len(node_names) != cluster.num_nodes:
             raise ValueError(f"{len(node_names)} node names for a cluster of {cluster.num_nodes} nodes")
@@ -202,6 +206,10 @@ class Controller:
         self.reservations = reservations  # `corral serve --reserve-after/--reserve-share` (None: no reservations)
         self.fabric = fabric  # the fabric preset `cluster` sits on (`corral serve --fabric`), kept as nodes join
         self.start_timeout_s = start_timeout_s  # `corral serve --start-timeout` (`_enforce_start_deadline`)
+        self.drain_after = drain_after  # `corral serve --drain-after` (`_strike`; 0: never)
+        # node name -> (when, job) of the recent runs whose workers did not start there (`_strike`). Names, not model
+        # positions: a node joining renumbers the model. In memory only: a new leader starts counting afresh.
+        self._start_strikes: dict[str, list[tuple[float, int]]] = {}
         # A Ray cluster that outlives this process (or is shared with a standby replica): the store's node numbering
         # is the truth, and recovering takes it (see `_take_store_numbering`).
         self.nodes_from_store = nodes_from_store
@@ -738,8 +746,36 @@ class Controller:
                    "start them)")
             self.backend.stop(job_id)
             self._suspect_nodes(job, now, f"did not start within {self.start_timeout_s:g} s")
+            self._strike(s, job, now)
             self._requeue(s, row, now, "evicted", f"{why}: requeued (no restart spent)")
             log.warning("job %d: %s; requeued, and %s held out for %g s", job_id, why, nodes, SUSPECT_S)
+
+    def _strike(self, s: Session, job: Job, now: float) -> None:
+        """`job`'s workers did not start on its nodes: count it against each, and drain a node where the runs of
+        `drain_after` different jobs did not start within START_STRIKES_WINDOW_S, as an admin's drain (by
+        `controller`, with why; `corral node resume` ends it). Its running jobs may finish. Each run placed on such a
+        node costs its job a start timeout, and a hold of SUSPECT_S only spaces them out."""
+        if not self.drain_after or job.placement is None:
+            return
+        for i in job.placement.nodes(self.cluster):
+            name = self.node_names[i]
+            recent = [(t, j) for t, j in self._start_strikes.get(name, ())
+                      if t > now - START_STRIKES_WINDOW_S and j != job.id]  # one job counts once
+            recent.append((now, job.id))
+            self._start_strikes[name] = recent
+            if len(recent) < self.drain_after:
+                continue
+            del self._start_strikes[name]
+            jobs = ", ".join(str(j) for _, j in recent)
+            reason = (f"the workers of {len(recent)} jobs ({jobs}) did not start here within "
+                      f"{self.start_timeout_s:g} s, all in the last {START_STRIKES_WINDOW_S / 60:g} min: check Ray "
+                      "on this node, then `corral node resume`")
+            drained = cast("CursorResult[Any]", s.execute(update(Node).where(
+                Node.name == name, Node.drained_at.is_(None)).values(
+                drained_at=now, drained_by="controller", drain_reason=reason, drain_evict=False)))
+            if drained.rowcount:  # an admin's drain already there stays as it is
+                log.warning("node %s drained: %s", name, reason)
+                self._last_conditions = -math.inf  # read at this pass, so the drain closes its GPUs at once
 
     # ---- what the workers did ------------------------------------------------------------------------------------
 

@@ -55,6 +55,12 @@ DEFAULT_LOG_LIMIT_BYTES = 64 * 1024 * 1024
 # (the controller's `_enforce_start_deadline`; Slurm's BatchStartTimeout does this for a batch job that never
 # launched). Ray starts a worker in seconds; one that waits longer waits for resources something else holds.
 START_TIMEOUT_S = 120.0
+# A node where the workers of this many different jobs did not start within START_TIMEOUT_S, all within
+# START_STRIKES_WINDOW_S, is drained by the controller (`_strike`): each run placed there costs its job a start
+# timeout, and a hold of SUSPECT_S only spaces them out. Slurm drains a node whose job launches fail the same way.
+# Only a start counts, not a lost run: a job's own command can make its workers die (memory), never fail to start.
+START_STRIKES = 3
+START_STRIKES_WINDOW_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
