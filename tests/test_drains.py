@@ -334,9 +334,10 @@ def test_events_of_a_fault_name_the_gpu(cluster: Any, live_store: Store) -> None
         live.close()
 
 
-def test_a_job_placed_where_ray_cannot_start_its_workers_runs_elsewhere(cluster: Any, live_store: Store) -> None:
-    """A process Corral does not know holds both GPU resources of n0 (as a worker a kill did not end would): a job
-    placed there cannot start. Past the start deadline it is requeued, spending no restart, and runs on n1."""
+def squatter_on(node: str) -> Any:
+    """A Ray actor Corral does not know of holding every GPU resource of `node`, as a worker a kill did not end
+    would: no worker of Corral's can start there while it lives. Made once the test's controller has recovered,
+    which ends the workers earlier tests left (they may hold those resources until a controller reaps them)."""
     import ray
 
     @ray.remote(num_cpus=0)
@@ -344,10 +345,19 @@ def test_a_job_placed_where_ray_cannot_start_its_workers_runs_elsewhere(cluster:
         def ping(self) -> bool:
             return True
 
-    squatter = Squatter.options(resources={f"corral_gpu_n0_{g}": 1.0 for g in range(GPUS)}).remote()
+    actor = Squatter.options(resources={f"corral_gpu_{node}_{g}": 1.0 for g in range(GPUS)}).remote()
+    assert ray.get(actor.ping.remote(), timeout=60)
+    return actor
+
+
+def test_a_job_placed_where_ray_cannot_start_its_workers_runs_elsewhere(cluster: Any, live_store: Store) -> None:
+    """A process Corral does not know holds both GPU resources of n0: a job placed there cannot start. Past the start
+    deadline it is requeued, spending no restart, and runs on n1."""
+    import ray
+
     live = Live(live_store, start_timeout_s=20.0)
+    squatter = squatter_on("n0")
     try:
-        assert ray.get(squatter.ping.remote(), timeout=60)
         # The model sees four free GPUs: of two whole-node jobs, one is placed on n0.
         jobs = [live.submit(name, 2, 3.0) for name in ("a", "b")]
         live.step_until("both to be placed", lambda: all(live.job(i).state == "running" for i in jobs))
@@ -363,6 +373,23 @@ def test_a_job_placed_where_ray_cannot_start_its_workers_runs_elsewhere(cluster:
         evicted = [e.message for e in row.events if e.kind == "evicted"]
         assert evicted[0] == ("its workers were not up 20 s after it was placed on n0 (Ray did not start them): "
                               "requeued (no restart spent)"), evicted
+    finally:
+        ray.kill(squatter)
+        live.close()
+
+
+def test_a_starting_gang_s_status_says_which_of_its_workers_are_up(cluster: Any, live_store: Store) -> None:
+    """What the controller blames a start that does not come on (`Controller._strike`): of a gang over n0 and n1, with
+    n0's GPU resources held, Ray's backend reports the worker on n1 up and the one on n0 not."""
+    import ray
+
+    live = Live(live_store)
+    squatter = squatter_on("n0")
+    try:
+        gang = live.submit("gang", 2 * GPUS, 3.0)
+        live.step_until("n1's worker to be up, n0's not",
+                        lambda: getattr(live.ctl._reported.get(gang), "up", ()) == (False, True))
+        assert live.job(gang).started_at is None
     finally:
         ray.kill(squatter)
         live.close()
@@ -489,11 +516,13 @@ def test_a_run_whose_workers_never_start_is_requeued_elsewhere_spending_no_resta
         closed.pop()
 
 
-def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(store: Store,
-                                                                                 corral_home: Any) -> None:
+@pytest.mark.parametrize("gang", [False, True], ids=["one-node", "gang"])
+def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(store: Store, corral_home: Any,
+                                                                                 gang: bool) -> None:
     """Each run placed on a node Ray cannot start workers on costs its job a start timeout, and the node's hold only
     spaces them out. Once the runs of three different jobs did not start there within an hour, the controller drains
-    it as an admin would (by `controller`, saying why); one job failing twice counts once; `resume` reopens it."""
+    it as an admin would (by `controller`, saying why); one job failing twice counts once; `resume` reopens it. A
+    gang's node whose worker is up is not to blame: only the node its other worker waits on is drained."""
     from conftest import StartingBackend
 
     from scheduler.live.runs import START_STRIKES, JobStatus
@@ -502,8 +531,10 @@ def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(
         def poll(self) -> list[JobStatus]:
             out = super().poll()
             for st in out:
-                if any(r.node == "n0" for r in self.launches[st.job_id].ranks):
-                    st.phase, st.started_at = "starting", [None] * len(st.started_at)
+                ranks = self.launches[st.job_id].ranks
+                if any(r.node == "n0" for r in ranks):
+                    st.phase, st.started_at = "starting", [None] * len(ranks)
+                    st.up = tuple(r.node != "n0" for r in ranks)
             return out
 
     assert START_STRIKES == 3
@@ -511,11 +542,12 @@ def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(
     ctl = Controller(store, backend, build_live_cluster("dgx-a100", [8, 8]), ["n0", "n1"], make_policy,
                      default_policy="fifo", preset="dgx-a100", start_timeout_s=0.0)  # past at the next pass
     ctl.recover()
-    with store.session(write=True) as s:  # an admin's drain of n1: every job goes to n0
-        s.execute(update(Node).where(Node.name == "n1").values(drained_at=time.time(), drained_by="admin",
-                                                                drain_reason="maintenance", drain_evict=False))
+    with store.session(write=True) as s:
+        if not gang:  # an admin's drain of n1: every job goes to n0 (a gang of 16 GPUs takes both)
+            s.execute(update(Node).where(Node.name == "n1").values(drained_at=time.time(), drained_by="admin",
+                                                                    drain_reason="maintenance", drain_evict=False))
         alice = queries.ensure_user(s, "alice")
-        ids = [queries.submit(s, alice, {"kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 8,
+        ids = [queries.submit(s, alice, {"kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 16 if gang else 8,
                                          "duration_s": 60.0, "name": f"j{i}"})[0].id for i in range(4)]
     ctl._last_conditions = 0.0  # the drain is read at the next pass
 
@@ -523,32 +555,37 @@ def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(
         """The next pass places `job_id` on n0 (the head of the queue, its hold over), the one after takes it back."""
         ctl._suspect = {i: (0.0, why) for i, (_, why) in ctl._suspect.items()}  # the hold's time is up
         ctl.step()
-        assert backend.launches[job_id].ranks[0].node == "n0"
+        assert "n0" in {r.node for r in backend.launches[job_id].ranks}
         attempt = Live.job_row(store, job_id).attempt
         ctl.step()
         row = Live.job_row(store, job_id)
         assert row.state == "pending" and row.attempt == attempt and row.restarts == 0
 
-    def drain() -> Node | None:
+    def drained(name: str) -> Node | None:
         with store.session() as s:
-            node = s.scalars(select(Node).where(Node.name == "n0")).one()
+            node = s.scalars(select(Node).where(Node.name == name)).one()
             return node if node.drained_at is not None else None
+
+    def cancel(job_id: int) -> None:  # while pending: the next job heads the queue
+        with store.session(write=True) as s:
+            queries.cancel(s, s.get(Job, job_id))  # type: ignore[arg-type]
 
     fail_on_n0(ids[0])
     fail_on_n0(ids[0])  # the same job again: it counts once
-    for job_id in ids[:2]:  # each cancelled while pending, so that the next job heads the queue
-        with store.session(write=True) as s:
-            queries.cancel(s, s.get(Job, job_id))  # type: ignore[arg-type]
-        fail_on_n0(ids[1] if job_id == ids[0] else ids[2])
-        if job_id == ids[0]:
-            assert drain() is None  # two jobs so far
-    node = drain()
+    cancel(ids[0])
+    fail_on_n0(ids[1])
+    assert drained("n0") is None  # two jobs so far
+    cancel(ids[1])
+    fail_on_n0(ids[2])
+    node = drained("n0")
     assert node is not None and node.drained_by == "controller" and not node.drain_evict
     assert node.drain_reason == (f"the workers of 3 jobs ({ids[0]}, {ids[1]}, {ids[2]}) did not start here within "
                                  "0 s, all in the last 60 min: check Ray on this node, then `corral node resume`")
+    assert (drained("n1") is None) == gang
     ctl._suspect = {i: (0.0, why) for i, (_, why) in ctl._suspect.items()}
     ctl.step()
     assert {why for g, why in ctl.state.closed.items() if g < 8} == {f"node n0 is drained: {node.drain_reason}"}
+    assert not gang or not any(g >= 8 for g in ctl.state.closed)
     assert Live.job_row(store, ids[2]).state == "pending" and not backend.launches  # nowhere to go
     with store.session(write=True) as s:
         token = queries.create_token(s, "root", admin=True)
@@ -557,10 +594,11 @@ def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(
     assert resumed.status_code == 200
     ctl._last_conditions = 0.0  # read at the next pass (the API's notify wakes the loop, which a test does not run)
     fail_on_n0(ids[2])  # it takes jobs again, and its count starts afresh
-    assert drain() is None
+    assert drained("n0") is None
 
 
-def test_corral_serve_start_timeout_and_drain_after_reach_the_controller(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_corral_serve_start_timeout_and_drain_after_reach_the_controller(store: Store,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
     from conftest import StartingBackend
 

@@ -751,14 +751,19 @@ class Controller:
             log.warning("job %d: %s; requeued, and %s held out for %g s", job_id, why, nodes, SUSPECT_S)
 
     def _strike(self, s: Session, job: Job, now: float) -> None:
-        """`job`'s workers did not start on its nodes: count it against each, and drain a node where the runs of
-        `drain_after` different jobs did not start within START_STRIKES_WINDOW_S, as an admin's drain (by
-        `controller`, with why; `corral node resume` ends it). Its running jobs may finish. Each run placed on such a
-        node costs its job a start timeout, and a hold of SUSPECT_S only spaces them out."""
+        """`job`'s workers did not start: count it against the nodes where they are not up (all its nodes if the
+        backend does not say), and drain a node where the runs of `drain_after` different jobs did not start within
+        START_STRIKES_WINDOW_S, as an admin's drain (by `controller`, with why; `corral node resume` ends it). Its
+        running jobs may finish. Each run placed on such a node costs its job a start timeout, and a hold of
+        SUSPECT_S only spaces them out."""
         if not self.drain_after or job.placement is None:
             return
-        for i in job.placement.nodes(self.cluster):
-            name = self.node_names[i]
+        ranks = self._placement(job)
+        status = self._reported.get(job.id)
+        up = status.up if status is not None else ()
+        # A gang's healthy nodes have their ranks up, waiting for the others: only the others' nodes are to blame.
+        blamed = [r.node for r, ok in zip(ranks, up, strict=True) if not ok] if len(up) == len(ranks) else []
+        for name in blamed or [r.node for r in ranks]:
             recent = [(t, j) for t, j in self._start_strikes.get(name, ())
                       if t > now - START_STRIKES_WINDOW_S and j != job.id]  # one job counts once
             recent.append((now, job.id))

@@ -110,6 +110,7 @@ class _Run:
     launch: Launch
     actors: list[Any]
     ready: list[Any] | None  # refs of `ready()` until the gang has started
+    up: tuple[bool, ...] = ()  # until then, which ranks' `ready()` has returned: their workers are up
     started: bool = False
     status: JobStatus | None = None
     ends: list[Any] | None = None  # refs of each rank's `finished()`, outstanding for the whole run
@@ -361,7 +362,7 @@ class RayBackend:
             if not run.started:
                 n = len(run.actors)
                 out.append(JobStatus(run.launch.job_id, run.launch.attempt, "starting", [None] * n, [None] * n,
-                                     [None] * n, 0.0))
+                                     [None] * n, 0.0, up=run.up))
         return out
 
     @staticmethod
@@ -376,6 +377,7 @@ class RayBackend:
         assert run.ready is not None
         done, _ = ray.wait(run.ready, num_returns=len(run.ready), timeout=0)
         if len(done) < len(run.ready):
+            run.up = tuple(ref in done for ref in run.ready)
             return
         try:
             master_addr, master_port = ray.get(run.ready[0])

@@ -116,6 +116,7 @@ class JobStatus:
     exit_codes: list[int | None]
     done_s: float  # emulated: isolated seconds of work done
     error: str = ""
+    up: tuple[bool, ...] = ()  # starting: whether each rank's worker is up yet (empty: not known)
 
 
 def rank_env(spec: RankSpec, world: int, master_addr: str, master_port: int, launch: Launch) -> dict[str, str]:
