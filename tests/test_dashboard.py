@@ -688,3 +688,31 @@ def test_job_page_lists_dependencies_and_array_tasks(page: Any, service: Service
     assert "at most 1 running at once" in page.inner_text("#job-array")
     shoot(page, service, "job-array")
     service.cancel_all()
+
+
+def test_a_pending_job_is_held_and_released_from_its_page(page: Any, service: Service) -> None:
+    """The job page's Hold button holds a pending job (it says who holds it, and the reason does too); Release lets it
+    wait for what it waited for before."""
+    sign_in(page, service)
+    head = service.submit(name="hold-head", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=600)
+    after = service.submit(name="hold-after", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=60,
+                           depends_on=[{"job": head["id"], "condition": "afterok"}])
+    waiting = f"waiting for job {head['id']} to succeed"
+    wait_until("the dependent job's reason", lambda: service.get(f"/jobs/{after['id']}")["pending_reason"] == waiting,
+               timeout=30)
+    page.goto(f"{service.base}/#/job/{after['id']}")
+    page.wait_for_selector("#hold[data-action=hold]")
+    page.click("#hold")
+    page.wait_for_selector("#hold[data-action=release]")
+    assert page.inner_text("#job-held").startswith("held by alice")
+    assert f"held by alice: it starts only once released (`corral release {after['id']}`)" in \
+        page.inner_text("#job-head")
+    assert service.get(f"/jobs/{after['id']}")["held_by"] == "alice"
+    page.click("#hold")
+    page.wait_for_selector("#hold[data-action=hold]")
+    assert service.get(f"/jobs/{after['id']}")["held_at"] is None
+    wait_until("the reason it had before", lambda: service.get(f"/jobs/{after['id']}")["pending_reason"] == waiting,
+               timeout=30)
+    page.wait_for_function(f"document.querySelector('#job-head').innerText.includes({waiting!r})")
+    assert page.locator("#job-held").count() == 0
+    service.cancel_all()

@@ -588,8 +588,12 @@ class JobSchema(Schema):
         "description": "pending jobs the policy holds for compact room although they fit now (topology): the latest "
                        "time it holds them (seconds since the epoch), when they start spread if they must; null if "
                        "the wait is not bounded so"})
+    held_at = fields.Float(allow_none=True, metadata={
+        "description": "a held pending job (`POST /jobs/ID/hold`): since when; it does not start until released. "
+                       "null: not held"})
+    held_by = fields.String(allow_none=True, metadata={"description": "who holds it (its owner or an admin)"})
     queue_position = fields.Integer(allow_none=True, metadata={
-        "description": "pending jobs: place in the queue, 1 first, in submission order"})
+        "description": "pending jobs not held: place in the queue, 1 first, in submission order"})
     start_estimate_s = fields.Float(allow_none=True, metadata={
         "description": "pending jobs: about how many seconds until enough usable GPUs free up (the running jobs' "
                        "predicted ends replayed with the queue in order; a rough estimate, never 0 for a job that "

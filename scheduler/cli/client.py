@@ -149,6 +149,14 @@ class CorralClient:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/cancel")
 
+    def hold(self, job_id: int) -> dict[str, Any]:
+        """Hold a pending job: it does not start until released."""
+        return self.request("POST", f"/jobs/{job_id}/hold")
+
+    def release(self, job_id: int) -> dict[str, Any]:
+        """Release a held job: it may start again, in its place in the queue."""
+        return self.request("POST", f"/jobs/{job_id}/release")
+
     def array(self, array_id: int) -> dict[str, Any]:
         """A job array with each task's state."""
         return self.request("GET", f"/arrays/{array_id}")

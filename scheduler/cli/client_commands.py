@@ -486,6 +486,7 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         ("finished", j["finished_at"] and when(j["finished_at"])),
         ("placement", placement(j["allocation"], cluster_ids=True) or None),
         ("predicted slowdown", f"{j['predicted_slowdown']:.3f}" if j["predicted_slowdown"] is not None else None),
+        ("held", f"by {j['held_by']} since {when(j['held_at'])}" if j.get("held_at") is not None else None),
         ("pending reason", j["pending_reason"] if j["state"] == JobState.PENDING else None),
         ("exit code", j["exit_code"]), ("failure reason", reason_text(j) if j["state"] in (JobState.FAILED, JobState.TIMED_OUT) else None),
     ]
@@ -519,6 +520,27 @@ def cancel(job_id: int, url: str, token: str | None) -> None:
         click.echo(f"job {job_id}: cancel requested; the controller is stopping its workers")
     else:
         click.echo(f"job {job_id}: {j['state']}")
+
+
+@click.command()
+@click.argument("job_id", type=JOB_ID)
+@connection
+def hold(job_id: int, url: str, token: str | None) -> None:
+    """Hold a pending job: it keeps its place in the queue but does not start until `corral release` (Slurm's
+    `scontrol hold`). A running job cannot be held."""
+    with api_errors():
+        j = client(url, token).hold(job_id)
+    click.echo(f"job {job_id}: {j['pending_reason']}")
+
+
+@click.command()
+@click.argument("job_id", type=JOB_ID)
+@connection
+def release(job_id: int, url: str, token: str | None) -> None:
+    """Release a held job: it may start again, in its place in the queue. An admin's hold only an admin releases."""
+    with api_errors():
+        j = client(url, token).release(job_id)
+    click.echo(f"job {job_id}: not held; " + ("it may start" if j["state"] == JobState.PENDING else j["state"]))
 
 
 @click.command()
@@ -1152,8 +1174,8 @@ def limits(clear: tuple[str, ...], as_json: bool, url: str, token: str | None, *
     print_limits(res, as_json)
 
 
-COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, logs, cluster, models, policy, token, team, user, limits,
-            priority_class, time_limits, array_group)
+COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, hold, release, logs, cluster, models, policy, token, team,
+            user, limits, priority_class, time_limits, array_group)
 
 
 def register_client_commands(group: click.Group) -> None:

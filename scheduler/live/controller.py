@@ -98,6 +98,7 @@ _NEW_OR_CANCELLED = select(JobRow.id, JobRow.state).where(or_(
     and_(JobRow.state == S.PENDING, JobRow.id > bindparam("max_seen")),
     and_(JobRow.state == S.CANCELLED, JobRow.finished_at >= bindparam("since"))))
 _CANCEL_REQUESTED = select(JobRow).where(JobRow.state == S.RUNNING, JobRow.cancel_requested.is_(True))
+_ON_HOLD = select(JobRow.id, JobRow.held_by).where(JobRow.held_at.is_not(None), JobRow.state == S.PENDING)
 _JOBS_BY_ID = select(JobRow).where(JobRow.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -254,6 +255,7 @@ class Controller:
         self._capacity_key: tuple[object, ...] = ()
         self._held: dict[int, float] = {}  # pending job -> the time a retry's backoff holds it until
         self._waiting: dict[int, str] = {}  # pending job -> what its dependencies wait for (`_resolve_dependencies`)
+        self._on_hold: dict[int, str] = {}  # pending job its owner or an admin holds -> its reason (`_read_holds`)
         self._arrays_pending = False  # some pending job is a task of an array with max_running
         self._throttled: set[int] = set()  # an array's tasks beyond what it may run now (`_ready`)
         self._wake_at = float("inf")
@@ -279,7 +281,8 @@ class Controller:
         """What the policy's answer depends on besides the clock: the queue in its order, the runs and whether their
         workers are up, the nodes down, and which view and policy (`_generation`)."""
         return (self._generation, tuple(self.pending), tuple(self._started.get(j, False) for j in self.running),
-                tuple(self.running), frozenset(self._down), frozenset(self.state.closed), frozenset(self._waiting))
+                tuple(self.running), frozenset(self._down), frozenset(self.state.closed), frozenset(self._waiting),
+                frozenset(self._on_hold))
 
     # ---- between rows and the model ---------------------------------------------------------------------------
 
@@ -542,6 +545,7 @@ class Controller:
                 self._enforce_time_limits(s, now)
                 self._collect(s, statuses, now, stats)
                 self._enforce_start_deadline(s, now)  # after what the workers said: runs that started just now count
+                self._read_holds(s)
                 self._resolve_dependencies(s, now)
                 changed = False
                 if nodes is not None:
@@ -1031,8 +1035,9 @@ class Controller:
 
     def _ready(self, now: float) -> Collection[Job]:
         """The pending jobs the policy may place now: all but those a retry's backoff still holds (the pass that
-        asks when the first hold ends is booked with `_wake_at`), those whose dependencies do not hold yet, and an
-        array's tasks beyond the number it may still run (`scheduler.core.dependencies`, as the simulator has it)."""
+        asks when the first hold ends is booked with `_wake_at`), those whose dependencies do not hold yet, those a
+        user or an admin holds, and an array's tasks beyond the number it may still run
+        (`scheduler.core.dependencies`, as the simulator has it)."""
         if self._held:
             for job_id, until in list(self._held.items()):
                 if until <= now or job_id not in self.pending:
@@ -1040,9 +1045,9 @@ class Controller:
         ready: Collection[Job] = self.pending.values()
         if self._held:
             self._wake_at = min(self._wake_at, *self._held.values())
-        if self._held or self._waiting:
+        if self._held or self._waiting or self._on_hold:
             ready = [job for job_id, job in self.pending.items()
-                     if job_id not in self._held and job_id not in self._waiting]
+                     if job_id not in self._held and job_id not in self._waiting and job_id not in self._on_hold]
         throttled: dict[int, str] = {}
         if self._arrays_pending:
             ready, throttled = array_throttle(ready, self.running.values())
@@ -1087,8 +1092,25 @@ class Controller:
                 self._reasons.pop(job.id, None)
             elif not ready.ready:
                 waiting[job.id] = ready.why
-                self._set_reason(job.id, ready.why)
+                if job.id not in self._on_hold:  # who holds it says more: it would wait after its dependencies too
+                    self._set_reason(job.id, ready.why)
         self._waiting = waiting
+
+    def _read_holds(self, s: Session) -> None:
+        """The pending jobs their owners or admins hold (`queries.hold`): they wait, in their place, saying who holds
+        them, until released. One indexed query a pass while jobs are pending. A job held or released since the last
+        pass gets its reason anew (the API wrote its own). A hold that lands while this pass places the job is caught
+        by the placement's conditional update."""
+        held = {i: by for i, by in s.execute(_ON_HOLD) if i in self.pending} if self.pending else {}
+        changed = held.keys() ^ self._on_hold.keys()
+        if changed:
+            self._capacity_said -= changed
+            for job_id in changed:
+                self._reasons.pop(job_id, None)
+            self._reasons_key = ()
+        self._on_hold = {i: queries.held_reason(i, by or "?") for i, by in held.items()}
+        for job_id, why in self._on_hold.items():
+            self._set_reason(job_id, why)
 
     def _lose_node(self, s: Session, node: int, why: str, now: float) -> None:
         """Node `node` is gone: every run with a GPU there is stopped and lost (requeued or failed by its policy)."""
@@ -1241,7 +1263,7 @@ class Controller:
         new to the queue or no longer waited for by the policy (a burst of submissions to a deep queue adds a few
         jobs to a pass; a thousand jobs' reasons stand)."""
         key = (self.state.free_whole, round(self.state.allocated_share, 6), self.policy_name, len(self.pending),
-               len(self._held), len(self._waiting), len(self._throttled))
+               len(self._held), len(self._waiting), len(self._on_hold), len(self._throttled))
         if key == self._reasons_key:
             return
         self._reasons_key = key
@@ -1250,9 +1272,9 @@ class Controller:
         if capacity != self._capacity_key:
             self._capacity_key = capacity
             self._capacity_said.clear()
-        # (held, waiting, throttled: the retry's, the dependencies' and the array's words)
+        # (held, waiting, on hold, throttled: the retry's, the dependencies', the holder's and the array's words)
         todo = (self.pending.keys() - self._policy_said - self._capacity_said - self._held.keys()
-                - self._waiting.keys() - self._throttled)
+                - self._waiting.keys() - self._on_hold.keys() - self._throttled)
         said: dict[tuple[float, str], str] = {}  # a thousand queued jobs come in a few sizes and models
         for job_id in todo:
             spec = self.pending[job_id].spec
@@ -1275,9 +1297,9 @@ class Controller:
         row = s.get(JobRow, d.job_id)
         assert row is not None
         attempt = row.attempt + 1
-        # The API may have cancelled it a moment ago: the conditional update decides, atomically.
+        # The API may have cancelled or held it a moment ago: the conditional update decides, atomically.
         moved = cast("CursorResult[Any]", s.execute(update(JobRow).where(  # an UPDATE's result counts its rows
-            JobRow.id == d.job_id, JobRow.state == S.PENDING).values(
+            JobRow.id == d.job_id, JobRow.state == S.PENDING, JobRow.held_at.is_(None)).values(
             state=S.RUNNING, attempt=attempt, pending_reason=None, pending_until=None, not_before=None,
             predicted_slowdown=predicted.slowdown, started_at=None))).rowcount
         del self.pending[d.job_id]

@@ -251,7 +251,8 @@ def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
     gpu_mem = {g.index: g.mem_gb for n in nodes for g in n.gpus}
     rows = s.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING)).all()
     allocs = q.current_allocations(s, rows)
-    queue = list(s.scalars(select(JobRow).where(JobRow.state == JobState.PENDING)
+    # A held job starts only once released: it takes no GPUs in the replay, and has no estimate.
+    queue = list(s.scalars(select(JobRow).where(JobRow.state == JobState.PENDING, JobRow.held_at.is_(None))
                            .order_by(JobRow.submitted_at, JobRow.id)).all())
     holder = next((j for j in queue if (j.pending_reason or "").startswith(HOLDS)), None)
     if holder is not None:  # the controller offers it the GPUs first and keeps them for it as they free

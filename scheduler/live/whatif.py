@@ -197,7 +197,8 @@ def snapshot(store: Any) -> Snapshot:
         closed = closed_in_store(rows, time.time())  # (down nodes' GPUs are left out of the model instead)
         running_rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
         allocs = q.current_allocations(s, running_rows)
-        pending_rows = s.scalars(select(JobRow).where(JobRow.state == S.PENDING)
+        # A held job starts only once released: what-if leaves it out, as the controller leaves it waiting.
+        pending_rows = s.scalars(select(JobRow).where(JobRow.state == S.PENDING, JobRow.held_at.is_(None))
                                  .order_by(JobRow.submitted_at, JobRow.id)).all()
         names = q.user_names(s, [r.user_id for r in [*running_rows, *pending_rows]])
         running = []

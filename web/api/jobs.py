@@ -53,7 +53,7 @@ JOB_COLUMNS = (
     "not_before", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
     "predicted_slowdown", "predicted_slowdown_avg", "observed_slowdown", "run_s", "pending_reason", "pending_until",
-    "exit_code", "error",
+    "held_at", "held_by", "exit_code", "error",
 )
 RECENT_DECISIONS = 10
 RANK_LOG = re.compile(r"rank-(\d+)\.log")
@@ -350,6 +350,43 @@ def blueprint(prefix: str) -> Blueprint:
             body = _full_json(s, job)
         if was_live:
             notify()
+        return body
+
+    @blp.route("/jobs/<int:job_id>/hold", methods=["POST"])
+    @blp.response(200, JobSchema, description="the job, held")
+    def hold(job_id: int) -> Any:
+        """Hold a pending job
+
+        The job stays pending, in its place in the queue, but does not start until released (Slurm's `scontrol
+        hold`). Its owner or an admin may hold it; holding a held job changes nothing. A job that is not pending
+        (running, or ended) cannot be held: 409.
+        """
+        with write_session() as s:
+            job = _job_or_404(s, job_id)
+            try:
+                job = q.hold(s, job, caller().name)
+            except q.NotHoldable as exc:
+                abort(409, message=str(exc))
+            body = _full_json(s, job)
+        notify()
+        return body
+
+    @blp.route("/jobs/<int:job_id>/release", methods=["POST"])
+    @blp.response(200, JobSchema, description="the job, released: it may start")
+    def release(job_id: int) -> Any:
+        """Release a held job
+
+        It may start again, in its place in the queue. A user releases the holds they placed; an admin's hold only an
+        admin releases (Slurm's user and admin holds): 403. Releasing a job not held changes nothing.
+        """
+        with write_session() as s:
+            job = _job_or_404(s, job_id)
+            who = caller()
+            if job.held_by is not None and job.held_by != who.name and not who.admin:
+                abort(403, message=f"job {job_id} is held by {job.held_by}: only they or an admin may release it")
+            job = q.release(s, job, who.name)
+            body = _full_json(s, job)
+        notify()
         return body
 
     @blp.route("/jobs/<int:job_id>/logs", methods=["GET"])

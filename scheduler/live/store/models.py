@@ -74,6 +74,7 @@ class Job(Base):
         UniqueConstraint("user_id", "client_token", name="uq_jobs_user_client_token"),
         Index("ix_jobs_state_id", "state", "id"),
         Index("ix_jobs_team_state", "team", "state"),
+        Index("ix_jobs_held_at", "held_at"),  # the controller reads the held pending jobs at every pass
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -136,6 +137,10 @@ class Job(Base):
     # The latest time the policy keeps the job waiting for its pending reason (a `Wait`'s `until`: `topology` holding
     # it for compact room); None: no such bound. Written and cleared with the reason; the start estimate reads it.
     pending_until: Mapped[float | None]
+    # A pending job its owner or an admin holds (`corral hold`, Slurm's `scontrol hold`): it does not start until
+    # released. Who (a user's name) and since when; None: not held.
+    held_at: Mapped[float | None]
+    held_by: Mapped[str | None] = mapped_column(String(64))
     exit_code: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
 

@@ -241,13 +241,53 @@ def cancel(s: Session, job: Job) -> Job:
     done = cast("CursorResult[Any]", s.execute(  # an UPDATE's result is a cursor's, which counts the rows
         update(Job).where(Job.id == job.id, Job.state == JobState.PENDING)
         .values(state=JobState.CANCELLED, finished_at=now, cancel_requested=True, pending_reason=None,
-                pending_until=None)
+                pending_until=None, held_at=None, held_by=None)
     )).rowcount
     if done:
         add_event(s, job.id, "cancelled", "cancelled while pending", at=now)
     else:
         s.execute(update(Job).where(Job.id == job.id).values(cancel_requested=True))
         add_event(s, job.id, "cancel_requested", "cancel requested; stopping its workers", at=now)
+    s.refresh(job)
+    return job
+
+
+def held_reason(job_id: int, by: str) -> str:
+    """A held job's pending reason: who holds it, and how it may start."""
+    return f"held by {by}: it starts only once released (`corral release {job_id}`)"
+
+
+class NotHoldable(RuntimeError):
+    """A hold of a job that is not pending (it runs, or ended)."""
+
+
+def hold(s: Session, job: Job, by: str) -> Job:
+    """Hold a pending job: it does not start until released (the controller leaves it in the queue, in its place).
+    The controller may have placed it a moment ago: the conditional update decides the race, and NotHoldable says the
+    job is no longer pending. Holding a held job changes nothing (its holder stays)."""
+    now = time.time()
+    done = cast("CursorResult[Any]", s.execute(
+        update(Job).where(Job.id == job.id, Job.state == JobState.PENDING, Job.held_at.is_(None))
+        .values(held_at=now, held_by=by, pending_reason=held_reason(job.id, by), pending_until=None)
+    )).rowcount
+    s.refresh(job)
+    if done:
+        add_event(s, job.id, "held", f"held by {by}", at=now)
+    elif job.state != JobState.PENDING:
+        raise NotHoldable(f"job {job.id} is {job.state}: only a pending job can be held" +
+                          (" (`corral cancel` stops a running one)" if job.state == JobState.RUNNING else ""))
+    return job
+
+
+def release(s: Session, job: Job, by: str) -> Job:
+    """Release a held job: it may start again, in its place in the queue. Releasing a job not held changes nothing."""
+    now = time.time()
+    done = cast("CursorResult[Any]", s.execute(
+        update(Job).where(Job.id == job.id, Job.held_at.is_not(None))
+        .values(held_at=None, held_by=None, pending_reason=None, pending_until=None)
+    )).rowcount
+    if done:
+        add_event(s, job.id, "released", f"released by {by}: it may start", at=now)
     s.refresh(job)
     return job
 
@@ -366,8 +406,9 @@ def activate_policy(s: Session, name: str, *, by: str) -> PolicyVersion:
 
 def queue_positions(s: Session) -> dict[int, int]:
     """Every pending job's place in the queue, 1 first, in submission order (the controller's queue order; a policy
-    may still start a later job first, e.g. a smaller one that fits)."""
-    ids = s.scalars(select(Job.id).where(Job.state == JobState.PENDING).order_by(Job.submitted_at, Job.id))
+    may still start a later job first, e.g. a smaller one that fits). A held job has none: it waits for no one."""
+    ids = s.scalars(select(Job.id).where(Job.state == JobState.PENDING, Job.held_at.is_(None))
+                    .order_by(Job.submitted_at, Job.id))
     return {job_id: i for i, job_id in enumerate(ids, start=1)}
 
 

@@ -527,6 +527,12 @@ const Views = (() => {
     async function cancel() {
       try { await C.request(`/jobs/${id}/cancel`, { method: "POST" }); } catch (err) { alert(err.message); }
     }
+    // Hold or release a pending job (`corral hold` / `corral release`); the page's next refresh shows the outcome.
+    async function holdOrRelease(ev) {
+      try { await C.request(`/jobs/${id}/${ev.target.dataset.action}`, { method: "POST" }); } catch (err) {
+        alert(err.message);
+      }
+    }
     return {
       async refresh() {
         let j;
@@ -552,14 +558,19 @@ const Views = (() => {
           sloStatus(j, (await catalog().catch(() => new Map())).get(j.model)) : null;
         mount(el.querySelector("#job-head"), html`<div class="row between"><h1>#${j.id} ${j.name}
             ${C.stateBadge(j.state)}</h1>
+          <div class="row">${j.state === "pending" ? html`<button id="hold" type="button"
+            data-action="${j.held_at ? "release" : "hold"}" title="${j.held_at ? "let it start again, in its place" :
+            "keep its place in the queue but do not start it until released"}">${j.held_at ? "Release" :
+            "Hold"}</button>` : ""}
           ${TERMINAL.has(j.state) ? "" : html`<button id="cancel" type="button" class="danger">Cancel job</button>`}
-          </div>
+          </div></div>
           <p class="facts"><span>${j.user}</span><span>${j.kind}</span><span>${j.model}</span>
             <span>${C.gpus(j.num_gpus)}</span><span>${C.duration(j.duration_s)} isolated</span>
             <span>submitted ${C.ago(j.submitted_at)}</span>
             ${j.started_at ? html`<span>started ${C.ago(j.started_at)}</span>` : ""}
             ${j.finished_at ? html`<span>finished ${C.ago(j.finished_at)}</span>` : ""}
             ${j.state === "pending" && pos ? html`<span>queue position <b>${pos}</b></span>` : ""}
+            ${j.held_at ? html`<span id="job-held">held by ${j.held_by} ${C.ago(j.held_at)}</span>` : ""}
             <span>attempt ${j.attempt}</span></p>
           ${progressLine(j)}
           ${j.entrypoint ? html`<pre class="cmd" id="job-command">${j.entrypoint}</pre>` : ""}
@@ -573,6 +584,8 @@ const Views = (() => {
             recorded).</p>` : ""}`);
         const btn = el.querySelector("#cancel");
         if (btn) btn.addEventListener("click", cancel);
+        const hold = el.querySelector("#hold");
+        if (hold) hold.addEventListener("click", holdOrRelease);
 
         const last = j.last_placement ?? ex.last_placement;
         mount(el.querySelector("#job-placement"), html`<h2>Placement</h2>${j.allocation.length ? html`
