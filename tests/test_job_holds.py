@@ -158,3 +158,36 @@ def test_corral_hold_and_release(store: Store, corral_home: Path) -> None:
         assert (released.exit_code, released.output) == (0, f"job {job}: not held; it may start\n")
         missing = corral("hold", "999")
         assert missing.exit_code == 1 and "job 999 not found" in missing.output
+
+
+def test_an_array_s_pending_tasks_are_held_and_released_together(store: Store, corral_home: Path) -> None:
+    api = Api(store)
+    ctl, backend = controller(store)
+    first = api.post("/jobs", json={"name": "sweep", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 600,
+                                    "array": {"count": 4}})
+    assert first.status_code == 201, first.json
+    array = first.json["array"]["id"]
+    tasks = [t["id"] for t in first.json["array"]["tasks"]]
+    ctl.step()
+    ctl.step()
+    assert sorted(backend.launches) == tasks[:2]  # two run on the node's two GPUs; two wait
+    assert api.post(f"/jobs/{tasks[3]}/hold", who="root").status_code == 200
+    held = api.post(f"/arrays/{array}/hold")
+    assert held.status_code == 200, held.json
+    assert held.json["held"] == 2 and [t["held_by"] for t in held.json["tasks"]] == [None, None, "ann", "root"]
+    assert api.post(f"/arrays/{array}/hold", who="bob").status_code == 403  # not bob's
+    assert api.post(f"/jobs/{tasks[0]}/cancel").status_code == 200
+    ctl.step()
+    ctl.step()
+    assert sorted(backend.launches) == [tasks[1]]  # a GPU free: the held tasks still wait
+    with served(create_app(store)) as url:
+        env = {"CORRAL_URL": url, "CORRAL_TOKEN": api.tokens["ann"]}
+        released = CliRunner().invoke(main, ["array", "release", str(array)], env=env)
+        # ann releases her hold; root's stays
+        assert released.output == f"array {array}: 4 tasks: 2 pending, 1 cancelled, 1 running (1 held)\n", \
+            released.output
+        shown = CliRunner().invoke(main, ["array", "show", str(array)], env=env)
+        assert f"job {tasks[3]:<8} pending (held by root)" in shown.output, shown.output
+    ctl.step()
+    assert sorted(backend.launches) == [tasks[1], tasks[2]]
+    assert row(store, tasks[3]).state == "pending"

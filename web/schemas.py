@@ -517,6 +517,7 @@ class ArrayTaskSchema(Schema):
     id = fields.Integer()
     index = fields.Integer()
     state = fields.String()
+    held_by = fields.String(allow_none=True, metadata={"description": "who holds it, if it is held"})
 
 
 class ArraySchema(Schema):
@@ -527,6 +528,7 @@ class ArraySchema(Schema):
     max_running = fields.Integer(allow_none=True)
     submitted_at = fields.Float()
     states = fields.Dict(keys=fields.String(), values=fields.Integer(), metadata={"description": "tasks per state"})
+    held = fields.Integer(metadata={"description": "pending tasks held (`POST /arrays/ID/hold`)"})
     tasks = fields.List(fields.Nested(ArrayTaskSchema), metadata={"description": "by index"})
 
 

@@ -165,6 +165,14 @@ class CorralClient:
         """Cancel every task of an array not yet finished."""
         return self.request("POST", f"/arrays/{array_id}/cancel")
 
+    def hold_array(self, array_id: int) -> dict[str, Any]:
+        """Hold every pending task of an array."""
+        return self.request("POST", f"/arrays/{array_id}/hold")
+
+    def release_array(self, array_id: int) -> dict[str, Any]:
+        """Release every held task of an array the caller may release."""
+        return self.request("POST", f"/arrays/{array_id}/release")
+
     def logs(self, job_id: int, *, attempt: int | None = None, rank: int | None = None, tail: int | None = None,
              offset: int | None = None, wait_s: float | None = None) -> dict[str, Any]:
         """The last `tail` lines of each rank's log; or, with `rank` and `offset`, what that log gained since byte

@@ -839,7 +839,8 @@ def array_states_text(array: dict[str, Any]) -> str:
     """ "10 tasks, at most 2 running: 3 succeeded, 2 running, 5 pending" """
     bound = f", at most {array['max_running']} running" if array.get("max_running") else ""
     states = ", ".join(f"{n} {state}" for state, n in sorted(array["states"].items(), key=lambda kv: -kv[1]))
-    return f"{array['count']} tasks{bound}: {states}"
+    held = f" ({array['held']} held)" if array.get("held") else ""
+    return f"{array['count']} tasks{bound}: {states}{held}"
 
 
 # ---- arrays ------------------------------------------------------------------------------------------------------
@@ -847,7 +848,7 @@ def array_states_text(array: dict[str, Any]) -> str:
 
 @click.group("array")
 def array_group() -> None:
-    """Job arrays: show one, or cancel every task of one."""
+    """Job arrays: show one, or cancel, hold or release every task of one."""
 
 
 @array_group.command("show")
@@ -864,7 +865,8 @@ def array_show(array_id: int, as_json: bool, url: str, token: str | None) -> Non
     out = console()
     out.print(f"[bold]array {a['id']}[/] {escape(a['name'])}: {array_states_text(a)}")
     for t in a["tasks"]:
-        out.print(f"  task {t['index']:<5} job {t['id']:<8} {state_text(t['state'])}")
+        held = f" (held by {escape(t['held_by'])})" if t.get("held_by") else ""
+        out.print(f"  task {t['index']:<5} job {t['id']:<8} {state_text(t['state'])}{held}")
 
 
 @array_group.command("cancel")
@@ -874,6 +876,26 @@ def array_cancel(array_id: int, url: str, token: str | None) -> None:
     """Cancel every task of the array not yet finished."""
     with api_errors():
         a = client(url, token).cancel_array(array_id)
+    click.echo(f"array {a['id']}: {array_states_text(a)}")
+
+
+@array_group.command("hold")
+@click.argument("array_id", type=JOB_ID)
+@connection
+def array_hold(array_id: int, url: str, token: str | None) -> None:
+    """Hold every pending task of the array: they keep their places but do not start until released."""
+    with api_errors():
+        a = client(url, token).hold_array(array_id)
+    click.echo(f"array {a['id']}: {array_states_text(a)}")
+
+
+@array_group.command("release")
+@click.argument("array_id", type=JOB_ID)
+@connection
+def array_release(array_id: int, url: str, token: str | None) -> None:
+    """Release every held task of the array you may release (an admin's holds only an admin releases)."""
+    with api_errors():
+        a = client(url, token).release_array(array_id)
     click.echo(f"array {a['id']}: {array_states_text(a)}")
 
 

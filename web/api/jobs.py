@@ -92,8 +92,8 @@ def array_json(s: Session, array: JobArray, user: str) -> dict[str, Any]:
     for t in tasks:
         states[t.state] = states.get(t.state, 0) + 1
     return {"id": array.id, "name": array.name, "user": user, "count": array.count, "max_running": array.max_running,
-            "submitted_at": array.submitted_at, "states": states,
-            "tasks": [{"id": t.id, "index": t.array_index, "state": t.state} for t in tasks]}
+            "submitted_at": array.submitted_at, "states": states, "held": sum(t.held_at is not None for t in tasks),
+            "tasks": [{"id": t.id, "index": t.array_index, "state": t.state, "held_by": t.held_by} for t in tasks]}
 
 
 def dependencies_json(s: Session, job: Job) -> list[dict[str, Any]]:
@@ -333,6 +333,45 @@ def blueprint(prefix: str) -> Blueprint:
             body = array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
         if live:
             notify()
+        return body
+
+    @blp.route("/arrays/<int:array_id>/hold", methods=["POST"])
+    @blp.response(200, ArraySchema, description="the array after the hold")
+    def hold_array(array_id: int) -> Any:
+        """Hold a job array's pending tasks
+
+        Each pending task not held yet is held (as `POST /jobs/ID/hold`); running and finished tasks are left as they
+        are.
+        """
+        with write_session() as s:
+            array = _array_or_404(s, array_id)
+            by = caller().name
+            for task in q.array_tasks(s, array.id):
+                if task.state == JobState.PENDING and task.held_at is None:
+                    try:
+                        q.hold(s, task, by)
+                    except q.NotHoldable:  # placed a moment ago: it runs
+                        pass
+            body = array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
+        notify()
+        return body
+
+    @blp.route("/arrays/<int:array_id>/release", methods=["POST"])
+    @blp.response(200, ArraySchema, description="the array after the release")
+    def release_array(array_id: int) -> Any:
+        """Release a job array's held tasks
+
+        Each held task the caller may release (as `POST /jobs/ID/release`: a user their own holds, an admin any) is
+        released; tasks an admin holds stay held for a user, as `held` and each task's `held_by` show.
+        """
+        with write_session() as s:
+            array = _array_or_404(s, array_id)
+            who = caller()
+            for task in q.array_tasks(s, array.id):
+                if task.held_by is not None and (task.held_by == who.name or who.admin):
+                    q.release(s, task, who.name)
+            body = array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
+        notify()
         return body
 
     @blp.route("/jobs/<int:job_id>/cancel", methods=["POST"])
