@@ -150,3 +150,39 @@ def test_the_controller_holds_gpus_for_a_reservation(store: Store) -> None:
     assert job(store, late).state == JobState.PENDING and job(store, big).state == JobState.PENDING
     assert (job(store, big).pending_reason or "").startswith("holds a reservation for 4 GPUs on 1 node(s)")
     assert "held for j's reservation" in (job(store, late).pending_reason or "")
+
+
+def test_an_admin_extends_a_running_job_and_its_owner_may_only_shorten_it(env: Env) -> None:
+    """Slurm's `scontrol update TimeLimit=` (`PATCH /jobs/ID`, `corral update ID --time-limit`): the controller takes
+    the new limit in at its next pass, for a pending job as for a running one, and holds the run to it."""
+    backend = StartingBackend(["n0"], 4)
+    ctl = controller(env.store, backend)
+    running = env.ok("POST", "/jobs", {**JOB, "time_limit_s": 3600}, who="alice", status=201)["id"]
+    pending = env.ok("POST", "/jobs", {**JOB, "num_gpus": 4, "time_limit_s": 3600}, who="alice", status=201)["id"]
+    wait_until("the first to start", lambda: (step(ctl), job(env.store, running).started_at)[1], timeout=10,
+               every=0.05)
+    for limit in (7200, None):  # a user may not raise it, nor lift it
+        refused = env.call("PATCH", f"/jobs/{running}", {"time_limit_s": limit}, who="alice")
+        assert refused.status_code == 403
+        assert refused.json["message"] == ("time_limit_s: only an admin raises a job's time limit (3600 s now); you "
+                                           "may lower it")
+    for bad in ({"time_limit_s": 0}, {"time_limit_s": "soon"}, {}, {"time_limit_s": 60, "priority": 5}):
+        resp = env.call("PATCH", f"/jobs/{running}", bad)
+        assert resp.status_code == 422 and set(resp.json["errors"]["json"]) <= {"time_limit_s", "priority"}, resp.json
+    assert job(env.store, running).time_limit_s == 3600.0
+    with served(env.app) as url:
+        out = CliRunner().invoke(main, ["update", str(running), "--time-limit", "7200", "--url", url, "--token",
+                                        env.tokens["root"]])
+    assert out.output == f"job {running}: time limit 7200 s (was 3600 s)\n", out.output
+    assert env.ok("PATCH", f"/jobs/{pending}", {"time_limit_s": 1800}, who="alice")["time_limit_s"] == 1800.0
+    step(ctl)
+    assert ctl.running[running].spec.time_limit_s == 7200.0 and ctl.pending[pending].spec.time_limit_s == 1800.0
+    row = job(env.store, running)
+    assert [e.message for e in row.events if e.kind == "time_limit_changed"] == ["time limit 3600 s -> 7200 s by root"]
+    env.ok("PATCH", f"/jobs/{running}", {"time_limit_s": 1}, who="alice")  # lower than it has run: it ends now
+    wait_until("the run to time out on its new limit",
+               lambda: (step(ctl), job(env.store, running).state == JobState.TIMED_OUT)[1], timeout=10, every=0.1)
+    assert (job(env.store, running).error or "").startswith("time limit of 1 s reached")
+    ended = env.call("PATCH", f"/jobs/{running}", {"time_limit_s": 600})
+    assert ended.status_code == 409
+    assert ended.json["message"] == f"job {running} is timed_out: only a pending or running job's time limit can change"

@@ -482,6 +482,14 @@ class AllocationSchema(Schema):
     share = fields.Float()
 
 
+class JobUpdateSchema(RequestSchema):
+    """What may change of a pending or running job (`PATCH /jobs/ID`): its time limit."""
+
+    time_limit_s = _bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, required=True, allow_none=True, metadata={
+        "description": "wall seconds a run may last, from its start (null: none). Its owner may only lower it, an "
+                       "admin may set any; a run that has lasted longer is stopped, timed out"})
+
+
 class ResubmitSchema(RequestSchema):
     """The fields of a resubmission that differ from the job's: any a submission takes, each checked as there (the
     merged job is loaded by JobSubmitSchema)."""

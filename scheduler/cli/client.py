@@ -149,6 +149,10 @@ class CorralClient:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self.request("POST", f"/jobs/{job_id}/cancel")
 
+    def update_job(self, job_id: int, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change a pending or running job: `{"time_limit_s": seconds or None}`."""
+        return self.request("PATCH", f"/jobs/{job_id}", json=changes)
+
     def hold(self, job_id: int) -> dict[str, Any]:
         """Hold a pending job: it does not start until released."""
         return self.request("POST", f"/jobs/{job_id}/hold")

@@ -950,6 +950,26 @@ def time_limits(default_s: float | None | str, max_s: float | None | str, as_jso
     click.echo(f"default time limit {text(res['default_s'])}, maximum {text(res['max_s'])}")
 
 
+@click.command("update")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--time-limit", "limit", callback=_seconds_or_none, metavar="SECONDS|none", required=True,
+              help="Its new time limit, from its run's start (none: no limit). You may lower your job's; an admin "
+                   "may set any. A run that has lasted longer is stopped, timed out.")
+@connection
+def update_job(job_id: int, limit: float | None | str, url: str, token: str | None) -> None:
+    """Change a pending or running job's time limit (Slurm's `scontrol update TimeLimit=`)."""
+    assert not isinstance(limit, str)  # required: never absent
+    with api_errors():
+        c = client(url, token)
+        before = c.job(job_id)["time_limit_s"]
+        j = c.update_job(job_id, {"time_limit_s": limit})
+
+    def text(v: float | None) -> str:
+        return "none" if v is None else f"{v:g} s"
+
+    click.echo(f"job {job_id}: time limit {text(j['time_limit_s'])} (was {text(before)})")
+
+
 # ---- priority classes --------------------------------------------------------------------------------------------
 
 
@@ -1196,8 +1216,8 @@ def limits(clear: tuple[str, ...], as_json: bool, url: str, token: str | None, *
     print_limits(res, as_json)
 
 
-COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, hold, release, logs, cluster, models, policy, token, team,
-            user, limits, priority_class, time_limits, array_group)
+COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, hold, release, update_job, logs, cluster, models, policy,
+            token, team, user, limits, priority_class, time_limits, array_group)
 
 
 def register_client_commands(group: click.Group) -> None:

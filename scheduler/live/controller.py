@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, Table, and_, bindparam, or_, select, update
@@ -99,6 +99,7 @@ _NEW_OR_CANCELLED = select(JobRow.id, JobRow.state).where(or_(
     and_(JobRow.state == S.CANCELLED, JobRow.finished_at >= bindparam("since"))))
 _CANCEL_REQUESTED = select(JobRow).where(JobRow.state == S.RUNNING, JobRow.cancel_requested.is_(True))
 _ON_HOLD = select(JobRow.id, JobRow.held_by).where(JobRow.held_at.is_not(None), JobRow.state == S.PENDING)
+_CHANGED = select(JobRow.id, JobRow.time_limit_s).where(JobRow.changed_at >= bindparam("since"))
 _JOBS_BY_ID = select(JobRow).where(JobRow.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -273,6 +274,10 @@ class Controller:
         self._last_sync = 0.0
         self._reported: dict[int, JobStatus] = {}  # running job -> the last status `_collect` took in
         self._last_full_sync = 0.0
+        # The API's changes of live jobs (`PATCH /jobs/ID`) are read from this time on: the state rebuilt from the
+        # store after it holds the earlier ones. `_changes` counts those taken in, for `_scene`.
+        self._changes_read = time.time()
+        self._changes = 0
         self._max_seen = 0  # highest job id taken in
         self._generation += 1  # a new view: what the policy was last asked about is gone
         self._asked: tuple[object, ...] = ()  # `_scene()` after the policy's last answer
@@ -280,7 +285,8 @@ class Controller:
     def _scene(self) -> tuple[object, ...]:
         """What the policy's answer depends on besides the clock: the queue in its order, the runs and whether their
         workers are up, the nodes down, and which view and policy (`_generation`)."""
-        return (self._generation, tuple(self.pending), tuple(self._started.get(j, False) for j in self.running),
+        return (self._generation, self._changes, tuple(self.pending),
+                tuple(self._started.get(j, False) for j in self.running),
                 tuple(self.running), frozenset(self._down), frozenset(self.state.closed), frozenset(self._waiting),
                 frozenset(self._on_hold))
 
@@ -542,6 +548,7 @@ class Controller:
                 self._load_policy(s)
                 self._sync_submissions(s, now)
                 self._sync_cancels(s, now)
+                self._sync_changes(s, now)
                 self._enforce_time_limits(s, now)
                 self._collect(s, statuses, now, stats)
                 self._enforce_start_deadline(s, now)  # after what the workers said: runs that started just now count
@@ -713,6 +720,19 @@ class Controller:
                 self._end_run(s, row, now)
                 row.state, row.finished_at = S.CANCELLED, now
                 queries.add_event(s, row.id, "cancelled", "cancelled while running; workers stopped", at=now)
+
+    def _sync_changes(self, s: Session, now: float) -> None:
+        """Take in the time limits the API changed (`queries.change_time_limit`) for the jobs in memory: a running
+        job's run is then held to its new limit (`_enforce_time_limits`, just after), and the policy is asked again
+        (a reservation backfills by time limits). One indexed query a pass; a change is read again for a second after
+        it (a transaction that commits late on PostgreSQL), which changes nothing the second time."""
+        rows = s.execute(_CHANGED, {"since": self._changes_read - 1.0}).all()
+        self._changes_read = now
+        for job_id, limit in rows:
+            job = self.running.get(job_id) or self.pending.get(job_id)
+            if job is not None and job.spec.time_limit_s != limit:
+                job.spec = replace(job.spec, time_limit_s=limit)
+                self._changes += 1
 
     def _enforce_time_limits(self, s: Session, now: float) -> None:
         """Stop every run that has reached its job's time limit, counted from when its workers started: SIGTERM, the

@@ -40,6 +40,7 @@ from web.schemas import (
     JobListSchema,
     JobSchema,
     JobSubmitSchema,
+    JobUpdateSchema,
     LogsArgs,
     LogsSchema,
     ResubmitSchema,
@@ -389,6 +390,29 @@ def blueprint(prefix: str) -> Blueprint:
             body = _full_json(s, job)
         if was_live:
             notify()
+        return body
+
+    @blp.route("/jobs/<int:job_id>", methods=["PATCH"])
+    @blp.arguments(JobUpdateSchema())
+    @blp.response(200, JobSchema, description="the job, changed")
+    def update_job(args: dict[str, Any], job_id: int) -> Any:
+        """Change a pending or running job's time limit
+
+        Slurm's `scontrol update TimeLimit=`. Its owner may only lower it (403 to raise it); an admin may set any,
+        beyond the cluster's maximum too. A running job's run that has lasted longer than its new limit is stopped at
+        the controller's next pass and ends timed_out. A job that ended: 409.
+        """
+        with write_session() as s:
+            job = _job_or_404(s, job_id)
+            who = caller()
+            try:
+                job = q.change_time_limit(s, job, args["time_limit_s"], by=who.name, admin=who.admin)
+            except PermissionError as exc:
+                abort(403, message=str(exc))
+            except q.NotChangeable as exc:
+                abort(409, message=str(exc))
+            body = _full_json(s, job)
+        notify()
         return body
 
     @blp.route("/jobs/<int:job_id>/hold", methods=["POST"])

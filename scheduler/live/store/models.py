@@ -75,6 +75,7 @@ class Job(Base):
         Index("ix_jobs_state_id", "state", "id"),
         Index("ix_jobs_team_state", "team", "state"),
         Index("ix_jobs_held_at", "held_at"),  # the controller reads the held pending jobs at every pass
+        Index("ix_jobs_changed_at", "changed_at"),  # and the jobs changed since its last pass
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -141,6 +142,9 @@ class Job(Base):
     # released. Who (a user's name) and since when; None: not held.
     held_at: Mapped[float | None]
     held_by: Mapped[str | None] = mapped_column(String(64))
+    # When the API last changed a field of a live job after its submission (`PATCH /jobs/ID`: its time limit): the
+    # controller takes the new value into its memory at its next pass. None: never changed.
+    changed_at: Mapped[float | None]
     exit_code: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
 

@@ -292,6 +292,37 @@ def release(s: Session, job: Job, by: str) -> Job:
     return job
 
 
+class NotChangeable(RuntimeError):
+    """A change of a job that ended."""
+
+
+def _limit_words(limit: float | None) -> str:
+    return "none" if limit is None else f"{limit:g} s"
+
+
+def change_time_limit(s: Session, job: Job, limit: float | None, *, by: str, admin: bool) -> Job:
+    """Set a pending or running job's time limit (Slurm's `scontrol update TimeLimit=`; None: none). Its owner may
+    only lower it; an admin may set any, beyond the cluster's maximum too (the maximum bounds what users ask for). A
+    run that has lasted longer already is stopped at the controller's next pass, timed out. PermissionError for a
+    user raising it, NotChangeable for a job that ended (also when it ends meanwhile: the update is conditional)."""
+    old = job.time_limit_s
+    raising = old is not None and (limit is None or limit > old)
+    if raising and not admin:
+        raise PermissionError(f"time_limit_s: only an admin raises a job's time limit ({_limit_words(old)} now); "
+                              "you may lower it")
+    now = time.time()
+    done = cast("CursorResult[Any]", s.execute(
+        update(Job).where(Job.id == job.id, Job.state.in_(ACTIVE)).values(time_limit_s=limit, changed_at=now)
+    )).rowcount
+    s.refresh(job)
+    if not done:
+        raise NotChangeable(f"job {job.id} is {job.state}: only a pending or running job's time limit can change")
+    if limit != old:
+        add_event(s, job.id, "time_limit_changed", f"time limit {_limit_words(old)} -> {_limit_words(limit)} by "
+                  f"{by}", at=now, time_limit_s=limit)
+    return job
+
+
 def list_jobs(s: Session, *, state: str | None = None, user_id: int | None = None, team: str | None = None,
               limit: int = 100, offset: int = 0) -> tuple[Sequence[Job], int]:
     """One page of jobs, newest first, and how many match in all."""
