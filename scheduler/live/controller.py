@@ -91,6 +91,10 @@ STANDBY_TICK_S = 1.0  # a standby's loop looks at the lease this often (the leas
 # workers (seconds) well before Ray declares it dead (tens of seconds), and a job requeued onto it would be lost again,
 # spending a second restart. Ray declaring the node dead ends the hold sooner (it is then down, closed as such).
 SUSPECT_S = 60.0
+# The API's changes of live jobs are read again for this long after they were made: the API stamps a change before its
+# transaction ends (it also computes the job's answer, start estimate included), so on PostgreSQL a change can commit
+# well after a pass read past its stamp. Reading one again changes nothing.
+CHANGES_REREAD_S = 60.0
 
 
 # The statements every pass runs, built once (building one costs as much as running it on SQLite).
@@ -724,9 +728,9 @@ class Controller:
     def _sync_changes(self, s: Session, now: float) -> None:
         """Take in the time limits the API changed (`queries.change_time_limit`) for the jobs in memory: a running
         job's run is then held to its new limit (`_enforce_time_limits`, just after), and the policy is asked again
-        (a reservation backfills by time limits). One indexed query a pass; a change is read again for a second after
-        it (a transaction that commits late on PostgreSQL), which changes nothing the second time."""
-        rows = s.execute(_CHANGED, {"since": self._changes_read - 1.0}).all()
+        (a reservation backfills by time limits). One indexed query a pass, over the changes of the last
+        CHANGES_REREAD_S."""
+        rows = s.execute(_CHANGED, {"since": self._changes_read - CHANGES_REREAD_S}).all()
         self._changes_read = now
         for job_id, limit in rows:
             job = self.running.get(job_id) or self.pending.get(job_id)
