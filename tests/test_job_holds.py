@@ -191,3 +191,53 @@ def test_an_array_s_pending_tasks_are_held_and_released_together(store: Store, c
     ctl.step()
     assert sorted(backend.launches) == [tasks[1], tasks[2]]
     assert row(store, tasks[3]).state == "pending"
+
+
+def test_a_running_job_requeued_on_request_runs_again_spending_no_restart(store: Store, corral_home: Path) -> None:
+    """Slurm's `scontrol requeue`: at the next pass its workers are stopped (to checkpoint) and it goes back to the
+    queue in its place, spending no restart; the GPU it freed starts it again (in the same pass: it heads the queue,
+    ahead of a job submitted after it)."""
+    api = Api(store)
+    ctl, backend = controller(store)
+    job, other = api.submit("j"), api.submit("other")
+    ctl.step()
+    ctl.step()
+    assert row(store, job).state == "running" and row(store, other).state == "running"
+    later = api.submit("later")  # the node is full: it waits
+    assert api.post(f"/jobs/{job}/requeue", who="bob", json={}).status_code == 403  # not bob's
+    asked = api.post(f"/jobs/{job}/requeue", json={})
+    assert asked.status_code == 200 and asked.json["requeue_by"] == "ann" and asked.json["state"] == "running"
+    ctl.step()
+    r = row(store, job)
+    assert backend.stopped == [job] and (r.state, r.attempt, r.restarts, r.requeue_by) == ("running", 2, 0, None)
+    assert [e.kind for e in r.events][-3:] == ["requeue_requested", "checkpointed", "placed"]
+    assert [e.message for e in r.events if e.kind == "checkpointed"] == [
+        "requeued by ann: checkpointed, back in the queue (no restart spent)"]
+    assert row(store, later).state == "pending"
+    refused = api.post(f"/jobs/{later}/requeue", json={})
+    assert refused.status_code == 409
+    assert refused.json["message"] == (f"job {later} is pending: only a running job can be requeued (`corral hold` "
+                                       "keeps a pending one from starting)")
+
+
+def test_corral_requeue_hold_keeps_it_waiting_until_released(store: Store, corral_home: Path) -> None:
+    """Slurm's `scontrol requeuehold`: requeued, then held by who asked, until released."""
+    api = Api(store)
+    ctl, backend = controller(store)
+    job = api.submit("j")
+    ctl.step()
+    ctl.step()
+    with served(create_app(store)) as url:
+        out = CliRunner().invoke(main, ["requeue", str(job), "--hold"],
+                                 env={"CORRAL_URL": url, "CORRAL_TOKEN": api.tokens["root"]})
+    assert out.output == f"job {job}: requeue requested; it will be held; the controller checkpoints it at its next " \
+                         "pass\n", out.output
+    for _ in range(3):
+        ctl.step()
+    r = row(store, job)
+    assert (r.state, r.held_by, r.restarts) == ("pending", "root", 0) and job not in backend.launches
+    assert r.pending_reason == f"held by root: it starts only once released (`corral release {job}`)"
+    assert api.post(f"/jobs/{job}/release").status_code == 403  # root's hold: only an admin releases it
+    assert api.post(f"/jobs/{job}/release", who="root").status_code == 200
+    ctl.step()
+    assert row(store, job).state == "running" and job in backend.launches

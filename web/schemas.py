@@ -490,6 +490,13 @@ class JobUpdateSchema(RequestSchema):
                        "admin may set any; a run that has lasted longer is stopped, timed out"})
 
 
+class RequeueArgs(RequestSchema):
+    """`POST /jobs/ID/requeue`'s options."""
+
+    hold = fields.Boolean(truthy={True}, falsy={False}, load_default=False, metadata={
+        "description": "true: held once requeued, until released (Slurm's `scontrol requeuehold`)"})
+
+
 class ResubmitSchema(RequestSchema):
     """The fields of a resubmission that differ from the job's: any a submission takes, each checked as there (the
     merged job is loaded by JobSubmitSchema)."""
@@ -602,6 +609,9 @@ class JobSchema(Schema):
         "description": "a held pending job (`POST /jobs/ID/hold`): since when; it does not start until released. "
                        "null: not held"})
     held_by = fields.String(allow_none=True, metadata={"description": "who holds it (its owner or an admin)"})
+    requeue_by = fields.String(allow_none=True, metadata={
+        "description": "a running job: who asked that it be checkpointed and requeued (`POST /jobs/ID/requeue`); "
+                       "null once the controller has done it"})
     queue_position = fields.Integer(allow_none=True, metadata={
         "description": "pending jobs not held: place in the queue, 1 first, in submission order"})
     start_estimate_s = fields.Float(allow_none=True, metadata={

@@ -153,6 +153,10 @@ class CorralClient:
         """Change a pending or running job: `{"time_limit_s": seconds or None}`."""
         return self.request("PATCH", f"/jobs/{job_id}", json=changes)
 
+    def requeue(self, job_id: int, *, hold: bool = False) -> dict[str, Any]:
+        """Checkpoint a running job and put it back in the queue (held, with `hold`)."""
+        return self.request("POST", f"/jobs/{job_id}/requeue", json={"hold": hold})
+
     def hold(self, job_id: int) -> dict[str, Any]:
         """Hold a pending job: it does not start until released."""
         return self.request("POST", f"/jobs/{job_id}/hold")

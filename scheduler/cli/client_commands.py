@@ -535,6 +535,19 @@ def hold(job_id: int, url: str, token: str | None) -> None:
 
 @click.command()
 @click.argument("job_id", type=JOB_ID)
+@click.option("--hold", is_flag=True, help="Hold it once requeued, until `corral release` (Slurm's requeuehold).")
+@connection
+def requeue(job_id: int, hold: bool, url: str, token: str | None) -> None:
+    """Checkpoint a running job and put it back in the queue, in its place, spending no restart (Slurm's `scontrol
+    requeue`): its workers get SIGTERM and the stop's grace period to save, at the controller's next pass."""
+    with api_errors():
+        client(url, token).requeue(job_id, hold=hold)
+    click.echo(f"job {job_id}: requeue requested" + ("; it will be held" if hold else "") +
+               "; the controller checkpoints it at its next pass")
+
+
+@click.command()
+@click.argument("job_id", type=JOB_ID)
 @connection
 def release(job_id: int, url: str, token: str | None) -> None:
     """Release a held job: it may start again, in its place in the queue. An admin's hold only an admin releases."""
@@ -1216,8 +1229,8 @@ def limits(clear: tuple[str, ...], as_json: bool, url: str, token: str | None, *
     print_limits(res, as_json)
 
 
-COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, hold, release, update_job, logs, cluster, models, policy,
-            token, team, user, limits, priority_class, time_limits, array_group)
+COMMANDS = (submit, resubmit, whatif, jobs, show, cancel, hold, release, requeue, update_job, logs, cluster, models,
+            policy, token, team, user, limits, priority_class, time_limits, array_group)
 
 
 def register_client_commands(group: click.Group) -> None:

@@ -103,7 +103,7 @@ _NEW_OR_CANCELLED = select(JobRow.id, JobRow.state).where(or_(
     and_(JobRow.state == S.CANCELLED, JobRow.finished_at >= bindparam("since"))))
 _CANCEL_REQUESTED = select(JobRow).where(JobRow.state == S.RUNNING, JobRow.cancel_requested.is_(True))
 _ON_HOLD = select(JobRow.id, JobRow.held_by).where(JobRow.held_at.is_not(None), JobRow.state == S.PENDING)
-_CHANGED = select(JobRow.id, JobRow.time_limit_s).where(JobRow.changed_at >= bindparam("since"))
+_CHANGED = select(JobRow.id, JobRow.time_limit_s, JobRow.requeue_by).where(JobRow.changed_at >= bindparam("since"))
 _JOBS_BY_ID = select(JobRow).where(JobRow.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -282,6 +282,7 @@ class Controller:
         # store after it holds the earlier ones. `_changes` counts those taken in, for `_scene`.
         self._changes_read = time.time()
         self._changes = 0
+        self._requeues: dict[int, str] = {}  # running job -> who asked to requeue it (`_take_requeues`)
         self._max_seen = 0  # highest job id taken in
         self._generation += 1  # a new view: what the policy was last asked about is gone
         self._asked: tuple[object, ...] = ()  # `_scene()` after the policy's last answer
@@ -556,6 +557,7 @@ class Controller:
                 self._enforce_time_limits(s, now)
                 self._collect(s, statuses, now, stats)
                 self._enforce_start_deadline(s, now)  # after what the workers said: runs that started just now count
+                self._take_requeues(s, now)  # after them too: a run that ended just now is not run again
                 self._read_holds(s)
                 self._resolve_dependencies(s, now)
                 changed = False
@@ -732,11 +734,33 @@ class Controller:
         CHANGES_REREAD_S."""
         rows = s.execute(_CHANGED, {"since": self._changes_read - CHANGES_REREAD_S}).all()
         self._changes_read = now
-        for job_id, limit in rows:
+        for job_id, limit, requeue_by in rows:
             job = self.running.get(job_id) or self.pending.get(job_id)
             if job is not None and job.spec.time_limit_s != limit:
                 job.spec = replace(job.spec, time_limit_s=limit)
                 self._changes += 1
+            if requeue_by is not None:
+                self._requeues[job_id] = requeue_by
+
+    def _take_requeues(self, s: Session, now: float) -> None:
+        """Checkpoint and requeue the runs the API was asked to (`queries.request_requeue`, Slurm's `scontrol
+        requeue`): their workers get SIGTERM and the stop's grace period to save, and their jobs go back to the queue
+        in their old places, spending no restart (held, if asked so: `_read_holds` then keeps them waiting). A run
+        that ended meanwhile is left ended. Either way the request is cleared."""
+        requeues, self._requeues = self._requeues, {}
+        for job_id, by in requeues.items():
+            row = s.get(JobRow, job_id)
+            if row is None or row.requeue_by is None:
+                continue
+            if row.state == S.RUNNING and job_id not in self.running:
+                continue  # not adopted yet: asked again at the next pass
+            row.requeue_by = None
+            if row.state == S.RUNNING:
+                self.backend.stop(job_id)
+                self._requeue(s, row, now, "checkpointed", f"requeued by {by}: checkpointed, back in the queue (no "
+                              "restart spent)")
+            elif row.state != S.PENDING:  # ended first: a hold asked with the requeue has nothing left to hold
+                row.held_at = row.held_by = None
 
     def _enforce_time_limits(self, s: Session, now: float) -> None:
         """Stop every run that has reached its job's time limit, counted from when its workers started: SIGTERM, the

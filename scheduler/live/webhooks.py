@@ -41,8 +41,9 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # The job events (`job_events.kind`) that change a job's state, each with the state it leaves the job in. A webhook
 # gets one request per such event. Not sent: `lost` (a lost run is followed, in the same instant, by `requeued`,
-# `failed` or `cancelled`, whose reason then carries the loss's), `cancel_requested` (the job is still running until
-# its `cancelled`), `adopted`, `resubmitted`, `held`, `released` and `time_limit_changed` (no change of state).
+# `failed` or `cancelled`, whose reason then carries the loss's), `cancel_requested` and `requeue_requested` (the job
+# is still running until its `cancelled` or `checkpointed`), `adopted`, `resubmitted`, `held`, `released` and
+# `time_limit_changed` (no change of state).
 TIMED_OUT_STATE = "timed_out" if "timed_out" in JobState._value2member_map_ else JobState.FAILED.value
 STATE_EVENTS: dict[str, str] = {
     "submitted": JobState.PENDING,
@@ -55,7 +56,7 @@ STATE_EVENTS: dict[str, str] = {
     "preempted": JobState.PENDING,  # back to the queue
     "requeued": JobState.PENDING,  # a lost run, restarted
     "retrying": JobState.PENDING,  # a failed run, to run again after its backoff
-    "checkpointed": JobState.PENDING,  # requeued at a server's shutdown
+    "checkpointed": JobState.PENDING,  # requeued at a server's shutdown, or on request (`corral requeue`)
     "evicted": JobState.PENDING,  # requeued off a drained node, a faulty GPU, or workers Ray did not start
     "timed_out": TIMED_OUT_STATE,  # ran past its time limit
 }

@@ -43,6 +43,7 @@ from web.schemas import (
     JobUpdateSchema,
     LogsArgs,
     LogsSchema,
+    RequeueArgs,
     ResubmitSchema,
 )
 
@@ -54,7 +55,7 @@ JOB_COLUMNS = (
     "not_before", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
     "predicted_slowdown", "predicted_slowdown_avg", "observed_slowdown", "run_s", "pending_reason", "pending_until",
-    "held_at", "held_by", "exit_code", "error",
+    "held_at", "held_by", "requeue_by", "exit_code", "error",
 )
 RECENT_DECISIONS = 10
 RANK_LOG = re.compile(r"rank-(\d+)\.log")
@@ -409,6 +410,26 @@ def blueprint(prefix: str) -> Blueprint:
                 job = q.change_time_limit(s, job, args["time_limit_s"], by=who.name, admin=who.admin)
             except PermissionError as exc:
                 abort(403, message=str(exc))
+            except q.NotChangeable as exc:
+                abort(409, message=str(exc))
+            body = _full_json(s, job)
+        notify()
+        return body
+
+    @blp.route("/jobs/<int:job_id>/requeue", methods=["POST"])
+    @blp.arguments(RequeueArgs())
+    @blp.response(200, JobSchema, description="the job, its requeue asked for")
+    def requeue(args: dict[str, Any], job_id: int) -> Any:
+        """Checkpoint a running job and put it back in the queue
+
+        Slurm's `scontrol requeue` (with `hold`, `requeuehold`). At the controller's next pass its workers get SIGTERM
+        and the stop's grace period to save a checkpoint, and it goes back to the queue in its old place, spending no
+        restart (event `checkpointed`), held if asked. Its owner or an admin may ask; a job not running: 409.
+        """
+        with write_session() as s:
+            job = _job_or_404(s, job_id)
+            try:
+                job = q.request_requeue(s, job, caller().name, hold=args["hold"])
             except q.NotChangeable as exc:
                 abort(409, message=str(exc))
             body = _full_json(s, job)

@@ -142,9 +142,12 @@ class Job(Base):
     # released. Who (a user's name) and since when; None: not held.
     held_at: Mapped[float | None]
     held_by: Mapped[str | None] = mapped_column(String(64))
-    # When the API last changed a field of a live job after its submission (`PATCH /jobs/ID`: its time limit): the
-    # controller takes the new value into its memory at its next pass. None: never changed.
+    # When the API last changed a live job after its submission (`PATCH /jobs/ID`: its time limit; a requeue
+    # request): the controller takes the change in at its next pass. None: never changed.
     changed_at: Mapped[float | None]
+    # Who asked that this running job be checkpointed and put back in the queue (`corral requeue`); cleared when the
+    # controller has done it.
+    requeue_by: Mapped[str | None] = mapped_column(String(64))
     exit_code: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
 

@@ -323,6 +323,25 @@ def change_time_limit(s: Session, job: Job, limit: float | None, *, by: str, adm
     return job
 
 
+def request_requeue(s: Session, job: Job, by: str, *, hold: bool = False) -> Job:
+    """Ask the controller to checkpoint a running job and put it back in the queue, in its place, spending no restart
+    (Slurm's `scontrol requeue`); with `hold` (`requeuehold`), it then waits, held by `by`, until released. The
+    controller does it at its next pass, unless the run ends first. NotChangeable for a job not running (the update is
+    conditional: also when it ends meanwhile)."""
+    now = time.time()
+    values: dict[str, Any] = {"requeue_by": by, "changed_at": now}
+    if hold:
+        values |= {"held_at": now, "held_by": by}
+    done = cast("CursorResult[Any]", s.execute(
+        update(Job).where(Job.id == job.id, Job.state == JobState.RUNNING).values(**values))).rowcount
+    s.refresh(job)
+    if not done:
+        hint = " (`corral hold` keeps a pending one from starting)" if job.state == JobState.PENDING else ""
+        raise NotChangeable(f"job {job.id} is {job.state}: only a running job can be requeued{hint}")
+    add_event(s, job.id, "requeue_requested", f"requeue requested by {by}" + (", to be held" if hold else ""), at=now)
+    return job
+
+
 def list_jobs(s: Session, *, state: str | None = None, user_id: int | None = None, team: str | None = None,
               limit: int = 100, offset: int = 0) -> tuple[Sequence[Job], int]:
     """One page of jobs, newest first, and how many match in all."""
