@@ -1,8 +1,9 @@
 """Holds (Slurm's `scontrol hold` and `release`, Kueue's inactive workloads): a pending job its owner or an admin holds
 keeps its place in the queue but does not start until released; the jobs behind it start meanwhile. The start
 estimates and what-if leave it out, an admin's hold only an admin releases, and a hold that lands while the
-controller places the job wins. The controller runs without Ray (a backend whose runs start at the next poll), its
-store on SQLite and PostgreSQL."""
+controller places the job wins. Requeues (`scontrol requeue`, `requeuehold`): a running job checkpointed and put back
+in its place, spending no restart, held if asked. The controller runs without Ray (a backend whose runs start at the
+next poll), its store on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
