@@ -153,36 +153,51 @@ def test_the_controller_holds_gpus_for_a_reservation(store: Store) -> None:
 
 
 def test_an_admin_extends_a_running_job_and_its_owner_may_only_shorten_it(env: Env) -> None:
-    """Slurm's `scontrol update TimeLimit=` (`PATCH /jobs/ID`, `corral update ID --time-limit`): the controller takes
-    the new limit in at its next pass, for a pending job as for a running one, and holds the run to it."""
+    """Slurm's `scontrol update TimeLimit= Priority=` (`PATCH /jobs/ID`, `corral update ID`): the controller takes the
+    new limit and priority in at its next pass, for a pending job as for a running one; it holds the run to its new
+    limit, and the new priority orders the queue."""
     backend = StartingBackend(["n0"], 4)
     ctl = controller(env.store, backend)
-    running = env.ok("POST", "/jobs", {**JOB, "time_limit_s": 3600}, who="alice", status=201)["id"]
-    pending = env.ok("POST", "/jobs", {**JOB, "num_gpus": 4, "time_limit_s": 3600}, who="alice", status=201)["id"]
+    # Not preemptible: the job given a higher priority below would preempt it otherwise.
+    running = env.ok("POST", "/jobs", {**JOB, "num_gpus": 4, "time_limit_s": 3600, "preemptible": False},
+                     who="alice", status=201)["id"]
     wait_until("the first to start", lambda: (step(ctl), job(env.store, running).started_at)[1], timeout=10,
                every=0.05)
-    for limit in (7200, None):  # a user may not raise it, nor lift it
-        refused = env.call("PATCH", f"/jobs/{running}", {"time_limit_s": limit}, who="alice")
-        assert refused.status_code == 403
-        assert refused.json["message"] == ("time_limit_s: only an admin raises a job's time limit (3600 s now); you "
-                                           "may lower it")
-    for bad in ({"time_limit_s": 0}, {"time_limit_s": "soon"}, {}, {"time_limit_s": 60, "priority": 5}):
+    first, second = (env.ok("POST", "/jobs", {**JOB, "num_gpus": 4, "time_limit_s": 3600}, who="alice",
+                            status=201)["id"] for _ in range(2))
+    raise_limit = "time_limit_s: only an admin raises a job's time limit (3600 s now); you may lower it"
+    raise_priority = "priority: only an admin raises a job's priority (0 now); you may lower it"
+    for change, message in (({"time_limit_s": 7200}, raise_limit), ({"time_limit_s": None}, raise_limit),
+                            ({"priority": 5}, raise_priority)):
+        refused = env.call("PATCH", f"/jobs/{running}", change, who="alice")
+        assert (refused.status_code, refused.json["message"]) == (403, message)
+    for bad in ({"time_limit_s": 0}, {"time_limit_s": "soon"}, {}, {"priority": 1.5}, {"priority": "high"},
+                {"nice": 3}):
         resp = env.call("PATCH", f"/jobs/{running}", bad)
-        assert resp.status_code == 422 and set(resp.json["errors"]["json"]) <= {"time_limit_s", "priority"}, resp.json
-    assert job(env.store, running).time_limit_s == 3600.0
+        assert resp.status_code == 422 and set(resp.json["errors"]["json"]) <= {*bad, "_schema"}, resp.json
+    assert (job(env.store, running).time_limit_s, job(env.store, running).priority) == (3600.0, 0)
     with served(env.app) as url:
-        out = CliRunner().invoke(main, ["update", str(running), "--time-limit", "7200", "--url", url, "--token",
-                                        env.tokens["root"]])
-    assert out.output == f"job {running}: time limit 7200 s (was 3600 s)\n", out.output
-    assert env.ok("PATCH", f"/jobs/{pending}", {"time_limit_s": 1800}, who="alice")["time_limit_s"] == 1800.0
+        def corral(*args: str) -> Any:
+            return CliRunner().invoke(main, [*args, "--url", url, "--token", env.tokens["root"]])
+
+        out = corral("update", str(running), "--time-limit", "7200")
+        assert out.output == f"job {running}: time limit 7200 s (was 3600 s)\n", out.output
+        out = corral("update", str(second), "--priority", "10", "--time-limit", "none")
+        assert out.output == f"job {second}: time limit none (was 3600 s), priority 10 (was 0)\n", out.output
+        assert corral("update", str(second)).exit_code == 2  # nothing to change
+    assert env.ok("PATCH", f"/jobs/{first}", {"time_limit_s": 1800, "priority": -1}, who="alice")["priority"] == -1
     step(ctl)
-    assert ctl.running[running].spec.time_limit_s == 7200.0 and ctl.pending[pending].spec.time_limit_s == 1800.0
-    row = job(env.store, running)
-    assert [e.message for e in row.events if e.kind == "time_limit_changed"] == ["time limit 3600 s -> 7200 s by root"]
+    assert ctl.running[running].spec.time_limit_s == 7200.0
+    assert (ctl.pending[first].spec.time_limit_s, ctl.pending[first].spec.priority) == (1800.0, -1)
+    assert (ctl.pending[second].spec.time_limit_s, ctl.pending[second].spec.priority) == (None, 10)
+    assert [e.message for e in job(env.store, second).events if e.kind in ("time_limit_changed", "priority_changed")] \
+        == ["time limit 3600 s -> none by root", "priority 0 -> 10 by root"]
     env.ok("PATCH", f"/jobs/{running}", {"time_limit_s": 1}, who="alice")  # lower than it has run: it ends now
     wait_until("the run to time out on its new limit",
                lambda: (step(ctl), job(env.store, running).state == JobState.TIMED_OUT)[1], timeout=10, every=0.1)
     assert (job(env.store, running).error or "").startswith("time limit of 1 s reached")
+    step(ctl)  # the node is free: the later job, now first by priority, starts
+    assert (job(env.store, second).state, job(env.store, first).state) == ("running", "pending")
     ended = env.call("PATCH", f"/jobs/{running}", {"time_limit_s": 600})
     assert ended.status_code == 409
-    assert ended.json["message"] == f"job {running} is timed_out: only a pending or running job's time limit can change"
+    assert ended.json["message"] == f"job {running} is timed_out: only a pending or running job can change"

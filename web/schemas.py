@@ -483,11 +483,20 @@ class AllocationSchema(Schema):
 
 
 class JobUpdateSchema(RequestSchema):
-    """What may change of a pending or running job (`PATCH /jobs/ID`): its time limit."""
+    """What may change of a pending or running job (`PATCH /jobs/ID`): its time limit, its priority, or both. Its owner
+    may only lower either (Slurm's rule); an admin may set any."""
 
-    time_limit_s = _bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, required=True, allow_none=True, metadata={
-        "description": "wall seconds a run may last, from its start (null: none). Its owner may only lower it, an "
-                       "admin may set any; a run that has lasted longer is stopped, timed out"})
+    time_limit_s = _bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, allow_none=True, metadata={
+        "description": "wall seconds a run may last, from its start (null: none); a run that has lasted longer is "
+                       "stopped, timed out"})
+    priority = _db_int(-lim.MAX_PRIORITY, lim.MAX_PRIORITY, strict=True, metadata={
+        "description": f"higher first, from -{lim.MAX_PRIORITY:,} to {lim.MAX_PRIORITY:,}; a job preempts only jobs "
+                       "of lower priority"})
+
+    @validates_schema
+    def _something(self, data: dict[str, Any], **_: Any) -> None:
+        if not data:
+            raise ValidationError("give time_limit_s, priority or both", "_schema")
 
 
 class RequeueArgs(RequestSchema):

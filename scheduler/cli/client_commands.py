@@ -965,22 +965,33 @@ def time_limits(default_s: float | None | str, max_s: float | None | str, as_jso
 
 @click.command("update")
 @click.argument("job_id", type=JOB_ID)
-@click.option("--time-limit", "limit", callback=_seconds_or_none, metavar="SECONDS|none", required=True,
-              help="Its new time limit, from its run's start (none: no limit). You may lower your job's; an admin "
-                   "may set any. A run that has lasted longer is stopped, timed out.")
+@click.option("--time-limit", "limit", callback=_seconds_or_none, metavar="SECONDS|none",
+              help="Its new time limit, from its run's start (none: no limit). A run that has lasted longer is "
+                   "stopped, timed out.")
+@click.option("--priority", type=Number("int"), help="Its new priority (higher first).")
 @connection
-def update_job(job_id: int, limit: float | None | str, url: str, token: str | None) -> None:
-    """Change a pending or running job's time limit (Slurm's `scontrol update TimeLimit=`)."""
-    assert not isinstance(limit, str)  # required: never absent
+def update_job(job_id: int, limit: float | None | str, priority: int | None, url: str, token: str | None) -> None:
+    """Change a pending or running job's time limit or priority (Slurm's `scontrol update`): you may lower your job's;
+    an admin may set any."""
+    changes: dict[str, Any] = {} if isinstance(limit, str) else {"time_limit_s": limit}
+    if priority is not None:
+        changes["priority"] = priority
+    if not changes:
+        raise click.UsageError("give --time-limit, --priority or both")
     with api_errors():
         c = client(url, token)
-        before = c.job(job_id)["time_limit_s"]
-        j = c.update_job(job_id, {"time_limit_s": limit})
+        before = c.job(job_id)
+        j = c.update_job(job_id, changes)
 
     def text(v: float | None) -> str:
         return "none" if v is None else f"{v:g} s"
 
-    click.echo(f"job {job_id}: time limit {text(j['time_limit_s'])} (was {text(before)})")
+    said = []
+    if "time_limit_s" in changes:
+        said.append(f"time limit {text(j['time_limit_s'])} (was {text(before['time_limit_s'])})")
+    if "priority" in changes:
+        said.append(f"priority {j['priority']} (was {before['priority']})")
+    click.echo(f"job {job_id}: {', '.join(said)}")
 
 
 # ---- priority classes --------------------------------------------------------------------------------------------

@@ -103,7 +103,8 @@ _NEW_OR_CANCELLED = select(JobRow.id, JobRow.state).where(or_(
     and_(JobRow.state == S.CANCELLED, JobRow.finished_at >= bindparam("since"))))
 _CANCEL_REQUESTED = select(JobRow).where(JobRow.state == S.RUNNING, JobRow.cancel_requested.is_(True))
 _ON_HOLD = select(JobRow.id, JobRow.held_by).where(JobRow.held_at.is_not(None), JobRow.state == S.PENDING)
-_CHANGED = select(JobRow.id, JobRow.time_limit_s, JobRow.requeue_by).where(JobRow.changed_at >= bindparam("since"))
+_CHANGED = select(JobRow.id, JobRow.time_limit_s, JobRow.priority, JobRow.requeue_by).where(
+    JobRow.changed_at >= bindparam("since"))
 _JOBS_BY_ID = select(JobRow).where(JobRow.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -728,16 +729,17 @@ class Controller:
                 queries.add_event(s, row.id, "cancelled", "cancelled while running; workers stopped", at=now)
 
     def _sync_changes(self, s: Session, now: float) -> None:
-        """Take in the time limits the API changed (`queries.change_time_limit`) for the jobs in memory: a running
-        job's run is then held to its new limit (`_enforce_time_limits`, just after), and the policy is asked again
-        (a reservation backfills by time limits). One indexed query a pass, over the changes of the last
+        """Take in the time limits and priorities the API changed (`queries.change_job`) for the jobs in memory, and
+        its requeue requests (for `_take_requeues`). A running job's run is then held to its new limit
+        (`_enforce_time_limits`, just after), and the policy is asked again (a reservation backfills by time limits;
+        priorities order the queue and decide preemptions). One indexed query a pass, over the changes of the last
         CHANGES_REREAD_S."""
         rows = s.execute(_CHANGED, {"since": self._changes_read - CHANGES_REREAD_S}).all()
         self._changes_read = now
-        for job_id, limit, requeue_by in rows:
+        for job_id, limit, priority, requeue_by in rows:
             job = self.running.get(job_id) or self.pending.get(job_id)
-            if job is not None and job.spec.time_limit_s != limit:
-                job.spec = replace(job.spec, time_limit_s=limit)
+            if job is not None and (job.spec.time_limit_s, job.spec.priority) != (limit, priority):
+                job.spec = replace(job.spec, time_limit_s=limit, priority=priority)
                 self._changes += 1
             if requeue_by is not None:
                 self._requeues[job_id] = requeue_by

@@ -397,17 +397,18 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.arguments(JobUpdateSchema())
     @blp.response(200, JobSchema, description="the job, changed")
     def update_job(args: dict[str, Any], job_id: int) -> Any:
-        """Change a pending or running job's time limit
+        """Change a pending or running job's time limit or priority
 
-        Slurm's `scontrol update TimeLimit=`. Its owner may only lower it (403 to raise it); an admin may set any,
-        beyond the cluster's maximum too. A running job's run that has lasted longer than its new limit is stopped at
-        the controller's next pass and ends timed_out. A job that ended: 409.
+        Slurm's `scontrol update TimeLimit= Priority=`. Its owner may only lower either (403 to raise one); an admin
+        may set any, a time limit beyond the cluster's maximum too. The controller takes the change in at its next
+        pass: a run that has lasted longer than its new limit is stopped and ends timed_out; a new priority orders the
+        queue and decides preemptions from then on. A job that ended: 409.
         """
         with write_session() as s:
             job = _job_or_404(s, job_id)
             who = caller()
             try:
-                job = q.change_time_limit(s, job, args["time_limit_s"], by=who.name, admin=who.admin)
+                job = q.change_job(s, job, args, by=who.name, admin=who.admin)
             except PermissionError as exc:
                 abort(403, message=str(exc))
             except q.NotChangeable as exc:

@@ -300,26 +300,34 @@ def _limit_words(limit: float | None) -> str:
     return "none" if limit is None else f"{limit:g} s"
 
 
-def change_time_limit(s: Session, job: Job, limit: float | None, *, by: str, admin: bool) -> Job:
-    """Set a pending or running job's time limit (Slurm's `scontrol update TimeLimit=`; None: none). Its owner may
-    only lower it; an admin may set any, beyond the cluster's maximum too (the maximum bounds what users ask for). A
-    run that has lasted longer already is stopped at the controller's next pass, timed out. PermissionError for a
-    user raising it, NotChangeable for a job that ended (also when it ends meanwhile: the update is conditional)."""
-    old = job.time_limit_s
-    raising = old is not None and (limit is None or limit > old)
-    if raising and not admin:
-        raise PermissionError(f"time_limit_s: only an admin raises a job's time limit ({_limit_words(old)} now); "
-                              "you may lower it")
+def change_job(s: Session, job: Job, changes: Mapping[str, Any], *, by: str, admin: bool) -> Job:
+    """Change a pending or running job's `time_limit_s` (None: none) and/or `priority` (Slurm's `scontrol update
+    TimeLimit= Priority=`). Its owner may only lower either; an admin may set any, a time limit beyond the cluster's
+    maximum too (the maximum bounds what users ask for). A run that has lasted longer than its new limit is stopped
+    at the controller's next pass, timed out. PermissionError for a user raising one, NotChangeable for a job that
+    ended (also when it ends meanwhile: the update is conditional). Each change is an event."""
+    old = {"time_limit_s": job.time_limit_s, "priority": job.priority}
+    if not admin:
+        limit = changes.get("time_limit_s", old["time_limit_s"])
+        if old["time_limit_s"] is not None and (limit is None or limit > old["time_limit_s"]):
+            raise PermissionError(f"time_limit_s: only an admin raises a job's time limit "
+                                  f"({_limit_words(old['time_limit_s'])} now); you may lower it")
+        if changes.get("priority", old["priority"]) > old["priority"]:
+            raise PermissionError(f"priority: only an admin raises a job's priority ({old['priority']} now); you may "
+                                  "lower it")
     now = time.time()
     done = cast("CursorResult[Any]", s.execute(
-        update(Job).where(Job.id == job.id, Job.state.in_(ACTIVE)).values(time_limit_s=limit, changed_at=now)
+        update(Job).where(Job.id == job.id, Job.state.in_(ACTIVE)).values(**changes, changed_at=now)
     )).rowcount
     s.refresh(job)
     if not done:
-        raise NotChangeable(f"job {job.id} is {job.state}: only a pending or running job's time limit can change")
-    if limit != old:
-        add_event(s, job.id, "time_limit_changed", f"time limit {_limit_words(old)} -> {_limit_words(limit)} by "
-                  f"{by}", at=now, time_limit_s=limit)
+        raise NotChangeable(f"job {job.id} is {job.state}: only a pending or running job can change")
+    if "time_limit_s" in changes and changes["time_limit_s"] != old["time_limit_s"]:
+        add_event(s, job.id, "time_limit_changed", f"time limit {_limit_words(old['time_limit_s'])} -> "
+                  f"{_limit_words(changes['time_limit_s'])} by {by}", at=now, time_limit_s=changes["time_limit_s"])
+    if "priority" in changes and changes["priority"] != old["priority"]:
+        add_event(s, job.id, "priority_changed", f"priority {old['priority']} -> {changes['priority']} by {by}", at=now,
+                  priority=changes["priority"])
     return job
 
 
