@@ -163,8 +163,9 @@ def test_an_admin_extends_a_running_job_and_its_owner_may_only_shorten_it(env: E
                      who="alice", status=201)["id"]
     wait_until("the first to start", lambda: (step(ctl), job(env.store, running).started_at)[1], timeout=10,
                every=0.05)
-    first, second = (env.ok("POST", "/jobs", {**JOB, "num_gpus": 4, "time_limit_s": 3600}, who="alice",
-                            status=201)["id"] for _ in range(2))
+    env.ok("POST", "/priority-classes", {"name": "batch", "value": 0}, status=201)
+    first, second = (env.ok("POST", "/jobs", {**JOB, "num_gpus": 4, "time_limit_s": 3600, "priority_class": "batch"},
+                            who="alice", status=201)["id"] for _ in range(2))
     raise_limit = "time_limit_s: only an admin raises a job's time limit (3600 s now); you may lower it"
     raise_priority = "priority: only an admin raises a job's priority (0 now); you may lower it"
     for change, message in (({"time_limit_s": 7200}, raise_limit), ({"time_limit_s": None}, raise_limit),
@@ -192,6 +193,8 @@ def test_an_admin_extends_a_running_job_and_its_owner_may_only_shorten_it(env: E
     assert (ctl.pending[second].spec.time_limit_s, ctl.pending[second].spec.priority) == (None, 10)
     assert [e.message for e in job(env.store, second).events if e.kind in ("time_limit_changed", "priority_changed")] \
         == ["time limit 3600 s -> none by root", "priority 0 -> 10 by root"]
+    assert (job(env.store, second).priority_class, job(env.store, first).priority_class) == (None, None)
+    assert env.ok("PATCH", f"/jobs/{first}", {"time_limit_s": 900}, who="alice")["priority"] == -1
     env.ok("PATCH", f"/jobs/{running}", {"time_limit_s": 1}, who="alice")  # lower than it has run: it ends now
     wait_until("the run to time out on its new limit",
                lambda: (step(ctl), job(env.store, running).state == JobState.TIMED_OUT)[1], timeout=10, every=0.1)

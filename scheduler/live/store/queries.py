@@ -304,7 +304,8 @@ def change_job(s: Session, job: Job, changes: Mapping[str, Any], *, by: str, adm
     """Change a pending or running job's `time_limit_s` (None: none) and/or `priority` (Slurm's `scontrol update
     TimeLimit= Priority=`). Its owner may only lower either; an admin may set any, a time limit beyond the cluster's
     maximum too (the maximum bounds what users ask for). A run that has lasted longer than its new limit is stopped
-    at the controller's next pass, timed out. PermissionError for a user raising one, NotChangeable for a job that
+    at the controller's next pass, timed out. A new priority leaves the job's priority class (it no longer has the
+    class's figure). PermissionError for a user raising one, NotChangeable for a job that
     ended (also when it ends meanwhile: the update is conditional). Each change is an event."""
     old = {"time_limit_s": job.time_limit_s, "priority": job.priority}
     if not admin:
@@ -316,8 +317,11 @@ def change_job(s: Session, job: Job, changes: Mapping[str, Any], *, by: str, adm
             raise PermissionError(f"priority: only an admin raises a job's priority ({old['priority']} now); you may "
                                   "lower it")
     now = time.time()
+    values = dict(changes)
+    if values.get("priority", old["priority"]) != old["priority"]:
+        values["priority_class"] = None  # its class's figure no longer: the job says what it has
     done = cast("CursorResult[Any]", s.execute(
-        update(Job).where(Job.id == job.id, Job.state.in_(ACTIVE)).values(**changes, changed_at=now)
+        update(Job).where(Job.id == job.id, Job.state.in_(ACTIVE)).values(**values, changed_at=now)
     )).rowcount
     s.refresh(job)
     if not done:
