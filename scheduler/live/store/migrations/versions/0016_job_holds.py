@@ -22,11 +22,11 @@ def upgrade() -> None:
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.add_column(sa.Column('held_at', sa.Float(precision=53), nullable=True))
         batch_op.add_column(sa.Column('held_by', sa.String(length=64), nullable=True))
-        batch_op.create_index('ix_jobs_held_at', ['held_at'], unique=False)
+        batch_op.create_index('ix_jobs_state_held', ['state', 'held_at'], unique=False)
 
 
 def downgrade() -> None:
     with op.batch_alter_table('jobs', schema=None) as batch_op:
-        batch_op.drop_index('ix_jobs_held_at')
+        batch_op.drop_index('ix_jobs_state_held')
         batch_op.drop_column('held_by')
         batch_op.drop_column('held_at')
