@@ -1136,7 +1136,7 @@ class Controller:
                 row = s.get(JobRow, job.id)
                 if row is not None and row.state == S.PENDING:
                     row.state, row.finished_at, row.error, row.pending_reason = S.CANCELLED, now, ready.why, None
-                    row.pending_until = None
+                    row.pending_until = row.held_at = row.held_by = None  # (a hold has nothing left to hold)
                     queries.add_event(s, job.id, "cancelled", f"cancelled: {ready.why}", at=now)
                 self.pending.pop(job.id, None)
                 self._reasons.pop(job.id, None)
