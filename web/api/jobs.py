@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flask import current_app
@@ -85,6 +85,23 @@ def _job_or_404(s: Session, job_id: int) -> Job:
         abort(404, message=f"job {job_id} not found")
     require_owner(job_id, job.user_id)
     return job
+
+
+def _control(job_id: int, act: Callable[[Session, Job], Job]) -> dict[str, Any]:
+    """Apply a job control (`act`, one of `queries`' hold, release, requeue or change) to a job the caller may see
+    (404 or 403 otherwise) and answer with the job: 409 when the job's state refuses it, 403 for what only an admin
+    may do. The controller is woken to act on it."""
+    with write_session() as s:
+        job = _job_or_404(s, job_id)
+        try:
+            job = act(s, job)
+        except q.NotChangeable as exc:
+            abort(409, message=str(exc))
+        except PermissionError as exc:
+            abort(403, message=str(exc))
+        body = _full_json(s, job)
+    notify()
+    return body
 
 
 def array_json(s: Session, array: JobArray, user: str) -> dict[str, Any]:
@@ -352,7 +369,7 @@ def blueprint(prefix: str) -> Blueprint:
                 if task.state == JobState.PENDING and task.held_at is None:
                     try:
                         q.hold(s, task, by)
-                    except q.NotHoldable:  # placed a moment ago: it runs
+                    except q.NotChangeable:  # placed a moment ago: it runs
                         pass
             body = array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
         notify()
@@ -370,8 +387,10 @@ def blueprint(prefix: str) -> Blueprint:
             array = _array_or_404(s, array_id)
             who = caller()
             for task in q.array_tasks(s, array.id):
-                if task.held_by is not None and (task.held_by == who.name or who.admin):
-                    q.release(s, task, who.name)
+                try:
+                    q.release(s, task, who.name, admin=who.admin)
+                except PermissionError:  # an admin's hold: it stays
+                    pass
             body = array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
         notify()
         return body
@@ -404,18 +423,8 @@ def blueprint(prefix: str) -> Blueprint:
         pass: a run that has lasted longer than its new limit is stopped and ends timed_out; a new priority orders the
         queue and decides preemptions from then on. A job that ended: 409.
         """
-        with write_session() as s:
-            job = _job_or_404(s, job_id)
-            who = caller()
-            try:
-                job = q.change_job(s, job, args, by=who.name, admin=who.admin)
-            except PermissionError as exc:
-                abort(403, message=str(exc))
-            except q.NotChangeable as exc:
-                abort(409, message=str(exc))
-            body = _full_json(s, job)
-        notify()
-        return body
+        who = caller()
+        return _control(job_id, lambda s, job: q.change_job(s, job, args, by=who.name, admin=who.admin))
 
     @blp.route("/jobs/<int:job_id>/requeue", methods=["POST"])
     @blp.arguments(RequeueArgs())
@@ -427,15 +436,7 @@ def blueprint(prefix: str) -> Blueprint:
         and the stop's grace period to save a checkpoint, and it goes back to the queue in its old place, spending no
         restart (event `checkpointed`), held if asked. Its owner or an admin may ask; a job not running: 409.
         """
-        with write_session() as s:
-            job = _job_or_404(s, job_id)
-            try:
-                job = q.request_requeue(s, job, caller().name, hold=args["hold"])
-            except q.NotChangeable as exc:
-                abort(409, message=str(exc))
-            body = _full_json(s, job)
-        notify()
-        return body
+        return _control(job_id, lambda s, job: q.request_requeue(s, job, caller().name, hold=args["hold"]))
 
     @blp.route("/jobs/<int:job_id>/hold", methods=["POST"])
     @blp.response(200, JobSchema, description="the job, held")
@@ -446,15 +447,7 @@ def blueprint(prefix: str) -> Blueprint:
         hold`). Its owner or an admin may hold it; holding a held job changes nothing. A job that is not pending
         (running, or ended) cannot be held: 409.
         """
-        with write_session() as s:
-            job = _job_or_404(s, job_id)
-            try:
-                job = q.hold(s, job, caller().name)
-            except q.NotHoldable as exc:
-                abort(409, message=str(exc))
-            body = _full_json(s, job)
-        notify()
-        return body
+        return _control(job_id, lambda s, job: q.hold(s, job, caller().name))
 
     @blp.route("/jobs/<int:job_id>/release", methods=["POST"])
     @blp.response(200, JobSchema, description="the job, released: it may start")
@@ -464,15 +457,8 @@ def blueprint(prefix: str) -> Blueprint:
         It may start again, in its place in the queue. A user releases the holds they placed; an admin's hold only an
         admin releases (Slurm's user and admin holds): 403. Releasing a job not held changes nothing.
         """
-        with write_session() as s:
-            job = _job_or_404(s, job_id)
-            who = caller()
-            if job.held_by is not None and job.held_by != who.name and not who.admin:
-                abort(403, message=f"job {job_id} is held by {job.held_by}: only they or an admin may release it")
-            job = q.release(s, job, who.name)
-            body = _full_json(s, job)
-        notify()
-        return body
+        who = caller()
+        return _control(job_id, lambda s, job: q.release(s, job, who.name, admin=who.admin))
 
     @blp.route("/jobs/<int:job_id>/logs", methods=["GET"])
     @blp.arguments(LogsArgs(), location="query")

@@ -257,14 +257,15 @@ def held_reason(job_id: int, by: str) -> str:
     return f"held by {by}: it starts only once released (`corral release {job_id}`)"
 
 
-class NotHoldable(RuntimeError):
-    """A hold of a job that is not pending (it runs, or ended)."""
+class NotChangeable(RuntimeError):
+    """A job control its job's state refuses: a hold of a job not pending, a requeue of one not running, a change of
+    one that ended (the API's 409)."""
 
 
 def hold(s: Session, job: Job, by: str) -> Job:
     """Hold a pending job: it does not start until released (the controller leaves it in the queue, in its place).
-    The controller may have placed it a moment ago: the conditional update decides the race, and NotHoldable says the
-    job is no longer pending. Holding a held job changes nothing (its holder stays)."""
+    The controller may have placed it a moment ago: the conditional update decides the race, and NotChangeable says
+    the job is no longer pending. Holding a held job changes nothing (its holder stays)."""
     now = time.time()
     done = cast("CursorResult[Any]", s.execute(
         update(Job).where(Job.id == job.id, Job.state == JobState.PENDING, Job.held_at.is_(None))
@@ -274,13 +275,17 @@ def hold(s: Session, job: Job, by: str) -> Job:
     if done:
         add_event(s, job.id, "held", f"held by {by}", at=now)
     elif job.state != JobState.PENDING:
-        raise NotHoldable(f"job {job.id} is {job.state}: only a pending job can be held" +
-                          (" (`corral cancel` stops a running one)" if job.state == JobState.RUNNING else ""))
+        raise NotChangeable(f"job {job.id} is {job.state}: only a pending job can be held" +
+                            (" (`corral cancel` stops a running one)" if job.state == JobState.RUNNING else ""))
     return job
 
 
-def release(s: Session, job: Job, by: str) -> Job:
-    """Release a held job: it may start again, in its place in the queue. Releasing a job not held changes nothing."""
+def release(s: Session, job: Job, by: str, *, admin: bool) -> Job:
+    """Release a held job: it may start again, in its place in the queue. A user releases the holds they placed; an
+    admin's hold only an admin releases (Slurm's user and admin holds): PermissionError. Releasing a job not held
+    changes nothing."""
+    if job.held_by is not None and job.held_by != by and not admin:
+        raise PermissionError(f"job {job.id} is held by {job.held_by}: only they or an admin may release it")
     now = time.time()
     done = cast("CursorResult[Any]", s.execute(
         update(Job).where(Job.id == job.id, Job.held_at.is_not(None))
@@ -290,10 +295,6 @@ def release(s: Session, job: Job, by: str) -> Job:
         add_event(s, job.id, "released", f"released by {by}: it may start", at=now)
     s.refresh(job)
     return job
-
-
-class NotChangeable(RuntimeError):
-    """A change of a job that ended."""
 
 
 def _limit_words(limit: float | None) -> str:
