@@ -306,8 +306,8 @@ def change_job(s: Session, job: Job, changes: Mapping[str, Any], *, by: str, adm
     TimeLimit= Priority=`). Its owner may only lower either; an admin may set any, a time limit beyond the cluster's
     maximum too (the maximum bounds what users ask for). A run that has lasted longer than its new limit is stopped
     at the controller's next pass, timed out. A new priority leaves the job's priority class (it no longer has the
-    class's figure). PermissionError for a user raising one, NotChangeable for a job that
-    ended (also when it ends meanwhile: the update is conditional). Each change is an event."""
+    class's figure). PermissionError for a user raising one, NotChangeable for a job that ended (also when it ends
+    meanwhile: the update is conditional). Each change is an event."""
     old = {"time_limit_s": job.time_limit_s, "priority": job.priority}
     if not admin:
         limit = changes.get("time_limit_s", old["time_limit_s"])
