@@ -20,6 +20,7 @@ import requests
 from scheduler.core.model import Cluster, ClusterSpec, JobKind, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
 from scheduler.live.runs import JobStatus, Launch, NodeInfo
 from scheduler.live.store import Store
+from scheduler.live.store.models import Job as JobRow
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -196,6 +197,15 @@ def corral_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # ---- a real `corral serve` process, for the end-to-end and browser tests -------------------------------------------
 
 CORRAL = Path(sys.executable).with_name("corral")
+
+
+def job_row(store: Store, job_id: int) -> JobRow:
+    """A job's stored row, with its events loaded (the session closes on return)."""
+    with store.session() as s:
+        row = s.get(JobRow, job_id)
+        assert row is not None
+        _ = row.events
+        return row
 
 
 def wait_until(what: str, pred: Callable[[], Any], timeout: float = 90.0, every: float = 0.2) -> Any:

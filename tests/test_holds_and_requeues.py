@@ -12,6 +12,7 @@ from typing import Any
 
 from click.testing import CliRunner
 from conftest import StartingBackend, served
+from conftest import job_row as row
 
 from policies.heuristics import Fifo
 from scheduler.cli.commands import main
@@ -52,14 +53,6 @@ def controller(store: Store) -> tuple[Controller, StartingBackend]:
                      default_policy="fifo", tick_s=0.05, preset="dgx-a100")
     ctl.recover()
     return ctl, backend
-
-
-def row(store: Store, job_id: int) -> JobRow:
-    with store.session() as s:
-        r = s.get(JobRow, job_id)
-        assert r is not None
-        _ = r.events  # loaded while the session is open
-        return r
 
 
 def test_a_held_job_keeps_its_place_and_starts_only_once_released(store: Store, corral_home: Path) -> None:

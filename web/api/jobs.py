@@ -104,6 +104,22 @@ def _control(job_id: int, act: Callable[[Session, Job], Job]) -> dict[str, Any]:
     return body
 
 
+def _array_control(array_id: int, act: Callable[[Session, Job], Job], refused: type[Exception]) -> dict[str, Any]:
+    """Apply a job control to each task of an array the caller may see (404 or 403 otherwise), leaving as they are
+    the tasks it is `refused` for (a hold of a running task, a release of an admin's hold), and answer with the
+    array."""
+    with write_session() as s:
+        array = _array_or_404(s, array_id)
+        for task in q.array_tasks(s, array.id):
+            try:
+                act(s, task)
+            except refused:
+                pass
+        body = array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
+    notify()
+    return body
+
+
 def array_json(s: Session, array: JobArray, user: str) -> dict[str, Any]:
     """An array with its tasks' states, by index."""
     tasks = q.array_tasks(s, array.id)
@@ -362,18 +378,8 @@ def blueprint(prefix: str) -> Blueprint:
         Each pending task not held yet is held (as `POST /jobs/ID/hold`); running and finished tasks are left as they
         are.
         """
-        with write_session() as s:
-            array = _array_or_404(s, array_id)
-            by = caller().name
-            for task in q.array_tasks(s, array.id):
-                if task.state == JobState.PENDING and task.held_at is None:
-                    try:
-                        q.hold(s, task, by)
-                    except q.NotChangeable:  # placed a moment ago: it runs
-                        pass
-            body = array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
-        notify()
-        return body
+        by = caller().name
+        return _array_control(array_id, lambda s, task: q.hold(s, task, by), q.NotChangeable)
 
     @blp.route("/arrays/<int:array_id>/release", methods=["POST"])
     @blp.response(200, ArraySchema, description="the array after the release")
@@ -383,17 +389,8 @@ def blueprint(prefix: str) -> Blueprint:
         Each held task the caller may release (as `POST /jobs/ID/release`: a user their own holds, an admin any) is
         released; tasks an admin holds stay held for a user, as `held` and each task's `held_by` show.
         """
-        with write_session() as s:
-            array = _array_or_404(s, array_id)
-            who = caller()
-            for task in q.array_tasks(s, array.id):
-                try:
-                    q.release(s, task, who.name, admin=who.admin)
-                except PermissionError:  # an admin's hold: it stays
-                    pass
-            body = array_json(s, array, q.user_names(s, [array.user_id])[array.user_id])
-        notify()
-        return body
+        who = caller()
+        return _array_control(array_id, lambda s, task: q.release(s, task, who.name, admin=who.admin), PermissionError)
 
     @blp.route("/jobs/<int:job_id>/cancel", methods=["POST"])
     @blp.response(200, JobSchema, description="the job after the cancel: cancelled if it was pending, else flagged")
