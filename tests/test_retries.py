@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import StartingBackend, served, wait_until
+from conftest import job_row as row
 
 from policies.heuristics import Fifo
 from scheduler.cli.commands import main
@@ -22,7 +23,6 @@ from scheduler.live.retries import MAX_BACKOFF_S, retry_delay
 from scheduler.live.runs import JobStatus
 from scheduler.live.store import Store
 from scheduler.live.store import queries as q
-from scheduler.live.store.models import Job as JobRow
 from web import create_app
 
 NAMES = ["n0"]
@@ -62,14 +62,6 @@ def submit(store: Store, **fields: Any) -> int:
         user = q.ensure_user(s, "ann")
         return q.submit(s, user, {"name": "j", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1,
                                   "duration_s": 600.0, **fields})[0].id
-
-
-def row(store: Store, job_id: int) -> JobRow:
-    with store.session() as s:
-        r = s.get(JobRow, job_id)
-        assert r is not None
-        _ = r.events  # loaded while the session is open
-        return r
 
 
 def step(ctl: Controller) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import StartingBackend, served, wait_until
+from conftest import job_row as job
 from sqlalchemy import func, select
 
 from policies.heuristics import Fifo
@@ -104,14 +105,6 @@ def submit(store: Store, **fields: Any) -> int:
         user = q.ensure_user(s, "ann")
         return q.submit(s, user, {"name": "j", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1,
                                   "duration_s": 600.0, **fields})[0].id
-
-
-def job(store: Store, job_id: int) -> JobRow:
-    with store.session() as s:
-        r = s.get(JobRow, job_id)
-        assert r is not None
-        _ = r.events
-        return r
 
 
 def step(ctl: Controller) -> None:
