@@ -247,6 +247,35 @@ def test_drain_now_checkpoints_the_node_s_jobs_and_resume_reopens_it(cluster: An
         live.close()
 
 
+def test_a_job_moved_off_a_drained_node_starts_again_only_once_its_old_run_has_saved(cluster: Any,
+                                                                                     live_store: Store) -> None:
+    """A run taken off its GPUs gets SIGTERM and a grace period to save its checkpoint; its job's next run, placed on
+    the other node at once, must not start meanwhile, or it would resume from the checkpoint before. Each run
+    writes to the job's checkpoint folder when it starts and once it has saved (2 s after SIGTERM)."""
+    from scheduler.live.job_files import checkpoint_dir
+
+    live = Live(live_store)
+    try:
+        script = ("trap 'sleep 2; echo saved >> \"$CORRAL_CHECKPOINT_DIR/order\"; exit 0' TERM; "
+                  "echo start >> \"$CORRAL_CHECKPOINT_DIR/order\"; while :; do sleep 0.1; done")
+        with live.store.session() as s:
+            job = queries.submit(s, queries.ensure_user(s, "alice"), {
+                "kind": "command", "model": "ResNet-50-bs64", "num_gpus": GPUS, "duration_s": 600.0,
+                "entrypoint": script, "name": "saver"})[0].id
+        live.step_until("it to start", lambda: live.started(job))
+        order = checkpoint_dir(job) / "order"
+        live.step_until("its first run to write", lambda: order.exists() and order.read_text() == "start\n")
+        node = live.node_of(job)
+        assert live.call("POST", f"/nodes/{node}/drain", json={"reason": "move", "now": True}).status_code == 200
+        live.step_until("its second run to start on the other node",
+                        lambda: live.started(job) and live.job(job).attempt == 2 and live.node_of(job) != node)
+        live.step_until("its second run to write", lambda: order.read_text().count("start") == 2)
+        assert order.read_text().split() == ["start", "saved", "start"]
+        assert live.call("POST", f"/nodes/{node}/resume").status_code == 200
+    finally:
+        live.close()
+
+
 def test_drain_lets_running_jobs_finish(cluster: Any, live_store: Store) -> None:
     live = Live(live_store)
     try:

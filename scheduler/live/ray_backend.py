@@ -39,6 +39,7 @@ from scheduler.live.runs import (
     Launch,
     NodeInfo,
     actor_name,
+    job_actors,
     node_resources,
     rank_env,
 )
@@ -375,6 +376,12 @@ class RayBackend:
 
     def _maybe_start(self, run: _Run) -> None:
         assert run.ready is not None
+        # An earlier run of this job may still be saving its checkpoint (its workers got SIGTERM and a grace period,
+        # `stop`): the gang starts once that run has ended, or it would resume from the checkpoint before. On the
+        # same GPUs Ray orders the two (their resources); on others nothing else would.
+        job = job_actors(run.launch.job_id)
+        if any(name.startswith(job) for name, *_ in self._stopping):
+            return
         done, _ = ray.wait(run.ready, num_returns=len(run.ready), timeout=0)
         if len(done) < len(run.ready):
             run.up = tuple(ref in done for ref in run.ready)

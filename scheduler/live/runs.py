@@ -144,7 +144,12 @@ def rank_env(spec: RankSpec, world: int, master_addr: str, master_port: int, lau
 
 def actor_name(job_id: int, attempt: int, rank: int) -> str:
     """Workers are named by job, attempt and rank: a restarted controller finds a run's workers by these names."""
-    return f"corral-{job_id}-{attempt}-{rank}"
+    return f"{job_actors(job_id)}{attempt}-{rank}"
+
+
+def job_actors(job_id: int) -> str:
+    """What the names of a job's workers, of every run, begin with."""
+    return f"corral-{job_id}-"
 
 
 class Backend(Protocol):
