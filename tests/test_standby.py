@@ -267,14 +267,18 @@ def state(store: Store, job_id: int) -> str:
 
 def test_a_deposed_leaders_pass_is_refused_by_the_fence_and_touches_no_worker(pg_store: Store) -> None:
     ray = FakeRay()
-    lease_a, lease_b = short_lease(pg_store, "a"), short_lease(pg_store, "b")
+    # A's lease lapses while it pauses; B's need not, and a long one spares its recovery and passes the race with its
+    # 1-s window (seen once under CI load: B's recovery took longer than that, and its own fence refused it).
+    lease_a = short_lease(pg_store, "a")
+    lease_b = Lease(pg_store, "b", ttl_s=60.0, renew_s=10.0, poll_s=0.1, margin_s=0.5)
     a, b = make_controller(pg_store, ray, lease_a), make_controller(pg_store, ray, lease_b)
     assert lease_a.try_acquire()
     a.recover()
     a.leading = True
     first = submit(pg_store, "first")
-    a.step()
-    a.step()
+    for _ in range(2):
+        assert lease_a.renew()  # (its renewing thread is not running: the test drives it)
+        a.step()
     assert state(pg_store, first) == "running" and len(ray.runs) == 1
     assert a.status()["controller"] == "leader" and b.status()["controller"] == "standby"
 
