@@ -923,6 +923,11 @@ def priority_text(j: dict[str, Any]) -> str:
 # ---- time limits ---------------------------------------------------------------------------------------------------
 
 
+def time_limit_text(seconds: float | None) -> str:
+    """A time limit as the CLI prints it: "3600 s", or "none"."""
+    return "none" if seconds is None else f"{seconds:g} s"
+
+
 def _seconds_or_none(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None | str:
     """SECONDS, or `none` to clear; absent: unchanged (returned as "")."""
     if value is None:
@@ -956,11 +961,7 @@ def time_limits(default_s: float | None | str, max_s: float | None | str, as_jso
     if as_json:
         print_json(res)
         return
-
-    def text(v: float | None) -> str:
-        return "none" if v is None else f"{v:g} s"
-
-    click.echo(f"default time limit {text(res['default_s'])}, maximum {text(res['max_s'])}")
+    click.echo(f"default time limit {time_limit_text(res['default_s'])}, maximum {time_limit_text(res['max_s'])}")
 
 
 @click.command("update")
@@ -982,13 +983,9 @@ def update_job(job_id: int, limit: float | None | str, priority: int | None, url
         c = client(url, token)
         before = c.job(job_id)
         j = c.update_job(job_id, changes)
-
-    def text(v: float | None) -> str:
-        return "none" if v is None else f"{v:g} s"
-
     said = []
     if "time_limit_s" in changes:
-        said.append(f"time limit {text(j['time_limit_s'])} (was {text(before['time_limit_s'])})")
+        said.append(f"time limit {time_limit_text(j['time_limit_s'])} (was {time_limit_text(before['time_limit_s'])})")
     if "priority" in changes:
         said.append(f"priority {j['priority']} (was {before['priority']})")
     click.echo(f"job {job_id}: {', '.join(said)}")
