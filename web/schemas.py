@@ -494,7 +494,7 @@ class JobUpdateSchema(RequestSchema):
                        "of lower priority"})
 
     @validates_schema
-    def _something(self, data: dict[str, Any], **_: Any) -> None:
+    def _not_empty(self, data: dict[str, Any], **_: Any) -> None:
         if not data:
             raise ValidationError("give time_limit_s, priority or both", "_schema")
 
