@@ -645,3 +645,36 @@ def test_corral_serve_start_timeout_and_drain_after_reach_the_controller(store: 
     assert (ctl.start_timeout_s, ctl.drain_after) == (45.0, 0)
     refused = CliRunner().invoke(main, ["serve", "--drain-after", "1.5"])
     assert refused.exit_code == 2 and "--drain-after" in refused.output and len(seen) == 2
+
+
+def test_a_drain_the_api_acknowledged_binds_the_controller_s_next_placement(store: Store, corral_home: Any) -> None:
+    """Found by a probe: jobs submitted 0.1-0.2 s after `corral node drain node0` were placed on node0, because the
+    controller read drains once a second. Now a pass that may place reads them first: the drain answered by the API
+    holds for the very next pass, however recently the node conditions were read."""
+    from conftest import StartingBackend
+
+    backend = StartingBackend(["n0", "n1"], 8)
+    ctl = Controller(store, backend, build_live_cluster("dgx-a100", [8, 8]), ["n0", "n1"], make_policy,
+                     default_policy="fifo", preset="dgx-a100")
+    ctl.recover()
+    with store.session(write=True) as s:
+        admin = queries.create_token(s, "root", admin=True)
+        alice = queries.ensure_user(s, "alice")
+        first = queries.submit(s, alice, {"kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 8,
+                                          "duration_s": 600.0, "name": "before"})[0].id
+    ctl.step()  # fifo places it on n0, the first free node; the conditions were read a moment ago
+    assert {r.node for r in backend.launches[first].ranks} == {"n0"}
+    with store.session(write=True) as s:
+        queries.cancel(s, s.get(Job, first))  # type: ignore[arg-type]
+    ctl.step()
+    assert first not in ctl.running
+    drained = create_app(store).test_client().post(f"{API}/nodes/n0/drain", json={"reason": "maintenance"},
+                                                   headers={"Authorization": f"Bearer {admin}"})
+    assert drained.status_code == 200, drained.get_json()
+    with store.session(write=True) as s:
+        after = queries.submit(s, alice, {"kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 8,
+                                          "duration_s": 600.0, "name": "after"})[0].id
+    assert time.time() - ctl._last_conditions < 60  # (the periodic read alone would not have seen it yet)
+    ctl._last_conditions = time.time() + 3600  # and will not, for the rest of this test
+    ctl.step()
+    assert {r.node for r in backend.launches[after].ranks} == {"n1"}

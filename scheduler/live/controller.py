@@ -52,7 +52,7 @@ from scheduler.live.explain import capacity_reason
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.leader import Leadership, NotLeader, SoleLeader
-from scheduler.live.nodes import CONDITION_COLUMNS, conditions, register_nodes
+from scheduler.live.nodes import CONDITION_COLUMNS, DRAIN_COLUMNS, conditions, drains, register_nodes
 from scheduler.live.retries import retry_delay, retry_words
 from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
 from scheduler.live.runs import (
@@ -568,6 +568,8 @@ class Controller:
                     changed = down != self._down
                 if now - self._last_conditions >= NODES_EVERY_S:
                     changed = self._read_conditions(s, now) or changed
+                if self.pending and self.placing:
+                    changed = self._read_drains(s) or changed
                 changed = self._suspects_changed(now) or changed
                 if changed:
                     self._apply_outages(s, now)
@@ -991,6 +993,18 @@ class Controller:
         self._drained, self._faults = drained, faults
         return True
 
+    def _read_drains(self, s: Session) -> bool:
+        """The admins' drains, at every pass that may place (the GPU reports wait for `_read_conditions`): a drain the
+        API acknowledged binds this pass's placements. FOR SHARE (`nodes.DRAIN_COLUMNS`) makes a drain committing
+        meanwhile wait for this pass on PostgreSQL (SQLite's write transactions are serial already). True if the
+        drains changed."""
+        drained = drains(s.execute(select(*DRAIN_COLUMNS).with_for_update(read=True)),
+                         spans(self.cluster, self.node_names))
+        if drained == self._drained:
+            return False
+        self._drained = drained
+        return True
+
     def _suspect_nodes(self, job: Job, now: float, what: str = "were lost") -> None:
         """A run of `job` was lost (or its workers never started, `what`): hold its nodes out of placement for
         SUSPECT_S (those Ray still calls alive)."""
@@ -1108,9 +1122,10 @@ class Controller:
 
     def _resolve_dependencies(self, s: Session, now: float) -> None:
         """The pending jobs whose dependencies do not hold yet wait, saying for what; those whose never will are
-        cancelled with the reason (Slurm's DependencyNeverSatisfied), which may in turn do the same to theirs at a
-        later pass. One query a pass for the other jobs' states, only while some pending job has dependencies. The
-        same scan of the queue notes whether a task of a bounded array waits (`_ready` throttles only then)."""
+        cancelled with the reason (Slurm's DependencyNeverSatisfied), and so, in the same pass, is every pending job
+        that depended on one of those (a chain of 300 ends at once, not a level a pass). One query a pass for the
+        other jobs' states, only while some pending job has dependencies. The same scan of the queue notes whether a
+        task of a bounded array waits (`_ready` throttles only then)."""
         dependent: list[Job] = []
         arrays = False
         for job in self.pending.values():
@@ -1129,8 +1144,16 @@ class Controller:
             state = states.get(int(key))
             return Outcome.FAILED if state is None else job_outcome(state)  # (a job gone: it cannot succeed)
 
-        waiting: dict[int, str] = {}
+        dependents: dict[int, list[Job]] = {}  # a job -> the pending jobs that depend on it
         for job in dependent:
+            for d in job.spec.depends_on:
+                dependents.setdefault(int(d.job), []).append(job)
+        waiting: dict[int, str] = {}
+        todo, cancelled = list(dependent), set()
+        while todo:  # each job is looked at once, and again only when a job it depends on was cancelled just now
+            job = todo.pop()
+            if job.id in cancelled:
+                continue
             ready = readiness(job.spec.depends_on, outcome)
             if ready.never:
                 row = s.get(JobRow, job.id)
@@ -1138,12 +1161,17 @@ class Controller:
                     row.state, row.finished_at, row.error, row.pending_reason = S.CANCELLED, now, ready.why, None
                     row.pending_until = row.held_at = row.held_by = None  # (a hold has nothing left to hold)
                     queries.add_event(s, job.id, "cancelled", f"cancelled: {ready.why}", at=now)
+                    states[job.id] = S.CANCELLED
+                    todo.extend(dependents.get(job.id, ()))
+                cancelled.add(job.id)
+                waiting.pop(job.id, None)
                 self.pending.pop(job.id, None)
                 self._reasons.pop(job.id, None)
             elif not ready.ready:
                 waiting[job.id] = ready.why
-                if job.id not in self._on_hold:  # who holds it says more: it would wait after its dependencies too
-                    self._set_reason(job.id, ready.why)
+        for job_id, why in waiting.items():
+            if job_id not in self._on_hold:  # who holds it says more: it would wait after its dependencies too
+                self._set_reason(job_id, why)
         self._waiting = waiting
 
     def _read_holds(self, s: Session) -> None:

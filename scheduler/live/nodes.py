@@ -115,19 +115,31 @@ ConditionRow = tuple[str, float | None, str | None, bool, Mapping[str, Any] | No
 CONDITION_COLUMNS = (Node.name, Node.drained_at, Node.drain_reason, Node.drain_evict, Node.health, Node.health_at)
 
 
+# The drains alone: what the controller reads at every pass that may place (`Controller._read_drains`), so a drain the
+# API acknowledged binds the next placement. Read FOR SHARE: on PostgreSQL a drain committing meanwhile waits for the
+# pass, so its acknowledgement comes after the placements that pass made, never before one that ignores it.
+DRAIN_COLUMNS = (Node.name, Node.drained_at, Node.drain_reason, Node.drain_evict)
+
+
+def drains(rows: Iterable[tuple[str, float | None, str | None, bool]], nodes: Sequence[NodeSpan]) -> dict[int, Drain]:
+    """The drains (node position in `nodes` -> Drain) the store's rows say."""
+    index = {n.name: i for i, n in enumerate(nodes)}
+    return {index[name]: Drain(reason or "", bool(evict)) for name, drained_at, reason, evict in rows
+            if drained_at is not None and name in index}
+
+
 def conditions(rows: Iterable[ConditionRow], nodes: Sequence[NodeSpan], now: float
                ) -> tuple[dict[int, Drain], dict[int, str]]:
     """The drains (node position in `nodes` -> Drain) and GPU faults (cluster-wide GPU -> why) the store's rows
     say, for the rule of `scheduler.core.outages`: what the controller acts on and the cluster map shows."""
     index = {n.name: i for i, n in enumerate(nodes)}
-    drained: dict[int, Drain] = {}
+    rows = list(rows)
+    drained = drains(((name, at, reason, evict) for name, at, reason, evict, _, _ in rows), nodes)
     faults: dict[int, str] = {}
-    for name, drained_at, reason, evict, health, health_at in rows:
+    for name, _, _, _, health, health_at in rows:
         i = index.get(name)
         if i is None:
             continue
-        if drained_at is not None:
-            drained[i] = Drain(reason or "", bool(evict))
         for local, why in gpu_faults(health, health_at, now).items():
             if local < nodes[i].gpus:
                 faults[nodes[i].first_gpu + local] = why
