@@ -36,7 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", choices=NAMES, default="resnet50")
     p.add_argument("--device", default="cuda")
     p.add_argument("--size", choices=("full", "tiny"), default="full")
+    p.add_argument("--threads", type=int, default=0,
+                   help="CPU threads for torch (0: its default, one per core); on a shared machine, 1 keeps a CPU run "
+                        "from spinning threads that wait for cores others hold")
     args = p.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     folder = os.environ.get("CORRAL_CHECKPOINT_DIR")
     if not folder:
         p.error("CORRAL_CHECKPOINT_DIR is not set: Corral's worker sets it (run this as a Corral job)")

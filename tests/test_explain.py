@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from pathlib import Path
@@ -255,7 +256,10 @@ def test_the_holder_of_a_reservation_is_estimated_first_and_by_the_time_limits(s
                       r"free by the running jobs' time limits", basis)
     assert bound is not None, basis
     assert 600 - (time.time() - now) - 1 <= int(bound[1]) * 60 + int(bound[2]) <= 600, basis
-    assert held["start_estimate_basis"].startswith(basis), "the holder's adds its pending reason"
+    # The two answers were computed at two instants: their bounds may read 10 min 00 s and 9 min 59 s (seen on a busy
+    # machine), so the durations are left out of the comparison.
+    untimed = functools.partial(re.sub, r"\d+ min \d\d s", "<duration>")
+    assert untimed(held["start_estimate_basis"]).startswith(untimed(basis)), "the holder's adds its pending reason"
     with store.session() as s:
         s.get(Job, short["id"]).time_limit_s = None  # type: ignore[union-attr]
     unbounded = env.get(f"/jobs/{gang['id']}").json
