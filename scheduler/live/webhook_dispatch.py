@@ -11,12 +11,14 @@ Two steps, each its own short transaction, none held while a request is in fligh
    the cursor never moves past a missing id until it has been missing for `gap_wait_s` (60 s; a transaction that
    commits an event later than that, after a higher one, is not sent). Events above such a gap are queued at once
    all the same, never twice.
-2. **Send** (`dispatch_due`). Due deliveries are claimed, at most one per webhook at a time, by a conditional UPDATE
-   that sets a claim token and `locked_until` (the timeout plus a margin), then sent by a pool of worker threads,
-   each within `timeout_s` (5 s); the outcome is written with the attempt. A failure is tried again after a backoff
-   that doubles (30 s, 1, 2, 4, 8, 16, 32 min), up to `max_attempts` (8, about an hour after the first), then the
-   delivery fails with the reason recorded. A URL the allow list refuses at sending time, or a deleted webhook, fails
-   at once. A receiver that hangs holds one worker for `timeout_s`, never the others, the controller or the API.
+2. **Send** (`dispatch_due`). Due deliveries are claimed, at most one per webhook and `per_user` (2) per user at a
+   time, the users taking turns (each user's deliveries queue apart: one user's thousands wait behind each other, not
+   in front of anyone else's), by a conditional UPDATE that sets a claim token and `locked_until` (the timeout plus a
+   margin), then sent by a pool of worker threads, each within `timeout_s` (5 s); the outcome is written with the
+   attempt. A failure is tried again after a backoff that doubles (30 s, 1, 2, 4, 8, 16, 32 min), up to
+   `max_attempts` (8, about an hour after the first), then the delivery fails with the reason recorded. A URL the
+   allow list refuses at sending time, or a deleted webhook, fails at once. A receiver that hangs holds one worker for `timeout_s`, never the others, the controller or the API; a user
+   whose receivers all hang holds at most `per_user` workers, so another user's delivery waits seconds at most.
 
 **At least once.** A delivery is marked delivered after the receiver answered 2xx. If the server dies between the
 two, the claim lapses and the next dispatcher sends it again, with the same `X-Corral-Delivery` id and body:
