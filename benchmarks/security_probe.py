@@ -343,7 +343,8 @@ def webhook_rows(srv: Server) -> list[Row]:
 
         banner = re.search(r"Ray: +\S+:(\d+)", (home / "serve.log").read_text())  # printed once it is up
         gcs = int(banner.group(1)) if banner else 6379
-        scans = [0, port, 5432, gcs, 6379, 8265, 10001]
+        others = sorted({p for _, p in listening(proc.pid)} - {port, gcs})[:3]  # a raylet's, an agent's, ...
+        scans = [0, port, 5432, gcs, 6379, 8265, 10001, *others]
         answers = [post("/webhooks", {"url": f"http://127.0.0.1:{p}/x"}, "alice") for p in scans]
         refused = sum(a.status_code == 422 and "url" in a.json()["errors"]["json"] for a in answers)
         # What an answer reads back: raw bytes and a 401 page with a reason phrase and a body of its own.
@@ -386,7 +387,7 @@ def webhook_rows(srv: Server) -> list[Row]:
         for server in servers:
             server.shutdown()
             server.server_close()
-    scanned = f"ports {', '.join(map(str, scans))} (0, the API's, PostgreSQL's, Ray's GCS and defaults) on an allowed host"
+    scanned = f"ports {', '.join(map(str, scans))} (0, the API's, PostgreSQL's, Ray's GCS, defaults, others) on an allowed host"
     return [("webhooks", scanned, len(scans), refused),
             ("webhooks", f"last_error of raw bytes and a 401 page with a body: {'; '.join(sorted(set(errors)))}",
              max(len(errors), 2), clean),

@@ -214,7 +214,7 @@ def blueprint(prefix: str) -> Blueprint:
                 abort(409, message=f"you already have webhook {same.id} for this URL")
             full = limit_refusal(s, who.id)
             if full is not None:
-                abort(409, message=f"url: {full}")
+                abort(409, message=full)
             hook = create(s, who.id, args["url"], description=args["description"])
             return webhook_json(hook, who.name, secret=True), 201
 
