@@ -254,8 +254,150 @@ def header_rows(srv: Server) -> list[Row]:
              sum(all(h in p.headers for h in wanted) for p in pages))]
 
 
+def webhook_rows(srv: Server) -> list[Row]:
+    """Issue 46 item 3, against a server of its own started with `--webhook-allow 127.0.0.1:1024-65535` (the main
+    one has webhooks off): port 0, its API port, PostgreSQL's and Ray's ports refused on that allowed host; the
+    last_error of a receiver answering raw bytes or a 401 page holds none of them; and another user's delivery while
+    one user's 20 webhooks hang on a receiver that never answers."""
+    import http.server
+    import socketserver
+    import threading
+
+    home = srv.home.parent / "webhooks"
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {**os.environ, "CORRAL_HOME": str(home)}
+    for key in ("DATABASE_URL", *ray_auth.RAY_ENV):
+        env.pop(key, None)
+    store = Store.open(f"sqlite:///{home / 'corral.db'}")
+    with store.session() as s:
+        tokens = {u: queries.create_token(s, u) for u in ("alice", "bob")}
+    store.close()
+    api = f"http://127.0.0.1:{port}/api/v1"
+    marker = b"PROBE-SECRET-9c1e"
+    release, lock = threading.Event(), threading.Lock()
+    hanging, arrived = [0], {}
+
+    class Raw(socketserver.StreamRequestHandler):  # a service that is not HTTP, or an HTTP error page, or a hang
+        def handle(self) -> None:
+            try:
+                self.rfile.readline()
+                if self.server.mode == "raw":  # type: ignore[attr-defined]
+                    self.wfile.write(b"\x00\x01" + marker + b"\r\n\r\n")
+                elif self.server.mode == "page":  # type: ignore[attr-defined]
+                    body = b'{"message":"' + marker + b'"}'
+                    self.wfile.write(b"HTTP/1.1 401 " + marker + b"\r\nContent-Length: " + str(len(body)).encode()
+                                     + b"\r\n\r\n" + body)
+                else:
+                    with lock:
+                        hanging[0] += 1
+                    release.wait(120)
+            except OSError:
+                pass
+
+    class Prompt(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            arrived.setdefault(self.headers.get("X-Corral-Event", "?"), time.monotonic())
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    servers: list[socketserver.BaseServer] = []
+    for mode in ("raw", "page", "hang"):
+        raw = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Raw)
+        raw.daemon_threads, raw.mode = True, mode  # type: ignore[attr-defined]
+        servers.append(raw)
+    prompt = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prompt)
+    prompt.daemon_threads = True
+    servers.append(prompt)
+    for server in servers:
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    ports = {mode: int(server.server_address[1]) for mode, server in zip(("raw", "page", "hang", "prompt"), servers,
+                                                                           strict=True)}
+    log = (home / "serve.log").open("ab")
+    proc = subprocess.Popen([str(CORRAL), "serve", "--port", str(port), "--nodes", "1", "--gpus-per-node", "8",
+                             "--policy", "fifo", "--webhook-allow", "127.0.0.1:1024-65535"],
+                            env=env, stdout=log, stderr=log, start_new_session=True)
+
+    def post(path: str, body: object, who: str) -> requests.Response:
+        return requests.post(api + path, json=body, headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=30)
+
+    def get(path: str, who: str) -> requests.Response:
+        return requests.get(api + path, headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=30)
+
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if requests.get(f"{api}/health", timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"corral serve --webhook-allow did not start:\n{(home / 'serve.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        import re
+
+        banner = re.search(r"Ray: +\S+:(\d+)", (home / "serve.log").read_text())  # printed once it is up
+        gcs = int(banner.group(1)) if banner else 6379
+        others = sorted({p for _, p in listening(proc.pid)} - {port, gcs})[:3]  # a raylet's, an agent's, ...
+        scans = [0, port, 5432, gcs, 6379, 8265, 10001, *others]
+        answers = [post("/webhooks", {"url": f"http://127.0.0.1:{p}/x"}, "alice") for p in scans]
+        refused = sum(a.status_code == 422 and "url" in a.json()["errors"]["json"] for a in answers)
+        # What an answer reads back: raw bytes and a 401 page with a reason phrase and a body of its own.
+        for mode in ("raw", "page"):
+            post("/webhooks", {"url": f"http://127.0.0.1:{ports[mode]}/{mode}"}, "bob")
+        post("/jobs", job_body(name="reads"), "bob")
+        deadline = time.monotonic() + 60
+        errors: list[str] = []
+        while time.monotonic() < deadline and len(errors) < 2:
+            listed = get("/webhooks/deliveries?status=pending&limit=1000", "bob").json()["deliveries"]
+            errors = [d["last_error"] for d in listed if d["last_error"]]
+            time.sleep(0.5)
+        everything = get("/webhooks/deliveries?limit=1000", "bob").content
+        expected = {"HTTP 401 Unauthorized", "not HTTP: the answer is not an HTTP status line and headers"}
+        clean = sum(e in expected for e in errors) if marker not in everything else 0
+        # Fairness: alice's 20 webhooks hang (5 s each, 3 events per job), then bob's one delivery.
+        for i in range(20):
+            post("/webhooks", {"url": f"http://127.0.0.1:{ports['hang']}/h{i}"}, "alice")
+        post("/webhooks", {"url": f"http://127.0.0.1:{ports['prompt']}/bob"}, "bob")
+        for i in range(5):
+            post("/jobs", job_body(name=f"hang-{i}"), "alice")
+        deadline = time.monotonic() + 60
+        while hanging[0] < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = time.monotonic()
+        post("/jobs", job_body(name="bob-1"), "bob")
+        deadline = started + 120
+        while "submitted" not in arrived and time.monotonic() < deadline:
+            time.sleep(0.05)
+        took = arrived.get("submitted", float("inf")) - started
+        queued = get("/webhooks/deliveries?limit=1", "alice").json()["total"]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        release.set()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    scanned = f"ports {', '.join(map(str, scans))} (0, the API's, PostgreSQL's, Ray's GCS, defaults, others) on an allowed host"
+    return [("webhooks", scanned, len(scans), refused),
+            ("webhooks", f"last_error of raw bytes and a 401 page with a body: {'; '.join(sorted(set(errors)))}",
+             max(len(errors), 2), clean),
+            ("webhooks", f"bob's delivery while alice's 20 webhooks hang ({queued} deliveries): {took:.1f} s", 1,
+             int(took < 10))]
+
+
 PROBES: list[Callable[[Server], list[Row]]] = [ray_rows, job_rows, value_rows, size_rows, log_rows, malformed_rows,
                                                 header_rows, fair_use_rows]
+PROBES.append(webhook_rows)
 
 
 def main() -> None:

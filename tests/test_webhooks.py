@@ -34,7 +34,7 @@ from scheduler.live.store.models import Job, JobEvent, Webhook, WebhookCursor, W
 from scheduler.live.webhook_dispatch import DispatchConfig, Dispatcher
 from web import create_app
 
-ALLOW = wh.AllowList.parse(["127.0.0.1"])
+ALLOW = wh.AllowList.parse(["127.0.0.1:1024-65535"])  # the receivers' ports are the system's choice
 FAST = DispatchConfig(poll_s=0.02, backoff_s=0.05, timeout_s=5.0)
 JOB = {"name": "train", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 600}
 NAMES = ["n0"]
@@ -231,9 +231,10 @@ def test_the_docs_verification_example_accepts_a_signed_request_and_refuses_a_ta
 
 
 def test_the_allow_list_takes_addresses_blocks_names_and_domains_and_refuses_anything_else() -> None:
-    allow = wh.AllowList.parse(["127.0.0.1, 10.0.0.0/8", "hooks.example.com", ".corp.example", "*.ops.example"])
+    allow = wh.AllowList.parse(["127.0.0.1:8080, 10.0.0.0/8", "hooks.example.com", ".corp.example", "*.ops.example"])
     assert allow.enabled and not wh.AllowList.parse([]).enabled and not wh.AllowList.parse([" , "]).enabled
-    for bad in ("hooks..example.com", "-bad.example", "10.0.0.0/33", "http://x.example", "a b"):
+    for bad in ("hooks..example.com", "-bad.example", "10.0.0.0/33", "http://x.example", "a b", "10.0.0.1:0",
+                "10.0.0.1:70000", "10.0.0.1:9-8", "[fd00::1:80"):
         with pytest.raises(ValueError, match="--webhook-allow"):
             wh.AllowList.parse([bad])
     names = {"hooks.example.com": ["203.0.113.5"], "metadata.corp.example": ["169.254.169.254"],
@@ -250,11 +251,11 @@ def test_the_allow_list_takes_addresses_blocks_names_and_domains_and_refuses_any
 
     assert why("http://127.0.0.1:8080/hook?token=x") is None
     assert why("https://10.200.0.1/hook") is None  # inside the CIDR block
-    assert why("http://[::ffff:127.0.0.1]/hook") is None  # an IPv4-mapped address is judged as IPv4
+    assert why("http://[::ffff:127.0.0.1]:8080/hook") is None  # an IPv4-mapped address is judged as IPv4
     assert why("https://hooks.example.com/x") is None  # a name entry: whatever public address it has
     assert why("https://db.corp.example/x") is None and why("https://corp.example/x") is None  # a domain entry
     assert why("https://a.ops.example/x") is None
-    assert why("https://evil.example/x") is None  # not listed by name, but it resolves into the allowed addresses
+    assert why("https://evil.example:8080/x") is None  # not listed by name, but it resolves into allowed addresses
     assert "169.254.169.254" in str(why("http://metadata.corp.example/"))  # link-local: only an address entry allows
     assert "8.8.8.8" in str(why("http://mixed.example/"))  # every address must be allowed
     assert "10.0.0.1" in str(why("http://10.0.0.1/", wh.AllowList.parse(["127.0.0.1"])))
@@ -262,6 +263,7 @@ def test_the_allow_list_takes_addresses_blocks_names_and_domains_and_refuses_any
     assert "http:// or https://" in str(why("ftp://127.0.0.1/x")) and "http:// or https://" in str(why("127.0.0.1"))
     assert "credentials" in str(why("http://u:p@127.0.0.1/"))
     assert "port" in str(why("http://127.0.0.1:99999/"))
+    assert "port" in str(why("http://127.0.0.1:0/"))  # not the scheme's port in disguise
     assert "spaces" in str(why("http://127.0.0.1/a b"))
     assert "webhooks are off" in str(why("http://127.0.0.1/", wh.AllowList()))
     assert wh.shown("https://hooks.example.com:8443/secret/path?token=abc") == "https://hooks.example.com:8443/..."
@@ -322,7 +324,7 @@ def test_a_receiver_that_trickles_its_answer_is_cut_off_at_the_deadline() -> Non
         started = time.monotonic()
         out = wh.post(where, addresses, b"{}", {}, timeout_s=1.0)
         done.set()
-    assert not out.ok and out.error == "no answer within 1 s"
+    assert not out.ok and out.error == "timed out: no answer within 1 s"
     assert time.monotonic() - started < 10  # cut at its deadline, not after the receiver's 30 s
 
 
@@ -339,7 +341,7 @@ def test_https_checks_the_certificate_against_the_host_name(tmp_path: Path, monk
                    check=True, capture_output=True)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
-    allow = wh.AllowList.parse(["localhost", "127.0.0.1"])
+    allow = wh.AllowList.parse(["localhost:1024-65535", "127.0.0.1:1024-65535"])
     with raw_server(answer_ok, tls) as port:
         def post(host: str) -> wh.Outcome:
             where, addresses = wh.destinations(f"https://{host}:{port}/hook", allow)
@@ -359,7 +361,8 @@ def test_https_checks_the_certificate_against_the_host_name(tmp_path: Path, monk
 
 
 def test_urls_outside_the_allow_list_are_refused_naming_the_field_and_store_nothing(site: Site) -> None:
-    for url, expect in (("http://10.0.0.1/hook", "not among the destinations this server allows (127.0.0.1)"),
+    outside = "10.0.0.1 port 80 is not among the destinations this server allows (127.0.0.1:1024-65535; "
+    for url, expect in (("http://10.0.0.1/hook", outside),
                         ("ftp://127.0.0.1/hook", "http:// or https://"),
                         ("http://u:p@127.0.0.1/hook", "credentials")):
         res = site.call("POST", "/webhooks", site.ann, {"url": url})
@@ -469,7 +472,7 @@ def test_a_receiver_answering_500_then_200_gets_the_retry_with_the_same_body(sit
     assert (first.headers["X-Corral-Attempt"], second.headers["X-Corral-Attempt"]) == ("1", "2")
     (d,) = deliveries(site.store)
     assert d.attempts == 2 and d.last_status_code == 200 and d.last_error is None
-    assert [(a.number, a.status_code, a.error) for a in d.attempt_log] == [(1, 500, "HTTP 500: no"), (2, 200, None)]
+    assert [(a.number, a.status_code, a.error) for a in d.attempt_log] == [(1, 500, "HTTP 500 Internal Server Error"), (2, 200, None)]
     assert d.attempt_log[1].at - d.attempt_log[0].at >= FAST.backoff_s  # it waited its backoff
 
 
@@ -485,11 +488,12 @@ def test_a_receiver_that_keeps_failing_is_given_up_on_with_the_reason_after_a_do
                    timeout=30)
     down, moved = deliveries(site.store)
     assert len(receiver.at("/down")) == 3 and down.attempts == 3
-    assert down.last_error == "gave up after 3 attempts; the last: HTTP 503: no"
+    assert down.last_error == "gave up after 3 attempts; the last: HTTP 503 Service Unavailable"
     times = [a.at for a in down.attempt_log]
     assert times[1] - times[0] >= 0.1 and times[2] - times[1] >= 0.2  # 0.1 s, then twice that
     assert len(receiver.at("/redirect")) == 3 and not receiver.at("/ok")  # a redirect is never followed
-    assert "HTTP 302: a redirect" in str(moved.last_error) and "never follow" in str(moved.last_error)
+    assert moved.last_error == ("gave up after 3 attempts; the last: HTTP 302 Found: a redirect, which webhooks "
+                                "never follow")
 
 
 def test_a_hanging_receiver_holds_up_neither_other_deliveries_nor_a_controller_pass(site: Site,
@@ -587,7 +591,8 @@ def test_the_allow_list_is_checked_again_when_sending(site: Site, receiver: Rece
                    timeout=20)
     (d,) = deliveries(site.store)
     assert receiver.requests == [] and d.attempts == 1
-    assert d.last_error == "refused: 127.0.0.1 is not among the destinations this server allows (10.0.0.0/8)"
+    assert str(d.last_error).startswith(f"refused: 127.0.0.1 port {receiver.port} is not among the destinations this "
+                                        "server allows (10.0.0.0/8; ")
 
 
 def test_with_webhooks_off_nothing_is_sent_then_or_later(site: Site, receiver: Receiver) -> None:
@@ -664,6 +669,169 @@ def test_a_lost_runs_requeue_carries_the_loss_and_the_old_state(site: Site, rece
     assert requeued["reason"] == "lost: node n0 is gone; restart 1 of 3" and requeued["attempt"] == 1
 
 
+# ---- no port scanning, no reading of answers, fair to every user (issue 46) ----------------------------------------
+
+
+def test_port_0_and_the_servers_own_ports_are_refused_naming_the_field_even_on_an_allowed_host(site: Site) -> None:
+    """127.0.0.1 is allowed on every port from 1024: still, the API's port, the database's (from its URL) and Ray's
+    (the GCS port in use and Ray's defaults) are refused, and `:0` is no disguised port 80."""
+    api_port = 18080
+    own = wh.own_ports(api_port, "postgresql+psycopg://corral@127.0.0.1:15432/corral", "127.0.0.1:16379")
+    allow = wh.AllowList.parse(["127.0.0.1:1024-65535", "127.0.0.1:80"]).forbidding(own)
+    client = create_app(site.store, config={"CORRAL_WEBHOOK_ALLOW": allow}).test_client()
+    auth = {"Authorization": f"Bearer {site.ann}"}
+    refused = {0: "port", api_port: "this server's API", 15432: "this server's database",
+               16379: "Ray's", 6379: "Ray's GCS", 8265: "Ray's dashboard", 10001: "Ray's client server",
+               5432: "PostgreSQL's"}
+    for port, what in refused.items():
+        res = client.post("/api/v1/webhooks", json={"url": f"http://127.0.0.1:{port}/x"}, headers=auth)
+        assert res.status_code == 422 and what in res.json["errors"]["json"]["url"][0], (port, res.json)
+        res = client.post("/api/v1/jobs", json={**JOB, "webhook": f"http://127.0.0.1:{port}/x"}, headers=auth)
+        assert res.status_code == 422 and what in res.json["errors"]["json"]["webhook"][0], (port, res.json)
+    with site.store.session() as s:
+        assert s.scalar(select(func.count()).select_from(Webhook)) == 0
+        assert s.scalar(select(func.count()).select_from(Job)) == 0
+    # An entry without a port allows 80 and 443 only.
+    plain = wh.AllowList.parse(["127.0.0.1"])
+    assert wh.refusal("http://127.0.0.1/x", plain) is None and wh.refusal("https://127.0.0.1/x", plain) is None
+    assert "127.0.0.1 port 5000 is not among" in str(wh.refusal("http://127.0.0.1:5000/x", plain))
+    ranged = wh.AllowList.parse(["10.0.0.0/8:8000-8999", "hooks.example.com:8443", "[fd00::/8]:9000"])
+    names = {"hooks.example.com": ["203.0.113.5"]}
+    assert wh.refusal("http://10.1.2.3:8500/x", ranged) is None and wh.refusal("http://[fd00::1]:9000/", ranged) is None
+    assert wh.refusal("https://hooks.example.com:8443/x", ranged, lambda h, p: names[h]) is None
+    assert "port 443" in str(wh.refusal("https://hooks.example.com/x", ranged, lambda h, p: names[h]))
+    assert "port 9000" in str(wh.refusal("http://10.1.2.3:9000/x", ranged))
+    assert "port 8265 is Ray's dashboard" in str(wh.refusal("http://10.1.2.3:8265/x", wh.AllowList.parse(
+        ["10.0.0.0/8:8000-8999"]).forbidding(wh.own_ports(8080, "sqlite://", None))))
+
+
+def test_serve_refuses_its_api_port_its_databases_and_every_port_its_ray_processes_listen_on() -> None:
+    import socket
+
+    from scheduler.cli.serve import webhook_allow_list
+
+    with socket.socket() as ray_like:  # a port this process listens on, as a local Ray cluster's processes do
+        ray_like.bind(("127.0.0.1", 0))
+        ray_like.listen()
+        listened = ray_like.getsockname()[1]
+        allow = webhook_allow_list(wh.AllowList.parse(["127.0.0.1:1-65535"]), 18081,
+                                   "postgresql://corral@db:15433/corral", "127.0.0.1:16380", local=True)
+    for port in (18081, 15433, 16380, listened, 6379, 8265, 10001):
+        assert allow.forbidden_why(port) is not None, port
+        assert f"port {port} is " in str(wh.refusal(f"http://127.0.0.1:{port}/", allow))
+
+
+def test_last_error_says_the_status_line_or_the_kind_of_error_and_never_a_byte_of_the_answer(
+        site: Site, receiver: Receiver) -> None:
+    """What a user's URL pointed at an internal service gets back: its status line, 'not HTTP', or 'connection
+    refused', never the body of an error page, a reason phrase of its own, a redirect's Location or raw bytes."""
+    marker = b"SECRET-7f3a"
+
+    def raw(h: Any) -> None:  # a service that is not HTTP (Ray's GCS, a database) answers with bytes of its own
+        h.rfile.readline()
+        h.wfile.write(b"\x00\x01" + marker + b" gcs binary handshake\r\n\r\n")
+
+    def error_page(h: Any) -> None:  # an HTTP service answering 401 with a body and a reason phrase of its own
+        while h.rfile.readline() not in (b"\r\n", b""):
+            pass
+        body = b'{"message": "token ' + marker + b' is invalid"}'
+        h.wfile.write(b"HTTP/1.1 401 " + marker + b"\r\nContent-Length: " + str(len(body)).encode() +
+                      b"\r\nX-Leak: " + marker + b"\r\n\r\n" + body)
+
+    def odd_status(h: Any) -> None:
+        while h.rfile.readline() not in (b"\r\n", b""):
+            pass
+        h.wfile.write(b"HTTP/1.1 599 " + marker + b"\r\nLocation: http://" + marker + b"/\r\nContent-Length: 0"
+                      b"\r\n\r\n")
+
+    closed = socket_port_not_listening()
+    with raw_server(raw) as raw_port, raw_server(error_page) as page_port, raw_server(odd_status) as odd_port:
+        urls = {raw_port: "not HTTP: the answer is not an HTTP status line and headers",
+                page_port: "HTTP 401 Unauthorized", odd_port: "HTTP 599", closed: "connection refused"}
+        hooks = {site.hook(site.ann, f"http://127.0.0.1:{port}/hook")["id"]: want for port, want in urls.items()}
+        site.submit(site.ann)
+        with dispatching(site.store, DispatchConfig(poll_s=0.02, max_attempts=1)):
+            wait_until("every delivery to be given up on", lambda: len(deliveries(site.store, status="failed")) == 4,
+                       timeout=30)
+    for d in deliveries(site.store):
+        assert d.last_error == f"gave up after 1 attempts; the last: {hooks[d.webhook_id]}", d.last_error
+        shown = site.call("GET", f"/webhooks/deliveries/{d.id}", site.ann)
+        assert shown.status_code == 200 and marker not in shown.get_data()
+        assert shown.json["attempt_log"][0]["error"] == hooks[d.webhook_id]
+    listed = site.call("GET", "/webhooks/deliveries", site.ann)
+    assert listed.json["total"] == 4 and marker not in listed.get_data()
+
+
+def socket_port_not_listening() -> int:
+    """A loopback port nothing listens on (bound a moment ago and let go): a connection to it is refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_one_users_hanging_receivers_delay_another_users_delivery_by_seconds_at_most(site: Site,
+                                                                                      receiver: Receiver) -> None:
+    """Issue 46: one user's many webhooks to a receiver that never answers took every worker, one 5-s timeout after
+    another, and another user's delivery waited behind all of them (160 s). Now a user has at most 2 requests in
+    flight and the users take turns."""
+    release = threading.Event()
+    lock = threading.Lock()
+    hanging = [0, 0]  # now, most at once
+
+    def never_answer(h: Any) -> None:
+        h.rfile.readline()
+        with lock:
+            hanging[0] += 1
+            hanging[1] = max(hanging[1], hanging[0])
+        release.wait(60)  # bounded: released when the test ends
+        with lock:
+            hanging[0] -= 1
+
+    with raw_server(never_answer) as port:
+        try:
+            for i in range(20):  # as many as one user may have
+                site.hook(site.ann, f"http://127.0.0.1:{port}/hang/{i}")
+            site.hook(site.bob, receiver.url("/bob"))
+            for i in range(3):
+                site.submit(site.ann, name=f"a{i}")  # 60 deliveries, each to hang its full 5 s
+            cfg = DispatchConfig(poll_s=0.02)  # the default timeout, workers and share of them per user
+            assert cfg.timeout_s <= 5
+            with dispatching(site.store, cfg):
+                wait_until("ann's requests to hang", lambda: hanging[0] >= 1, timeout=20, every=0.02)
+                started = time.monotonic()
+                site.submit(site.bob)
+                wait_until("bob's delivery", lambda: receiver.at("/bob"), timeout=90, every=0.02)
+                took = time.monotonic() - started
+        finally:
+            release.set()
+    assert took < 10, f"bob's delivery took {took:.1f} s behind ann's hanging receivers"
+    assert hanging[1] <= cfg.per_user  # ann never held more than her share of the workers
+
+
+def test_a_jobs_own_webhook_counts_toward_the_users_limit_while_the_job_is_pending_or_running(
+        site: Site, receiver: Receiver) -> None:
+    limit = 20  # docs/webhooks.md
+    for i in range(limit - 1):
+        site.hook(site.ann, receiver.url(f"/own/{i}"))
+    job = site.submit(site.ann, webhook=receiver.url("/job/1"))  # the 20th: allowed
+    with site.store.session() as s:
+        jobs_before = s.scalar(select(func.count()).select_from(Job))
+    over = site.call("POST", "/jobs", site.ann, {**JOB, "webhook": receiver.url("/job/2")})
+    assert over.status_code == 409 and over.json["message"].startswith("webhook: you have 20 webhooks"), over.json
+    assert "(20, fixed by the server)" in over.json["message"]
+    mine = site.call("POST", "/webhooks", site.ann, {"url": receiver.url("/own/x")})
+    assert mine.status_code == 409 and "you have 20 webhooks" in mine.json["message"]
+    with site.store.session() as s:  # the refused submission stored nothing
+        assert s.scalar(select(func.count()).select_from(Job)) == jobs_before
+        assert s.scalar(select(func.count()).select_from(Webhook)) == limit
+    assert site.submit(site.ann)["id"]  # a job without a webhook is not refused
+    assert site.call("POST", "/webhooks", site.bob, {"url": receiver.url("/bob")}).status_code == 201  # per user
+    assert site.call("POST", f"/jobs/{job['id']}/cancel", site.ann).json["state"] == "cancelled"
+    assert site.submit(site.ann, webhook=receiver.url("/job/3"))["webhook"]["id"]  # an ended job's no longer counts
+
+
 # ---- the commands -------------------------------------------------------------------------------------------------
 
 
@@ -683,7 +851,7 @@ def test_the_webhook_commands_and_submit_webhook(corral_home: Path, receiver: Re
         secret = added.stdout.split("secret: ")[1].split()[0]
         assert secret.startswith("whsec_") and "shown only now" in added.stdout
         refused = corral("webhook", "add", "http://10.1.2.3/x")
-        assert refused.exit_code == 1 and "url: 10.1.2.3 is not among the destinations" in refused.stderr
+        assert refused.exit_code == 1 and "url: 10.1.2.3 port 80 is not among the destinations" in refused.stderr
         submitted = corral("submit", "--name", "j", "--model", "ResNet-50-bs64", "--gpus", "1", "--duration", "60",
                            "--webhook", receiver.url("/job"))
         assert submitted.exit_code == 0, submitted.output

@@ -73,8 +73,10 @@ from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S
                    "waiting). Requeued jobs spend no restart and resume from their checkpoints at the next start.")
 @click.option("--webhook-allow", "webhook_allow", multiple=True, metavar="LIST",
               help="Where users' webhooks may call, separated by commas (repeatable): IP addresses, CIDR blocks "
-                   "(10.0.0.0/8), host names (hooks.example.com) and domains (.example.com). Without it webhooks are "
-                   "off. See docs/webhooks.md.")
+                   "(10.0.0.0/8), host names (hooks.example.com) and domains (.example.com), each with an optional "
+                   ":PORT or :FIRST-LAST (10.0.0.5:8443, 10.0.0.0/8:8000-8999); without one, ports 80 and 443. This "
+                   "server's own ports (API, database, Ray) are never called. Without it webhooks are off. See "
+                   "docs/webhooks.md.")
 @click.option("--reserve-after", "reserve_after", type=Number("float", 0, 365 * 24 * 3600), default=None,
               metavar="SECONDS",
               help="A whole-GPU job that has waited this long holds a reservation: GPUs are kept for it as they free, "

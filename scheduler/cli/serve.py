@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +38,7 @@ from scheduler.live.cluster import (
 )
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, START_STRIKES, START_TIMEOUT_S
+from scheduler.live.webhooks import AllowList, own_ports
 
 if TYPE_CHECKING:
     from scheduler.live.controller import Controller
@@ -311,7 +312,6 @@ def serve(cfg: ServeConfig) -> None:
     from scheduler.live.ray_backend import RayBackend
     from scheduler.live.store import Store, database_url, queries
     from scheduler.live.webhook_dispatch import Dispatcher
-    from scheduler.live.webhooks import AllowList
     from web import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -356,6 +356,8 @@ def serve(cfg: ServeConfig) -> None:
     else:
         log.info("starting a local Ray cluster: %d virtual nodes x %d virtual GPUs", cfg.nodes, cfg.gpus_per_node)
         backend = RayBackend.local(cfg.nodes, cfg.gpus_per_node)
+    allow = webhook_allow_list(allow, sock.getsockname()[1], url, backend.address, local=not cfg.ray_address,
+                               ray_ports=backend.service_ports())
     controller = build_controller(store, backend, cfg, accounts, lock)
     # Other replicas' APIs wake this controller through the doorbell, and this one's wakes theirs (PostgreSQL only).
     listener = doorbell.Listener(store, controller.wake).start() if doorbell.shared(store) else None
@@ -408,6 +410,17 @@ def serve(cfg: ServeConfig) -> None:
         stop_service(controller, cfg, local=not cfg.ray_address, interrupted=again)
         backend.shutdown()
         store.close()
+
+
+def webhook_allow_list(allow: AllowList, api_port: int, db_url: str, ray_address: str, *, local: bool,
+                       ray_ports: Iterable[int] = ()) -> AllowList:
+    """The allow list with this server's own ports refused on every host (`webhooks.own_ports`): its API's, its
+    database's, Ray's (`ray_ports`: those Ray's node table names; for a local Ray cluster, also every port its
+    processes listen on now)."""
+    from scheduler.live import sockets
+
+    ports = list(ray_ports) + ([port for _, port in sockets.listening(os.getpid())] if local else [])
+    return allow.forbidding(own_ports(api_port, db_url, ray_address, ports))
 
 
 def stop_service(controller: Controller, cfg: ServeConfig, *, local: bool, interrupted: threading.Event) -> None:

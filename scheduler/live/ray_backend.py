@@ -211,6 +211,16 @@ class RayBackend:
                     found[name] = info
         return list(found.values())
 
+    def service_ports(self) -> set[int]:
+        """The ports Ray's node table names for its services on every node (raylet, object manager, metrics export,
+        agents): webhooks never call them (`webhooks.own_ports`)."""
+        ports: set[int] = set()
+        for n in ray.nodes():
+            for key, value in n.items():
+                if key.endswith("Port") and isinstance(value, int) and 0 < value < 65536:
+                    ports.add(value)
+        return ports
+
     # -- runs --
 
     def launch(self, launch: Launch) -> None:

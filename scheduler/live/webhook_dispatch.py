@@ -11,12 +11,14 @@ Two steps, each its own short transaction, none held while a request is in fligh
    the cursor never moves past a missing id until it has been missing for `gap_wait_s` (60 s; a transaction that
    commits an event later than that, after a higher one, is not sent). Events above such a gap are queued at once
    all the same, never twice.
-2. **Send** (`dispatch_due`). Due deliveries are claimed, at most one per webhook at a time, by a conditional UPDATE
-   that sets a claim token and `locked_until` (the timeout plus a margin), then sent by a pool of worker threads,
-   each within `timeout_s` (5 s); the outcome is written with the attempt. A failure is tried again after a backoff
-   that doubles (30 s, 1, 2, 4, 8, 16, 32 min), up to `max_attempts` (8, about an hour after the first), then the
-   delivery fails with the reason recorded. A URL the allow list refuses at sending time, or a deleted webhook, fails
-   at once. A receiver that hangs holds one worker for `timeout_s`, never the others, the controller or the API.
+2. **Send** (`dispatch_due`). Due deliveries are claimed, at most one per webhook and `per_user` (2) per user at a
+   time, the users taking turns (each user's deliveries queue apart: one user's thousands wait behind each other, not
+   in front of anyone else's), by a conditional UPDATE that sets a claim token and `locked_until` (the timeout plus a
+   margin), then sent by a pool of worker threads, each within `timeout_s` (5 s); the outcome is written with the
+   attempt. A failure is tried again after a backoff that doubles (30 s, 1, 2, 4, 8, 16, 32 min), up to
+   `max_attempts` (8, about an hour after the first), then the delivery fails with the reason recorded. A URL the
+   allow list refuses at sending time, or a deleted webhook, fails at once. A receiver that hangs holds one worker for `timeout_s`, never the others, the controller or the API; a user
+   whose receivers all hang holds at most `per_user` workers, so another user's delivery waits seconds at most.
 
 **At least once.** A delivery is marked delivered after the receiver answered 2xx. If the server dies between the
 two, the claim lapses and the next dispatcher sends it again, with the same `X-Corral-Delivery` id and body:
@@ -37,16 +39,18 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
-from prometheus_client import Counter
+from prometheus_client import Counter as MetricCounter
 from sqlalchemy import CursorResult, delete, func, insert, or_, select, update
 
 from scheduler.live import webhooks as wh
+from scheduler.live.job_states import JobState
 from scheduler.live.store import Store
 from scheduler.live.store.models import Job, JobEvent, User, Webhook, WebhookAttempt, WebhookCursor, WebhookDelivery
 
@@ -55,7 +59,7 @@ log = logging.getLogger(__name__)
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 DELIVERY_STATUSES = (PENDING, DELIVERED, FAILED)
 CURSOR_ID = 1
-ATTEMPTS = Counter("corral_webhook_attempts", "Webhook requests made, by outcome", ["outcome"])
+ATTEMPTS = MetricCounter("corral_webhook_attempts", "Webhook requests made, by outcome", ["outcome"])
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ class DispatchConfig:
     max_attempts: int = 8
     backoff_s: float = 30.0  # before the second attempt, doubled for each after
     poll_s: float = 0.5  # how often new events and due deliveries are looked for
-    workers: int = 8  # requests in flight at once (one per webhook at most)
+    workers: int = 16  # requests in flight at once (one per webhook at most)
+    per_user: int = 2  # of them, for one user's webhooks at most: a user whose receivers hang holds only these
     batch: int = 2000  # events read per queueing transaction
     gap_wait_s: float = 60.0
     lock_margin_s: float = 30.0  # a claim outlasts its request's timeout by this much
@@ -88,6 +93,7 @@ class Claimed:
     delivery_id: int
     webhook_id: int
     token: str
+    user_id: int = 0
 
 
 class Dispatcher:
@@ -102,7 +108,9 @@ class Dispatcher:
         self.cfg = config or DispatchConfig()
         self.resolver = resolver
         self._gaps: dict[tuple[int, int], float] = {}  # missing event ids (first, last) -> when first seen missing
-        self._busy: set[int] = set()  # webhooks with a request in flight from here
+        self._busy: dict[int, int] = {}  # webhooks with a request in flight from here -> their users
+        self._served: dict[int, int] = {}  # user -> when (a count of claims) one of theirs was last claimed
+        self._claims = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -253,40 +261,68 @@ class Dispatcher:
         """Claim the due deliveries this dispatcher has room for and hand them to the workers."""
         with self._lock:
             room = self.cfg.workers - len(self._busy)
-            busy = set(self._busy)
+            busy = dict(self._busy)
         if room <= 0 or self._pool is None:
             return []
         claimed = self.claim(room, busy, now)
         for c in claimed:
             with self._lock:
-                self._busy.add(c.webhook_id)
+                self._busy[c.webhook_id] = c.user_id
             self._pool.submit(self.send, c).add_done_callback(partial(self._done, c))
         return claimed
 
     def _done(self, c: Claimed, _future: object = None) -> None:
         with self._lock:
-            self._busy.discard(c.webhook_id)
+            self._busy.pop(c.webhook_id, None)
         self._wake.set()
 
-    def claim(self, limit: int, busy: Collection[int] = (), now: float | None = None) -> list[Claimed]:
-        """Up to `limit` due deliveries, the oldest of each webhook not in `busy`, each claimed atomically (a
-        delivery another dispatcher claimed a moment ago is skipped)."""
+    def claim(self, limit: int, busy: Collection[int] | Mapping[int, int] = (),
+              now: float | None = None) -> list[Claimed]:
+        """Up to `limit` due deliveries, fairly across users: each user's webhooks queue apart, a user has at most
+        `per_user` requests in flight (`busy`: the webhooks in flight, each with its user), and the users take turns,
+        the one served longest ago first, one delivery per turn. Within a user, the oldest due delivery of each
+        webhook not in flight. Each is claimed atomically (a delivery another dispatcher claimed a moment ago is
+        skipped). So one user's hanging receivers cost another user's delivery at most a worker's wait, never a
+        place behind all of theirs."""
         now = time.time() if now is None else now
+        in_flight = Counter(busy.values()) if isinstance(busy, Mapping) else Counter[int]()
         due = (WebhookDelivery.status == PENDING, WebhookDelivery.next_at <= now,
                or_(WebhookDelivery.locked_until.is_(None), WebhookDelivery.locked_until < now))
         out: list[Claimed] = []
         with self.store.session(write=True) as s:
-            q = (select(WebhookDelivery.webhook_id, func.min(WebhookDelivery.id)).where(*due)
-                 .group_by(WebhookDelivery.webhook_id).order_by(func.min(WebhookDelivery.next_at)).limit(limit))
-            if busy:
-                q = q.where(WebhookDelivery.webhook_id.not_in(busy))
-            for webhook_id, delivery_id in s.execute(q).all():
-                token = uuid.uuid4().hex
-                done = cast("CursorResult[Any]", s.execute(
-                    update(WebhookDelivery).where(WebhookDelivery.id == delivery_id, *due)
-                    .values(claim=token, locked_until=now + self.cfg.timeout_s + self.cfg.lock_margin_s))).rowcount
-                if done:
-                    out.append(Claimed(delivery_id, webhook_id, token))
+            users = s.scalars(select(Webhook.user_id).join(WebhookDelivery, WebhookDelivery.webhook_id == Webhook.id)
+                              .where(*due).group_by(Webhook.user_id)).all()
+            users = sorted((u for u in users if in_flight[u] < self.cfg.per_user),
+                           key=lambda u: (in_flight[u], self._served.get(u, -1), u))
+            queues: list[tuple[int, list[tuple[int, int]]]] = []
+            for user_id in users:  # each user's own queue: its oldest due delivery per webhook, as many as it may start
+                if len(queues) >= limit:
+                    break
+                q = (select(WebhookDelivery.webhook_id, func.min(WebhookDelivery.id))
+                     .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
+                     .where(*due, Webhook.user_id == user_id).group_by(WebhookDelivery.webhook_id)
+                     .order_by(func.min(WebhookDelivery.next_at), func.min(WebhookDelivery.id))
+                     .limit(self.cfg.per_user - in_flight[user_id]))
+                if busy:
+                    q = q.where(WebhookDelivery.webhook_id.not_in(list(busy)))
+                rows = [(int(w), int(d)) for w, d in s.execute(q).all()]
+                if rows:
+                    queues.append((user_id, rows))
+            turn = 0
+            while len(out) < limit and any(turn < len(rows) for _, rows in queues):  # round-robin, one each a turn
+                for user_id, rows in queues:
+                    if turn >= len(rows) or len(out) >= limit:
+                        continue
+                    webhook_id, delivery_id = rows[turn]
+                    token = uuid.uuid4().hex
+                    done = cast("CursorResult[Any]", s.execute(
+                        update(WebhookDelivery).where(WebhookDelivery.id == delivery_id, *due)
+                        .values(claim=token, locked_until=now + self.cfg.timeout_s + self.cfg.lock_margin_s))).rowcount
+                    if done:
+                        out.append(Claimed(delivery_id, webhook_id, token, user_id))
+                        self._claims += 1
+                        self._served[user_id] = self._claims
+                turn += 1
         return out
 
     def send(self, c: Claimed) -> None:
@@ -370,6 +406,32 @@ def prune(store: Store, before: float) -> None:
         s.execute(delete(WebhookDelivery).where(WebhookDelivery.status != PENDING,
                                                 WebhookDelivery.finished_at < before))
         s.execute(delete(Webhook).where(Webhook.deleted_at < before))
+
+
+# What one user may have that can still be called (docs/webhooks.md): their own webhooks and their jobs' own, the
+# latter while the job is pending or running (a finished job's webhook hears nothing more). One count, so a user
+# cannot multiply receivers, and the requests they cost, by submitting jobs.
+MAX_USER_WEBHOOKS = 20
+
+
+def active_webhooks(s: Any, user_id: int) -> int:
+    """How many of `user_id`'s webhooks count toward MAX_USER_WEBHOOKS."""
+    own = s.scalar(select(func.count()).select_from(Webhook).where(
+        Webhook.user_id == user_id, Webhook.deleted_at.is_(None), Webhook.job_id.is_(None)))
+    jobs = s.scalar(select(func.count()).select_from(Webhook).join(Job, Job.id == Webhook.job_id).where(
+        Webhook.user_id == user_id, Webhook.deleted_at.is_(None),
+        Job.state.in_([JobState.PENDING.value, JobState.RUNNING.value])))
+    return int(own or 0) + int(jobs or 0)
+
+
+def limit_refusal(s: Any, user_id: int) -> str | None:
+    """Why `user_id` may not add a webhook now (they are at MAX_USER_WEBHOOKS), or None."""
+    count = active_webhooks(s, user_id)
+    if count < MAX_USER_WEBHOOKS:
+        return None
+    return (f"you have {count} webhooks (your own, and your pending or running jobs' own), the most one user may "
+            f"have ({MAX_USER_WEBHOOKS}, fixed by the server): delete one of yours (`corral webhook rm`), or wait "
+            "for a job with one to end")
 
 
 def cancel_pending(s: Any, webhook_id: int, why: str, now: float) -> None:

@@ -3,14 +3,22 @@ request is made. The dispatcher that queues and retries deliveries is `scheduler
 `web/api/webhooks.py`; docs/webhooks.md is the user's side of all of it.
 
 **Where a request may go (SSRF).** The server makes requests to URLs its users give, from inside the cluster's
-network, so nothing is sent unless an admin allows destinations (`corral serve --webhook-allow`): IP addresses and
-CIDR blocks (`10.0.0.0/8`, `127.0.0.1`), host names (`hooks.example.com`) and domains (`.example.com`: the name and
-every name under it). A URL is checked when it is given (the API's 422) and again before every request: its host is
-resolved, every address must be allowed, and the request connects to an address so checked (never resolving the name
-a second time, so a DNS answer that changes in between cannot point it elsewhere). An address is allowed when an IP or
-CIDR entry covers it, or when the URL's host name matched a name entry and the address is not link-local (cloud
-metadata services live there), unspecified or multicast: those only an address entry allows. Only http and https,
-no credentials in the URL, no proxy, and redirects are never followed (a 3xx is a failed attempt).
+network, so nothing is sent unless an admin allows destinations (`corral serve --webhook-allow`), by host and port:
+IP addresses and CIDR blocks (`10.0.0.0/8`, `127.0.0.1`), host names (`hooks.example.com`) and domains
+(`.example.com`: the name and every name under it), each with a port or a range (`10.0.0.5:8443`,
+`10.0.0.0/8:8000-8999`); an entry without one allows 80 and 443 only, so allowing a host never opens every service on
+it. The ports of the server's own API, its database and Ray (`AllowList.forbidding`, from `corral serve`) are refused
+on every host, whatever the entries say, as is port 0. A URL is checked when it is given (the API's 422) and again
+before every request: its host is resolved, every address must be allowed, and the request connects to an address so
+checked (never resolving the name a second time, so a DNS answer that changes in between cannot point it elsewhere).
+An address is allowed when an IP or CIDR entry covers it (and its port), or when the URL's host name and port matched
+a name entry and the address is not link-local (cloud metadata services live there), unspecified or multicast: those
+only an address entry allows. Only http and https, no credentials in the URL, no proxy, and redirects are never
+followed (a 3xx is a failed attempt).
+
+**What an attempt reports** is the answer's status line (`HTTP 401 Unauthorized`, with the standard phrase) or the
+kind of network error (connection refused, timed out, not HTTP), never the answer's body, headers or bytes: otherwise
+a webhook pointed at an internal service would read it back to its user.
 """
 
 from __future__ import annotations
@@ -18,16 +26,18 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import hmac
+import http
 import http.client
 import ipaddress
 import json
+import os
 import secrets
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -149,21 +159,73 @@ def _address(text: str) -> IpAddress | None:
     return ip
 
 
+# An allow entry that names no port allows the ports of plain http and https only: a receiver elsewhere is named with
+# its port (`10.0.0.5:8443`) or a range (`10.0.0.0/8:8000-8999`), so allowing a host never opens every service on it.
+DEFAULT_PORTS: tuple[tuple[int, int], ...] = ((80, 80), (443, 443))
+PortRanges = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class AllowRule:
+    """One allow entry: an IP network, a host name or a domain (".example.com"), and the ports it allows."""
+
+    network: IpNetwork | None = None
+    name: str = ""  # a host name, or a domain with its leading dot
+    ports: PortRanges = DEFAULT_PORTS
+
+    def port_allowed(self, port: int) -> bool:
+        return any(lo <= port <= hi for lo, hi in self.ports)
+
+    def name_matches(self, host: str) -> bool:
+        if not self.name:
+            return False
+        if self.name.startswith("."):
+            return host == self.name[1:] or host.endswith(self.name)
+        return host == self.name
+
+
+def _split_port(entry: str, raw: str) -> tuple[str, PortRanges]:
+    """`host[:ports]` (an IPv6 address or block with a port in brackets: `[fd00::/8]:8443`) as the host and its port
+    ranges; no port: DEFAULT_PORTS."""
+    if entry.startswith("["):
+        host, closed, rest = entry[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            raise ValueError(f"--webhook-allow {raw!r}: an IPv6 address with a port is written [fd00::1]:8443")
+        spec = rest[1:] if rest else None
+    elif entry.count(":") == 1:  # more than one: an IPv6 address or block, without a port
+        host, spec = entry.split(":")
+    else:
+        host, spec = entry, None
+    if spec is None:
+        return host, DEFAULT_PORTS
+    lo, dash, hi = spec.partition("-")
+    try:
+        first, last = int(lo), int(hi if dash else lo)
+    except ValueError:
+        first, last = 0, -1
+    if not 1 <= first <= last <= 65535:
+        raise ValueError(f"--webhook-allow {raw!r}: a port is a number from 1 to 65535, or a range such as 8000-8999")
+    return host, ((first, last),)
+
+
+def ports_text(ranges: PortRanges) -> str:
+    return ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
 @dataclass(frozen=True)
 class AllowList:
-    """The destinations webhooks may call (`corral serve --webhook-allow`); empty: webhooks are off."""
+    """The destinations webhooks may call (`corral serve --webhook-allow`), by host and port; empty: webhooks are off.
+    `forbidden`: ports never called on any host, with what each is (this server's API, its database, Ray's): set by
+    `corral serve` (`forbidding`), they hold whatever the entries allow."""
 
-    networks: tuple[IpNetwork, ...] = ()
-    names: frozenset[str] = frozenset()
-    domains: tuple[str, ...] = ()  # ".example.com": example.com and every name under it
+    rules: tuple[AllowRule, ...] = ()
     entries: tuple[str, ...] = field(default=(), compare=False)  # as given, for messages
+    forbidden: tuple[tuple[int, str], ...] = ()
 
     @classmethod
     def parse(cls, values: Iterable[str]) -> AllowList:
         """From flag values, each one or more entries separated by commas; ValueError names a bad entry."""
-        networks: list[IpNetwork] = []
-        names: set[str] = set()
-        domains: list[str] = []
+        rules: list[AllowRule] = []
         entries: list[str] = []
         for value in values:
             for raw in value.split(","):
@@ -171,40 +233,83 @@ class AllowList:
                 if not entry:
                     continue
                 entries.append(entry)
+                host, ports = _split_port(entry, raw.strip())
                 try:
-                    net = ipaddress.ip_network(entry, strict=False)
+                    net = ipaddress.ip_network(host, strict=False)
                 except ValueError:
                     net = None
                 if net is not None:
-                    networks.append(net)
+                    rules.append(AllowRule(network=net, ports=ports))
                     continue
-                name = entry.removeprefix("*.")
-                domain = entry.startswith(("*.", "."))
-                name = name.lstrip(".").rstrip(".")
+                domain = host.startswith(("*.", "."))
+                name = host.removeprefix("*.").lstrip(".").rstrip(".")
                 if not _host_name(name):
                     raise ValueError(f"--webhook-allow {raw.strip()!r}: not an IP address, a CIDR block (10.0.0.0/8), "
-                                     "a host name (hooks.example.com) or a domain (.example.com)")
-                if domain:
-                    domains.append("." + name)
-                else:
-                    names.add(name)
-        return cls(tuple(networks), frozenset(names), tuple(domains), tuple(entries))
+                                     "a host name (hooks.example.com) or a domain (.example.com), each with an "
+                                     "optional :port or :range (hooks.example.com:8443, 10.0.0.0/8:8000-8999)")
+                rules.append(AllowRule(name=("." if domain else "") + name, ports=ports))
+        return cls(tuple(rules), tuple(entries))
+
+    def forbidding(self, ports: dict[int, str]) -> AllowList:
+        """This list, with `ports` (port: what listens there) refused on every host."""
+        merged = dict(self.forbidden)
+        for port, what in ports.items():
+            merged.setdefault(port, what)
+        return replace(self, forbidden=tuple(sorted(merged.items())))
 
     @property
     def enabled(self) -> bool:
-        return bool(self.networks or self.names or self.domains)
+        return bool(self.rules)
 
     def text(self) -> str:
         return ", ".join(self.entries)
 
-    def name_allowed(self, host: str) -> bool:
-        host = host.lower().rstrip(".")
-        return host in self.names or any(host == d[1:] or host.endswith(d) for d in self.domains)
+    def forbidden_why(self, port: int) -> str | None:
+        return dict(self.forbidden).get(port)
 
-    def address_allowed(self, ip: IpAddress, *, by_name: bool) -> bool:
-        if any(ip.version == net.version and ip in net for net in self.networks):
+    def name_allowed(self, host: str, port: int) -> bool:
+        host = host.lower().rstrip(".")
+        return any(r.name_matches(host) and r.port_allowed(port) for r in self.rules)
+
+    def address_allowed(self, ip: IpAddress, port: int, *, by_name: bool) -> bool:
+        if any(r.network is not None and ip.version == r.network.version and ip in r.network and r.port_allowed(port)
+               for r in self.rules):
             return True
         return by_name and not (ip.is_link_local or ip.is_unspecified or ip.is_multicast)
+
+
+# Ports refused on every host (`own_ports`): the well-known ones of the services a Corral cluster runs, besides the
+# ones this server knows it uses. Nobody's webhook receiver needs them, and each is a service a request could probe.
+WELL_KNOWN_PORTS = {
+    5432: "PostgreSQL's (its default port)",
+    6379: "Ray's GCS (its default port)",
+    8265: "Ray's dashboard (its default port)",
+    10001: "Ray's client server (its default port)",
+    52365: "Ray's dashboard agent (its default port)",
+}
+DB_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
+
+
+def own_ports(api_port: int, db_url: str, ray_address: str | None,
+              ray_ports: Iterable[int] = ()) -> dict[int, str]:
+    """The ports webhooks never call (`AllowList.forbidding`), each with what it is: this server's API, its
+    database's (from the store's URL), the GCS port of the Ray address in use, `ray_ports` (what a local Ray
+    cluster's processes listen on) and WELL_KNOWN_PORTS."""
+    from sqlalchemy.engine import make_url
+
+    ports = {api_port: "this server's API"}
+    url = make_url(db_url)
+    db_port = url.port or DB_DEFAULT_PORTS.get(url.get_backend_name())
+    if db_port:
+        ports.setdefault(db_port, "this server's database")
+    tail = (ray_address or "").rsplit(":", 1)[-1]
+    if ":" in (ray_address or "") and tail.isdigit():
+        ports.setdefault(int(tail), "Ray's (the cluster this server uses)")
+    for port in ray_ports:
+        ports.setdefault(port, "Ray's (the cluster this server uses)")
+    for port, what in WELL_KNOWN_PORTS.items():
+        ports.setdefault(port, what)
+    return ports
 
 
 def _host_name(name: str) -> bool:
@@ -240,10 +345,10 @@ def parse_url(url: str) -> Target:
         raise WebhookRefused("must not hold credentials (user:password@): put a token in the path if the receiver "
                              "needs one, and verify the signature")
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        port = parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise WebhookRefused("has a port that is not a number from 1 to 65535") from None
-    if port == 0:
+    if port == 0:  # (`:0` once fell through to the scheme's port, as a falsy port)
         raise WebhookRefused("has a port that is not a number from 1 to 65535")
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return Target(parts.scheme, parts.hostname, port, target)
@@ -268,8 +373,11 @@ def destinations(url: str, allow: AllowList, resolver: Resolver = resolve) -> tu
     if not allow.enabled:
         raise WebhookRefused("webhooks are off on this server: an admin allows destinations with "
                              "`corral serve --webhook-allow`")
+    why = allow.forbidden_why(where.port)
+    if why is not None:
+        raise WebhookRefused(f"port {where.port} is {why}: webhooks never call it, on any host")
     literal = _address(where.host)
-    by_name = literal is None and allow.name_allowed(where.host)
+    by_name = literal is None and allow.name_allowed(where.host, where.port)
     if literal is not None:
         addresses = [str(literal)]
     else:
@@ -281,9 +389,12 @@ def destinations(url: str, allow: AllowList, resolver: Resolver = resolve) -> tu
             raise WebhookRefused(f"{where.host} has no address")
     for text in addresses:
         ip = _address(text)
-        if ip is None or not allow.address_allowed(ip, by_name=by_name):
-            what = where.host if literal is not None else f"{where.host} resolves to {text}, which"
-            raise WebhookRefused(f"{what} is not among the destinations this server allows ({allow.text()})")
+        if ip is None or not allow.address_allowed(ip, where.port, by_name=by_name):
+            what = (f"{where.host} port {where.port}" if literal is not None else
+                    f"{where.host} port {where.port} resolves to {text}, which")
+            raise WebhookRefused(f"{what} is not among the destinations this server allows ({allow.text()}; an entry "
+                                 "without a port allows 80 and 443): an admin adds one with `corral serve "
+                                 "--webhook-allow`")
     return where, addresses
 
 
@@ -359,24 +470,29 @@ class _PinnedTls(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
 
 
-MAX_ERROR_TEXT = 300
-
-
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else " " for c in text)[:MAX_ERROR_TEXT]
+def status_line(status: int) -> str:
+    """`HTTP 401 Unauthorized`: the code the receiver answered, with the standard phrase for it (never the phrase it
+    sent: like its body, that is the answer's own bytes, and a URL pointed at an internal service must not read them
+    back to the user)."""
+    try:
+        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
 
 
 def post(where: Target, addresses: Sequence[str], body: bytes, headers: dict[str, str], timeout_s: float) -> Outcome:
     """POST `body` to the first of `addresses` that takes a connection (the next is tried only when one refuses a
     connection, so a request is never sent twice), all of it within `timeout_s`: connecting, sending, and the
-    answer's status and headers. A receiver that trickles its answer is cut off at the deadline too."""
+    answer's status and headers. A receiver that trickles its answer is cut off at the deadline too. The outcome says
+    the status line or the kind of network error, never anything of the answer's body, headers or raw bytes: what a
+    webhook reports must not make it a way to read the services it may reach."""
     start = time.monotonic()
     deadline = start + timeout_s
     error = "no address to connect to"
     for address in addresses:
         left = deadline - time.monotonic()
         if left <= 0:
-            return Outcome(None, f"no answer within {timeout_s:g} s", _ms(start))
+            return Outcome(None, f"timed out: no answer within {timeout_s:g} s", _ms(start))
         cls = _PinnedTls if where.scheme == "https" else _Pinned
         conn = cls(where.host, where.port, address, timeout=left)
         expired = threading.Event()
@@ -397,26 +513,20 @@ def post(where: Target, addresses: Sequence[str], body: bytes, headers: dict[str
             try:
                 conn.connect()
             except OSError as exc:
-                error = _why(exc, address, where.port, expired.is_set(), timeout_s)
+                error = _why(exc, expired.is_set(), timeout_s)
                 continue
             try:
                 conn.request("POST", where.target, body=body, headers=headers)
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
-                return Outcome(None, _why(exc, address, where.port, expired.is_set(), timeout_s), _ms(start))
+                return Outcome(None, _why(exc, expired.is_set(), timeout_s), _ms(start))
             if expired.is_set():  # what came before the cut is no answer: the headers may have been cut short
-                return Outcome(None, f"no answer within {timeout_s:g} s", _ms(start))
+                return Outcome(None, f"timed out: no answer within {timeout_s:g} s", _ms(start))
             status = resp.status
             if 300 <= status < 400:
-                location = resp.getheader("Location") or "nowhere"
-                return Outcome(status, f"HTTP {status}: a redirect (to {_printable(location)}), which webhooks never "
-                                       "follow", _ms(start))
+                return Outcome(status, f"{status_line(status)}: a redirect, which webhooks never follow", _ms(start))
             if not 200 <= status < 300:
-                try:  # a few words of why, read within the same deadline (the timer still runs)
-                    text = resp.read(MAX_ERROR_TEXT).decode("utf-8", "replace").strip()
-                except (OSError, http.client.HTTPException):
-                    text = ""
-                return Outcome(status, f"HTTP {status}" + (f": {_printable(text)}" if text else ""), _ms(start))
+                return Outcome(status, status_line(status), _ms(start))
             return Outcome(status, None, _ms(start))
         finally:
             timer.cancel()
@@ -424,15 +534,27 @@ def post(where: Target, addresses: Sequence[str], body: bytes, headers: dict[str
     return Outcome(None, error, _ms(start))
 
 
-def _why(exc: Exception, address: str, port: int, expired: bool, timeout_s: float) -> str:
+def _why(exc: Exception, expired: bool, timeout_s: float) -> str:
+    """The kind of a failed attempt, in words that hold nothing the other end sent (an exception's text may quote
+    the bytes it got: http.client's BadStatusLine does)."""
     if expired or isinstance(exc, TimeoutError):
-        return f"no answer within {timeout_s:g} s"
+        return f"timed out: no answer within {timeout_s:g} s"
     if isinstance(exc, ConnectionRefusedError):
-        return f"connection to {address} port {port} refused"
+        return "connection refused"
+    if isinstance(exc, http.client.RemoteDisconnected):  # (before ConnectionResetError: it is one)
+        return "not HTTP: the connection closed without an answer"
+    if isinstance(exc, http.client.HTTPException):
+        return "not HTTP: the answer is not an HTTP status line and headers"
+    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+        return "connection reset"
+    if isinstance(exc, ssl.SSLCertVerificationError):  # what this side's check found, in OpenSSL's words
+        return f"TLS: certificate verify failed: {exc.verify_message}"
     if isinstance(exc, ssl.SSLError):
-        return f"TLS: {_printable(str(exc))}"
-    text = _printable(str(exc))
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        return f"TLS: {exc.reason or 'handshake failed'}"  # OpenSSL's reason code (WRONG_VERSION_NUMBER, ...)
+    code = getattr(exc, "errno", None)
+    if isinstance(exc, OSError) and code:  # this machine's words for it (host unreachable, ...)
+        return f"network error: {os.strerror(code).lower()}"
+    return f"network error: {type(exc).__name__}"
 
 
 def _ms(start: float) -> float:

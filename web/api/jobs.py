@@ -25,6 +25,7 @@ from scheduler.live.nodes import capacity_refusal
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Job, JobArray, User
+from scheduler.live.webhook_dispatch import limit_refusal as webhook_limit_refusal
 from web.api.context import notify, store, write_session
 from web.api.logread import file_size, read_from, tail_lines
 from web.api.webhooks import check_url as check_webhook_url
@@ -237,6 +238,9 @@ def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, 
             body = job_json(job, user.name) if created else _full_json(s, job)
             body["array"] = array_json(s, parent, user.name)
         if created and webhook is not None:
+            full = webhook_limit_refusal(s, who.id)  # (counted with this job: pending, its own would count)
+            if full is not None:
+                abort(409, message=f"webhook: {full}")
             hook = create_webhook(s, who.id, webhook, job_id=job.id)
             body["webhook"] = {"id": hook.id, "url": hook.url, "secret": hook.secret}
         gate.created = created

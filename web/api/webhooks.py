@@ -18,14 +18,13 @@ from sqlalchemy.orm import Session
 
 from scheduler.live import webhooks as wh
 from scheduler.live.store.models import JobEvent, User, Webhook, WebhookDelivery
-from scheduler.live.webhook_dispatch import DELIVERY_STATUSES, cancel_pending
+from scheduler.live.webhook_dispatch import DELIVERY_STATUSES, cancel_pending, limit_refusal
 from web.api.context import store, write_session
 from web.auth import caller, protect
 from web.limits import MAX_PAGE
 from web.schemas import DB_INT_MAX, RequestSchema
 
 ALLOW_KEY = "CORRAL_WEBHOOK_ALLOW"  # app.config: the AllowList (`corral serve --webhook-allow`); absent: none
-MAX_USER_WEBHOOKS = 20  # a user's own (not counting their jobs' webhooks, one per job at most)
 DEFAULT_DELIVERY_PAGE = 50
 
 
@@ -213,8 +212,9 @@ def blueprint(prefix: str) -> Blueprint:
             same = next((h for h in mine if h.url == args["url"]), None)
             if same is not None:
                 abort(409, message=f"you already have webhook {same.id} for this URL")
-            if len(mine) >= MAX_USER_WEBHOOKS:
-                abort(409, message=f"you have {len(mine)} webhooks, the most one user may have: delete one first")
+            full = limit_refusal(s, who.id)
+            if full is not None:
+                abort(409, message=full)
             hook = create(s, who.id, args["url"], description=args["description"])
             return webhook_json(hook, who.name, secret=True), 201
 
