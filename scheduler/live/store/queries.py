@@ -314,6 +314,10 @@ def change_job(s: Session, job: Job, changes: Mapping[str, Any], *, by: str, adm
         if old["time_limit_s"] is not None and (limit is None or limit > old["time_limit_s"]):
             raise PermissionError(f"time_limit_s: only an admin raises a job's time limit "
                                   f"({_limit_words(old['time_limit_s'])} now); you may lower it")
+        most = time_limit_settings(s)[1]  # a job from before the maximum has none: its owner may not give it more
+        if "time_limit_s" in changes and limit is not None and most is not None and limit > most:
+            raise PermissionError(f"time_limit_s: {limit:g} s is more than the cluster's maximum time limit, "
+                                  f"{most:g} s (an admin sets it: `corral time-limits`)")
         if changes.get("priority", old["priority"]) > old["priority"]:
             raise PermissionError(f"priority: only an admin raises a job's priority ({old['priority']} now); you may "
                                   "lower it")
@@ -783,11 +787,12 @@ def set_time_limits(s: Session, changes: Mapping[str, float | None], *, by: str)
 
 
 def apply_time_limit(s: Session, fields: dict[str, Any]) -> None:
-    """A submission's time limit, in place: the cluster's default when it gives none; ValueError (naming
-    `time_limit_s`) when it gives more than the cluster's maximum."""
+    """A submission's time limit, in place: the cluster's default when it gives none, or its maximum when there is
+    no default (with a maximum, every job is bounded); ValueError (naming `time_limit_s`) when it gives more than the
+    cluster's maximum."""
     default, most = time_limit_settings(s)
     if fields.get("time_limit_s") is None:
-        fields["time_limit_s"] = default
+        fields["time_limit_s"] = default if default is not None else most
     elif most is not None and fields["time_limit_s"] > most:
         raise ValueError(f"{fields['time_limit_s']:g} s is more than the cluster's maximum time limit, {most:g} s "
                          "(an admin sets it: `corral time-limits`)")
