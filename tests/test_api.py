@@ -452,29 +452,30 @@ def test_logs_read_worker_files_under_corral_home(env: Env, corral_home: Path) -
     jid = job["id"]
     _run(env.store, jid, [(0, "node-0", 0, 0, 1.0), (1, "node-1", 4, 0, 1.0), (2, "node-2", 8, 0, 1.0)], attempt=2)
     for rank in (0, 1):
-        path = log_path(jid, 2, rank)
+        path = log_path(env.store.id, jid, 2, rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"rank {rank} line {i}\n" for i in range(500)))
-    old = log_path(jid, 1, 0)
+    old = log_path(env.store.id, jid, 1, 0)
     old.parent.mkdir(parents=True, exist_ok=True)
     old.write_text("first attempt\n")
-    assert str(log_path(jid, 2, 0)).startswith(str(corral_home))
+    assert str(log_path(env.store.id, jid, 2, 0)).startswith(str(corral_home))
 
     res = env.get(f"/jobs/{jid}/logs?tail=3").json
     assert res["job_id"] == jid and res["attempt"] == 2
     assert [entry["rank"] for entry in res["logs"]] == [0, 1, 2]
     assert res["logs"][1]["text"] == "rank 1 line 497\nrank 1 line 498\nrank 1 line 499\n"
-    assert res["logs"][1]["path"] == str(log_path(jid, 2, 1))
+    assert res["logs"][1]["path"] == f"job-{jid}/attempt-2/rank-1.log"  # no server folder (issue 46)
     assert res["logs"][2]["text"] == ""  # an allocated rank that wrote nothing yet
     assert env.get(f"/jobs/{jid}/logs").json["logs"][0]["text"].count("\n") == 200  # the default tail
 
     only = env.get(f"/jobs/{jid}/logs?rank=1&tail=1").json["logs"]
-    assert only == [{"rank": 1, "path": str(log_path(jid, 2, 1)), "text": "rank 1 line 499\n",
-                     "end": log_path(jid, 2, 1).stat().st_size}]  # where a follower starts
+    assert only == [{"rank": 1, "path": f"job-{jid}/attempt-2/rank-1.log", "text": "rank 1 line 499\n",
+                     "end": log_path(env.store.id, jid, 2, 1).stat().st_size}]  # where a follower starts
     # An earlier run: no allocation rows for it, but its files are found.
     first = env.get(f"/jobs/{jid}/logs?attempt=1").json
     assert first["attempt"] == 1 and first["current_attempt"] == 2
-    assert first["logs"] == [{"rank": 0, "path": str(old), "text": "first attempt\n", "end": 14}]
+    assert first["logs"] == [{"rank": 0, "path": f"job-{jid}/attempt-1/rank-0.log", "text": "first attempt\n",
+                              "end": 14}]
     assert env.get(f"/jobs/{jid}/logs?tail=0").status_code == 422
 
 

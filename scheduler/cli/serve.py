@@ -306,7 +306,7 @@ def serve(cfg: ServeConfig) -> None:
     from policies import make_policy
     from scheduler.core.paths import corral_home
     from scheduler.live import doorbell
-    from scheduler.live.job_files import secure_home
+    from scheduler.live.job_files import secure_home, secure_store_files
     from scheduler.live.leader import StoreBusy, StoreLock
     from scheduler.live.ray_backend import RayBackend
     from scheduler.live.store import Store, database_url, queries
@@ -344,6 +344,8 @@ def serve(cfg: ServeConfig) -> None:
             raise ServeError(str(exc)) from None
     store = Store.open(url)
     secure_home(home)  # again: the database file exists now
+    with store.session() as s:  # the jobs' files of this store, under its id (the first start claims older ones)
+        secure_store_files(store.id, legacy=queries.has_legacy_files(s), home=home)
     if cfg.policy is not None:
         with store.session(write=True) as s:
             queries.activate_policy(s, cfg.policy, by="corral serve --policy")

@@ -19,7 +19,7 @@ from scheduler.core.dependencies import Condition, holds
 from scheduler.core.reservations import HOLDS
 from scheduler.live import job_accounts
 from scheduler.live.explain import Estimates, allocation_text, known_progress, last_placement, queue_start_estimates
-from scheduler.live.job_files import log_path
+from scheduler.live.job_files import log_name, log_path
 from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.nodes import capacity_refusal
 from scheduler.live.store import JobState, JobType
@@ -479,7 +479,7 @@ def blueprint(prefix: str) -> Blueprint:
         if "offset" in args:
             return _follow(job_id, attempt, args["rank"], args["offset"], args["wait_s"])
         # Ranks with a file but no allocation row (a run whose rows were cleaned up) still have logs worth showing.
-        folder = log_path(job_id, attempt, 0).parent
+        folder = log_path(store().id, job_id, attempt, 0).parent
         if folder.is_dir():
             ranks |= {int(m.group(1)) for p in folder.iterdir() if (m := RANK_LOG.fullmatch(p.name))}
         if "rank" in args:
@@ -487,9 +487,10 @@ def blueprint(prefix: str) -> Blueprint:
         budget = max(MIN_RANK_LOG_BYTES, MAX_LOG_RESPONSE_BYTES // max(1, len(ranks)))  # bytes read per rank
         out = []
         for r in sorted(ranks):
-            path = log_path(job_id, attempt, r)
+            path = log_path(store().id, job_id, attempt, r)
             end = file_size(path)  # before the tail is read: a follower from here misses nothing
-            out.append({"rank": r, "path": str(path), "text": tail_lines(path, args["tail"], budget), "end": end})
+            out.append({"rank": r, "path": log_name(job_id, attempt, r), "text": tail_lines(path, args["tail"], budget),
+                        "end": end})
         return {"job_id": job_id, "attempt": attempt, "state": job.state, "current_attempt": job.attempt, "logs": out}
 
     return blp
@@ -502,7 +503,7 @@ FOLLOW_POLL_S = 0.2
 
 def _follow(job_id: int, attempt: int, rank: int, offset: int, wait_s: float) -> dict[str, Any]:
     """One rank's log from `offset`, waiting up to `wait_s` for news while the attempt is the job's live run."""
-    path = log_path(job_id, attempt, rank)
+    path = log_path(store().id, job_id, attempt, rank)
     # The state is read before the text, always: a state that says the run is over then comes with every line the
     # run wrote (its workers write before it ends), so a follower that moves on loses none of its last words.
     state, current = _job_now(job_id)
@@ -522,7 +523,7 @@ def _follow(job_id: int, attempt: int, rank: int, offset: int, wait_s: float) ->
         finally:
             _WAITERS.release()
     return {"job_id": job_id, "attempt": attempt, "state": state, "current_attempt": current,
-            "logs": [{"rank": rank, "path": str(path), "text": text, "end": end}]}
+            "logs": [{"rank": rank, "path": log_name(job_id, attempt, rank), "text": text, "end": end}]}
 
 
 def _job_now(job_id: int) -> tuple[str, int]:

@@ -34,6 +34,7 @@ from scheduler.live.store.models import (
     Node,
     PolicyVersion,
     PriorityClass,
+    StoreIdentity,
     Team,
     User,
     UserLimits,
@@ -759,6 +760,13 @@ def limit_settings(s: Session, user_id: int | None = None) -> tuple[dict[str, An
     """(the defaults an admin set, `user_id`'s overrides): only the limits set, by name."""
     defaults = _set_columns(s.get(LimitDefaults, 1))
     return defaults, (_set_columns(s.get(UserLimits, user_id)) if user_id is not None else {})
+
+
+def has_legacy_files(s: Session) -> bool:
+    """Whether this store held jobs before it had an id (migration 0018): their files were then kept directly under
+    CORRAL_HOME, and it may claim them (`job_files.claim_legacy_files`)."""
+    row = s.get(StoreIdentity, 1)
+    return bool(row is not None and row.legacy_files)
 
 
 def time_limit_settings(s: Session) -> tuple[float | None, float | None]:
