@@ -47,7 +47,7 @@ from sqlalchemy import select
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduler.live import ray_auth
+from scheduler.live import job_files, ray_auth
 from scheduler.live.sockets import listening
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import User
@@ -79,6 +79,7 @@ class Server:
             self.tokens = {"alice": queries.create_token(s, "alice"), "bob": queries.create_token(s, "bob"),
                            "admin": queries.create_token(s, "probe-admin", admin=True)}
             self.ids = {u.name: u.id for u in s.scalars(select(User))}
+        self.files = job_files.store_dir(store.id, home)  # its jobs' logs and checkpoints
         store.close()
         self.log = (home / "serve.log").open("ab")
         self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=self.log, start_new_session=True)
@@ -161,7 +162,7 @@ def job_rows(srv: Server) -> list[Row]:
         pid = out[0] if out else None
         if pid is None:
             time.sleep(0.3)
-    ckpt = srv.home / "checkpoints" / f"job-{victim['id']}"
+    ckpt = srv.files / "checkpoints" / f"job-{victim['id']}"
     script = (f"cat /proc/{pid}/environ; cat {ckpt}/s; kill -0 {pid}; kill -TERM {pid}; "
               f"cat {srv.home}/corral.db | head -c 10; cat {srv.home}/ray-token; ls {srv.home}/ray; true")
     attack = srv.post("/jobs", job_body(kind="command", name="attack", entrypoint=script), "bob").json()
@@ -207,7 +208,7 @@ def log_rows(srv: Server) -> list[Row]:
     job = srv.post("/jobs", job_body(kind="command", name="loud", num_gpus=1, entrypoint="head -c 100000000 /dev/zero "
                                      "| tr '\\0' x; echo done"), "admin").json()
     srv.wait(int(job["id"]), "admin", ("succeeded", "failed"), timeout_s=300)
-    logs = sorted((srv.home / "logs" / f"job-{job['id']}").rglob("*.log"))
+    logs = sorted((srv.files / "logs" / f"job-{job['id']}").rglob("*.log"))
     on_disk = sum(p.stat().st_size for p in logs)
     tail = requests.get(f"{srv.api}/jobs/{job['id']}/logs?tail=2", headers=srv.headers("admin"), timeout=30)
     return [("logs", f"100 MB printed without a newline: {on_disk / 2**20:.1f} MiB kept on disk", 1,

@@ -87,38 +87,51 @@ def secure_store_files(store_id: str, *, legacy: bool, home: Path | None = None)
     return folder
 
 
+def _claim(home: Path) -> tuple[str | None, bool]:
+    """(the id of the store that claimed the home's legacy folders, or None; whether it has moved them all)."""
+    try:
+        words = (home / STORES / CLAIM).read_text().split()
+    except FileNotFoundError:
+        return None, False
+    return (words[0] if words else None), words[1:] != ["moving"]
+
+
 def claimant(home: Path | None = None) -> str | None:
     """The id of the store that claimed the home's legacy folders, or None if none has."""
-    try:
-        return ((home or corral_home()) / STORES / CLAIM).read_text().strip() or None
-    except FileNotFoundError:
-        return None
+    return _claim(home or corral_home())[0]
 
 
 def claim_legacy_files(store_id: str, home: Path | None = None) -> bool:
     """Move `CORRAL_HOME/logs` and `checkpoints` (the job folders of the time before store ids) under this store's
-    id, if no store claimed them before: True if they are this store's now. The claim is recorded first, by creating
+    id, if no store claimed them before: True if they are this store's. The claim is recorded first, by creating
     `stores/legacy-claim` with the id (atomic: of two stores starting at once, one wins), so the folders go to one
-    store whole, and a move cut short finishes at this store's next start. Only a store that held jobs before ids
-    should call this: a store made since has no files there."""
+    store whole; a move cut short finishes at this store's next start, and once done nothing more is taken (an old
+    server writing there again writes its own). Only a store that held jobs before ids should call this: a store
+    made since has no files there."""
     home = home or corral_home()
     folder = store_dir(store_id, home)
-    (home / STORES).mkdir(parents=True, exist_ok=True)
+    claim = home / STORES / CLAIM
+    claim.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd = os.open(home / STORES / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        owner = claimant(home)
+        owner, done = _claim(home)
         if owner != folder.name:
             if any((home / name).is_dir() for name in LEGACY):
                 log.warning("the job folders %s under CORRAL_HOME belong to store %s, not to this one (%s): left "
                             "there", " and ".join(LEGACY), owner, folder.name)
             return False
+        if done:
+            return True
     else:
         with os.fdopen(fd, "w") as f:
-            f.write(folder.name + "\n")
+            f.write(f"{folder.name} moving\n")
     folder.mkdir(parents=True, exist_ok=True)
     for name in LEGACY:
         _move_into(home / name, folder / name)
+    part = claim.with_name(CLAIM + ".part")
+    part.write_text(folder.name + "\n")
+    os.replace(part, claim)  # done: all at once
     return True
 
 
