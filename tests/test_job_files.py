@@ -67,6 +67,7 @@ def test_two_stores_in_one_home_never_share_a_jobs_files(store: Store, corral_ho
         with store.session() as s:
             token = q.create_token(s, "alice")
         answer = client.get("/api/v1/jobs/1/logs?attempt=1", headers={"Authorization": f"Bearer {token}"}).json
+        assert answer is not None
         assert "work left" in answer["logs"][0]["text"]
         assert "the old job's output" not in json.dumps(answer)
     finally:
