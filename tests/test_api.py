@@ -479,6 +479,23 @@ def test_logs_read_worker_files_under_corral_home(env: Env, corral_home: Path) -
     assert env.get(f"/jobs/{jid}/logs?tail=0").status_code == 422
 
 
+def test_no_logs_answer_holds_a_server_folder(env: Env, corral_home: Path) -> None:
+    """Issue 46: the logs answer carried each log's absolute path on the server. Every kind of answer (tails, one
+    rank, an earlier run, a follow, a log not written yet) names logs by `job-N/attempt-A/rank-R.log` alone."""
+    jid = env.submit()["id"]
+    _run(env.store, jid, [(0, "node-0", 0, 0, 1.0), (1, "node-1", 4, 0, 1.0)])
+    path = log_path(env.store.id, jid, 1, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("hello\n")
+    answers = [env.get(f"/jobs/{jid}/logs{query}") for query in (
+        "", "?tail=1", "?rank=1", "?attempt=1", "?attempt=7", "?rank=0&offset=0", "?rank=0&offset=3", "?rank=5&offset=0")]
+    assert all(a.status_code == 200 for a in answers)
+    assert [e["path"] for e in answers[0].json["logs"]] == [f"job-{jid}/attempt-1/rank-0.log",
+                                                            f"job-{jid}/attempt-1/rank-1.log"]
+    for answer in answers:
+        assert str(corral_home).encode() not in answer.data and env.store.id.encode() not in answer.data
+
+
 def test_logs_of_a_job_that_never_ran_are_empty(env: Env) -> None:
     job = env.submit()
     assert env.get(f"/jobs/{job['id']}/logs").json == {"job_id": job["id"], "attempt": 0, "state": "pending",
@@ -525,6 +542,34 @@ def test_cluster_reports_nodes_gpus_tenants_and_totals(env: Env) -> None:
                            "gpus_shared": 1, "share_allocated": 1.75}
     assert c["queue"] == {"pending": 1, "running": 3}
     assert c["active_policy"] == "tiresias"
+
+
+@pytest.mark.parametrize("show_others", [False, True])
+def test_the_cluster_map_names_other_users_jobs_only_where_allowed(store: Store, corral_home: Path,
+                                                                   show_others: bool) -> None:
+    """Issue 46: `/cluster` showed every user other users' job names and users. Another user's job now shows its
+    id, share and team only, unless the caller is an admin or the operator allows it (`--show-others-jobs`)."""
+    env = make_env(store, CORRAL_SHOW_OTHERS_JOBS=show_others)
+    with env.store.session() as s:
+        node = Node(name="node-0", index=0, preset="dgx-v100", alive=True, address="10.0.0.0", updated_at=time.time())
+        node.gpus = [Gpu(index=i, local_index=i, gpu_type="V100-32GB", mem_gb=32.0) for i in range(2)]
+        s.add(node)
+    hers, his = env.submit(name="secret-project")["id"], env.submit("bob", name="bobs-run")["id"]
+    _run(env.store, hers, [(0, "node-0", 0, 0, 1.0)])
+    _run(env.store, his, [(0, "node-0", 1, 1, 1.0)])
+
+    def seen(who: str) -> dict[int, dict[str, Any]]:
+        c = env.get("/cluster", who=who).json
+        return {t["job_id"]: t for n in c["nodes"] for g in n["gpus"] for t in g["tenants"]}
+
+    hidden = {"name": None, "user": None}
+    named = {hers: {"name": "secret-project", "user": "alice"}, his: {"name": "bobs-run", "user": "bob"}}
+    for who, mine, other in (("alice", hers, his), ("bob", his, hers)):
+        tenants = seen(who)
+        assert {k: tenants[mine][k] for k in ("name", "user")} == named[mine]
+        assert {k: tenants[other][k] for k in ("name", "user")} == (named[other] if show_others else hidden)
+        assert (tenants[other]["share"], tenants[other]["team"]) == (1.0, "default")  # the map still draws it
+    assert {j: {k: t[k] for k in ("name", "user")} for j, t in seen("root").items()} == named  # admins see all
 
 
 def test_models_lists_the_catalog(env: Env) -> None:

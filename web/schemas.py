@@ -721,9 +721,9 @@ class LogsSchema(Schema):
 
 class TenantSchema(Schema):
     job_id = fields.Integer()
-    name = fields.String()
+    name = fields.String(allow_none=True, metadata={"description": "null for another user's job (see GET /cluster)"})
     share = fields.Float()
-    user = fields.String()
+    user = fields.String(allow_none=True, metadata={"description": "null for another user's job"})
     team = fields.String(metadata={"description": "the team whose quota the job runs under"})
 
 

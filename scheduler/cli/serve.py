@@ -65,6 +65,7 @@ class ServeConfig:
     job_user_pattern: str | None = None  # or one OS account per Corral user, e.g. "corral-{user}"
     job_user_map: Path | None = None  # or a YAML file mapping Corral users to OS accounts
     command_jobs: str = "isolated"  # who may submit command jobs: isolated, admins or everyone (job_accounts)
+    show_others_jobs: bool = False  # GET /cluster names other users' jobs and users to every user, not only admins
     log_limit_mb: float = DEFAULT_LOG_LIMIT_BYTES / 2**20  # what one rank of a command job may log per run
     allow_unauthenticated_ray: bool = False  # join a --ray-address cluster that takes no token
     half_life_s: float = 7 * 24 * 3600.0  # of the teams' fair-share usage (scheduler.core.tenancy)
@@ -380,6 +381,7 @@ def serve(cfg: ServeConfig) -> None:
         dispatcher.start()
         app = create_app(store, notify=notify, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
                                                        "CORRAL_JOB_ACCOUNTS": accounts,
+                                                       "CORRAL_SHOW_OTHERS_JOBS": cfg.show_others_jobs,
                                                        "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s,
                                                        "CORRAL_WEBHOOK_ALLOW": allow,
                                                        "CORRAL_RESERVATIONS": reservation_rule(cfg)},
