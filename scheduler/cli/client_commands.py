@@ -553,7 +553,7 @@ def release(job_id: int, url: str, token: str | None) -> None:
     """Release a held job: it may start again, in its place in the queue. An admin's hold only an admin releases."""
     with api_errors():
         j = client(url, token).release(job_id)
-    click.echo(f"job {job_id}: not held; " + ("it may start" if j["state"] == JobState.PENDING else j["state"]))
+    click.echo(f"job {job_id}: released; " + ("it may start" if j["state"] == JobState.PENDING else j["state"]))
 
 
 @click.command()

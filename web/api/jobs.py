@@ -104,10 +104,11 @@ def _control(job_id: int, act: Callable[[Session, Job], Job]) -> dict[str, Any]:
     return body
 
 
-def _array_control(array_id: int, act: Callable[[Session, Job], Job], refused: type[Exception]) -> dict[str, Any]:
+def _array_control(array_id: int, act: Callable[[Session, Job], Job],
+                   refused: type[Exception] | tuple[type[Exception], ...]) -> dict[str, Any]:
     """Apply a job control to each task of an array the caller may see (404 or 403 otherwise), leaving as they are
-    the tasks it is `refused` for (a hold of a running task, a release of an admin's hold), and answer with the
-    array."""
+    the tasks it is `refused` for (a hold of a running task, a release of an admin's hold or of a task not held), and
+    answer with the array."""
     with write_session() as s:
         array = _array_or_404(s, array_id)
         for task in q.array_tasks(s, array.id):
@@ -390,7 +391,8 @@ def blueprint(prefix: str) -> Blueprint:
         released; tasks an admin holds stay held for a user, as `held` and each task's `held_by` show.
         """
         who = caller()
-        return _array_control(array_id, lambda s, task: q.release(s, task, who.name, admin=who.admin), PermissionError)
+        return _array_control(array_id, lambda s, task: q.release(s, task, who.name, admin=who.admin),
+                              (PermissionError, q.NotChangeable))
 
     @blp.route("/jobs/<int:job_id>/cancel", methods=["POST"])
     @blp.response(200, JobSchema, description="the job after the cancel: cancelled if it was pending, else flagged")
@@ -452,7 +454,7 @@ def blueprint(prefix: str) -> Blueprint:
         """Release a held job
 
         It may start again, in its place in the queue. A user releases the holds they placed; an admin's hold only an
-        admin releases (Slurm's user and admin holds): 403. Releasing a job not held changes nothing.
+        admin releases (Slurm's user and admin holds): 403. A job that is not held is a 409 naming its state.
         """
         who = caller()
         return _control(job_id, lambda s, job: q.release(s, job, who.name, admin=who.admin))

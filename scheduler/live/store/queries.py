@@ -283,8 +283,9 @@ def hold(s: Session, job: Job, by: str) -> Job:
 
 def release(s: Session, job: Job, by: str, *, admin: bool) -> Job:
     """Release a held job: it may start again, in its place in the queue. A user releases the holds they placed; an
-    admin's hold only an admin releases (Slurm's user and admin holds): PermissionError. Releasing a job not held
-    changes nothing."""
+    admin's hold only an admin releases (Slurm's user and admin holds): PermissionError. NotChangeable for a job that
+    is not held (also when released meanwhile: the update is conditional), naming its state: a release that did
+    nothing must not read as one that let the job start."""
     if job.held_by is not None and job.held_by != by and not admin:
         raise PermissionError(f"job {job.id} is held by {job.held_by}: only they or an admin may release it")
     now = time.time()
@@ -292,9 +293,10 @@ def release(s: Session, job: Job, by: str, *, admin: bool) -> Job:
         update(Job).where(Job.id == job.id, Job.held_at.is_not(None))
         .values(held_at=None, held_by=None, pending_reason=None, pending_until=None)
     )).rowcount
-    if done:
-        add_event(s, job.id, "released", f"released by {by}: it may start", at=now)
     s.refresh(job)
+    if not done:
+        raise NotChangeable(f"job {job.id} is not held (it is {job.state}): there is nothing to release")
+    add_event(s, job.id, "released", f"released by {by}: it may start", at=now)
     return job
 
 
