@@ -45,6 +45,7 @@ from conftest import free_port, ray_token_env
 from conftest import wait_until as wait
 from sqlalchemy import create_engine, select, text
 
+from scheduler.live.job_files import store_dir
 from scheduler.live.runs import node_resources
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import JobEvent
@@ -97,10 +98,10 @@ class Replica:
                 self.proc.wait(timeout=30)
 
 
-def completions(home: Path, job_id: int) -> int:
+def completions(home: Path, store_id: str, job_id: int) -> int:
     """Runs of the job whose rank-0 worker worked to the end, by the workers' own logs."""
     return sum("[corral] done at 100.0%" in p.read_text(errors="replace")
-               for p in (home / "logs" / f"job-{job_id}").glob("attempt-*/rank-0.log"))
+               for p in (store_dir(store_id, home) / "logs" / f"job-{job_id}").glob("attempt-*/rank-0.log"))
 
 
 def main() -> None:
@@ -133,6 +134,7 @@ def main() -> None:
             cluster.add_node(num_cpus=1, num_gpus=4, resources=node_resources(f"node{i}", 4))
         cluster.wait_for_nodes()
         store = Store.open(db_url)
+        store_id = store.id  # where its jobs' logs are
         with store.session() as s:
             token = queries.create_token(s, "bench")
         auth = {"Authorization": f"Bearer {token}"}
@@ -192,7 +194,7 @@ def main() -> None:
                 succeeded[job_id] += 1
         store.close()
         lost = [i for i, n in succeeded.items() if n == 0]
-        twice = sorted({i for i, n in succeeded.items() if n > 1} | {i for i in all_ids if completions(home, i) > 1})
+        twice = sorted({i for i, n in succeeded.items() if n > 1} | {i for i in all_ids if completions(home, store_id, i) > 1})
         t = np.array(takeovers)
         print(f"\ntakeover after SIGKILL of the leader, {len(t)} failovers: p50 {np.percentile(t, 50):.2f} s, "
               f"max {t.max():.2f} s (target <= 15 s; lease 10 s renewed every 2 s, standby polls every 1 s)")

@@ -18,6 +18,10 @@ review's attacker faced. Then, as users `alice` and `bob` (and an admin where a 
   fair use   bob floods submissions: how many are refused with 429 and Retry-After, and whether alice's what-if
              still answers while bob's queue is deep
   headers    the dashboard's and the API's security headers
+  time limits  jobs without a limit on a cluster with a maximum and no default
+  controls   the release of a job never held
+  files      a second store in the same CORRAL_HOME runs a job with the id of one the server ran
+  cluster    bob reads the cluster map while an admin's job runs; the logs answer holds no server folder
 
 Each row prints `held` when every attempt got the answer a safe service gives, else `FAILED`. Exit status 1 if any
 row failed.
@@ -47,7 +51,7 @@ from sqlalchemy import select
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scheduler.live import ray_auth
+from scheduler.live import job_files, ray_auth
 from scheduler.live.sockets import listening
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import User
@@ -79,6 +83,7 @@ class Server:
             self.tokens = {"alice": queries.create_token(s, "alice"), "bob": queries.create_token(s, "bob"),
                            "admin": queries.create_token(s, "probe-admin", admin=True)}
             self.ids = {u.name: u.id for u in s.scalars(select(User))}
+        self.files = job_files.store_dir(store.id, home)  # its jobs' logs and checkpoints
         store.close()
         self.log = (home / "serve.log").open("ab")
         self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=self.log, start_new_session=True)
@@ -161,7 +166,7 @@ def job_rows(srv: Server) -> list[Row]:
         pid = out[0] if out else None
         if pid is None:
             time.sleep(0.3)
-    ckpt = srv.home / "checkpoints" / f"job-{victim['id']}"
+    ckpt = srv.files / "checkpoints" / f"job-{victim['id']}"
     script = (f"cat /proc/{pid}/environ; cat {ckpt}/s; kill -0 {pid}; kill -TERM {pid}; "
               f"cat {srv.home}/corral.db | head -c 10; cat {srv.home}/ray-token; ls {srv.home}/ray; true")
     attack = srv.post("/jobs", job_body(kind="command", name="attack", entrypoint=script), "bob").json()
@@ -207,7 +212,7 @@ def log_rows(srv: Server) -> list[Row]:
     job = srv.post("/jobs", job_body(kind="command", name="loud", num_gpus=1, entrypoint="head -c 100000000 /dev/zero "
                                      "| tr '\\0' x; echo done"), "admin").json()
     srv.wait(int(job["id"]), "admin", ("succeeded", "failed"), timeout_s=300)
-    logs = sorted((srv.home / "logs" / f"job-{job['id']}").rglob("*.log"))
+    logs = sorted((srv.files / "logs" / f"job-{job['id']}").rglob("*.log"))
     on_disk = sum(p.stat().st_size for p in logs)
     tail = requests.get(f"{srv.api}/jobs/{job['id']}/logs?tail=2", headers=srv.headers("admin"), timeout=30)
     return [("logs", f"100 MB printed without a newline: {on_disk / 2**20:.1f} MiB kept on disk", 1,
@@ -395,9 +400,96 @@ def webhook_rows(srv: Server) -> list[Row]:
              int(took < 10))]
 
 
+def store_files_rows(srv: Server) -> list[Row]:
+    """Issue 46: a second store in the server's CORRAL_HOME (a PostgreSQL store, or a new corral.db) has a job with
+    the id of one of the server's that ran: its run must start from nothing, and its logs hold only its own."""
+    from scheduler.core.workloads import catalog
+    from scheduler.live.job_accounts import JobAccounts
+    from scheduler.live.rows import job_of, launch_of
+    from scheduler.live.runs import RankSpec, rank_env
+    from scheduler.live.store.models import Job
+    from scheduler.live.worker import Worker
+    from web import create_app
+
+    old = srv.post("/jobs", job_body(name="first-store", duration_s=2, priority=100), "admin").json()
+    srv.wait(int(old["id"]), "admin", ("succeeded",), timeout_s=180)
+    other = Store.open(f"sqlite:///{srv.home / 'second-store.db'}")
+    try:
+        with other.session(write=True) as s:
+            user = queries.ensure_user(s, "alice")
+            row = None
+            while row is None or row.id < int(old["id"]):  # its ids catch up with the server's
+                row, _ = queries.submit(s, user, job_body(name="second-store", duration_s=20))
+            row.attempt = 1
+            s.flush()
+            _ = row.user
+        rank = RankSpec(0, "node0", (0,), 1.0, 80.0)
+        launch = launch_of(row, job_of(row, catalog()), 1, [rank], JobAccounts(), other.id)
+        worker = Worker(launch, 0)
+        worker.start(rank_env(rank, 1, "127.0.0.1", 29500, launch))
+        log = Path(launch.log_dir) / "rank-0.log"
+        deadline = time.monotonic() + 30
+        while "work left" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker.stop()
+        fresh = "20.0 s of isolated work left" in log.read_text()
+        with other.session() as s:
+            token = queries.create_token(s, "alice")
+            assert s.get(Job, int(old["id"])) is not None
+        answer = create_app(other).test_client().get(f"/api/v1/jobs/{old['id']}/logs?attempt=1",
+                                                      headers={"Authorization": f"Bearer {token}"})
+        own = answer.status_code == 200 and "done at 100.0%" not in answer.get_data(as_text=True)
+    finally:
+        other.close()
+    what = (f"a second store's job {old['id']} in the same CORRAL_HOME, as the server's job {old['id']} ended: its "
+            "run starts from nothing, and its log is its own")
+    return [("files", what, 2, fresh + own)]
+
+
+def cluster_view_rows(srv: Server) -> list[Row]:
+    """Issue 46: `/cluster` named other users' jobs and users; the logs answer carried the server's folders."""
+    job = srv.post("/jobs", job_body(name="admins-secret-run", duration_s=120, priority=100), "admin").json()
+    srv.wait(int(job["id"]), "admin", ("running",), timeout_s=120)
+    seen = requests.get(f"{srv.api}/cluster", headers=srv.headers("bob"), timeout=10).text
+    logs = requests.get(f"{srv.api}/jobs/{job['id']}/logs", headers=srv.headers("admin"), timeout=10).text
+    requests.post(f"{srv.api}/jobs/{job['id']}/cancel", headers=srv.headers("admin"), timeout=10)
+    return [("cluster", "bob reads the cluster map while an admin's job runs: its name and user", 1,
+             int("admins-secret-run" not in seen and "probe-admin" not in seen and str(job["id"]) in seen)),
+            ("cluster", "the logs answer names no server folder (CORRAL_HOME)", 1, int(str(srv.home) not in logs))]
+
+
+def time_limit_rows(srv: Server) -> list[Row]:
+    """Issue 46: with a maximum time limit and no default, a job that gave none was stored with no limit at all."""
+    admin = {"Authorization": f"Bearer {srv.tokens['admin']}"}
+    before = requests.get(f"{srv.api}/time-limits", headers=admin, timeout=10).json()
+    requests.patch(f"{srv.api}/time-limits", json={"default_s": None, "max_s": 3600}, headers=admin, timeout=10)
+    try:
+        jobs = [srv.post("/jobs", job_body(name=f"unlimited-{i}"), "alice").json() for i in range(3)]
+    finally:
+        requests.patch(f"{srv.api}/time-limits", json=before, headers=admin, timeout=10)
+    bounded = sum(j.get("time_limit_s") is not None and float(j["time_limit_s"]) <= 3600 for j in jobs)
+    for j in jobs:
+        requests.post(f"{srv.api}/jobs/{j['id']}/cancel", headers=srv.headers("alice"), timeout=10)
+    return [("time limits", "jobs without a time limit on a cluster whose maximum is 3600 s (no default)",
+             len(jobs), bounded)]
+
+
+def release_rows(srv: Server) -> list[Row]:
+    """Issue 46: releasing a job that was never held answered as if the release had let it start."""
+    job = srv.post("/jobs", job_body(name="never-held"), "alice").json()
+    resp = requests.post(f"{srv.api}/jobs/{job['id']}/release", headers=srv.headers("alice"), timeout=10)
+    requests.post(f"{srv.api}/jobs/{job['id']}/cancel", headers=srv.headers("alice"), timeout=10)
+    return [("controls", "release of a job never held: a 409 naming its state", 1,
+             int(resp.status_code == 409 and "not held" in resp.json().get("message", "")))]
+
+
 PROBES: list[Callable[[Server], list[Row]]] = [ray_rows, job_rows, value_rows, size_rows, log_rows, malformed_rows,
                                                 header_rows, fair_use_rows]
 PROBES.append(webhook_rows)
+PROBES += [time_limit_rows]  # issue 46, item 4
+PROBES += [store_files_rows]  # issue 46, item 5
+PROBES += [release_rows]  # issue 46, item 7
+PROBES += [cluster_view_rows]  # issue 46, item 7
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from conftest import wait_until
 from netns import Host, Hosts
 
 from scheduler.live import ray_auth
+from scheduler.live.job_files import store_dir
 from scheduler.live.store import Store, queries
 
 BIN = Path(sys.executable).parent
@@ -39,6 +40,7 @@ class Cluster:
     home: Path
     ray_tmp: Path
     env: dict[str, str]
+    files: Path  # the store's job files (logs, checkpoints) under the home
 
     def worker(self, name: str) -> Host:
         """A new host running `corral node start` (GPUS virtual GPUs) joined to the head, in the foreground."""
@@ -91,6 +93,7 @@ def corral_on_hosts(logs: Path, workers: Sequence[str] = ("w1", "w2"), policy: s
     store = Store.open(db_url)
     with store.session() as s:
         token = queries.create_token(s, "alice")
+    files = store_dir(store.id, home)
     store.close()
     # Every host reads the cluster's token from the shared home, as `corral serve` and `corral node start` do.
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "DATABASE_URL": db_url, "CORRAL_HOME": str(home),
@@ -104,7 +107,7 @@ def corral_on_hosts(logs: Path, workers: Sequence[str] = ("w1", "w2"), policy: s
                            "--disable-usage-stats", "--temp-dir", str(ray_tmp / "head")],
                     env | HEALTH, "head-ray.log")
         c = Cluster(hosts, head, f"http://{head.address}:{API_PORT}/api/v1", {"Authorization": f"Bearer {token}"},
-                    home, ray_tmp, env)
+                    home, ray_tmp, env, files)
         for name in workers:
             c.worker(name)
         hosts.popen(head, [str(BIN / "corral"), "serve", "--ray-address", f"{head.address}:{RAY_PORT}",

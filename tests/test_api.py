@@ -452,30 +452,48 @@ def test_logs_read_worker_files_under_corral_home(env: Env, corral_home: Path) -
     jid = job["id"]
     _run(env.store, jid, [(0, "node-0", 0, 0, 1.0), (1, "node-1", 4, 0, 1.0), (2, "node-2", 8, 0, 1.0)], attempt=2)
     for rank in (0, 1):
-        path = log_path(jid, 2, rank)
+        path = log_path(env.store.id, jid, 2, rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"rank {rank} line {i}\n" for i in range(500)))
-    old = log_path(jid, 1, 0)
+    old = log_path(env.store.id, jid, 1, 0)
     old.parent.mkdir(parents=True, exist_ok=True)
     old.write_text("first attempt\n")
-    assert str(log_path(jid, 2, 0)).startswith(str(corral_home))
+    assert str(log_path(env.store.id, jid, 2, 0)).startswith(str(corral_home))
 
     res = env.get(f"/jobs/{jid}/logs?tail=3").json
     assert res["job_id"] == jid and res["attempt"] == 2
     assert [entry["rank"] for entry in res["logs"]] == [0, 1, 2]
     assert res["logs"][1]["text"] == "rank 1 line 497\nrank 1 line 498\nrank 1 line 499\n"
-    assert res["logs"][1]["path"] == str(log_path(jid, 2, 1))
+    assert res["logs"][1]["path"] == f"job-{jid}/attempt-2/rank-1.log"  # no server folder (issue 46)
     assert res["logs"][2]["text"] == ""  # an allocated rank that wrote nothing yet
     assert env.get(f"/jobs/{jid}/logs").json["logs"][0]["text"].count("\n") == 200  # the default tail
 
     only = env.get(f"/jobs/{jid}/logs?rank=1&tail=1").json["logs"]
-    assert only == [{"rank": 1, "path": str(log_path(jid, 2, 1)), "text": "rank 1 line 499\n",
-                     "end": log_path(jid, 2, 1).stat().st_size}]  # where a follower starts
+    assert only == [{"rank": 1, "path": f"job-{jid}/attempt-2/rank-1.log", "text": "rank 1 line 499\n",
+                     "end": log_path(env.store.id, jid, 2, 1).stat().st_size}]  # where a follower starts
     # An earlier run: no allocation rows for it, but its files are found.
     first = env.get(f"/jobs/{jid}/logs?attempt=1").json
     assert first["attempt"] == 1 and first["current_attempt"] == 2
-    assert first["logs"] == [{"rank": 0, "path": str(old), "text": "first attempt\n", "end": 14}]
+    assert first["logs"] == [{"rank": 0, "path": f"job-{jid}/attempt-1/rank-0.log", "text": "first attempt\n",
+                              "end": 14}]
     assert env.get(f"/jobs/{jid}/logs?tail=0").status_code == 422
+
+
+def test_no_logs_answer_holds_a_server_folder(env: Env, corral_home: Path) -> None:
+    """Issue 46: the logs answer carried each log's absolute path on the server. Every kind of answer (tails, one
+    rank, an earlier run, a follow, a log not written yet) names logs by `job-N/attempt-A/rank-R.log` alone."""
+    jid = env.submit()["id"]
+    _run(env.store, jid, [(0, "node-0", 0, 0, 1.0), (1, "node-1", 4, 0, 1.0)])
+    path = log_path(env.store.id, jid, 1, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("hello\n")
+    answers = [env.get(f"/jobs/{jid}/logs{query}") for query in (
+        "", "?tail=1", "?rank=1", "?attempt=1", "?attempt=7", "?rank=0&offset=0", "?rank=0&offset=3", "?rank=5&offset=0")]
+    assert all(a.status_code == 200 for a in answers)
+    assert [e["path"] for e in answers[0].json["logs"]] == [f"job-{jid}/attempt-1/rank-0.log",
+                                                            f"job-{jid}/attempt-1/rank-1.log"]
+    for answer in answers:
+        assert str(corral_home).encode() not in answer.data and env.store.id.encode() not in answer.data
 
 
 def test_logs_of_a_job_that_never_ran_are_empty(env: Env) -> None:
@@ -524,6 +542,34 @@ def test_cluster_reports_nodes_gpus_tenants_and_totals(env: Env) -> None:
                            "gpus_shared": 1, "share_allocated": 1.75}
     assert c["queue"] == {"pending": 1, "running": 3}
     assert c["active_policy"] == "tiresias"
+
+
+@pytest.mark.parametrize("show_others", [False, True])
+def test_the_cluster_map_names_other_users_jobs_only_where_allowed(store: Store, corral_home: Path,
+                                                                   show_others: bool) -> None:
+    """Issue 46: `/cluster` showed every user other users' job names and users. Another user's job now shows its
+    id, share and team only, unless the caller is an admin or the operator allows it (`--show-others-jobs`)."""
+    env = make_env(store, CORRAL_SHOW_OTHERS_JOBS=show_others)
+    with env.store.session() as s:
+        node = Node(name="node-0", index=0, preset="dgx-v100", alive=True, address="10.0.0.0", updated_at=time.time())
+        node.gpus = [Gpu(index=i, local_index=i, gpu_type="V100-32GB", mem_gb=32.0) for i in range(2)]
+        s.add(node)
+    hers, his = env.submit(name="secret-project")["id"], env.submit("bob", name="bobs-run")["id"]
+    _run(env.store, hers, [(0, "node-0", 0, 0, 1.0)])
+    _run(env.store, his, [(0, "node-0", 1, 1, 1.0)])
+
+    def seen(who: str) -> dict[int, dict[str, Any]]:
+        c = env.get("/cluster", who=who).json
+        return {t["job_id"]: t for n in c["nodes"] for g in n["gpus"] for t in g["tenants"]}
+
+    hidden = {"name": None, "user": None}
+    named = {hers: {"name": "secret-project", "user": "alice"}, his: {"name": "bobs-run", "user": "bob"}}
+    for who, mine, other in (("alice", hers, his), ("bob", his, hers)):
+        tenants = seen(who)
+        assert {k: tenants[mine][k] for k in ("name", "user")} == named[mine]
+        assert {k: tenants[other][k] for k in ("name", "user")} == (named[other] if show_others else hidden)
+        assert (tenants[other]["share"], tenants[other]["team"]) == (1.0, "default")  # the map still draws it
+    assert {j: {k: t[k] for k in ("name", "user")} for j, t in seen("root").items()} == named  # admins see all
 
 
 def test_models_lists_the_catalog(env: Env) -> None:

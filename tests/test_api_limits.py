@@ -171,7 +171,7 @@ def test_every_list_is_paged_with_a_documented_maximum(env: Env, path: str) -> N
 def _log(env: Env, rank: int = 0) -> tuple[int, Path]:
     job = env.submit()
     _run(env.store, job["id"], [(rank, f"node-{rank}", rank, 0, 1.0)])
-    path = log_path(job["id"], 1, rank)
+    path = log_path(env.store.id, job["id"], 1, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     return job["id"], path
 
@@ -203,7 +203,7 @@ def test_many_lines_are_cut_at_the_byte_budget_shared_by_the_ranks(env: Env) -> 
     jid, path = _log(env)
     line = "z" * 99 + "\n"
     path.write_text(line * 30_000)  # 3 MB
-    other = log_path(jid, 1, 1)
+    other = log_path(env.store.id, jid, 1, 1)
     other.write_text("short\n")
     logs = env.get(f"/jobs/{jid}/logs?tail=100000").json["logs"]
     per_rank = limits.MAX_LOG_RESPONSE_BYTES // 2

@@ -161,14 +161,14 @@ def test_logs_prints_worker_output(server: Server) -> None:
             s.add(Allocation(job_id=jid, attempt=1, rank=rank, node=f"node-{rank}", gpu=rank, local_gpu=0, share=1.0,
                              allocated_at=time.time()))
     for rank in (0, 1):
-        path = log_path(jid, 1, rank)
+        path = log_path(server.store.id, jid, 1, rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"r{rank} step {i}\n" for i in range(10)))
     out = ok(server, "logs", str(jid), "--rank", "1", "--tail", "2")
     assert out == "r1 step 8\nr1 step 9\n"
     out = ok(server, "logs", str(jid), "--tail", "1")
-    assert out.splitlines() == [f"==> rank 0 ({log_path(jid, 1, 0)}) <==", "r0 step 9",
-                                f"==> rank 1 ({log_path(jid, 1, 1)}) <==", "r1 step 9"]
+    assert out.splitlines() == [f"==> rank 0 (job-{jid}/attempt-1/rank-0.log) <==", "r0 step 9",
+                                f"==> rank 1 (job-{jid}/attempt-1/rank-1.log) <==", "r1 step 9"]
     result = corral(server, "logs", str(jid), "--attempt", "5")
     assert result.exit_code == 0 and result.stdout == "" and "no logs" in result.stderr
 

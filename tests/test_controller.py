@@ -4,7 +4,6 @@ killed). Ray starts once for the module."""
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import threading
@@ -21,6 +20,7 @@ from policies import make_policy
 from policies.tiresias import Tiresias
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
+from scheduler.live.job_files import log_path
 from scheduler.live.runs import NAMESPACE, node_resources
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Job, Node
@@ -118,8 +118,8 @@ def test_preempted_job_resumes_from_its_checkpoint(cluster: Any, store: Store, m
     preempted_at = next(e.at for e in b.events if e.kind == "preempted")
     assert s.first_started_at is not None and s.first_started_at >= preempted_at  # never on the GPUs together
     # The second run picked up the checkpoint the first one wrote when stopped.
-    first = (Path(os.environ["CORRAL_HOME"]) / "logs" / f"job-{big}" / "attempt-1" / "rank-0.log").read_text()
-    second = (Path(os.environ["CORRAL_HOME"]) / "logs" / f"job-{big}" / "attempt-2" / "rank-0.log").read_text()
+    first = log_path(store.id, big, 1, 0).read_text()
+    second = log_path(store.id, big, 2, 0).read_text()
     assert "stopped at" in first
     left = float(re.search(r"([\d.]+) s of isolated work left", second).group(1))  # type: ignore[union-attr]
     assert 0.5 < left < 6.0 - 0.5, left

@@ -263,7 +263,7 @@ def test_a_job_moved_off_a_drained_node_starts_again_only_once_its_old_run_has_s
                 "kind": "command", "model": "ResNet-50-bs64", "num_gpus": GPUS, "duration_s": 600.0,
                 "entrypoint": script, "name": "saver"})[0].id
         live.step_until("it to start", lambda: live.started(job))
-        order = checkpoint_dir(job) / "order"
+        order = checkpoint_dir(live.store.id, job) / "order"
         live.step_until("its first run to write", lambda: order.exists() and order.read_text() == "start\n")
         node = live.node_of(job)
         assert live.call("POST", f"/nodes/{node}/drain", json={"reason": "move", "now": True}).status_code == 200

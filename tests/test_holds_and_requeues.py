@@ -100,7 +100,10 @@ def test_only_a_pending_job_is_held_and_an_admin_s_hold_only_an_admin_releases(s
     assert row(store, job).held_by == "root"
     assert api.post(f"/jobs/{job}/release", who="root").status_code == 200
     events = len(row(store, job).events)
-    assert api.post(f"/jobs/{job}/release").status_code == 200  # not held: nothing changes
+    # Not held: a 409 naming it, never an answer that reads as if the release let it start (issue 46).
+    unheld = api.post(f"/jobs/{job}/release")
+    assert unheld.status_code == 409
+    assert unheld.json["message"] == f"job {job} is not held (it is pending): there is nothing to release"
     assert len(row(store, job).events) == events
     ctl.step()
     assert row(store, running).state == "running"
@@ -112,6 +115,11 @@ def test_only_a_pending_job_is_held_and_an_admin_s_hold_only_an_admin_releases(s
     held = api.post(f"/jobs/{api.submit('k')}/hold")
     cancelled = api.post(f"/jobs/{held.json['id']}/cancel")
     assert cancelled.json["state"] == "cancelled" and cancelled.json["held_at"] is None
+    ended = held.json["id"]
+    late = api.post(f"/jobs/{ended}/hold"), api.post(f"/jobs/{ended}/release")
+    assert [r.status_code for r in late] == [409, 409]
+    assert late[0].json["message"] == f"job {ended} is cancelled: only a pending job can be held"
+    assert late[1].json["message"] == f"job {ended} is not held (it is cancelled): there is nothing to release"
 
 
 def test_a_hold_that_lands_while_the_controller_places_the_job_wins(store: Store, corral_home: Path,
@@ -149,7 +157,10 @@ def test_corral_hold_and_release(store: Store, corral_home: Path) -> None:
         shown = corral("show", str(job))
         assert "held               by ann since" in shown.output
         released = corral("release", str(job))
-        assert (released.exit_code, released.output) == (0, f"job {job}: not held; it may start\n")
+        assert (released.exit_code, released.output) == (0, f"job {job}: released; it may start\n")
+        again = corral("release", str(job))
+        assert again.exit_code == 1 and f"job {job} is not held (it is pending): there is nothing to release" in \
+            again.output
         missing = corral("hold", "999")
         assert missing.exit_code == 1 and "job 999 not found" in missing.output
 

@@ -23,11 +23,12 @@ import pytest
 from scheduler.cli.serve import ServeConfig, job_accounts_for
 from scheduler.core.model import SpecError
 from scheduler.live.job_accounts import JobAccounts
-from scheduler.live.job_files import checkpoint_dir, log_path, secure_home
+from scheduler.live.job_files import checkpoint_dir, log_path, secure_home, secure_store_files, store_dir
 from scheduler.live.runs import Launch, RankSpec, rank_env
 from scheduler.live.worker import Worker
 
 JOB_USER = "corral-test-job"
+STORE = "5f0c1d52-3a57-4d0e-9a43-1f7c2b2d9e01"  # the store whose jobs these are
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
                                 reason="switching a job to another OS user needs root and useradd")
@@ -63,15 +64,15 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def run_command(job_id: int, entrypoint: str, user: str) -> str:
     launch = Launch(job_id=job_id, attempt=1, kind="command", ranks=(RankSpec(0, "node0", (0,), 1.0, 80.0),),
-                    work_s=1.0, rate=1.0, log_dir=str(log_path(job_id, 1, 0).parent),
-                    checkpoint_dir=str(checkpoint_dir(job_id)), entrypoint=entrypoint, run_as=user)
+                    work_s=1.0, rate=1.0, log_dir=str(log_path(STORE, job_id, 1, 0).parent),
+                    checkpoint_dir=str(checkpoint_dir(STORE, job_id)), entrypoint=entrypoint, run_as=user)
     worker = Worker(launch, 0)
     worker.start(rank_env(launch.ranks[0], 1, "127.0.0.1", 29500, launch))
     deadline = time.time() + 30
     while worker.phase == "running" and time.time() < deadline:
         time.sleep(0.05)
     assert worker.phase == "exited", "the job did not finish within 30 s"
-    return log_path(job_id, 1, 0).read_text()
+    return log_path(STORE, job_id, 1, 0).read_text()
 
 
 def test_a_command_job_cannot_read_the_store_or_another_jobs_log(job_user: str, home: Path) -> None:
@@ -79,7 +80,8 @@ def test_a_command_job_cannot_read_the_store_or_another_jobs_log(job_user: str, 
     db = home / "corral.db"
     db.write_text("token hashes")
     secure_home(home)
-    other = log_path(1, 1, 0)
+    secure_store_files(STORE, legacy=False, home=home)
+    other = log_path(STORE, 1, 1, 0)
     other.parent.mkdir(parents=True)
     other.write_text("another user's output")
     script = (f"id -un; cat {db} || echo DB-REFUSED; cat {other} || echo LOG-REFUSED; ls {home} || echo LS-REFUSED; "
@@ -89,10 +91,10 @@ def test_a_command_job_cannot_read_the_store_or_another_jobs_log(job_user: str, 
     assert "DB-REFUSED" in out and "token hashes" not in out
     assert "LOG-REFUSED" in out and "another user's output" not in out
     assert "LS-REFUSED" in out
-    assert "CKPT-OK" in out and (checkpoint_dir(2) / "state").read_text() == "mine\n"
+    assert "CKPT-OK" in out and (checkpoint_dir(STORE, 2) / "state").read_text() == "mine\n"
     assert "url=unset" in out and "s3cret" not in out
-    assert out.splitlines()[-1] == str(checkpoint_dir(2))  # it starts in its own folder, not the server's home
-    assert os.stat(db).st_mode & 0o777 == 0o600 and os.stat(home / "logs").st_mode & 0o777 == 0o700
+    assert out.splitlines()[-1] == str(checkpoint_dir(STORE, 2))  # it starts in its own folder, not the server's home
+    assert os.stat(db).st_mode & 0o777 == 0o600 and os.stat(store_dir(STORE, home) / "logs").st_mode & 0o777 == 0o700
 
 
 def test_serve_refuses_a_job_user_that_could_not_work(job_user: str, home: Path) -> None:
@@ -122,8 +124,8 @@ def per_user_accounts() -> Iterator[JobAccounts]:
 
 def start_as(job_id: int, entrypoint: str, account: str, env: dict[str, str] | None = None) -> Worker:
     launch = Launch(job_id=job_id, attempt=1, kind="command", ranks=(RankSpec(0, "node0", (0,), 1.0, 80.0),),
-                    work_s=1.0, rate=1.0, log_dir=str(log_path(job_id, 1, 0).parent),
-                    checkpoint_dir=str(checkpoint_dir(job_id)), entrypoint=entrypoint, env=env or {},
+                    work_s=1.0, rate=1.0, log_dir=str(log_path(STORE, job_id, 1, 0).parent),
+                    checkpoint_dir=str(checkpoint_dir(STORE, job_id)), entrypoint=entrypoint, env=env or {},
                     run_as=account, create_account=True)
     worker = Worker(launch, 0)
     worker.start(rank_env(launch.ranks[0], 1, "127.0.0.1", 29500, launch))
@@ -135,17 +137,18 @@ def test_one_users_job_cannot_read_or_signal_anothers(per_user_accounts: JobAcco
     process's environment, list and read her checkpoint folder, and signal her process: the kernel refuses each, and
     her job runs on untouched. Each account was made on demand, with a group of its own and no login shell."""
     secure_home(home)
+    secure_store_files(STORE, legacy=False, home=home)
     ann, ben = (per_user_accounts.account(u, i) for i, u in ((1, "ann"), (2, "ben")))
     assert ann == "corral-test-ann" and ben == "corral-test-ben"
     victim = start_as(11, "echo s3cret-ckpt > $CORRAL_CHECKPOINT_DIR/state; echo ready; sleep 60", ann,
                       {"API_KEY": "s3cret-env"})
-    ready = log_path(11, 1, 0)
+    ready = log_path(STORE, 11, 1, 0)
     deadline = time.time() + 30
     while "ready" not in (ready.read_text() if ready.exists() else "") and time.time() < deadline:
         time.sleep(0.05)
     assert victim.phase == "running" and victim._proc is not None
     pid = victim._proc.pid
-    theirs = checkpoint_dir(11)
+    theirs = checkpoint_dir(STORE, 11)
     script = (f"id -un; cat /proc/{pid}/environ || echo ENV-REFUSED; ls {theirs} || echo LS-REFUSED; "
               f"cat {theirs}/state || echo READ-REFUSED; kill -0 {pid} || echo SIGNAL-REFUSED; "
               f"kill -TERM {pid} || echo TERM-REFUSED")
@@ -153,7 +156,7 @@ def test_one_users_job_cannot_read_or_signal_anothers(per_user_accounts: JobAcco
     deadline = time.time() + 30
     while attacker.phase == "running" and time.time() < deadline:
         time.sleep(0.05)
-    out = log_path(12, 1, 0).read_text()
+    out = log_path(STORE, 12, 1, 0).read_text()
     assert out.splitlines()[0] == ben
     for refused in ("ENV-REFUSED", "LS-REFUSED", "READ-REFUSED", "SIGNAL-REFUSED", "TERM-REFUSED"):
         assert refused in out, out

@@ -18,6 +18,7 @@ import requests
 from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
 from sqlalchemy import func, select
 
+from scheduler.live.job_files import store_dir
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import JobEvent, Team
 from scheduler.live.worker import STOP_GRACE_S
@@ -123,6 +124,7 @@ def test_owner_reclaims_its_quota_and_every_job_succeeds_once(service: Service) 
         assert job["attempt"] == (2 if i in reclaimed else 1), (i, job["attempt"])
     store = Store.open(service.db_url, migrate=False)
     try:
+        logs = store_dir(store.id, service.home) / "logs"
         with store.session() as s:
             done = {job_id: n for job_id, n in s.execute(
                 select(JobEvent.job_id, func.count()).where(JobEvent.kind == "succeeded").group_by(JobEvent.job_id))}
@@ -131,8 +133,8 @@ def test_owner_reclaims_its_quota_and_every_job_succeeds_once(service: Service) 
     assert done == dict.fromkeys(owner, 1)
     # The reclaimed jobs' second runs resumed from the checkpoints their first runs wrote when stopped.
     for i in reclaimed:
-        first = (service.home / "logs" / f"job-{i}" / "attempt-1" / "rank-0.log").read_text()
-        second = (service.home / "logs" / f"job-{i}" / "attempt-2" / "rank-0.log").read_text()
+        first = (logs / f"job-{i}" / "attempt-1" / "rank-0.log").read_text()
+        second = (logs / f"job-{i}" / "attempt-2" / "rank-0.log").read_text()
         stopped = float(re.search(r"stopped at ([\d.]+)%", first).group(1))  # type: ignore[union-attr]
         left = float(re.search(r"([\d.]+) s of isolated work left", second).group(1))  # type: ignore[union-attr]
         assert stopped > 5.0 and left == pytest.approx(A_WORK_S * (1 - stopped / 100), abs=0.3), (i, stopped, left)

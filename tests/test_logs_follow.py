@@ -34,7 +34,7 @@ class Env:
             s.execute(update(Job).where(Job.id == self.job_id).values(**values))
 
     def write(self, attempt: int, rank: int, text: str) -> None:
-        path = log_path(self.job_id, attempt, rank)
+        path = log_path(self.store.id, self.job_id, attempt, rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             f.write(text)
@@ -65,7 +65,7 @@ def test_a_read_from_an_offset_gives_what_the_log_gained_and_where_it_ends(env: 
     again = env.api.logs(env.job_id, rank=0, offset=8)["logs"][0]
     assert again["text"] == "three\nfour" and again["end"] == 18
     assert env.api.logs(env.job_id, rank=0, offset=18)["logs"][0] == {
-        "rank": 0, "path": str(log_path(env.job_id, 1, 0)), "text": "", "end": 18}
+        "rank": 0, "path": f"job-{env.job_id}/attempt-1/rank-0.log", "text": "", "end": 18}
 
 
 def test_bad_follow_requests_name_the_field() -> None:

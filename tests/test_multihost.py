@@ -40,7 +40,7 @@ def test_a_gang_job_runs_across_two_hosts(cluster: Cluster) -> None:
     wait_until("the gang to succeed", lambda: c.job(gang)["state"] == "succeeded", timeout=90)
     succeeded_once(c, gang)
     # Its ranks ran on both hosts and found each other at rank 0's own address (not loopback).
-    logs = sorted((c.home / "logs" / f"job-{gang}" / "attempt-1").glob("rank-*.log"))
+    logs = sorted((c.files / "logs" / f"job-{gang}" / "attempt-1").glob("rank-*.log"))
     assert len(logs) == 2
     addresses = {line.split("=", 1)[1].strip() for p in logs for line in p.read_text().splitlines()
                  if line.startswith("[corral] MASTER_ADDR=")}
@@ -75,7 +75,7 @@ def test_a_partitioned_host_s_job_finishes_elsewhere_exactly_once(cluster: Clust
     assert j["attempt"] == 2 and j["state"] == "succeeded", c.events(long)  # (what happened, if not)
     for job_id in (long, short):
         succeeded_once(c, job_id)
-    second = (c.home / "logs" / f"job-{long}" / "attempt-2" / "rank-0.log").read_text()
+    second = (c.files / "logs" / f"job-{long}" / "attempt-2" / "rank-0.log").read_text()
     assert "s of isolated work left" in second and "done at 100.0%" in second
     # The host comes back as a node again: taken back into the cluster.
     c.hosts.kill_all(host)

@@ -32,13 +32,14 @@ from ray.experimental import internal_kv
 
 from scheduler.core.errors import SpecError
 from scheduler.live import ray_auth
-from scheduler.live.job_files import checkpoint_dir, log_path, secure_home
+from scheduler.live.job_files import checkpoint_dir, log_path, secure_home, secure_store_files
 from scheduler.live.ray_backend import RayBackend
 from scheduler.live.runs import Launch, RankSpec
 from scheduler.live.sockets import exposed, listening
 
 ATTACKER = "corral-test-attacker"
 KV_KEY = b"corral-test-attack"
+STORE = "5f0c1d52-3a57-4d0e-9a43-1f7c2b2d9e01"  # the store whose job the attack is
 
 # Run as the job's OS user: once holding no token at all, once claiming token mode with a guessed token.
 ATTACK = r"""
@@ -71,6 +72,7 @@ def home() -> Iterator[Path]:
     old = os.environ.get("CORRAL_HOME")
     os.environ["CORRAL_HOME"] = str(path / "home")
     secure_home(path / "home")
+    secure_store_files(STORE, legacy=False, home=path / "home")
     yield path / "home"
     if old is None:
         os.environ.pop("CORRAL_HOME", None)
@@ -114,7 +116,7 @@ def test_a_job_cannot_drive_ray(backend: RayBackend, home: Path) -> None:
     os.chmod(script, 0o644)
     entry = f"{python} {script} {backend.address} {home}"
     launch = Launch(job_id=1, attempt=1, kind="command", ranks=(RankSpec(0, "node0", (0,), 1.0, 80.0),), work_s=1.0,
-                    rate=1.0, log_dir=str(log_path(1, 1, 0).parent), checkpoint_dir=str(checkpoint_dir(1)),
+                    rate=1.0, log_dir=str(log_path(STORE, 1, 1, 0).parent), checkpoint_dir=str(checkpoint_dir(STORE, 1)),
                     entrypoint=entry, env={"PYTHONPATH": pythonpath}, run_as=ATTACKER, create_account=True)
     try:
         backend.launch(launch)
@@ -125,7 +127,7 @@ def test_a_job_cannot_drive_ray(backend: RayBackend, home: Path) -> None:
             phase = statuses[1].phase if 1 in statuses else phase
             time.sleep(0.1)
         backend.forget(1)
-        out = log_path(1, 1, 0).read_text()
+        out = log_path(STORE, 1, 1, 0).read_text()
         assert phase == "succeeded", out
         assert "TOKEN-REFUSED" in out and "SESSIONS-REFUSED" in out, out
         assert "KV-REFUSED" in out and "KV-OPEN" not in out, out

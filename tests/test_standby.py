@@ -34,6 +34,7 @@ from sqlalchemy import select
 from policies import make_policy
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
+from scheduler.live.job_files import store_dir
 from scheduler.live.leader import Lease, NotLeader, SoleLeader
 from scheduler.live.runs import NAMESPACE, JobStatus, Launch, actor_name
 from scheduler.live.store import Store, queries
@@ -417,6 +418,7 @@ def test_sigkill_the_leader_and_the_standby_takes_over(ray_cluster: Any, pg_url:
         assert [j["state"] for j in jobs] == ["succeeded"] * len(ids), [(j["id"], j["state"], j["error"]) for j in jobs]
 
         store = Store.open(pg_url, migrate=False)
+        logs = store_dir(store.id, tmp_path / "corral-home") / "logs"
         with store.session() as s:
             for job_id in ids:
                 kinds = list(s.scalars(select(JobEvent.kind).where(JobEvent.job_id == job_id).order_by(JobEvent.id)))
@@ -428,7 +430,6 @@ def test_sigkill_the_leader_and_the_standby_takes_over(ray_cluster: Any, pg_url:
         store.close()
         assert epochs <= {1, 2} and 1 in epochs
         # By the workers' own logs too: no job has two runs that worked to the end.
-        logs = tmp_path / "corral-home" / "logs"
         for job_id in ids:
             done = [p for p in (logs / f"job-{job_id}").glob("attempt-*/rank-0.log")
                     if "[corral] done at 100.0%" in p.read_text(errors="replace")]

@@ -74,7 +74,29 @@ def test_the_cluster_default_and_maximum_apply_at_submission(env: Env) -> None:
     assert bad.status_code == 422 and "max_s" in bad.json["errors"]["json"]
     assert env.call("PATCH", "/time-limits", {}).status_code == 422
     assert env.ok("PATCH", "/time-limits", {"default_s": None}) == {"default_s": None, "max_s": 86400.0}
+    assert env.ok("POST", "/jobs", JOB, who="alice", status=201)["time_limit_s"] == 86400.0  # the maximum
+    assert env.ok("PATCH", "/time-limits", {"max_s": None}) == {"default_s": None, "max_s": None}
     assert env.ok("POST", "/jobs", JOB, who="alice", status=201)["time_limit_s"] is None
+
+
+def test_with_a_maximum_and_no_default_every_job_is_bounded(env: Env) -> None:
+    """Issue 46: an admin set `max_s=3600` with no default, and a job that gave no limit was stored with none at all.
+    It gets the maximum, whichever way it comes in (a submission, an array's tasks, a resubmission); and its owner
+    cannot lift it past the maximum afterwards."""
+    old = env.ok("POST", "/jobs", JOB, who="alice", status=201)  # from before the maximum: none
+    assert old["time_limit_s"] is None
+    assert env.ok("PATCH", "/time-limits", {"max_s": 3600}) == {"default_s": None, "max_s": 3600.0}
+    assert env.ok("POST", "/jobs", JOB, who="alice", status=201)["time_limit_s"] == 3600.0
+    tasks = env.ok("POST", "/jobs", JOB | {"array": {"count": 2}}, who="alice", status=201)
+    with env.store.session() as s:
+        limits = s.scalars(select(JobRow.time_limit_s).where(JobRow.array_id == tasks["array"]["id"])).all()
+    assert list(limits) == [3600.0, 3600.0]
+    assert env.ok("POST", f"/jobs/{old['id']}/resubmit", {}, who="alice", status=201)["time_limit_s"] == 3600.0
+    # The old job has none; its owner may give it one up to the maximum, not past it (an admin may).
+    resp = env.call("PATCH", f"/jobs/{old['id']}", {"time_limit_s": 7200}, who="alice")
+    assert resp.status_code == 403 and "maximum time limit, 3600 s" in resp.json["message"]
+    assert env.ok("PATCH", f"/jobs/{old['id']}", {"time_limit_s": 1800}, who="alice")["time_limit_s"] == 1800.0
+    assert env.ok("PATCH", f"/jobs/{old['id']}", {"time_limit_s": 7200})["time_limit_s"] == 7200.0  # an admin
 
 
 def test_the_cli_shows_and_sets_time_limits(env: Env) -> None:

@@ -34,6 +34,9 @@ DEFAULT_CONFIG: dict[str, Any] = {
     # both): by default only admins' jobs may run as the server's own user.
     "CORRAL_COMMAND_JOBS": "isolated",
     "CORRAL_JOB_ACCOUNTS": JobAccounts(),
+    # Whether GET /cluster names other users' jobs and their users to everyone (`corral serve --show-others-jobs`):
+    # by default only to admins.
+    "CORRAL_SHOW_OTHERS_JOBS": False,
     "API_TITLE": "Corral",
     "API_VERSION": "v1",
     "OPENAPI_VERSION": "3.0.3",

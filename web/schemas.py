@@ -705,7 +705,8 @@ class JobListSchema(Schema):
 
 class RankLogSchema(Schema):
     rank = fields.Integer()
-    path = fields.String()
+    path = fields.String(metadata={"description": "the log's name among the job's logs (`job-7/attempt-2/rank-0.log`), "
+                                                  "never a folder of the server's"})
     text = fields.String()
     end = fields.Integer(metadata={"description": "the byte offset just past `text`: the `offset` to follow from"})
 
@@ -720,9 +721,9 @@ class LogsSchema(Schema):
 
 class TenantSchema(Schema):
     job_id = fields.Integer()
-    name = fields.String()
+    name = fields.String(allow_none=True, metadata={"description": "null for another user's job (see GET /cluster)"})
     share = fields.Float()
-    user = fields.String()
+    user = fields.String(allow_none=True, metadata={"description": "null for another user's job"})
     team = fields.String(metadata={"description": "the team whose quota the job runs under"})
 
 

@@ -553,7 +553,7 @@ def release(job_id: int, url: str, token: str | None) -> None:
     """Release a held job: it may start again, in its place in the queue. An admin's hold only an admin releases."""
     with api_errors():
         j = client(url, token).release(job_id)
-    click.echo(f"job {job_id}: not held; " + ("it may start" if j["state"] == JobState.PENDING else j["state"]))
+    click.echo(f"job {job_id}: released; " + ("it may start" if j["state"] == JobState.PENDING else j["state"]))
 
 
 @click.command()
@@ -630,6 +630,12 @@ def gpu_health_text(reading: dict[str, Any] | None) -> str:
     return escape(" ".join(parts))
 
 
+def _tenant_text(t: dict[str, Any]) -> str:
+    """A GPU's tenant as `corral cluster` prints it: another user's job comes without its name and user."""
+    who = f"{t['name']} ({t['user']})" if t["user"] is not None else "(another user's job)"
+    return f"job {t['job_id']} {who} ×{t['share']:g}"
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
 @connection
@@ -655,7 +661,7 @@ def cluster(as_json: bool, url: str, token: str | None) -> None:
         for col in ("gpu", "local", "type", "mem", "free", *(("health",) if health else ()), "tenants"):
             table.add_column(col, justify="left" if col in ("type", "health", "tenants") else "right")
         for g in node["gpus"]:
-            tenants = ", ".join(f"job {t['job_id']} {t['name']} ({t['user']}) ×{t['share']:g}" for t in g["tenants"])
+            tenants = ", ".join(_tenant_text(t) for t in g["tenants"])
             gpu_health = (gpu_health_text(by_gpu.get(g["local_index"])),) if health else ()
             # A closed GPU (down, drained or faulty node) takes no new job: its idle share is not free.
             free = "closed" if g.get("closed") else f"{g['free_share']:g}"

@@ -53,6 +53,9 @@ from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S
               help="Who may submit command jobs. isolated: admins, and other users when their jobs run as an OS "
                    "account that is not the server's; admins: admins only; everyone: every user, even as the "
                    "server's own account (not as root).")
+@click.option("--show-others-jobs", is_flag=True,
+              help="Show every user the names and users of other users' jobs on the cluster map (GET /cluster); by "
+                   "default only admins see them, others see each job's id, share and team.")
 @click.option("--log-limit-mb", default=64.0, show_default=True, type=Number("float", 0.01, 1e6),
               help="What one rank of a command job may write to its log in one run; the rest is dropped, with a note.")
 @click.option("--allow-unauthenticated-ray", is_flag=True,
@@ -99,7 +102,8 @@ from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fabric: str | None,
           ray_address: str | None,
           policy: str | None, tick: float, job_user_pattern: str | None, job_user_map: Path | None,
-          job_user: str | None, command_jobs: str, log_limit_mb: float, allow_unauthenticated_ray: bool,
+          job_user: str | None, command_jobs: str, show_others_jobs: bool, log_limit_mb: float,
+          allow_unauthenticated_ray: bool,
           half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...],
           reserve_after: float | None, reserve_share: float | None, start_timeout: float, drain_after: int) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
@@ -120,7 +124,8 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
         run_service(ServeConfig(host=host, port=port, nodes=nodes, gpus_per_node=gpus_per_node, preset=preset,
                                 fabric=fabric, ray_address=ray_address, policy=policy, tick_s=tick, job_user=job_user,
                                 job_user_pattern=job_user_pattern, job_user_map=job_user_map,
-                                command_jobs=command_jobs, log_limit_mb=log_limit_mb,
+                                command_jobs=command_jobs, show_others_jobs=show_others_jobs,
+                                log_limit_mb=log_limit_mb,
                                 allow_unauthenticated_ray=allow_unauthenticated_ray, half_life_s=half_life_h * 3600.0,
                                 on_gpu_fault=on_gpu_fault, drain_timeout_s=drain_timeout,
                                 webhook_allow=webhook_allow, reserve_after_s=reserve_after,

@@ -66,6 +66,7 @@ class ServeConfig:
     job_user_pattern: str | None = None  # or one OS account per Corral user, e.g. "corral-{user}"
     job_user_map: Path | None = None  # or a YAML file mapping Corral users to OS accounts
     command_jobs: str = "isolated"  # who may submit command jobs: isolated, admins or everyone (job_accounts)
+    show_others_jobs: bool = False  # GET /cluster names other users' jobs and users to every user, not only admins
     log_limit_mb: float = DEFAULT_LOG_LIMIT_BYTES / 2**20  # what one rank of a command job may log per run
     allow_unauthenticated_ray: bool = False  # join a --ray-address cluster that takes no token
     half_life_s: float = 7 * 24 * 3600.0  # of the teams' fair-share usage (scheduler.core.tenancy)
@@ -307,7 +308,7 @@ def serve(cfg: ServeConfig) -> None:
     from policies import make_policy
     from scheduler.core.paths import corral_home
     from scheduler.live import doorbell
-    from scheduler.live.job_files import secure_home
+    from scheduler.live.job_files import secure_home, secure_store_files
     from scheduler.live.leader import StoreBusy, StoreLock
     from scheduler.live.ray_backend import RayBackend
     from scheduler.live.store import Store, database_url, queries
@@ -344,6 +345,8 @@ def serve(cfg: ServeConfig) -> None:
             raise ServeError(str(exc)) from None
     store = Store.open(url)
     secure_home(home)  # again: the database file exists now
+    with store.session() as s:  # the jobs' files of this store, under its id (the first start claims older ones)
+        secure_store_files(store.id, legacy=queries.has_legacy_files(s), home=home)
     if cfg.policy is not None:
         with store.session(write=True) as s:
             queries.activate_policy(s, cfg.policy, by="corral serve --policy")
@@ -380,6 +383,7 @@ def serve(cfg: ServeConfig) -> None:
         dispatcher.start()
         app = create_app(store, notify=notify, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
                                                        "CORRAL_JOB_ACCOUNTS": accounts,
+                                                       "CORRAL_SHOW_OTHERS_JOBS": cfg.show_others_jobs,
                                                        "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s,
                                                        "CORRAL_WEBHOOK_ALLOW": allow,
                                                        "CORRAL_RESERVATIONS": reservation_rule(cfg)},

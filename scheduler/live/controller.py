@@ -306,7 +306,7 @@ class Controller:
         return rank_specs(self.cluster, self.node_names, job.placement)
 
     def _launch_spec(self, row: JobRow, job: Job, attempt: int) -> Launch:
-        return launch_of(row, job, attempt, self._placement(job), self.accounts, self.log_limit_bytes)
+        return launch_of(row, job, attempt, self._placement(job), self.accounts, self.store.id, self.log_limit_bytes)
 
     def _ran_from(self, job_id: int) -> float | None:
         """When the job's current run's workers started (None: not running, or its workers are not up yet)."""

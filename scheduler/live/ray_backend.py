@@ -30,7 +30,8 @@ import ray
 from ray._private import ray_constants
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from scheduler.live import ray_auth, sockets
+from scheduler.core.paths import corral_home
+from scheduler.live import ray_auth, ray_leftovers, sockets
 from scheduler.live.runs import (
     NAMESPACE,
     PRESET_PREFIX,
@@ -129,6 +130,7 @@ class RayBackend:
         self._saved_env: dict[str, str | None] = {}  # what `local` changed in this process's environment
         self._runs: dict[int, _Run] = {}
         self._stopping: list[tuple[str, Any, Any, float]] = []  # (actor's name, actor, ref of stop(), deadline)
+        self._records: Path | None = None  # where `local` recorded its cluster's processes (`ray_leftovers`)
 
     # -- lifecycle --
 
@@ -140,6 +142,8 @@ class RayBackend:
         from ray.cluster_utils import Cluster
 
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        records = corral_home() / "ray"  # Ray's private folder (made 0700 here when Ray's sessions go elsewhere)
+        ray_leftovers.end_leftovers(records)  # a server killed with SIGKILL left its cluster running
         saved = ray_auth.saved_env()  # given back at shutdown (a test may start another cluster)
         ray_auth.use_token(ray_auth.ensure_token())
         temp = ray_auth.private_temp_dir()
@@ -158,7 +162,10 @@ class RayBackend:
         ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
         for ip, port in sockets.exposed(os.getpid()):  # a Ray release that binds a new port elsewhere: say so
             log.warning("a process of the local Ray cluster listens on %s:%d, not only on loopback", ip, port)
+        records.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ray_leftovers.record(records)
         backend = cls(cluster=cluster, temp_dir=temp)
+        backend._records = records
         backend._saved_env = saved
         return backend
 
@@ -186,6 +193,8 @@ class RayBackend:
         ray.shutdown()
         if self._cluster is not None:
             self._cluster.shutdown()
+            if self._records is not None:
+                ray_leftovers.forget(self._records)
             if self._temp_dir is not None and self._temp_dir.name.startswith("corral-ray-"):
                 shutil.rmtree(self._temp_dir, ignore_errors=True)  # the fallback outside CORRAL_HOME
             ray_auth.restore_env(self._saved_env)

@@ -67,10 +67,11 @@ def array_env(row: JobRow) -> dict[str, str]:
     return {"CORRAL_ARRAY_ID": str(row.array_id), "CORRAL_ARRAY_INDEX": str(row.array_index)}
 
 
-def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], accounts: JobAccounts,
+def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], accounts: JobAccounts, store_id: str,
               log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES) -> Launch:
-    """What the backend needs to start (or, after a restart, find) this run's workers. A command job whose user has no
-    account now (the server was restarted with another map since it was accepted) fails at launch, saying why."""
+    """What the backend needs to start (or, after a restart, find) this run's workers; its files are under its store's
+    id (`store_id`). A command job whose user has no account now (the server was restarted with another map since it
+    was accepted) fails at launch, saying why."""
     run_as, account_error = None, ""
     if row.kind == JobType.COMMAND:
         try:
@@ -79,8 +80,8 @@ def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], ac
             account_error = str(exc)
     return Launch(
         job_id=row.id, attempt=attempt, kind=row.kind, ranks=tuple(ranks),
-        work_s=row.duration_s, rate=job.rate, log_dir=str(job_files.log_path(row.id, attempt, 0).parent),
-        checkpoint_dir=str(job_files.checkpoint_dir(row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
+        work_s=row.duration_s, rate=job.rate, log_dir=str(job_files.log_path(store_id, row.id, attempt, 0).parent),
+        checkpoint_dir=str(job_files.checkpoint_dir(store_id, row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
         env={**{str(k): str(v) for k, v in (row.env or {}).items()}, **array_env(row)},
         run_as=run_as, create_account=accounts.creates, account_error=account_error, log_limit_bytes=log_limit_bytes,
     )

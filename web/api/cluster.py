@@ -7,6 +7,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from flask import current_app
 from flask_smorest import Blueprint
 
 from scheduler.live.cluster import fabric_in_store
@@ -14,18 +15,23 @@ from scheduler.live.nodes import closed_in_store, drain_view, health_view
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from web.api.context import store
-from web.auth import protect
+from web.auth import caller, protect
 from web.schemas import ClusterSchema
 
 
 def cluster_json() -> dict[str, Any]:
+    """The map as the caller may see it: another user's job shows its id, share and team, not its name nor its
+    user, unless the caller is an admin or the operator lets everyone see them (`corral serve --show-others-jobs`)."""
     now = time.time()
+    who = caller()
+    everyone = who.admin or current_app.config["CORRAL_SHOW_OTHERS_JOBS"]
     with store().session() as s:
         nodes = q.nodes_with_gpus(s)
         tenants: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for alloc, job, user in q.open_allocations_with_jobs(s):
-            tenants[alloc.gpu].append({"job_id": job.id, "name": job.name, "share": alloc.share, "user": user,
-                                       "team": job.team})
+            shown = everyone or job.user_id == who.id
+            tenants[alloc.gpu].append({"job_id": job.id, "name": job.name if shown else None, "share": alloc.share,
+                                       "user": user if shown else None, "team": job.team})
         counts = q.count_by_state(s)
         active = q.active_policy(s)
         fabric = fabric_in_store(s)[0]
@@ -72,6 +78,8 @@ def blueprint(prefix: str) -> Blueprint:
         network above the servers with; null: one uplink per rack), its GPUs and the jobs holding each, with their
         shares, and the GPUs' health as the node's agent last reported it (stale when older than 3 of its reporting
         intervals: shown, not acted on).
+        Another user's job shows only its id, share and team (`name` and `user` null), unless the caller is an admin
+        or the server was started with `--show-others-jobs`.
         A GPU on a down or drained node, or one its agent reports faulty, is `closed` (with why): it takes no new job,
         and `totals.gpus_usable` leaves it out. Read from the database only, so it answers while the controller is
         down.

@@ -19,7 +19,7 @@ from scheduler.core.dependencies import Condition, holds
 from scheduler.core.reservations import HOLDS
 from scheduler.live import job_accounts
 from scheduler.live.explain import Estimates, allocation_text, known_progress, last_placement, queue_start_estimates
-from scheduler.live.job_files import log_path
+from scheduler.live.job_files import log_name, log_path
 from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.nodes import capacity_refusal
 from scheduler.live.store import JobState, JobType
@@ -105,10 +105,11 @@ def _control(job_id: int, act: Callable[[Session, Job], Job]) -> dict[str, Any]:
     return body
 
 
-def _array_control(array_id: int, act: Callable[[Session, Job], Job], refused: type[Exception]) -> dict[str, Any]:
+def _array_control(array_id: int, act: Callable[[Session, Job], Job],
+                   refused: type[Exception] | tuple[type[Exception], ...]) -> dict[str, Any]:
     """Apply a job control to each task of an array the caller may see (404 or 403 otherwise), leaving as they are
-    the tasks it is `refused` for (a hold of a running task, a release of an admin's hold), and answer with the
-    array."""
+    the tasks it is `refused` for (a hold of a running task, a release of an admin's hold or of a task not held), and
+    answer with the array."""
     with write_session() as s:
         array = _array_or_404(s, array_id)
         for task in q.array_tasks(s, array.id):
@@ -394,7 +395,8 @@ def blueprint(prefix: str) -> Blueprint:
         released; tasks an admin holds stay held for a user, as `held` and each task's `held_by` show.
         """
         who = caller()
-        return _array_control(array_id, lambda s, task: q.release(s, task, who.name, admin=who.admin), PermissionError)
+        return _array_control(array_id, lambda s, task: q.release(s, task, who.name, admin=who.admin),
+                              (PermissionError, q.NotChangeable))
 
     @blp.route("/jobs/<int:job_id>/cancel", methods=["POST"])
     @blp.response(200, JobSchema, description="the job after the cancel: cancelled if it was pending, else flagged")
@@ -456,7 +458,7 @@ def blueprint(prefix: str) -> Blueprint:
         """Release a held job
 
         It may start again, in its place in the queue. A user releases the holds they placed; an admin's hold only an
-        admin releases (Slurm's user and admin holds): 403. Releasing a job not held changes nothing.
+        admin releases (Slurm's user and admin holds): 403. A job that is not held is a 409 naming its state.
         """
         who = caller()
         return _control(job_id, lambda s, job: q.release(s, job, who.name, admin=who.admin))
@@ -483,7 +485,7 @@ def blueprint(prefix: str) -> Blueprint:
         if "offset" in args:
             return _follow(job_id, attempt, args["rank"], args["offset"], args["wait_s"])
         # Ranks with a file but no allocation row (a run whose rows were cleaned up) still have logs worth showing.
-        folder = log_path(job_id, attempt, 0).parent
+        folder = log_path(store().id, job_id, attempt, 0).parent
         if folder.is_dir():
             ranks |= {int(m.group(1)) for p in folder.iterdir() if (m := RANK_LOG.fullmatch(p.name))}
         if "rank" in args:
@@ -491,9 +493,10 @@ def blueprint(prefix: str) -> Blueprint:
         budget = max(MIN_RANK_LOG_BYTES, MAX_LOG_RESPONSE_BYTES // max(1, len(ranks)))  # bytes read per rank
         out = []
         for r in sorted(ranks):
-            path = log_path(job_id, attempt, r)
+            path = log_path(store().id, job_id, attempt, r)
             end = file_size(path)  # before the tail is read: a follower from here misses nothing
-            out.append({"rank": r, "path": str(path), "text": tail_lines(path, args["tail"], budget), "end": end})
+            out.append({"rank": r, "path": log_name(job_id, attempt, r), "text": tail_lines(path, args["tail"], budget),
+                        "end": end})
         return {"job_id": job_id, "attempt": attempt, "state": job.state, "current_attempt": job.attempt, "logs": out}
 
     return blp
@@ -506,7 +509,7 @@ FOLLOW_POLL_S = 0.2
 
 def _follow(job_id: int, attempt: int, rank: int, offset: int, wait_s: float) -> dict[str, Any]:
     """One rank's log from `offset`, waiting up to `wait_s` for news while the attempt is the job's live run."""
-    path = log_path(job_id, attempt, rank)
+    path = log_path(store().id, job_id, attempt, rank)
     # The state is read before the text, always: a state that says the run is over then comes with every line the
     # run wrote (its workers write before it ends), so a follower that moves on loses none of its last words.
     state, current = _job_now(job_id)
@@ -526,7 +529,7 @@ def _follow(job_id: int, attempt: int, rank: int, offset: int, wait_s: float) ->
         finally:
             _WAITERS.release()
     return {"job_id": job_id, "attempt": attempt, "state": state, "current_attempt": current,
-            "logs": [{"rank": rank, "path": str(path), "text": text, "end": end}]}
+            "logs": [{"rank": rank, "path": log_name(job_id, attempt, rank), "text": text, "end": end}]}
 
 
 def _job_now(job_id: int) -> tuple[str, int]:

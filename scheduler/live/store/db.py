@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.core.paths import corral_home
+from scheduler.live.store.models import StoreIdentity
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 IDLE_IN_TRANSACTION_TIMEOUT_S = 30
@@ -147,6 +149,16 @@ class Store:
             return
         with self._writer, self.write_sessions() as s, s.begin():
             yield s
+
+    @cached_property
+    def id(self) -> str:
+        """This store's id (a UUID, `StoreIdentity`), read once: its jobs' files live under it
+        (`scheduler.live.job_files`)."""
+        with self.session() as s:
+            row = s.get(StoreIdentity, 1)
+        if row is None:
+            raise RuntimeError("the store has no id: its schema predates migration 0018 (open it with migrate=True)")
+        return row.store_id
 
     def close(self) -> None:
         self.engine.dispose()

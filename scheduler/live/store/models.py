@@ -305,6 +305,21 @@ class ControllerLease(Base):
     expires_at: Mapped[float] = mapped_column(default=0.0)
 
 
+class StoreIdentity(Base):
+    """The one row (id 1) that names this store: `store_id`, a random UUID made when the store was created (or
+    upgraded from before ids, migration 0018), under which its jobs' logs and checkpoints live
+    (`scheduler.live.job_files`), so that two stores sharing one CORRAL_HOME never read each other's files.
+    `legacy_files`: the store held jobs before it had an id, whose files were then kept directly under CORRAL_HOME;
+    only such a store may claim those folders."""
+
+    __tablename__ = "store_identity"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    store_id: Mapped[str] = mapped_column(String(36))
+    created_at: Mapped[float]
+    legacy_files: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
 class _LimitColumns:
     """The fair-use limits, as the cluster's defaults and a user's overrides both hold them (null: not set here)."""
 

@@ -34,6 +34,7 @@ from scheduler.live.store.models import (
     Node,
     PolicyVersion,
     PriorityClass,
+    StoreIdentity,
     Team,
     User,
     UserLimits,
@@ -282,8 +283,9 @@ def hold(s: Session, job: Job, by: str) -> Job:
 
 def release(s: Session, job: Job, by: str, *, admin: bool) -> Job:
     """Release a held job: it may start again, in its place in the queue. A user releases the holds they placed; an
-    admin's hold only an admin releases (Slurm's user and admin holds): PermissionError. Releasing a job not held
-    changes nothing."""
+    admin's hold only an admin releases (Slurm's user and admin holds): PermissionError. NotChangeable for a job that
+    is not held (also when released meanwhile: the update is conditional), naming its state: a release that did
+    nothing must not read as one that let the job start."""
     if job.held_by is not None and job.held_by != by and not admin:
         raise PermissionError(f"job {job.id} is held by {job.held_by}: only they or an admin may release it")
     now = time.time()
@@ -291,9 +293,10 @@ def release(s: Session, job: Job, by: str, *, admin: bool) -> Job:
         update(Job).where(Job.id == job.id, Job.held_at.is_not(None))
         .values(held_at=None, held_by=None, pending_reason=None, pending_until=None)
     )).rowcount
-    if done:
-        add_event(s, job.id, "released", f"released by {by}: it may start", at=now)
     s.refresh(job)
+    if not done:
+        raise NotChangeable(f"job {job.id} is not held (it is {job.state}): there is nothing to release")
+    add_event(s, job.id, "released", f"released by {by}: it may start", at=now)
     return job
 
 
@@ -314,6 +317,10 @@ def change_job(s: Session, job: Job, changes: Mapping[str, Any], *, by: str, adm
         if old["time_limit_s"] is not None and (limit is None or limit > old["time_limit_s"]):
             raise PermissionError(f"time_limit_s: only an admin raises a job's time limit "
                                   f"({_limit_words(old['time_limit_s'])} now); you may lower it")
+        most = time_limit_settings(s)[1]  # a job from before the maximum has none: its owner may not give it more
+        if "time_limit_s" in changes and limit is not None and most is not None and limit > most:
+            raise PermissionError(f"time_limit_s: {limit:g} s is more than the cluster's maximum time limit, "
+                                  f"{most:g} s (an admin sets it: `corral time-limits`)")
         if changes.get("priority", old["priority"]) > old["priority"]:
             raise PermissionError(f"priority: only an admin raises a job's priority ({old['priority']} now); you may "
                                   "lower it")
@@ -757,6 +764,13 @@ def limit_settings(s: Session, user_id: int | None = None) -> tuple[dict[str, An
     return defaults, (_set_columns(s.get(UserLimits, user_id)) if user_id is not None else {})
 
 
+def has_legacy_files(s: Session) -> bool:
+    """Whether this store held jobs before it had an id (migration 0018): their files were then kept directly under
+    CORRAL_HOME, and it may claim them (`job_files.claim_legacy_files`)."""
+    row = s.get(StoreIdentity, 1)
+    return bool(row is not None and row.legacy_files)
+
+
 def time_limit_settings(s: Session) -> tuple[float | None, float | None]:
     """(the time limit a job gets when it gives none, the most one may give): None where an admin set neither."""
     row = s.get(LimitDefaults, 1)
@@ -783,11 +797,12 @@ def set_time_limits(s: Session, changes: Mapping[str, float | None], *, by: str)
 
 
 def apply_time_limit(s: Session, fields: dict[str, Any]) -> None:
-    """A submission's time limit, in place: the cluster's default when it gives none; ValueError (naming
-    `time_limit_s`) when it gives more than the cluster's maximum."""
+    """A submission's time limit, in place: the cluster's default when it gives none, or its maximum when there is
+    no default (with a maximum, every job is bounded); ValueError (naming `time_limit_s`) when it gives more than the
+    cluster's maximum."""
     default, most = time_limit_settings(s)
     if fields.get("time_limit_s") is None:
-        fields["time_limit_s"] = default
+        fields["time_limit_s"] = default if default is not None else most
     elif most is not None and fields["time_limit_s"] > most:
         raise ValueError(f"{fields['time_limit_s']:g} s is more than the cluster's maximum time limit, {most:g} s "
                          "(an admin sets it: `corral time-limits`)")

@@ -119,12 +119,14 @@ const Views = (() => {
     const sd = job ? job.predicted_slowdown : null;
     const big = t.share >= 0.5;
     const team = teams && t.team ? t.team : null;
-    const title = `#${t.job_id} ${t.name} (${t.user}${t.team ? `, team ${t.team}` : ""}) — share ${t.share}, ` +
+    const named = t.user !== null && t.user !== undefined;  // another user's job comes without name and user
+    const title = (named ? `#${t.job_id} ${t.name} (${t.user}${t.team ? `, team ${t.team}` : ""})` :
+      `#${t.job_id}, another user's job${t.team ? ` (team ${t.team})` : ""}`) + ` — share ${t.share}, ` +
       `predicted slowdown ${C.slow(sd)}` + (job ? `, ${job.model}, ${C.gpus(job.num_gpus)}` : "");
     return html`<a class="tenant${big ? " big" : ""}${team ? " teamed" : ""}" href="#/job/${t.job_id}"
         data-job-id="${t.job_id}" data-team="${t.team || ""}" title="${title}"
         style="flex:${t.share} 0 0; background:${C.slowdownColour(sd)}${team ? `; --team:${teamColour(team)}` : ""}">
-        <span class="tname">${t.name}</span>
+        <span class="tname">${named ? t.name : "another user's job"}</span>
         <span class="tmeta">${team ? html`<span class="tteam">${team}</span> · ` : ""}#${t.job_id} ·
           ${t.share < 1 ? t.share : "whole"} · ${C.slow(sd)}</span></a>`;
   }
