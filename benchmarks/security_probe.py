@@ -18,6 +18,7 @@ review's attacker faced. Then, as users `alice` and `bob` (and an admin where a 
   fair use   bob floods submissions: how many are refused with 429 and Retry-After, and whether alice's what-if
              still answers while bob's queue is deep
   headers    the dashboard's and the API's security headers
+  priority   alice asks for priority 1,000,000 by submit, resubmit, array, an admin's class and PATCH
 
 Each row prints `held` when every attempt got the answer a safe service gives, else `FAILED`. Exit status 1 if any
 row failed.
@@ -256,6 +257,31 @@ def header_rows(srv: Server) -> list[Row]:
 
 PROBES: list[Callable[[Server], list[Row]]] = [ray_rows, job_rows, value_rows, size_rows, log_rows, malformed_rows,
                                                 header_rows, fair_use_rows]
+
+
+def priority_rows(srv: Server) -> list[Row]:
+    """Issue 46, item 1: alice (built-in ceiling: priority 0, preemptible only, no class) asks for 1,000,000 every way
+    there is; each must be a 403 and store nothing."""
+    top = 1_000_000
+    srv.post("/priority-classes", {"name": "probe-serving", "value": top, "preemptible": False}, "admin")
+    mine = srv.post("/jobs", job_body(name="prio-own"), "alice").json()
+    counted = f"{srv.api}/jobs?user=alice&limit=1"
+    before = requests.get(counted, headers=srv.headers("admin"), timeout=30).json()["total"]
+    tries = [srv.post("/jobs", job_body(priority=top, preemptible=False)),
+             srv.post(f"/jobs/{mine['id']}/resubmit", {"priority": top}),
+             srv.post("/jobs", job_body(priority=top, array={"count": 4})),
+             srv.post("/jobs", job_body(priority_class="probe-serving")),
+             requests.patch(f"{srv.api}/jobs/{mine['id']}", json={"priority": top}, headers=srv.headers("alice"),
+                            timeout=30)]
+    after = requests.get(counted, headers=srv.headers("admin"), timeout=30).json()["total"]
+    still = srv.job(int(mine["id"]), "alice")["priority"] == 0
+    requests.post(f"{srv.api}/jobs/{mine['id']}/cancel", headers=srv.headers("alice"), timeout=10)
+    held = sum(r.status_code == 403 for r in tries) if after == before and still else 0
+    return [("priority", "a non-admin's priority 1,000,000 via submit, resubmit, array, an admin's class, PATCH",
+             len(tries), held)]
+
+
+PROBES.append(priority_rows)
 
 
 def main() -> None:
