@@ -22,6 +22,7 @@ review's attacker faced. Then, as users `alice` and `bob` (and an admin where a 
   controls   the release of a job never held
   files      a second store in the same CORRAL_HOME runs a job with the id of one the server ran
   cluster    bob reads the cluster map while an admin's job runs; the logs answer holds no server folder
+  priority   alice asks for priority 1,000,000 by submit, resubmit, array, an admin's class and PATCH
 
 Each row prints `held` when every attempt got the answer a safe service gives, else `FAILED`. Exit status 1 if any
 row failed.
@@ -490,6 +491,31 @@ PROBES += [time_limit_rows]  # issue 46, item 4
 PROBES += [store_files_rows]  # issue 46, item 5
 PROBES += [release_rows]  # issue 46, item 7
 PROBES += [cluster_view_rows]  # issue 46, item 7
+
+
+def priority_rows(srv: Server) -> list[Row]:
+    """Issue 46, item 1: alice (built-in ceiling: priority 0, preemptible only, no class) asks for 1,000,000 every way
+    there is; each must be a 403 and store nothing."""
+    top = 1_000_000
+    srv.post("/priority-classes", {"name": "probe-serving", "value": top, "preemptible": False}, "admin")
+    mine = srv.post("/jobs", job_body(name="prio-own"), "alice").json()
+    counted = f"{srv.api}/jobs?user=alice&limit=1"
+    before = requests.get(counted, headers=srv.headers("admin"), timeout=30).json()["total"]
+    tries = [srv.post("/jobs", job_body(priority=top, preemptible=False)),
+             srv.post(f"/jobs/{mine['id']}/resubmit", {"priority": top}),
+             srv.post("/jobs", job_body(priority=top, array={"count": 4})),
+             srv.post("/jobs", job_body(priority_class="probe-serving")),
+             requests.patch(f"{srv.api}/jobs/{mine['id']}", json={"priority": top}, headers=srv.headers("alice"),
+                            timeout=30)]
+    after = requests.get(counted, headers=srv.headers("admin"), timeout=30).json()["total"]
+    still = srv.job(int(mine["id"]), "alice")["priority"] == 0
+    requests.post(f"{srv.api}/jobs/{mine['id']}/cancel", headers=srv.headers("alice"), timeout=10)
+    held = sum(r.status_code == 403 for r in tries) if after == before and still else 0
+    return [("priority", "a non-admin's priority 1,000,000 via submit, resubmit, array, an admin's class, PATCH",
+             len(tries), held)]
+
+
+PROBES.append(priority_rows)
 
 
 def main() -> None:

@@ -91,6 +91,7 @@ def test_token_create_prints_only_a_token_that_authenticates(server: Server) -> 
 
 def test_submit_flags_file_and_client_token(server: Server, tmp_path: Path) -> None:
     jid = submit(server)
+    ok(server, "user", "limits", "alice", "--max-priority", "3", token=admin_token(server))  # the built-in is 0
     out = ok(server, "submit", "--kind", "command", "--name", "train", "--model", "Transformer-XL", "--gpus", "0.5",
              "--entrypoint", "python train.py", "--workdir", "/data", "--env", "A=1", "--env", "B=x=y",
              "--priority", "3", "--restart-policy", "fail", "--max-restarts", "1", "--json")
@@ -431,7 +432,7 @@ def teams_table(out: str) -> dict[str, list[str]]:
     """`corral team list`'s rows by team name (the columns after the name)."""
     lines = out.splitlines()
     assert lines[0].split() == ["name", "quota", "borrow", "limit", "in", "use", "borrowed", "lent", "pending",
-                                "running"]
+                                "running", "priority", "ceiling"]
     return {ln.split()[0]: ln.split()[1:] for ln in lines[1:-1]}
 
 
@@ -453,17 +454,17 @@ def test_team_create_list_set_and_delete(server: Server) -> None:
     out = ok(server, "team", "list")  # any user may look
     rows = teams_table(out)
     # vision borrows 1 GPU; 8 - 5.5 = 2.5 GPUs are in no team's quota, so nlp lends nothing
-    assert rows == {"default": ["0", "none", "0", "0", "0", "0", "0"],
-                    "nlp": ["1.5", "none", "0", "0", "0", "0", "0"],
-                    "vision": ["4", "2", "5", "1", "0", "1", "1"]}
+    assert rows == {"default": ["0", "none", "0", "0", "0", "0", "0", "<=", "0"],
+                    "nlp": ["1.5", "none", "0", "0", "0", "0", "0", "<=", "0"],
+                    "vision": ["4", "2", "5", "1", "0", "1", "1", "<=", "0"]}
     assert "quotas add up to 5.5 of 8 GPUs" in out.splitlines()[-1]
     listing = json.loads(ok(server, "team", "list", "--json"))
     assert listing["cluster_gpus"] == 8 and [t["name"] for t in listing["teams"]] == ["default", "nlp", "vision"]
 
     assert ok(server, "team", "set", "nlp", "--quota", "2", "--borrow-limit", "0.5", token=root).strip() == (
-        "team nlp: quota 2 GPUs, borrow limit 0.5")
+        "team nlp: quota 2 GPUs, borrow limit 0.5, priority ceiling <= 0")
     assert ok(server, "team", "set", "nlp", "--no-borrow-limit", token=root).strip() == (
-        "team nlp: quota 2 GPUs, borrow limit none")
+        "team nlp: quota 2 GPUs, borrow limit none, priority ceiling <= 0")
     err = failure(corral(server, "team", "set", "nlp", token=root), code=2)
     assert "nothing to change" in err
     err = failure(corral(server, "team", "set", "nlp", "--borrow-limit", "1", "--no-borrow-limit", token=root), 2)

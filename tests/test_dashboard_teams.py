@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 import requests
 from conftest import served, signed_in_page
+from sqlalchemy import select
 from test_stats import seed_teams
 
 from scheduler.live.store import Store
+from scheduler.live.store.models import Team
 
 
 @dataclass
@@ -33,6 +35,9 @@ def site(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sit
     home = tmp_path_factory.mktemp("dashboard-teams")
     store = Store.open(f"sqlite:///{home / 'corral.db'}")
     tokens = seed_teams(store, time.time())
+    with store.session() as s:  # vision's members may rank higher than the built-in ceiling
+        vision = s.scalars(select(Team).where(Team.name == "vision")).one()
+        vision.max_priority, vision.allow_nonpreemptible = 100, True
     app = create_app(store, config={"FAIR_SHARE_HALF_LIFE_S": 600.0})
     with served(app) as url:
         yield Site(url, tokens["ann"], home / "screenshots")
@@ -70,6 +75,7 @@ def test_teams_page_shows_each_teams_figures_and_charts(page: Any, site: Site) -
     assert {k: table["default"][k] for k in columns} == dict(zip(columns, ["0", "no limit", "0", "0", "0", "0",
                                                                            "0"]))
     assert table["default"]["usage_ratio"] == "no quota"
+    assert (table["vision"]["priority_ceiling"], table["nlp"]["priority_ceiling"]) == ("≤ 100; non-preemptible", "≤ 0")
     # Fair share, as the API gives it (a few seconds may pass between the two reads: compare to the GPU-hour shown).
     api = requests.get(f"{site.base}/api/v1/stats/teams", headers={"Authorization": f"Bearer {site.token}"},
                        timeout=10).json()

@@ -227,13 +227,15 @@ def test_admins_set_and_show_defaults_and_overrides(env: Env) -> None:
     assert got["user"] == "alice" and got["submit_rate"] == 2.5 and got["max_pending"] == 20
     assert got["whatif_per_min"] == 30 and got["submit_burst"] == 100
     assert got["sources"] == {"max_pending": "user", "submit_rate": "user", "submit_burst": "built-in",
-                              "whatif_per_min": "cluster"}
+                              "whatif_per_min": "cluster", "max_priority": "built-in",
+                              "allow_nonpreemptible": "built-in", "priority_classes": "built-in"}  # her ceiling
     assert env.get("/users/alice/limits", "root").json == got
     cleared = set_limits(env, "/users/alice/limits", max_pending=None)  # back to the cluster's default
     assert cleared["max_pending"] == 500 and cleared["sources"]["max_pending"] == "cluster"
     assert set_limits(env, "/limits", max_pending=None)["sources"]["max_pending"] == "built-in"
     bob = env.get("/users/bob/limits", "root").json
-    assert bob["sources"] == everything_built_in | {"whatif_per_min": "cluster"}
+    assert bob["sources"] == everything_built_in | {"whatif_per_min": "cluster", "max_priority": "built-in",
+                                                    "allow_nonpreemptible": "built-in", "priority_classes": "built-in"}
     assert env.get("/users/root/limits", "root").json["exempt"] is True
     assert env.get("/users/nobody/limits", "root").status_code == 404
     assert patch(env, "/users/nobody/limits", {"max_pending": 3}).status_code == 404

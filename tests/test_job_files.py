@@ -102,7 +102,7 @@ def test_a_store_from_before_ids_claims_the_old_folders_once_and_alone(db_url: s
         assert q.has_legacy_files(s) is False
     job_files.secure_store_files(fresh.id, legacy=False, home=home)
     assert legacy_log.exists() and job_files.claimant(home) is None
-    # A store that held jobs before migration 0018 (upgraded from 0017, as `Store.open` does at the first start).
+    # A store that held jobs before migration 0019 (upgraded from 0017, as `Store.open` does at the first start).
     old = Store.open(db_url)
     submit_job_1(old)
     _downgrade_to_before_ids(old)

@@ -30,6 +30,9 @@ class Env:
             self.tokens = {"root": create_token(s, "root", admin=True), "alice": create_token(s, "alice")}
         self.app = create_app(store, notify=lambda: None)
         self.client: FlaskClient = self.app.test_client()
+        # alice may rank as high as the classes below, and be non-preemptible (the built-in ceiling is 0: see
+        # tests/test_priority_ceilings.py).
+        self.ok("PATCH", "/users/alice/limits", {"max_priority": 1000, "allow_nonpreemptible": True})
 
     def call(self, method: str, path: str, body: Any = None, who: str = "root") -> Any:
         return self.client.open(API + path, method=method, json=body,

@@ -179,6 +179,7 @@ def test_resubmit_copies_the_job_with_changes_as_the_callers_and_checks_them(cor
         def cli(token: str, *args: str) -> Any:
             return CliRunner().invoke(main, list(args), env={"CORRAL_URL": url, "CORRAL_TOKEN": token})
 
+        assert cli(admin, "user", "limits", "ann", "--max-priority", "5").exit_code == 0  # the built-in ceiling is 0
         first = json.loads(cli(ann, "submit", "--name", "sweep", "--model", "ResNet-50-bs64", "--gpus", "1",
                                "--duration", "60", "--max-retries", "2", "--retry-on", "3", "--client-token", "k1",
                                "--priority", "5", "--json").stdout)

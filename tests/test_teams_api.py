@@ -120,7 +120,8 @@ def test_create_list_show_patch_and_delete_round_trip(env: Env) -> None:
     assert [t["name"] for t in listing["teams"]] == ["default", "nlp.v2_x-1", "vision"]
     assert listing["cluster_gpus"] == 0
     assert set(listing["teams"][0]) == {"name", "quota_gpus", "borrow_limit_gpus", "created_at", "updated_at",
-                                        "in_use_gpus", "borrowed_gpus", "lent_gpus", "pending_jobs", "running_jobs"}
+                                        "in_use_gpus", "borrowed_gpus", "lent_gpus", "pending_jobs", "running_jobs",
+                                        "priority_ceiling", "ceiling_sources"}
     assert env.ok("GET", "/teams/vision", who="alice")["borrow_limit_gpus"] == 2
     assert env.call("GET", "/teams/nope").status_code == 404
 

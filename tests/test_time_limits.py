@@ -173,7 +173,8 @@ def test_an_admin_extends_a_running_job_and_its_owner_may_only_shorten_it(env: E
     limit, and the new priority orders the queue."""
     backend = StartingBackend(["n0"], 4)
     ctl = controller(env.store, backend)
-    # Not preemptible: the job given a higher priority below would preempt it otherwise.
+    # Not preemptible: the job given a higher priority below would preempt it otherwise (which an admin allows alice).
+    env.ok("PATCH", "/users/alice/limits", {"allow_nonpreemptible": True})
     running = env.ok("POST", "/jobs", {**JOB, "num_gpus": 4, "time_limit_s": 3600, "preemptible": False},
                      who="alice", status=201)["id"]
     wait_until("the first to start", lambda: (step(ctl), job(env.store, running).started_at)[1], timeout=10,

@@ -23,6 +23,7 @@ MAX_JOB_SECONDS = 365 * 24 * 3600.0
 MIN_SLO_MS = 0.1
 MAX_SLO_MS = 3600 * 1000.0
 MAX_PRIORITY = 1_000_000  # either sign
+MAX_CEILING_CLASSES = 100  # priority classes one user's or team's ceiling may name
 
 MAX_NAME = 200  # a job's name, a client token
 MAX_ENTRYPOINT = 16 * 1024  # characters of a command job's shell command

@@ -324,7 +324,27 @@ class TeamCreateArgs(RequestSchema):
     borrow_limit_gpus = TeamGpus(BORROW_HELP, borrow_limit=True, load_default=None, allow_none=True)
 
 
-class TeamPatchArgs(RequestSchema):
+class CeilingArgs:
+    """A priority ceiling's settings (scheduler.live.priority_ceilings), for a user or a team; null clears one."""
+
+    max_priority = _db_int(-lim.MAX_PRIORITY, lim.MAX_PRIORITY, strict=True, allow_none=True, metadata={
+        "description": "the highest priority a job may give (null: the team's, then the built-in 0)"})
+    allow_nonpreemptible = fields.Boolean(truthy={True}, falsy={False}, allow_none=True, metadata={
+        "description": "whether a job may give preemptible: false (null: the team's, then the built-in false)"})
+    priority_classes = fields.List(fields.String(validate=_name_rule), allow_none=True,
+                                   validate=validate.Length(max=lim.MAX_CEILING_CLASSES), metadata={
+        "description": "the priority classes a job may name whatever their figures (null: the team's, then none); a "
+                       "class within max_priority and allow_nonpreemptible may always be named"})
+
+
+class CeilingSchema(Schema):
+    max_priority = fields.Integer(metadata={"description": "the highest priority a job may give (403 above it)"})
+    allow_nonpreemptible = fields.Boolean(metadata={"description": "whether a job may give preemptible: false"})
+    priority_classes = fields.List(fields.String(), metadata={
+        "description": "classes a job may name whatever their figures"})
+
+
+class TeamPatchArgs(CeilingArgs, RequestSchema):
     """Only the fields given change. A team is not renamed: its name is in its jobs' history."""
 
     quota_gpus = TeamGpus(QUOTA_HELP)
@@ -413,6 +433,27 @@ class LimitsArgs(RequestSchema):
     def _something(self, data: dict[str, Any], **kwargs: Any) -> None:
         if not data:
             raise ValidationError("nothing to change: give max_pending, submit_rate, submit_burst or whatif_per_min")
+
+
+class UserLimitsArgs(CeilingArgs, LimitsArgs):
+    """A user's overrides: the fair-use limits and their priority ceiling. Only those given change; null clears one
+    (a limit back to the cluster's default, a ceiling's setting back to the team's)."""
+
+    @pre_load
+    def _no_booleans(self, data: Any, **kwargs: Any) -> Any:
+        # As LimitsArgs, but allow_nonpreemptible is a boolean.
+        if isinstance(data, dict):
+            bad = {k: ["Not a valid number."] for k, v in data.items()
+                   if k in self.fields and k != "allow_nonpreemptible" and isinstance(v, bool)}
+            if bad:
+                raise ValidationError(bad)
+        return data
+
+    @validates_schema
+    def _something(self, data: dict[str, Any], **kwargs: Any) -> None:
+        if not data:
+            raise ValidationError("nothing to change: give max_pending, submit_rate, submit_burst, whatif_per_min, "
+                                  "max_priority, allow_nonpreemptible or priority_classes")
 
 
 # What a node agent pushes (`PUT /nodes/<name>/health`): its health.json, less what the server derives or does not
@@ -890,6 +931,10 @@ class TeamSchema(Schema):
                        "lent by the teams under their quota, in proportion to their idle quota)"})
     pending_jobs = fields.Integer()
     running_jobs = fields.Integer()
+    priority_ceiling = fields.Nested(CeilingSchema, metadata={
+        "description": "what its members' jobs may ask for where they have no setting of their own"})
+    ceiling_sources = fields.Dict(keys=fields.String(), values=fields.String(), metadata={
+        "description": "where each ceiling setting comes from: team or built-in"})
 
 
 class TeamListSchema(Schema):
@@ -912,7 +957,7 @@ class UserSchema(Schema):
     active_jobs = fields.Integer(metadata={"description": "jobs pending or running (a user with any cannot move)"})
 
 
-LIMIT_SOURCES = ("user", "cluster", "built-in")
+LIMIT_SOURCES = ("user", "team", "cluster", "built-in")
 
 
 class LimitsSchema(Schema):
@@ -922,9 +967,13 @@ class LimitsSchema(Schema):
     submit_rate = fields.Float(metadata={"description": "submissions a second after the burst (429, Retry-After)"})
     submit_burst = fields.Integer(metadata={"description": "submissions at once"})
     whatif_per_min = fields.Integer(metadata={"description": "what-if calls a minute (429, Retry-After)"})
+    max_priority = fields.Integer(metadata={"description": "a user's: the highest priority their jobs may give"})
+    allow_nonpreemptible = fields.Boolean(metadata={"description": "a user's: may their jobs be non-preemptible"})
+    priority_classes = fields.List(fields.String(), metadata={
+        "description": "a user's: the classes their jobs may name whatever their figures"})
     sources = fields.Dict(keys=fields.String(), values=fields.String(validate=validate.OneOf(LIMIT_SOURCES)),
-                          metadata={"description": "where each value comes from: user (an override), cluster (an "
-                                                   "admin's default) or built-in"})
+                          metadata={"description": "where each value comes from: user (an override), team (the "
+                                                   "user's team's ceiling), cluster (an admin's default) or built-in"})
 
 
 class UserListSchema(Schema):

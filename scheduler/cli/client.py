@@ -257,8 +257,8 @@ class CorralClient:
         body = {"name": name, "quota_gpus": quota_gpus, "borrow_limit_gpus": borrow_limit_gpus}
         return self.request("POST", "/teams", json=body)
 
-    def update_team(self, name: str, changes: Mapping[str, float | None]) -> dict[str, Any]:
-        """Only the keys given change; `borrow_limit_gpus: None` removes the limit."""
+    def update_team(self, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Only the keys given change; `borrow_limit_gpus: None` removes the limit, a ceiling setting None clears it."""
         return self.request("PATCH", f"/teams/{quote(name, safe='')}",
                             json=dict(changes))
 
@@ -299,7 +299,7 @@ class CorralClient:
         path = "/limits" if user is None else f"/users/{quote(user, safe='')}/limits"
         return self.request("GET", path)
 
-    def set_limits(self, changes: Mapping[str, float | None], user: str | None = None) -> dict[str, Any]:
+    def set_limits(self, changes: Mapping[str, Any], user: str | None = None) -> dict[str, Any]:
         """Only the keys given change; None clears one (back to the default)."""
         path = "/limits" if user is None else f"/users/{quote(user, safe='')}/limits"
         return self.request("PATCH", path, json=dict(changes))

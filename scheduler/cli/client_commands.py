@@ -1060,6 +1060,39 @@ def limit_text(limit: float | None) -> str:
     return "none" if limit is None else gpus_text(limit)
 
 
+# Who may rank how high (scheduler.live.priority_ceilings): a user's or a team's settings.
+CEILING_OPTIONS = (("max_priority", "highest priority"), ("allow_nonpreemptible", "non-preemptible"),
+                   ("priority_classes", "priority classes"))
+
+
+def _clear_option(names: tuple[tuple[str, str], ...], where: str) -> Callable[[F], F]:
+    return click.option("--clear", "clear", multiple=True, metavar="SETTING",
+                        type=click.Choice([n.replace("_", "-") for n, _ in names]),
+                        help=f"Remove a setting (back to {where}); repeat for several.")
+
+
+def ceiling_options(f: F) -> F:
+    """--max-priority, --allow-nonpreemptible/--no-allow-nonpreemptible and --priority-classes: a priority ceiling,
+    as `user limits` and `team set` take it. The server checks the values and names the field."""
+    f = click.option("--priority-classes", metavar="A,B",
+                     help="Priority classes its jobs may name whatever their figures, comma-separated ('' for none).")(f)
+    f = click.option("--allow-nonpreemptible/--no-allow-nonpreemptible", default=None,
+                     help="Whether its jobs may say --not-preemptible themselves.")(f)
+    f = click.option("--max-priority", type=Number("int"), metavar="N",
+                     help="The highest priority its jobs may give (the built-in ceiling is 0).")(f)
+    return f
+
+
+def ceiling_text(c: dict[str, Any]) -> str:
+    """A ceiling in a few words: `<= 0`, `<= 100; non-preemptible; classes serving, batch`."""
+    parts = [f"<= {c['max_priority']}"]
+    if c["allow_nonpreemptible"]:
+        parts.append("non-preemptible")
+    if c["priority_classes"]:
+        parts.append("classes " + ", ".join(c["priority_classes"]))
+    return "; ".join(parts)
+
+
 @click.group()
 def team() -> None:
     """Teams: quotas, borrowing limits and what each uses now (changes are for admins)."""
@@ -1090,12 +1123,13 @@ def team_list(as_json: bool, url: str, token: str | None) -> None:
         print_json(res)
         return
     table = Table(box=None, header_style="bold")
-    for col in ("name", "quota", "borrow limit", "in use", "borrowed", "lent", "pending", "running"):
-        table.add_column(col, justify="left" if col == "name" else "right")
+    for col in ("name", "quota", "borrow limit", "in use", "borrowed", "lent", "pending", "running",
+                "priority ceiling"):
+        table.add_column(col, justify="left" if col in ("name", "priority ceiling") else "right")
     for t in res["teams"]:
         table.add_row(escape(t["name"]), gpus_text(t["quota_gpus"]), limit_text(t["borrow_limit_gpus"]),
                       gpus_text(t["in_use_gpus"]), gpus_text(t["borrowed_gpus"]), gpus_text(t["lent_gpus"]),
-                      str(t["pending_jobs"]), str(t["running_jobs"]))
+                      str(t["pending_jobs"]), str(t["running_jobs"]), escape(ceiling_text(t["priority_ceiling"])))
     out = console()
     out.print(table)
     quotas = sum(t["quota_gpus"] for t in res["teams"])
@@ -1110,23 +1144,29 @@ def team_list(as_json: bool, url: str, token: str | None) -> None:
 @click.option("--quota", type=NON_NEGATIVE, help="The new quota, in GPUs.")
 @click.option("--borrow-limit", type=NON_NEGATIVE, help="The new borrowing limit, in GPUs.")
 @click.option("--no-borrow-limit", is_flag=True, help="Remove the borrowing limit.")
+@ceiling_options
+@_clear_option(CEILING_OPTIONS, "the built-in one")
 @connection
-def team_set(name: str, quota: float | None, borrow_limit: float | None, no_borrow_limit: bool, url: str,
-             token: str | None) -> None:
-    """Change team NAME's quota or borrowing limit; what is not given stays."""
+def team_set(name: str, quota: float | None, borrow_limit: float | None, no_borrow_limit: bool,
+             clear: tuple[str, ...], url: str, token: str | None, **ceiling: Any) -> None:
+    """Change team NAME's quota, borrowing limit or priority ceiling; what is not given stays.
+
+    The ceiling applies to the team's members without a setting of their own (`corral user limits`): the highest
+    priority their jobs may give, whether they may be non-preemptible, the classes they may name beyond that."""
     if borrow_limit is not None and no_borrow_limit:
         raise click.UsageError("give --borrow-limit or --no-borrow-limit, not both")
-    changes: dict[str, float | None] = {}
+    changes: dict[str, Any] = _limit_changes(ceiling, clear)
     if quota is not None:
         changes["quota_gpus"] = quota
     if borrow_limit is not None or no_borrow_limit:
         changes["borrow_limit_gpus"] = borrow_limit  # None with --no-borrow-limit: no limit
     if not changes:
-        raise click.UsageError("nothing to change: give --quota, --borrow-limit or --no-borrow-limit")
+        raise click.UsageError("nothing to change: give --quota, --borrow-limit, --no-borrow-limit, --max-priority, "
+                               "--[no-]allow-nonpreemptible, --priority-classes or --clear")
     with api_errors():
         t = client(url, token).update_team(name, changes)
     click.echo(f"team {t['name']}: quota {gpus_text(t['quota_gpus'])} GPUs, borrow limit "
-               f"{limit_text(t['borrow_limit_gpus'])}")
+               f"{limit_text(t['borrow_limit_gpus'])}, priority ceiling {ceiling_text(t['priority_ceiling'])}")
 
 
 @team.command("delete")
@@ -1182,9 +1222,6 @@ LIMIT_OPTIONS = (("max_pending", "max pending"), ("submit_rate", "submissions/s"
 def limit_options(f: F) -> F:
     """--max-pending, --submit-rate, --submit-burst, --whatif-per-min and --clear: what `user limits` and `limits`
     share. The server checks the values and names the field."""
-    f = click.option("--clear", "clear", multiple=True, metavar="LIMIT",
-                     type=click.Choice([n.replace("_", "-") for n, _ in LIMIT_OPTIONS]),
-                     help="Remove a setting (back to the default); repeat for several.")(f)
     f = click.option("--whatif-per-min", type=COUNT, help="What-if calls a minute.")(f)
     f = click.option("--submit-burst", type=COUNT, help="Submissions at once before the rate applies.")(f)
     f = click.option("--submit-rate", type=POSITIVE, metavar="PER_S", help="Submissions a second after the burst.")(f)
@@ -1197,6 +1234,8 @@ def _limit_changes(given: dict[str, Any], clear: tuple[str, ...]) -> dict[str, A
     both = sorted(n for n in cleared if given.get(n) is not None)
     if both:
         raise click.UsageError(f"--{both[0].replace('_', '-')} given and cleared: choose one")
+    if given.get("priority_classes") is not None:
+        given["priority_classes"] = [c.strip() for c in given["priority_classes"].split(",") if c.strip()]
     return {n: v for n, v in given.items() if v is not None} | dict.fromkeys(cleared)
 
 
@@ -1212,17 +1251,29 @@ def print_limits(res: dict[str, Any], as_json: bool) -> None:
         table.add_column(col, justify="right" if col == "value" else "left")
     for name, label in LIMIT_OPTIONS:
         table.add_row(label, f"{res[name]:g}", res["sources"][name])
+    if "max_priority" in res:  # a user's: their priority ceiling
+        table.add_row("highest priority", str(res["max_priority"]), res["sources"]["max_priority"])
+        table.add_row("non-preemptible", "allowed" if res["allow_nonpreemptible"] else "no",
+                      res["sources"]["allow_nonpreemptible"])
+        table.add_row("priority classes", escape(", ".join(res["priority_classes"]) or "none"),
+                      res["sources"]["priority_classes"])
     console().print(table)
 
 
 @user.command("limits")
 @click.argument("name")
 @limit_options
+@ceiling_options
+@_clear_option(LIMIT_OPTIONS + CEILING_OPTIONS, "the cluster's default; a ceiling's, the team's")
 @click.option("--json", "as_json", is_flag=True)
 @connection
 def user_limits(name: str, clear: tuple[str, ...], as_json: bool, url: str, token: str | None,
                 **given: Any) -> None:
-    """Show user NAME's fair-use limits, or override them (admins); what is not given stays."""
+    """Show user NAME's fair-use limits and priority ceiling, or override them (admins); what is not given stays.
+
+    The ceiling: the highest priority NAME's jobs may give, whether they may be non-preemptible, and the priority
+    classes they may name beyond that; each setting NAME's own, else their team's (`corral team set`), else built
+    in (0, no, none). Admins are exempt."""
     changes = _limit_changes(given, clear)
     with api_errors():
         c = client(url, token)
@@ -1232,6 +1283,7 @@ def user_limits(name: str, clear: tuple[str, ...], as_json: bool, url: str, toke
 
 @click.command("limits")
 @limit_options
+@_clear_option(LIMIT_OPTIONS, "the built-in value")
 @click.option("--json", "as_json", is_flag=True)
 @connection
 def limits(clear: tuple[str, ...], as_json: bool, url: str, token: str | None, **given: Any) -> None:

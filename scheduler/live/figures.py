@@ -22,7 +22,7 @@ from scheduler.core.workloads import catalog
 from scheduler.live import whatif
 from scheduler.live.store import JobState, Store
 from scheduler.live.store import queries as q
-from scheduler.live.store.models import Allocation, Gpu, Job
+from scheduler.live.store.models import Allocation, Gpu, Job, Team
 from scheduler.live.team_usage import Held, history_start, usage_over_quota, usage_series
 
 
@@ -150,13 +150,20 @@ def compute_team_stats(store: Store, window_s: float, points: int, half_life_s: 
             "name": t.name, "quota_gpus": t.quota_gpus, "borrow_limit_gpus": t.borrow_limit_gpus,
             "in_use_gpus": _r(u["in_use_gpus"]), "borrowed_gpus": _r(u["borrowed_gpus"]),
             "lent_gpus": _r(u["lent_gpus"]), "pending_jobs": int(u["pending_jobs"]),
-            "running_jobs": int(u["running_jobs"]), "usage_gpu_s": _r(ts.usage_now),
+            "running_jobs": int(u["running_jobs"]), "priority_ceiling": _ceiling(t), "usage_gpu_s": _r(ts.usage_now),
             "usage_ratio": _ratio(ts.usage_now, t.quota_gpus),
             "series": {"gpus_in_use": [_r(x) for x in ts.gpus_in_use],
                        "usage_ratio": [_ratio(x, t.quota_gpus) for x in ts.usage]},
         })
     return {"now": now, "window_s": window_s, "step_s": series.step_s, "half_life_s": half_life_s, "gpus": gpus,
             "times": series.times, "teams": out}
+
+
+def _ceiling(team: Team) -> dict[str, Any]:
+    """What the team's members may rank (where they have no setting of their own): the dashboard's team page."""
+    c = q.team_ceiling(team)
+    return {"max_priority": c.max_priority, "allow_nonpreemptible": c.allow_nonpreemptible,
+            "priority_classes": list(c.priority_classes)}
 
 
 def _ratio(usage: float, quota: float) -> float | None:

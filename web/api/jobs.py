@@ -22,6 +22,7 @@ from scheduler.live.explain import Estimates, allocation_text, known_progress, l
 from scheduler.live.job_files import log_name, log_path
 from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.nodes import capacity_refusal
+from scheduler.live.priority_ceilings import AboveCeiling
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Job, JobArray, User
@@ -191,8 +192,8 @@ def _resubmitted(job: Job, changes: dict[str, Any]) -> dict[str, Any]:
 
 
 def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, Any], int]:
-    """Store a validated submission as the caller's: the command-job rule, fair use, the capacity check and the
-    insert, in one transaction (an abort rolls back and stores nothing). (body, 201), or (the first job, 200) for a
+    """Store a validated submission as the caller's: the command-job rule, fair use, the capacity check, the priority
+    ceiling and the insert, in one transaction (an abort rolls back and stores nothing). (body, 201), or (the first job, 200) for a
     known client token."""
     if fields["kind"] == JobType.COMMAND and fields["duration_s"] is None:
         fields["duration_s"] = DEFAULT_COMMAND_DURATION_S
@@ -219,9 +220,11 @@ def _submit(fields: dict[str, Any], note: str | None = None) -> tuple[dict[str, 
             field, message = problem
             abort(422, message=f"{field}: {message}", errors={"json": {field: [message]}})
         try:
-            q.resolve_priority(s, fields)
+            q.resolve_priority(s, fields, user)  # the class, and the caller's ceiling (admins are exempt)
         except LookupError as exc:
             abort(422, message=f"priority_class: {exc}", errors={"json": {"priority_class": [str(exc)]}})
+        except AboveCeiling as exc:
+            abort(403, message=str(exc))
         try:
             q.apply_time_limit(s, fields)
         except ValueError as exc:
@@ -263,7 +266,8 @@ def blueprint(prefix: str) -> Blueprint:
         An emulated job (a model from the catalog and its isolated duration) or, where the server allows it, a command job
         (an entrypoint run on every worker). A `client_token` makes retries safe: the same token returns the first job
         (200) instead of creating another. A job that cannot fit the cluster as recorded is refused with 422 naming the
-        field, and nothing is stored.
+        field, and nothing is stored. A priority, `preemptible: false` or a priority class beyond the caller's ceiling
+        (an admin's: `PATCH /users/NAME/limits`, `PATCH /teams/NAME`) is refused with 403 naming the limit.
         """
         return _submit(fields)
 
@@ -421,8 +425,8 @@ def blueprint(prefix: str) -> Blueprint:
     def update_job(args: dict[str, Any], job_id: int) -> Any:
         """Change a pending or running job's time limit or priority
 
-        Slurm's `scontrol update TimeLimit= Priority=`. Its owner may only lower either (403 to raise one); an admin
-        may set any, a time limit beyond the cluster's maximum too. The controller takes the change in at its next
+        Slurm's `scontrol update TimeLimit= Priority=`. Its owner may only lower either (403 to raise one), and a new
+        priority must be within the owner's ceiling (403 naming it); an admin may set any, a time limit beyond the cluster's maximum too. The controller takes the change in at its next
         pass: a run that has lasted longer than its new limit is stopped and ends timed_out; a new priority orders the
         queue and decides preemptions from then on. A job that ended: 409.
         """

@@ -18,7 +18,7 @@ from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S
 from scheduler.live.figures import compute_stats, compute_team_stats, network_load
 from web.api.context import store
 from web.auth import protect
-from web.schemas import RequestSchema
+from web.schemas import CeilingSchema, RequestSchema
 
 MAX_BUCKETS = 2000
 MAX_WINDOW_S = 30 * 86400.0
@@ -113,6 +113,8 @@ class TeamStatSchema(Schema):
     lent_gpus = fields.Float(metadata={"description": "its idle quota that borrowers hold"})
     pending_jobs = fields.Integer()
     running_jobs = fields.Integer()
+    priority_ceiling = fields.Nested(CeilingSchema, metadata={
+        "description": "what its members' jobs may ask for where they have no setting of their own"})
     usage_gpu_s = fields.Float(metadata={"description": "fair-share usage now: GPU-seconds decayed with the "
                                          "half-life"})
     usage_ratio = fields.Float(allow_none=True, metadata={

@@ -15,6 +15,7 @@ from scheduler.core.tenancy import EPS
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Team
 from web.api.context import notify, page, store, write_session
+from web.api.fair_use import check_ceiling
 from web.auth import protect, require_admin
 from web.schemas import PageArgs, TeamCreateArgs, TeamDeletedSchema, TeamListSchema, TeamPatchArgs, TeamSchema
 
@@ -26,7 +27,16 @@ def team_json(team: Team, usage: dict[str, float] | None) -> dict[str, Any]:
     u = usage or {}
     return {"name": team.name, "quota_gpus": team.quota_gpus, "borrow_limit_gpus": team.borrow_limit_gpus,
             "created_at": team.created_at, "updated_at": team.updated_at,
-            **{k: u.get(k, 0.0) for k in USAGE_KEYS}, **{k: int(u.get(k, 0)) for k in COUNT_KEYS}}
+            **{k: u.get(k, 0.0) for k in USAGE_KEYS}, **{k: int(u.get(k, 0)) for k in COUNT_KEYS},
+            **ceiling_json(team)}
+
+
+def ceiling_json(team: Team) -> dict[str, Any]:
+    """The ceiling `team`'s members get where they have no setting of their own, and where each setting comes from."""
+    c = q.team_ceiling(team)
+    return {"priority_ceiling": {"max_priority": c.max_priority, "allow_nonpreemptible": c.allow_nonpreemptible,
+                                 "priority_classes": list(c.priority_classes)},
+            "ceiling_sources": dict(c.sources)}
 
 
 def invalid(field: str, why: str) -> NoReturn:
@@ -117,15 +127,18 @@ def blueprint(prefix: str) -> Blueprint:
     @blp.arguments(TeamPatchArgs())
     @blp.response(200, TeamSchema, description="the team after the change")
     def update_team(args: dict[str, Any], name: str) -> Any:
-        """Change a team's quota or borrowing limit (admins)
+        """Change a team's quota, borrowing limit or priority ceiling (admins)
 
         Only the fields given change; `borrow_limit_gpus: null` removes the limit. Running jobs keep their GPUs: a
-        team now over a lowered quota is reclaimed from if an owner needs the GPUs.
+        team now over a lowered quota is reclaimed from if an owner needs the GPUs. The ceiling (`max_priority`,
+        `allow_nonpreemptible`, `priority_classes`; null: the built-in setting) applies to members without a setting
+        of their own, from their next submission; a class that does not exist: 422.
         """
         with write_session() as s:
             q.lock_teams(s)
             team = team_or_404(s, name)
-            changed = False
+            check_ceiling(s, args)
+            changed = q.set_team_ceiling(s, team, args)
             if "quota_gpus" in args and args["quota_gpus"] != team.quota_gpus:
                 check_quota_fits(s, team.name, args["quota_gpus"], team.quota_gpus)
                 team.quota_gpus, changed = args["quota_gpus"], True

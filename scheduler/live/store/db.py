@@ -157,7 +157,7 @@ class Store:
         with self.session() as s:
             row = s.get(StoreIdentity, 1)
         if row is None:
-            raise RuntimeError("the store has no id: its schema predates migration 0018 (open it with migrate=True)")
+            raise RuntimeError("the store has no id: its schema predates migration 0019 (open it with migrate=True)")
         return row.store_id
 
     def close(self) -> None:

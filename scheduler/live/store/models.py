@@ -21,10 +21,19 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON, float: Float(precision=53)}
 
 
-class Team(Base):
+class _CeilingColumns:
+    """Who may rank how high (`scheduler.live.priority_ceilings`), as a team and a user's overrides both hold it
+    (null: not set here, so the team's or the built-in setting applies)."""
+
+    max_priority: Mapped[int | None] = mapped_column(Integer)  # the highest priority a job may give
+    allow_nonpreemptible: Mapped[bool | None] = mapped_column(Boolean)  # may a job say preemptible: false
+    priority_classes: Mapped[list[Any] | None] = mapped_column(JSON)  # the class names a job may name
+
+
+class Team(_CeilingColumns, Base):
     """A tenant of the cluster (`scheduler.core.tenancy`): the GPUs it is guaranteed, and how far beyond them it may
-    borrow idle ones. The `default` team (quota 0: it only borrows) exists from the first migration on, so users and
-    jobs from before teams keep working."""
+    borrow idle ones; and the priority ceiling of its members. The `default` team (quota 0: it only borrows) exists
+    from the first migration on, so users and jobs from before teams keep working."""
 
     __tablename__ = "teams"
 
@@ -307,7 +316,7 @@ class ControllerLease(Base):
 
 class StoreIdentity(Base):
     """The one row (id 1) that names this store: `store_id`, a random UUID made when the store was created (or
-    upgraded from before ids, migration 0018), under which its jobs' logs and checkpoints live
+    upgraded from before ids, migration 0019), under which its jobs' logs and checkpoints live
     (`scheduler.live.job_files`), so that two stores sharing one CORRAL_HOME never read each other's files.
     `legacy_files`: the store held jobs before it had an id, whose files were then kept directly under CORRAL_HOME;
     only such a store may claim those folders."""
@@ -357,9 +366,9 @@ class PriorityClass(Base):
     created_by: Mapped[str | None] = mapped_column(String(64))
 
 
-class UserLimits(_LimitColumns, Base):
-    """One user's fair-use limits where an admin overrode the defaults (`corral user limits NAME`); a null column
-    follows the defaults."""
+class UserLimits(_LimitColumns, _CeilingColumns, Base):
+    """One user's fair-use limits and priority ceiling where an admin overrode the defaults (`corral user limits
+    NAME`); a null column follows the defaults (for the ceiling: the user's team's, then the built-in one)."""
 
     __tablename__ = "user_limits"
 

@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from scheduler.core.model import DEFAULT_TEAM
+from scheduler.live import priority_ceilings as ceilings
 from scheduler.live.store.models import (
     Allocation,
     ApiToken,
@@ -309,7 +310,8 @@ def change_job(s: Session, job: Job, changes: Mapping[str, Any], *, by: str, adm
     TimeLimit= Priority=`). Its owner may only lower either; an admin may set any, a time limit beyond the cluster's
     maximum too (the maximum bounds what users ask for). A run that has lasted longer than its new limit is stopped
     at the controller's next pass, timed out. A new priority leaves the job's priority class (it no longer has the
-    class's figure). PermissionError for a user raising one, NotChangeable for a job that ended (also when it ends
+    class's figure), and a user's must be within their ceiling (`priority_ceilings`: AboveCeiling, a
+    PermissionError). PermissionError for a user raising one, NotChangeable for a job that ended (also when it ends
     meanwhile: the update is conditional). Each change is an event."""
     old = {"time_limit_s": job.time_limit_s, "priority": job.priority}
     if not admin:
@@ -324,6 +326,10 @@ def change_job(s: Session, job: Job, changes: Mapping[str, Any], *, by: str, adm
         if changes.get("priority", old["priority"]) > old["priority"]:
             raise PermissionError(f"priority: only an admin raises a job's priority ({old['priority']} now); you may "
                                   "lower it")
+        if "priority" in changes and changes["priority"] != old["priority"]:
+            # A new priority is a figure the job gives (it leaves its class), held to the owner's ceiling like a
+            # submission's: lowering a job of a class above the ceiling goes to the ceiling or below.
+            ceilings.check(priority_ceiling(s, job.user_id), priority=changes["priority"])
     now = time.time()
     values = dict(changes)
     if values.get("priority", old["priority"]) != old["priority"]:
@@ -613,19 +619,66 @@ def create_priority_class(s: Session, name: str, value: int, preemptible: bool, 
     return row
 
 
-def resolve_priority(s: Session, fields: dict[str, Any]) -> None:
+def resolve_priority(s: Session, fields: dict[str, Any], user: User) -> None:
     """A submission's priority and preemptibility, in place: its priority class's when it names one (LookupError
-    naming the known classes if there is no such class), else what it gave, else 0 and preemptible."""
+    naming the known classes if there is no such class), else what it gave, else 0 and preemptible; then held to
+    the submitter's ceiling unless they are an admin (AboveCeiling, a PermissionError naming the field)."""
     name = fields.get("priority_class")
+    row = None
     if name is None:
         fields["priority"] = fields.get("priority") or 0
         fields["preemptible"] = True if fields.get("preemptible") is None else fields["preemptible"]
-        return
-    row = priority_class(s, name)
-    if row is None:
-        known = ", ".join(c.name for c in priority_classes(s)) or "none are defined"
-        raise LookupError(f"no priority class {name!r} (known: {known})")
-    fields["priority"], fields["preemptible"] = row.value, row.preemptible
+    else:
+        row = priority_class(s, name)
+        if row is None:
+            known = ", ".join(c.name for c in priority_classes(s)) or "none are defined"
+            raise LookupError(f"no priority class {name!r} (known: {known})")
+        fields["priority"], fields["preemptible"] = row.value, row.preemptible
+    if not user.admin:
+        ceilings.check(priority_ceiling(s, user.id), priority=fields["priority"], preemptible=fields["preemptible"],
+                       named=None if row is None else (row.name, row.value, row.preemptible))
+
+
+# ---- priority ceilings (scheduler.live.priority_ceilings) -----------------------------------------------------------
+
+# Built once: it runs on every non-admin's submission. One row: the user's name and team, their own settings (null
+# without a user_limits row) and their team's.
+_CEILING = (
+    select(User.name, User.team, UserLimits.max_priority, UserLimits.allow_nonpreemptible,
+           UserLimits.priority_classes, Team.max_priority, Team.allow_nonpreemptible, Team.priority_classes)
+    .select_from(User).outerjoin(UserLimits, UserLimits.user_id == User.id).outerjoin(Team, Team.name == User.team)
+    .where(User.id == bindparam("user_id"))
+)
+
+
+def priority_ceiling(s: Session, user_id: int) -> ceilings.Ceiling:
+    """The ceiling of `user_id`'s jobs now: their own settings over their team's over the built-in ones."""
+    row = s.execute(_CEILING, {"user_id": user_id}).one()
+    own = dict(zip(ceilings.CEILING_NAMES, row[2:5], strict=True))
+    team = dict(zip(ceilings.CEILING_NAMES, row[5:8], strict=True))
+    return ceilings.combine(row[0], row[1] or DEFAULT_TEAM, own, team)
+
+
+def team_ceiling(team: Team) -> ceilings.Ceiling:
+    """What `team`'s members get where they have no setting of their own."""
+    return ceilings.combine("", team.name, {}, {n: getattr(team, n) for n in ceilings.CEILING_NAMES})
+
+
+def unknown_priority_classes(s: Session, names: Collection[str]) -> list[str]:
+    """Those of `names` that name no priority class, sorted: an admin granting them has mistyped."""
+    known = set(s.scalars(select(PriorityClass.name).where(PriorityClass.name.in_(set(names))))) if names else set()
+    return sorted(set(names) - known)
+
+
+def set_team_ceiling(s: Session, team: Team, changes: Mapping[str, Any]) -> bool:
+    """Write the ceiling settings in `changes` (None clears one: the built-in setting applies) on `team`; whether
+    anything changed. The caller validates the values."""
+    changed = False
+    for name in ceilings.CEILING_NAMES:
+        if name in changes and changes[name] != getattr(team, name):
+            setattr(team, name, changes[name])
+            changed = True
+    return changed
 
 
 def delete_team(s: Session, team: Team) -> list[str]:
@@ -754,8 +807,13 @@ def check_pending(s: Session, user: User, max_pending: int, adding: int = 1) -> 
         raise PendingLimit(user.name, pending, max_pending)
 
 
-def _set_columns(row: LimitDefaults | UserLimits | None) -> dict[str, Any]:
-    return {} if row is None else {n: getattr(row, n) for n in LIMIT_NAMES if getattr(row, n) is not None}
+def _set_columns(row: LimitDefaults | UserLimits | None, names: Sequence[str] = LIMIT_NAMES) -> dict[str, Any]:
+    return {} if row is None else {n: getattr(row, n) for n in names if getattr(row, n) is not None}
+
+
+def ceiling_settings(s: Session, user_id: int) -> dict[str, Any]:
+    """The ceiling settings an admin made for `user_id` themselves (not their team's), by name."""
+    return _set_columns(s.get(UserLimits, user_id), ceilings.CEILING_NAMES)
 
 
 def limit_settings(s: Session, user_id: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -765,7 +823,7 @@ def limit_settings(s: Session, user_id: int | None = None) -> tuple[dict[str, An
 
 
 def has_legacy_files(s: Session) -> bool:
-    """Whether this store held jobs before it had an id (migration 0018): their files were then kept directly under
+    """Whether this store held jobs before it had an id (migration 0019): their files were then kept directly under
     CORRAL_HOME, and it may claim them (`job_files.claim_legacy_files`)."""
     row = s.get(StoreIdentity, 1)
     return bool(row is not None and row.legacy_files)
@@ -819,8 +877,8 @@ def limits_of(s: Session, user_id: int) -> Limits:
 
 def set_limits(s: Session, changes: Mapping[str, Any], *, user_id: int | None = None, by: str) -> None:
     """Write the limits in `changes` (by name; None clears one, back to the default) as the cluster-wide defaults, or
-    as `user_id`'s overrides. The caller validates the values."""
-    unknown = set(changes) - set(LIMIT_NAMES)
+    as `user_id`'s overrides, which may also set their priority ceiling. The caller validates the values."""
+    unknown = set(changes) - set(LIMIT_NAMES) - (set(ceilings.CEILING_NAMES) if user_id is not None else set())
     if unknown:
         raise ValueError(f"unknown limits: {', '.join(sorted(unknown))}")
     now = time.time()

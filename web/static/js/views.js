@@ -724,6 +724,16 @@ const Views = (() => {
   const TEAM_POINTS = 120;
   const gpuNum = (x) => (x === null || x === undefined ? "–" : String(+Number(x).toFixed(2)));
 
+  // Who may rank how high: the highest priority the team's members may give, whether they may be non-preemptible,
+  // and the classes they may name beyond that (where a member has no setting of their own).
+  function ceilingText(c) {
+    if (!c) return "–";
+    const parts = [`≤ ${c.max_priority}`];
+    if (c.allow_nonpreemptible) parts.push("non-preemptible");
+    if (c.priority_classes.length) parts.push(`classes ${c.priority_classes.join(", ")}`);
+    return parts.join("; ");
+  }
+
   function teamRow(t) {
     const cell = (k, content) => html`<td data-k="${k}">${content}</td>`;
     return html`<tr data-team="${t.name}">
@@ -735,6 +745,7 @@ const Views = (() => {
       ${cell("lent_gpus", gpuNum(t.lent_gpus))}
       ${cell("pending_jobs", t.pending_jobs)}
       ${cell("running_jobs", t.running_jobs)}
+      ${cell("priority_ceiling", ceilingText(t.priority_ceiling))}
       ${cell("usage_gpu_h", C.num(t.usage_gpu_s / 3600, 2))}
       ${cell("usage_ratio", t.usage_ratio === null ? html`<span class="muted">no quota</span>` :
         C.duration(t.usage_ratio))}</tr>`;
@@ -751,7 +762,8 @@ const Views = (() => {
       <p class="muted small">In use: GPUs the team's running jobs hold (shares count as fractions). Borrowed: in use
         beyond its quota. Lent: its idle quota that other teams' borrowed jobs hold. Fair-share usage is GPU-hours
         decayed with the half-life; over quota, it reads as time the team used its whole quota for. Teams go lowest
-        first, for the queue and for idle GPUs to borrow.</p></section>`);
+        first, for the queue and for idle GPUs to borrow. Priority ceiling: the highest priority its members' jobs
+        may give, and what more an admin allowed them (non-preemptible jobs, priority classes).</p></section>`);
     const view = {
       async refresh() {
         const r = await C.request(`/stats/teams?window_s=${win[1]}&points=${TEAM_POINTS}`);
@@ -763,7 +775,7 @@ const Views = (() => {
           <span>fair-share half-life <b>${C.duration(r.half_life_s)}</b></span>`);
         mount(el.querySelector("#teams-body"), html`<table class="table" id="teams-table"><thead><tr><th>Team</th>
           <th>Quota (GPUs)</th><th>Borrowing limit</th><th>In use</th><th>Borrowed</th><th>Lent</th><th>Pending</th>
-          <th>Running</th><th>Fair-share usage (GPU-h)</th><th>Usage / quota</th></tr></thead>
+          <th>Running</th><th>Priority ceiling</th><th>Fair-share usage (GPU-h)</th><th>Usage / quota</th></tr></thead>
           <tbody>${r.teams.map(teamRow)}</tbody></table>`);
         const t1 = r.now, t0 = r.now - r.window_s;
         const line = (t, key) => ({ name: t.name, colour: teamColour(t.name),

@@ -1,8 +1,8 @@
 """store id: the one row that names this store, a random UUID made here (at the store's creation, or at the upgrade
 of a store from before ids), under which its jobs' logs and checkpoints live (`scheduler.live.job_files`)
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-11-28 18:30:00.000000
 """
 
@@ -14,8 +14,8 @@ import uuid
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0018'
-down_revision = '0017'
+revision = '0019'
+down_revision = '0018'
 branch_labels = None
 depends_on = None
 
