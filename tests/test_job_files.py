@@ -83,7 +83,7 @@ def _downgrade_to_before_ids(store: Store) -> None:
     cfg = alembic_config(store.url)
     with store.engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0017")
+        command.downgrade(cfg, "0018")  # the revision before store ids
 
 
 def test_a_store_from_before_ids_claims_the_old_folders_once_and_alone(db_url: str, corral_home: Path) -> None:

@@ -30,8 +30,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # ALTER TABLE ... DROP COLUMN, not a batch: SQLite (3.35 and later) drops these in place, where a batch would copy
+    # `teams` and drop the original, which its members' foreign keys refuse once users exist.
     for table in reversed(TABLES):
-        with op.batch_alter_table(table, schema=None) as batch_op:
-            batch_op.drop_column('priority_classes')
-            batch_op.drop_column('allow_nonpreemptible')
-            batch_op.drop_column('max_priority')
+        for column in ('priority_classes', 'allow_nonpreemptible', 'max_priority'):
+            op.drop_column(table, column)
