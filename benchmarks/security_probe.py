@@ -254,8 +254,26 @@ def header_rows(srv: Server) -> list[Row]:
              sum(all(h in p.headers for h in wanted) for p in pages))]
 
 
+def colocation_rows(srv: Server) -> list[Row]:
+    """A share too small for its model under MPS (issue 46 item 6): LLaMA-7B-serve (15 GB) at 0.05 of a GPU, as a
+    submission and as a what-if's job, each refused with 422 naming num_gpus and the memory it needs."""
+    deadline = time.monotonic() + 60  # the API checks against the nodes the controller recorded: wait for them
+    while time.monotonic() < deadline:
+        if requests.get(f"{srv.api}/cluster", headers=srv.headers("alice"), timeout=10).json().get("nodes"):
+            break
+        time.sleep(0.3)
+    llama = {"model": "LLaMA-7B-serve", "num_gpus": 0.05, "duration_s": 600}
+    submit = srv.post("/jobs", job_body(name="tiny-share", **llama))
+    whatif = srv.post("/whatif", {"jobs": [llama], "seeds": 1})
+    held = [r.status_code == 422 and "needs 15 GB" in str(r.json().get("errors", {}).get("json", {}).get(field))
+            for r, field in ((submit, "num_gpus"), (whatif, "jobs.0.num_gpus"))]
+    what = f"LLaMA-7B-serve (15 GB) on 0.05 of a GPU: submit HTTP {submit.status_code}, what-if {whatif.status_code}"
+    return [("co-location", what, 2, sum(held))]
+
+
 PROBES: list[Callable[[Server], list[Row]]] = [ray_rows, job_rows, value_rows, size_rows, log_rows, malformed_rows,
                                                 header_rows, fair_use_rows]
+PROBES.append(colocation_rows)
 
 
 def main() -> None:
