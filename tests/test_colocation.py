@@ -213,3 +213,17 @@ def test_the_controller_keeps_users_apart_when_jobs_run_as_their_own_accounts(
                       default_policy="fifo", tick_s=0.1, preset="dgx-a100",
                       accounts=JobAccounts(pattern="corral-{user}"))
     ctl2.recover()  # runs placed before the rule are adopted as they are, not refused
+
+
+def test_a_share_kept_out_by_the_rule_says_so() -> None:
+    """The pending reason names the rule, not a lack of room: the GPU has room, another user's shares hold its node."""
+    from scheduler.core.contention import ContentionModel
+    from scheduler.core.state import ClusterView
+    from scheduler.live.explain import capacity_reason
+
+    cluster = build_live_cluster("dgx-a100", [1])
+    state = ClusterState(cluster, catalog(), mps_one_user=True)
+    view = ClusterView(state, ContentionModel(cluster, catalog()), {})
+    state.allocate(0, spec("a", 0.25, user="alice"), Placement((0,), 0.25))
+    assert "no other user's shares" in capacity_reason(view, spec("b", 0.25, user="bob"), "fifo")
+    assert capacity_reason(view, spec("a2", 0.25, user="alice"), "fifo") == "fits now: fifo chose to wait"
