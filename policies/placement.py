@@ -52,6 +52,7 @@ class Planner:
         # Whose shares each node holds, as the plan goes (the one-user MPS rule; `scheduler.core.colocation`).
         self.mps = view.mps_users.copy()
         self._cap_ok: dict[tuple[float, float], np.ndarray] = {}  # (GB, share) -> GPUs whose MPS cap holds it
+        self._cap_floors: dict[tuple[float, float], float] = {}  # (GB, share) -> `_cap_floor`
         # Smallest demands known not to fit now. Capacity only shrinks as a plan takes GPUs, so anything at least as
         # large does not fit either; `give_back` forgets them. This keeps a scan of a deep queue cheap.
         self._misfit_workers = float("inf")
@@ -187,6 +188,8 @@ class Planner:
         if n < 1:
             if n > self.max_free_share + EPS:
                 return False
+            if not self._misfit_shares:
+                return True
             mem, floor, user = self.view.mem_need(spec), self._cap_floor(spec), self._mps_user(spec)
             # A larger share needing more memory, on no larger GPUs than the misfit could use, of the same user (the
             # one-user rule closes nodes per user) has no more room than the misfit had.
@@ -204,13 +207,18 @@ class Planner:
         ok = self._cap_ok.get(key)
         if ok is None:
             ok = self._cap_ok[key] = share_fits(key[0], key[1], self.cluster.gpu_mem)
+            ok.flags.writeable = False  # handed out as it is (`share_ok`)
         return ok
 
     def _cap_floor(self, spec: JobSpec) -> float:
         """The smallest GPU memory whose MPS cap holds `spec`'s share (inf: none). Larger GPUs hold it too, so a
         share with a higher floor can use no GPU a share with a lower one could not."""
-        ok = self.cap_ok(spec)
-        return float(self.cluster.gpu_mem[ok].min()) if ok.any() else float("inf")
+        key = (self.view.mem_need(spec), spec.share)
+        floor = self._cap_floors.get(key)
+        if floor is None:
+            ok = self.cap_ok(spec)
+            floor = self._cap_floors[key] = float(self.cluster.gpu_mem[ok].min()) if ok.any() else float("inf")
+        return floor
 
     def _record_misfit(self, spec: JobSpec) -> None:
         mem = self.view.mem_need(spec)

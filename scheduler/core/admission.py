@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scheduler.core.colocation import cap_words, least_share, share_fits
+from scheduler.core.colocation import cap_words, holds, least_share
 from scheduler.core.workloads import ModelProfile
 
 
@@ -40,7 +40,7 @@ def admission(model: str, num_gpus: float, *, gpus: int, largest_gpu_gb: float,
     mem = profiles[model].mem_gb
     if mem > largest_gpu_gb:
         return Refusal("model", f"needs {mem:g} GB per GPU, the largest GPU has {largest_gpu_gb:g} GB", "memory")
-    if num_gpus < 1 and not share_fits(mem, num_gpus, largest_gpu_gb).item():
+    if num_gpus < 1 and not holds(mem, num_gpus, largest_gpu_gb):
         least = least_share(mem, largest_gpu_gb)
         ask = f"ask for at least {least:g}" if least < 1 else "ask for a whole GPU (1)"
         return Refusal("num_gpus", f"{cap_words(num_gpus, largest_gpu_gb)}, but {model} needs {mem:g} GB; {ask}",

@@ -32,6 +32,13 @@ def mem_cap_mb(share: float, gpu_mem_gb: float) -> int:
     return math.floor(gpu_mem_gb * share * MIB_PER_GB + _ROUND)
 
 
+def holds(mem_gb: float, share: float, gpu_mem_gb: float) -> bool:
+    """Whether a job needing `mem_gb` fits in a `share` of one GPU of `gpu_mem_gb` GB (`share_fits` for one GPU)."""
+    if share >= 1.0:
+        return gpu_mem_gb >= mem_gb - _ROUND
+    return mem_cap_mb(share, gpu_mem_gb) >= mem_gb * MIB_PER_GB - _ROUND
+
+
 def share_fits(mem_gb: float, share: float, gpu_mem_gb: np.ndarray | float) -> np.ndarray:
     """Per GPU (memory sizes `gpu_mem_gb`), whether a job needing `mem_gb` fits in a `share` of it: under its MPS cap
     for a share, in the whole GPU's memory otherwise."""
@@ -47,7 +54,7 @@ def least_share(mem_gb: float, gpu_mem_gb: float) -> float:
     `mem_gb`; 1.0 when no share below a whole GPU does."""
     for hundredths in range(max(1, math.floor(mem_gb / gpu_mem_gb * 100)), 100):
         share = hundredths / 100
-        if share_fits(mem_gb, share, gpu_mem_gb).item():
+        if holds(mem_gb, share, gpu_mem_gb):
             return share
     return 1.0
 
@@ -74,6 +81,8 @@ class MpsUsers:
         self._ids: dict[str, int] = {}
 
     def copy(self) -> MpsUsers:
+        if not self.one_user:  # nothing tracked, nothing to change: one object serves every plan
+            return self
         other = MpsUsers.__new__(MpsUsers)
         other.one_user, other.owner, other._counts, other._ids = (
             self.one_user, self.owner.copy(), dict(self._counts), self._ids)  # ids only grow: shared is fine
@@ -120,10 +129,11 @@ def share_mask(gpu_mem_gb: np.ndarray, gpu_node: np.ndarray, mem_gb: float, shar
                users: MpsUsers, leaving: Iterable[tuple[int, str]] = (), fits: np.ndarray | None = None) -> np.ndarray:
     """Per GPU, whether CUDA MPS lets a `share` of it run a job needing `mem_gb` run as `user` (whatever the free
     capacity): its memory cap holds the job, and its node's daemon serves no other user (`MpsUsers`). A whole GPU
-    (share 1) only needs the memory. `fits`: `share_fits` of these figures, when the caller keeps it."""
-    ok = (share_fits(mem_gb, share, gpu_mem_gb) if fits is None else fits).copy()
+    (share 1) only needs the memory. `fits`: `share_fits` of these figures, when the caller keeps it (then, without the
+    one-user rule, it is what comes back: read it, never write it)."""
+    ok = share_fits(mem_gb, share, gpu_mem_gb) if fits is None else fits
     if share < 1.0:
         closed = users.closed_to(user, leaving)
         if closed is not None:
-            ok &= ~closed[gpu_node]
+            ok = ok & ~closed[gpu_node]
     return ok

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from scheduler.core.colocation import MpsUsers, cap_words, share_fits, share_mask
+from scheduler.core.colocation import MpsUsers, cap_words, holds, share_mask
 from scheduler.core.contention import ContentionModel, Prediction
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
 from scheduler.core.standing import TenancyStanding
@@ -85,9 +85,10 @@ class ClusterState:
                 return f"GPU {g} has {self.cluster.gpu_mem[g] - self.used_mem[g]:.1f} GB free, needs {mem:.1f} GB"
         if placement.share < 1.0 and not adopt:
             g = gpus[0]
-            if not share_fits(mem, placement.share, self.cluster.gpu_mem[g]).item():
+            if not holds(mem, placement.share, float(self.cluster.gpu_mem[g])):
                 return f"GPU {g}: {cap_words(placement.share, float(self.cluster.gpu_mem[g]))}, needs {mem:g} GB"
-            if not self.share_mask(spec)[g]:
+            closed = self.mps.closed_to(spec.user)
+            if closed is not None and closed[self.cluster.gpu_node[g]]:
                 return f"GPU {g}: its node's MPS daemon serves another user's shares"
         return None
 
