@@ -227,3 +227,30 @@ def test_a_share_kept_out_by_the_rule_says_so() -> None:
     state.allocate(0, spec("a", 0.25, user="alice"), Placement((0,), 0.25))
     assert "no other user's shares" in capacity_reason(view, spec("b", 0.25, user="bob"), "fifo")
     assert capacity_reason(view, spec("a2", 0.25, user="alice"), "fifo") == "fits now: fifo chose to wait"
+
+
+# ---- what-if: the same admission, and the server's accounts decide the one-user rule ------------------------------
+
+
+def test_what_if_refuses_the_share_and_follows_the_server_s_accounts(store: Store, corral_home: Path) -> None:
+    """A what-if job too big for its share is a 422 naming `jobs.0.num_gpus`. With per-user accounts, a what-if job (of
+    another user than alice's) cannot share a node with alice's running shares: it waits for them; without, it starts
+    at once beside them."""
+    from tests.test_whatif import Env
+
+    jct: dict[bool, list[float]] = {}
+    for per_user in (False, True):
+        accounts = JobAccounts(pattern="corral-{user}") if per_user else JobAccounts()
+        env = Env(store, config={"CORRAL_JOB_ACCOUNTS": accounts})
+        if not per_user:
+            env.register_nodes()
+            env.activate("fifo")
+            for g in range(16):  # alice holds a quarter of every GPU of both nodes, 500 s left
+                env.running(f"a{g}", [g], duration=1000, progress=0.5, share=0.25)
+            resp = env.post({"jobs": [{"model": LLAMA, "num_gpus": 0.05, "duration_s": 60}]})
+            assert resp.status_code == 422
+            assert "needs 15 GB" in resp.json["errors"]["json"]["jobs.0.num_gpus"][0]
+        out = env.ok({"seeds": 1, "jobs": [{"name": "mine", "model": SMALL, "num_gpus": 0.25, "duration_s": 60}]})
+        jct[per_user] = out["hypothetical"][0]["jct_s_per_seed"]
+    assert jct[False][0] < 200, jct  # beside alice's shares at once
+    assert jct[True][0] > 400, jct  # after them (500 s x its draw)
