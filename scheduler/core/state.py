@@ -3,8 +3,8 @@
 `ClusterState` is the single bookkeeping of allocations used by the simulator and the live controller. It enforces the
 invariants every placement must keep: a gang gets all its GPUs at once, shares on a GPU sum to at most 1, the
 tenants' memory fits the GPU, and a share of a GPU is one CUDA MPS can run (`scheduler.core.colocation`: its memory
-cap holds the model; with `mps_one_user`, its node's MPS daemon serves no other user's shares). `ClusterView` is what a policy sees: the same arrays, read-only, plus the contention
-model's predictions.
+cap holds the model; with `mps_one_user`, its node's MPS daemon serves no other user's shares). `ClusterView` is
+what a policy sees: the same arrays, read-only, plus the contention model's predictions.
 """
 
 from __future__ import annotations
