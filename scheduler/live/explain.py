@@ -56,14 +56,14 @@ def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> str:
     mem = view.mem_need(spec)
     gpu_mem = view.cluster.gpu_mem
     if spec.num_gpus < 1:
-        room = (view.free_share >= spec.share - EPS) & (view.used_mem + mem <= gpu_mem + EPS)
-        if (room & view.share_mask(spec)).any():
+        free_here = (view.free_share >= spec.share - EPS) & (view.used_mem + mem <= gpu_mem + EPS)
+        if (free_here & view.share_mask(spec)).any():
             return f"fits now: {policy} chose to wait"
-        if (room & share_fits(mem, spec.share, gpu_mem)).any():  # only the one-user MPS rule keeps it out
+        if (free_here & share_fits(mem, spec.share, gpu_mem)).any():  # only the one-user MPS rule keeps it out
             return (f"waiting for a {spec.share:g} share on a node running no other user's shares (each node's CUDA "
                     "MPS serves one user at a time)")
-        if room.any():
-            return f"waiting for a GPU whose {spec.share:g} share gives {mem:g} GB under MPS (larger GPUs are busy)"
+        if free_here.any():
+            return f"waiting for a GPU whose {spec.share:g} share holds {mem:g} GB under MPS (the larger GPUs are busy)"
         return f"waiting for a GPU with a {spec.share:g} share and {mem:g} GB free"
     k = spec.workers
     whole = (view.free_share >= 1.0 - EPS) & (mem <= gpu_mem + EPS)
