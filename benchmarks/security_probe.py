@@ -23,6 +23,11 @@ review's attacker faced. Then, as users `alice` and `bob` (and an admin where a 
   files      a second store in the same CORRAL_HOME runs a job with the id of one the server ran
   cluster    bob reads the cluster map while an admin's job runs; the logs answer holds no server folder
   priority   alice asks for priority 1,000,000 by submit, resubmit, array, an admin's class and PATCH
+  webhooks   (a server of its own, webhooks allowed to 127.0.0.1) its own ports and Ray's as destinations; what
+             last_error shows of an answer; another user's delivery while one user's receivers hang
+  co-location  LLaMA-7B-serve on 0.05 of a GPU, submitted and in a what-if
+  drains     jobs submitted just after `node drain` was answered
+  dependencies  cancelling the root of a 300-job chain
 
 Each row prints `held` when every attempt got the answer a safe service gives, else `FAILED`. Exit status 1 if any
 row failed.
@@ -484,13 +489,22 @@ def release_rows(srv: Server) -> list[Row]:
              int(resp.status_code == 409 and "not held" in resp.json().get("message", "")))]
 
 
-PROBES: list[Callable[[Server], list[Row]]] = [ray_rows, job_rows, value_rows, size_rows, log_rows, malformed_rows,
-                                                header_rows, fair_use_rows]
-PROBES.append(webhook_rows)
-PROBES += [time_limit_rows]  # issue 46, item 4
-PROBES += [store_files_rows]  # issue 46, item 5
-PROBES += [release_rows]  # issue 46, item 7
-PROBES += [cluster_view_rows]  # issue 46, item 7
+def colocation_rows(srv: Server) -> list[Row]:
+    """A share too small for its model under MPS (issue 46 item 6): LLaMA-7B-serve (15 GB) at 0.05 of a GPU, as a
+    submission and as a what-if's job, each refused with 422 naming num_gpus and the memory it needs."""
+    deadline = time.monotonic() + 60  # the API checks against the nodes the controller recorded: wait for them
+    while time.monotonic() < deadline:
+        if requests.get(f"{srv.api}/cluster", headers=srv.headers("alice"), timeout=10).json().get("nodes"):
+            break
+        time.sleep(0.3)
+    llama = {"model": "LLaMA-7B-serve", "num_gpus": 0.05, "duration_s": 600}
+    submit = srv.post("/jobs", job_body(name="tiny-share", **llama))
+    whatif = srv.post("/whatif", {"jobs": [llama], "seeds": 1})
+    held = [r.status_code == 422 and "needs 15 GB" in str(r.json().get("errors", {}).get("json", {}).get(field))
+            for r, field in ((submit, "num_gpus"), (whatif, "jobs.0.num_gpus"))]
+    what = f"LLaMA-7B-serve (15 GB) on 0.05 of a GPU: submit HTTP {submit.status_code}, what-if {whatif.status_code}"
+    return [("co-location", what, 2, sum(held))]
+
 
 
 def priority_rows(srv: Server) -> list[Row]:
@@ -515,7 +529,46 @@ def priority_rows(srv: Server) -> list[Row]:
              len(tries), held)]
 
 
-PROBES.append(priority_rows)
+def drain_rows(srv: Server) -> list[Row]:
+    """Jobs submitted just after an admin's drain was acknowledged: none may land on the drained node."""
+    drained = requests.post(f"{srv.api}/nodes/node0/drain", json={"reason": "probe"}, headers=srv.headers("admin"),
+                            timeout=10)
+    ids = [int(srv.post("/jobs", job_body(name=f"after-drain-{i}", duration_s=3600), "alice").json()["id"])
+           for i in range(4)]
+    nodes = [{a["node"] for a in srv.wait(i, "alice", ("running",))["allocation"]} for i in ids]  # type: ignore[union-attr]
+    requests.post(f"{srv.api}/nodes/node0/resume", headers=srv.headers("admin"), timeout=10)
+    for i in ids:
+        requests.post(f"{srv.api}/jobs/{i}/cancel", headers=srv.headers("alice"), timeout=10)
+    return [("drains", "4 jobs submitted at once after `node drain node0` was answered", len(ids),
+             sum(drained.ok and "node0" not in n for n in nodes))]
+
+
+def chain_rows(srv: Server) -> list[Row]:
+    """The root of a 300-job dependency chain is cancelled: the whole chain must end at once, not a level a pass."""
+    root = int(srv.post("/jobs", job_body(name="chain-root", duration_s=3600), "admin").json()["id"])
+    ids = [root]
+    for i in range(300):
+        ids.append(int(srv.post("/jobs", job_body(name=f"chain-{i}", depends_on=[{"job": ids[-1]}]),
+                                "admin").json()["id"]))
+    t = time.monotonic()
+    requests.post(f"{srv.api}/jobs/{root}/cancel", headers=srv.headers("admin"), timeout=10)
+    last = srv.wait(ids[-1], "admin", ("cancelled",), timeout_s=120)
+    took = time.monotonic() - t
+    return [("dependencies", f"cancel the root of a 300-job chain: its last job cancelled after {took:.1f} s", 1,
+             int(last["state"] == "cancelled" and took < 10))]
+
+
+# Fair use last: it leaves 1,500 pending jobs of an admin's behind, which would keep every later probe's jobs queued.
+PROBES: list[Callable[[Server], list[Row]]] = [
+    ray_rows, job_rows, value_rows, size_rows, log_rows, malformed_rows, header_rows,
+    priority_rows,  # issue 46, item 1
+    webhook_rows,  # item 3 (a server of its own)
+    time_limit_rows,  # item 4
+    store_files_rows,  # item 5
+    colocation_rows,  # item 6
+    release_rows, cluster_view_rows, drain_rows, chain_rows,  # item 7
+    fair_use_rows,
+]
 
 
 def main() -> None:

@@ -151,6 +151,7 @@ def share_on_node(planner: Planner, spec: JobSpec, node: int) -> Placement | Non
     gpus = np.arange(int(c.node_first_gpu[node]), int(c.node_first_gpu[node] + c.node_num_gpus[node]))
     mem = planner.view.mem_need(spec)
     ok = (planner.free_share[gpus] >= spec.share - EPS) & (c.gpu_mem[gpus] - planner.used_mem[gpus] >= mem - EPS)
+    ok &= planner.share_ok(spec)[gpus]  # what CUDA MPS allows there (its memory cap, the one-user rule)
     fits = gpus[ok]
     if not fits.size:
         return None

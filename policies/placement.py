@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from scheduler.core.colocation import share_fits, share_mask
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
 
@@ -48,14 +49,18 @@ class Planner:
         self._node_mem = c.gpu_mem[c.node_first_gpu]
         self._min_gpu_mem = float(c.gpu_mem.min())
         self._max_free_share: float | None = None  # cached max of free_share; None when stale
+        # Whose shares each node holds, as the plan goes (the one-user MPS rule; `scheduler.core.colocation`).
+        self.mps = view.mps_users.copy()
+        self._cap_ok: dict[tuple[float, float], np.ndarray] = {}  # (GB, share) -> GPUs whose MPS cap holds it
+        self._cap_floors: dict[tuple[float, float], float] = {}  # (GB, share) -> `_cap_floor`
         # Smallest demands known not to fit now. Capacity only shrinks as a plan takes GPUs, so anything at least as
         # large does not fit either; `give_back` forgets them. This keeps a scan of a deep queue cheap.
         self._misfit_workers = float("inf")
-        self._misfit_shares: list[tuple[float, float]] = []  # (share, GB)
+        self._misfit_shares: list[tuple[float, float, float, str | None]] = []  # (share, GB, `_cap_floor`, user)
         # `candidates` by what its searches read of a job, for this plan only: `take` and `give_back` empty it. A deep
         # queue holds many jobs of one size and model, and the `rl:` frame and contention-greedy ask for the
         # candidates of each one they pass.
-        self._candidates: dict[tuple[float, int, float, float], list[Placement]] = {}
+        self._candidates: dict[tuple[float, int, float, float, str | None], list[Placement]] = {}
         self.changes = 0  # how many times `take` or `give_back` changed the plan: what was found before may not hold
 
     # ---- bookkeeping -----------------------------------------------------------------------------------------------
@@ -70,6 +75,8 @@ class Planner:
                 self.free_whole -= 1
             self.free_share[g] -= placement.share
             self.used_mem[g] += mem
+            if placement.share < 1.0:
+                self.mps.add(int(self.cluster.gpu_node[g]), spec.user)
         self.free_capacity -= placement.share * len(placement.gpus)
         self._max_free_share = None
 
@@ -82,6 +89,8 @@ class Planner:
         for g in placement.gpus:
             self.free_share[g] += placement.share
             self.used_mem[g] -= mem
+            if placement.share < 1.0:
+                self.mps.remove(int(self.cluster.gpu_node[g]), job.spec.user)
             if self.free_share[g] >= 1.0 - EPS:
                 self.node_free[self.cluster.gpu_node[g]] += 1
                 self.free_whole += 1
@@ -99,6 +108,7 @@ class Planner:
             self.free_share.copy(), self.used_mem.copy(), self.node_free.copy())
         scratch._candidates = {}
         scratch._misfit_shares = list(self._misfit_shares)  # its own: a search on it notes misfits there, not here
+        scratch.mps = self.mps.copy()
         for v in victims:
             scratch.give_back(v)
         return scratch
@@ -178,14 +188,42 @@ class Planner:
         if n < 1:
             if n > self.max_free_share + EPS:
                 return False
-            mem = self.view.mem_need(spec)
-            return not any(n >= s - EPS and mem >= m - EPS for s, m in self._misfit_shares)
+            if not self._misfit_shares:
+                return True
+            mem, floor, user = self.view.mem_need(spec), self._cap_floor(spec), self._mps_user(spec)
+            # A larger share needing more memory, on no larger GPUs than the misfit could use, of the same user (the
+            # one-user rule closes nodes per user) has no more room than the misfit had.
+            return not any(n >= s - EPS and mem >= m - EPS and floor >= f and user == u
+                           for s, m, f, u in self._misfit_shares)
         return self.free_whole >= n and n < self._misfit_workers
+
+    def _mps_user(self, spec: JobSpec) -> str | None:
+        """The user, where the one-user MPS rule makes where a share fits depend on it."""
+        return spec.user if self.mps.one_user else None
+
+    def cap_ok(self, spec: JobSpec) -> np.ndarray:
+        """The GPUs whose MPS memory cap for `spec`'s share holds its model (`colocation.share_fits`)."""
+        key = (self.view.mem_need(spec), spec.share)
+        ok = self._cap_ok.get(key)
+        if ok is None:
+            ok = self._cap_ok[key] = share_fits(key[0], key[1], self.cluster.gpu_mem)
+            ok.flags.writeable = False  # handed out as it is (`share_ok`)
+        return ok
+
+    def _cap_floor(self, spec: JobSpec) -> float:
+        """The smallest GPU memory whose MPS cap holds `spec`'s share (inf: none). Larger GPUs hold it too, so a
+        share with a higher floor can use no GPU a share with a lower one could not."""
+        key = (self.view.mem_need(spec), spec.share)
+        floor = self._cap_floors.get(key)
+        if floor is None:
+            ok = self.cap_ok(spec)
+            floor = self._cap_floors[key] = float(self.cluster.gpu_mem[ok].min()) if ok.any() else float("inf")
+        return floor
 
     def _record_misfit(self, spec: JobSpec) -> None:
         mem = self.view.mem_need(spec)
         if spec.num_gpus < 1:
-            self._misfit_shares.append((spec.num_gpus, mem))
+            self._misfit_shares.append((spec.num_gpus, mem, self._cap_floor(spec), self._mps_user(spec)))
         elif mem <= self._min_gpu_mem:  # only capacity, not memory, kept it out: larger gangs cannot fit
             self._misfit_workers = min(self._misfit_workers, spec.num_gpus)
 
@@ -392,9 +430,19 @@ class Planner:
 
     # ---- fractional jobs -------------------------------------------------------------------------------------------
 
+    def share_ok(self, spec: JobSpec) -> np.ndarray:
+        """Per GPU, whether CUDA MPS can run `spec`'s share there as the plan stands (`colocation.share_mask`: the
+        memory cap, the one-user rule), whatever the free capacity."""
+        c = self.cluster
+        return share_mask(c.gpu_mem, c.gpu_node, self.view.mem_need(spec), spec.share, spec.user, self.mps,
+                          fits=self.cap_ok(spec))
+
     def _share_candidates(self, spec: JobSpec) -> np.ndarray:
+        """The GPUs a share of `spec` fits on now: free share and memory, and what CUDA MPS allows there (its memory
+        cap, the one-user rule: `scheduler.core.colocation`, the rule the cluster state checks)."""
         mem = self.view.mem_need(spec)
         ok = (self.free_share >= spec.share - EPS) & (self.cluster.gpu_mem - self.used_mem >= mem - EPS)
+        ok &= self.share_ok(spec)
         found = np.flatnonzero(ok)
         if not found.size:
             self._record_misfit(spec)
@@ -456,7 +504,7 @@ class Planner:
         The searches read the plan and, of the job, only its GPUs, workers, share and memory: jobs alike in those get
         the same placements from the same plan, so they are searched once per plan. (A search that finds nothing
         also notes the misfit for `may_fit`; a repeat would note the same.)"""
-        key = (spec.num_gpus, spec.workers, spec.share, self.view.mem_need(spec))
+        key = (spec.num_gpus, spec.workers, spec.share, self.view.mem_need(spec), self._mps_user(spec))
         found = self._candidates.get(key)
         if found is None:
             found = self._candidates[key] = self._search_candidates(spec)

@@ -291,7 +291,7 @@ def _room_model(
     cluster = view.cluster
     mem = view.mem_need(spec)
     if spec.num_gpus < 1:  # a GPU share: on one GPU with enough memory (a victim frees memory too: lacking > 0)
-        tenanted = (planner.free_share < 1.0 - EPS) & (cluster.gpu_mem >= mem - EPS)
+        tenanted = (planner.free_share < 1.0 - EPS) & (cluster.gpu_mem >= mem - EPS) & planner.cap_ok(spec)
         gpus = np.flatnonzero(tenanted)
         need = np.maximum(spec.share - planner.free_share[gpus], 2 * _CAPACITY_EPS)
         return dict(zip(gpus.tolist(), need.tolist())), lambda p: {g: p.share for g in p.gpus}

@@ -321,8 +321,8 @@ def test_a_gang_that_needs_the_last_gpu_of_a_float_sum_can_preempt() -> None:
     from policies.placement import Planner
     from policies.tiresias import pick_victims
 
-    cluster = small_cluster(nodes=2, gpus=2)
-    view, running = view_of(cluster, [(job("a", 0, 0.1, 1e6), Placement((0,), 0.1), 0.0),
+    cluster = small_cluster(nodes=2, gpus=2)  # a: 0.1 of a 32 GB GPU is 3.2 GB under MPS, a model that fits it
+    view, running = view_of(cluster, [(job("a", 0, 0.1, 1e6, model="ResNet-18-bs64"), Placement((0,), 0.1), 0.0),
                                       (job("b", 0, 0.2, 1e6), Placement((0,), 0.2), 0.0),
                                       (job("c", 0, 1, 1e6), Placement((1,)), 0.0)], now=0.0)
     planner = Planner(view)

@@ -49,10 +49,13 @@ from scheduler.cli.tables import METRIC_COLUMNS, format_duration, table_cell
               help="A whole-GPU job waiting this long gets a reservation; others backfill around it (EASY backfill).")
 @click.option("--reserve-share", "reserve_share", type=Number("float", 0, 1, min_open=True), default=None,
               metavar="F", help="A job asking for at least this share of the cluster's GPUs gets a reservation.")
+@click.option("--mps-one-user", "mps_one_user", is_flag=True,
+              help="The shares of one node go to one user's jobs at a time, as CUDA MPS runs them when jobs run as "
+                   "per-user OS accounts (the live service's rule with --job-user-pattern or --job-user-map).")
 def simulate(
     trace_path: str, trace_format: str, limit: int | None, cluster: Cluster, policies: list[str],
     no_contention: bool, seed: int, json_out: Path | None, plot_out: Path | None, teams_path: Path | None,
-    time_limits: float | None, reserve_after: float | None, reserve_share: float | None,
+    time_limits: float | None, reserve_after: float | None, reserve_share: float | None, mps_one_user: bool,
 ) -> None:
     """Replay a trace on a simulated cluster under each policy and compare them."""
     from rich.console import Console
@@ -90,6 +93,7 @@ def simulate(
         + (f", time limits {time_limits:g}x the isolated duration where a job has none" if time_limits else "")
         + (f", reservations after {reserve_after:g} s" if reserve_after is not None else "")
         + (f", reservations for jobs of {reserve_share:.0%} of the GPUs or more" if reserve_share is not None else "")
+        + (", one user's shares per node (MPS)" if mps_one_user else "")
     )
     results: list[SimResult] = []
     with Progress(TextColumn("{task.description:>20}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -97,7 +101,7 @@ def simulate(
         for name in policies:
             task = progress.add_task(name, total=len(trace.jobs))
             sim = Simulator(cluster, jobs, built[name], contention=not no_contention, teams=teams,
-                            progress=partial(progress.advance, task), reservations=rule)
+                            progress=partial(progress.advance, task), reservations=rule, mps_one_user=mps_one_user)
             try:
                 results.append(sim.run())
             except SimulationError as exc:
@@ -107,7 +111,8 @@ def simulate(
         console.print(teams_table(results))
     if json_out is not None:
         extra = ({"time_limits": time_limits} if time_limits else {}) | (
-            {"reservations": {"after_s": reserve_after, "share": reserve_share}} if rule is not None else {})
+            {"reservations": {"after_s": reserve_after, "share": reserve_share}} if rule is not None else {}) | (
+            {"mps_one_user": True} if mps_one_user else {})
         json_out.write_text(json.dumps(report(trace, cluster, results, not no_contention, seed) | extra, indent=2)
                             + "\n")
         console.print(f"metrics written to {json_out}")

@@ -27,7 +27,7 @@ def room_model(view: ClusterView, spec: JobSpec) -> tuple[dict[int, float], Call
             return Offer(j, {-1: gained}, j.spec.gpu_demand)
 
         return ({-1: float(lacking)} if lacking > 0 else {}), whole
-    short = np.flatnonzero(free < spec.share - EPS)
+    short = np.flatnonzero((free < spec.share - EPS) & view.share_mask(spec))  # where CUDA MPS could run it
     lacking_share = dict(zip(short.tolist(), (spec.share - free[short]).tolist()))
 
     def share(j: Job) -> Offer[Job, int]:
@@ -38,7 +38,9 @@ def room_model(view: ClusterView, spec: JobSpec) -> tuple[dict[int, float], Call
 
 
 def has_room(view: ClusterView, spec: JobSpec, victims: Iterable[Job] = ()) -> bool:
-    """Would `spec` fit (by capacity; a gang by whole GPUs) once `victims` are off their GPUs?"""
+    """Would `spec` fit (by capacity; a gang by whole GPUs; a share where CUDA MPS could run it) once `victims` are off
+    their GPUs?"""
+    victims = list(victims)
     freed: dict[int, float] = {}
     for v in victims:
         p = view.placement(v.id)
@@ -49,5 +51,6 @@ def has_room(view: ClusterView, spec: JobSpec, victims: Iterable[Job] = ()) -> b
         whole = view.free_whole + sum(1 for g, s in freed.items() if free[g] < 1.0 - EPS
                                       and free[g] + s >= 1.0 - EPS)
         return whole >= spec.workers
-    return bool((free >= spec.share - EPS).any()) or any(free[g] + s >= spec.share - EPS
-                                                         for g, s in freed.items())
+    ok = view.share_mask(spec, [v.id for v in victims])
+    return bool(((free >= spec.share - EPS) & ok).any()) or any(ok[g] and free[g] + s >= spec.share - EPS
+                                                                for g, s in freed.items())

@@ -92,6 +92,7 @@ class Simulator:
         outages: Sequence[Outage] = (),
         on_fault: OnFault = OnFault.REQUEUE,
         reservations: ReservationRule | None = None,
+        mps_one_user: bool = False,
     ) -> None:
         """`initial`: jobs running from t=0 on the given placements (validated like any placement: PlacementError if
         they overlap or do not fit), each with its isolated work left. Their specs must have `submit_s <= 0`; they get
@@ -108,7 +109,10 @@ class Simulator:
 
         `reservations`: when a pending job gets a reservation, and other jobs backfill around it
         (`scheduler.core.reservations`); None (the default): no reservations. Every policy follows the priority
-        rules (`scheduler.core.priorities`) either way."""
+        rules (`scheduler.core.priorities`) either way.
+
+        `mps_one_user`: the shares of one node go to one user's jobs at a time, as CUDA MPS runs them when jobs run as
+        per-user OS accounts (`scheduler.core.colocation`; the live controller's rule then). Off by default."""
         self.cluster = cluster
         self.specs = sorted(jobs, key=lambda s: s.submit_s)
         placed = [p if isinstance(p, Placed) else Placed(*p) for p in initial]
@@ -125,7 +129,8 @@ class Simulator:
         self._params = params
         self.profiles = profiles if profiles is not None else catalog()
         self.contention = ContentionModel(cluster, self.profiles, params, enabled=contention, hashed_flows=True)
-        self.state = ClusterState(cluster, self.profiles)
+        self.mps_one_user = mps_one_user
+        self.state = ClusterState(cluster, self.profiles, mps_one_user=mps_one_user)
         self.preempt_overhead_s = preempt_overhead_s
         self.progress = progress
         self.jobs = [Job(i, s, s.duration_s) for i, s in enumerate(self.specs)]
@@ -179,7 +184,7 @@ class Simulator:
             raise ValueError(f"initial job {p.spec.name}: work_left must be positive, got {p.work_left}")
         job.attained_gpu_s = p.attained_gpu_s
         self.pending[job.id] = job  # _start takes it from the queue, checking the placement like any other
-        self._start(job, Place(job.id, p.placement))
+        self._start(job, Place(job.id, p.placement), adopt=True)  # running already: MPS rules decide new placements
 
     @property
     def _who(self) -> str:
@@ -281,10 +286,10 @@ class Simulator:
         if self.blocked:
             self._unblock()
 
-    def _start(self, job: Job, decision: Place) -> None:
+    def _start(self, job: Job, decision: Place, adopt: bool = False) -> None:
         if job.id not in self.pending:
             raise SimulationError(f"{self._who} placed job {job.spec.name}, which is not pending")
-        self.state.allocate(job.id, job.spec, decision.placement)
+        self.state.allocate(job.id, job.spec, decision.placement, adopt=adopt)
         del self.pending[job.id]
         self.pending_reasons.pop(job.id, None)
         job.state = JobPhase.RUNNING
@@ -502,7 +507,8 @@ class Simulator:
                 continue
             alone = Simulator(quota_cluster(self.cluster, gpus), [self.specs[i] for i in mine],
                               copy.deepcopy(self._pristine), contention=self._contention_on, profiles=self.profiles,
-                              params=self._params, preempt_overhead_s=self.preempt_overhead_s).run()
+                              params=self._params, preempt_overhead_s=self.preempt_overhead_s,
+                              mps_one_user=self.mps_one_user).run()
             # The same specs in the same (submit-sorted, stable) order: the k-th job there is mine[k] here.
             for i, job in zip(mine, alone.jobs, strict=True):
                 if job.end_s is not None:

@@ -1,19 +1,21 @@
 """Who holds which GPU share, and the read-only view of it that policies decide from.
 
 `ClusterState` is the single bookkeeping of allocations used by the simulator and the live controller. It enforces the
-invariants every placement must keep: a gang gets all its GPUs at once, shares on a GPU sum to at most 1, and the
-tenants' memory fits the GPU. `ClusterView` is what a policy sees: the same arrays, read-only, plus the contention
-model's predictions.
+invariants every placement must keep: a gang gets all its GPUs at once, shares on a GPU sum to at most 1, the
+tenants' memory fits the GPU, and a share of a GPU is one CUDA MPS can run (`scheduler.core.colocation`: its memory
+cap holds the model; with `mps_one_user`, its node's MPS daemon serves no other user's shares). `ClusterView` is
+what a policy sees: the same arrays, read-only, plus the contention model's predictions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
 
 import numpy as np
 
+from scheduler.core.colocation import MpsUsers, cap_words, holds, share_mask
 from scheduler.core.contention import ContentionModel, Prediction
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
 from scheduler.core.standing import TenancyStanding
@@ -33,9 +35,12 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 class ClusterState:
-    def __init__(self, cluster: Cluster, profiles: Mapping[str, ModelProfile]) -> None:
+    def __init__(self, cluster: Cluster, profiles: Mapping[str, ModelProfile], *, mps_one_user: bool = False) -> None:
+        """`mps_one_user`: the shares of one node go to one user's jobs at a time (one MPS daemon per node serves one
+        OS user at a time: on when jobs run as per-user accounts; `scheduler.core.colocation`)."""
         self.cluster = cluster
         self.profiles = profiles
+        self.mps = MpsUsers(cluster.num_nodes, mps_one_user)  # whose shares each node holds
         self.free_share = np.ones(cluster.num_gpus)  # 1.0: the GPU is wholly free
         self.used_mem = np.zeros(cluster.num_gpus)  # GB held by tenants
         self.node_free = cluster.node_num_gpus.astype(np.int64)  # wholly free GPUs per node
@@ -44,14 +49,25 @@ class ClusterState:
         self.tenants: dict[int, list[int]] = {}
         self.placements: dict[int, Placement] = {}
         self._mem: dict[int, float] = {}
+        self._user: dict[int, str] = {}  # fractional job -> its user (the MPS rule's)
         self.closed: dict[int, str] = {}  # GPU -> why no new job may start on it (`set_closed`)
         self._hidden: dict[int, float] = {}  # a closed GPU's true free share
 
     def mem_need(self, spec: JobSpec) -> float:
         return self.profiles[spec.model].mem_gb
 
-    def check(self, spec: JobSpec, placement: Placement) -> str | None:
-        """Why `placement` is invalid for `spec` right now, or None if it is valid."""
+    def share_mask(self, spec: JobSpec, leaving: Sequence[int] = ()) -> np.ndarray:
+        """Per GPU, whether CUDA MPS can run `spec`'s share there (`colocation.share_mask`), once the running jobs
+        `leaving` have left."""
+        gone = [(int(self.cluster.gpu_node[self.placements[j].gpus[0]]), self._user[j]) for j in leaving
+                if j in self._user]
+        return share_mask(self.cluster.gpu_mem, self.cluster.gpu_node, self.mem_need(spec), spec.share, spec.user,
+                          self.mps, gone)
+
+    def check(self, spec: JobSpec, placement: Placement, *, adopt: bool = False) -> str | None:
+        """Why `placement` is invalid for `spec` right now, or None if it is valid. `adopt`: a run that exists already
+        (the controller's recovery, a simulation's initial runs) is taken as it is by the MPS rules, which decide
+        new placements only: it may predate them or a change of job accounts."""
         gpus = placement.gpus
         if len(gpus) != spec.workers:
             return f"gang of {spec.workers} needs {spec.workers} GPUs, got {len(gpus)}"
@@ -67,13 +83,24 @@ class ClusterState:
                 return f"GPU {g} has {self.free_share[g]:.3f} free, needs {placement.share:.3f}"
             if self.used_mem[g] + mem > self.cluster.gpu_mem[g] + EPS:
                 return f"GPU {g} has {self.cluster.gpu_mem[g] - self.used_mem[g]:.1f} GB free, needs {mem:.1f} GB"
+        if placement.share < 1.0 and not adopt:
+            g = gpus[0]
+            if not holds(mem, placement.share, float(self.cluster.gpu_mem[g])):
+                return f"GPU {g}: {cap_words(placement.share, float(self.cluster.gpu_mem[g]))}, needs {mem:g} GB"
+            closed = self.mps.closed_to(spec.user)
+            if closed is not None and closed[self.cluster.gpu_node[g]]:
+                return f"GPU {g}: its node's MPS daemon serves another user's shares"
         return None
 
-    def allocate(self, job_id: int, spec: JobSpec, placement: Placement) -> None:
-        problem = self.check(spec, placement)
+    def allocate(self, job_id: int, spec: JobSpec, placement: Placement, *, adopt: bool = False) -> None:
+        problem = self.check(spec, placement, adopt=adopt)
         if problem is not None:
             raise PlacementError(f"job {spec.name}: {problem}")
         mem = self.mem_need(spec)
+        if placement.share < 1.0:
+            self._user[job_id] = spec.user
+            for g in placement.gpus:
+                self.mps.add(int(self.cluster.gpu_node[g]), spec.user)
         for g in placement.gpus:
             if self.free_share[g] >= 1.0 - EPS:
                 node = self.cluster.gpu_node[g]
@@ -89,6 +116,10 @@ class ClusterState:
     def release(self, job_id: int) -> Placement:
         placement = self.placements.pop(job_id)
         mem = self._mem.pop(job_id)
+        user = self._user.pop(job_id, None)
+        if user is not None:
+            for g in placement.gpus:
+                self.mps.remove(int(self.cluster.gpu_node[g]), user)
         for g in placement.gpus:
             closed = g in self.closed
             if closed:  # account the release on its true free share, then close the GPU again
@@ -198,6 +229,16 @@ class ClusterView:
 
     def mem_need(self, spec: JobSpec) -> float:
         return self._state.mem_need(spec)
+
+    @property
+    def mps_users(self) -> MpsUsers:
+        """Whose shares each node holds (`colocation.MpsUsers`; a planner copies it before planning)."""
+        return self._state.mps
+
+    def share_mask(self, spec: JobSpec, leaving: Sequence[int] = ()) -> np.ndarray:
+        """Per GPU, whether CUDA MPS can run `spec`'s share there once the running jobs `leaving` have left (the
+        memory cap and the one-user rule: `colocation.share_mask`), whatever the free capacity."""
+        return self._state.share_mask(spec, leaving)
 
     def profile(self, spec: JobSpec) -> ModelProfile:
         return self._state.profiles[spec.model]

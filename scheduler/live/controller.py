@@ -238,7 +238,8 @@ class Controller:
 
     def _forget_memory(self) -> None:
         """Empty in-memory state: `recover()` rebuilds it from the store (at start, and after a failed pass)."""
-        self.state = ClusterState(self.cluster, self.profiles)
+        # Jobs of different users run as different OS accounts: one node's MPS daemon serves one of them at a time.
+        self.state = ClusterState(self.cluster, self.profiles, mps_one_user=self.accounts.per_user)
         self.contention = ContentionModel(self.cluster, self.profiles, self.params)
         self.running: dict[int, Job] = {}
         self.pending: dict[int, Job] = {}  # submission order
@@ -356,7 +357,7 @@ class Controller:
                     lost.append(row.id)
                     continue
                 placement = Placement(gpus, allocs[0].share)
-                self._start_in_memory(job, placement, row.attempt, now)
+                self._start_in_memory(job, placement, row.attempt, now, adopt=True)
                 if row.started_at is not None:
                     job.start_s = row.started_at
                     self._started[row.id] = True
@@ -1246,8 +1247,9 @@ class Controller:
         if s is not None:
             s.execute(update(JobRow).where(JobRow.id == job.id).values(predicted_slowdown=slow))
 
-    def _start_in_memory(self, job: Job, placement: Placement, attempt: int, now: float) -> set[int]:
-        self.state.allocate(job.id, job.spec, placement)
+    def _start_in_memory(self, job: Job, placement: Placement, attempt: int, now: float,
+                         adopt: bool = False) -> set[int]:
+        self.state.allocate(job.id, job.spec, placement, adopt=adopt)  # adopt: a run recovered, as it is
         job.placement = placement
         job.start_s = now
         self.running[job.id] = job

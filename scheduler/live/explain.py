@@ -38,6 +38,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from scheduler.core.colocation import share_fits
 from scheduler.core.model import DEFAULT_TEAM, JobSpec
 from scheduler.core.reservations import HOLDS, free_times, reservation_start
 from scheduler.core.state import EPS, ClusterView
@@ -55,9 +56,14 @@ def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> str:
     mem = view.mem_need(spec)
     gpu_mem = view.cluster.gpu_mem
     if spec.num_gpus < 1:
-        fits = (view.free_share >= spec.share - EPS) & (view.used_mem + mem <= gpu_mem + EPS)
-        if fits.any():
+        free_here = (view.free_share >= spec.share - EPS) & (view.used_mem + mem <= gpu_mem + EPS)
+        if (free_here & view.share_mask(spec)).any():
             return f"fits now: {policy} chose to wait"
+        if (free_here & share_fits(mem, spec.share, gpu_mem)).any():  # only the one-user MPS rule keeps it out
+            return (f"waiting for a {spec.share:g} share on a node running no other user's shares (each node's CUDA "
+                    "MPS serves one user at a time)")
+        if free_here.any():
+            return f"waiting for a GPU whose {spec.share:g} share holds {mem:g} GB under MPS (the larger GPUs are busy)"
         return f"waiting for a GPU with a {spec.share:g} share and {mem:g} GB free"
     k = spec.workers
     whole = (view.free_share >= 1.0 - EPS) & (mem <= gpu_mem + EPS)

@@ -57,6 +57,12 @@ class JobAccounts:
         return bool(self.shared or self.pattern or self.mapping_file)
 
     @property
+    def per_user(self) -> bool:
+        """Whether different users' command jobs may run as different OS accounts (a pattern or a map; one shared
+        account does not): CUDA MPS then serves one node's shares to one user at a time (`scheduler.core.colocation`)."""
+        return bool(self.pattern or self.mapping_file)
+
+    @property
     def creates(self) -> bool:
         """Whether a missing account is made on the node (pattern accounts are Corral's own; mapped ones are not)."""
         return self.pattern is not None

@@ -190,9 +190,9 @@ def capacity_refusal(s: Session, model: str, num_gpus: float) -> tuple[str, str]
     refusal = admission(model, num_gpus, gpus=int(total), largest_gpu_gb=float(largest), profiles=catalog())
     if refusal is None:
         return None
-    if refusal.field == "num_gpus":
+    if refusal.code == "gang":
         nodes = s.scalar(select(func.count(Node.id))) or 0
         up = s.scalar(select(func.count(Node.id)).where(Node.alive.is_(True))) or 0
         where = f"{up} nodes" if up == nodes else f"{up} of {nodes} nodes alive"
         return "num_gpus", f"{refusal.why} ({where})"
-    return refusal.field, f"{model} {refusal.why}"
+    return refusal.field, f"{model} {refusal.why}" if refusal.field == "model" else refusal.why

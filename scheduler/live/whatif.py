@@ -323,7 +323,7 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
         refusal = admission(h.model, h.num_gpus, gpus=cluster.num_gpus, largest_gpu_gb=float(cluster.gpu_mem.max()),
                             profiles=profiles)
         if refusal is not None:
-            extra = " with the extra nodes" if refusal.field == "num_gpus" and req.extra_nodes else ""
+            extra = " with the extra nodes" if refusal.code == "gang" and req.extra_nodes else ""
             raise WhatIfError(f"jobs.{i}.{refusal.field}", (f"{h.model} " if refusal.field == "model" else "")
                               + refusal.why + extra)
         hypothetical.append(_spec(h.name or f"what-if-{i}", h.model, h.num_gpus, h.duration_s, profiles,
@@ -354,7 +354,7 @@ class _Run:
 
 def _simulate(world: _World, cluster: Cluster, policy: Policy, seed: int, *, with_hypothetical: bool,
               horizon_s: float | None, profiles: dict[str, ModelProfile],
-              reservations: ReservationRule | None = None) -> _Run:
+              reservations: ReservationRule | None = None, mps_one_user: bool = False) -> _Run:
     n_init, n_arr = len(world.initial), len(world.arrivals)
     base, hypo = draw_factors(seed, n_init + n_arr, len(world.hypothetical))
     initial = []
@@ -367,7 +367,8 @@ def _simulate(world: _World, cluster: Cluster, policy: Policy, seed: int, *, wit
              if with_hypothetical else [])
     try:
         sim = Simulator(cluster, [*arrivals, *extra], policy, profiles=profiles, initial=initial,
-                        outages=world.outages, on_fault=OnFault.KEEP, reservations=reservations)
+                        outages=world.outages, on_fault=OnFault.KEEP, reservations=reservations,
+                        mps_one_user=mps_one_user)
     except PlacementError as exc:
         raise WhatIfError(None, f"the store's allocations are inconsistent: {exc}") from None
     by_spec = {id(j.spec): j for j in sim.jobs}
@@ -471,10 +472,10 @@ def cap_queue(world: _World, cap: int | None) -> dict[str, Any]:
 def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int], Policy], *,
              default_policy: str = DEFAULT_POLICY, profiles: dict[str, ModelProfile] | None = None,
              budget: int | None = None, queue_cap: int | None = None,
-             reservations: ReservationRule | None = None) -> dict[str, Any]:
+             reservations: ReservationRule | None = None, mps_one_user: bool = False) -> dict[str, Any]:
     """Answer `req` about `snap` (see the module docstring); the result is plain JSON-able data. `reservations`: the
     live service's reservation rule (`corral serve --reserve-after/--reserve-share`), so a what-if schedules as the
-    controller does. With `budget`, a
+    controller does; `mps_one_user` likewise (its job accounts' MPS rule: `scheduler.core.colocation`). With `budget`, a
     request whose own jobs (hypothetical or trace) x seeds exceed it is refused (WhatIfError) before any simulation
     runs. With `queue_cap`, only the first `queue_cap` pending jobs are simulated (the answer's `bounds` says how many
     were left out); None: all of them."""
@@ -497,12 +498,13 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
               **cap_queue(world, None if req.trace is not None else queue_cap)}
     seeds = list(range(req.seeds))
     runs = [_simulate(world, world.cluster, policy(name, s), s, with_hypothetical=True, horizon_s=req.horizon_s,
-                      profiles=profiles, reservations=reservations) for s in seeds]
+                      profiles=profiles, reservations=reservations, mps_one_user=mps_one_user) for s in seeds]
     changed = name != active or req.extra_nodes > 0 or bool(world.hypothetical)
     baseline = delta = None
     if changed:
         base_runs = [_simulate(world, world.base_cluster, policy(active, s), s, with_hypothetical=False,
-                               horizon_s=req.horizon_s, profiles=profiles, reservations=reservations) for s in seeds]
+                               horizon_s=req.horizon_s, profiles=profiles, reservations=reservations,
+                               mps_one_user=mps_one_user) for s in seeds]
         baseline = {"policy": active, "extra_nodes": 0, "hypothetical_jobs": 0, "metrics": _distributions(base_runs)}
         delta = {m: _distribution([r.metrics[m] - b.metrics[m] for r, b in zip(runs, base_runs, strict=True)])
                  for m in METRICS}
@@ -540,8 +542,9 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
 
 def what_if(store: Any, request: WhatIfRequest | dict[str, Any], make_policy: Callable[[str, int], Policy], *,
             default_policy: str = DEFAULT_POLICY, budget: int | None = None,
-            queue_cap: int | None = None, reservations: ReservationRule | None = None) -> dict[str, Any]:
+            queue_cap: int | None = None, reservations: ReservationRule | None = None,
+            mps_one_user: bool = False) -> dict[str, Any]:
     """Snapshot `store` and answer `request` (a dict is validated first). Raises WhatIfError naming the bad field."""
     req = request if isinstance(request, WhatIfRequest) else WhatIfRequest.parse(request)
     return evaluate(snapshot(store), req, make_policy, default_policy=default_policy, budget=budget,
-                    queue_cap=queue_cap, reservations=reservations)
+                    queue_cap=queue_cap, reservations=reservations, mps_one_user=mps_one_user)

@@ -133,10 +133,11 @@ def blueprint(prefix: str) -> Blueprint:
         queue_cap = None if admin else setting(app, "CORRAL_WHATIF_QUEUE", DEFAULT_QUEUE_CAP)
         st = store()  # the worker has no app context: hand it the store itself
         reservations = app.config.get("CORRAL_RESERVATIONS")  # the controller's rule (`corral serve`), if any
+        mps_one_user = app.config["CORRAL_JOB_ACCOUNTS"].per_user  # the controller's MPS rule (its job accounts)
 
         def run() -> dict[str, Any]:
             return what_if(st, req, make_policy, default_policy=DEFAULT_POLICY, budget=budget,
-                           queue_cap=queue_cap, reservations=reservations)
+                           queue_cap=queue_cap, reservations=reservations, mps_one_user=mps_one_user)
 
         future = pool(app).try_submit(run)
         if future is None:

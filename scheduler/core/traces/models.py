@@ -9,7 +9,8 @@ would not have fitted them. The number picks a model from the job's pool by weig
 * inference jobs: inference models (each weight 1); the job takes the model's `slo_ms`;
 * fractional jobs (share s): only models with `mem_gb <= s * 16`, i.e. that fit in that share of the smallest GPU we
   ship (16 GB); if none fits (a share below ~0.1), the model of the job's kind with the smallest footprint (the
-  share's memory is then too small; contention's memory check decides). Corral CSV rows get an error instead;
+  share's MPS memory cap is then too small on a 16 GB GPU: admission refuses the job where no GPU's cap holds it,
+  `scheduler.core.colocation`). Corral CSV rows get an error instead;
 * one-GPU training jobs: every such training model, weight 1 (no communication, so only compute and memory matter);
 * multi-GPU training jobs: every such training model, communication-heavy ones (`grad_mb >= 500`: FSDP, MoE,
   Transformer-XL in the current catalog) at weight 2, others at weight 1 (about 3/8 heavy), so that jobs sharing
