@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from scheduler.core.colocation import mem_cap_mb
 from scheduler.core.errors import SpecError
 
 NAMESPACE = "corral"
@@ -137,6 +136,9 @@ def rank_env(spec: RankSpec, world: int, master_addr: str, master_port: int, lau
         "CORRAL_CHECKPOINT_DIR": launch.checkpoint_dir,
     })
     if spec.share < 1.0:  # an MPS client: cap its SMs and its memory to its share
+        # Here, not at the top: the `corral` client imports this module, and the rule's module imports numpy.
+        from scheduler.core.colocation import mem_cap_mb
+
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(spec.share * 100)))
         limit_mb = mem_cap_mb(spec.share, spec.gpu_mem_gb)  # the cap admission and placements check (one function)
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{i}={limit_mb}M" for i in range(len(spec.local_gpus)))
