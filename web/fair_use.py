@@ -1,5 +1,11 @@
-"""Fair use over HTTP: the per-user limits (`scheduler.live.store.queries.Limits`) on submissions and what-ifs.
-Admins are exempt from all of them.
+"""Fair use over HTTP: the per-user limits (`scheduler.live.store.queries.Limits`) on requests, submissions and
+what-ifs. Admins are exempt from all of them.
+
+- `request_rate` / `request_burst`: a token bucket that every authenticated request draws on (`admit`, run by
+  `web.auth.authenticate` once it knows the caller), before its view reads anything. Past it: 429 naming
+  `request_rate`, with Retry-After.
+- requests in progress: at most `CORRAL_MAX_IN_FLIGHT` (the app's config; `corral serve --max-requests-per-user`) per
+  user at once, so one user's many threads cannot hold every one of the server's. Past it: 429 with Retry-After 1.
 
 - `max_pending`: counted in the submission's own transaction, under a lock on the user's row
   (`queries.check_pending`), so it holds under concurrent submissions and across replicas sharing the database. Past
@@ -23,17 +29,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from flask import Flask, current_app
+from flask import Flask, current_app, g
 from flask_smorest import abort
 
 from scheduler.live.store import queries as q
 from web.api.context import store
-from web.auth import Principal
+from web.auth import AUTHENTICATED_KEY, Principal
 
 STATE_KEY = "corral.fair_use"
 CLOCK_CONFIG = "CORRAL_CLOCK"
 LIMITS_TTL_S = 5.0
-SUBMIT, WHATIF = "submit", "whatif"
+SUBMIT, WHATIF, REQUEST = "submit", "whatif", "request"
+IN_FLIGHT_CONFIG = "CORRAL_MAX_IN_FLIGHT"
+DEFAULT_MAX_IN_FLIGHT = 8  # half of `corral serve`'s 16 threads; a dashboard sends at most 3 requests at once
 _state_lock = threading.Lock()
 
 
@@ -76,6 +84,7 @@ class FairUse:
         self._lock = threading.Lock()
         self._buckets: dict[tuple[str, int], TokenBucket] = {}
         self._limits: dict[int, tuple[float, q.Limits]] = {}
+        self._in_flight: dict[int, int] = {}
 
     def limits(self, user_id: int) -> q.Limits:
         now = self.clock()
@@ -109,6 +118,23 @@ class FairUse:
             bucket = self._buckets.get((kind, user_id))
             if bucket is not None:
                 bucket.give_back()
+
+    def enter(self, user_id: int, most: int) -> int:
+        """Count one more request of `user_id` in progress, unless `most` are already: then return how many are."""
+        with self._lock:
+            held = self._in_flight.get(user_id, 0)
+            if held >= most:
+                return held
+            self._in_flight[user_id] = held + 1
+            return 0
+
+    def leave(self, user_id: int) -> None:
+        with self._lock:
+            held = self._in_flight.get(user_id, 0) - 1
+            if held > 0:
+                self._in_flight[user_id] = held
+            else:
+                self._in_flight.pop(user_id, None)
 
 
 def state(app: Flask | None = None) -> FairUse:
@@ -175,3 +201,39 @@ def check_whatif(who: Principal) -> None:
     if wait > 0.0:
         _too_many(f"whatif_per_min: {who.name} may run {lim.whatif_per_min} what-if(s) a minute; try again in "
                   f"{max(1, math.ceil(wait))} s", wait)
+
+
+_IN_FLIGHT = "corral_in_flight"  # on flask.g: the user whose count this request holds, given back at its teardown
+
+
+def admit(who: Principal) -> None:
+    """Every authenticated request, once its caller is known: 429 with Retry-After past the user's request rate or
+    past the requests they may have in progress at once. Admins are exempt."""
+    if who.admin:
+        return
+    fair = state()
+    lim = fair.limits(who.id)
+    wait = fair.take(REQUEST, who.id, lim.request_rate, lim.request_burst)
+    if wait > 0.0:
+        _too_many(f"request_rate: {who.name} may make {lim.request_rate:g} request(s) a second after a burst of "
+                  f"{lim.request_burst}; try again in {max(1, math.ceil(wait))} s (an admin sets the limit: "
+                  "`corral user limits`)", wait)
+    most = int(current_app.config.get(IN_FLIGHT_CONFIG, DEFAULT_MAX_IN_FLIGHT))
+    held = fair.enter(who.id, most)
+    if held:
+        _too_many(f"requests in progress: {who.name} has {held} request(s) in progress, the most one user may have "
+                  "at once; try again when one has been answered (the operator sets it: `corral serve "
+                  "--max-requests-per-user`)", 1.0)
+    setattr(g, _IN_FLIGHT, who.id)
+
+
+def _leave(_exc: BaseException | None) -> None:
+    user_id = g.pop(_IN_FLIGHT, None)
+    if user_id is not None:
+        state().leave(user_id)
+
+
+def init_app(app: Flask) -> None:
+    """Make `admit` run on every authenticated request of `app`, and give back its in-progress count at the end."""
+    app.extensions[AUTHENTICATED_KEY] = admit
+    app.teardown_request(_leave)
