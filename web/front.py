@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
@@ -198,6 +199,12 @@ class FrontServer(TcpWSGIServer):
     def connections_from(self, host: str) -> int:
         with self._address_lock:
             return self._per_address.get(host, 0)
+
+    def stop(self) -> None:
+        """From any thread: close every connection and the listening socket, which ends `run()`, then stop the
+        workers (for tests and benchmarks; `corral serve` ends `run()` with KeyboardInterrupt)."""
+        self.trigger.pull_trigger(lambda: wasyncore.close_all(self._map))
+        self.task_dispatcher.shutdown()
 
     def maintenance(self, now: float) -> None:
         """Close connections idle for `idle_timeout_s`, and those whose request is still arriving `request_timeout_s`

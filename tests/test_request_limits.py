@@ -1,0 +1,77 @@
+"""Per-user limits on every authenticated request (issue 46, item 2): a token bucket (`request_rate`/`request_burst`,
+429 with Retry-After) and a cap on requests in progress at once, so one user's many threads cannot hold every one of
+the server's. Admins are exempt. On SQLite and PostgreSQL (the `store` fixture); time is driven by the app's clock."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from test_api import API, EMULATED, Env, make_env
+from test_fair_use import Clock, set_limits
+
+from scheduler.live.store import Store
+
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def env(store: Store, corral_home: Path, clock: Clock) -> Env:
+    return make_env(store, CORRAL_CLOCK=clock)
+
+
+def test_a_user_past_the_request_rate_gets_429_with_retry_after_and_others_are_fine(env: Env, clock: Clock) -> None:
+    set_limits(env, "/users/alice/limits", request_rate=0.5, request_burst=3)
+    assert [env.get("/jobs").status_code for _ in range(3)] == [200] * 3
+    refused = env.get("/jobs")
+    assert refused.status_code == 429
+    assert refused.headers["Retry-After"] == "2"  # a token every 2 s
+    assert refused.json["message"].startswith("request_rate: alice may make 0.5 request(s) a second after a burst "
+                                              "of 3; try again in 2 s")
+    assert env.post("/jobs", EMULATED).status_code == 429  # every kind of request counts
+    assert env.get("/jobs", "bob").status_code == 200  # alice's limit is hers alone
+    assert all(env.get("/jobs", "root").status_code == 200 for _ in range(10))  # admins are exempt
+    clock.advance(2.0)
+    assert env.get("/jobs").status_code == 200  # a token earned
+    assert env.get("/jobs").status_code == 429
+    # The built-in default binds too: bob's burst of 200 (full again two seconds later), then a refusal.
+    codes = [env.get("/jobs", "bob").status_code for _ in range(201)]
+    assert codes.count(200) == 200 and codes[-1] == 429
+
+
+def test_a_user_past_the_requests_in_progress_gets_429_while_others_are_served(store: Store,
+                                                                              corral_home: Path) -> None:
+    """Two of alice's submissions are held in progress (in the notify hook, after their job is stored); with at most
+    2 in progress a third request of hers is refused at once, bob's and an admin's are answered."""
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+
+    def notify() -> None:
+        entered.release()
+        release.wait(WAIT_S)
+
+    env = make_env(store, CORRAL_MAX_IN_FLIGHT=2)
+    env.client.application.extensions["corral.notify"] = notify
+    app = env.client.application
+    with ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(lambda i=i: app.test_client().post(f"{API}/jobs", json=EMULATED | {"name": f"h{i}"},
+                                                                 headers=env.auth())) for i in range(2)]
+        try:
+            assert entered.acquire(timeout=WAIT_S) and entered.acquire(timeout=WAIT_S)
+            refused = env.get("/jobs")
+            assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
+            assert refused.json["message"].startswith("requests in progress: alice has 2 request(s) in progress, "
+                                                      "the most one user may have at once")
+            assert env.get("/jobs", "bob").status_code == 200
+            assert env.get("/jobs", "root").status_code == 200
+        finally:
+            release.set()
+        assert [f.result(WAIT_S).status_code for f in held] == [201, 201]
+    assert env.get("/jobs").status_code == 200  # each gave its place back when answered
