@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_api import API, EMULATED, Env, make_env
@@ -60,9 +61,11 @@ def test_a_user_past_the_requests_in_progress_gets_429_while_others_are_served(s
     env = make_env(store, CORRAL_MAX_IN_FLIGHT=2)
     env.client.application.extensions["corral.notify"] = notify
     app = env.client.application
+    def submit(i: int) -> Any:
+        return app.test_client().post(f"{API}/jobs", json=EMULATED | {"name": f"h{i}"}, headers=env.auth())
+
     with ThreadPoolExecutor(2) as pool:
-        held = [pool.submit(lambda i=i: app.test_client().post(f"{API}/jobs", json=EMULATED | {"name": f"h{i}"},
-                                                                 headers=env.auth())) for i in range(2)]
+        held = [pool.submit(submit, i) for i in range(2)]
         try:
             assert entered.acquire(timeout=WAIT_S) and entered.acquire(timeout=WAIT_S)
             refused = env.get("/jobs")

@@ -26,15 +26,21 @@ _PLAIN: dict[type, Callable[[Any], Any]] = {fields.Integer: int, fields.Float: f
 def _conversion(field: fields.Field) -> Callable[[Any, str, Mapping[str, Any]], Any]:
     kind = type(field)
     plain = _PLAIN.get(kind)
-    if plain is not None and not getattr(field, "as_string", False) and (
-            kind is not fields.Boolean or (field.truthy, field.falsy) == (fields.Boolean.truthy, fields.Boolean.falsy)):
+    if isinstance(field, fields.Boolean) and (field.truthy, field.falsy) != (fields.Boolean.truthy,
+                                                                            fields.Boolean.falsy):
+        plain = None  # its own idea of true and false
+    if plain is not None and not getattr(field, "as_string", False):
         return lambda v, _a, _o: None if v is None else plain(v)
-    if kind is fields.Nested and not field.many and isinstance(field.schema, Schema):
-        inner = dumper(field.schema)
-        return lambda v, _a, _o: None if v is None else inner(v)
-    if kind is fields.List and type(field.inner) is fields.Nested and not field.inner.many:
-        item = dumper(field.inner.schema)
-        return lambda v, _a, _o: None if v is None else [item(x) for x in v]
+    if kind is fields.Nested and isinstance(field, fields.Nested) and not field.many and isinstance(field.schema,
+                                                                                                   Schema):
+        one = dumper(field.schema)
+        return lambda v, _a, _o: None if v is None else one(v)
+    if kind is fields.List and isinstance(field, fields.List) and type(field.inner) is fields.Nested:
+        nested = field.inner
+        assert isinstance(nested, fields.Nested)
+        if not nested.many and isinstance(nested.schema, Schema):
+            item = dumper(nested.schema)
+            return lambda v, _a, _o: None if v is None else [item(x) for x in v]
     return lambda v, a, o: field._serialize(v, a, o)
 
 
@@ -51,5 +57,5 @@ def dumper(schema: Schema) -> Dump:
 
 def json_response(body: Any) -> Response:
     """`body` as flask-smorest would answer it after its dump (the app's JSON provider, its settings)."""
-    out: Response = current_app.json.response(body)
+    out: Response = current_app.json.response(body)  # type: ignore[assignment]
     return out

@@ -143,6 +143,8 @@ class FrontServer(TcpWSGIServer):
             asyncore_use_poll=True,  # select() fails past descriptor 1,023
             ident="corral",
         )
+        # waitress warns at every request that waits for a thread: under a flood, thousands of lines a second
+        logging.getLogger("waitress.queue").setLevel(logging.ERROR)
         dispatcher = ThreadedTaskDispatcher()
         dispatcher.set_thread_count(adj.threads)
         super().__init__(application, {}, True, sock, dispatcher=dispatcher, adj=adj, bind_socket=False,
