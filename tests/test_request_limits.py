@@ -5,15 +5,19 @@ the server's. Admins are exempt. On SQLite and PostgreSQL (the `store` fixture);
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from test_api import API, EMULATED, Env, make_env
 from test_fair_use import Clock, set_limits
 
 from scheduler.live.store import Store
+from scheduler.live.store.models import Job as JobRow
+from scheduler.live.store.models import User
 
 WAIT_S = 30.0
 
@@ -35,7 +39,7 @@ def test_a_user_past_the_request_rate_gets_429_with_retry_after_and_others_are_f
     assert refused.status_code == 429
     assert refused.headers["Retry-After"] == "2"  # a token every 2 s
     assert refused.json["message"].startswith("request_rate: alice may make 0.5 request(s) a second after a burst "
-                                              "of 3; try again in 2 s")
+                                              "of 3 (every 64 KiB of an answer counts as one more); try again in 2 s")
     assert env.post("/jobs", EMULATED).status_code == 429  # every kind of request counts
     assert env.get("/jobs", "bob").status_code == 200  # alice's limit is hers alone
     assert all(env.get("/jobs", "root").status_code == 200 for _ in range(10))  # admins are exempt
@@ -45,6 +49,23 @@ def test_a_user_past_the_request_rate_gets_429_with_retry_after_and_others_are_f
     # The built-in default binds too: bob's burst of 200 (full again two seconds later), then a refusal.
     codes = [env.get("/jobs", "bob").status_code for _ in range(201)]
     assert codes.count(200) == 200 and codes[-1] == 429
+
+
+def test_a_large_answer_costs_one_more_token_per_64_kib(env: Env) -> None:
+    """A full list costs the server what many small requests do, and the user's bucket as much."""
+    now = time.time()
+    with env.store.session() as s:
+        alice = s.scalars(select(User.id).where(User.name == "alice")).one()
+        s.add_all(JobRow(user_id=alice, name=f"j{i}-" + "x" * 150, kind="emulated", model="ResNet-50-bs64",
+                         num_gpus=1, duration_s=60.0, submitted_at=now, queued_since=now, state="succeeded", env={})
+                  for i in range(300))
+    set_limits(env, "/users/alice/limits", request_rate=0.001, request_burst=8)
+    big = env.get("/jobs?limit=1000")
+    assert big.status_code == 200 and len(big.json["jobs"]) == 300
+    extra = len(big.data) // (64 * 1024)
+    assert extra >= 2
+    codes = [env.get("/jobs?limit=1").status_code for _ in range(8)]
+    assert codes == [200] * (8 - 1 - extra) + [429] * (1 + extra)  # the big one took 1 + extra of the 8
 
 
 def test_a_user_past_the_requests_in_progress_gets_429_while_others_are_served(store: Store,

@@ -2,8 +2,10 @@
 what-ifs. Admins are exempt from all of them.
 
 - `request_rate` / `request_burst`: a token bucket that every authenticated request draws on (`admit`, run by
-  `web.auth.authenticate` once it knows the caller), before its view reads anything. Past it: 429 naming
-  `request_rate`, with Retry-After.
+  `web.auth.authenticate` once it knows the caller), before its view reads anything. A request takes one token, and
+  its answer one more per `ANSWER_BYTES_PER_TOKEN` (charged once it is made, which may leave the bucket in debt, down
+  to minus its burst): a full 1,000-job list (about 1 MB) costs 16 small ones, as it costs the server. Past it: 429
+  naming `request_rate`, with Retry-After.
 - requests in progress: at most `CORRAL_MAX_IN_FLIGHT` (the app's config; `corral serve --max-requests-per-user`) per
   user at once, so one user's many threads cannot hold every one of the server's. Past it: 429 with Retry-After 1.
 
@@ -29,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from flask import Flask, current_app, g
+from flask import Flask, Response, current_app, g
 from flask_smorest import abort
 
 from scheduler.live.store import queries as q
@@ -42,6 +44,7 @@ LIMITS_TTL_S = 5.0
 SUBMIT, WHATIF, REQUEST = "submit", "whatif", "request"
 IN_FLIGHT_CONFIG = "CORRAL_MAX_IN_FLIGHT"
 DEFAULT_MAX_IN_FLIGHT = 8  # half of `corral serve`'s 16 threads; a dashboard sends at most 3 requests at once
+ANSWER_BYTES_PER_TOKEN = 64 * 1024
 _state_lock = threading.Lock()
 
 
@@ -68,6 +71,11 @@ class TokenBucket:
 
     def give_back(self) -> None:
         self.tokens = min(float(self.burst), self.tokens + 1.0)
+
+    def charge(self, tokens: float, now: float) -> None:
+        """Take `tokens` more for work already done: the bucket may go into debt, down to minus its burst."""
+        self._refill(now)
+        self.tokens = max(-float(self.burst), self.tokens - tokens)
 
     def resize(self, rate: float, burst: int, now: float) -> None:
         """New limits (an admin changed them): what was earned at the old rate stays, up to the new burst."""
@@ -112,6 +120,13 @@ class FairUse:
             elif (bucket.rate, bucket.burst) != (rate, burst):
                 bucket.resize(rate, burst, now)
             return bucket.take(now)
+
+    def charge(self, kind: str, user_id: int, tokens: float) -> None:
+        now = self.clock()
+        with self._lock:
+            bucket = self._buckets.get((kind, user_id))
+            if bucket is not None:
+                bucket.charge(tokens, now)
 
     def give_back(self, kind: str, user_id: int) -> None:
         with self._lock:
@@ -204,11 +219,13 @@ def check_whatif(who: Principal) -> None:
 
 
 _IN_FLIGHT = "corral_in_flight"  # on flask.g: the user whose count this request holds, given back at its teardown
+_RATED = "corral_rated"  # on flask.g: the user whose request bucket pays for this request's answer
 
 
 def admit(who: Principal) -> None:
     """Every authenticated request, once its caller is known: 429 with Retry-After past the user's request rate or
-    past the requests they may have in progress at once. Admins are exempt."""
+    past the requests they may have in progress at once. Admins are exempt. (Its answer is charged after it is
+    made, by `_charge_answer`.)"""
     if who.admin:
         return
     fair = state()
@@ -216,8 +233,9 @@ def admit(who: Principal) -> None:
     wait = fair.take(REQUEST, who.id, lim.request_rate, lim.request_burst)
     if wait > 0.0:
         _too_many(f"request_rate: {who.name} may make {lim.request_rate:g} request(s) a second after a burst of "
-                  f"{lim.request_burst}; try again in {max(1, math.ceil(wait))} s (an admin sets the limit: "
-                  "`corral user limits`)", wait)
+                  f"{lim.request_burst} (every {ANSWER_BYTES_PER_TOKEN // 1024} KiB of an answer counts as one more); "
+                  f"try again in {max(1, math.ceil(wait))} s (an admin sets the limit: `corral user limits`)", wait)
+    setattr(g, _RATED, who.id)
     most = int(current_app.config.get(IN_FLIGHT_CONFIG, DEFAULT_MAX_IN_FLIGHT))
     held = fair.enter(who.id, most)
     if held:
@@ -227,6 +245,14 @@ def admit(who: Principal) -> None:
     setattr(g, _IN_FLIGHT, who.id)
 
 
+def _charge_answer(response: Response) -> Response:
+    user_id = g.get(_RATED)
+    size = response.content_length or 0  # None for a streamed answer: not charged
+    if user_id is not None and size >= ANSWER_BYTES_PER_TOKEN:
+        state().charge(REQUEST, user_id, size // ANSWER_BYTES_PER_TOKEN)
+    return response
+
+
 def _leave(_exc: BaseException | None) -> None:
     user_id = g.pop(_IN_FLIGHT, None)
     if user_id is not None:
@@ -234,6 +260,8 @@ def _leave(_exc: BaseException | None) -> None:
 
 
 def init_app(app: Flask) -> None:
-    """Make `admit` run on every authenticated request of `app`, and give back its in-progress count at the end."""
+    """Make `admit` run on every authenticated request of `app`, charge large answers to the request bucket, and give
+    back each request's in-progress count at its end."""
     app.extensions[AUTHENTICATED_KEY] = admit
+    app.after_request(_charge_answer)
     app.teardown_request(_leave)
