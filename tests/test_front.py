@@ -179,3 +179,45 @@ def test_oversized_headers_are_refused(serve: Serve) -> None:
     sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 8192 + b"\r\n\r\n")
     assert b" 431 " in read_all(sock).split(b"\r\n", 1)[0]  # waitress answers it as HTTP/1.0
     sock.close()
+
+
+def test_one_callers_queued_requests_do_not_delay_anothers(serve: Serve) -> None:
+    """One worker thread; alice's first request holds it and four more of hers wait; bob's one request, queued after
+    them, is served next (waitress alone served in arrival order: bob last)."""
+    order: list[str] = []
+    gate = threading.Semaphore(0)
+    app = Flask(__name__)
+
+    @app.get("/hold")
+    def hold() -> str:
+        order.append(request.headers["Authorization"])
+        gate.acquire(timeout=WAIT_S)
+        return "ok"
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = make_server(app, sock, FrontLimits(threads=1))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        def call(who: str) -> int:
+            conn = http.client.HTTPConnection("127.0.0.1", port_of(server), timeout=WAIT_S)
+            conn.request("GET", "/hold", headers={"Authorization": who})
+            return conn.getresponse().status
+
+        callers = [threading.Thread(target=call, args=("Bearer alice",))]
+        callers[0].start()
+        assert wait_for(lambda: order == ["Bearer alice"])
+        for who in ["Bearer alice"] * 4 + ["Bearer bob"]:
+            callers.append(threading.Thread(target=call, args=(who,)))
+            callers[-1].start()
+            queued = len(callers) - 1
+            assert wait_for(lambda q=queued: len(server.task_dispatcher.queue) == q)  # in this order
+        for _ in range(6):
+            gate.release()
+        for t in callers:
+            t.join(WAIT_S)
+        assert order == ["Bearer alice", "Bearer bob"] + ["Bearer alice"] * 4
+    finally:
+        server.stop()
+        thread.join(WAIT_S)

@@ -7,6 +7,8 @@ a socket, never a worker. What it lacks out of the box, this module adds:
   still incomplete `request_timeout_s` after its first byte: a slowloris client trickling a byte at a time is cut off
   too (waitress alone only closes a connection idle for `channel_timeout`, which a trickle resets);
 - one peer address holds at most `max_per_address` connections: the next is answered 503 and closed at once;
+- requests wait for a worker thread in a queue per caller (their bearer token, or their address without one),
+  served in turn (`FairQueue`): one user's hundred queued requests do not delay another's one;
 - `max_connections` in all, with the process' file limit raised to fit (`raise_fd_limit`), and poll(), not select()
   with its 1,024-descriptor ceiling;
 - a body over the API's cap is refused (413) from its `Content-Length` before any of it is read, a chunked one as soon
@@ -21,7 +23,8 @@ import resource
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +103,52 @@ def _refusal(cap: int) -> bytes:
             b"Retry-After: 1\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
+class FairQueue:
+    """waitress' task queue (a deque it appends to, pops from the left, tests and sizes, always under its
+    dispatcher's lock), made fair: a deque per caller, and the caller served least recently goes first. A caller is
+    the bearer token a request carries (so one user's many connections are one caller), or its peer address."""
+
+    REMEMBERED = 4096  # callers whose last turn is remembered; one forgotten counts as never served
+
+    def __init__(self) -> None:
+        self._waiting: dict[Hashable, deque[Any]] = {}
+        self._last: OrderedDict[Hashable, int] = OrderedDict()  # caller -> the turn it was last served at
+        self._turn = 0
+        self._size = 0
+
+    @staticmethod
+    def caller(task: Any) -> Hashable:
+        try:
+            token = task.requests[0].headers.get("AUTHORIZATION")
+            return ("token", token) if token else ("address", task.addr[0])
+        except (AttributeError, IndexError, TypeError):
+            return ("other", None)
+
+    def append(self, task: Any) -> None:
+        self._waiting.setdefault(self.caller(task), deque()).append(task)
+        self._size += 1
+
+    def popleft(self) -> Any:
+        key = min(self._waiting, key=lambda k: self._last.get(k, -1))  # waitress pops only when not empty
+        waiting = self._waiting[key]
+        task = waiting.popleft()
+        if not waiting:
+            del self._waiting[key]
+        self._size -= 1
+        self._turn += 1
+        self._last[key] = self._turn
+        self._last.move_to_end(key)
+        if len(self._last) > self.REMEMBERED:
+            self._last.popitem(last=False)
+        return task
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+
 class FrontChannel(HTTPChannel):
     """waitress' connection, which also knows since when its current request has been arriving and gives its place
     back to its address' count when it closes."""
@@ -146,6 +195,7 @@ class FrontServer(TcpWSGIServer):
         # waitress warns at every request that waits for a thread: under a flood, thousands of lines a second
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
         dispatcher = ThreadedTaskDispatcher()
+        dispatcher.queue = FairQueue()  # before its threads start
         dispatcher.set_thread_count(adj.threads)
         super().__init__(application, {}, True, sock, dispatcher=dispatcher, adj=adj, bind_socket=False,
                          sockinfo=(sock.family, sock.type, sock.proto, sock.getsockname()))
