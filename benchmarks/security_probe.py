@@ -484,12 +484,12 @@ def front_rows(srv: Server) -> list[Row]:
         time.sleep(3.0)  # the attackers' 90 threads running
         flooding = up.value
         took, codes, t0 = list[float](), list[int](), time.monotonic()
-        while time.monotonic() - t0 < 30 or len(took) < 100:
+        while time.monotonic() - t0 < 45 or len(took) < 200:
             status, s = get("/jobs?limit=5", "alice")
             took.append(s)
             codes.append(status)
             time.sleep(0.05)
-            if time.monotonic() - t0 > 120:
+            if time.monotonic() - t0 > 150:
                 break
         stop.set()
         for p in procs:
@@ -509,9 +509,11 @@ def front_rows(srv: Server) -> list[Row]:
     requests.patch(f"{srv.api}/users/bob/limits", json=dict.fromkeys(lifted), headers=srv.headers("admin"),
                    timeout=30)
     rows.append(measure("bob at the default request rate"))
+    # For information (printed, not a row): an admin lifts bob's request rate, so only the cap on his requests in
+    # progress and the fair queue stand between his lists and alice's.
     requests.patch(f"{srv.api}/users/bob/limits", json={"request_rate": 10000, "request_burst": 10000},
                    headers=srv.headers("admin"), timeout=30)
-    rows.append(measure("bob's request rate lifted (only the in-progress cap)"))
+    measure("bob's request rate lifted by an admin")
     requests.patch(f"{srv.api}/users/bob/limits", json=dict.fromkeys(lifted), headers=srv.headers("admin"),
                    timeout=30)
     return rows

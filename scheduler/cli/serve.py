@@ -316,7 +316,7 @@ def serve(cfg: ServeConfig) -> None:
     from scheduler.live.webhook_dispatch import Dispatcher
     from scheduler.live.webhooks import AllowList
     from web import create_app
-    from web.front import FrontLimits, connections_for_fd_limit, make_server
+    from web.front import SWITCH_INTERVAL_S, FrontLimits, connections_for_fd_limit, make_server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node_type(cfg.preset, cfg.gpus_per_node)  # refuse bad flags before anything starts
@@ -326,6 +326,7 @@ def serve(cfg: ServeConfig) -> None:
     if front.problems():
         raise SpecError("; ".join(front.problems()))
     front = connections_for_fd_limit(front)  # the open-file limit raised to fit, or the connections lowered to it
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # small requests beside large ones (web.front)
     fabric = check_fabric(cfg.fabric)
     try:
         allow = AllowList.parse(cfg.webhook_allow)
