@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from test_api import API, EMULATED, Env, make_env
 from test_fair_use import Clock, set_limits
 
@@ -49,6 +49,32 @@ def test_a_user_past_the_request_rate_gets_429_with_retry_after_and_others_are_f
     # The built-in default binds too: bob's burst of 200 (full again two seconds later), then a refusal.
     codes = [env.get("/jobs", "bob").status_code for _ in range(201)]
     assert codes.count(200) == 200 and codes[-1] == 429
+
+
+def test_a_token_refused_for_its_rate_is_answered_without_the_database(env: Env, clock: Clock) -> None:
+    """Until its Retry-After, a refused token's requests get the same refusal from the front of the app: no token
+    lookup, no statement (a flood of refused requests then costs little); afterwards the app answers again."""
+    set_limits(env, "/users/alice/limits", request_rate=0.25, request_burst=1)
+    assert env.get("/jobs").status_code == 200
+    first = env.get("/jobs")
+    assert first.status_code == 429 and first.headers["Retry-After"] == "4"
+    statements = [0]
+
+    def count(*_: Any) -> None:
+        statements[0] += 1
+
+    event.listen(env.store.engine, "before_cursor_execute", count)
+    try:
+        clock.advance(1.5)
+        again = env.get("/jobs")
+    finally:
+        event.remove(env.store.engine, "before_cursor_execute", count)
+    assert again.status_code == 429 and again.json == first.json and statements == [0]
+    assert again.headers["Retry-After"] == "3"  # what is left of the wait
+    assert "Content-Security-Policy" in again.headers  # the app's headers, as on every answer
+    assert env.get("/jobs", "bob").status_code == 200
+    clock.advance(2.5)
+    assert env.get("/jobs").status_code == 200
 
 
 def test_a_large_answer_costs_one_more_token_per_64_kib(env: Env) -> None:

@@ -125,7 +125,8 @@ class FairQueue:
     def caller(task: Any) -> Hashable:
         try:
             token = task.requests[0].headers.get("AUTHORIZATION")
-            return ("token", token) if token else ("address", task.addr[0])
+            # hash(): the queue remembers callers after their requests, and need not keep their tokens to do so
+            return ("token", hash(token)) if token else ("address", task.addr[0])
         except (AttributeError, IndexError, TypeError):
             return ("other", None)
 
