@@ -18,8 +18,10 @@ a socket, never a worker. What it lacks out of the box, this module adds:
 
 from __future__ import annotations
 
+import errno
 import logging
 import resource
+import select
 import socket
 import threading
 import time
@@ -99,6 +101,9 @@ def connections_for_fd_limit(limits: FrontLimits) -> FrontLimits:
                     limits.max_connections, fits, soft)
         return FrontLimits(**{**limits.__dict__, "max_connections": fits})
     return limits
+
+
+_READ = select.POLLIN | select.POLLPRI
 
 
 def _refusal(cap: int) -> bytes:
@@ -257,6 +262,44 @@ class FrontServer(TcpWSGIServer):
     def connections_from(self, host: str) -> int:
         with self._address_lock:
             return self._per_address.get(host, 0)
+
+    def run(self) -> None:
+        """waitress' loop, with `_poll` for its poll2: see there."""
+        try:
+            while self._map:
+                self._poll(self.adj.asyncore_loop_timeout)
+        except (SystemExit, KeyboardInterrupt):
+            self.task_dispatcher.shutdown()
+
+    def _poll(self, timeout: float) -> None:
+        """wasyncore.poll2, asking a FrontChannel what it waits for without calling its readable() and writable():
+        their conditions, inlined (waitress 3's HTTPChannel). Each pass asks every open connection, so under a flood
+        of thousands this is most of the loop's time."""
+        pollster = select.poll()
+        register = pollster.register
+        lookahead = self.adj.channel_request_lookahead
+        for fd, obj in list(self._map.items()):
+            if type(obj) is FrontChannel:
+                if obj.total_outbufs_len or obj.will_close or obj.close_when_flushed:
+                    register(fd, select.POLLOUT)  # writable, and so not readable
+                elif len(obj.requests) <= lookahead:
+                    register(fd, _READ)
+                continue
+            flags = _READ if obj.readable() else 0
+            if obj.writable() and not obj.accepting:
+                flags |= select.POLLOUT
+            if flags:
+                register(fd, flags)
+        try:
+            ready = pollster.poll(int(timeout * 1000))
+        except OSError as err:
+            if err.args[0] != errno.EINTR:
+                raise
+            ready = []
+        for fd, flags in ready:
+            obj = self._map.get(fd)
+            if obj is not None:
+                wasyncore.readwrite(obj, flags)
 
     def stop(self) -> None:
         """From any thread: close every connection and the listening socket, which ends `run()`, then stop the
