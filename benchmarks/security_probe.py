@@ -558,6 +558,272 @@ def chain_rows(srv: Server) -> list[Row]:
              int(last["state"] == "cancelled" and took < 10))]
 
 
+
+def front_rows(srv: Server) -> list[Row]:
+    """Issue 46, item 2: the HTTP front under floods, with `corral serve`'s default front flags. Floods come from
+    other loopback addresses (127.0.x.y: one host each), so one address' cap is not what holds the rest."""
+    import http.client
+    import multiprocessing
+    import select
+    import selectors
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from typing import Any
+    from urllib.parse import urlsplit
+
+    from scheduler.cli.serve import ServeConfig
+
+    cfg, port = ServeConfig(), int(urlsplit(srv.base).port or 0)
+    api_path = urlsplit(srv.api).path
+
+    def connect(source: str) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+
+    def hosts(prefix: str, n: int, each: int) -> list[str]:
+        return [f"{prefix}.{1 + i // each}" for i in range(n)]
+
+    def closed_by_server(sock: socket.socket) -> bool:
+        try:
+            return sock.recv(4096) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def wait_closed(socks: list[socket.socket], limit_s: float) -> list[float]:
+        """Seconds until the server closed each socket, within limit_s (the others are left out)."""
+        sel, start, out = selectors.DefaultSelector(), time.monotonic(), list[float]()
+        for sock in socks:
+            sock.setblocking(False)
+            sel.register(sock, selectors.EVENT_READ)
+        while len(out) < len(socks) and time.monotonic() - start < limit_s:
+            for key, _ in sel.select(0.5):
+                if closed_by_server(key.fileobj):  # type: ignore[arg-type]
+                    sel.unregister(key.fileobj)
+                    out.append(time.monotonic() - start)
+        for sock in socks:
+            sock.close()
+        return out
+
+    def get(path: str, who: str, source: str = "127.0.0.1") -> tuple[int, float]:
+        t = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+        try:
+            conn.request("GET", api_path + path, headers=srv.headers(who))
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status, time.monotonic() - t
+        except OSError:
+            return 0, time.monotonic() - t
+        finally:
+            conn.close()
+
+    rows: list[Row] = []
+    # Idle: 1,000 connections that send nothing, from 20 addresses; another user is served while they are open.
+    idle = [connect(h) for h in hosts("127.0.1", 1000, 50)]
+    status, took = get("/jobs?limit=5", "alice")
+    gone = wait_closed(idle, cfg.idle_timeout_s + 10)
+    rows.append(("front", (f"1,000 idle connections: {len(gone)} closed by the server within "
+                          f"{max(gone, default=0):.0f} s (idle timeout {cfg.idle_timeout_s:g} s); meanwhile another "
+                          f"user got HTTP {status} in {took * 1000:.0f} ms"), 1000, len(gone) if status == 200 else 0))
+    # Slowloris: 200 connections each sending a header byte a second, never finishing.
+    slow = [connect(h) for h in hosts("127.0.2", 200, 40)]
+    for sock in slow:
+        sock.sendall(b"GET " + api_path.encode() + b"/jobs HTTP/1.1\r\nHost: x\r\n")
+    start, cut = time.monotonic(), dict[int, float]()
+    while len(cut) < len(slow) and time.monotonic() - start < cfg.request_timeout_s + 10:
+        for i, sock in enumerate(slow):
+            if i not in cut:
+                try:
+                    sock.send(b"X")
+                except OSError:
+                    cut[i] = time.monotonic() - start
+        time.sleep(1.0)
+    for sock in slow:
+        sock.close()
+    rows.append(("front", (f"200 slowloris connections (a header byte a second): {len(cut)} cut off within "
+                          f"{max(cut.values(), default=0):.0f} s (request timeout {cfg.request_timeout_s:g} s)"), 200,
+                 len(cut)))
+
+    # Bodies over the cap, no token: what the client could send before the 413 or the close.
+    def send_until_refused(head: bytes, piece: bytes, most: int) -> tuple[bytes, int]:
+        sock = connect("127.0.0.1")
+        sock.sendall(head)
+        sock.setblocking(False)
+        sent, answer, stalled = 0, b"", time.monotonic()
+        while sent < most and time.monotonic() - stalled < 5:
+            readable, writable, _ = select.select([sock], [sock], [], 0.5)
+            if readable:
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                answer += data
+            if writable:
+                try:
+                    sent += sock.send(piece)
+                    stalled = time.monotonic()
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    break
+        sock.close()
+        return answer, sent
+
+    post = b"POST " + api_path.encode() + b"/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock = connect("127.0.0.1")
+    sock.sendall(post + b"Content-Length: 209715200\r\n\r\n")
+    headers_only = sock.recv(4096)
+    sock.close()
+    big, big_sent = send_until_refused(post + b"Content-Length: 209715200\r\n\r\n", b"x" * 65536, 209715200)
+    chunk = b"%x\r\n" % 65536 + b"y" * 65536 + b"\r\n"
+    chunked, chunked_sent = send_until_refused(post + b"Transfer-Encoding: chunked\r\n\r\n", chunk, 209715200)
+    mib = 2**20
+    rows.append(("front", (f"POST with Content-Length 200 MiB, headers only: answered '{headers_only[:12].decode()}' "
+                          "before any body byte"), 1, int(headers_only.startswith(b"HTTP/1.1 413"))))
+    rows.append(("front", (f"POST with Content-Length 200 MiB, body sent as fast as the socket takes it: 413 after "
+                          f"{big_sent / mib:.1f} MiB left the client (the kernels' buffers; the server read none)"), 1,
+                 int(big.startswith(b"HTTP/1.1 413") and big_sent < 32 * mib)))
+    rows.append(("front", f"chunked POST past the 1 MiB cap: 413 after {chunked_sent / mib:.1f} MiB left the client",
+                 1, int(chunked.startswith(b"HTTP/1.1 413") and chunked_sent < 32 * mib)))
+    # One address past its cap: the connections beyond it are refused, the server still serves.
+    cap = cfg.max_per_address
+    mine = []
+    for _ in range(cap + 36):
+        mine.append(connect("127.0.0.9"))
+        time.sleep(0.002)  # in order: the server counts each before the next
+    time.sleep(1.0)
+
+    def refused_at_once(sock: socket.socket) -> bool:
+        if not select.select([sock], [], [], 0)[0]:
+            return False  # open, and nothing said: admitted
+        try:
+            data = sock.recv(64)
+        except OSError:
+            return True
+        return data == b"" or data.startswith(b"HTTP/1.1 503")
+
+    refused = [refused_at_once(sock) for sock in mine]
+    status, _ = get("/jobs?limit=5", "alice")
+    for sock in mine:
+        sock.close()
+    rows.append(("front", (f"{cap + 36} connections from one address (cap {cap}): {sum(refused)} refused (503, closed); "
+                          f"another address got HTTP {status}"), cap + 36,
+                 sum(r == (i >= cap) for i, r in enumerate(refused)) if status == 200 else 0))
+
+    # The target: 1,000 idle + 200 slowloris connections kept open, 90 threads of bob's maximal lists; alice's
+    # small list's p99. Bob gets ~800 jobs first (his limits lifted for that, then put back).
+    lifted = {"submit_rate": 10000, "submit_burst": 10000, "request_rate": 10000, "request_burst": 10000}
+    requests.patch(f"{srv.api}/users/bob/limits", json=lifted, headers=srv.headers("admin"), timeout=30)
+    have = requests.get(f"{srv.api}/jobs?limit=1", headers=srv.headers("bob"), timeout=30).json()["total"]
+    with ThreadPoolExecutor(4) as pool:
+        # (status codes only: a response kept alive keeps its connection open, and 64 of them fill the address' cap)
+        list(pool.map(lambda i: srv.post("/jobs", job_body(name=f"list-{i}", duration_s=3600), "bob").status_code,
+                      range(max(0, 800 - have))))
+    for i in range(5):
+        srv.post("/jobs", job_body(name=f"mine-{i}"), "alice")
+    bob_jobs = requests.get(f"{srv.api}/jobs?limit=1", headers=srv.headers("bob"), timeout=30).json()["total"]
+
+    # The load generators run at the lowest CPU priority: they stand for other hosts, and on a small machine their
+    # own work would otherwise be what slows the server down.
+    def flood(stop: Any, up: Any) -> None:  # its own process: 1,000 idle + 200 slowloris, reopened when closed
+        os.nice(19)
+        socks: dict[int, tuple[socket.socket, bool, str]] = {}
+
+        def open_one(i: int) -> None:
+            host = f"127.0.3.{1 + i // 50}" if i < 1000 else f"127.0.4.{1 + (i - 1000) // 40}"
+            try:
+                s = connect(host)
+                if i >= 1000:
+                    s.sendall(b"GET /api/v1/jobs HTTP/1.1\r\nHost: x\r\n")
+                s.setblocking(False)
+                socks[i] = (s, i >= 1000, host)
+            except OSError:
+                socks.pop(i, None)
+
+        for i in range(1200):
+            open_one(i)
+        while not stop.is_set():
+            up.value = len(socks)
+            for i in range(1200):
+                entry = socks.get(i)
+                if entry is None or closed_by_server(entry[0]):
+                    if entry is not None:
+                        entry[0].close()
+                    open_one(i)
+                elif entry[1]:
+                    try:
+                        entry[0].send(b"X")
+                    except OSError:
+                        entry[0].close()
+                        open_one(i)
+            stop.wait(1.0)
+
+    def attack(stop: Any, counts: Any) -> None:  # its own process: 90 threads of bob's GET /jobs?limit=1000
+        os.nice(19)
+        lock = threading.Lock()
+
+        def one(n: int) -> None:
+            while not stop.is_set():
+                status, _ = get("/jobs?limit=1000", "bob", source=f"127.0.5.{1 + n % 2}")
+                with lock:
+                    counts[{200: 0, 429: 1}.get(status, 2)] += 1
+
+        threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in range(90)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def measure(label: str) -> Row:
+        ctx = multiprocessing.get_context("fork")
+        stop, up, counts = ctx.Event(), ctx.Value("i", 0), ctx.Array("i", 3)
+        procs = [ctx.Process(target=flood, args=(stop, up)), ctx.Process(target=attack, args=(stop, counts))]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + 60
+        while up.value < 1150 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3.0)  # the attackers' 90 threads running
+        flooding = up.value
+        took, codes, t0 = list[float](), list[int](), time.monotonic()
+        while time.monotonic() - t0 < 45 or len(took) < 200:
+            status, s = get("/jobs?limit=5", "alice")
+            took.append(s)
+            codes.append(status)
+            time.sleep(0.05)
+            if time.monotonic() - t0 > 150:
+                break
+        stop.set()
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.terminate()
+        took.sort()
+        p50, p99 = took[len(took) // 2] * 1000, took[min(len(took) - 1, int(len(took) * 0.99))] * 1000
+        print(f"  front target ({label}): alice's GET /jobs?limit=5 p99 {p99:.0f} ms, p50 {p50:.0f} ms over "
+              f"{len(took)} requests; bob: {counts[0]} x 200, {counts[1]} x 429, {counts[2]} other")
+        ok = codes.count(200) == len(codes) and p99 <= 250
+        return ("front", (f"{flooding} flood connections (1,000 idle, 200 slowloris), 90 threads of bob's "
+                         f"GET /jobs?limit=1000 ({bob_jobs} jobs), {label}: alice's GET /jobs?limit=5 p99 {p99:.0f} ms "
+                         f"(p50 {p50:.0f}, {len(took)} requests; bob's: {counts[0]} answered, {counts[1]} x 429)"),
+                1, int(ok))
+
+    requests.patch(f"{srv.api}/users/bob/limits", json=dict.fromkeys(lifted), headers=srv.headers("admin"),
+                   timeout=30)
+    rows.append(measure("bob at the default request rate"))
+    # For information (printed, not a row): an admin lifts bob's request rate, so only the cap on his requests in
+    # progress and the fair queue stand between his lists and alice's.
+    requests.patch(f"{srv.api}/users/bob/limits", json={"request_rate": 10000, "request_burst": 10000},
+                   headers=srv.headers("admin"), timeout=30)
+    measure("bob's request rate lifted by an admin")
+    requests.patch(f"{srv.api}/users/bob/limits", json=dict.fromkeys(lifted), headers=srv.headers("admin"),
+                   timeout=30)
+    return rows
+
+
 # Fair use last: it leaves 1,500 pending jobs of an admin's behind, which would keep every later probe's jobs queued.
 PROBES: list[Callable[[Server], list[Row]]] = [
     ray_rows, job_rows, value_rows, size_rows, log_rows, malformed_rows, header_rows,
@@ -567,6 +833,7 @@ PROBES: list[Callable[[Server], list[Row]]] = [
     store_files_rows,  # item 5
     colocation_rows,  # item 6
     release_rows, cluster_view_rows, drain_rows, chain_rows,  # item 7
+    front_rows,  # item 2 (last but one: its floods)
     fair_use_rows,
 ]
 
@@ -574,6 +841,8 @@ PROBES: list[Callable[[Server], list[Row]]] = [
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", action="store_true", help="keep the server's CORRAL_HOME (its logs) afterwards")
+    ap.add_argument("--only", nargs="+", metavar="PROBE", choices=[p.__name__ for p in PROBES],
+                    help="run only these probes (e.g. front_rows)")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="corral-probe-"))
     os.chmod(home, 0o755)  # the jobs' accounts pass through it to their checkpoint folders
@@ -583,6 +852,8 @@ def main() -> None:
     rows: list[Row] = []
     try:
         for probe in PROBES:
+            if args.only and probe.__name__ not in args.only:
+                continue
             t = time.monotonic()
             rows += probe(srv)
             console.print(f"  {probe.__name__}: {time.monotonic() - t:.1f} s")

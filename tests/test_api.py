@@ -631,6 +631,11 @@ def test_idempotency_holds_under_a_burst_of_retries(env: Env) -> None:
     retry answers with the first job. (On SQLite a submission that read before another connection's commit used to
     fail its insert with "database is locked", which no busy timeout waits out.)"""
     app = env.client.application
+    # 400 requests, 16 at once, by one user: past the request limits (tests/test_request_limits.py), lifted here
+    app.config["CORRAL_MAX_IN_FLIGHT"] = 16
+    lifted = env.client.patch(f"{API}/users/alice/limits", json={"request_rate": 10_000, "request_burst": 10_000},
+                              headers=env.auth("root"))
+    assert lifted.status_code == 200
     tokens = [f"retry-{i}" for i in range(50)]
     bodies = [EMULATED | {"name": f"j-{t}", "client_token": t} for _ in range(8) for t in tokens]
     other = Store.open(env.store.url, migrate=False)

@@ -217,7 +217,8 @@ def test_the_budget_names_the_requests_own_fields_only(store: Store, corral_home
 
 
 def test_admins_set_and_show_defaults_and_overrides(env: Env) -> None:
-    builtin = {"max_pending": 1000, "submit_rate": 10.0, "submit_burst": 100, "whatif_per_min": 60}
+    builtin = {"max_pending": 1000, "submit_rate": 10.0, "submit_burst": 100, "whatif_per_min": 60,
+               "request_rate": 50.0, "request_burst": 200}
     everything_built_in = dict.fromkeys(builtin, "built-in")
     got = env.get("/limits", "root").json
     assert got == {"user": None, "exempt": False, **builtin, "sources": everything_built_in}
@@ -227,8 +228,9 @@ def test_admins_set_and_show_defaults_and_overrides(env: Env) -> None:
     assert got["user"] == "alice" and got["submit_rate"] == 2.5 and got["max_pending"] == 20
     assert got["whatif_per_min"] == 30 and got["submit_burst"] == 100
     assert got["sources"] == {"max_pending": "user", "submit_rate": "user", "submit_burst": "built-in",
-                              "whatif_per_min": "cluster", "max_priority": "built-in",
-                              "allow_nonpreemptible": "built-in", "priority_classes": "built-in"}  # her ceiling
+                              "whatif_per_min": "cluster", "request_rate": "built-in", "request_burst": "built-in",
+                              "max_priority": "built-in", "allow_nonpreemptible": "built-in",
+                              "priority_classes": "built-in"}  # her ceiling
     assert env.get("/users/alice/limits", "root").json == got
     cleared = set_limits(env, "/users/alice/limits", max_pending=None)  # back to the cluster's default
     assert cleared["max_pending"] == 500 and cleared["sources"]["max_pending"] == "cluster"
@@ -253,6 +255,8 @@ def test_admins_set_and_show_defaults_and_overrides(env: Env) -> None:
     ({"submit_rate": 1e9}, "submit_rate"),
     ({"submit_burst": 0}, "submit_burst"), ({"submit_burst": True}, "submit_burst"),
     ({"whatif_per_min": 0}, "whatif_per_min"), ({"whatif_per_min": False}, "whatif_per_min"),
+    ({"request_rate": 0}, "request_rate"), ({"request_rate": 1e9}, "request_rate"),
+    ({"request_burst": 0}, "request_burst"), ({"request_burst": 2.5}, "request_burst"),
     ({"max_pending": 5, "bogus": 1}, "bogus"), ({}, "_schema"),
 ])
 @pytest.mark.parametrize("path", ["/limits", "/users/alice/limits"])

@@ -20,9 +20,10 @@ from scheduler.live.store import Store
 from web import auth, jsonio, metrics, security
 from web.api import register_blueprints
 from web.api.context import CONTROLLER_KEY, NOTIFY_KEY, STORE_KEY
+from web.fair_use import init_app as init_fair_use
+from web.limits import MAX_BODY_BYTES
 from web.schemas import DB_INT_MAX, GpuCount
 
-MAX_BODY_BYTES = 1024 * 1024
 # Swagger UI's assets come from the swagger-ui-bundle package (Apache-2.0, as Swagger UI), served by Corral itself:
 # the docs work on a machine with no internet.
 SWAGGER_UI_ASSETS = "/api/docs/assets/"
@@ -126,6 +127,7 @@ def create_app(store: Store | None = None, *, notify: Callable[[], None] | None 
     app.extensions[NOTIFY_KEY] = notify or (lambda: None)
     app.extensions[CONTROLLER_KEY] = controller_status
     auth.init_app(app, float(app.config["CORRAL_TOKEN_TTL_S"]))
+    init_fair_use(app)  # the per-user request rate and requests in progress, on every authenticated request
     api = CorralApi(app)
     api.register_field(GpuCount, "number", None)
     register_blueprints(api)

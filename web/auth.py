@@ -25,6 +25,8 @@ from scheduler.live.store.queries import hash_token, token_refusal, user_for_tok
 TOKEN_TTL_S = 30.0
 REVOCATION_POLL_S = 0.0  # check on every request; raise it to trade revocation delay for one query less
 CACHE_KEY = "corral.token_cache"
+# What runs once a request's caller is known (web.fair_use.admit: the per-user request limits), set by its init_app.
+AUTHENTICATED_KEY = "corral.on_authenticated"
 # How many tokens are revoked, and when the last was: either moves on a revoke. Built once: it runs on every request,
 # and building the statement cost more than running it.
 REVOCATIONS = select(func.count(), func.max(ApiToken.revoked_at)).where(ApiToken.revoked.is_(True))
@@ -129,6 +131,9 @@ def authenticate() -> None:
             reason = token_refusal(s, token)
         _unauthorized(f"{reason}: create a new one with {HOW_TO_CREATE}")
     g.principal = principal
+    admit = current_app.extensions.get(AUTHENTICATED_KEY)
+    if admit is not None:
+        admit(principal)
 
 
 def protect(blp: Blueprint) -> Blueprint:

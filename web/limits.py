@@ -12,6 +12,10 @@ from typing import Any
 
 from marshmallow import ValidationError
 
+# A request's body: the JSON of the largest submission (an array's, a what-if's) is far smaller. Flask refuses past it
+# (MAX_CONTENT_LENGTH) and so does the HTTP front (web.front), from the Content-Length before reading the body.
+MAX_BODY_BYTES = 1024 * 1024
+
 # A job's GPUs: a share of one GPU down to 1% (MPS shares GPUs in whole percent of its threads), or whole GPUs up to
 # more than any cluster Corral runs (what-if can add up to 1024 nodes).
 MIN_GPU_SHARE = 0.01

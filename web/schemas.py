@@ -404,6 +404,8 @@ MAX_PENDING_LIMIT = 1_000_000
 MAX_SUBMIT_RATE = 10_000.0
 MAX_SUBMIT_BURST = 1_000_000
 MAX_WHATIF_PER_MIN = 10_000
+MAX_REQUEST_RATE = 100_000.0
+MAX_REQUEST_BURST = 1_000_000
 
 
 class LimitsArgs(RequestSchema):
@@ -419,6 +421,12 @@ class LimitsArgs(RequestSchema):
     whatif_per_min = fields.Integer(strict=True, allow_none=True,
                                     validate=validate.Range(min=1, max=MAX_WHATIF_PER_MIN),
                                     metadata={"description": "what-if calls a minute"})
+    request_rate = fields.Float(allow_none=True, allow_nan=False,
+                                validate=validate.Range(min=0, min_inclusive=False, max=MAX_REQUEST_RATE),
+                                metadata={"description": "API requests a second, on average (a token bucket)"})
+    request_burst = fields.Integer(strict=True, allow_none=True,
+                                   validate=validate.Range(min=1, max=MAX_REQUEST_BURST),
+                                   metadata={"description": "API requests at once before the rate applies"})
 
     @pre_load
     def _no_booleans(self, data: Any, **kwargs: Any) -> Any:
@@ -432,7 +440,8 @@ class LimitsArgs(RequestSchema):
     @validates_schema
     def _something(self, data: dict[str, Any], **kwargs: Any) -> None:
         if not data:
-            raise ValidationError("nothing to change: give max_pending, submit_rate, submit_burst or whatif_per_min")
+            raise ValidationError("nothing to change: give max_pending, submit_rate, submit_burst, whatif_per_min, "
+                                  "request_rate or request_burst")
 
 
 class UserLimitsArgs(CeilingArgs, LimitsArgs):
@@ -967,6 +976,8 @@ class LimitsSchema(Schema):
     submit_rate = fields.Float(metadata={"description": "submissions a second after the burst (429, Retry-After)"})
     submit_burst = fields.Integer(metadata={"description": "submissions at once"})
     whatif_per_min = fields.Integer(metadata={"description": "what-if calls a minute (429, Retry-After)"})
+    request_rate = fields.Float(metadata={"description": "API requests a second after the burst (429, Retry-After)"})
+    request_burst = fields.Integer(metadata={"description": "API requests at once"})
     max_priority = fields.Integer(metadata={"description": "a user's: the highest priority their jobs may give"})
     allow_nonpreemptible = fields.Boolean(metadata={"description": "a user's: may their jobs be non-preemptible"})
     priority_classes = fields.List(fields.String(), metadata={

@@ -1216,12 +1216,15 @@ def user_set_team(name: str, team_name: str, url: str, token: str | None) -> Non
 # ---- fair use: per-user limits (admins) ----------------------------------------------------------------------------
 
 LIMIT_OPTIONS = (("max_pending", "max pending"), ("submit_rate", "submissions/s"), ("submit_burst", "burst"),
-                 ("whatif_per_min", "what-ifs/min"))
+                 ("whatif_per_min", "what-ifs/min"), ("request_rate", "requests/s"), ("request_burst", "request burst"))
 
 
 def limit_options(f: F) -> F:
-    """--max-pending, --submit-rate, --submit-burst, --whatif-per-min and --clear: what `user limits` and `limits`
-    share. The server checks the values and names the field."""
+    """--max-pending, --submit-rate, --submit-burst, --whatif-per-min, --request-rate and --request-burst: what
+    `user limits` and `limits` share (each adds its --clear). The server checks the values and names the field."""
+    f = click.option("--request-burst", type=COUNT, help="API requests at once before the request rate applies.")(f)
+    f = click.option("--request-rate", type=POSITIVE, metavar="PER_S",
+                     help="API requests of any kind a second after the burst.")(f)
     f = click.option("--whatif-per-min", type=COUNT, help="What-if calls a minute.")(f)
     f = click.option("--submit-burst", type=COUNT, help="Submissions at once before the rate applies.")(f)
     f = click.option("--submit-rate", type=POSITIVE, metavar="PER_S", help="Submissions a second after the burst.")(f)

@@ -99,13 +99,34 @@ from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S
               help="Drain a node (as `corral node drain` would, by `controller`, with why) once the workers of this "
                    "many different jobs placed there did not start within --start-timeout, all within an hour; its "
                    "running jobs may finish. 0: never.")
+@click.option("--threads", default=16, show_default=True, type=Number("int", 1, 1024),
+              help="Threads answering API requests.")
+@click.option("--idle-timeout", "idle_timeout", default=10.0, show_default=True, type=Number("float", 0.1, 3600),
+              metavar="SECONDS", help="Close a connection that sends and receives nothing this long.")
+@click.option("--request-timeout", "request_timeout", default=15.0, show_default=True,
+              type=Number("float", 0.1, 3600), metavar="SECONDS",
+              help="Close a connection whose request (headers and body) has not fully arrived this long after its "
+                   "first byte (slow clients, slowloris).")
+@click.option("--max-connections", "max_connections", default=4096, show_default=True,
+              type=Number("int", 1, 1_000_000),
+              help="Open API connections in all (the open-file limit is raised to fit, up to its hard limit).")
+@click.option("--max-connections-per-address", "max_per_address", default=64, show_default=True,
+              type=Number("int", 0, 1_000_000), metavar="N",
+              help="Open API connections from one client address; the next is answered 503 and closed. 0: no cap "
+                   "(behind a reverse proxy, whose connections all come from one address, let it cap instead).")
+@click.option("--max-requests-per-user", "max_in_flight", default=8, show_default=True,
+              type=Number("int", 1, 1_000_000), metavar="N",
+              help="API requests one user (not an admin) may have in progress at once; beyond, 429. Keep it below "
+                   "--threads so no one user holds every thread.")
 def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fabric: str | None,
           ray_address: str | None,
           policy: str | None, tick: float, job_user_pattern: str | None, job_user_map: Path | None,
           job_user: str | None, command_jobs: str, show_others_jobs: bool, log_limit_mb: float,
           allow_unauthenticated_ray: bool,
           half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...],
-          reserve_after: float | None, reserve_share: float | None, start_timeout: float, drain_after: int) -> None:
+          reserve_after: float | None, reserve_share: float | None, start_timeout: float, drain_after: int,
+          threads: int, idle_timeout: float, request_timeout: float, max_connections: int, max_per_address: int,
+          max_in_flight: int) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
 
     Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
@@ -130,7 +151,9 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
                                 on_gpu_fault=on_gpu_fault, drain_timeout_s=drain_timeout,
                                 webhook_allow=webhook_allow, reserve_after_s=reserve_after,
                                 reserve_share=reserve_share, start_timeout_s=start_timeout,
-                                drain_after=drain_after))
+                                drain_after=drain_after, threads=threads, idle_timeout_s=idle_timeout,
+                                request_timeout_s=request_timeout, max_connections=max_connections,
+                                max_per_address=max_per_address, max_in_flight=max_in_flight))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     except ServeError as exc:

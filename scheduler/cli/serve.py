@@ -61,7 +61,12 @@ class ServeConfig:
     ray_address: str | None = None
     policy: str | None = None  # None: keep the store's active policy (rl:default on a new store)
     tick_s: float = 0.5
-    threads: int = 16
+    threads: int = 16  # the HTTP front's (web.front.FrontLimits): worker threads,
+    idle_timeout_s: float = 10.0  # how long a connection may send nothing,
+    request_timeout_s: float = 15.0  # how long one request may take to arrive,
+    max_connections: int = 4096  # connections in all,
+    max_per_address: int = 64  # and from one address (0: no cap);
+    max_in_flight: int = 8  # requests one user may have in progress at once (web.fair_use)
     job_user: str | None = None  # one OS user every command job runs as (scheduler.live.job_accounts)
     job_user_pattern: str | None = None  # or one OS account per Corral user, e.g. "corral-{user}"
     job_user_map: Path | None = None  # or a YAML file mapping Corral users to OS accounts
@@ -303,8 +308,6 @@ def banner(cluster: Cluster, cfg: ServeConfig, policy: str, where: str, db_url: 
 def serve(cfg: ServeConfig) -> None:
     """Run the service until SIGTERM or SIGINT, then stop as `stop_service` says. What can refuse to start (the
     flags, the store's lock, the port) is checked before Ray starts."""
-    from waitress import create_server
-
     from policies import make_policy
     from scheduler.core.paths import corral_home
     from scheduler.live import doorbell
@@ -314,9 +317,17 @@ def serve(cfg: ServeConfig) -> None:
     from scheduler.live.store import Store, database_url, queries
     from scheduler.live.webhook_dispatch import Dispatcher
     from web import create_app
+    from web.front import SWITCH_INTERVAL_S, FrontLimits, connections_for_fd_limit, make_server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     node_type(cfg.preset, cfg.gpus_per_node)  # refuse bad flags before anything starts
+    front = FrontLimits(threads=cfg.threads, idle_timeout_s=cfg.idle_timeout_s,
+                        request_timeout_s=cfg.request_timeout_s, max_connections=cfg.max_connections,
+                        max_per_address=cfg.max_per_address)
+    if front.problems():
+        raise SpecError("; ".join(front.problems()))
+    front = connections_for_fd_limit(front)  # the open-file limit raised to fit, or the connections lowered to it
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # small requests beside large ones (web.front)
     fabric = check_fabric(cfg.fabric)
     try:
         allow = AllowList.parse(cfg.webhook_allow)
@@ -386,10 +397,11 @@ def serve(cfg: ServeConfig) -> None:
                                                        "CORRAL_SHOW_OTHERS_JOBS": cfg.show_others_jobs,
                                                        "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s,
                                                        "CORRAL_WEBHOOK_ALLOW": allow,
-                                                       "CORRAL_RESERVATIONS": reservation_rule(cfg)},
+                                                       "CORRAL_RESERVATIONS": reservation_rule(cfg),
+                                                       "CORRAL_MAX_IN_FLIGHT": cfg.max_in_flight},
                          controller_status=controller.status)
         try:
-            server = create_server(app, sockets=[sock], threads=cfg.threads)  # it listens from here
+            server = make_server(app, sock, front)  # it listens from here
         except OSError as exc:
             raise ServeError(f"--port {cfg.port} on {cfg.host}: {exc.strerror}") from None
         # Both, explicitly: a server started in the background of a script inherits an ignored SIGINT, and Python

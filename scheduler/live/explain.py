@@ -244,6 +244,11 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
 
 
+_QUEUE = (select(JobRow.id, JobRow.num_gpus, JobRow.duration_s, JobRow.team, JobRow.model, JobRow.pending_reason,
+                 JobRow.pending_until)
+          .where(JobRow.state == JobState.PENDING, JobRow.held_at.is_(None)).order_by(JobRow.submitted_at, JobRow.id))
+
+
 def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
     """`start_estimates` over the store as it is now: the usable GPUs, the running jobs' open allocations and
     predicted ends, the pending jobs in queue order (submission order, `queries.queue_positions`, but the holder of a
@@ -258,11 +263,13 @@ def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
     rows = s.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING)).all()
     allocs = q.current_allocations(s, rows)
     # A held job starts only once released: it takes no GPUs in the replay, and has no estimate.
-    queue = list(s.scalars(select(JobRow).where(JobRow.state == JobState.PENDING, JobRow.held_at.is_(None))
-                           .order_by(JobRow.submitted_at, JobRow.id)).all())
-    holder = next((j for j in queue if (j.pending_reason or "").startswith(HOLDS)), None)
-    if holder is not None:  # the controller offers it the GPUs first and keeps them for it as they free
-        queue = [holder, *(j for j in queue if j is not holder)]
+    # Only the columns the replay reads: loading whole rows (their JSON columns decoded) was most of a list page's
+    # cost with hundreds of jobs pending, and every page with a pending job pays it.
+    queue = list(s.execute(_QUEUE).all())
+    first = next((j for j in queue if (j.pending_reason or "").startswith(HOLDS)), None)
+    holder = s.get(JobRow, first.id) if first is not None else None
+    if first is not None:  # the controller offers it the GPUs first and keeps them for it as they free
+        queue = [first, *(j for j in queue if j is not first)]
     ceilings = {name: quota + borrow for name, quota, borrow in q.team_quotas(s) if borrow is not None}
     profiles = catalog()
     running: list[Running] = []

@@ -33,6 +33,7 @@ from web.api.webhooks import check_url as check_webhook_url
 from web.api.webhooks import create as create_webhook
 from web.auth import caller, protect, require_owner
 from web.fair_use import submission as fair_use
+from web.fast_dump import dumper, json_response
 from web.limits import MAX_LOG_RESPONSE_BYTES, MAX_LOG_WAITERS, MIN_RANK_LOG_BYTES
 from web.schemas import (
     DEFAULT_COMMAND_DURATION_S,
@@ -42,6 +43,7 @@ from web.schemas import (
     JobListSchema,
     JobSchema,
     JobSubmitSchema,
+    JobSummarySchema,
     JobUpdateSchema,
     LogsArgs,
     LogsSchema,
@@ -295,6 +297,8 @@ def blueprint(prefix: str) -> Blueprint:
                 q.add_event(s, job_id, "resubmitted", f"resubmitted as job {body['id']} by {caller().name}")
         return body, status
 
+    dump_summary = dumper(JobSummarySchema())
+
     @blp.route("/jobs", methods=["GET"])
     @blp.arguments(JobListArgs(), location="query")
     @blp.response(200, JobListSchema)
@@ -325,8 +329,9 @@ def blueprint(prefix: str) -> Blueprint:
             pending = any(j.state == JobState.PENDING for j in jobs)
             positions = q.queue_positions(s) if pending else None
             estimates = queue_start_estimates(s) if pending else None
-            return {"jobs": [job_json(j, names[j.user_id], allocs.get(j.id, []), positions, estimates) for j in jobs],
-                    "total": total}
+            rows = [job_json(j, names[j.user_id], allocs.get(j.id, []), positions, estimates) for j in jobs]
+        # What JobListSchema's dump gives, at a fraction of its cost (half of a 1,000-job page's time went there)
+        return json_response({"jobs": [dump_summary(r) for r in rows], "total": total})
 
     @blp.route("/jobs/<int:job_id>", methods=["GET"])
     @blp.response(200, JobDetailSchema)

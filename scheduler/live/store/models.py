@@ -336,6 +336,8 @@ class _LimitColumns:
     submit_rate: Mapped[float | None]
     submit_burst: Mapped[int | None]
     whatif_per_min: Mapped[int | None]
+    request_rate: Mapped[float | None]
+    request_burst: Mapped[int | None]
     updated_at: Mapped[float]
     updated_by: Mapped[str | None] = mapped_column(String(64))
 

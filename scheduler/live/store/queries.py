@@ -763,12 +763,15 @@ def held_intervals(s: Session, since: float, now: float) -> list[tuple[str, floa
 class Limits:
     """One user's fair-use limits (admins are exempt from all of them). `max_pending`: jobs pending at once;
     `submit_rate` and `submit_burst`: a token bucket of submissions (per second, and how many at once);
-    `whatif_per_min`: what-if calls per minute (a bucket of that size, refilled over a minute)."""
+    `whatif_per_min`: what-if calls per minute (a bucket of that size, refilled over a minute); `request_rate` and
+    `request_burst`: a token bucket of API requests of any kind."""
 
     max_pending: int
     submit_rate: float
     submit_burst: int
     whatif_per_min: int
+    request_rate: float
+    request_burst: int
 
 
 # Built-in defaults, far above what one person submits by hand or by a sweep script, far below a flood (issue 25: 6,310
@@ -776,8 +779,12 @@ class Limits:
 # user. A burst of 100 lets a 100-job sweep through at once (and leaves room for the concurrent retries of a client
 # that resends while its first attempts are in flight), then 10 a second: a 1,000-job sweep takes about 90 s for a
 # client that waits out Retry-After, a flood gets 400 jobs into 40 s instead of 6,310. 60 what-ifs a minute is one a
-# second, more than anyone reads, while each can hold a worker for seconds.
-BUILTIN_LIMITS = Limits(max_pending=1_000, submit_rate=10.0, submit_burst=100, whatif_per_min=60)
+# second, more than anyone reads, while each can hold a worker for seconds. Requests of any kind: a dashboard polls a
+# few a second, `corral jobs --watch` one, a script that walks 1,000 jobs one by one a few hundred in a burst; 50 a
+# second after a burst of 200 lets all of that through and keeps one user from taking more than a share of the server
+# (a list page at its maximum costs tens of ms).
+BUILTIN_LIMITS = Limits(max_pending=1_000, submit_rate=10.0, submit_burst=100, whatif_per_min=60, request_rate=50.0,
+                        request_burst=200)
 LIMIT_NAMES = tuple(f.name for f in dataclass_fields(Limits))
 
 
