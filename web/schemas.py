@@ -428,11 +428,14 @@ class LimitsArgs(RequestSchema):
                                    validate=validate.Range(min=1, max=MAX_REQUEST_BURST),
                                    metadata={"description": "API requests at once before the rate applies"})
 
+    BOOLEANS: tuple[str, ...] = ()  # the fields that are booleans; every other one is a number
+
     @pre_load
     def _no_booleans(self, data: Any, **kwargs: Any) -> Any:
         # JSON true is not 1: a boolean for a number is a mistake, refused by name.
         if isinstance(data, dict):
-            bad = {k: ["Not a valid number."] for k, v in data.items() if k in self.fields and isinstance(v, bool)}
+            bad = {k: ["Not a valid number."] for k, v in data.items()
+                   if k in self.fields and k not in self.BOOLEANS and isinstance(v, bool)}
             if bad:
                 raise ValidationError(bad)
         return data
@@ -440,29 +443,15 @@ class LimitsArgs(RequestSchema):
     @validates_schema
     def _something(self, data: dict[str, Any], **kwargs: Any) -> None:
         if not data:
-            raise ValidationError("nothing to change: give max_pending, submit_rate, submit_burst, whatif_per_min, "
-                                  "request_rate or request_burst")
+            *most, last = self.fields
+            raise ValidationError(f"nothing to change: give {', '.join(most)} or {last}")
 
 
 class UserLimitsArgs(CeilingArgs, LimitsArgs):
     """A user's overrides: the fair-use limits and their priority ceiling. Only those given change; null clears one
     (a limit back to the cluster's default, a ceiling's setting back to the team's)."""
 
-    @pre_load
-    def _no_booleans(self, data: Any, **kwargs: Any) -> Any:
-        # As LimitsArgs, but allow_nonpreemptible is a boolean.
-        if isinstance(data, dict):
-            bad = {k: ["Not a valid number."] for k, v in data.items()
-                   if k in self.fields and k != "allow_nonpreemptible" and isinstance(v, bool)}
-            if bad:
-                raise ValidationError(bad)
-        return data
-
-    @validates_schema
-    def _something(self, data: dict[str, Any], **kwargs: Any) -> None:
-        if not data:
-            raise ValidationError("nothing to change: give max_pending, submit_rate, submit_burst, whatif_per_min, "
-                                  "max_priority, allow_nonpreemptible or priority_classes")
+    BOOLEANS = ("allow_nonpreemptible",)
 
 
 # What a node agent pushes (`PUT /nodes/<name>/health`): its health.json, less what the server derives or does not
