@@ -1168,7 +1168,9 @@ class Controller:
                 waiting.pop(job.id, None)
                 self.pending.pop(job.id, None)
                 self._reasons.pop(job.id, None)
-            elif not ready.ready:
+            elif ready.ready:  # (looked at again: a job it waited for was cancelled just now, which it may run after)
+                waiting.pop(job.id, None)
+            else:
                 waiting[job.id] = ready.why
         for job_id, why in waiting.items():
             if job_id not in self._on_hold:  # who holds it says more: it would wait after its dependencies too
