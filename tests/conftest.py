@@ -208,6 +208,23 @@ def job_row(store: Store, job_id: int) -> JobRow:
         return row
 
 
+class ApiCalls:
+    """`call` and `ok` for a test's API site: the app's test client (`self.client`) with one user's token
+    (`self.tokens[who]`), and `ok` asserting the status."""
+
+    client: Any
+    tokens: dict[str, str]
+
+    def call(self, method: str, path: str, body: Any = None, who: str = "root") -> Any:
+        return self.client.open("/api/v1" + path, method=method, json=body,
+                                headers={"Authorization": f"Bearer {self.tokens[who]}"})
+
+    def ok(self, method: str, path: str, body: Any = None, who: str = "root", status: int = 200) -> Any:
+        resp = self.call(method, path, body, who)
+        assert resp.status_code == status, resp.json
+        return resp.json
+
+
 def wait_until(what: str, pred: Callable[[], Any], timeout: float = 90.0, every: float = 0.2) -> Any:
     """Poll `pred` until it returns something truthy (and return that), or fail saying what never happened."""
     deadline = time.time() + timeout

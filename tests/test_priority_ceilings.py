@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from alembic import command
 from click.testing import CliRunner
+from conftest import ApiCalls
 from sqlalchemy import create_engine, func, select, text
 
 from scheduler.cli.commands import main
@@ -28,7 +29,7 @@ JOB = {"name": "train", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus
 ATTACK = 1_000_000
 
 
-class Env:
+class Env(ApiCalls):
     def __init__(self, store: Store) -> None:
         self.store = store
         with store.session() as s:
@@ -38,15 +39,6 @@ class Env:
         self.client = self.app.test_client()
         self.ok("POST", "/priority-classes", {"name": "serving", "value": 1000, "preemptible": False}, status=201)
         self.ok("POST", "/priority-classes", {"name": "low", "value": -5}, status=201)
-
-    def call(self, method: str, path: str, body: Any = None, who: str = "root") -> Any:
-        return self.client.open(API + path, method=method, json=body,
-                                headers={"Authorization": f"Bearer {self.tokens[who]}"})
-
-    def ok(self, method: str, path: str, body: Any = None, who: str = "root", status: int = 200) -> Any:
-        resp = self.call(method, path, body, who)
-        assert resp.status_code == status, resp.json
-        return resp.json
 
     def refused(self, method: str, path: str, body: Any, who: str = "alice") -> str:
         resp = self.call(method, path, body, who)

@@ -5,10 +5,10 @@ stores nothing; and the CLI's `corral priority-class` and `corral submit --prior
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import ApiCalls
 from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
@@ -23,7 +23,7 @@ API = "/api/v1"
 JOB = {"name": "train", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 600}
 
 
-class Env:
+class Env(ApiCalls):
     def __init__(self, store: Store) -> None:
         self.store = store
         with store.session() as s:
@@ -33,15 +33,6 @@ class Env:
         # alice may rank as high as the classes below, and be non-preemptible (the built-in ceiling is 0: see
         # tests/test_priority_ceilings.py).
         self.ok("PATCH", "/users/alice/limits", {"max_priority": 1000, "allow_nonpreemptible": True})
-
-    def call(self, method: str, path: str, body: Any = None, who: str = "root") -> Any:
-        return self.client.open(API + path, method=method, json=body,
-                                headers={"Authorization": f"Bearer {self.tokens[who]}"})
-
-    def ok(self, method: str, path: str, body: Any = None, who: str = "root", status: int = 200) -> Any:
-        resp = self.call(method, path, body, who)
-        assert resp.status_code == status, resp.json
-        return resp.json
 
     def jobs(self) -> int:
         with self.store.session() as s:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import StartingBackend, served, wait_until
+from conftest import ApiCalls, StartingBackend, served, wait_until
 from conftest import job_row as job
 from sqlalchemy import func, select
 
@@ -30,22 +30,13 @@ API = "/api/v1"
 JOB = {"name": "train", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 600}
 
 
-class Env:
+class Env(ApiCalls):
     def __init__(self, store: Store) -> None:
         self.store = store
         with store.session() as s:
             self.tokens = {"root": create_token(s, "root", admin=True), "alice": create_token(s, "alice")}
         self.app = create_app(store, notify=lambda: None)
         self.client = self.app.test_client()
-
-    def call(self, method: str, path: str, body: Any = None, who: str = "root") -> Any:
-        return self.client.open(API + path, method=method, json=body,
-                                headers={"Authorization": f"Bearer {self.tokens[who]}"})
-
-    def ok(self, method: str, path: str, body: Any = None, who: str = "root", status: int = 200) -> Any:
-        resp = self.call(method, path, body, who)
-        assert resp.status_code == status, resp.json
-        return resp.json
 
 
 @pytest.fixture
