@@ -246,16 +246,16 @@ def plot(result: dict[str, Any], out: Path) -> None:
 
     traces = list(result)
     fig, axes = plt.subplots(len(traces), 2, figsize=(11, 3.6 * len(traces)), squeeze=False)
-    for row, trace in zip(axes, traces):
+    for row, trace in zip(axes, traces, strict=False):
         res = result[trace]
         pols = {n: p for n, p in res["policies"].items() if n != res["baseline"]}
         names = list(pols)
-        for ax, key, title in zip(row, ("avg_jct_s", "p99_jct_s"), ("average JCT", "p99 JCT")):
+        for ax, key, title in zip(row, ("avg_jct_s", "p99_jct_s"), ("average JCT", "p99 JCT"), strict=False):
             cmp = [pols[n][key]["vs_baseline"] for n in names]
             est = [c["estimate"] if c["kind"] == "ratio" else np.nan for c in cmp]
             # Asymmetric bars: the interval is symmetric in log space, not around the geometric mean.
             err = np.array([[e - c["low"], c["high"] - e] if c["low"] is not None and c["kind"] == "ratio"
-                            else [0.0, 0.0] for e, c in zip(est, cmp)]).T.reshape(2, len(names))
+                            else [0.0, 0.0] for e, c in zip(est, cmp, strict=False)]).T.reshape(2, len(names))
             ax.bar(range(len(names)), est, yerr=err, capsize=4, color="tab:blue", alpha=0.8)
             ax.axhline(1.0, color="black", lw=0.8)
             ax.set_xticks(range(len(names)), names, rotation=20, ha="right")

@@ -623,7 +623,7 @@ def plot_curve(path: Path, rows: list[dict]) -> None:
 
     steps = [r["timesteps"] for r in rows]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, style in zip(BASELINES, ("-", "--", ":")):
+    for name, style in zip(BASELINES, ("-", "--", ":"), strict=False):
         ax.plot(steps, [r[f"avg_jct_s_vs_{name}"] for r in rows], style, marker="o", label=f"agent / {name}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("training timesteps")
@@ -631,9 +631,9 @@ def plot_curve(path: Path, rows: list[dict]) -> None:
     ax.set_title("Validation windows: agent vs baselines")
     ax.legend()
     ax.grid(alpha=0.3)
-    train = [(s, r["train_return"]) for s, r in zip(steps, rows) if r.get("train_return") is not None]
+    train = [(s, r["train_return"]) for s, r in zip(steps, rows, strict=False) if r.get("train_return") is not None]
     if train:
-        ax2.plot(*zip(*train), marker="o", color="tab:green")
+        ax2.plot(*zip(*train, strict=False), marker="o", color="tab:green")
     ax2.set_xlabel("training timesteps")
     ax2.set_ylabel("mean episode return (training windows)")
     ax2.set_title("Training return")

@@ -509,7 +509,7 @@ def plot(report: dict[str, Any], out: Path, focus: str = FOCUS) -> None:
     cmap = plt.get_cmap("tab10" if len(series) <= 9 else "tab20")
     palette = [cmap(k) for k in range(cmap.N) if k != 3]  # red (3) is the focus policy's
     colours = ["tab:red" if n == focus else palette[k % len(palette)] for k, n in enumerate(series)]
-    for ax, w in zip(axes.flat, workloads):
+    for ax, w in zip(axes.flat, workloads, strict=False):
         groups = [g for g in report["groups"] if g["workload"] == w]
         loads = [g["load"] for g in groups]
         lines = [(n, [g["policies"][n]["vs_tiresias"] for g in groups], colours[k], "-")
@@ -519,7 +519,7 @@ def plot(report: dict[str, Any], out: Path, focus: str = FOCUS) -> None:
             width = 2.4 if name == focus else 1.1
             est = np.array([c["estimate"] if c["kind"] == "ratio" else np.nan for c in cmp])
             err = np.array([[e - c["low"], c["high"] - e] if c["low"] is not None and c["kind"] == "ratio"
-                            else [0.0, 0.0] for e, c in zip(est, cmp)]).T.reshape(2, len(cmp))
+                            else [0.0, 0.0] for e, c in zip(est, cmp, strict=False)]).T.reshape(2, len(cmp))
             x = np.array(loads) * (1 + 0.006 * (k - len(lines) / 2))  # a small dodge so the bars do not overlap
             label = name + (" (oracle)" if name in report["oracles"] else "")
             ax.errorbar(x, est, yerr=err, color=colour, ls=style, marker="o", ms=3, capsize=2, lw=width, label=label)

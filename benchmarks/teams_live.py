@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -169,10 +170,8 @@ def _pin(pid: int, cores: set[int]) -> None:
     except OSError:
         return
     for tid in tasks:
-        try:
+        with contextlib.suppress(OSError):  # the thread ended
             os.sched_setaffinity(int(tid), cores)
-        except OSError:
-            pass  # the thread ended
 
 
 CORES = sorted(os.sched_getaffinity(0))  # before any pinning: a second policy's pass pins again from these

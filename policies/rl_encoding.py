@@ -403,7 +403,7 @@ class _RunningIndex:
     def gittins_levels(self, live: np.ndarray, attained: np.ndarray, queues: Gittins) -> np.ndarray:
         stale = live[self.gnext[live] <= attained]
         if stale.size:
-            at = dict(zip(live.tolist(), attained.tolist()))
+            at = dict(zip(live.tolist(), attained.tolist(), strict=False))
             for k in stale.tolist():
                 level, nxt = queues.level_and_next(self.jobs[k].spec, at[k])
                 self.glevel[k], self.gnext[k] = level, (math.inf if nxt is None else nxt)
@@ -852,7 +852,7 @@ def decision_point(
             node_free = frame.planner.node_free
             partial[workers] = job.spec.num_gpus >= 1 and bool(
                 np.any((node_free >= workers) & (node_free < c.node_num_gpus)))
-        for k, (p, pred) in enumerate(zip(cands, preds)):
+        for k, (p, pred) in enumerate(zip(cands, preds, strict=False)):
             at = base + JOB_FEATURES + k * CANDIDATE_FEATURES
             obs[at:at + CANDIDATE_FEATURES] = candidate_features(view, job, p, pred, partial[workers])
             mask[j * MAX_CANDIDATES + k] = True

@@ -294,7 +294,7 @@ def _room_model(
         tenanted = (planner.free_share < 1.0 - EPS) & (cluster.gpu_mem >= mem - EPS) & planner.cap_ok(spec)
         gpus = np.flatnonzero(tenanted)
         need = np.maximum(spec.share - planner.free_share[gpus], 2 * _CAPACITY_EPS)
-        return dict(zip(gpus.tolist(), need.tolist())), lambda p: {g: p.share for g in p.gpus}
+        return dict(zip(gpus.tolist(), need.tolist(), strict=False)), lambda p: {g: p.share for g in p.gpus}
     free_share, gpu_node = planner.free_share, cluster.gpu_node
     eligible = cluster.gpu_mem[cluster.node_first_gpu] >= mem - EPS
     workers = spec.workers
@@ -314,7 +314,7 @@ def _room_model(
                 out[node] = out.get(node, 0.0) + fraction(p, g)
             return dict(sorted(out.items()))
 
-        return dict(zip(nodes.tolist(), need.astype(float).tolist())), node_gains
+        return dict(zip(nodes.tolist(), need.astype(float).tolist(), strict=False)), node_gains
     have = float(planner.node_free[eligible].sum())
     eligible_gpu = eligible[gpu_node]
     used_all = 1.0 - free_share  # per GPU, as `fraction` computes it

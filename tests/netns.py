@@ -8,6 +8,7 @@ address. Needs root and iproute2; `hosts_or_skip()` says why not where they are 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -111,10 +112,8 @@ class Hosts:
             if not pids:
                 return
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.5)
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ refusal must say why. The offline command line still loads an agent file the use
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import pickle
 import shutil
@@ -71,10 +72,8 @@ def test_the_trap_works_when_loaded_the_usual_way(tmp_path: Path, marker: Path) 
     from sb3_contrib import MaskablePPO
 
     path = plant(tmp_path / "user", "evil", marker)
-    try:
+    with contextlib.suppress(Exception):  # the model need not load; the code already ran
         MaskablePPO.load(path, device="cpu")
-    except Exception:  # noqa: BLE001, S110 - the model need not load; the code already ran
-        pass
     assert marker.exists()
 
 

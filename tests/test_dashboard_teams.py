@@ -70,10 +70,10 @@ def test_teams_page_shows_each_teams_figures_and_charts(page: Any, site: Site) -
     table = dict(rows)
     columns = ("quota_gpus", "borrow_limit_gpus", "in_use_gpus", "borrowed_gpus", "lent_gpus", "pending_jobs",
                "running_jobs")
-    assert {k: table["vision"][k] for k in columns} == dict(zip(columns, ["4", "2", "2", "0", "0.5", "1", "1"]))
-    assert {k: table["nlp"][k] for k in columns} == dict(zip(columns, ["2", "no limit", "4.5", "2.5", "0", "1", "2"]))
+    assert {k: table["vision"][k] for k in columns} == dict(zip(columns, ["4", "2", "2", "0", "0.5", "1", "1"], strict=False))
+    assert {k: table["nlp"][k] for k in columns} == dict(zip(columns, ["2", "no limit", "4.5", "2.5", "0", "1", "2"], strict=False))
     assert {k: table["default"][k] for k in columns} == dict(zip(columns, ["0", "no limit", "0", "0", "0", "0",
-                                                                           "0"]))
+                                                                           "0"], strict=False))
     assert table["default"]["usage_ratio"] == "no quota"
     assert (table["vision"]["priority_ceiling"], table["nlp"]["priority_ceiling"]) == ("≤ 100; non-preemptible", "≤ 0")
     # Fair share, as the API gives it (a few seconds may pass between the two reads: compare to the GPU-hour shown).

@@ -74,12 +74,12 @@ def test_build_cases_first_seed_keeps_the_default() -> None:
 
 def test_ratios_are_paired_by_case_against_tiresias(report: dict, groups: list) -> None:
     assert report["policies"] == POLICIES and report["oracles"] == ["sjf"] and report["heuristics"] == ["fifo", "tiresias"]
-    for g, rg in zip(groups, report["groups"]):
+    for g, rg in zip(groups, report["groups"], strict=False):
         assert rg["load"] == g.load and len(rg["cases"]) == 2
         for name in POLICIES:
             mine = [c["policies"][name]["avg_jct_s"] for c in rg["cases"]]
             tir = [c["policies"]["tiresias"]["avg_jct_s"] for c in rg["cases"]]
-            ratios = [m / t for m, t in zip(mine, tir)]
+            ratios = [m / t for m, t in zip(mine, tir, strict=False)]
             cmp = rg["policies"][name]["vs_tiresias"]
             assert cmp["kind"] == "ratio" and cmp["per_case"] == pytest.approx(ratios)
             assert cmp["estimate"] == pytest.approx(math.exp(np.mean(np.log(ratios))))
@@ -88,7 +88,7 @@ def test_ratios_are_paired_by_case_against_tiresias(report: dict, groups: list) 
         bound = [np.mean([j.duration_s for j in c.jobs]) for c in g.cases]
         assert [c["lower_bound_s"] for c in rg["cases"]] == pytest.approx(bound)
         assert rg["lower_bound"]["vs_tiresias"]["per_case"] == pytest.approx(
-            [b / c["policies"]["tiresias"]["avg_jct_s"] for b, c in zip(bound, rg["cases"])])
+            [b / c["policies"]["tiresias"]["avg_jct_s"] for b, c in zip(bound, rg["cases"], strict=False)])
         assert all(r < 1 for r in rg["lower_bound"]["vs_tiresias"]["per_case"])
     # The per-case values are those of that very case: simulate one independently.
     case = groups[1].cases[1]

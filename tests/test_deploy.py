@@ -86,7 +86,7 @@ ENVS = {"defaults": {}, "overridden": KNOBS}
 
 
 def test_compose_reads_the_documented_settings() -> None:
-    assert VARIABLES == set(KNOBS)
+    assert set(KNOBS) == VARIABLES
     header = COMPOSE.read_text().split("x-corral-image")[0]
     for name in KNOBS:
         assert name in header, f"{name} is read but not described at the top of docker-compose.yml"

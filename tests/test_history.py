@@ -72,7 +72,7 @@ class Writer:
                       entrypoint="python train.py" if kind == "command" else None)
             s.add(row)
             s.flush()
-            for rank, g in enumerate(gpus):
+            for _rank, g in enumerate(gpus):
                 node = int(self.cluster.gpu_node[g])
                 s.add(Allocation(job_id=row.id, attempt=1, rank=node, node=f"node-{node}", gpu=g,
                                  local_gpu=g - int(self.cluster.node_first_gpu[node]), share=share,

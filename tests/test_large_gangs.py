@@ -53,9 +53,9 @@ def test_gangs_replace_a_share_of_jobs_and_leave_the_others_as_they_were() -> No
     is_gang = np.array([j.num_gpus >= GANG_GPUS for j in mixed])
     assert is_gang.mean() == pytest.approx(share, abs=0.01)
     # Every job that is not a gang is the job the generator makes without the option, field for field.
-    assert [b for b, g in zip(base, is_gang) if not g] == [m for m, g in zip(mixed, is_gang) if not g]
+    assert [b for b, g in zip(base, is_gang, strict=False) if not g] == [m for m, g in zip(mixed, is_gang, strict=False) if not g]
     # A gang keeps the arrival, name, team and priorities its index drew; only kind, size, model and duration change.
-    for b, m in zip(base, mixed):
+    for b, m in zip(base, mixed, strict=False):
         if m.num_gpus >= GANG_GPUS:
             assert (m.name, m.submit_s, m.team, m.priority, m.preemptible) == \
                    (b.name, b.submit_s, b.team, b.priority, b.preemptible)

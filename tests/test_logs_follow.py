@@ -116,7 +116,7 @@ def test_follow_logs_reads_every_rank_moves_to_the_next_run_and_stops_when_the_j
     t = threading.Thread(target=script, daemon=True)
     t.start()
     for chunk in env.api.follow_logs(env.job_id, poll_s=0.1, wait_s=2):
-        seen.append(chunk)  # noqa: PERF402  (the script thread watches `seen` grow while the follower runs)
+        seen.append(chunk)  # (the script thread watches `seen` grow while the follower runs)
     t.join(30)
     texts = [(c.attempt, c.rank, c.text) for c in seen]
     assert texts[:2] == [(1, 0, "r0 a\n"), (1, 1, "r1 a\n")]

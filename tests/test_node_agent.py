@@ -7,6 +7,7 @@ Nothing here touches a real GPU: this machine has none. The stand-ins replace NV
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -566,10 +567,8 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, di
         yield address, {**env, "CORRAL_TEST_RAY_TEMP": str(temp_dir)}, folder
     finally:
         head.send_signal(signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
         if _group_alive(head.pid):
             os.killpg(head.pid, signal.SIGKILL)
         log.close()

@@ -101,7 +101,7 @@ def test_the_rl_encoding_offers_only_minimal_victim_sets(scenario: str) -> None:
     sim = arrived(SCENARIOS[scenario]())
     point = decision_point(sim.view, list(sim.pending.values()), sim.now)
     assert point is not None
-    slots = dict(zip(ORDERS, point.slots))
+    slots = dict(zip(ORDERS, point.slots, strict=False))
     assert slots["preempt-las"] is not None and slots["preempt-las"].victims  # the case is a preemption
     for name, slot in slots.items():
         if slot is None or not slot.victims:

@@ -91,7 +91,7 @@ def test_slots_hold_the_heads_of_their_orders() -> None:
     _arrive_all(sim)
     point = decision_point(sim.view, sim.pending.values(), sim.now)
     assert point is not None
-    by_order = {name: (slot.job.spec.name if slot else None) for name, slot in zip(ORDERS, point.slots)}
+    by_order = {name: (slot.job.spec.name if slot else None) for name, slot in zip(ORDERS, point.slots, strict=False)}
     assert by_order["fifo"] == "old-big" and by_order["las"] == "old-big"
     assert by_order["smallest"] == "small"
     assert by_order["preempt-las"] is None and by_order["preempt-fine"] is None  # nothing runs: no victims
@@ -113,7 +113,7 @@ def test_preemption_slot_names_its_victims_and_acting_preempts_them() -> None:
         sim.advance()
     point = decision_point(sim.view, sim.pending.values(), sim.now)
     assert point is not None
-    slots = dict(zip(ORDERS, point.slots))
+    slots = dict(zip(ORDERS, point.slots, strict=False))
     assert slots["fifo"] is None  # it fits nowhere without preempting
     pre = slots["preempt-las"]
     assert pre is not None and pre.job.spec.name == "new" and pre.victims == (sim.jobs[0].id,)
@@ -143,7 +143,7 @@ def test_the_preemption_slots_predict_each_placement_once_per_decision_point(mon
     monkeypatch.setattr(type(sim.view), "predict", counted)
     point = decision_point(sim.view, sim.pending.values(), sim.now)
     assert point is not None
-    slots = [s for name, s in zip(ORDERS, point.slots) if name.startswith("preempt-")]
+    slots = [s for name, s in zip(ORDERS, point.slots, strict=False) if name.startswith("preempt-")]
     assert len(slots) == 3 and all(s is not None and s.job.spec.name == "new" for s in slots)
     assert asked and len(asked) == len(set(asked)) == len(slots[0].candidates)  # type: ignore[union-attr]
     assert all(s.victims == (sim.jobs[0].id,) and s.candidates == slots[0].candidates for s in slots)  # type: ignore[union-attr]
@@ -160,7 +160,7 @@ def test_observation_size_does_not_depend_on_the_cluster() -> None:
         point = decision_point(sim.view, sim.pending.values(), sim.now)
         assert point is not None
         sizes.add(point.obs.shape)
-    assert sizes == {(OBS_SIZE,)} and N_ACTIONS == len(ORDERS) * MAX_CANDIDATES + 1
+    assert sizes == {(OBS_SIZE,)} and len(ORDERS) * MAX_CANDIDATES + 1 == N_ACTIONS
 
 
 @pytest.mark.parametrize("teacher", ["tiresias", "tiresias:thresholds=300,3600,36000", "gittins", "contention-greedy",
@@ -215,7 +215,7 @@ def test_waiting_is_offered_only_to_decline_a_preemption() -> None:
     _arrive_all(sim)
     point = decision_point(sim.view, sim.pending.values(), sim.now)
     assert point is not None and sim.view.running
-    assert dict(zip(ORDERS, point.slots))["fifo"] is not None
+    assert dict(zip(ORDERS, point.slots, strict=False))["fifo"] is not None
     assert not point.mask[WAIT]
 
 
@@ -357,7 +357,7 @@ def test_the_priority_features_and_victims_follow_the_priority_rules() -> None:
             sim.advance()
         point = decision_point(sim.view, sim.pending.values(), sim.now)
         assert point is not None
-        return point.obs, dict(zip(ORDERS, point.slots))
+        return point.obs, dict(zip(ORDERS, point.slots, strict=False))
 
     def job_prio(obs: np.ndarray, slot: int) -> list[float]:
         base = slot * SLOT_SIZE + JOB_FEATURES

@@ -6,6 +6,7 @@ backend without Ray) and the API. The store-facing tests run on SQLite and Postg
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import re
@@ -276,10 +277,8 @@ def raw_server(handle: Any, tls: Any = None) -> Iterator[int]:
 
     class Handler(socketserver.StreamRequestHandler):
         def handle(self) -> None:
-            try:
+            with contextlib.suppress(OSError):  # the client hung up: what some tests want
                 handle(self)
-            except OSError:  # the client hung up: what some tests want
-                pass
 
     class Server(socketserver.ThreadingTCPServer):
         daemon_threads = True

@@ -20,9 +20,9 @@ def launch(tmp_path: Path, entrypoint: str, **kw: object) -> Launch:
                   entrypoint=entrypoint, **kw)  # type: ignore[arg-type]
 
 
-def run(l: Launch, timeout_s: float = 30.0) -> Worker:
-    worker = Worker(l, 0)
-    worker.start(rank_env(l.ranks[0], 1, "127.0.0.1", 29500, l))
+def run(spec: Launch, timeout_s: float = 30.0) -> Worker:
+    worker = Worker(spec, 0)
+    worker.start(rank_env(spec.ranks[0], 1, "127.0.0.1", 29500, spec))
     deadline = time.monotonic() + timeout_s
     while worker.phase != "exited" and time.monotonic() < deadline:
         worker.finished(0.2)
@@ -100,25 +100,25 @@ def start_trapping(tmp_path: Path, args: str) -> tuple[Worker, Launch, int]:
     and the program's pid."""
     script, pid_file = tmp_path / "trap.py", tmp_path / "pid"
     script.write_text(TRAPPING)
-    l = launch(tmp_path, f"{sys.executable} {script} {args} {pid_file}; true")
-    worker = Worker(l, 0)
-    worker.start(rank_env(l.ranks[0], 1, "127.0.0.1", 29500, l))
+    spec = launch(tmp_path, f"{sys.executable} {script} {args} {pid_file}; true")
+    worker = Worker(spec, 0)
+    worker.start(rank_env(spec.ranks[0], 1, "127.0.0.1", 29500, spec))
     deadline = time.monotonic() + 20
     while not pid_file.exists() or not pid_file.read_text():
         assert time.monotonic() < deadline, "the program did not start"
         time.sleep(0.05)
-    return worker, l, int(pid_file.read_text())
+    return worker, spec, int(pid_file.read_text())
 
 
 def test_a_stop_logs_what_the_program_says_after_its_shell_has_ended(tmp_path: Path) -> None:
     """`sh -c 'python ...; true'` ends at the SIGTERM while python takes a second to save its checkpoint: the log
     keeps reading until python is done (it used to stop half a second after the shell), within the grace."""
-    worker, l, _pid = start_trapping(tmp_path, "1.0 save")
+    worker, spec, _pid = start_trapping(tmp_path, "1.0 save")
     worker.stop(grace_s=5.0)
     deadline = time.monotonic() + 10
     while worker.phase != "exited" and time.monotonic() < deadline:
         worker.finished(0.2)
-    log = (Path(l.log_dir) / "rank-0.log").read_text()
+    log = (Path(spec.log_dir) / "rank-0.log").read_text()
     assert "ready" in log and "saved the checkpoint" in log
 
 

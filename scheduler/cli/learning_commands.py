@@ -230,7 +230,7 @@ def plot_calibration(records: list[Any], fit: Any, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 5))
     recorded = [(r.predicted_slowdown_avg, r.observed_slowdown) for r in records if r.predicted_slowdown_avg]
     if recorded:
-        predicted, observed = zip(*recorded)
+        predicted, observed = zip(*recorded, strict=False)
         ax.scatter(predicted, observed, s=18, marker="x", color="grey", label="recorded prediction")
     ax.scatter(fit.predicted_before, obs, s=18, label="recomputed, old params")
     ax.scatter(fit.predicted_after, obs, s=18, label="recomputed, refitted params")

@@ -159,7 +159,7 @@ def _fabric_flows(cluster: Cluster, fabric: Fabric, by_node: dict[int, list[int]
     flows = []
     for i, node in enumerate(nodes):
         nxt = nodes[(i + 1) % len(nodes)]
-        for a, b in zip(ranks[node], ranks[nxt]):
+        for a, b in zip(ranks[node], ranks[nxt], strict=False):
             flows.extend([(int(cluster.gpu_nic[a]), int(cluster.gpu_nic[b]))] * split)
     fabric_traffic, stretch = flow_links(fabric, flows, channel_gb / split, flow_key)
     for link, gb in fabric_traffic.items():
@@ -528,7 +528,7 @@ class ContentionModel:
             * (1.0 + params.mps_interference * b * (sm_total - d))
             * overhead
             * self.share_cap(fp)
-            for d, a, b, ba, fp in zip(sm_demand, sm_alloc, bw_demand, bw_alloc, fps)
+            for d, a, b, ba, fp in zip(sm_demand, sm_alloc, bw_demand, bw_alloc, fps, strict=False)
         ]
 
     def _compute(self, job_id: int) -> float:

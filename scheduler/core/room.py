@@ -28,7 +28,7 @@ def room_model(view: ClusterView, spec: JobSpec) -> tuple[dict[int, float], Call
 
         return ({-1: float(lacking)} if lacking > 0 else {}), whole
     short = np.flatnonzero((free < spec.share - EPS) & view.share_mask(spec))  # where CUDA MPS could run it
-    lacking_share = dict(zip(short.tolist(), (spec.share - free[short]).tolist()))
+    lacking_share = dict(zip(short.tolist(), (spec.share - free[short]).tolist(), strict=False))
 
     def share(j: Job) -> Offer[Job, int]:
         p = view.placement(j.id)

@@ -158,7 +158,7 @@ def _trim(chosen: Sequence[Offer[T, K]], bucket: K, need: float, fits: Fits[T] |
     """`chosen` minus every victim the others make room without: the largest first, and of equal ones the last in
     the policy's order (the first are the ones it most wants to preempt)."""
     kept = list(chosen)
-    for i, offer in sorted(enumerate(chosen), key=lambda io: (-io[1].freed, -io[0])):
+    for _i, offer in sorted(enumerate(chosen), key=lambda io: (-io[1].freed, -io[0])):
         if len(kept) == 1:
             break
         rest = [o for o in kept if o is not offer]

@@ -197,7 +197,7 @@ def network_load(store: Store) -> dict[str, Any]:
     for i, n in enumerate(snap.nodes):
         nics = cluster.nic_link[cluster.nic_node == i].tolist()  # an HGX server has one per GPU
         gbps = [float(cluster.link_capacity[nic]) * 8.0 for nic in nics]  # link capacities are GB/s
-        demand = sum(float(load[nic]) * g for nic, g in zip(nics, gbps))
+        demand = sum(float(load[nic]) * g for nic, g in zip(nics, gbps, strict=False))
         jobs = sorted({j for nic in nics for j in model.link_jobs(nic)})
         nodes.append({"node": n.name, "preset": n.preset, "nic_gbps": sum(gbps),
                       "load": round(demand / sum(gbps), 6), "demand_gbps": round(demand, 3), "jobs": jobs})

@@ -442,7 +442,7 @@ def fit_params(history: History, start: ContentionParams | None = None,
         (fitted if moved.size and moved.max() > 1e-9 else fixed).append(name)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        pred = predict(base | dict(zip(fitted, map(float, x))))
+        pred = predict(base | dict(zip(fitted, map(float, x), strict=False)))
         return np.log(np.clip(pred[ok], 1e-9, None)) - log_obs[ok]
 
     values = dict(base)
@@ -453,7 +453,7 @@ def fit_params(history: History, start: ContentionParams | None = None,
         x0 = np.clip(x0, lo, hi)
         sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf", diff_step=1e-3, x_scale="jac",
                             max_nfev=200)
-        values |= {n: round(float(v), 9) for n, v in zip(fitted, sol.x)}
+        values |= {n: round(float(v), 9) for n, v in zip(fitted, sol.x, strict=False)}
     new = replace(start, **values)
     after = predict(values)
 

@@ -17,6 +17,7 @@ logical, so this runs on a machine with no GPU); `RayBackend.connect` joins an e
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -326,10 +327,8 @@ class RayBackend:
 
     @staticmethod
     def _kill(actor: Any) -> None:
-        try:
+        with contextlib.suppress(RayActorError, ValueError):
             ray.kill(actor, no_restart=True)
-        except (RayActorError, ValueError):
-            pass
 
     def running_jobs(self) -> list[int]:
         return list(self._runs)

@@ -14,6 +14,7 @@ nothing is recorded and nothing is ended."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -131,7 +132,5 @@ def end_leftovers(folder: Path, grace_s: float = GRACE_S) -> list[int]:
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

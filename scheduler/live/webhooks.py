@@ -24,6 +24,7 @@ a webhook pointed at an internal service would read it back to its user.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import hmac
 import http
@@ -501,10 +502,8 @@ def post(where: Target, addresses: Sequence[str], body: bytes, headers: dict[str
             expired.set()
             sock = conn.sock
             if sock is not None:
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
         timer = threading.Timer(left, cut)
         timer.daemon = True

@@ -8,6 +8,7 @@ Ray, through `node_address`, which the Ray backend overrides.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -322,10 +323,8 @@ def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.02)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def copy_capped(proc: subprocess.Popen[bytes], out: Any, limit: int,

@@ -116,7 +116,7 @@ def _array_control(array_id: int, act: Callable[[Session, Job], Job],
     with write_session() as s:
         array = _array_or_404(s, array_id)
         for task in q.array_tasks(s, array.id):
-            try:
+            try:  # noqa: SIM105 (suppress() is typed for one class or several, not a class-or-tuple variable)
                 act(s, task)
             except refused:
                 pass

@@ -88,8 +88,8 @@ def calibrate(shared: Path | str | None = None) -> Calibration:
         ring_straggler=_sig(net.ring_straggler, 3),
     )
     idx = {m: k for k, m in enumerate(net.models)}
-    sm = dict(zip(share.types, share.sm))
-    bw = dict(zip(share.types, share.membw))
+    sm = dict(zip(share.types, share.sm, strict=False))
+    bw = dict(zip(share.types, share.membw, strict=False))
     profiles: dict[str, ModelProfile] = {}
     for m in DEEPSHARE_MODELS:
         k = idx[m]

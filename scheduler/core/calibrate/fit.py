@@ -118,7 +118,7 @@ class _NetworkCases:
         self.pair_b = _job_tables(dcl, b_jobs)
         width = self.pair_a.base.shape[1]
         self.pair_map = np.full((len(a_jobs), width), -1, dtype=int)  # column of B's table holding A's link
-        for p, (la, lb) in enumerate(zip(self.pair_a.links, self.pair_b.links)):
+        for p, (la, lb) in enumerate(zip(self.pair_a.links, self.pair_b.links, strict=False)):
             pos = {lk: i for i, lk in enumerate(lb)}
             for i, lk in enumerate(la):
                 self.pair_map[p, i] = pos.get(lk, -1)
@@ -185,7 +185,7 @@ def fit_network(ds: DeepShareData, gv: GavelData, *, pair_mask: np.ndarray | Non
     im = np.ones(len(cases.ds_measured_s), bool) if isolated_mask is None else isolated_mask
     w_pair, w_gv, w_iso = 1.0 / math.sqrt(pm.sum()), 1.0 / math.sqrt(gm.sum()), 1.0 / math.sqrt(im.sum())
     # The fastest measured step of a DeepShare model bounds its compute from above: start at half of it.
-    t_min = {m: min(t for (mm, _g, _n), t in zip(cases.ds_configs, cases.ds_measured_s) if mm == m)
+    t_min = {m: min(t for (mm, _g, _n), t in zip(cases.ds_configs, cases.ds_measured_s, strict=False) if mm == m)
              for m in DEEPSHARE_MODELS}
 
     def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -294,4 +294,4 @@ def fit_memory(gv: GavelData, gpu_gb: float = V100_MEM_GB) -> dict[str, float]:
 
     res = least_squares(residuals, np.full(n, MEM_PRIOR_GB), bounds=(0.3, gpu_gb - 0.5), max_nfev=5000,
                         tr_solver=TR_SOLVER)
-    return {t: float(v) for t, v in zip(types, res.x)}
+    return {t: float(v) for t, v in zip(types, res.x, strict=False)}

@@ -331,7 +331,7 @@ def slo_agreement(meas: Measured, profiles: Mapping[str, ModelProfile], params: 
     if not inf:
         return float("nan"), 0, 0
     pred = predict(profiles, params, inf)
-    at_risk_pred = np.array([profiles[c.job].latency_ms * p > profiles[c.job].slo_ms for c, p in zip(inf, pred)])
+    at_risk_pred = np.array([profiles[c.job].latency_ms * p > profiles[c.job].slo_ms for c, p in zip(inf, pred, strict=False)])
     at_risk_meas = np.array([meas.p99[c] > profiles[c.job].slo_ms for c in inf])
     return float(np.mean(at_risk_pred == at_risk_meas)), len(inf), int(at_risk_meas.sum())
 

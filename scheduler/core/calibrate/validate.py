@@ -213,7 +213,7 @@ def holdout(shared: Path | str | None = None) -> list[Validation]:
     out = []
 
     # (a) DeepShare pairs: train on half of the unordered config pairs, test on the others.
-    unordered = [tuple(sorted((int(r), int(c)))) for r, c in zip(cases.pair_rows, cases.pair_cols)]
+    unordered = [tuple(sorted((int(r), int(c)))) for r, c in zip(cases.pair_rows, cases.pair_cols, strict=False)]
     train_keys = _half_split(unordered)
     train = np.array([k in train_keys for k in unordered])
     net = fit_network(ds, gv, pair_mask=train, cases=cases)
@@ -237,7 +237,7 @@ def holdout(shared: Path | str | None = None) -> list[Validation]:
 
     # (c) Gavel co-location: train on half of the unordered type pairs.
     _types, i, j, y, fits = _pair_arrays(gv)
-    unordered = [tuple(sorted((int(a), int(b)))) for a, b in zip(i, j)]
+    unordered = [tuple(sorted((int(a), int(b)))) for a, b in zip(i, j, strict=False)]
     train_keys = _half_split(unordered)
     train = np.array([k in train_keys for k in unordered])
     share = fit_sharing(gv, mask=train)

@@ -188,7 +188,7 @@ def synthetic(
         inference = inference & ~gang.mask
         num_gpus = np.where(gang.mask, gang.num_gpus, num_gpus)
         duration = np.where(gang.mask, gang.duration, duration)
-        models = [gm if g else m for m, gm, g in zip(models, gang.models, gang.mask.tolist())]
+        models = [gm if g else m for m, gm, g in zip(models, gang.models, gang.mask.tolist(), strict=False)]
     team_names = team_draw(g_team, teams, n)
     priority = np.where(g_high.random(n) < high_priority_share, HIGH_PRIORITY, 0).tolist()
     preemptible = (g_pinned.random(n) >= non_preemptible_share).tolist()
@@ -202,7 +202,7 @@ def synthetic(
         )
         for i, (s, g, d, m, inf, team, pr, pe) in enumerate(
             zip(submit.tolist(), num_gpus.tolist(), duration.tolist(), models, inference.tolist(), team_names,
-                priority, preemptible)
+                priority, preemptible, strict=False)
         )
     ]
     spec = (

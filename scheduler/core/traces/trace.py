@@ -58,7 +58,7 @@ class Trace:
             "jobs": n,
             "skipped": dict(self.skipped),
             "span_s": float(jobs[-1].submit_s - jobs[0].submit_s) if n else 0.0,
-            "gpu_sizes": {str(int(s)): int(c) for s, c in zip(sizes, counts)},
+            "gpu_sizes": {str(int(s)): int(c) for s, c in zip(sizes, counts, strict=False)},
             "fractional": int((~whole).sum()),
             "inference": sum(1 for j in jobs if j.kind is JobKind.INFERENCE),
             "gpu_hours": float((gpus * dur).sum() / 3600.0),

@@ -59,7 +59,7 @@ def offered_load(jobs: Sequence[JobSpec], num_gpus: float) -> float:
 
 def nodes_for_load(jobs: Sequence[JobSpec], gpus_per_node: int, load: float, min_nodes: int = 1) -> int:
     """The node count whose offered load is closest to `load`, at least large enough for the biggest job."""
-    if not 0 < load:
+    if not load > 0:
         raise TraceError(f"load must be positive, got {load}")
     busy = offered_load(jobs, 1.0)
     biggest = max((j.workers for j in jobs), default=1)

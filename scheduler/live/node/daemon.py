@@ -8,6 +8,7 @@ Ray's status.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -129,10 +130,8 @@ def ray_command(opts: AgentOptions, resources: dict[str, float]) -> list[str]:
 def _die_with_parent() -> None:
     # Runs in the child before exec: if the agent is SIGKILLed (so cannot forward anything), the kernel sends Ray
     # SIGTERM, and Ray stops its node instead of staying behind in its own process group (`ray start` makes one).
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the forwarded signals still work
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: the forwarded signals still work
 
 
 class NodeAgent:
@@ -293,10 +292,8 @@ class NodeAgent:
             # group, so a terminal's Ctrl-C reaches only the agent: forwarding it is the only way Ray hears of it.)
             child.send_signal(signal.SIGTERM)
         else:  # asked twice: stop waiting for the drain
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def _health_loop(self) -> None:
         while True:
@@ -334,10 +331,8 @@ class NodeAgent:
             except MpsError as exc:
                 self._out(f"  MPS: {exc}")
         if self.hardware is not None and self._folder_lock is not None:  # not after a dry run: it wrote nothing
-            try:
+            with contextlib.suppress(OSError):
                 self.report_health(agent="stopped")  # the API's last word from this agent: it has left
-            except OSError:
-                pass
         if self._nvml is not None:
             self._nvml.close()
             self._nvml = None
