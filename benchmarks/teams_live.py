@@ -208,7 +208,7 @@ def pass_time(queued: int, policies: list[str], passes: int, workers: str, pin: 
                 ctl.step()
                 assert len(ctl.running) == 32, f"{len(ctl.running)} running"
                 deadline = time.time() + 180
-                while not all(ctl._started.get(j) for j in ctl.running) and time.time() < deadline:
+                while not all(ctl.m.started.get(j) for j in ctl.running) and time.time() < deadline:
                     ctl.step()  # until every worker is up: a pass then polls running jobs, not starting ones
                     time.sleep(0.1)
                 teams = list(quotas)

@@ -383,7 +383,7 @@ def test_a_node_that_joins_is_used_without_a_restart(cluster: Any, store: Store)
                 queries.cancel(s, s.get(Job, i))  # type: ignore[arg-type]
     run_until(ctl, store, fill, {"cancelled"})
     deadline = time.time() + 60
-    while time.time() < deadline and "n2" not in [ctl.node_names[i] for i in ctl._down]:
+    while time.time() < deadline and "n2" not in [ctl.node_names[i] for i in ctl.health.down]:
         ctl.step()
         time.sleep(0.2)
     with store.session() as s:  # it left: down in the model and in the store, since when it left

@@ -408,7 +408,7 @@ def test_a_job_placed_where_ray_cannot_start_its_workers_runs_elsewhere(cluster:
 
 
 def test_a_starting_gang_s_status_says_which_of_its_workers_are_up(cluster: Any, live_store: Store) -> None:
-    """What the controller blames a start that does not come on (`Controller._strike`): of a gang over n0 and n1, with
+    """What the controller blames a start that does not come on (`NodeHealth.strike`): of a gang over n0 and n1, with
     n0's GPU resources held, Ray's backend reports the worker on n1 up and the one on n0 not."""
     import ray
 
@@ -417,7 +417,7 @@ def test_a_starting_gang_s_status_says_which_of_its_workers_are_up(cluster: Any,
     try:
         gang = live.submit("gang", 2 * GPUS, 3.0)
         live.step_until("n1's worker to be up, n0's not",
-                        lambda: getattr(live.ctl._reported.get(gang), "up", ()) == (False, True))
+                        lambda: getattr(live.ctl.m.reported.get(gang), "up", ()) == (False, True))
         assert live.job(gang).started_at is None
     finally:
         ray.kill(squatter)
@@ -497,7 +497,7 @@ def test_a_node_that_just_lost_a_run_is_held_out_so_the_requeued_job_is_not_lost
     assert second != first
     closed = set(ctl.state.closed.values())
     assert len(closed) == 1 and f"node {first} is held out: job {job_id}'s workers were lost there" in closed.pop()
-    ctl._suspect = {i: (0.0, why) for i, (_, why) in ctl._suspect.items()}  # its time is up (without a minute's wait)
+    ctl.health.suspect = {i: (0.0, why) for i, (_, why) in ctl.health.suspect.items()}  # its time is up (without a minute's wait)
     ctl.step()
     assert not ctl.state.closed
 
@@ -578,11 +578,11 @@ def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(
         alice = queries.ensure_user(s, "alice")
         ids = [queries.submit(s, alice, {"kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 16 if gang else 8,
                                          "duration_s": 60.0, "name": f"j{i}"})[0].id for i in range(4)]
-    ctl._last_conditions = 0.0  # the drain is read at the next pass
+    ctl.health.last_conditions = 0.0  # the drain is read at the next pass
 
     def fail_on_n0(job_id: int) -> None:
         """The next pass places `job_id` on n0 (the head of the queue, its hold over), the one after takes it back."""
-        ctl._suspect = {i: (0.0, why) for i, (_, why) in ctl._suspect.items()}  # the hold's time is up
+        ctl.health.suspect = {i: (0.0, why) for i, (_, why) in ctl.health.suspect.items()}  # the hold's time is up
         ctl.step()
         assert "n0" in {r.node for r in backend.launches[job_id].ranks}
         attempt = Live.job_row(store, job_id).attempt
@@ -611,7 +611,7 @@ def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(
     assert node.drain_reason == (f"the workers of 3 jobs ({ids[0]}, {ids[1]}, {ids[2]}) did not start here within "
                                  "0 s, all in the last 60 min: check Ray on this node, then `corral node resume`")
     assert (drained("n1") is None) == gang
-    ctl._suspect = {i: (0.0, why) for i, (_, why) in ctl._suspect.items()}
+    ctl.health.suspect = {i: (0.0, why) for i, (_, why) in ctl.health.suspect.items()}
     ctl.step()
     assert {why for g, why in ctl.state.closed.items() if g < 8} == {f"node n0 is drained: {node.drain_reason}"}
     assert not gang or not any(g >= 8 for g in ctl.state.closed)
@@ -621,7 +621,7 @@ def test_a_node_where_three_jobs_workers_did_not_start_is_drained_until_resumed(
     resumed = create_app(store).test_client().post(f"{API}/nodes/n0/resume",
                                                    headers={"Authorization": f"Bearer {token}"})
     assert resumed.status_code == 200
-    ctl._last_conditions = 0.0  # read at the next pass (the API's notify wakes the loop, which a test does not run)
+    ctl.health.last_conditions = 0.0  # read at the next pass (the API's notify wakes the loop, which a test does not run)
     fail_on_n0(ids[2])  # it takes jobs again, and its count starts afresh
     assert drained("n0") is None
 
@@ -674,7 +674,7 @@ def test_a_drain_the_api_acknowledged_binds_the_controller_s_next_placement(stor
     with store.session(write=True) as s:
         after = queries.submit(s, alice, {"kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 8,
                                           "duration_s": 600.0, "name": "after"})[0].id
-    assert time.time() - ctl._last_conditions < 60  # (the periodic read alone would not have seen it yet)
-    ctl._last_conditions = time.time() + 3600  # and will not, for the rest of this test
+    assert time.time() - ctl.health.last_conditions < 60  # (the periodic read alone would not have seen it yet)
+    ctl.health.last_conditions = time.time() + 3600  # and will not, for the rest of this test
     ctl.step()
     assert {r.node for r in backend.launches[after].ranks} == {"n1"}

@@ -131,13 +131,13 @@ def test_a_hold_that_lands_while_the_controller_places_the_job_wins(store: Store
     job = api.submit("j")
     with store.session(write=True) as s:
         q.hold(s, s.get(JobRow, job), "ann")  # type: ignore[arg-type]
-    monkeypatch.setattr(ctl, "_read_holds", lambda s: None)  # this pass read the holds before the API's
+    monkeypatch.setattr(ctl.intake, "read_holds", lambda s: set())  # this pass read the holds before the API's
     ctl.step()
     monkeypatch.undo()
     r = row(store, job)
     assert (r.state, r.attempt, r.held_by) == ("pending", 0, "ann") and not backend.launches
     for _ in range(2):
-        ctl._last_full_sync = 0.0  # the full scan takes it back into the queue (it does every few seconds)
+        ctl.intake.last_full_sync = 0.0  # the full scan takes it back into the queue (it does every few seconds)
         ctl.step()
     r = row(store, job)
     assert r.state == "pending" and not backend.launches

@@ -187,7 +187,7 @@ def submit(store: Store, name: str, num_gpus: float, duration_s: float = 600.0) 
 
 def steps(ctl: Controller, n: int = 1) -> None:
     for _ in range(n):
-        ctl._last_poll = ctl._last_nodes = 0.0  # read the node table at every pass
+        ctl._last_poll = ctl.health.last_nodes = 0.0  # read the node table at every pass
         ctl.step()
 
 
@@ -248,11 +248,11 @@ def test_a_node_that_comes_back_as_another_preset_stays_as_recorded(store: Store
     ctl.recover()
     backend.down.add("n1")
     steps(ctl)
-    assert ctl._down == {1}
+    assert ctl.health.down == {1}
     backend.down.clear()
     backend.presets["n1"] = "pcie-t4"
     steps(ctl)
-    assert ctl._down == set() and ctl.node_presets == ["dgx-a100", "dgx-a100"]
+    assert ctl.health.down == set() and ctl.node_presets == ["dgx-a100", "dgx-a100"]
     assert gpu_types(ctl.cluster) == ["A100-80GB"] * 4
     assert any("node n1 came back as preset pcie-t4; it stays modelled as dgx-a100" in r.message
                for r in caplog.records)

@@ -243,7 +243,7 @@ def submit(store: Store, name: str, num_gpus: float, model: str = "ResNet-50-bs6
 
 def steps(ctl: Controller, n: int = 1) -> None:
     for _ in range(n):
-        ctl._last_poll = ctl._last_nodes = 0.0  # read the node table at every pass
+        ctl._last_poll = ctl.health.last_nodes = 0.0  # read the node table at every pass
         ctl.step()
 
 

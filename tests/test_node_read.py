@@ -60,14 +60,14 @@ def controller(store: Store, backend: SlowNodes) -> Controller:
 def step(ctl: Controller, nodes_due: bool = False) -> None:
     ctl._last_poll = 0.0  # poll every pass
     if nodes_due:
-        ctl._last_nodes = time.time() - NODES_EVERY_S  # a read of the node table is due
+        ctl.health.last_nodes = time.time() - NODES_EVERY_S  # a read of the node table is due
     ctl.step()
 
 
 def settle(ctl: Controller) -> None:
     """A pass, then, if a read is under way, its answer and a pass that takes it in."""
     step(ctl)
-    read = ctl._nodes_read
+    read = ctl.health.reading
     if read is not None:
         read.result(timeout=WAIT_S)
         step(ctl)
@@ -84,16 +84,16 @@ def test_a_pass_does_not_wait_for_the_node_read_and_a_later_pass_takes_it(store:
         before = backend.reads
         step(ctl, nodes_due=True)  # starts the read and returns without its answer
         assert backend.reading.wait(WAIT_S), "the pass started no read of the node table"
-        assert ctl._down == set(), "the pass saw a node table whose read had not answered"
+        assert ctl.health.down == set(), "the pass saw a node table whose read had not answered"
         step(ctl)  # the read still hangs: this pass goes on with what it knew
-        assert ctl._down == set() and backend.reads == before + 1, "a second read started while one was under way"
+        assert ctl.health.down == set() and backend.reads == before + 1, "a second read started while one was under way"
         backend.gate.set()
         settle(ctl)
-        assert ctl._down == {1}, "the answered read was never taken in"
+        assert ctl.health.down == {1}, "the answered read was never taken in"
         backend.down = set()  # the node comes back, seen at the next read
         step(ctl, nodes_due=True)
         settle(ctl)
-        assert ctl._down == set()
+        assert ctl.health.down == set()
     finally:
         backend.gate.set()
         ctl.stop()
@@ -122,18 +122,18 @@ def test_a_read_forced_by_a_lost_worker_drops_the_older_read_under_way(store: St
         backend.reading.clear()
         step(ctl, nodes_due=True)  # a read starts while the node is alive, and hangs
         assert backend.reading.wait(WAIT_S)
-        stale = ctl._nodes_read
+        stale = ctl.health.reading
         assert stale is not None
         backend.down = {name}
         backend.lost = {job}
         backend.gate.set()  # the forced read answers at once; the stale one too, with the node alive
         step(ctl)
-        assert node in ctl._down, "a lost worker did not make the pass read the node table"
-        assert ctl._nodes_read is None
+        assert node in ctl.health.down, "a lost worker did not make the pass read the node table"
+        assert ctl.health.reading is None
         stale.result(timeout=WAIT_S)
         backend.lost = set()
         step(ctl)
-        assert node in ctl._down, "the older read, which saw the node alive, brought it back"
+        assert node in ctl.health.down, "the older read, which saw the node alive, brought it back"
     finally:
         backend.gate.set()
         ctl.stop()

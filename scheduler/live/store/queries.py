@@ -20,7 +20,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from scheduler.core.model import DEFAULT_TEAM
+from scheduler.live import lifecycle
 from scheduler.live import priority_ceilings as ceilings
+from scheduler.live.store.events import add_event
 from scheduler.live.store.models import (
     Allocation,
     ApiToken,
@@ -145,11 +147,6 @@ def revoke_token(s: Session, token: ApiToken) -> ApiToken:
     return token
 
 
-def add_event(s: Session, job_id: int, kind: str, message: str = "", *, at: float | None = None,
-              **data: Any) -> None:
-    s.add(JobEvent(job_id=job_id, at=time.time() if at is None else at, kind=kind, message=message, data=data))
-
-
 def submit(s: Session, user: User, fields: dict[str, Any], *, max_pending: int | None = None,
            note: str | None = None) -> tuple[Job, bool]:
     """Store a validated submission. Returns (job, created): a retry with the same `client_token` returns the job the
@@ -240,14 +237,7 @@ def cancel(s: Session, job: Job) -> Job:
     if JobState(job.state).terminal:
         return job
     now = time.time()
-    done = cast("CursorResult[Any]", s.execute(  # an UPDATE's result is a cursor's, which counts the rows
-        update(Job).where(Job.id == job.id, Job.state == JobState.PENDING)
-        .values(state=JobState.CANCELLED, finished_at=now, cancel_requested=True, pending_reason=None,
-                pending_until=None, held_at=None, held_by=None)
-    )).rowcount
-    if done:
-        add_event(s, job.id, "cancelled", "cancelled while pending", at=now)
-    else:
+    if not lifecycle.cancel_pending(s, job.id, now):
         s.execute(update(Job).where(Job.id == job.id).values(cancel_requested=True))
         add_event(s, job.id, "cancel_requested", "cancel requested; stopping its workers", at=now)
     s.refresh(job)
