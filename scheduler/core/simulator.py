@@ -25,16 +25,17 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.admission import admission
+from scheduler.core.book import Book
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
 from scheduler.core.dependencies import Outcome, array_throttle, check_acyclic, readiness
 from scheduler.core.heap import heap_frozen
 from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
-from scheduler.core.progress import in_queue_order, progress_rate
+from scheduler.core.progress import progress_rate
 from scheduler.core.reservations import ReservationRule, frame_policy
 from scheduler.core.runner import RoundLimitError, rounds, settle
-from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.state import ClusterState
 from scheduler.core.tenancy import Isolated, TeamLedger, Teams, TenancyFrame, quota_cluster
 from scheduler.core.workloads import ModelProfile, catalog
 
@@ -128,16 +129,21 @@ class Simulator:
         self._contention_on = contention
         self._params = params
         self.profiles = profiles if profiles is not None else catalog()
-        self.contention = ContentionModel(cluster, self.profiles, params, enabled=contention, hashed_flows=True)
         self.mps_one_user = mps_one_user
-        self.state = ClusterState(cluster, self.profiles, mps_one_user=mps_one_user)
+        # The allocations, the contention model and the running and pending jobs, changed together
+        # (`scheduler.core.book`). The names below are the book's own objects, never rebound; `pending` is read
+        # through the book (a property), which rebuilds it to keep queue order.
+        self.book = Book(ClusterState(cluster, self.profiles, mps_one_user=mps_one_user),
+                         ContentionModel(cluster, self.profiles, params, enabled=contention, hashed_flows=True))
+        self.state = self.book.state
+        self.contention = self.book.contention
+        self.running = self.book.running
+        self.view = self.book.view
         self.preempt_overhead_s = preempt_overhead_s
         self.progress = progress
         self.jobs = [Job(i, s, s.duration_s) for i, s in enumerate(self.specs)]
         self.jobs += [Job(len(self.specs) + k, p.spec, p.work_left) for k, p in enumerate(placed)]
         self._arrivals = len(self.specs)  # jobs [0, _arrivals) arrive from the trace; the rest start placed
-        self.running: dict[int, Job] = {}
-        self.pending: dict[int, Job] = {}  # arrival order
         # Arrived jobs whose dependencies do not hold yet (`scheduler.core.dependencies`): not offered to the policy.
         self.blocked: dict[int, Job] = {}
         self._by_name = {s.name: i for i, s in reversed(list(enumerate(self.specs)))}  # a name's first job
@@ -149,7 +155,6 @@ class Simulator:
                 raise SimulationError(f"depends_on: {exc}") from None
         self._arrays = {s.array: s.array_max_running for s in self.specs if s.array is not None
                         and s.array_max_running is not None}
-        self.view = ClusterView(self.state, self.contention, self.running)
         self.now = 0.0
         self._heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, job id, version)
         self._seq = 0
@@ -183,8 +188,13 @@ class Simulator:
         if not p.work_left > 0:
             raise ValueError(f"initial job {p.spec.name}: work_left must be positive, got {p.work_left}")
         job.attained_gpu_s = p.attained_gpu_s
-        self.pending[job.id] = job  # _start takes it from the queue, checking the placement like any other
+        self.book.append(job)  # _start takes it from the queue, checking the placement like any other
         self._start(job, Place(job.id, p.placement), adopt=True)  # running already: MPS rules decide new placements
+
+    @property
+    def pending(self) -> dict[int, Job]:
+        """The queue, in queue order (the book's: a requeued job in its place, arrivals at the end)."""
+        return self.book.pending
 
     @property
     def _who(self) -> str:
@@ -248,7 +258,7 @@ class Simulator:
             self.blocked[job.id] = job
             self._unblock()
             return
-        self.pending[job.id] = job
+        self.book.append(job)
 
     def _outcome(self, name: str) -> Outcome | None:
         state = self.jobs[self._by_name[name]].state
@@ -268,8 +278,7 @@ class Simulator:
                 if ready.ready:
                     del self.blocked[job_id]
                     self.pending_reasons.pop(job_id, None)
-                    self.pending[job_id] = job
-                    self.pending = in_queue_order(self.pending)
+                    self.book.enqueue(job)
                 elif ready.never:
                     del self.blocked[job_id]
                     job.state = JobPhase.CANCELLED
@@ -289,34 +298,24 @@ class Simulator:
     def _start(self, job: Job, decision: Place, adopt: bool = False) -> None:
         if job.id not in self.pending:
             raise SimulationError(f"{self._who} placed job {job.spec.name}, which is not pending")
-        self.state.allocate(job.id, job.spec, decision.placement, adopt=adopt)
-        del self.pending[job.id]
+        affected = self.book.start(job, decision.placement, self.now, adopt=adopt)
         self.pending_reasons.pop(job.id, None)
-        job.state = JobPhase.RUNNING
-        job.placement = decision.placement
-        job.start_s = self.now
         job.last_update = self.now
         if job.first_start_s is None:
             job.first_start_s = self.now
-        self.running[job.id] = job
         self._runs[job.id] += 1
-        if job.spec.time_limit_s is not None:
+        if job.spec.time_limit_s is not None:  # (pushed before the re-rated jobs' ends: the heap's order of ties)
             self._push(self.now + job.spec.time_limit_s, _LIMIT, job.id, self._runs[job.id])
-        self._rates_changed(self.contention.add(job.id, job.spec, decision.placement))
+        self._rates_changed(affected)
 
     def _stop(self, job: Job) -> None:
         """Take a running job off its GPUs (completion or preemption)."""
         self._advance(job)
-        del self.running[job.id]
-        self.state.release(job.id)
         assert job.start_s is not None and job.placement is not None
-        held = self.now - job.start_s
-        job.attained_gpu_s += held * job.spec.gpu_demand
-        self._busy_share_s += held * job.placement.share * len(job.placement.gpus)
-        job.start_s = None
-        job.placement = None
+        self._busy_share_s += (self.now - job.start_s) * job.placement.share * len(job.placement.gpus)
+        affected = self.book.stop(job, self.now)
         self._version[job.id] += 1
-        self._rates_changed(self.contention.remove(job.id))
+        self._rates_changed(affected)
 
     def _finish(self, job: Job) -> None:
         self._stop(job)
@@ -343,14 +342,10 @@ class Simulator:
         if job.id not in self.running:
             raise SimulationError(f"{self._who} preempted job {job.spec.name}, which is not running")
         self._stop(job)
-        job.state = JobPhase.PENDING
         if by_policy:  # (an outage's eviction is not the policy's choice: it costs the same, but is not counted)
             job.preemptions += 1
         job.work_left += self.preempt_overhead_s  # checkpoint restore and warm-up on restart
-        job.queued_since = self.now
-        self.pending[job.id] = job
-        # Keep the queue in arrival order: rebuild it (preemptions are rare next to arrivals).
-        self.pending = in_queue_order(self.pending)
+        self.book.requeue(job, self.now)  # in its old place (the book rebuilds the queue: preemptions are rare)
 
     def _outages_changed(self) -> None:
         """Outages started or ended at this instant: requeue the runs they evict, then close exactly the GPUs the

@@ -1,0 +1,98 @@
+"""The book of running and pending jobs, kept by the simulator and the live controller alike.
+
+Starting or stopping a run changes three things that must agree: who holds which GPU share (`ClusterState`), the
+contention model's footprints and slowdowns, and the maps of running and pending jobs the policies read. The book
+changes them together, in one order, and returns the jobs whose predicted slowdown changed; re-rating those is the
+caller's (the simulator reschedules their ends, the controller tells their workers). What only one caller keeps stays
+with it: the simulator's clock, events and progress accounting, the controller's store rows, attempts and workers.
+
+A job's attained service (Tiresias' 2D attained service, GPU-seconds) is accumulated here, on the job, when a run
+stops: the one place it grows.
+"""
+
+from __future__ import annotations
+
+from scheduler.core.contention import ContentionModel
+from scheduler.core.model import Job, JobPhase, Placement
+from scheduler.core.progress import in_queue_order
+from scheduler.core.state import ClusterState, ClusterView
+
+
+class BookError(RuntimeError):
+    """A start of a job that is running already, a stop of one that is not, or a queued job that is running: a bug
+    in the caller, which would otherwise count a run twice or leave its GPUs held forever."""
+
+
+class Book:
+    """The cluster's allocations, the contention model, and the running and pending jobs, changed only together.
+
+    `running` is one dict for the book's life (the view reads it); `pending` is rebuilt when the queue is put back in
+    order, so callers read it through the book each time rather than keep it."""
+
+    def __init__(self, state: ClusterState, contention: ContentionModel) -> None:
+        if contention.cluster is not state.cluster:
+            raise ValueError("contention: the contention model is of another cluster than the state")
+        self.state = state
+        self.contention = contention
+        self.running: dict[int, Job] = {}
+        self.pending: dict[int, Job] = {}  # queue order (`in_queue_order`) but for `append`'s arrivals
+        self.view = ClusterView(state, contention, self.running)
+
+    def start(self, job: Job, placement: Placement, now: float, *, adopt: bool = False) -> set[int]:
+        """Start a run of `job` on `placement` at `now`: allocate it (PlacementError, changing nothing, if it breaks
+        an invariant; `adopt`: a run that exists already, as `ClusterState.check` takes it), take the job from the
+        queue if it is there, and add it to the contention model. Returns the jobs whose slowdown changed, the job
+        itself included, in the model's order (the caller re-rates them in that order)."""
+        if job.id in self.running:
+            raise BookError(f"job {job.spec.name} (id {job.id}) is running already")
+        self.state.allocate(job.id, job.spec, placement, adopt=adopt)
+        self.pending.pop(job.id, None)
+        job.state = JobPhase.RUNNING
+        job.placement = placement
+        job.start_s = now
+        self.running[job.id] = job
+        return self.contention.add(job.id, job.spec, placement)
+
+    def stop(self, job: Job, now: float) -> set[int]:
+        """End `job`'s run at `now` (whatever ends it: the caller sets its phase): release its GPUs, add the run's
+        service to its attained service, and take it out of the contention model. Returns the other running jobs
+        whose slowdown changed, in the model's order."""
+        if job.id not in self.running:
+            raise BookError(f"job {job.spec.name} (id {job.id}) is not running")
+        del self.running[job.id]
+        self.state.release(job.id)
+        assert job.start_s is not None  # (`start` set it)
+        # Not below zero: the controller's clock is the wall clock, which may step back between a start and a stop.
+        job.attained_gpu_s += max(0.0, now - job.start_s) * job.spec.gpu_demand
+        job.start_s = None
+        job.placement = None
+        return self.contention.remove(job.id)
+
+    def append(self, job: Job) -> None:
+        """Queue `job` at the end: an arrival, which comes in submission order (a caller that cannot vouch for that
+        calls `sort_queue` after its arrivals)."""
+        self._queueable(job)
+        self.pending[job.id] = job
+
+    def enqueue(self, job: Job) -> None:
+        """Queue `job` in its place in queue order (`in_queue_order`), not at the end."""
+        self._queueable(job)
+        self.pending[job.id] = job
+        self.sort_queue()
+
+    def requeue(self, job: Job, now: float) -> None:
+        """Put back in the queue, in its old place, a job whose run was stopped (`stop`) at `now` and will run
+        again (preempted, evicted, lost, checkpointed)."""
+        self._queueable(job)
+        job.state = JobPhase.PENDING
+        job.queued_since = now
+        self.pending[job.id] = job
+        self.sort_queue()
+
+    def sort_queue(self) -> None:
+        """Put the queue back in queue order (by submission time, then id)."""
+        self.pending = in_queue_order(self.pending)
+
+    def _queueable(self, job: Job) -> None:
+        if job.id in self.running:
+            raise BookError(f"job {job.spec.name} (id {job.id}) is running: stop its run before queueing it")

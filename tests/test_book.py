@@ -1,0 +1,144 @@
+"""The book of running and pending jobs: a start, a stop and a preemption change the allocations, the contention model
+and the maps together, return the jobs whose slowdown changed, and accumulate attained service on the job."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import job, small_cluster
+
+from scheduler.core.book import Book, BookError
+from scheduler.core.contention import ContentionModel
+from scheduler.core.model import Job, JobPhase, Placement
+from scheduler.core.state import ClusterState, PlacementError
+from scheduler.core.workloads import catalog
+
+
+@pytest.fixture
+def book() -> Book:
+    cluster = small_cluster(nodes=1, gpus=4)
+    profiles = catalog()
+    return Book(ClusterState(cluster, profiles), ContentionModel(cluster, profiles))
+
+
+def half(job_id: int, submit: float = 0.0) -> Job:
+    """Half a GPU of ResNet-50: two of them on one GPU slow each other down."""
+    return Job(job_id, job(f"half-{job_id}", submit, 0.5, 1000.0), 1000.0)
+
+
+def whole(job_id: int, gpus: int, submit: float = 0.0) -> Job:
+    return Job(job_id, job(f"whole-{job_id}", submit, gpus, 1000.0), 1000.0)
+
+
+def test_a_start_allocates_places_and_models_the_job_and_leaves_the_queue(book: Book) -> None:
+    a = whole(0, 2)
+    book.append(a)
+    affected = book.start(a, Placement((0, 1), 1.0), 10.0)
+    assert affected == {0}  # alone on the cluster: only its own slowdown is new
+    assert book.running == {0: a} and book.pending == {}
+    assert a.state is JobPhase.RUNNING and a.placement == Placement((0, 1), 1.0) and a.start_s == 10.0
+    assert book.state.placements[0] == Placement((0, 1), 1.0)
+    assert list(book.state.free_share) == [0.0, 0.0, 1.0, 1.0] and book.state.free_whole == 2
+    assert book.contention.slowdown(0) == pytest.approx(1.0)
+    assert book.view.running[0] is a and book.view.free_whole == 2  # what the policies see is the same book
+
+
+def test_a_start_beside_a_tenant_returns_both_and_a_stop_returns_the_neighbour(book: Book) -> None:
+    a, b = half(0), half(1)
+    assert book.start(a, Placement((0,), 0.5), 0.0) == {0}
+    alone = book.contention.slowdown(0)
+    assert book.start(b, Placement((0,), 0.5), 5.0) == {0, 1}  # it slows the job already on its GPU
+    assert book.contention.slowdown(0) > alone
+    assert book.state.tenants[0] == [0, 1]
+    assert book.stop(b, 25.0) == {0}  # its neighbour runs alone again
+    assert book.contention.slowdown(0) == pytest.approx(alone)
+    assert 1 not in book.contention.slowdowns() and book.state.tenants[0] == [0]
+    assert book.running == {0: a} and b.placement is None and b.start_s is None
+
+
+def test_a_stop_releases_the_gpus_and_adds_the_run_to_the_attained_service(book: Book) -> None:
+    a = whole(0, 2)
+    a.attained_gpu_s = 50.0
+    book.start(a, Placement((2, 3), 1.0), 100.0)
+    assert book.stop(a, 130.0) == set()
+    assert a.attained_gpu_s == 50.0 + 30.0 * 2  # held 30 s on two GPUs
+    assert 0 not in book.running and 0 not in book.state.placements and 0 not in book.contention.slowdowns()
+    assert list(book.state.free_share) == [1.0] * 4 and book.state.free_whole == 4
+    book.start(a, Placement((0, 1), 1.0), 200.0)
+    book.stop(a, 210.0)
+    assert a.attained_gpu_s == 110.0 + 10.0 * 2  # the runs add up
+
+
+def test_a_stop_before_its_start_adds_no_service(book: Book) -> None:
+    a = whole(0, 1)
+    book.start(a, Placement((0,), 1.0), 100.0)
+    book.stop(a, 99.0)  # a wall clock stepped back
+    assert a.attained_gpu_s == 0.0
+
+
+def test_a_preemption_requeues_the_job_in_its_place(book: Book) -> None:
+    early, late = whole(0, 4, submit=0.0), whole(1, 1, submit=5.0)
+    book.start(early, Placement((0, 1, 2, 3), 1.0), 0.0)
+    book.append(late)
+    book.stop(early, 40.0)
+    book.requeue(early, 40.0)
+    assert list(book.pending) == [0, 1]  # by submission, not at the end
+    assert early.state is JobPhase.PENDING and early.queued_since == 40.0 and early.attained_gpu_s == 160.0
+    assert book.running == {} and book.state.free_whole == 4 and book.contention.slowdowns() == {}
+    assert book.start(early, Placement((0, 1, 2, 3), 1.0), 50.0) == {0}  # and it starts again from the queue
+    assert list(book.pending) == [1]
+
+
+def test_arrivals_go_to_the_end_and_sorting_restores_queue_order(book: Book) -> None:
+    later, earlier = whole(0, 1, submit=9.0), whole(1, 1, submit=3.0)
+    book.append(later)
+    book.append(earlier)
+    assert list(book.pending) == [0, 1]
+    book.sort_queue()
+    assert list(book.pending) == [1, 0]
+    book.enqueue(whole(2, 1, submit=5.0))
+    assert list(book.pending) == [1, 2, 0]
+
+
+def test_a_double_start_raises_and_changes_nothing(book: Book) -> None:
+    a = whole(0, 1)
+    book.start(a, Placement((0,), 1.0), 0.0)
+    with pytest.raises(BookError, match="running already"):
+        book.start(a, Placement((1,), 1.0), 1.0)
+    assert a.placement == Placement((0,), 1.0) and a.start_s == 0.0
+    assert list(book.state.free_share) == [0.0, 1.0, 1.0, 1.0] and book.state.placements == {0: Placement((0,), 1.0)}
+
+
+def test_a_stop_of_a_job_not_running_raises(book: Book) -> None:
+    a = whole(0, 1)
+    with pytest.raises(BookError, match="not running"):
+        book.stop(a, 0.0)
+    book.start(a, Placement((0,), 1.0), 0.0)
+    book.stop(a, 1.0)
+    with pytest.raises(BookError, match="not running"):
+        book.stop(a, 2.0)
+    assert a.attained_gpu_s == 1.0  # the second stop counted nothing
+
+
+def test_a_running_job_cannot_be_queued(book: Book) -> None:
+    a = whole(0, 1)
+    book.start(a, Placement((0,), 1.0), 0.0)
+    for queue in (book.append, book.enqueue, lambda j: book.requeue(j, 1.0)):
+        with pytest.raises(BookError, match="stop its run"):
+            queue(a)
+    assert book.pending == {} and a.state is JobPhase.RUNNING and a.queued_since == 0.0
+
+
+def test_an_invalid_placement_changes_nothing(book: Book) -> None:
+    a, b = whole(0, 2), whole(1, 1)
+    book.start(a, Placement((0, 1), 1.0), 0.0)
+    book.append(b)
+    with pytest.raises(PlacementError, match="GPU 1 has 0.000 free"):
+        book.start(b, Placement((1,), 1.0), 1.0)
+    assert list(book.pending) == [1] and book.running == {0: a} and b.placement is None
+    assert b.state is JobPhase.PENDING and 1 not in book.contention.slowdowns()
+
+
+def test_the_state_and_the_model_must_be_of_one_cluster() -> None:
+    profiles = catalog()
+    with pytest.raises(ValueError, match="contention"):
+        Book(ClusterState(small_cluster(nodes=1), profiles), ContentionModel(small_cluster(nodes=2), profiles))
