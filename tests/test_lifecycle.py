@@ -60,6 +60,9 @@ class FakeRuns:
         self.ended.append(row.id)
         return self.running.pop(row.id)
 
+    def enqueue(self, job: Job) -> None:
+        self.pending[job.id] = job
+
     def queued(self, job_id: int, reason: str | None) -> None:
         self.queued_reasons[job_id] = reason
 

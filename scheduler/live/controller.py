@@ -306,7 +306,7 @@ class Controller:
             self.health.apply_outages(s, m, self.lifecycle, now)
             for row in s.scalars(select(JobRow).where(JobRow.state == S.PENDING).options(joinedload(JobRow.user))
                                  .order_by(JobRow.id)):
-                m.pending[row.id] = job_of(row, self.profiles)
+                m.book.append(job_of(row, self.profiles))
                 if row.not_before is not None and row.not_before > now:
                     m.gates.backoff[row.id] = row.not_before
             self.leadership.fence(s)  # a replica that lost the lease meanwhile must not requeue what another adopted

@@ -19,7 +19,6 @@ from sqlalchemy import CursorResult, update
 from sqlalchemy.orm import Session
 
 from scheduler.core.model import Job
-from scheduler.core.progress import in_queue_order
 from scheduler.core.workloads import ModelProfile
 from scheduler.live.job_states import JobState as S
 from scheduler.live.rows import job_of
@@ -75,10 +74,12 @@ def claim(s: Session, job_id: int, attempt: int, predicted_slowdown: float) -> b
 class Runs(Protocol):
     """What a move changes in the controller's memory: the queue and the runs (`scheduler.live.control.memory`)."""
 
-    pending: dict[int, Job]
-    running: dict[int, Job]
+    @property
+    def running(self) -> dict[int, Job]: ...
 
     def end_run(self, s: Session, row: JobRow, now: float) -> Job: ...
+
+    def enqueue(self, job: Job) -> None: ...
 
     def queued(self, job_id: int, reason: str | None) -> None: ...
 
@@ -104,8 +105,7 @@ class LifeCycle:
         row.pending_reason, row.pending_until = reason, None
         add_event(s, row.id, event, message, at=now, **data)
         job = job_of(row, self.profiles)
-        self.runs.pending[row.id] = job
-        self.runs.pending = in_queue_order(self.runs.pending)
+        self.runs.enqueue(job)
         self.runs.queued(row.id, reason)
         return job
 

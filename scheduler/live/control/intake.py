@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session, joinedload
 
 from scheduler.core.dependencies import Outcome, readiness
 from scheduler.core.model import Cluster, Job
-from scheduler.core.progress import in_queue_order
 from scheduler.core.workloads import ModelProfile
 from scheduler.live.control.memory import Memory
 from scheduler.live.control.workers import Workers
@@ -94,9 +93,9 @@ class Intake:
             job = job_of(row, self.profiles)
             in_order = in_order and job.spec.submit_s >= last
             last = job.spec.submit_s
-            self.m.pending[row.id] = job
+            self.m.book.append(job)
         if not in_order:  # the queue stays in submission order, as the simulator keeps it
-            self.m.pending = in_queue_order(self.m.pending)
+            self.m.book.sort_queue()
 
     def take_cancels(self, s: Session, now: float) -> None:
         """Stop the runs the API was asked to cancel (a pending job's cancel is the API's own move)."""

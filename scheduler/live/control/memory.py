@@ -11,10 +11,11 @@ from typing import cast
 from sqlalchemy import Table, bindparam, update
 from sqlalchemy.orm import Session
 
+from scheduler.core.book import Book
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.model import Cluster, Job, Placement
 from scheduler.core.progress import progress_rate
-from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.state import ClusterState
 from scheduler.core.workloads import ModelProfile
 from scheduler.live.control.workers import Workers
 from scheduler.live.runs import JobStatus
@@ -88,12 +89,15 @@ class Memory:
 
     def __init__(self, cluster: Cluster, profiles: Mapping[str, ModelProfile], params: ContentionParams | None,
                  workers: Workers, *, mps_one_user: bool) -> None:
-        # Jobs of different users run as different OS accounts: one node's MPS daemon serves one of them at a time.
-        self.state = ClusterState(cluster, profiles, mps_one_user=mps_one_user)
-        self.contention = ContentionModel(cluster, profiles, params)
-        self.running: dict[int, Job] = {}
-        self.pending: dict[int, Job] = {}  # submission order
-        self.view = ClusterView(self.state, self.contention, self.running)
+        # The simulator's book (`scheduler.core.book`): a run starts and stops in the cluster state, the contention
+        # model and the maps at once, by the same code in both. Jobs of different users run as different OS
+        # accounts: one node's MPS daemon serves one of them at a time.
+        self.book = Book(ClusterState(cluster, profiles, mps_one_user=mps_one_user),
+                         ContentionModel(cluster, profiles, params))
+        self.state = self.book.state
+        self.contention = self.book.contention
+        self.running = self.book.running  # one dict for the book's life
+        self.view = self.book.view
         self.workers = workers
         self.attempt: dict[int, int] = {}  # running job -> its current attempt
         self.started: dict[int, bool] = {}  # running job -> its workers have started
@@ -101,6 +105,11 @@ class Memory:
         self.slowdowns = SlowdownLedger()
         self.reasons = PendingReasons()
         self.gates = Gates()
+
+    @property
+    def pending(self) -> dict[int, Job]:
+        """The queue, in submission order (the book rebuilds it when it puts a job back in its place)."""
+        return self.book.pending
 
     def scene(self) -> tuple[object, ...]:
         """What the policy sees of the queue and the runs: the queue in its order, the runs and whether their workers
@@ -117,24 +126,19 @@ class Memory:
 
     def start(self, job: Job, placement: Placement, attempt: int, now: float, *, adopt: bool = False) -> set[int]:
         """A run on `placement` (adopt: one recovered as it is): returns the runs whose rates its arrival changed."""
-        self.state.allocate(job.id, job.spec, placement, adopt=adopt)
-        job.placement = placement
-        job.start_s = now
-        self.running[job.id] = job
         self.attempt[job.id] = attempt
-        return self.contention.add(job.id, job.spec, placement)
+        return self.book.start(job, placement, now, adopt=adopt)
 
     def end_run(self, s: Session, row: JobRow, now: float) -> Job:
         """Take a run off its GPUs: close its allocations, account its service, and re-rate its neighbours."""
         slow_integral = self.slowdowns.close(row.id, now, self.ran_from(row.id))
         self.started.pop(row.id, None)
         self.reported.pop(row.id, None)
-        job = self.running.pop(row.id)
+        job = self.running[row.id]
         job.end_s = now  # the fair share counts its GPUs up to here, even if the frame looks later
         attempt = self.attempt.pop(row.id)
-        self.state.release(row.id)
-        if job.start_s is not None:
-            row.attained_gpu_s += max(0.0, now - job.start_s) * job.spec.gpu_demand
+        affected = self.book.stop(job, now)
+        row.attained_gpu_s = job.attained_gpu_s  # (the job's was the row's: `job_of` read it, nothing else adds)
         if row.started_at is not None:  # the workers ran: account the run and what the model expected of it
             ran = max(0.0, now - row.started_at)
             before = (row.predicted_slowdown_avg or 0.0) * row.run_s
@@ -143,10 +147,8 @@ class Memory:
                 row.predicted_slowdown_avg = (before + slow_integral) / row.run_s
         s.execute(update(Allocation).where(Allocation.job_id == row.id, Allocation.attempt == attempt,
                                            Allocation.released_at.is_(None)).values(released_at=now))
-        job.placement = None
-        job.start_s = None
         row.started_at = None
-        for j in self.contention.remove(row.id):
+        for j in affected:
             if j in self.running:
                 self.set_rate(self.running[j], s)
         return job
@@ -156,6 +158,9 @@ class Memory:
             self.reasons.forget(job_id)
         else:
             self.reasons.written(job_id, reason)
+
+    def enqueue(self, job: Job) -> None:
+        self.book.enqueue(job)
 
     def dequeued(self, job_id: int) -> None:
         self.pending.pop(job_id, None)
