@@ -525,6 +525,20 @@ def test_inference_jobs_show_their_slo_and_whether_it_is_at_risk(page: Any, serv
         service.cancel_all()
 
 
+def test_only_a_job_that_may_still_run_offers_cancel(page: Any, service: Service) -> None:
+    """The page asks the job's `terminal` (the server's JobState rule), not a list of its own."""
+    sign_in(page, service)
+    job = service.submit(name="to-cancel", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=600)
+    try:
+        page.goto(f"{service.base}/#/job/{job['id']}")
+        page.wait_for_selector("#job-head #cancel")
+        assert service.post(f"/jobs/{job['id']}/cancel").status_code == 200
+        page.wait_for_selector("#job-head .badge.state-cancelled")
+        assert page.locator("#job-head #cancel").count() == 0
+    finally:
+        service.cancel_all()
+
+
 def test_explanation_says_when_and_beside_whom(page: Any, service: Service) -> None:
     sign_in(page, service)
     placed = service.submit(name="explained", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=600)

@@ -595,6 +595,15 @@ class ArraySchema(Schema):
     tasks = fields.List(fields.Nested(ArrayTaskSchema), metadata={"description": "by index"})
 
 
+class JobSloSchema(Schema):
+    slo_ms = fields.Float()
+    alone_ms = fields.Float(allow_none=True, metadata={"description": "the model's isolated latency (null: unknown)"})
+    slowdown = fields.Float(allow_none=True, metadata={"description": "the predicted slowdown it is multiplied by"})
+    predicted_ms = fields.Float(allow_none=True, metadata={"description": "alone_ms times slowdown"})
+    basis = fields.String(metadata={"description": "which slowdown: now, averaged over its run, alone ('' if none)"})
+    at_risk = fields.Boolean(allow_none=True, metadata={"description": "predicted_ms over slo_ms (null: unknown)"})
+
+
 class JobSchema(Schema):
     id = fields.Integer()
     name = fields.String()
@@ -677,6 +686,10 @@ class JobSchema(Schema):
                        "(\"node2: GPU 0-7 (cluster GPUs 16-23)\"); null when it holds none"})
     webhook = fields.Nested(JobWebhookSchema, metadata={
         "description": "only in the answer to a submission that gave `webhook`: the job's webhook and its secret"})
+    terminal = fields.Boolean(metadata={"description": "whether its state is a final one (succeeded, failed, "
+                                                       "cancelled, timed_out)"})
+    slo = fields.Nested(JobSloSchema, allow_none=True, metadata={
+        "description": "an inference job's SLO against its predicted latency (scheduler.live.slo); null: no SLO"})
 
 
 class EventSchema(Schema):

@@ -23,6 +23,7 @@ from scheduler.live.job_files import log_name, log_path
 from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.nodes import capacity_refusal
 from scheduler.live.priority_ceilings import AboveCeiling
+from scheduler.live.slo import slo_status
 from scheduler.live.store import JobState, JobType
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Job, JobArray, User
@@ -80,6 +81,8 @@ def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (), positi
         {"rank": a.rank, "node": a.node, "gpu": a.gpu, "local_gpu": a.local_gpu, "share": a.share} for a in allocations
     ]
     body["placement_text"] = allocation_text(allocations) if allocations else None
+    body["terminal"] = JobState(job.state).terminal
+    body["slo"] = slo_status(job.slo_ms, job.model, job.state, job.predicted_slowdown, job.predicted_slowdown_avg)
     return body
 
 

@@ -1,5 +1,5 @@
-// Corral dashboard: the router. `#/VIEW/ARG` picks a view from views.js; the open view refreshes every few seconds
-// (paused while the tab is hidden). Without a token, or after a 401, every route leads to the sign-in page.
+// Corral dashboard: the router. `#/VIEW/ARG` picks a view of `Views` (view-*.js); the open view refreshes every few
+// seconds (paused while the tab is hidden). Without a token, or after a 401, every route leads to the sign-in page.
 "use strict";
 
 (() => {

@@ -1,5 +1,5 @@
 // Corral dashboard: the shared pieces. The API client (bearer token from localStorage), HTML escaping, formatting.
-// Plain browser JavaScript, no build step and no dependencies. Views are in views.js, the router in app.js.
+// Plain browser JavaScript, no build step and no dependencies. Views are in view-*.js, the router in app.js.
 "use strict";
 
 const Corral = (() => {

@@ -1,0 +1,199 @@
+// Corral dashboard: the pages that are forms: sign in (#/signin), submit a job (#/submit), what if (#/whatif).
+"use strict";
+
+Object.assign(Views, (() => {
+  const C = Corral;
+  const { html, mount } = C;
+
+  // ---- sign in -----------------------------------------------------------------------------------------------------
+  function signin(el, params) {
+    mount(el, html`
+      <section class="card narrow">
+        <h1>Sign in</h1>
+        <p>Paste an API token. Create one on the server with
+          <code>corral token create --user NAME</code> (add <code>--admin</code> to switch policies).</p>
+        <form id="signin-form">
+          <label for="token">Token</label>
+          <input id="token" name="token" type="password" autocomplete="off" placeholder="corral_…" required>
+          <button type="submit">Sign in</button>
+        </form>
+        <p id="signin-message" class="${params.message ? "error" : "muted"}">${params.message ||
+          "The token is kept in this browser (localStorage) and sent as Authorization: Bearer with every call."}</p>
+      </section>`);
+    el.querySelector("#signin-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const msg = el.querySelector("#signin-message");
+      C.setToken(el.querySelector("#token").value.trim());
+      try {
+        await C.request("/cluster");
+        location.hash = "#/map";
+      } catch (err) {
+        C.setToken("");
+        msg.className = "error";
+        msg.textContent = err.status === 401
+          ? `That token was refused (401 Unauthorized: ${err.message}). Check it, or create a new one.`
+          : `Could not reach the API: ${err.message}`;
+      }
+    });
+    return { refresh() {}, static: true };
+  }
+  // ---- submit ------------------------------------------------------------------------------------------------------
+  function submit(el) {
+    mount(el, html`<section class="card narrow wide-form"><h1>Submit a job</h1>
+      <form id="submit-form" novalidate>
+        ${field("name", "Name", html`<input id="f-name" name="name" required maxlength="200">`)}
+        ${field("kind", "Kind", html`<select id="f-kind" name="kind"><option value="emulated">emulated (runs for the
+          predicted time; no command)</option><option value="command">command (runs a shell entrypoint)</option>
+          </select>`)}
+        ${field("model", "Model", html`<select id="f-model" name="model"><option value="">loading…</option></select>`,
+          "what the contention model assumes the job's traffic looks like")}
+        ${field("num_gpus", "GPUs", html`<input id="f-num_gpus" name="num_gpus" type="number" step="any" min="0"
+          value="1">`, "a whole number ≥ 1, or a share of one GPU between 0 and 1 (MPS), e.g. 0.5")}
+        ${field("duration_s", "Duration (s)", html`<input id="f-duration_s" name="duration_s" type="number" step="any"
+          min="0" value="60">`, "emulated: run time alone; command: an optional estimate")}
+        ${field("entrypoint", "Entrypoint", html`<textarea id="f-entrypoint" name="entrypoint" rows="2"
+          placeholder="python train.py"></textarea>`, "command jobs only")}
+        ${field("priority", "Priority", html`<input id="f-priority" name="priority" type="number" step="1" value="0">`)}
+        ${field("slo_ms", "Latency SLO (ms)", html`<input id="f-slo_ms" name="slo_ms" type="number" step="any"
+          min="0">`, "optional, inference jobs")}
+        <p class="field-error" data-error-for="_schema"></p>
+        <button type="submit">Submit</button> <span id="submit-message"></span>
+      </form></section>`);
+    const form = el.querySelector("#submit-form"), msg = el.querySelector("#submit-message");
+    const kind = form.querySelector("#f-kind");
+    const syncKind = () => {
+      form.querySelector('[data-field="entrypoint"]').hidden = kind.value !== "command";
+    };
+    kind.addEventListener("change", syncKind);
+    syncKind();
+    C.request("/models").then((r) => {
+      mount(form.querySelector("#f-model"), r.models.map((m) => html`<option value="${m.name}">${m.name}
+        (${m.kind}, ${m.mem_gb} GB)</option>`));
+      const resnet = r.models.find((m) => m.name === "ResNet-50-bs64");
+      if (resnet) form.querySelector("#f-model").value = resnet.name;
+    }).catch((err) => { msg.className = "error"; msg.textContent = err.message; });
+
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      form.querySelectorAll(".field-error").forEach((e) => { e.textContent = ""; });
+      form.querySelectorAll(".invalid").forEach((e) => e.classList.remove("invalid"));
+      const v = (n) => form.elements[n].value.trim();
+      const number = (n) => (v(n) === "" ? undefined : Number(v(n)));
+      const body = { name: v("name"), kind: v("kind"), model: v("model"), num_gpus: number("num_gpus"),
+        duration_s: number("duration_s"), priority: number("priority"), slo_ms: number("slo_ms") };
+      if (body.kind === "command") body.entrypoint = form.elements.entrypoint.value;
+      Object.keys(body).forEach((k) => body[k] === undefined && delete body[k]);
+      msg.className = "muted";
+      msg.textContent = "Submitting…";
+      try {
+        const job = await C.request("/jobs", { method: "POST", body });
+        msg.className = "ok";
+        msg.textContent = `Submitted job #${job.id}.`;
+        location.hash = `#/job/${job.id}`;
+      } catch (err) {
+        msg.className = "error";
+        const errors = (err.body.errors && err.body.errors.json) || {};
+        let shown = false;
+        for (const [name, msgs] of Object.entries(errors)) {
+          const slot = form.querySelector(`[data-error-for="${CSS.escape(name)}"]`);
+          if (!slot) continue;
+          slot.textContent = [].concat(msgs).join(" ");
+          const input = form.elements[name];
+          if (input) input.classList.add("invalid");
+          shown = true;
+        }
+        msg.textContent = err.status === 422 && shown ? "Please fix the fields marked in red." : err.message;
+      }
+    });
+    return { refresh() {}, static: true };
+  }
+
+  // ---- what-if -----------------------------------------------------------------------------------------------------
+  // Ask POST /whatif how the present queue would play out under another policy, with more nodes or an extra job.
+  const WHATIF_ROWS = [
+    ["avg_jct_s", "average JCT (from now)", "dur"], ["p95_jct_s", "p95 JCT", "dur"],
+    ["avg_queue_s", "average queueing", "dur"], ["gpu_util", "GPU utilisation", "pct"],
+    ["makespan_s", "makespan", "dur"],
+  ];
+
+  function whatifCell(d, kind) {
+    if (!d) return "–";
+    const f = kind === "pct" ? (x) => C.pct(x, 1) : (x) => C.duration(x);
+    return html`${f(d.mean)} <small class="muted">(${f(d.min)} – ${f(d.max)})</small>`;
+  }
+
+  function whatif(el) {
+    mount(el, html`<section class="card narrow wide-form"><h1>What if…</h1>
+      <p class="muted">Simulates the present cluster and queue from now, several times (each seed draws the jobs' true
+        remaining work around its estimate), and compares with the active policy as it is. Nothing changes.</p>
+      <form id="whatif-form" novalidate>
+        ${field("policy", "Policy", html`<select id="f-policy" name="policy"><option value="">the active one</option>
+          </select>`)}
+        ${field("extra_nodes", "Extra nodes", html`<input id="f-extra_nodes" name="extra_nodes" type="number" min="0"
+          step="1" value="0">`, "like the last node of the cluster")}
+        ${field("seeds", "Seeds", html`<input id="f-seeds" name="seeds" type="number" min="1" max="20" step="1"
+          value="5">`)}
+        ${field("job_gpus", "Add a job: GPUs", html`<input id="f-job_gpus" name="job_gpus" type="number" step="any"
+          min="0" placeholder="none">`, "optional: a hypothetical ResNet-50 job arriving now")}
+        ${field("job_duration", "… its duration (s)", html`<input id="f-job_duration" name="job_duration"
+          type="number" step="any" min="0" value="3600">`)}
+        <p class="field-error" data-error-for="_schema"></p>
+        <button type="submit">Simulate</button> <span id="whatif-message"></span>
+      </form></section><section id="whatif-result"></section>`);
+    const form = el.querySelector("#whatif-form"), msg = el.querySelector("#whatif-message");
+    const out = el.querySelector("#whatif-result");
+    C.request("/policies").then((r) => {
+      mount(form.querySelector("#f-policy"), [html`<option value="">the active one (${r.active || "none"})</option>`,
+        ...r.available.filter((n) => !n.endsWith(":NAME")).map((n) => html`<option value="${n}">${n}</option>`)]);
+    }).catch((err) => { msg.className = "error"; msg.textContent = err.message; });
+
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      form.querySelectorAll(".field-error").forEach((e) => { e.textContent = ""; });
+      const v = (n) => form.elements[n].value.trim();
+      const body = { extra_nodes: Number(v("extra_nodes") || 0), seeds: Number(v("seeds") || 5) };
+      if (v("policy")) body.policy = v("policy");
+      if (v("job_gpus")) {
+        body.jobs = [{ name: "what-if job", model: "ResNet-50-bs64", num_gpus: Number(v("job_gpus")),
+          duration_s: Number(v("job_duration")) }];
+      }
+      msg.className = "muted";
+      msg.textContent = "Simulating…";
+      try {
+        const r = await C.request("/whatif", { method: "POST", body });
+        msg.className = "ok";
+        msg.textContent = `${r.seeds.length} seeds, ${r.jobs.running} running and ${r.jobs.pending} pending jobs.`;
+        const base = r.baseline;
+        mount(out, html`<div class="card"><h2>${r.policy} on ${r.cluster.gpus} GPUs</h2>
+          <table class="whatif"><thead><tr><th></th><th>this scenario: mean (min – max)</th>
+            ${base ? html`<th>as it is (${base.policy}, no changes)</th>` : ""}</tr></thead><tbody>
+          ${WHATIF_ROWS.map(([k, label, kind]) => html`<tr><td>${label}</td><td>${whatifCell(r.metrics[k], kind)}</td>
+            ${base ? html`<td>${whatifCell(base.metrics[k], kind)}</td>` : ""}</tr>`)}
+          </tbody></table>
+          ${r.hypothetical.map((j) => html`<p>The added job (${C.gpus(j.num_gpus)}) would finish in about
+            <strong>${j.jct_s === null ? "–" : C.duration(j.jct_s)}</strong>, after waiting
+            ${j.queue_s === null ? "–" : C.duration(j.queue_s)}.</p>`)}
+          <p class="muted">JCT and queueing count from now. ${base ? "" : "Nothing was changed, so there is no baseline."}
+          </p></div>`);
+      } catch (err) {
+        msg.className = "error";
+        const errors = (err.body && err.body.errors && err.body.errors.json) || {};
+        const names = { jobs: "job_gpus" };
+        for (const [name, msgs] of Object.entries(errors)) {
+          const slot = form.querySelector(`[data-error-for="${CSS.escape(names[name] || name)}"]`);
+          if (slot) slot.textContent = JSON.stringify(msgs);
+        }
+        msg.textContent = err.message;
+      }
+    });
+    return { refresh() {}, static: true };
+  }
+
+  function field(name, label, control, help) {
+    return html`<div class="field" data-field="${name}"><label for="f-${name}">${label}</label>${control}
+      ${help ? html`<small class="muted">${help}</small>` : ""}<div class="field-error" data-error-for="${name}"></div>
+      </div>`;
+  }
+
+  return { signin, submit, whatif };
+})());

@@ -1,0 +1,92 @@
+// Corral dashboard: the policies (#/policies): switch the active one, read a trained agent's report.
+"use strict";
+
+Object.assign(Views, (() => {
+  const C = Corral;
+  const { html, mount } = C;
+  const { errorBox } = ViewHelpers;
+
+  // ---- policies ----------------------------------------------------------------------------------------------------
+  const hasReport = (name) => /^(rl|deepshare):[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name);
+  const METRIC_FMT = {
+    avg_jct_s: C.duration, p50_jct_s: C.duration, p99_jct_s: C.duration, avg_queue_s: C.duration,
+    avg_slowdown: C.slow, avg_contention_slowdown: C.slow, gpu_util: (v) => C.pct(v, 1),
+    preemptions: (v) => C.num(v, 0), slo_violation_frac: (v) => C.pct(v, 1),
+  };
+
+  async function showReport(box, name) {
+    mount(box, html`<p class="muted">Loading the report of ${name}…</p>`);
+    let r;
+    try { r = await C.request(`/policies/${encodeURIComponent(name)}/report`); } catch (err) {
+      mount(box, errorBox(err)); return;
+    }
+    const m = r.metadata, s = r.summary;
+    mount(box, html`<h2>${name}: training and evaluation</h2>
+      <p class="facts"><span>${m.formulation || "corral"} formulation</span><span>${m.algo || "?"}</span>
+        <span>${m.timesteps ?? "?"} timesteps</span><span>trained in ${C.duration(m.train_wall_s)}</span>
+        <span>encoding v${m.encoding_version ?? "?"}</span></p>
+      ${m.command ? html`<pre class="cmd">${m.command}</pre>` : ""}
+      ${s.rows.length ? html`<h3>Held-out evaluation: mean over ${s.scenarios} scenarios</h3>
+        <table class="table" id="report-table"><thead><tr><th>metric</th>${s.columns.map((c) => html`<th>${c}</th>`)}
+        </tr></thead><tbody>${s.rows.map((row) => html`<tr><td>${row.metric}</td>${row.values.map((v) =>
+          html`<td>${v === null ? "–" : (METRIC_FMT[row.metric] || C.num)(v)}</td>`)}</tr>`)}</tbody></table>
+        <details><summary>Scenarios</summary><ul>${r.scenarios.map((x) => html`<li>${x}</li>`)}</ul></details>`
+        : html`<p class="muted">No evaluation report next to this agent.</p>`}
+      <h3>Learning curve</h3><div id="curve">${r.curve ? html`<p class="muted">Loading…</p>` :
+        html`<p class="muted">No learning curve recorded.</p>`}</div>`);
+    if (r.curve) {
+      // An <img src> cannot send the bearer token: fetch the PNG and show it from a blob URL.
+      try {
+        const blob = await C.request(`/policies/${encodeURIComponent(name)}/curve.png`, { as: "blob" });
+        const img = new Image();
+        img.alt = `learning curve of ${name}`;
+        img.className = "curve";
+        img.src = URL.createObjectURL(blob);
+        const holder = box.querySelector("#curve");
+        holder.textContent = "";
+        holder.appendChild(img);
+      } catch (err) { mount(box.querySelector("#curve"), errorBox(err)); }
+    }
+  }
+
+  function policies(el, params) {
+    mount(el, html`<section><h1>Policies</h1><div id="policy-list"></div><p id="policy-message"></p>
+      <div class="card" id="report"><p class="muted">Pick a trained agent (rl:…, deepshare:…) to see its evaluation
+        report and learning curve.</p></div></section>`);
+    const list = el.querySelector("#policy-list"), msg = el.querySelector("#policy-message");
+    list.addEventListener("click", async (ev) => {
+      const act = ev.target.closest("button[data-activate]");
+      const rep = ev.target.closest("button[data-report]");
+      if (rep) showReport(el.querySelector("#report"), rep.dataset.report);
+      if (!act) return;
+      msg.className = "muted";
+      msg.textContent = `Switching to ${act.dataset.activate}…`;
+      try {
+        await C.request("/policies/active", { method: "PUT", body: { name: act.dataset.activate } });
+        msg.className = "ok";
+        msg.textContent = `${act.dataset.activate} is now the active policy.`;
+        view.refresh();
+      } catch (err) {
+        msg.className = "error";
+        msg.textContent = err.status === 403 ? `Only admins may switch the policy (${err.message}).` : err.message;
+      }
+    });
+    const view = {
+      async refresh() {
+        const p = await C.request("/policies");
+        mount(list, html`<table class="table" id="policies"><thead><tr><th>Policy</th><th>Kind</th><th></th><th></th>
+          </tr></thead><tbody>${p.available.map((n) => html`<tr class="${n === p.active ? "active" : ""}"
+            data-policy="${n}"><td><b>${n}</b> ${n === p.active ? html`<span class="badge state-running">active
+            </span>` : ""}</td><td>${n.startsWith("rl:") ? "learned (Corral RL agent)" : n.startsWith("deepshare:") ?
+              "learned (DeepShare baseline)" : "heuristic"}</td>
+            <td>${hasReport(n) ? html`<button type="button" class="link" data-report="${n}">report</button>` : ""}</td>
+            <td>${n === p.active ? "" : html`<button type="button" data-activate="${n}">Activate</button>`}</td>
+          </tr>`)}</tbody></table>`);
+      },
+    };
+    if (params.name) showReport(el.querySelector("#report"), params.name);
+    return view;
+  }
+
+  return { policies };
+})());
