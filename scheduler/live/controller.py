@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Policy
-from scheduler.core.model import Cluster, Job, Placement
+from scheduler.core.model import Cluster, Job
 from scheduler.core.outages import OnFault
 from scheduler.core.progress import runs_on_node
 from scheduler.core.reservations import ReservationRule
@@ -50,6 +50,7 @@ from scheduler.live.control.intake import CHANGES_REREAD_S, FULL_SYNC_S, Intake
 from scheduler.live.control.membership import Membership
 from scheduler.live.control.memory import Memory
 from scheduler.live.control.placing import PassContext, Placing, StepStats
+from scheduler.live.control.recovery import adopt_runs
 from scheduler.live.control.reports import Reports
 from scheduler.live.control.workers import Workers
 from scheduler.live.job_accounts import JobAccounts
@@ -68,7 +69,6 @@ from scheduler.live.runs import (
     RankSpec,
     actor_name,
 )
-from scheduler.live.store import queries
 from scheduler.live.store.db import Store
 from scheduler.live.store.models import Job as JobRow
 from scheduler.live.store.models import JobState as S
@@ -250,50 +250,19 @@ class Controller:
         self._forget_memory()
         now = time.time()
         self._register_nodes(now)
-        keep: set[str] = set()
-        lost: list[int] = []
         epoch = self.leadership.epoch
         who = (f"the controller leading from epoch {epoch}" if epoch is not None else "the restarted controller")
-        with self.workers.after_commit():
-            self._recover(tracked, after_failure, who, now, keep, lost)
-        self.workers.reap_orphans(keep)
-        for job in self.m.running.values():
-            self.m.set_rate(job)
-        log.info("recovered: %d running (%d lost), %d pending", len(self.m.running), len(lost), len(self.m.pending))
-
-    def _recover(self, tracked: set[int], after_failure: bool, who: str, now: float, keep: set[str],
-                 lost: list[int]) -> None:
         m = self.m
-        with self.store.session(write=True) as s:
+        with self.workers.after_commit(), self.store.session(write=True) as s:
             self.placer.load_policy(s, m)
-            rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
-            for row in rows:
-                allocs = [a for a in row.allocations if a.attempt == row.attempt and a.released_at is None]
-                gpus = tuple(a.gpu for a in sorted(allocs, key=lambda a: a.gpu))
-                job = job_of(row, self.profiles)
-                if not gpus or gpus[-1] >= self.cluster.num_gpus:
-                    # None recorded, or GPUs this cluster does not have (restarted with fewer local nodes): the
-                    # workers went with the old cluster.
-                    lost.append(row.id)
-                    continue
-                m.start(job, Placement(gpus, allocs[0].share), row.attempt, now, adopt=True)  # as it is
-                if row.started_at is not None:
-                    job.start_s = row.started_at
-                    m.started[row.id] = True
-                    # What ran before the crash is counted at the slowdown last recorded.
-                    m.slowdowns.resume(row.id, row.predicted_slowdown or 1.0, row.started_at)
-                if self.workers.adopt(self._launch_spec(row, job, row.attempt)):
-                    keep.update(actor_name(row.id, row.attempt, r.rank) for r in self._ranks(job))
-                    if row.id not in tracked:
-                        queries.add_event(s, row.id, "adopted", "the controller, resynchronising after a failed "
-                                          "pass, found its workers running" if after_failure else
-                                          f"{who} found its workers running")
-                else:
-                    lost.append(row.id)
+            keep, lost = adopt_runs(s, m, self.workers, self.cluster.num_gpus, self.profiles, self._launch_spec, now,
+                                    tracked=tracked, adopted_words="the controller, resynchronising after a failed "
+                                    "pass, found its workers running" if after_failure else
+                                    f"{who} found its workers running")
             for job_id in lost:
-                gone = s.get(JobRow, job_id)
-                assert gone is not None
-                self.lifecycle.lose(s, gone, "its workers were gone when the controller resynchronised after a "
+                row = s.get(JobRow, job_id)
+                assert row is not None
+                self.lifecycle.lose(s, row, "its workers were gone when the controller resynchronised after a "
                                     "failed pass" if after_failure else f"its workers were gone when {who} started",
                                     now)
             # Nodes Ray reports dead leave the model; a run adopted there a moment ago cannot be alive either.
@@ -310,6 +279,10 @@ class Controller:
                 if row.not_before is not None and row.not_before > now:
                     m.gates.backoff[row.id] = row.not_before
             self.leadership.fence(s)  # a replica that lost the lease meanwhile must not requeue what another adopted
+        self.workers.reap_orphans(keep)
+        for job in m.running.values():
+            m.set_rate(job)
+        log.info("recovered: %d running (%d lost), %d pending", len(m.running), len(lost), len(m.pending))
 
     def _register_nodes(self, now: float) -> None:
         with self.store.session(write=True) as s:
