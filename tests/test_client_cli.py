@@ -584,7 +584,7 @@ def test_jobs_table_is_readable_at_80_columns(monkeypatch: pytest.MonkeyPatch) -
     whole, the name ellipsizes, and the columns left out are named under the table."""
     from rich.console import Console
 
-    import scheduler.cli.client_commands as commands
+    import scheduler.cli.job_commands as commands
 
     jobs = [
         a_job(10412, "failed", "a-very-long-experiment-name-for-sweep-17", error="node node-a was lost"),
@@ -613,7 +613,7 @@ def test_jobs_table_is_readable_at_80_columns(monkeypatch: pytest.MonkeyPatch) -
 def test_jobs_table_shows_every_column_when_there_is_room() -> None:
     from rich.console import Console
 
-    from scheduler.cli.client_commands import JOB_COLUMNS, jobs_table
+    from scheduler.cli.jobs_table import JOB_COLUMNS, jobs_table
 
     jobs = [a_job(1, "pending", "resnet", queue_position=1, start_estimate_s=30, pending_reason="quota",
                   preemptions=1, allocation=[{"node": "n", "local_gpu": 0, "share": 0.5}])]
@@ -654,7 +654,7 @@ def test_token_create_names_database_url_without_its_password(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines()[0] == f"token written to {url} (DATABASE_URL)"
 
-    from scheduler.cli.client_commands import store_text
+    from scheduler.cli.token_commands import store_text
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DATABASE_URL", "postgresql://corral:s3cret@db/corral")

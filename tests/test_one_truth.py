@@ -247,7 +247,7 @@ def test_progress_is_null_where_unknown(env: Env) -> None:
 
 
 def test_the_cli_writes_placements_and_progress_in_the_same_words() -> None:
-    from scheduler.cli.client_commands import placement, progress_text
+    from scheduler.cli.client_text import placement, progress_text
 
     alloc = [{"rank": 0, "node": "node2", "gpu": 16 + g, "local_gpu": g, "share": 1.0} for g in range(8)]
     assert placement(alloc) == "node2: GPU 0-7"  # was node2[0,1,2,3,4,5,6,7]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from scheduler.cli.client_commands import api_errors, client, connection
+from scheduler.cli.client_io import api_errors, client, connection
 from scheduler.cli.params import Number
 from scheduler.core.errors import SpecError
 from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S

@@ -9,7 +9,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from scheduler.cli.client_commands import api_errors, client, connection, console, print_json, when
+from scheduler.cli.client_io import api_errors, client, connection, console, print_json
+from scheduler.cli.client_text import when
 from scheduler.cli.params import JOB_ID, NATURAL, Number
 
 WEBHOOK_ID = Number("int", 1)

@@ -1,0 +1,71 @@
+"""The words the client commands write a job in, as every view of it does: GPUs, times, placements, progress,
+start estimates, reasons, states and an array's tasks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from scheduler.live.job_states import JobState
+from scheduler.live.words import gpus_text as gpus_words
+
+
+def gpus_text(n: float) -> str:
+    return str(int(n)) if float(n).is_integer() else f"{float(n):g}"
+
+
+def placement(allocation: list[dict[str, Any]], *, cluster_ids: bool = False) -> str:
+    """`node-0: GPU 0-1; node-1: GPU 3 ×0.5`: the job's GPUs by node and index on the node (what CUDA_VISIBLE_DEVICES
+    names), as every view writes them (`scheduler.live.words`), with the cluster-wide numbers that decisions use after
+    them when `cluster_ids` ("(cluster GPUs 16-23)")."""
+    if not allocation:
+        return ""
+    return gpus_words([(a["node"], a["local_gpu"], a.get("gpu")) for a in allocation], allocation[0]["share"],
+                      cluster_ids=cluster_ids)
+
+
+def progress_text(progress: float | None, digits: int = 0) -> str:
+    """A job's progress where it is known (the API gives null for a command job, which reports none): "" then."""
+    return "" if progress is None else f"{progress:.{digits}%}"
+
+
+def when(ts: float | None) -> str:
+    return "-" if ts is None else datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def start_text(job: dict[str, Any]) -> str:
+    """A pending job's start estimate, as the rough figure it is."""
+    est = job.get("start_estimate_s")
+    if est is None:
+        return "unknown"
+    if est < 1:
+        return "now"
+    return "in ~" + (f"{est:.0f} s" if est < 90 else f"{est / 60:.0f} min" if est < 5400 else f"{est / 3600:.1f} h")
+
+
+def reason_text(job: dict[str, Any]) -> str:
+    """Why a job is where it is: the pending reason, or what a failed job died of."""
+    if job["state"] == JobState.PENDING:
+        return job["pending_reason"] or ""
+    if job["state"] == JobState.FAILED:
+        return job["error"] or (f"exit code {job['exit_code']}" if job["exit_code"] is not None else "failed")
+    if job["state"] == JobState.TIMED_OUT:
+        return job["error"] or "time limit reached"
+    return ""
+
+
+STATE_STYLE = {JobState.PENDING: "yellow", JobState.RUNNING: "cyan", JobState.SUCCEEDED: "green",
+               JobState.FAILED: "red", JobState.CANCELLED: "dim", JobState.TIMED_OUT: "red"}
+
+
+def state_text(state: str) -> str:
+    style = STATE_STYLE.get(JobState(state), "") if state in JobState._value2member_map_ else ""
+    return f"[{style}]{state}[/]" if style else state
+
+
+def array_states_text(array: dict[str, Any]) -> str:
+    """ "10 tasks, at most 2 running: 3 succeeded, 2 running, 5 pending" """
+    bound = f", at most {array['max_running']} running" if array.get("max_running") else ""
+    states = ", ".join(f"{n} {state}" for state, n in sorted(array["states"].items(), key=lambda kv: -kv[1]))
+    held = f" ({array['held']} held)" if array.get("held") else ""
+    return f"{array['count']} tasks{bound}: {states}{held}"

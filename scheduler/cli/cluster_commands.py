@@ -1,0 +1,125 @@
+"""What the cluster offers: `corral cluster` (nodes, GPUs, their health and tenants), `corral models` (the
+catalog) and `corral policy` (the active placement policy, and switching it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from scheduler.cli.client_io import api_errors, client, connection, console, print_json
+
+
+def health_text(health: dict[str, Any] | None) -> str:
+    """', GPUs ok' / ', GPUs degraded' / ', health stale (...)' for a node's title; '' without a report."""
+    if health is None:
+        return ""
+    if health["stale"]:
+        return f", [yellow]health stale[/] ({health['age_s']:.0f} s old)"
+    if health["agent"] == "stopped":
+        return ", [yellow]agent stopped[/]"
+    return ", GPUs [green]ok[/]" if health["status"] == "ok" else ", GPUs [red]degraded[/]"
+
+
+def gpu_health_text(reading: dict[str, Any] | None) -> str:
+    """One GPU's reading: its status, with the temperature and whatever made it not ok."""
+    if reading is None:
+        return "-"
+    parts = [reading["status"]]
+    if reading.get("temperature_c") is not None:
+        parts.append(f"{reading['temperature_c']} °C")
+    if reading.get("ecc_uncorrected"):
+        parts.append(f"{reading['ecc_uncorrected']} ECC")
+    if reading.get("xid_errors"):
+        parts.append("XID " + ",".join(map(str, reading["xid_errors"][-3:])))
+    if reading.get("error"):
+        parts.append(reading["error"][:60])
+    return escape(" ".join(parts))
+
+
+def _tenant_text(t: dict[str, Any]) -> str:
+    """A GPU's tenant as `corral cluster` prints it: another user's job comes without its name and user."""
+    who = f"{t['name']} ({t['user']})" if t["user"] is not None else "(another user's job)"
+    return f"job {t['job_id']} {who} ×{t['share']:g}"
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def cluster(as_json: bool, url: str, token: str | None) -> None:
+    """Nodes and GPUs with their tenants and shares, and the totals."""
+    with api_errors():
+        c = client(url, token).cluster()
+    if as_json:
+        print_json(c)
+        return
+    out = console()
+    for node in c["nodes"]:
+        status = "[green]alive[/]" if node["alive"] else "[red]down[/]"
+        drain = node.get("drain")
+        if drain:  # an admin's drain: nothing new starts there (`corral node resume`)
+            status += f", [yellow]drained[/]{': ' + escape(drain['reason']) if drain['reason'] else ''}"
+        health = node.get("health")
+        by_gpu = {h["index"]: h for h in health["gpus"]} if health else {}
+        # The rack the node names (`corral node start --rack`), before its preset: the map groups by it too.
+        rack = f"rack {escape(node['rack'])}, " if node.get("rack") else ""
+        table = Table(title=f"{escape(node['name'])} ({rack}{escape(node['preset'])}, {status}{health_text(health)})",
+                      title_justify="left", box=None, header_style="bold")
+        for col in ("gpu", "local", "type", "mem", "free", *(("health",) if health else ()), "tenants"):
+            table.add_column(col, justify="left" if col in ("type", "health", "tenants") else "right")
+        for g in node["gpus"]:
+            tenants = ", ".join(_tenant_text(t) for t in g["tenants"])
+            gpu_health = (gpu_health_text(by_gpu.get(g["local_index"])),) if health else ()
+            # A closed GPU (down, drained or faulty node) takes no new job: its idle share is not free.
+            free = "closed" if g.get("closed") else f"{g['free_share']:g}"
+            table.add_row(str(g["index"]), str(g["local_index"]), escape(g["gpu_type"]), f"{g['mem_gb']:g} GB",
+                          free, *gpu_health, escape(tenants) or "-")
+        out.print(table)
+    t, q = c["totals"], c["queue"]
+    closed = t["gpus"] - t.get("gpus_usable", t["gpus"])
+    usable = f" ({t['gpus_free']} free of {t['gpus_usable']} usable, {closed} closed)" if closed else ""
+    out.print(f"{t['nodes']} nodes, {t['gpus']} GPUs{usable}: {t['gpus_allocated']} allocated "
+              f"({t['gpus_shared']} shared), "
+              f"{t['share_allocated']:g} GPUs of share in use; queue: {q['pending']} pending, {q['running']} running; "
+              f"policy: {c['active_policy'] or '(controller default)'}"
+              + (f"; fabric: {escape(c['fabric'])}" if c.get("fabric") else ""))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def models(as_json: bool, url: str, token: str | None) -> None:
+    """The model catalog: what `submit --model` accepts, with each model's kind and isolated demands."""
+    with api_errors():
+        catalog = client(url, token).models()
+    if as_json:
+        print_json(catalog)
+        return
+    table = Table(box=None, header_style="bold")
+    keys = [k for k in ("name", "kind", "compute_ms", "mem_gb", "grad_mb", "latency_ms", "slo_ms", "source")
+            if any(k in m for m in catalog)]
+    for k in keys:
+        table.add_column(k, justify="left" if k in ("name", "kind") else "right")
+    for m in catalog:
+        table.add_row(*(escape(str(m[k])) if m.get(k) is not None else "-" for k in keys))
+    console().print(table)
+
+
+@click.command()
+@click.argument("name", required=False)
+@connection
+def policy(name: str | None, url: str, token: str | None) -> None:
+    """Show the active placement policy and the available ones; with NAME, switch to it (admins only)."""
+    with api_errors():
+        api = client(url, token)
+        if name is not None:
+            click.echo(f"active policy: {api.set_policy(name)}")
+            return
+        info = api.policies()
+    out = console()
+    out.print(f"active policy: {escape(info['active'] or '(the controller default)')}")
+    out.print("available: " + ", ".join(escape(n) for n in info["available"]))
+
+CLUSTER_COMMANDS = [cluster, models, policy]

@@ -1,0 +1,191 @@
+"""Reading and ending jobs: `corral jobs`, `corral show`, `corral cancel` and `corral logs`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from scheduler.cli.client import CorralClient
+from scheduler.cli.client_io import api_errors, client, connection, console, print_json
+from scheduler.cli.client_text import (
+    array_states_text,
+    gpus_text,
+    placement,
+    progress_text,
+    reason_text,
+    start_text,
+    state_text,
+    when,
+)
+from scheduler.cli.jobs_table import jobs_table
+from scheduler.cli.params import JOB_ID, NATURAL, Number
+from scheduler.live.job_states import JobState
+
+RECENT_EVENTS = 20
+
+
+def retry_on_text(retry_on: str | list[int]) -> str:
+    return "any" if retry_on == "any" else ", ".join(map(str, retry_on))
+
+
+def dependencies_text(deps: list[dict[str, Any]]) -> str | None:
+    """ "afterok 12 (prep, succeeded: met); afterany 13 (running)" """
+    parts = []
+    for d in deps:
+        met = {True: ": met", False: ": never met"}.get(d["met"], "")
+        parts.append(f"{d['condition']} {d['job']}" + (f" ({d['name']}, {d['state']}{met})" if d["name"] else ""))
+    return "; ".join(parts) or None
+
+
+def priority_text(j: dict[str, Any]) -> str:
+    """ "5 (class batch-high, not preemptible)", "0"."""
+    notes = [f"class {j['priority_class']}"] if j.get("priority_class") else []
+    if not j.get("preemptible", True):
+        notes.append("not preemptible")
+    return f"{j['priority']}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+@click.command()
+@click.option("--state", type=click.Choice([s.value for s in JobState]))
+@click.option("--user", help="Another user's jobs (admins only).")
+@click.option("--team", help="Jobs submitted under this team.")
+@click.option("--limit", type=Number("int", 1, 1000), default=100, show_default=True)
+@click.option("--offset", type=NATURAL, default=0)
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def jobs(state: str | None, user: str | None, team: str | None, limit: int, offset: int, as_json: bool, url: str,
+         token: str | None) -> None:
+    """List jobs, newest first."""
+    with api_errors():
+        page = client(url, token).jobs(state=state, user=user, team=team, limit=limit, offset=offset)
+    if as_json:
+        print_json(page)
+        return
+    out = console()
+    table, hidden = jobs_table(page["jobs"], out.width)
+    out.print(table)
+    shown = len(page["jobs"])
+    out.print(f"{offset + 1 if shown else 0}-{offset + shown} of {page['total']} jobs", style="dim")
+    if hidden:
+        out.print(f"left out at this width: {', '.join(hidden)} (`corral show ID` or --json has them)", style="dim")
+
+
+@click.command()
+@click.argument("job_id", type=JOB_ID)
+@click.option("--json", "as_json", is_flag=True)
+@connection
+def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
+    """A job's details, placement, latest decisions and events."""
+    with api_errors():
+        j = client(url, token).job(job_id)
+    if as_json:
+        print_json(j)
+        return
+    out = console()
+    out.print(f"[bold]job {j['id']}[/] {escape(j['name'])}  {state_text(j['state'])}"
+              + ("  [red](cancel requested)[/]" if j["cancel_requested"] and j["state"] == JobState.RUNNING else ""))
+    rows = [
+        ("user", j["user"]), ("team", j["team"]), ("kind", j["kind"]), ("model", j["model"]), ("gpus", gpus_text(j["num_gpus"])),
+        ("duration", f"{j['duration_s']:g}s"), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
+        ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None), ("priority", priority_text(j)),
+        ("time limit", f"{j['time_limit_s']:g} s" if j.get("time_limit_s") else None),
+        ("depends on", dependencies_text(j.get("dependencies") or [])),
+        ("array", f"task {j['array_index']} of array {j['array']['id']} ({array_states_text(j['array'])})"
+                  if j.get("array") else None),
+        ("slo", f"{j['slo_ms']:g} ms" if j["slo_ms"] else None),
+        ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
+        ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
+        ("restarts", f"{j['restarts']}/{j['max_restarts']} ({j['restart_policy']}), preemptions {j['preemptions']}"),
+        ("retries", f"{j['retries']}/{j['max_retries']} on exit code {retry_on_text(j['retry_on'])}, backoff "
+                    f"{j['retry_backoff_s']:g} s" if j["max_retries"] else None),
+        ("attempt", j["attempt"]), ("progress", progress_text(j["progress"], 1) or None),
+        ("submitted", when(j["submitted_at"])),
+        ("started", j["started_at"] and when(j["started_at"])),
+        ("finished", j["finished_at"] and when(j["finished_at"])),
+        ("placement", placement(j["allocation"], cluster_ids=True) or None),
+        ("predicted slowdown", f"{j['predicted_slowdown']:.3f}" if j["predicted_slowdown"] is not None else None),
+        ("held", f"by {j['held_by']} since {when(j['held_at'])}" if j.get("held_at") is not None else None),
+        ("pending reason", j["pending_reason"] if j["state"] == JobState.PENDING else None),
+        ("exit code", j["exit_code"]), ("failure reason", reason_text(j) if j["state"] in (JobState.FAILED, JobState.TIMED_OUT) else None),
+    ]
+    for key, value in rows:
+        if value is not None and value != "":
+            out.print(f"  {key:<19}{escape(str(value))}")
+    if j["decisions"]:
+        out.print("[bold]decisions[/]")
+        for d in j["decisions"]:
+            slow = f", predicted slowdown {d['predicted_slowdown']:.3f}" if d["predicted_slowdown"] is not None else ""
+            out.print(f"  {when(d['at'])}  {escape(d['policy'])}: {d['action']} {escape(str(d['gpus']))}{slow}"
+                      + (f" - {escape(d['reason'])}" if d["reason"] else ""))
+    out.print("[bold]events[/]")
+    for e in j["events"][-RECENT_EVENTS:]:
+        out.print(f"  {when(e['at'])}  {e['kind']:<17}{escape(e['message'])}")
+
+
+@click.command()
+@click.argument("job_id", type=JOB_ID)
+@connection
+def cancel(job_id: int, url: str, token: str | None) -> None:
+    """Cancel a job: a pending one at once, a running one once the controller stops its workers."""
+    with api_errors():
+        api = client(url, token)
+        before = api.job(job_id)
+        if JobState(before["state"]).terminal:  # nothing to cancel: say so, and fail, so scripts notice
+            raise click.ClickException(f"job {job_id} already {before['state']} at {when(before['finished_at'])}; "
+                                       "nothing to cancel")
+        j = api.cancel(job_id)
+    if j["state"] == JobState.RUNNING:
+        click.echo(f"job {job_id}: cancel requested; the controller is stopping its workers")
+    else:
+        click.echo(f"job {job_id}: {j['state']}")
+
+
+@click.command()
+@click.argument("job_id", type=JOB_ID)
+@click.option("--rank", type=NATURAL, help="One worker's log (default: all).")
+@click.option("--attempt", type=NATURAL, help="Which run (default: the current one).")
+@click.option("--tail", type=Number("int", 1, 100_000), default=None, help="Last lines per rank [default: 200; 10 "
+              "with --follow].")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing what the logs gain until the job ends (and its next "
+              "runs', if it is requeued or retried).")
+@connection
+def logs(job_id: int, rank: int | None, attempt: int | None, tail: int | None, follow: bool, url: str,
+         token: str | None) -> None:
+    """Print a job's worker logs."""
+    if follow:
+        if attempt is not None:
+            raise click.UsageError("--follow follows the job's current run: leave out --attempt")
+        _follow(client(url, token), job_id, rank, 10 if tail is None else tail)
+        return
+    with api_errors():
+        res = client(url, token).logs(job_id, attempt=attempt, rank=rank, tail=200 if tail is None else tail)
+    if not res["logs"]:
+        click.echo(f"job {job_id} has no logs for attempt {res['attempt']}", err=True)
+        return
+    many = len(res["logs"]) > 1
+    for entry in res["logs"]:
+        if many:  # like tail(1): headers only when they are needed to tell the files apart
+            click.echo(f"==> rank {entry['rank']} ({entry['path']}) <==")
+        click.echo(entry["text"], nl=not entry["text"].endswith("\n") and bool(entry["text"]))
+
+
+def _follow(api: CorralClient, job_id: int, rank: int | None, tail: int) -> None:
+    """`corral logs --follow`: each chunk as it comes, under a header naming its rank when the ranks take turns; at
+    the end, on stderr, how the job ended."""
+    last: int | None = None
+    with api_errors():
+        for chunk in api.follow_logs(job_id, rank=rank, tail=tail):
+            if chunk.rank is None:
+                click.echo(f"==> job {job_id}: run {chunk.attempt} <==")
+                continue
+            if rank is None and chunk.rank != last:  # like tail -f on several files
+                click.echo(f"==> rank {chunk.rank} <==")
+            last = chunk.rank
+            click.echo(chunk.text, nl=False)
+        j = api.job(job_id)
+    click.echo(f"job {job_id}: {j['state']}" + (f" (exit code {j['exit_code']})" if j.get("exit_code") is not None
+                                                  else ""), err=True)
+
+JOB_COMMANDS = [jobs, show, cancel, logs]

@@ -1,0 +1,169 @@
+"""`corral submit` and `corral resubmit`: a job's fields from flags, a JSON file or an earlier job, and what the
+server answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from scheduler.cli.client_io import api_errors, client, connection, print_json
+from scheduler.cli.client_text import array_states_text
+from scheduler.cli.params import JOB_ID, NATURAL, POSITIVE, Number
+from scheduler.live.job_states import DEFAULT_JOB_KIND, JobType, RestartPolicy
+
+GPUS = Number("number", 0, min_open=True)  # whole GPUs or a share of one: the server checks which shares it takes
+
+
+def _no_constant(name: str) -> Any:
+    """json.loads takes NaN and Infinity, which no JSON parser (nor the server) reads back: refuse them here."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _env(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for item in value:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+        env[key] = val
+    return env
+
+
+def _retry_on(ctx: click.Context, param: click.Parameter, value: str | None) -> str | list[int] | None:
+    """--retry-on any, or exit codes separated by commas (the server checks their range)."""
+    if value is None or value.strip() == "any":
+        return value and "any"
+    try:
+        return [int(code) for code in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give any, or exit codes separated by commas (1,2,137)") from None
+
+
+def _depends_on(ctx: click.Context, param: click.Parameter, value: str | None) -> list[dict[str, Any]] | None:
+    """--depends-on in Slurm's form: afterok:12[:13][,afterany:14]."""
+    if value is None:
+        return None
+    from scheduler.core.dependencies import parse_dependency
+
+    try:
+        deps = parse_dependency(value)
+        return [{"job": int(d.job), "condition": d.condition.value} for d in deps]
+    except ValueError as exc:
+        raise click.BadParameter(f"{value!r}: {exc}" if "invalid literal" not in str(exc) else
+                                 f"{value!r}: jobs are named by their ids (afterok:12:13)", ctx, param) from None
+
+
+def _array(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
+    """--array N[%K] or 0-(N-1)[%K] (Slurm's form, from 0): N tasks, at most K running at once."""
+    if value is None:
+        return None
+    body, _, most = value.partition("%")
+    try:
+        first, dash, last = body.partition("-")
+        count = int(last) - int(first) + 1 if dash else int(first)
+        if dash and int(first) != 0:
+            raise ValueError("indices start at 0")
+        out: dict[str, Any] = {"count": count}
+        if most:
+            out["max_running"] = int(most)
+    except ValueError as exc:
+        why = str(exc) if "start at 0" in str(exc) else "write N, N%K or 0-LAST%K (e.g. 0-99%10)"
+        raise click.BadParameter(f"{value!r}: {why}", ctx, param) from None
+    return out
+
+
+@click.command()
+@click.option("--file", "spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A JOB.json with the submission's fields; the flags below override it.")
+@click.option("--name", help="The job's name.")
+@click.option("--kind", type=click.Choice([k.value for k in JobType]),
+              help="emulated (runs for the time the contention model predicts) or command (runs --entrypoint); "
+                   f"default: --file's, else {DEFAULT_JOB_KIND.value}.")
+@click.option("--model", help="A model of the catalog (GET /api/v1/models).")
+@click.option("--gpus", "num_gpus", type=GPUS, help="Whole GPUs (1, 2, ...) or a share of one (0.5).")
+@click.option("--duration", "duration_s", type=POSITIVE, help="Seconds: the run time (emulated) or an estimate.")
+@click.option("--entrypoint", help="The shell command (command jobs).")
+@click.option("--workdir", help="Working directory of the command.")
+@click.option("--env", "env", multiple=True, callback=_env, metavar="K=V", help="Environment variable (repeatable).")
+@click.option("--priority", type=Number("int"), help="Higher first; a job preempts only lower priorities [default: 0].")
+@click.option("--preemptible/--not-preemptible", default=None,
+              help="Whether the job may be preempted [default: preemptible].")
+@click.option("--priority-class", help="A priority class (`corral priority-class list`): its value and preemptibility.")
+@click.option("--depends-on", "depends_on", callback=_depends_on, metavar="afterok:ID[:ID][,afterany:ID]",
+              help="Run only once these jobs succeed (afterok), end (afterany) or fail (afternotok).")
+@click.option("--array", "array", callback=_array, metavar="N[%K]|0-LAST[%K]",
+              help="Submit N tasks (CORRAL_ARRAY_INDEX 0..N-1), at most K running at once.")
+@click.option("--time-limit", "time_limit_s", type=POSITIVE,
+              help="Seconds a run may last; then it is stopped and the job ends timed_out [default: the cluster's].")
+@click.option("--client-token", help="Idempotency key: resubmitting with it returns the first job.")
+@click.option("--slo-ms", type=POSITIVE, help="Latency SLO (inference).")
+@click.option("--restart-policy", type=click.Choice([r.value for r in RestartPolicy]))
+@click.option("--max-restarts", type=NATURAL)
+@click.option("--max-retries", type=NATURAL, help="Run again after a non-zero exit, at most this many times.")
+@click.option("--retry-on", callback=_retry_on, metavar="any|CODE,...",
+              help="The exit codes a failed run is retried on [default: any].")
+@click.option("--retry-backoff", "retry_backoff_s", type=Number("float", 0, 3600),
+              help="Seconds before the first retry, doubled for each one after [default: 30].")
+@click.option("--webhook", metavar="URL", help="Call this URL (a signed POST) on each of the job's state changes; "
+              "prints the secret that signs them, once (docs/webhooks.md).")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@connection
+def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, **flags: Any) -> None:
+    """Submit a job; prints its id and state."""
+    spec: dict[str, Any] = {}
+    if spec_file is not None:
+        try:
+            spec = json.loads(spec_file.read_text(), parse_constant=_no_constant)
+        except ValueError as exc:
+            raise click.ClickException(f"{spec_file} is not valid JSON: {exc}") from None
+        if not isinstance(spec, dict):
+            raise click.ClickException(f"{spec_file} must hold a JSON object of job fields")
+    env = flags.pop("env")
+    spec |= {k: v for k, v in flags.items() if v is not None}
+    if env:
+        spec["env"] = {**(spec.get("env") or {}), **env}
+    # Not a flag default: that would override the kind in --file. The server has the same default.
+    spec.setdefault("kind", DEFAULT_JOB_KIND.value)
+    with api_errors():
+        job, created = client(url, token).submit(spec)
+    _submitted(job, created, as_json, "submitted job")
+    if job.get("webhook") and not as_json:
+        click.echo(f"webhook {job['webhook']['id']}, secret {job['webhook']['secret']} (shown only now: keep it to "
+                   "verify the requests' signatures)")
+
+
+@click.command()
+@click.argument("job_id", type=JOB_ID)
+@click.option("--with-changes", "changes", metavar="JSON", help='Fields to change, as a JSON object: '
+              '\'{"num_gpus": 4, "max_retries": 2}\'.')
+@click.option("--json", "as_json", is_flag=True, help="Print the new job as JSON.")
+@connection
+def resubmit(job_id: int, changes: str | None, as_json: bool, url: str, token: str | None) -> None:
+    """Submit a job again: the fields it was submitted with, changed by --with-changes; the new job is yours."""
+    try:
+        fields = json.loads(changes, parse_constant=_no_constant) if changes else {}
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--with-changes") from None
+    if not isinstance(fields, dict):
+        raise click.BadParameter("give a JSON object of job fields", param_hint="--with-changes")
+    with api_errors():
+        job, created = client(url, token).resubmit(job_id, fields)
+    _submitted(job, created, as_json, f"resubmitted job {job_id} as job")
+
+
+def _submitted(job: dict[str, Any], created: bool, as_json: bool, what: str) -> None:
+    if as_json:
+        print_json(job)
+    elif created and job.get("array"):
+        a = job["array"]
+        click.echo(f"{what.replace('job', 'array')} {a['id']}: jobs {a['tasks'][0]['id']} to {a['tasks'][-1]['id']} "
+                   f"({array_states_text(a)})")
+    elif created:
+        click.echo(f"{what} {job['id']} ({job['state']})")
+    else:
+        click.echo(f"job {job['id']} was already submitted with this client token ({job['state']})")
+
+SUBMIT_COMMANDS = [submit, resubmit]
