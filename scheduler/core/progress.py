@@ -16,6 +16,12 @@ def progress_rate(kind: JobKind, slowdown: float) -> float:
     return 1.0 if kind is JobKind.INFERENCE else 1.0 / slowdown
 
 
+def slo_missed(latency_ms: float, slowdown: float, slo_ms: float) -> bool:
+    """An inference service misses its latency SLO while its isolated latency times its predicted slowdown is over
+    it: the simulator counts the time it does, and the live service shows it (`scheduler.live.slo`)."""
+    return latency_ms * slowdown > slo_ms
+
+
 def in_queue_order(pending: Mapping[int, Job]) -> dict[int, Job]:
     """The pending jobs in the order a policy sees them: by submission time, then id. A requeued job (preempted,
     lost, checkpointed) goes back to its place rather than to the end."""

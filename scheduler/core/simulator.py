@@ -32,7 +32,7 @@ from scheduler.core.dependencies import Outcome, array_throttle, check_acyclic, 
 from scheduler.core.heap import heap_frozen
 from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
-from scheduler.core.progress import progress_rate
+from scheduler.core.progress import progress_rate, slo_missed
 from scheduler.core.reservations import ReservationRule, frame_policy
 from scheduler.core.runner import RoundLimitError, rounds, settle
 from scheduler.core.state import ClusterState
@@ -220,7 +220,7 @@ class Simulator:
             slow = self._slow[job.id]
             job.slowdown_time += dt * slow
             slo = self._slo_ms[job.id]
-            if slo and self._latency_ms[job.id] * slow > slo:
+            if slo and slo_missed(self._latency_ms[job.id], slow, slo):
                 job.slo_violation_s += dt
         job.last_update = self.now
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from scheduler.core.progress import slo_missed
 from scheduler.core.workloads import catalog
 from scheduler.live.job_states import JobState
 
@@ -39,6 +40,5 @@ def slo_status(slo_ms: float | None, model: str, state: str, predicted_slowdown:
         slowdown, basis = predicted_slowdown_avg, AVERAGED
     else:
         slowdown, basis = 1.0, ALONE
-    predicted = alone * slowdown
-    return SloStatus(slo_ms=slo_ms, alone_ms=alone, slowdown=slowdown, predicted_ms=predicted, basis=basis,
-                     at_risk=predicted > slo_ms)
+    return SloStatus(slo_ms=slo_ms, alone_ms=alone, slowdown=slowdown, predicted_ms=alone * slowdown, basis=basis,
+                     at_risk=slo_missed(alone, slowdown, slo_ms))
