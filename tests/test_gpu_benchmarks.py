@@ -1,6 +1,7 @@
 """The GPU benchmarks' code paths on the CPU (CI has no GPU): the workloads train, the co-location benchmark measures
-and writes what it says, and the node check runs a real PyTorch job through Corral's worker with an MPS lease, a
-SIGTERM preemption and a resume, against stand-ins for NVML and the MPS control program. The real runs, on an H200,
+and writes what it says, the resize benchmark times each pause of a job moved between MPS shares, and the node check
+runs a real PyTorch job through Corral's worker with an MPS lease, a SIGTERM preemption and a resume, against
+stand-ins for NVML and the MPS control program. The real runs, on an H200,
 are in docs/node-agent.md and scheduler/core/data/hopper_colocation.csv."""
 
 from __future__ import annotations
@@ -175,3 +176,57 @@ def test_node_check_runs_a_job_through_the_worker_with_mps_preemption_and_resume
     # The daemon: started for the first lease (attempt 1), quit when a lease's release left none.
     calls = record.read_text().splitlines()
     assert calls[0] == "-d" and "stdin:quit" in calls and calls.count("-d") == 2, calls
+
+
+def test_resize_plan_is_checked_and_named() -> None:
+    bench = _load("gpu_resize")
+    assert bench.parse_plan("1x100, 2x50,1x100") == [(1, 100), (2, 50), (1, 100)]
+    for bad, says in (("1x100,3x50", "at most 100"), ("1x100,2by50", "RANKSxSHARE"), ("1x100", "two sizes"),
+                      ("0x50,1x100", "ranks >= 1")):
+        with pytest.raises(SystemExit, match=says) as err:
+            bench.parse_plan(bad)
+        assert str(err.value).startswith("--plan")
+
+
+def test_resize_benchmark_times_each_pause_of_a_resize_through_mps_leases_on_cpu(tmp_path: Path) -> None:
+    bench = _load("gpu_resize")
+    (tmp_path / "stand-ins").mkdir()
+    env, record = _stand_ins(tmp_path / "stand-ins")
+    env["PYTHONPATH"] = str(ROOT)  # the MPS control stand-in only: NVML is the real one (absent on CI: recorded so)
+    out = tmp_path / "resize"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_resize.py"), "--device", "cpu", "--size", "tiny", "--out", str(out),
+         "--workloads", "resnet50", "--plan", "1x100,2x50,1x100", "--min-steps", "5", "--steady-s", "0.3",
+         "--job-args", "--threads 1", "--work-dir", str(tmp_path)],
+        check=False, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    reader = csv.DictReader((out / "resize.csv").open())
+    assert reader.fieldnames == bench.CSV_FIELDS
+    rows = list(reader)
+    assert [r["change"] for r in rows] == ["start->1x100", "1x100->2x50", "2x50->1x100"]
+    assert all(not r["error"] for r in rows), [r["error"] for r in rows]
+    start, grow, shrink = rows
+    assert not start["resumed_step"] and float(start["mps_s"]) == 0  # a cold start: nothing to resume, no MPS
+    assert float(start["pause_s"]) >= float(start["restart_s"]) > 0
+    for r in (grow, shrink):
+        for col in ("ckpt_mb", "steady_before_ms", "steady_after_ms", "signal_to_saved_s", "save_s", "stop_s",
+                    "mps_s", "restart_s", "python_s", "build_s", "first_step_s", "pause_s"):
+            assert float(r[col]) > 0, (r["change"], col)
+        assert float(r["save_s"]) <= float(r["signal_to_saved_s"]) <= float(r["stop_s"])
+        # The old size is gone before the new one starts: the pause holds the stop and the restart in turn.
+        assert float(r["pause_s"]) >= float(r["stop_s"]) + float(r["restart_s"])
+        parts = sum(float(r[c]) for c in ("python_s", "cuda_init_s", "build_s", "load_s"))
+        assert parts == pytest.approx(float(r["restart_s"]), abs=0.005)
+        assert int(r["resumed_step"]) == int(r["saved_step"]) > 0  # resumed from the checkpoint the SIGTERM wrote
+    # Two ranks at 50%: the job's throughput is both ranks' batches (2 samples each at tiny size) per step.
+    assert float(grow["items_per_s_after"]) == pytest.approx(4 / (float(grow["steady_after_ms"]) / 1000), rel=1e-3)
+    assert float(shrink["items_per_s_after"]) == pytest.approx(2 / (float(shrink["steady_after_ms"]) / 1000),
+                                                               rel=1e-3)
+    # The node's daemon: started by the first 50% rank's lease, quit when the last one's was released.
+    assert record.read_text().splitlines() == ["-d", "stdin:quit"]
+    log = (out / "jobs.log").read_text()
+    assert "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in log and "env WORLD_SIZE=2" in log
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["settings"]["plan"] == "1x100,2x50,1x100" and meta["torch"] == torch.__version__
+    assert meta["mps"].endswith("started by the first fractional rank's lease")
+    assert "Pauses of each resize" in proc.stdout
