@@ -37,10 +37,11 @@ from sqlalchemy.orm import Session, joinedload
 
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
-from scheduler.core.dependencies import Outcome, array_throttle, readiness
+from scheduler.core.dependencies import Outcome, array_waits, readiness
 from scheduler.core.model import Cluster, Job, Placement
-from scheduler.core.outages import Drain, OnFault, closed_gpus, evictions, spans
+from scheduler.core.outages import Drain, OnFault, closed_gpus, eviction_reasons, spans
 from scheduler.core.progress import in_queue_order, progress_rate, runs_on_node
+from scheduler.core.reasons import Code, Reason
 from scheduler.core.reservations import ReservationRule, frame_policy
 from scheduler.core.runner import settle
 from scheduler.core.state import ClusterState, ClusterView
@@ -53,7 +54,7 @@ from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.leader import Leadership, NotLeader, SoleLeader
 from scheduler.live.nodes import CONDITION_COLUMNS, DRAIN_COLUMNS, conditions, drains, register_nodes
-from scheduler.live.retries import retry_delay, retry_words
+from scheduler.live.retries import retry_delay, retry_reason
 from scheduler.live.rows import job_of, launch_of, rank_specs, reject_reason
 from scheduler.live.runs import (
     DEFAULT_LOG_LIMIT_BYTES,
@@ -253,16 +254,16 @@ class Controller:
         self.slowdowns = SlowdownLedger()
         # pending job -> the reason last written to the store, with the time the policy holds it until at the latest
         # (a `Wait`'s `until`; None: not bounded, or not the policy's reason), stored beside it as `pending_until`
-        self._reasons: dict[int, tuple[str, float | None]] = {}
-        self._unwritten: dict[int, tuple[str, float | None]] = {}  # set this pass, written at its end (`_write_reasons`)
+        self._reasons: dict[int, tuple[Reason, float | None]] = {}
+        self._unwritten: dict[int, tuple[Reason, float | None]] = {}  # set this pass, written at its end (`_write_reasons`)
         self._policy_said: set[int] = set()  # pending jobs the policy gave a reason for since the last explanation
         self._reasons_key: tuple[object, ...] = ()
         # Pending jobs whose reason is what the cluster lacks for them, computed on the capacity `_capacity_key` says.
         self._capacity_said: set[int] = set()
         self._capacity_key: tuple[object, ...] = ()
         self._held: dict[int, float] = {}  # pending job -> the time a retry's backoff holds it until
-        self._waiting: dict[int, str] = {}  # pending job -> what its dependencies wait for (`_resolve_dependencies`)
-        self._on_hold: dict[int, str] = {}  # pending job its owner or an admin holds -> its reason (`_read_holds`)
+        self._waiting: dict[int, Reason] = {}  # pending job -> what its dependencies wait for (`_resolve_dependencies`)
+        self._on_hold: dict[int, Reason] = {}  # pending job its owner or an admin holds -> its reason (`_read_holds`)
         self._arrays_pending = False  # some pending job is a task of an array with max_running
         self._throttled: set[int] = set()  # an array's tasks beyond what it may run now (`_ready`)
         self._wake_at = float("inf")
@@ -451,7 +452,7 @@ class Controller:
                     row = s.get(JobRow, job_id)
                     assert row is not None
                     self.backend.stop(job_id)
-                    self._requeue(s, row, now, "checkpointed", f"{why}: checkpointed and requeued (no restart spent)")
+                    self._requeue(s, row, now, "checkpointed", Reason(Code.CHECKPOINTED, {"detail": why}))
                 self.leadership.fence(s)
         finally:
             self.backend = backend
@@ -706,7 +707,8 @@ class Controller:
             self._max_seen = max(self._max_seen, row.id)
             problem = reject_reason(row, self.cluster, self.profiles)
             if problem:
-                row.state, row.finished_at, row.error = S.FAILED, now, problem
+                row.state, row.finished_at = S.FAILED, now
+                queries.set_end(row, Reason(Code.REJECTED, {"text": problem}))
                 queries.add_event(s, row.id, "rejected", problem)
                 continue
             job = self._job(row)
@@ -762,8 +764,7 @@ class Controller:
             row.requeue_by = None
             if row.state == S.RUNNING:
                 self.backend.stop(job_id)
-                self._requeue(s, row, now, "checkpointed", f"requeued by {by}: checkpointed, back in the queue (no "
-                              "restart spent)")
+                self._requeue(s, row, now, "checkpointed", Reason(Code.REQUEUED, {"by": by}))
             elif row.state != S.PENDING:  # ended first: a hold asked with the requeue has nothing left to hold
                 row.held_at = row.held_by = None
 
@@ -780,11 +781,11 @@ class Controller:
             ran = now - job.start_s
             self.backend.stop(job_id)
             self._end_run(s, row, now)
-            why = (f"time limit of {limit:g} s reached (its run had lasted {ran:.0f} s): stopped with SIGTERM, then "
-                   f"SIGKILL after {STOP_GRACE_S:g} s")
-            row.state, row.finished_at, row.error = S.TIMED_OUT, now, why
-            queries.add_event(s, job_id, "timed_out", why, at=now, attempt=row.attempt, time_limit_s=limit)
-            log.info("job %d: %s", job_id, why)
+            why = Reason(Code.TIME_LIMIT, {"limit_s": limit, "ran_s": ran, "grace_s": STOP_GRACE_S})
+            row.state, row.finished_at = S.TIMED_OUT, now
+            queries.set_end(row, why)
+            queries.add_event(s, job_id, "timed_out", why.text, at=now, attempt=row.attempt, time_limit_s=limit)
+            log.info("job %d: %s", job_id, why.text)
 
     def _enforce_start_deadline(self, s: Session, now: float) -> None:
         """Take back every run whose workers are not all up `start_timeout_s` after it was placed: Ray could not start
@@ -799,13 +800,12 @@ class Controller:
             assert row is not None
             assert job.placement is not None
             nodes = ", ".join(self.node_names[i] for i in job.placement.nodes(self.cluster))
-            why = (f"its workers were not up {self.start_timeout_s:g} s after it was placed on {nodes} (Ray did not "
-                   "start them)")
+            why = Reason(Code.NOT_STARTED, {"timeout_s": self.start_timeout_s, "nodes": nodes})
             self.backend.stop(job_id)
             self._suspect_nodes(job, now, f"did not start within {self.start_timeout_s:g} s")
             self._strike(s, job, now)
-            self._requeue(s, row, now, "evicted", f"{why}: requeued (no restart spent)")
-            log.warning("job %d: %s; requeued, and %s held out for %g s", job_id, why, nodes, SUSPECT_S)
+            self._requeue(s, row, now, "evicted", why)
+            log.warning("job %d: %s; %s held out for %g s", job_id, why.text, nodes, SUSPECT_S)
 
     def _strike(self, s: Session, job: Job, now: float) -> None:
         """`job`'s workers did not start: count it against the nodes where they are not up (all its nodes if the
@@ -868,7 +868,7 @@ class Controller:
                                   attempt=st.attempt, ranks_started_at=st.started_at)
             self._reported[st.job_id] = st
             if st.phase == "succeeded":
-                self._finish(s, row, S.SUCCEEDED, 0, "", now, st.ended_at)
+                self._finish(s, row, S.SUCCEEDED, 0, None, now, st.ended_at)
                 stats.finished += 1
             elif st.phase == "failed":
                 code = next((c for c in st.exit_codes if c not in (None, 0)), 1)
@@ -877,9 +877,8 @@ class Controller:
                 if delay is not None:
                     self._retry(s, row, code, st.error, delay, now, st.ended_at)
                 else:
-                    error = st.error or f"exit code {code}"
-                    self._finish(s, row, S.FAILED, code, error + (f" (after {row.retries} retries)" if row.retries
-                                                                  else ""), now, st.ended_at)
+                    self._finish(s, row, S.FAILED, code, Reason(Code.EXIT_CODE, {
+                        "exit_code": code, "error": st.error or None, "retries": row.retries}), now, st.ended_at)
                 stats.finished += 1
             elif st.phase == "lost":
                 self._suspect_nodes(job, now)
@@ -1033,12 +1032,12 @@ class Controller:
         drain `--now` or a faulty GPU evicts (spending no restart), then close exactly the GPUs no new job may use."""
         placements = {j: job.placement for j, job in self.running.items() if job.placement is not None}
         nodes = spans(self.cluster, self.node_names)
-        for job_id, why in evictions(nodes, placements, drained=self._drained, faults=self._faults,
-                                     on_fault=self.on_fault).items():
+        for job_id, why in eviction_reasons(nodes, placements, drained=self._drained, faults=self._faults,
+                                            on_fault=self.on_fault, requeued=True).items():
             row = s.get(JobRow, job_id)
             assert row is not None
             self.backend.stop(job_id)
-            self._requeue(s, row, now, "evicted", f"{why}: checkpointed and requeued (no restart spent)")
+            self._requeue(s, row, now, "evicted", why)
         self.state.set_closed(closed_gpus(nodes, down=self._down, drained=self._drained, faults=self._faults,
                                           held={i: why for i, (_, why) in self._suspect.items()}))
 
@@ -1069,13 +1068,13 @@ class Controller:
                 self._set_rate(self.running[j], s)
         return job
 
-    def _finish(self, s: Session, row: JobRow, state: S, code: int, error: str, now: float,
+    def _finish(self, s: Session, row: JobRow, state: S, code: int, why: Reason | None, now: float,
                 ranks_ended_at: list[float | None]) -> None:
         self.backend.forget(row.id)
         self._end_run(s, row, now)
         # A failed job always says why (the worker's error, or at least its exit code): users read it in `corral jobs`.
-        reason = error or (f"exit code {code}" if state is S.FAILED else "")
-        row.state, row.finished_at, row.exit_code, row.error = state, now, code, reason or None
+        row.state, row.finished_at, row.exit_code = state, now, code
+        queries.set_end(row, why)
         if state is S.SUCCEEDED:
             row.progress = 1.0
             # Only an emulated job's duration_s is its isolated run time; a command job's is the user's estimate, and
@@ -1083,7 +1082,7 @@ class Controller:
             if row.run_s > 0 and row.kind == JobType.EMULATED:
                 row.observed_slowdown = row.run_s / row.duration_s
                 metrics.OBSERVED_SLOWDOWN.observe(row.observed_slowdown)
-        queries.add_event(s, row.id, str(state), error or f"exit code {code}", at=now, exit_code=code,
+        queries.add_event(s, row.id, str(state), why.text if why else f"exit code {code}", at=now, exit_code=code,
                           attempt=row.attempt, ranks_ended_at=ranks_ended_at)
 
     def _retry(self, s: Session, row: JobRow, code: int, error: str, delay: float, now: float,
@@ -1093,9 +1092,9 @@ class Controller:
         self.backend.forget(row.id)
         row.retries += 1
         row.exit_code, row.not_before = code, now + delay
-        why = retry_words(row.retries, row.max_retries, code, delay)
-        self._requeue(s, row, now, "retrying", why, message=f"{error}; {why}" if error else why, exit_code=code,
-                      ranks_ended_at=ranks_ended_at)
+        why = retry_reason(row.retries, row.max_retries, code, delay)
+        self._requeue(s, row, now, "retrying", why, message=f"{error}; {why.text}" if error else why.text,
+                      exit_code=code, ranks_ended_at=ranks_ended_at)
         self._held[row.id] = now + delay
 
     def _ready(self, now: float) -> Collection[Job]:
@@ -1113,9 +1112,9 @@ class Controller:
         if self._held or self._waiting or self._on_hold:
             ready = [job for job_id, job in self.pending.items()
                      if job_id not in self._held and job_id not in self._waiting and job_id not in self._on_hold]
-        throttled: dict[int, str] = {}
+        throttled: dict[int, Reason] = {}
         if self._arrays_pending:
-            ready, throttled = array_throttle(ready, self.running.values())
+            ready, throttled = array_waits(ready, self.running.values())
             for job_id, why in throttled.items():
                 self._set_reason(job_id, why)
         self._throttled = set(throttled)
@@ -1149,7 +1148,7 @@ class Controller:
         for job in dependent:
             for d in job.spec.depends_on:
                 dependents.setdefault(int(d.job), []).append(job)
-        waiting: dict[int, str] = {}
+        waiting: dict[int, Reason] = {}
         todo, cancelled = list(dependent), set()
         while todo:  # each job is looked at once, and again only when a job it depends on was cancelled just now
             job = todo.pop()
@@ -1159,7 +1158,9 @@ class Controller:
             if ready.never:
                 row = s.get(JobRow, job.id)
                 if row is not None and row.state == S.PENDING:
-                    row.state, row.finished_at, row.error, row.pending_reason = S.CANCELLED, now, ready.why, None
+                    row.state, row.finished_at = S.CANCELLED, now
+                    queries.set_end(row, ready.reason)
+                    queries.set_pending(row, None)
                     row.pending_until = row.held_at = row.held_by = None  # (a hold has nothing left to hold)
                     queries.add_event(s, job.id, "cancelled", f"cancelled: {ready.why}", at=now)
                     states[job.id] = S.CANCELLED
@@ -1170,8 +1171,8 @@ class Controller:
                 self._reasons.pop(job.id, None)
             elif ready.ready:  # (looked at again: a job it waited for was cancelled just now, which it may run after)
                 waiting.pop(job.id, None)
-            else:
-                waiting[job.id] = ready.why
+            elif ready.reason is not None:
+                waiting[job.id] = ready.reason
         for job_id, why in waiting.items():
             if job_id not in self._on_hold:  # who holds it says more: it would wait after its dependencies too
                 self._set_reason(job_id, why)
@@ -1220,11 +1221,12 @@ class Controller:
             self.pending[job_id] = self._job(row)
             self._sort_pending()
         else:
-            row.state, row.finished_at, row.error = S.FAILED, now, f"lost: {why}"
+            row.state, row.finished_at = S.FAILED, now
+            queries.set_end(row, Reason(Code.LOST, {"detail": why}))
             queries.add_event(s, job_id, "failed", f"not restarted ({row.restart_policy}, "
                               f"{row.restarts} of {row.max_restarts} restarts used)", at=now)
 
-    def _requeue(self, s: Session, row: JobRow, now: float, event: str, why: str, message: str | None = None,
+    def _requeue(self, s: Session, row: JobRow, now: float, event: str, why: Reason, message: str | None = None,
                  **data: Any) -> None:
         """Take a run off its GPUs and put its job back in the queue, in its old place, without spending a restart:
         the run was stopped for a reason that is not the job's (a shutdown, a drain, a GPU fault), or it failed and
@@ -1233,8 +1235,9 @@ class Controller:
         with `data`."""
         self._end_run(s, row, now)
         row.state, row.queued_since = S.PENDING, now
-        row.pending_reason, row.pending_until = why, None
-        queries.add_event(s, row.id, event, message or why, at=now, attempt=row.attempt, **data)
+        queries.set_pending(row, why)
+        row.pending_until = None
+        queries.add_event(s, row.id, event, message or why.text, at=now, attempt=row.attempt, **data)
         self.pending[row.id] = self._job(row)
         self._sort_pending()
         self._reasons[row.id] = (why, None)
@@ -1306,7 +1309,7 @@ class Controller:
             waits = [d for d in decisions if type(d) is Wait and d.job_id in self.pending]
             reasons, unwritten = self._reasons, self._unwritten  # `_set_reason`, inlined: a thousand a pass
             for d in waits:
-                said = (d.reason, d.until)
+                said = (d.why, d.until)
                 if reasons.get(d.job_id) != said:
                     reasons[d.job_id] = unwritten[d.job_id] = said
             self._policy_said.update(d.job_id for d in waits)
@@ -1322,7 +1325,7 @@ class Controller:
                 self._wake_at = min(self._wake_at, d.time)
         return acted
 
-    def _set_reason(self, job_id: int, reason: str) -> None:
+    def _set_reason(self, job_id: int, reason: Reason) -> None:
         """A reason that is not the policy's `Wait`: it bounds no wait (`pending_until` is cleared with it)."""
         if self._reasons.get(job_id) != (reason, None):
             self._reasons[job_id] = self._unwritten[job_id] = (reason, None)
@@ -1330,13 +1333,14 @@ class Controller:
     def _write_reasons(self, s: Session) -> None:
         """The reasons that changed this pass, each with its `pending_until`, in one statement (a thousand jobs'
         reasons change at once when the cluster does), for the jobs still pending."""
-        rows = [{"job": i, "why": why, "until": until} for i, (why, until) in self._unwritten.items()
-                if i in self.pending]
+        rows = [{"job": i, "why": why.text, "code": why.code.value, "params": dict(why.params), "until": until}
+                for i, (why, until) in self._unwritten.items() if i in self.pending]
         self._unwritten.clear()
         if rows:  # Core's executemany: the ORM's bulk update costs a millisecond more for the usual one or two rows
             jobs = cast(Table, JobRow.__table__)  # declared a FromClause; a mapped class's table is a Table
             s.execute(update(jobs).where(jobs.c.id == bindparam("job")).values(
-                pending_reason=bindparam("why"), pending_until=bindparam("until")), rows)
+                pending_reason=bindparam("why"), pending_code=bindparam("code"), pending_params=bindparam("params"),
+                pending_until=bindparam("until")), rows)
 
     def _explain_waits(self) -> None:
         """Give every job still pending a reason: the policy's own words where it said why (a `Wait`), else what the
@@ -1357,7 +1361,7 @@ class Controller:
         # (held, waiting, on hold, throttled: the retry's, the dependencies', the holder's and the array's words)
         todo = (self.pending.keys() - self._policy_said - self._capacity_said - self._held.keys()
                 - self._waiting.keys() - self._on_hold.keys() - self._throttled)
-        said: dict[tuple[float, str], str] = {}  # a thousand queued jobs come in a few sizes and models
+        said: dict[tuple[float, str], Reason] = {}  # a thousand queued jobs come in a few sizes and models
         for job_id in todo:
             spec = self.pending[job_id].spec
             kind = (spec.num_gpus, spec.model)
@@ -1382,7 +1386,7 @@ class Controller:
         # The API may have cancelled or held it a moment ago: the conditional update decides, atomically.
         moved = cast("CursorResult[Any]", s.execute(update(JobRow).where(  # an UPDATE's result counts its rows
             JobRow.id == d.job_id, JobRow.state == S.PENDING, JobRow.held_at.is_(None)).values(
-            state=S.RUNNING, attempt=attempt, pending_reason=None, pending_until=None, not_before=None,
+            state=S.RUNNING, attempt=attempt, **queries.pending_columns(None), pending_until=None, not_before=None,
             predicted_slowdown=predicted.slowdown, started_at=None))).rowcount
         del self.pending[d.job_id]
         self._reasons.pop(d.job_id, None)

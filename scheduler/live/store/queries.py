@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from scheduler.core.model import DEFAULT_TEAM
+from scheduler.core.reasons import Code, Reason
 from scheduler.live import priority_ceilings as ceilings
 from scheduler.live.store.models import (
     Allocation,
@@ -242,7 +243,7 @@ def cancel(s: Session, job: Job) -> Job:
     now = time.time()
     done = cast("CursorResult[Any]", s.execute(  # an UPDATE's result is a cursor's, which counts the rows
         update(Job).where(Job.id == job.id, Job.state == JobState.PENDING)
-        .values(state=JobState.CANCELLED, finished_at=now, cancel_requested=True, pending_reason=None,
+        .values(state=JobState.CANCELLED, finished_at=now, cancel_requested=True, **pending_columns(None),
                 pending_until=None, held_at=None, held_by=None)
     )).rowcount
     if done:
@@ -254,9 +255,38 @@ def cancel(s: Session, job: Job) -> Job:
     return job
 
 
-def held_reason(job_id: int, by: str) -> str:
+def held_reason(job_id: int, by: str) -> Reason:
     """A held job's pending reason: who holds it, and how it may start."""
-    return f"held by {by}: it starts only once released (`corral release {job_id}`)"
+    return Reason(Code.HELD, {"by": by, "job_id": job_id})
+
+
+def pending_columns(why: Reason | None) -> dict[str, Any]:
+    """A job's pending reason as the store keeps it, words and data together (for an UPDATE's values); None: no
+    reason."""
+    if why is None:
+        return {"pending_reason": None, "pending_code": None, "pending_params": None}
+    return {"pending_reason": why.text, "pending_code": why.code.value, "pending_params": dict(why.params)}
+
+
+def end_columns(why: Reason | None) -> dict[str, Any]:
+    """Why a job ended as the store keeps it (`error`, `end_code`, `end_params`); None: it ended for no reason to
+    give (it succeeded)."""
+    if why is None:
+        return {"error": None, "end_code": None, "end_params": None}
+    return {"error": why.text, "end_code": why.code.value, "end_params": dict(why.params)}
+
+
+def set_pending(job: Job, why: Reason | None) -> None:
+    """Write `why` as `job`'s pending reason: its words, code and parameters together."""
+    for column, value in pending_columns(why).items():
+        setattr(job, column, value)
+
+
+def set_end(job: Job, why: Reason | None) -> None:
+    """Write `why` as the reason `job` ended: its words, code and parameters together."""
+    for column, value in end_columns(why).items():
+        setattr(job, column, value)
+
 
 
 class NotChangeable(RuntimeError):
@@ -271,7 +301,7 @@ def hold(s: Session, job: Job, by: str) -> Job:
     now = time.time()
     done = cast("CursorResult[Any]", s.execute(
         update(Job).where(Job.id == job.id, Job.state == JobState.PENDING, Job.held_at.is_(None))
-        .values(held_at=now, held_by=by, pending_reason=held_reason(job.id, by), pending_until=None)
+        .values(held_at=now, held_by=by, **pending_columns(held_reason(job.id, by)), pending_until=None)
     )).rowcount
     s.refresh(job)
     if done:
@@ -292,7 +322,7 @@ def release(s: Session, job: Job, by: str, *, admin: bool) -> Job:
     now = time.time()
     done = cast("CursorResult[Any]", s.execute(
         update(Job).where(Job.id == job.id, Job.held_at.is_not(None))
-        .values(held_at=None, held_by=None, pending_reason=None, pending_until=None)
+        .values(held_at=None, held_by=None, **pending_columns(None), pending_until=None)
     )).rowcount
     s.refresh(job)
     if not done:
