@@ -288,7 +288,8 @@ def test_the_holder_is_found_by_its_code_however_its_reason_reads(store: Store, 
     held, other = env.get(f"/jobs/{gang['id']}").json, env.get(f"/jobs/{mimic['id']}").json
     assert held["pending_reason"] == "keeps 4 GPUs for itself as they free"
     assert (held["pending_code"], held["pending_params"]) == ("reservation", dict(HOLDER.params))
-    assert (other["pending_code"], other["pending_params"]) == ("policy", {"text": "holds a reservation, the policy says"})
+    assert (other["pending_code"], other["pending_params"]) == (
+        "policy", {"text": "holds a reservation, the policy says"})
     assert f"with job {gang['id']} (gang) first, as it holds a reservation" in other["start_estimate_basis"]
     assert held["start_estimate_basis"].endswith("; the job keeps 4 GPUs for itself as they free"), held
     assert not other["start_estimate_basis"].endswith("the policy says")

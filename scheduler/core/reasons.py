@@ -76,7 +76,8 @@ def _share_capacity(p: Mapping[str, Any]) -> str:
         return (f"waiting for a {p['share']:g} share on a node running no other user's shares (each node's CUDA MPS "
                 "serves one user at a time)")
     if p["lack"] == "mps_memory":
-        return f"waiting for a GPU whose {p['share']:g} share holds {p['mem_gb']:g} GB under MPS (the larger GPUs are busy)"
+        return (f"waiting for a GPU whose {p['share']:g} share holds {p['mem_gb']:g} GB under MPS (the larger GPUs "
+                "are busy)")
     return f"waiting for a GPU with a {p['share']:g} share and {p['mem_gb']:g} GB free"
 
 

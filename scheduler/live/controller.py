@@ -255,7 +255,8 @@ class Controller:
         # pending job -> the reason last written to the store, with the time the policy holds it until at the latest
         # (a `Wait`'s `until`; None: not bounded, or not the policy's reason), stored beside it as `pending_until`
         self._reasons: dict[int, tuple[Reason, float | None]] = {}
-        self._unwritten: dict[int, tuple[Reason, float | None]] = {}  # set this pass, written at its end (`_write_reasons`)
+        # set this pass, written at its end (`_write_reasons`)
+        self._unwritten: dict[int, tuple[Reason, float | None]] = {}
         self._policy_said: set[int] = set()  # pending jobs the policy gave a reason for since the last explanation
         self._reasons_key: tuple[object, ...] = ()
         # Pending jobs whose reason is what the cluster lacks for them, computed on the capacity `_capacity_key` says.

@@ -59,7 +59,8 @@ JOB_COLUMNS = (
     "not_before", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
     "predicted_slowdown", "predicted_slowdown_avg", "observed_slowdown", "run_s", "pending_reason", "pending_until",
-    "held_at", "held_by", "requeue_by", "exit_code", "error", "pending_code", "pending_params", "end_code", "end_params",
+    "held_at", "held_by", "requeue_by", "exit_code", "error", "pending_code", "pending_params", "end_code",
+    "end_params",
 )
 RECENT_DECISIONS = 10
 RANK_LOG = re.compile(r"rank-(\d+)\.log")

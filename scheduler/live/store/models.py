@@ -166,7 +166,8 @@ class Job(Base):
     requeue_by: Mapped[str | None] = mapped_column(String(64))
     exit_code: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
-    # Why it ended, as data (`error` in words; `queries.set_end`). None: it succeeded, or ended before reasons had codes.
+    # Why it ended, as data (`error` in words; `queries.set_end`). None: it succeeded, or it ended before reasons had
+    # codes.
     end_code: Mapped[str | None] = mapped_column(String(32))
     end_params: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
