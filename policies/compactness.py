@@ -24,7 +24,7 @@ import numpy as np
 
 from policies.placement import Planner
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
-from scheduler.core.reservations import duration_words
+from scheduler.core.reasons import duration_words
 from scheduler.core.state import ClusterView
 
 NODE_WAIT_S = 3600.0  # how long a job one server holds waits for one server

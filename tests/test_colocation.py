@@ -225,8 +225,8 @@ def test_a_share_kept_out_by_the_rule_says_so() -> None:
     state = ClusterState(cluster, catalog(), mps_one_user=True)
     view = ClusterView(state, ContentionModel(cluster, catalog()), {})
     state.allocate(0, spec("a", 0.25, user="alice"), Placement((0,), 0.25))
-    assert "no other user's shares" in capacity_reason(view, spec("b", 0.25, user="bob"), "fifo")
-    assert capacity_reason(view, spec("a2", 0.25, user="alice"), "fifo") == "fits now: fifo chose to wait"
+    assert "no other user's shares" in capacity_reason(view, spec("b", 0.25, user="bob"), "fifo").text
+    assert capacity_reason(view, spec("a2", 0.25, user="alice"), "fifo").text == "fits now: fifo chose to wait"
 
 
 # ---- what-if: the same admission, and the server's accounts decide the one-user rule ------------------------------

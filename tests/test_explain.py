@@ -14,10 +14,11 @@ from test_api import Env, make_env
 
 from scheduler.core.contention import ContentionModel
 from scheduler.core.model import JobSpec, Placement
+from scheduler.core.reasons import TEMPLATES, Code, Reason
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.workloads import catalog
 from scheduler.live.explain import Queued, Running, capacity_reason, start_estimates
-from scheduler.live.store import Store
+from scheduler.live.store import Store, reason_columns
 from scheduler.live.store.models import Allocation, Decision, Gpu, Job, Node
 
 
@@ -43,20 +44,20 @@ def spec(gpus: float) -> JobSpec:
 
 def test_capacity_reasons_say_what_is_missing() -> None:
     busy = view_with([(4, (0, 1, 2, 3)), (2, (4, 5))])  # 2 GPUs free, both on node 1
-    assert capacity_reason(busy, spec(4), "tiresias") == "waiting for 4 GPUs (2 free)"
-    assert capacity_reason(busy, spec(2), "rl:default") == "fits now: rl:default chose to wait"
-    assert capacity_reason(busy, spec(0.5), "p") == "fits now: p chose to wait"
+    assert capacity_reason(busy, spec(4), "tiresias").text == "waiting for 4 GPUs (2 free)"
+    assert capacity_reason(busy, spec(2), "rl:default").text == "fits now: rl:default chose to wait"
+    assert capacity_reason(busy, spec(0.5), "p").text == "fits now: p chose to wait"
     spread = view_with([(2, (0, 1)), (2, (4, 5))])  # 2 free on each node
-    assert "at most 2 free on one" in capacity_reason(spread, spec(4), "p")
+    assert "at most 2 free on one" in capacity_reason(spread, spec(4), "p").text
     # A gang larger than a server that fits only spread: 5 GPUs need 2 of these 4-GPU nodes, which have 4 free.
     spread3 = small_view(nodes=3, placed=[(2, (0, 1)), (2, (4, 5)), (2, (8, 9))])  # 2 free on each of 3 nodes
-    assert capacity_reason(spread3, spec(5), "rl:default") == (
+    assert capacity_reason(spread3, spec(5), "rl:default").text == (
         "fits only spread over more than 2 nodes (the 2 with the most room have 4 free): rl:default chose to wait "
         "for 5 on 2 nodes")
     roomy = small_view(nodes=3, placed=[(2, (0, 1))])  # 4 free on nodes 1 and 2: 8 on the fewest
-    assert capacity_reason(roomy, spec(5), "p") == "fits now: p chose to wait"
+    assert capacity_reason(roomy, spec(5), "p").text == "fits now: p chose to wait"
     full = view_with([(4, (0, 1, 2, 3)), (4, (4, 5, 6, 7))])
-    assert capacity_reason(full, spec(0.25), "p").startswith("waiting for a GPU with a 0.25 share")
+    assert capacity_reason(full, spec(0.25), "p").text.startswith("waiting for a GPU with a 0.25 share")
 
 
 def whole(first: int, n: int) -> dict[int, float]:
@@ -215,6 +216,11 @@ def test_an_explanation_says_when_and_beside_whom_each_figure_was_computed(store
     assert summary.endswith("; now 1.00 alone")
 
 
+# The holder's reason as the controller writes it: "holds a reservation for 4 GPUs on 2 node(s) (1 free now, ...)".
+HOLDER = Reason(Code.RESERVATION, {"gpus": 4, "nodes": 2, "free_now": 1, "waiting_on": [], "more": 0,
+                                   "starts_in_s": None})
+
+
 def run_at(store: Store, job_id: int, gpus: list[int], started_at: float) -> None:
     """Make the job run on whole cluster GPUs `gpus` (2 a node, as `add_cluster` makes them) since `started_at`."""
     with store.session() as s:
@@ -242,8 +248,7 @@ def test_the_holder_of_a_reservation_is_estimated_first_and_by_the_time_limits(s
     run_at(store, long["id"], [0, 1], now - 100)
     run_at(store, short["id"], [2], now)
     with store.session() as s:
-        s.get(Job, gang["id"]).pending_reason = (  # type: ignore[union-attr]
-            "holds a reservation for 4 GPUs on 2 node(s) (1 free now, kept for it as the rest free)")
+        reason_columns.set_pending(s.get(Job, gang["id"]), HOLDER)  # type: ignore[arg-type]
     held, behind = env.get(f"/jobs/{gang['id']}").json, env.get(f"/jobs/{early['id']}").json
     assert held["start_estimate_s"] == pytest.approx(200.0, abs=2.0), "first, when long is stopped at its limit"
     assert behind["start_estimate_s"] == pytest.approx(200.0 + 30.0, abs=2.0), "after the gang's 30 s"
@@ -265,3 +270,27 @@ def test_the_holder_of_a_reservation_is_estimated_first_and_by_the_time_limits(s
     unbounded = env.get(f"/jobs/{gang['id']}").json
     assert unbounded["start_estimate_s"] == pytest.approx(200.0, abs=2.0), "short's predicted end is still sooner"
     assert "(it waits on runs without time limits, so nothing bounds its start)" in unbounded["start_estimate_basis"]
+
+
+def test_the_holder_is_found_by_its_code_however_its_reason_reads(store: Store, corral_home: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reservation's words reworded: the job whose reason has the reservation's code is still the holder the
+    estimate puts first; a job whose words (a policy's own) read like the old ones is not."""
+    env: Env = make_env(store)
+    add_cluster(store)
+    mimic = env.submit(num_gpus=4, duration_s=100, name="mimic")
+    gang = env.submit(num_gpus=4, duration_s=30, name="gang")
+    monkeypatch.setitem(TEMPLATES, Code.RESERVATION, lambda p: f"keeps {p['gpus']} GPUs for itself as they free")
+    with store.session() as s:
+        reason_columns.set_pending(s.get(Job, gang["id"]), HOLDER)  # type: ignore[arg-type]
+        reason_columns.set_pending(s.get(Job, mimic["id"]),  # type: ignore[arg-type]
+                            Reason(Code.POLICY, {"text": "holds a reservation, the policy says"}))
+    held, other = env.get(f"/jobs/{gang['id']}").json, env.get(f"/jobs/{mimic['id']}").json
+    assert held["pending_reason"] == "keeps 4 GPUs for itself as they free"
+    assert (held["pending_code"], held["pending_params"]) == ("reservation", dict(HOLDER.params))
+    assert (other["pending_code"], other["pending_params"]) == (
+        "policy", {"text": "holds a reservation, the policy says"})
+    assert f"with job {gang['id']} (gang) first, as it holds a reservation" in other["start_estimate_basis"]
+    assert held["start_estimate_basis"].endswith("; the job keeps 4 GPUs for itself as they free"), held
+    assert not other["start_estimate_basis"].endswith("the policy says")
+    assert held["start_estimate_s"] < other["start_estimate_s"], "the holder goes first, ahead of the job before it"

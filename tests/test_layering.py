@@ -203,3 +203,56 @@ def test_no_file_is_over_the_size_limit() -> None:
     over = {path: n for path, n in sizes.items() if n > LARGER.get(path, MAX_LINES)}
     assert not over, f"files over {MAX_LINES} lines (or over their recorded ceiling): split them: {over}"
     assert all(path in sizes for path in LARGER), "a file in LARGER is gone: drop it from the list"
+
+
+# ---- reasons are read by their codes, never by their words ---------------------------------------------------------
+
+# What holds a reason's words (`scheduler.core.reasons`): a job's `pending_reason` and `error` (attribute, JSON key or
+# variable), and the simulator's `pending_reasons`. Deciding on them breaks when the words change (the start estimate
+# once found the reservation's holder by the prefix "holds a reservation"); read `pending_code` / `end_code`.
+REASON_WORDS = {"pending_reason", "pending_reasons", "error"}
+TEXT_MATCHES = {"startswith", "endswith", "find", "rfind", "index", "rindex", "count", "split", "partition",
+                "match", "search", "fullmatch", "findall"}
+MATCHING_OPS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
+DECIDING = sorted(p for pkg in ("scheduler", "web") for p in (ROOT / pkg).rglob("*.py") if "migrations" not in p.parts)
+
+
+def names_reason_words(node: ast.AST) -> bool:
+    """Whether the expression reads a reason's words: `x.pending_reason`, `x["error"]`, `pending_reason`, ..."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr in REASON_WORDS:
+            return True
+        if isinstance(n, ast.Name) and n.id in REASON_WORDS:
+            return True
+        if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value in REASON_WORDS:
+            return True
+    return False
+
+
+def reason_matches(path: Path) -> Iterator[str]:
+    """Each place in the file that compares or searches a reason's words."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare) and any(isinstance(op, MATCHING_OPS) for op in node.ops):
+            if any(isinstance(o, ast.Constant) and o.value is None for o in node.comparators):
+                continue  # `== None`: whether there is a reason, not what it says
+            if names_reason_words(node.left) or any(names_reason_words(c) for c in node.comparators):
+                yield f"line {node.lineno}: {ast.unparse(node)}"
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in TEXT_MATCHES
+              and (names_reason_words(node.func.value) or any(names_reason_words(a) for a in node.args))):
+            yield f"line {node.lineno}: {ast.unparse(node)}"
+
+
+@pytest.mark.parametrize("path", DECIDING, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_reason_is_matched_by_its_words(path: Path) -> None:
+    found = list(reason_matches(path))
+    assert not found, f"{path.relative_to(ROOT)} matches a reason's words (read its code): " + "; ".join(found)
+
+
+def test_the_reason_scan_finds_what_it_forbids(tmp_path: Path) -> None:
+    """The scan catches the prefix match the start estimate once made, and the other ways of matching words."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("a = (job.pending_reason or '').startswith(HOLDS)\nb = 'lost' in row.error\n"
+                      "c = body['pending_reason'] == 'x'\nd = re.match('x', job.error)\ne = job.error is None\n"
+                      "f = job.pending_code == 'reservation'\ng = job.pending_reason == None\n")
+    assert [f.split(":")[0] for f in reason_matches(sample)] == ["line 1", "line 2", "line 3", "line 4"]
+

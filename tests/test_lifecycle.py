@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from scheduler.core.model import Job, JobSpec
+from scheduler.core.reasons import Code, Reason
 from scheduler.core.workloads import catalog
 from scheduler.live import lifecycle
 from scheduler.live.job_states import JobState as S
@@ -53,7 +54,7 @@ class FakeRuns:
         self.pending: dict[int, Job] = {}
         self.running: dict[int, Job] = {}
         self.ended: list[int] = []
-        self.queued_reasons: dict[int, str | None] = {}
+        self.queued_reasons: dict[int, Reason | None] = {}
         self.dequeued_ids: list[int] = []
 
     def end_run(self, s: Any, row: JobRow, now: float) -> Job:
@@ -63,7 +64,7 @@ class FakeRuns:
     def enqueue(self, job: Job) -> None:
         self.pending[job.id] = job
 
-    def queued(self, job_id: int, reason: str | None) -> None:
+    def queued(self, job_id: int, reason: Reason | None) -> None:
         self.queued_reasons[job_id] = reason
 
     def dequeued(self, job_id: int) -> None:
@@ -98,13 +99,15 @@ def test_a_run_ended_writes_the_row_its_event_and_memory_together(store: Store) 
     with store.session(write=True) as s:
         row = s.get(JobRow, job_id)
         assert row is not None
-        LifeCycle(runs, catalog()).to_terminal(s, row, S.FAILED, 123.0, event="failed", message="boom", error="boom",
-                                               exit_code=3, attempt=1)
+        why = Reason(Code.EXIT_CODE, {"exit_code": 3, "error": "boom", "retries": 0})
+        LifeCycle(runs, catalog()).to_terminal(s, row, S.FAILED, 123.0, event="failed", why=why, exit_code=3,
+                                               attempt=1)
     assert runs.ended == [job_id] and job_id in runs.dequeued_ids
     with store.session() as s:
         row = s.get(JobRow, job_id)
         assert row is not None
         assert (row.state, row.finished_at, row.error, row.exit_code) == (S.FAILED, 123.0, "boom", 3)
+        assert (row.end_code, row.end_params) == ("exit_code", {"exit_code": 3, "error": "boom", "retries": 0})
         assert row.held_at is None and row.held_by is None and row.pending_reason is None
     assert _events(store, job_id) == [("failed", "boom", {"exit_code": 3, "attempt": 1})]
 
@@ -116,13 +119,15 @@ def test_a_run_back_in_the_queue_takes_its_reason_and_keeps_its_place(store: Sto
     with store.session(write=True) as s:
         row = s.get(JobRow, job_id)
         assert row is not None
-        job = LifeCycle(runs, catalog()).to_pending(s, row, 50.0, event="evicted", message="drained", reason="why")
-    assert runs.ended == [job_id] and runs.pending == {job_id: job} and runs.queued_reasons == {job_id: "why"}
+        why = Reason(Code.REQUEUED, {"by": "ann"})
+        job = LifeCycle(runs, catalog()).to_pending(s, row, 50.0, event="checkpointed", reason=why)
+    assert runs.ended == [job_id] and runs.pending == {job_id: job} and runs.queued_reasons == {job_id: why}
     with store.session() as s:
         row = s.get(JobRow, job_id)
         assert row is not None
-        assert (row.state, row.queued_since, row.pending_reason, row.pending_until) == (S.PENDING, 50.0, "why", None)
-    assert _events(store, job_id) == [("evicted", "drained", {})]
+        assert (row.state, row.queued_since, row.pending_reason, row.pending_until) == (S.PENDING, 50.0, why.text, None)
+        assert (row.pending_code, row.pending_params) == ("requeued", {"by": "ann"})
+    assert _events(store, job_id) == [("checkpointed", why.text, {})]
 
 
 @pytest.mark.parametrize("state", [s for s in S if s.terminal])
@@ -138,7 +143,7 @@ def test_an_ended_job_refuses_every_move_and_nothing_is_written(store: Store, st
         for other in S:
             if other != state:
                 with pytest.raises(IllegalTransition):
-                    moves.to_terminal(s, row, other, 1.0, event="x", message="x", error="changed")
+                    moves.to_terminal(s, row, other, 1.0, event="x", why=Reason(Code.LOST, {"detail": "x"}))
     with store.session() as s:
         row = s.get(JobRow, job_id)
         assert row is not None and row.state == state and row.error == "kept"
@@ -156,7 +161,7 @@ def test_a_lost_run_is_requeued_while_restarts_last_then_fails(store: Store) -> 
         assert row.state == S.PENDING and row.restarts == 1
         row.state = S.RUNNING  # (placed again, as the controller's claim would: the test's shortcut)
         moves.lose(s, row, "node gone again", 20.0)
-        assert row.state == S.FAILED and row.error == "lost: node gone again"
+        assert row.state == S.FAILED and row.error == "lost: node gone again" and row.end_code == "lost"
     kinds = [k for k, _, _ in _events(store, job_id)]
     assert kinds == ["lost", "requeued", "lost", "failed"]
 

@@ -156,6 +156,9 @@ def test_the_controller_holds_gpus_for_a_reservation(store: Store) -> None:
     assert job(store, late).state == JobState.PENDING and job(store, big).state == JobState.PENDING
     assert (job(store, big).pending_reason or "").startswith("holds a reservation for 4 GPUs on 1 node(s)")
     assert "held for j's reservation" in (job(store, late).pending_reason or "")
+    # The controller stores each reason as data beside its words: readers (the start estimate) read the code.
+    assert (job(store, big).pending_code, (job(store, big).pending_params or {}).get("gpus")) == ("reservation", 4)
+    assert (job(store, late).pending_code, job(store, late).pending_params) == ("reserved_gpus", {"holder": "j"})
 
 
 def test_an_admin_extends_a_running_job_and_its_owner_may_only_shorten_it(env: Env) -> None:

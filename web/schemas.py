@@ -658,6 +658,11 @@ class JobSchema(Schema):
         "description": "succeeded jobs: wall time run over isolated duration"})
     run_s = fields.Float(metadata={"description": "wall seconds its workers ran, over finished runs"})
     pending_reason = fields.String(allow_none=True)
+    pending_code = fields.String(allow_none=True, metadata={
+        "description": "the pending reason as data: its code (`scheduler.core.reasons.Code`: reservation, capacity, "
+                       "held, dependency, ...), for programs to read instead of the words; null: none"})
+    pending_params = fields.Dict(allow_none=True, metadata={
+        "description": "the figures of the pending reason, by its code (a reservation's GPUs, nodes, start, ...)"})
     pending_until = fields.Float(allow_none=True, metadata={
         "description": "pending jobs the policy holds for compact room although they fit now (topology): the latest "
                        "time it holds them (seconds since the epoch), when they start spread if they must; null if "
@@ -679,6 +684,10 @@ class JobSchema(Schema):
         "description": "pending jobs: how the start estimate was made, in words"})
     exit_code = fields.Integer(allow_none=True)
     error = fields.String(allow_none=True)
+    end_code = fields.String(allow_none=True, metadata={
+        "description": "why the job ended, as data: its code (exit_code, time_limit, lost, rejected, "
+                       "dependency_never); null: it succeeded, or is not over"})
+    end_params = fields.Dict(allow_none=True, metadata={"description": "the figures of the end's reason, by its code"})
     allocation = fields.List(fields.Nested(AllocationSchema), metadata={
         "description": "open allocations of the current run; empty unless running"})
     placement_text = fields.String(allow_none=True, metadata={

@@ -6,11 +6,12 @@ These live in the core so that the simulator and the controller can apply decisi
 
 from __future__ import annotations
 
-from collections.abc import Collection, Generator, Iterable
+from collections.abc import Collection, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from scheduler.core.model import Job, JobSpec, Placement
+from scheduler.core.reasons import Code, Reason
 from scheduler.core.state import ClusterView
 
 
@@ -49,15 +50,32 @@ class Preempt:
     for_job: int | None = None
 
 
+_POLICY = Code.POLICY  # (an enum member read once: `Wait.why` runs for every waiting job at every pass)
+
+
 @dataclass(frozen=True, slots=True)
 class Wait:
     """The job stays queued; `reason` is what the dashboard shows as its pending reason. `until`: the latest time
     (the simulator's or the controller's clock) the policy keeps it waiting for this reason, where it bounds the wait
-    (`topology` holding a job that fits now only spread: it starts then, spread if it must); None: no such bound."""
+    (`topology` holding a job that fits now only spread: it starts then, spread if it must); None: no such bound.
+    `code` and `params`: the reason as data (`scheduler.core.reasons`), where a rule of the core waits the job
+    (`because` makes one: the reservation rule's); a policy's wait leaves them, and its words are its reason."""
 
     job_id: int
     reason: str
     until: float | None = None
+    code: Code = Code.POLICY
+    params: Mapping[str, Any] | None = None
+
+    @classmethod
+    def because(cls, job_id: int, why: Reason, until: float | None = None) -> Wait:
+        """A wait for `why`, its words rendered once."""
+        return cls(job_id, why.text, until, why.code, why.params)
+
+    @property
+    def why(self) -> Reason:
+        """The reason as data: the policy's own words, unless the wait was made `because` of one."""
+        return Reason(_POLICY, {"text": self.reason}) if self.params is None else Reason(self.code, self.params)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeVar
 
+from scheduler.core.reasons import Code, Reason
+
 K = TypeVar("K", bound=Hashable)
 
 
@@ -62,9 +64,6 @@ class Outcome(StrEnum):
     FAILED = "failed"  # failed, timed out, cancelled or refused: ended without succeeding
 
 
-WORDS = {Condition.AFTEROK: "succeed", Condition.AFTERANY: "end", Condition.AFTERNOTOK: "fail"}
-
-
 @dataclass(frozen=True, slots=True)
 class Dependency:
     job: str  # the other job: its id in the live service, its name (job_id column) in a trace
@@ -73,11 +72,15 @@ class Dependency:
 
 @dataclass(frozen=True, slots=True)
 class Readiness:
-    """A dependent job's state: `ready`, or waiting (`why`), or `never` runnable (`why` says which condition)."""
+    """A dependent job's state: `ready`, or waiting (`reason`), or `never` runnable (`reason` says which condition)."""
 
     ready: bool
     never: bool = False
-    why: str = ""
+    reason: Reason | None = None
+
+    @property
+    def why(self) -> str:
+        return self.reason.text if self.reason is not None else ""
 
 
 READY = Readiness(True)
@@ -98,19 +101,20 @@ def readiness(deps: Sequence[Dependency], outcome: Callable[[str], Outcome | Non
     """Whether a job with `deps` may be offered now; `outcome(key)` says how each other job ended (None: not yet).
     The first condition that can never hold decides `never`; else the first that does not hold yet is the wait's
     reason ("waiting for job 12 to succeed")."""
-    waiting: list[str] = []
+    waiting: list[Dependency] = []
     for dep in deps:
         state = holds(dep.condition, outcome(dep.job))
         if state is False:
-            ended = "succeeded" if outcome(dep.job) is Outcome.SUCCEEDED else "ended without succeeding"
-            return Readiness(False, True, f"its dependency can never be met: it runs {dep.condition} {label(dep.job)},"
-                                          f" which {ended}")
+            return Readiness(False, True, Reason(Code.DEPENDENCY_NEVER, {
+                "on": label(dep.job), "condition": dep.condition.value,
+                "succeeded": outcome(dep.job) is Outcome.SUCCEEDED}))
         if state is None:
-            waiting.append(f"{label(dep.job)} to {WORDS[dep.condition]}")
+            waiting.append(dep)
     if not waiting:
         return READY
-    more = f" (and {len(waiting) - 1} more)" if len(waiting) > 1 else ""
-    return Readiness(False, False, f"waiting for {waiting[0]}{more}")
+    first = waiting[0]
+    return Readiness(False, False, Reason(Code.DEPENDENCY, {
+        "on": label(first.job), "condition": first.condition.value, "more": len(waiting) - 1}))
 
 
 def check_acyclic(deps: Mapping[K, Iterable[K]]) -> None:
@@ -150,6 +154,12 @@ def array_room(max_running: int | None, running: int) -> int | None:
 
 
 def array_throttle(pending: Iterable[T], running: Iterable[_Task]) -> tuple[list[T], dict[int, str]]:
+    """`array_waits`, with each task's reason in words (the simulator's pending reasons)."""
+    offered, waits = array_waits(pending, running)
+    return offered, {job_id: why.text for job_id, why in waits.items()}
+
+
+def array_waits(pending: Iterable[T], running: Iterable[_Task]) -> tuple[list[T], dict[int, Reason]]:
     """The pending jobs the policy may be offered as far as arrays go, in their order (an array's tasks only as many
     as it has room for, the first ones), and why each task left out waits."""
     pending = list(pending)
@@ -162,12 +172,12 @@ def array_throttle(pending: Iterable[T], running: Iterable[_Task]) -> tuple[list
         if job.spec.array in room:
             room[job.spec.array] = max(0, room[job.spec.array] - 1)
     offered: list[T] = []
-    waits: dict[int, str] = {}
+    waits: dict[int, Reason] = {}
     for job in pending:
         a = job.spec.array
         if a in room:
             if not room[a]:
-                waits[job.id] = f"array {a} runs {bounded[a]} tasks at once, its maximum"
+                waits[job.id] = Reason(Code.ARRAY_LIMIT, {"array": a, "max_running": bounded[a]})
                 continue
             room[a] -= 1
         offered.append(job)

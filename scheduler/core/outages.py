@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from scheduler.core.model import Cluster, Placement
+from scheduler.core.reasons import Code, Reason
 
 
 class OnFault(str, Enum):
@@ -85,12 +86,21 @@ def closed_gpus(nodes: Sequence[NodeSpan], *, down: Iterable[int] = (), drained:
 def evictions(nodes: Sequence[NodeSpan], placements: Mapping[int, Placement], *,
               drained: Mapping[int, Drain] | None = None, faults: Mapping[int, str] | None = None,
               on_fault: OnFault = OnFault.REQUEUE) -> dict[int, str]:
+    """`eviction_reasons`, in words (the simulator's pending reasons)."""
+    return {job_id: why.text for job_id, why in eviction_reasons(nodes, placements, drained=drained, faults=faults,
+                                                                  on_fault=on_fault).items()}
+
+
+def eviction_reasons(nodes: Sequence[NodeSpan], placements: Mapping[int, Placement], *,
+                     drained: Mapping[int, Drain] | None = None, faults: Mapping[int, str] | None = None,
+                     on_fault: OnFault = OnFault.REQUEUE, requeued: bool = False) -> dict[int, Reason]:
     """The running jobs (id -> why) that must be checkpointed and requeued, spending no restart: those on a node
     drained with `evict`, and, with `on_fault` requeue, those on a faulted GPU. (Runs on a down node are lost
-    instead: the caller knows, and spends a restart.)"""
+    instead: the caller knows, and spends a restart.) `requeued`: the reasons say the run was checkpointed and
+    requeued (the live controller's, which does so as it reads them)."""
     evicting = {i: d for i, d in (drained or {}).items() if d.evict}
     faulty = dict(faults or {}) if on_fault is OnFault.REQUEUE else {}
-    out: dict[int, str] = {}
+    out: dict[int, Reason] = {}
     if not evicting and not faulty:
         return out
     node_of = _node_of(nodes)
@@ -98,12 +108,13 @@ def evictions(nodes: Sequence[NodeSpan], placements: Mapping[int, Placement], *,
         bad = next((g for g in placement.gpus if g in faulty), None)
         if bad is not None:
             node = nodes[node_of[bad]]
-            out[job_id] = f"GPU {node.local(bad)} of {node.name} is faulty ({faulty[bad]})"
+            out[job_id] = Reason(Code.EVICTED, {"node": node.name, "gpu": int(node.local(bad)), "detail": faulty[bad],
+                                                "requeued": requeued})
             continue
         i = next((node_of[g] for g in placement.gpus if node_of[g] in evicting), None)
         if i is not None:
-            why = evicting[i].reason
-            out[job_id] = f"node {nodes[i].name} was drained now" + (f" ({why})" if why else "")
+            out[job_id] = Reason(Code.EVICTED, {"node": nodes[i].name, "gpu": None, "detail": evicting[i].reason,
+                                                "requeued": requeued})
     return out
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Wait, acted
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.priorities import bands, with_priorities
+from scheduler.core.reasons import Code, Reason, finite_or_none
 from scheduler.core.room import has_room
 from scheduler.core.runner import PolicyFrame, deliberation
 from scheduler.core.state import EPS, ClusterView
@@ -59,9 +60,6 @@ class ReservationRule:
             return False  # a share of one GPU is never starved by fragmentation of whole GPUs
         return ((self.after_s is not None and now - job.queued_since >= self.after_s)
                 or (self.share is not None and spec.workers >= self.share * cluster_gpus - EPS))
-
-
-HOLDS = "holds a reservation"  # how the holder's pending reason begins: the store's record of who holds one
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,15 +185,14 @@ class ReservationFrame(PolicyFrame):
                     self.backfilled += sum(isinstance(d, Place) for d in backfill)
                     return backfill
             said = self._held_back(view, said, others, holder, free_now)
-        return [*said, Wait(holder.id, self.words(view, res, now))]
+        return [*said, Wait.because(holder.id, self.words(view, res, now))]
 
     def _held_back(self, view: ClusterView, said: list[Decision], others: list[Job], holder: Job,
                    free_now: list[int]) -> list[Decision]:
         """The policy's waits, with the reservation named for each job that would have had room on its GPUs."""
         if not free_now:
             return said
-        why = (f"the free GPUs it fits on are held for {holder.spec.name}'s reservation; it could use them only if "
-               "its time limit ended before the reservation starts")
+        why = Reason(Code.RESERVED_GPUS, {"holder": holder.spec.name})
         blocked: set[int] = set()
         with _held(view, free_now, ""):
             closed_room = {j.id for j in others if has_room(view, j.spec)}
@@ -203,22 +200,19 @@ class ReservationFrame(PolicyFrame):
             if j.id not in closed_room and has_room(view, j.spec):
                 blocked.add(j.id)
         out = [d for d in said if not (isinstance(d, Wait) and d.job_id in blocked)]
-        return out + [Wait(j, why) for j in sorted(blocked)]
+        return out + [Wait.because(j, why) for j in sorted(blocked)]
 
     @staticmethod
-    def words(view: ClusterView, res: Reservation, now: float) -> str:
+    def words(view: ClusterView, res: Reservation, now: float) -> Reason:
         """The holder's pending reason: what it holds and until when (counted from `now`: the simulator's clock and
         the controller's differ)."""
-        nodes = sorted({int(view.cluster.gpu_node[g]) for g in res.gpus})
-        held = sum(1 for g in res.gpus if view.free_share[g] >= 1.0 - EPS)
-        text = (f"{HOLDS} for {len(res.gpus)} GPUs on {len(nodes)} node(s) ({held} free now, kept for it "
-                "as the rest free)")
+        nodes = {int(view.cluster.gpu_node[g]) for g in res.gpus}
         names = [view.running[j].spec.name for j in res.waiting_on if j in view.running][:3]
-        more = len(res.waiting_on) - len(names)
-        whom = ", ".join(names) + (f" and {more} more" if more > 0 else "")
-        if math.isinf(res.start_s):
-            return text + (f"; it starts when {whom} end (not all have time limits)" if whom else "")
-        return text + f"; it starts within {duration_words(res.start_s - now)}, when {whom} reach their time limits"
+        return Reason(Code.RESERVATION, {
+            "gpus": len(res.gpus), "nodes": len(nodes),
+            "free_now": sum(1 for g in res.gpus if view.free_share[g] >= 1.0 - EPS),
+            "waiting_on": names, "more": len(res.waiting_on) - len(names),
+            "starts_in_s": finite_or_none(res.start_s - now)})
 
 
 def frame_policy(policy: Policy, reservations: ReservationRule | None = None) -> Policy:
@@ -227,14 +221,6 @@ def frame_policy(policy: Policy, reservations: ReservationRule | None = None) ->
     if reservations is None or isinstance(policy, ReservationFrame):
         return with_priorities(policy)
     return ReservationFrame(policy, reservations)
-
-
-def duration_words(seconds: float) -> str:
-    """A wait in a pending reason's words: "45 s", "12 min", "3.5 h"."""
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 @contextmanager

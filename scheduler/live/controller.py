@@ -41,6 +41,7 @@ from scheduler.core.decisions import Policy
 from scheduler.core.model import Cluster, Job
 from scheduler.core.outages import OnFault
 from scheduler.core.progress import runs_on_node
+from scheduler.core.reasons import Code, Reason
 from scheduler.core.reservations import ReservationRule
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S
@@ -336,15 +337,14 @@ class Controller:
         if not self.leading or not self.m.running:
             return []
         now = time.time()
-        reason = f"{why}: checkpointed and requeued (no restart spent)"
+        reason = Reason(Code.CHECKPOINTED, {"detail": why})
         with self.workers.after_commit(), self.store.session(write=True) as s:
             requeued = list(self.m.running)
             for job_id in requeued:
                 row = s.get(JobRow, job_id)
                 assert row is not None
                 self.workers.stop(job_id)
-                self.lifecycle.to_pending(s, row, now, event="checkpointed", message=reason, reason=reason,
-                                          attempt=row.attempt)
+                self.lifecycle.to_pending(s, row, now, event="checkpointed", reason=reason, attempt=row.attempt)
             self.leadership.fence(s)
         wait_for_checkpoints = getattr(self.backend, "settle", None)
         if wait_for_checkpoints is not None:  # the workers write their checkpoints within their grace period

@@ -40,7 +40,8 @@ from sqlalchemy.orm import Session
 
 from scheduler.core.colocation import share_fits
 from scheduler.core.model import DEFAULT_TEAM, JobSpec
-from scheduler.core.reservations import HOLDS, free_times, reservation_start
+from scheduler.core.reasons import Code, Reason
+from scheduler.core.reservations import free_times, reservation_start
 from scheduler.core.state import EPS, ClusterView
 from scheduler.core.workloads import catalog
 from scheduler.live.job_states import JobState, JobType
@@ -51,37 +52,34 @@ from scheduler.live.store.models import Job as JobRow
 from scheduler.live.words import duration_text, gpus_text
 
 
-def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> str:
-    """What keeps `spec` from starting now, in a user's words."""
+def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> Reason:
+    """What keeps `spec` from starting now (`.text`: in a user's words)."""
     mem = view.mem_need(spec)
     gpu_mem = view.cluster.gpu_mem
     if spec.num_gpus < 1:
         free_here = (view.free_share >= spec.share - EPS) & (view.used_mem + mem <= gpu_mem + EPS)
         if (free_here & view.share_mask(spec)).any():
-            return f"fits now: {policy} chose to wait"
+            return Reason(Code.FITS_NOW, {"policy": policy})
         if (free_here & share_fits(mem, spec.share, gpu_mem)).any():  # only the one-user MPS rule keeps it out
-            return (f"waiting for a {spec.share:g} share on a node running no other user's shares (each node's CUDA "
-                    "MPS serves one user at a time)")
-        if free_here.any():
-            return f"waiting for a GPU whose {spec.share:g} share holds {mem:g} GB under MPS (the larger GPUs are busy)"
-        return f"waiting for a GPU with a {spec.share:g} share and {mem:g} GB free"
+            lack = "mps_user"
+        elif free_here.any():
+            lack = "mps_memory"  # the GPUs with the share free are too small for its memory under MPS
+        else:
+            lack = "room"
+        return Reason(Code.SHARE_CAPACITY, {"share": float(spec.share), "mem_gb": float(mem), "lack": lack})
     k = spec.workers
     whole = (view.free_share >= 1.0 - EPS) & (mem <= gpu_mem + EPS)
     free = int(whole.sum())
     if free < k:
-        return f"waiting for {k} GPUs ({free} free)"
+        return Reason(Code.CAPACITY, {"gpus": k, "free": free})
     per_node = np.sort(np.bincount(view.cluster.gpu_node[whole], minlength=view.cluster.num_nodes))
     fewest = view.cluster.fewest_nodes(k)
     room = int(per_node[-fewest:].sum())  # the whole free GPUs of the fewest servers with the most
     if room < k:
         # It would start spread over more servers than it needs: policies that hold jobs for compact room
         # (policies.compactness) do so, and say why where they looked at the job; this covers the rest.
-        if fewest == 1:
-            return (f"fits only spread over nodes (at most {room} free on one): {policy} chose to wait for {k} "
-                    f"on one node")
-        return (f"fits only spread over more than {fewest} nodes (the {fewest} with the most room have {room} "
-                f"free): {policy} chose to wait for {k} on {fewest} nodes")
-    return f"fits now: {policy} chose to wait"
+        return Reason(Code.FITS_SPREAD, {"policy": policy, "gpus": k, "nodes": int(fewest), "room": room})
+    return Reason(Code.FITS_NOW, {"policy": policy})
 
 
 # ---- start estimates --------------------------------------------------------------------------------------------
@@ -244,7 +242,7 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
 
 
-_QUEUE = (select(JobRow.id, JobRow.num_gpus, JobRow.duration_s, JobRow.team, JobRow.model, JobRow.pending_reason,
+_QUEUE = (select(JobRow.id, JobRow.num_gpus, JobRow.duration_s, JobRow.team, JobRow.model, JobRow.pending_code,
                  JobRow.pending_until)
           .where(JobRow.state == JobState.PENDING, JobRow.held_at.is_(None)).order_by(JobRow.submitted_at, JobRow.id))
 
@@ -266,7 +264,7 @@ def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
     # Only the columns the replay reads: loading whole rows (their JSON columns decoded) was most of a list page's
     # cost with hundreds of jobs pending, and every page with a pending job pays it.
     queue = list(s.execute(_QUEUE).all())
-    first = next((j for j in queue if (j.pending_reason or "").startswith(HOLDS)), None)
+    first = next((j for j in queue if j.pending_code == Code.RESERVATION), None)
     holder = s.get(JobRow, first.id) if first is not None else None
     if first is not None:  # the controller offers it the GPUs first and keeps them for it as they free
         queue = [first, *(j for j in queue if j is not first)]

@@ -19,12 +19,14 @@ from sqlalchemy import CursorResult, update
 from sqlalchemy.orm import Session
 
 from scheduler.core.model import Job
+from scheduler.core.reasons import Code, Reason
 from scheduler.core.workloads import ModelProfile
 from scheduler.live.job_states import JobState as S
 from scheduler.live.rows import job_of
 from scheduler.live.store.events import add_event
 from scheduler.live.store.models import Allocation, RestartPolicy
 from scheduler.live.store.models import Job as JobRow
+from scheduler.live.store.reason_columns import pending_columns, set_end, set_pending
 
 # From each state, the states a job may move to. A job that ended is resubmitted as a new job, never revived.
 TRANSITIONS: Mapping[S, frozenset[S]] = {
@@ -55,7 +57,7 @@ def cancel_pending(s: Session, job_id: int, now: float) -> bool:
     then asks the controller to stop it)."""
     done = cast("CursorResult[Any]", s.execute(  # an UPDATE's result is a cursor's, which counts the rows
         update(JobRow).where(JobRow.id == job_id, JobRow.state == S.PENDING)
-        .values(state=S.CANCELLED, finished_at=now, cancel_requested=True, pending_reason=None, pending_until=None,
+        .values(state=S.CANCELLED, finished_at=now, cancel_requested=True, **pending_columns(None), pending_until=None,
                 held_at=None, held_by=None))).rowcount
     if done:
         add_event(s, job_id, "cancelled", "cancelled while pending", at=now)
@@ -67,7 +69,7 @@ def claim(s: Session, job_id: int, attempt: int, predicted_slowdown: float) -> b
     cancelled or held it a moment ago. The caller writes the placement's event with its allocations."""
     return bool(cast("CursorResult[Any]", s.execute(update(JobRow).where(
         JobRow.id == job_id, JobRow.state == S.PENDING, JobRow.held_at.is_(None)).values(
-        state=S.RUNNING, attempt=attempt, pending_reason=None, pending_until=None, not_before=None,
+        state=S.RUNNING, attempt=attempt, **pending_columns(None), pending_until=None, not_before=None,
         predicted_slowdown=predicted_slowdown, started_at=None))).rowcount)
 
 
@@ -81,7 +83,7 @@ class Runs(Protocol):
 
     def enqueue(self, job: Job) -> None: ...
 
-    def queued(self, job_id: int, reason: str | None) -> None: ...
+    def queued(self, job_id: int, reason: Reason | None) -> None: ...
 
     def dequeued(self, job_id: int) -> None: ...
 
@@ -93,38 +95,44 @@ class LifeCycle:
         self.runs = runs
         self.profiles = profiles
 
-    def to_pending(self, s: Session, row: JobRow, now: float, *, event: str, message: str, reason: str | None = None,
-                   **data: Any) -> Job:
+    def to_pending(self, s: Session, row: JobRow, now: float, *, event: str, message: str | None = None,
+                   reason: Reason | None = None, **data: Any) -> Job:
         """Back to the queue, in its old place (submission order): its run (if any) is taken off its GPUs; `reason`
-        is its pending reason (None: the policy or the cluster will say). Counters (restarts, retries, preemptions)
+        is its pending reason (None: the policy or the cluster will say), and the event's words unless `message` says
+        otherwise. Counters (restarts, retries, preemptions)
         are the caller's, set before the move."""
         check(row.id, row.state, S.PENDING)
         if row.id in self.runs.running:
             self.runs.end_run(s, row, now)
         row.state, row.queued_since = S.PENDING, now
-        row.pending_reason, row.pending_until = reason, None
-        add_event(s, row.id, event, message, at=now, **data)
+        set_pending(row, reason)
+        row.pending_until = None
+        add_event(s, row.id, event, message if message is not None else reason.text if reason else "", at=now, **data)
         job = job_of(row, self.profiles)
         self.runs.enqueue(job)
         self.runs.queued(row.id, reason)
         return job
 
-    def to_terminal(self, s: Session, row: JobRow, state: S, now: float, *, event: str, message: str,
-                    error: str | None = _KEEP, exit_code: int | None = _KEEP, **data: Any) -> None:
+    def to_terminal(self, s: Session, row: JobRow, state: S, now: float, *, event: str, message: str | None = None,
+                    why: Reason | None = _KEEP, exit_code: int | None = _KEEP, **data: Any) -> None:
         """End the job in `state`: its run (if any) is taken off its GPUs, or it leaves the queue; a hold or a pending
-        reason has nothing left to say. `error` and `exit_code` are left as they are unless given (a cancelled job
-        keeps the error of a run that failed before it); an `exit_code` given is also its event's first figure."""
+        reason has nothing left to say. `why` (the reason it ended, stored as `error` with its code) and `exit_code` are
+        left as they are unless given (a cancelled job keeps the error of a run that failed before it); an `exit_code`
+        given is also its event's first figure. The event says `message`, else `why`'s words."""
         check(row.id, row.state, state)
         if row.id in self.runs.running:
             self.runs.end_run(s, row, now)
         self.runs.dequeued(row.id)
         row.state, row.finished_at = state, now
-        row.pending_reason = row.pending_until = row.held_at = row.held_by = None
-        if error is not _KEEP:
-            row.error = error
+        set_pending(row, None)
+        row.pending_until = row.held_at = row.held_by = None
+        if why is not _KEEP:
+            set_end(row, why)
         if exit_code is not _KEEP:  # (and its event says it first)
             row.exit_code = exit_code
             data = {"exit_code": exit_code, **data}
+        if message is None:
+            message = why.text if isinstance(why, Reason) else ""
         add_event(s, row.id, event, message, at=now, **data)
 
     def lose(self, s: Session, row: JobRow, why: str, now: float) -> None:
@@ -144,7 +152,7 @@ class LifeCycle:
             row.restarts += 1
             self.to_pending(s, row, now, event="requeued", message=f"restart {row.restarts} of {row.max_restarts}")
         else:
-            self.to_terminal(s, row, S.FAILED, now, event="failed", error=f"lost: {why}",
+            self.to_terminal(s, row, S.FAILED, now, event="failed", why=Reason(Code.LOST, {"detail": why}),
                              message=f"not restarted ({row.restart_policy}, {row.restarts} of {row.max_restarts} "
                              "restarts used)")
 

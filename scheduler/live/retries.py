@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scheduler.core.reasons import Code, Reason
+
 MAX_BACKOFF_S = 3600.0  # however many retries came before, a job waits at most this long for its next
 
 
@@ -22,6 +24,7 @@ def retry_delay(max_retries: int, retries: int, retry_on: Sequence[int] | None, 
     return min(MAX_BACKOFF_S, backoff_s * 2.0 ** retries)
 
 
-def retry_words(retries: int, max_retries: int, exit_code: int, delay_s: float) -> str:
-    """The event and pending reason of a job waiting to run again."""
-    return f"exit code {exit_code}: retry {retries} of {max_retries} in {delay_s:g} s"
+def retry_reason(retries: int, max_retries: int, exit_code: int, delay_s: float) -> Reason:
+    """The pending reason of a job waiting to run again (its `.text`, the event's words)."""
+    return Reason(Code.RETRY_BACKOFF, {"exit_code": exit_code, "retry": retries, "max_retries": max_retries,
+                                       "delay_s": delay_s})

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from scheduler.core.dependencies import Condition, holds
-from scheduler.core.reservations import HOLDS
+from scheduler.core.reasons import Code
 from scheduler.live import job_accounts
 from scheduler.live.explain import Estimates, allocation_text, known_progress, last_placement, queue_start_estimates
 from scheduler.live.job_files import log_name, log_path
@@ -60,7 +60,8 @@ JOB_COLUMNS = (
     "not_before", "state", "cancel_requested", "submitted_at", "queued_since",
     "started_at", "first_started_at", "finished_at", "attempt", "restarts", "preemptions", "progress",
     "predicted_slowdown", "predicted_slowdown_avg", "observed_slowdown", "run_s", "pending_reason", "pending_until",
-    "held_at", "held_by", "requeue_by", "exit_code", "error",
+    "held_at", "held_by", "requeue_by", "exit_code", "error", "pending_code", "pending_params", "end_code",
+    "end_params",
 )
 RECENT_DECISIONS = 10
 RANK_LOG = re.compile(r"rank-(\d+)\.log")
@@ -75,7 +76,7 @@ def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (), positi
     pending = job.state == JobState.PENDING and estimates is not None
     body["start_estimate_s"] = estimates.starts.get(job.id) if pending else None  # type: ignore[union-attr]
     body["start_estimate_basis"] = estimates.basis if pending else None  # type: ignore[union-attr]
-    if pending and (job.pending_reason or "").startswith(HOLDS):
+    if pending and job.pending_code == Code.RESERVATION:
         body["start_estimate_basis"] += f"; the job {job.pending_reason}"
     body["allocation"] = [
         {"rank": a.rank, "node": a.node, "gpu": a.gpu, "local_gpu": a.local_gpu, "share": a.share} for a in allocations

@@ -15,7 +15,7 @@ from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session
 
 from scheduler.core.model import Job
-from scheduler.core.outages import Drain, OnFault, closed_gpus, evictions, spans
+from scheduler.core.outages import Drain, OnFault, closed_gpus, eviction_reasons, spans
 from scheduler.core.progress import runs_on_node
 from scheduler.live.control.membership import Membership
 from scheduler.live.control.memory import Memory
@@ -178,13 +178,12 @@ class NodeHealth:
         drain `--now` or a faulty GPU evicts (spending no restart), then close exactly the GPUs no new job may use."""
         placements = {j: job.placement for j, job in m.running.items() if job.placement is not None}
         nodes = spans(self.nodes.cluster, self.nodes.node_names)
-        for job_id, why in evictions(nodes, placements, drained=self.drained, faults=self.faults,
-                                     on_fault=self.on_fault).items():
+        for job_id, why in eviction_reasons(nodes, placements, drained=self.drained, faults=self.faults,
+                                            on_fault=self.on_fault, requeued=True).items():
             row = s.get(JobRow, job_id)
             assert row is not None
             self.workers.stop(job_id)
-            reason = f"{why}: checkpointed and requeued (no restart spent)"
-            lifecycle.to_pending(s, row, now, event="evicted", message=reason, reason=reason, attempt=row.attempt)
+            lifecycle.to_pending(s, row, now, event="evicted", reason=why, attempt=row.attempt)
         m.state.set_closed(closed_gpus(nodes, down=self.down, drained=self.drained, faults=self.faults,
                                        held={i: why for i, (_, why) in self.suspect.items()}))
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from scheduler.core.dependencies import Outcome, readiness
 from scheduler.core.model import Cluster, Job
+from scheduler.core.reasons import Code, Reason
 from scheduler.core.workloads import ModelProfile
 from scheduler.live.control.memory import Memory
 from scheduler.live.control.workers import Workers
@@ -88,7 +89,8 @@ class Intake:
             self.max_seen = max(self.max_seen, row.id)
             problem = reject_reason(row, self.cluster, self.profiles)
             if problem:
-                self.lifecycle.to_terminal(s, row, S.FAILED, now, event="rejected", message=problem, error=problem)
+                self.lifecycle.to_terminal(s, row, S.FAILED, now, event="rejected",
+                                           why=Reason(Code.REJECTED, {"text": problem}))
                 continue
             job = job_of(row, self.profiles)
             in_order = in_order and job.spec.submit_s >= last
@@ -138,8 +140,7 @@ class Intake:
             row.requeue_by = None
             if row.state == S.RUNNING:
                 self.workers.stop(job_id)
-                why = f"requeued by {by}: checkpointed, back in the queue (no restart spent)"
-                self.lifecycle.to_pending(s, row, now, event="checkpointed", message=why, reason=why,
+                self.lifecycle.to_pending(s, row, now, event="checkpointed", reason=Reason(Code.REQUEUED, {"by": by}),
                                           attempt=row.attempt)
             elif row.state != S.PENDING:  # ended first: a hold asked with the requeue has nothing left to hold
                 row.held_at = row.held_by = None
@@ -186,7 +187,7 @@ class Intake:
         for job in dependent:
             for d in job.spec.depends_on:
                 dependents.setdefault(int(d.job), []).append(job)
-        waiting: dict[int, str] = {}
+        waiting: dict[int, Reason] = {}
         todo, cancelled = list(dependent), set()
         while todo:  # each job is looked at once, and again only when a job it depends on was cancelled just now
             job = todo.pop()
@@ -197,7 +198,7 @@ class Intake:
                 row = s.get(JobRow, job.id)
                 if row is not None and row.state == S.PENDING:
                     self.lifecycle.to_terminal(s, row, S.CANCELLED, now, event="cancelled",
-                                               message=f"cancelled: {ready.why}", error=ready.why)
+                                               message=f"cancelled: {ready.why}", why=ready.reason)
                     states[job.id] = S.CANCELLED
                     todo.extend(dependents.get(job.id, ()))
                 cancelled.add(job.id)
@@ -206,7 +207,8 @@ class Intake:
             elif ready.ready:  # (looked at again: a job it waited for was cancelled just now, which it may run after)
                 waiting.pop(job.id, None)
             else:
-                waiting[job.id] = ready.why
+                assert ready.reason is not None  # (waiting: it says for what)
+                waiting[job.id] = ready.reason
         for job_id, why in waiting.items():
             if job_id not in self.m.gates.holds:  # who holds it says more: it would wait after its dependencies too
                 self.m.reasons.set(job_id, why)

@@ -15,6 +15,7 @@ from scheduler.core.book import Book
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.model import Cluster, Job, Placement
 from scheduler.core.progress import progress_rate
+from scheduler.core.reasons import Reason
 from scheduler.core.state import ClusterState
 from scheduler.core.workloads import ModelProfile
 from scheduler.live.control.workers import Workers
@@ -30,14 +31,14 @@ class PendingReasons:
     set during a pass is written at its end (`write`), in one statement."""
 
     def __init__(self) -> None:
-        self.said: dict[int, tuple[str, float | None]] = {}
-        self.unwritten: dict[int, tuple[str, float | None]] = {}
+        self.said: dict[int, tuple[Reason, float | None]] = {}
+        self.unwritten: dict[int, tuple[Reason, float | None]] = {}
 
-    def set(self, job_id: int, reason: str, until: float | None = None) -> None:
+    def set(self, job_id: int, reason: Reason, until: float | None = None) -> None:
         if self.said.get(job_id) != (reason, until):
             self.said[job_id] = self.unwritten[job_id] = (reason, until)
 
-    def written(self, job_id: int, reason: str) -> None:
+    def written(self, job_id: int, reason: Reason) -> None:
         """`reason` was written with the job's row (a move of the life cycle)."""
         self.said[job_id] = (reason, None)
 
@@ -50,12 +51,14 @@ class PendingReasons:
     def write(self, s: Session, pending: Mapping[int, Job]) -> None:
         """The reasons that changed this pass, each with its `pending_until`, in one statement (a thousand jobs'
         reasons change at once when the cluster does), for the jobs still pending."""
-        rows = [{"job": i, "why": why, "until": until} for i, (why, until) in self.unwritten.items() if i in pending]
+        rows = [{"job": i, "why": why.text, "code": why.code.value, "params": dict(why.params), "until": until}
+                for i, (why, until) in self.unwritten.items() if i in pending]
         self.unwritten.clear()
         if rows:  # Core's executemany: the ORM's bulk update costs a millisecond more for the usual one or two rows
             jobs = cast(Table, JobRow.__table__)  # declared a FromClause; a mapped class's table is a Table
             s.execute(update(jobs).where(jobs.c.id == bindparam("job")).values(
-                pending_reason=bindparam("why"), pending_until=bindparam("until")), rows)
+                pending_reason=bindparam("why"), pending_code=bindparam("code"), pending_params=bindparam("params"),
+                pending_until=bindparam("until")), rows)
 
 
 class Gates:
@@ -66,8 +69,8 @@ class Gates:
 
     def __init__(self) -> None:
         self.backoff: dict[int, float] = {}  # retrying job -> until when its backoff holds it
-        self.dependencies: dict[int, str] = {}  # job -> what its dependencies wait for
-        self.holds: dict[int, str] = {}  # job its owner or an admin holds -> its reason
+        self.dependencies: dict[int, Reason] = {}  # job -> what its dependencies wait for
+        self.holds: dict[int, Reason] = {}  # job its owner or an admin holds -> its reason
         self.throttled: set[int] = set()  # an array's tasks beyond what it may run now
 
     def all(self) -> tuple[Mapping[int, object] | set[int], ...]:
@@ -153,7 +156,7 @@ class Memory:
                 self.set_rate(self.running[j], s)
         return job
 
-    def queued(self, job_id: int, reason: str | None) -> None:
+    def queued(self, job_id: int, reason: Reason | None) -> None:
         if reason is None:
             self.reasons.forget(job_id)
         else:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
-from scheduler.core.dependencies import array_throttle
+from scheduler.core.dependencies import array_waits
 from scheduler.core.model import Job
+from scheduler.core.reasons import Reason
 from scheduler.core.reservations import ReservationRule, frame_policy
 from scheduler.core.runner import settle
 from scheduler.core.tenancy import Team, Teams, TenancyFrame
@@ -134,9 +135,9 @@ class Placing:
         if gates.backoff or gates.dependencies or gates.holds:
             ready = [job for job_id, job in m.pending.items() if job_id not in gates.backoff
                      and job_id not in gates.dependencies and job_id not in gates.holds]
-        throttled: dict[int, str] = {}
+        throttled: dict[int, Reason] = {}
         if arrays_pending:
-            ready, throttled = array_throttle(ready, m.running.values())
+            ready, throttled = array_waits(ready, m.running.values())
             for job_id, why in throttled.items():
                 m.reasons.set(job_id, why)
         gates.throttled = set(throttled)
@@ -186,7 +187,7 @@ class Placing:
             waits = [d for d in decisions if type(d) is Wait and d.job_id in m.pending]
             said, unwritten = m.reasons.said, m.reasons.unwritten  # `PendingReasons.set`, inlined: a thousand a pass
             for d in waits:
-                reason = (d.reason, d.until)
+                reason = (d.why, d.until)
                 if said.get(d.job_id) != reason:
                     said[d.job_id] = unwritten[d.job_id] = reason
             self.policy_said.update(d.job_id for d in waits)
@@ -264,7 +265,7 @@ class Placing:
             self.capacity_said.clear()
         todo = m.pending.keys() - self.policy_said - self.capacity_said
         todo = {j for j in todo if not m.gates.blocked(j)}
-        said: dict[tuple[float, str], str] = {}  # a thousand queued jobs come in a few sizes and models
+        said: dict[tuple[float, str], Reason] = {}  # a thousand queued jobs come in a few sizes and models
         for job_id in todo:
             spec = m.pending[job_id].spec
             kind = (spec.num_gpus, spec.model)

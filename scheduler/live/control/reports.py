@@ -8,12 +8,13 @@ import logging
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
+from scheduler.core.reasons import Code, Reason
 from scheduler.live import metrics
 from scheduler.live.control.health import SUSPECT_S, NodeHealth
 from scheduler.live.control.memory import Memory
 from scheduler.live.control.workers import Workers
 from scheduler.live.lifecycle import LifeCycle
-from scheduler.live.retries import retry_delay, retry_words
+from scheduler.live.retries import retry_delay, retry_reason
 from scheduler.live.runs import JobStatus
 from scheduler.live.store import queries
 from scheduler.live.store.models import Job as JobRow
@@ -62,7 +63,7 @@ class Reports:
                                   attempt=st.attempt, ranks_started_at=st.started_at)
             m.reported[st.job_id] = st
             if st.phase == "succeeded":
-                self.finish(s, row, S.SUCCEEDED, 0, "", now, st.ended_at)
+                self.finish(s, row, S.SUCCEEDED, 0, None, now, st.ended_at)
                 ended += 1
             elif st.phase == "failed":
                 code = next((c for c in st.exit_codes if c not in (None, 0)), 1)
@@ -71,9 +72,8 @@ class Reports:
                 if delay is not None:
                     self.retry(s, row, code, st.error, delay, now, st.ended_at)
                 else:
-                    error = st.error or f"exit code {code}"
-                    self.finish(s, row, S.FAILED, code, error + (f" (after {row.retries} retries)" if row.retries
-                                                                 else ""), now, st.ended_at)
+                    why = Reason(Code.EXIT_CODE, {"exit_code": code, "error": st.error or None, "retries": row.retries})
+                    self.finish(s, row, S.FAILED, code, why, now, st.ended_at)
                 ended += 1
             elif st.phase == "lost":
                 self.health.suspect_nodes(job, now)
@@ -82,14 +82,13 @@ class Reports:
                 ended += 1
         return ended
 
-    def finish(self, s: Session, row: JobRow, state: S, code: int, error: str, now: float,
+    def finish(self, s: Session, row: JobRow, state: S, code: int, why: Reason | None, now: float,
                ranks_ended_at: list[float | None]) -> None:
+        """The run ended: `why` is a failed job's reason (the worker's error, or at least its exit code: users read it
+        in `corral jobs`), None for a success."""
         self.workers.forget(row.id)
-        # A failed job always says why (the worker's error, or at least its exit code): users read it in `corral jobs`.
-        reason = error or (f"exit code {code}" if state is S.FAILED else "")
-        self.lifecycle.to_terminal(s, row, state, now, event=str(state), message=error or f"exit code {code}",
-                                   error=reason or None, exit_code=code, attempt=row.attempt,
-                                   ranks_ended_at=ranks_ended_at)
+        self.lifecycle.to_terminal(s, row, state, now, event=str(state), message=why.text if why else f"exit code {code}",
+                                   why=why, exit_code=code, attempt=row.attempt, ranks_ended_at=ranks_ended_at)
         if state is S.SUCCEEDED:
             row.progress = 1.0
             # Only an emulated job's duration_s is its isolated run time; a command job's is the user's estimate, and
@@ -105,8 +104,8 @@ class Reports:
         self.workers.forget(row.id)
         row.retries += 1
         row.exit_code, row.not_before = code, now + delay
-        why = retry_words(row.retries, row.max_retries, code, delay)
-        self.lifecycle.to_pending(s, row, now, event="retrying", message=f"{error}; {why}" if error else why,
+        why = retry_reason(row.retries, row.max_retries, code, delay)
+        self.lifecycle.to_pending(s, row, now, event="retrying", message=f"{error}; {why.text}" if error else why.text,
                                   reason=why, attempt=row.attempt, exit_code=code, ranks_ended_at=ranks_ended_at)
         self.m.gates.backoff[row.id] = now + delay
 
@@ -122,11 +121,10 @@ class Reports:
             assert row is not None
             ran = now - job.start_s
             self.workers.stop(job_id)
-            why = (f"time limit of {limit:g} s reached (its run had lasted {ran:.0f} s): stopped with SIGTERM, then "
-                   f"SIGKILL after {STOP_GRACE_S:g} s")
-            self.lifecycle.to_terminal(s, row, S.TIMED_OUT, now, event="timed_out", message=why, error=why,
-                                       attempt=row.attempt, time_limit_s=limit)
-            log.info("job %d: %s", job_id, why)
+            why = Reason(Code.TIME_LIMIT, {"limit_s": limit, "ran_s": ran, "grace_s": STOP_GRACE_S})
+            self.lifecycle.to_terminal(s, row, S.TIMED_OUT, now, event="timed_out", why=why, attempt=row.attempt,
+                                       time_limit_s=limit)
+            log.info("job %d: %s", job_id, why.text)
 
     def enforce_start_deadline(self, s: Session, now: float) -> None:
         """Take back every run whose workers are not all up `start_timeout_s` after it was placed: Ray could not start
@@ -142,12 +140,10 @@ class Reports:
             assert row is not None
             assert job.placement is not None
             nodes = ", ".join(self.health.nodes.node_names[i] for i in job.placement.nodes(self.health.nodes.cluster))
-            why = (f"its workers were not up {timeout:g} s after it was placed on {nodes} (Ray did not "
-                   "start them)")
+            why = Reason(Code.NOT_STARTED, {"timeout_s": timeout, "nodes": nodes})
             self.workers.stop(job_id)
             self.health.suspect_nodes(job, now, f"did not start within {timeout:g} s")
             status = self.m.reported.get(job.id)
             self.health.strike(s, job, tuple(status.up) if status is not None else (), now)
-            reason = f"{why}: requeued (no restart spent)"
-            self.lifecycle.to_pending(s, row, now, event="evicted", message=reason, reason=reason, attempt=row.attempt)
-            log.warning("job %d: %s; requeued, and %s held out for %g s", job_id, why, nodes, SUSPECT_S)
+            self.lifecycle.to_pending(s, row, now, event="evicted", reason=why, attempt=row.attempt)
+            log.warning("job %d: %s; %s held out for %g s", job_id, why.text, nodes, SUSPECT_S)

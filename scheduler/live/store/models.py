@@ -146,6 +146,11 @@ class Job(Base):
     predicted_slowdown_avg: Mapped[float | None]
     observed_slowdown: Mapped[float | None]
     pending_reason: Mapped[str | None] = mapped_column(Text)
+    # The pending reason as data (`scheduler.core.reasons`): its code and parameters, written with its words
+    # (`reason_columns.set_pending`); what readers that decide something read (the start estimate's reservation holder).
+    # None: no reason, or one written before reasons had codes.
+    pending_code: Mapped[str | None] = mapped_column(String(32))
+    pending_params: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     # The latest time the policy keeps the job waiting for its pending reason (a `Wait`'s `until`: `topology` holding
     # it for compact room); None: no such bound. Written and cleared with the reason; the start estimate reads it.
     pending_until: Mapped[float | None]
@@ -161,6 +166,10 @@ class Job(Base):
     requeue_by: Mapped[str | None] = mapped_column(String(64))
     exit_code: Mapped[int | None]
     error: Mapped[str | None] = mapped_column(Text)
+    # Why it ended, as data (`error` in words; `reason_columns.set_end`). None: it succeeded, or it ended before reasons had
+    # codes.
+    end_code: Mapped[str | None] = mapped_column(String(32))
+    end_params: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
     user: Mapped[User] = relationship()
     allocations: Mapped[list[Allocation]] = relationship(

@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from scheduler.core.model import DEFAULT_TEAM
+from scheduler.core.reasons import Code, Reason
 from scheduler.live import lifecycle
 from scheduler.live import priority_ceilings as ceilings
 from scheduler.live.store.events import add_event
@@ -42,6 +43,7 @@ from scheduler.live.store.models import (
     User,
     UserLimits,
 )
+from scheduler.live.store.reason_columns import pending_columns
 
 TOKEN_PREFIX = "corral_"
 
@@ -244,9 +246,9 @@ def cancel(s: Session, job: Job) -> Job:
     return job
 
 
-def held_reason(job_id: int, by: str) -> str:
+def held_reason(job_id: int, by: str) -> Reason:
     """A held job's pending reason: who holds it, and how it may start."""
-    return f"held by {by}: it starts only once released (`corral release {job_id}`)"
+    return Reason(Code.HELD, {"by": by, "job_id": job_id})
 
 
 class NotChangeable(RuntimeError):
@@ -261,7 +263,7 @@ def hold(s: Session, job: Job, by: str) -> Job:
     now = time.time()
     done = cast("CursorResult[Any]", s.execute(
         update(Job).where(Job.id == job.id, Job.state == JobState.PENDING, Job.held_at.is_(None))
-        .values(held_at=now, held_by=by, pending_reason=held_reason(job.id, by), pending_until=None)
+        .values(held_at=now, held_by=by, **pending_columns(held_reason(job.id, by)), pending_until=None)
     )).rowcount
     s.refresh(job)
     if done:
@@ -282,7 +284,7 @@ def release(s: Session, job: Job, by: str, *, admin: bool) -> Job:
     now = time.time()
     done = cast("CursorResult[Any]", s.execute(
         update(Job).where(Job.id == job.id, Job.held_at.is_not(None))
-        .values(held_at=None, held_by=None, pending_reason=None, pending_until=None)
+        .values(held_at=None, held_by=None, **pending_columns(None), pending_until=None)
     )).rowcount
     s.refresh(job)
     if not done:
