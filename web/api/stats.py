@@ -18,7 +18,8 @@ from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S
 from scheduler.live.figures import compute_stats, compute_team_stats, network_load
 from web.api.context import store
 from web.auth import protect
-from web.schemas import CeilingSchema, RequestSchema
+from web.schemas.base import RequestSchema
+from web.schemas.ceilings import CeilingSchema
 
 MAX_BUCKETS = 2000
 MAX_WINDOW_S = 30 * 86400.0

@@ -1,6 +1,6 @@
 """Webhooks: URLs Corral calls on the state changes of a user's jobs (`scheduler.live.webhooks`, docs/webhooks.md).
 A user creates, lists and deletes their own and reads their deliveries; an admin sees everyone's. A job's own webhook
-is given at submission (`webhook`, in web/api/jobs.py) and listed here with the user's.
+is given at submission (`webhook`, scheduler/live/submissions.py) and listed here with the user's.
 
 Nothing is sent anywhere the server's allow list (`corral serve --webhook-allow`) does not name: a URL outside it is
 refused when given, with a 422 naming the field, and checked again before each request."""
@@ -17,12 +17,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from scheduler.live import webhooks as wh
-from scheduler.live.store.models import JobEvent, User, Webhook, WebhookDelivery
-from scheduler.live.webhook_dispatch import DELIVERY_STATUSES, cancel_pending, limit_refusal
+from scheduler.live.store.models import User, Webhook, WebhookDelivery
+from scheduler.live.webhook_dispatch import DELIVERY_STATUSES, add_webhook, cancel_pending, limit_refusal
 from web.api.context import store, write_session
 from web.auth import caller, protect
-from web.limits import MAX_PAGE
-from web.schemas import DB_INT_MAX, RequestSchema
+from web.limits import DB_INT_MAX, MAX_PAGE
+from web.schemas.base import RequestSchema
 
 ALLOW_KEY = "CORRAL_WEBHOOK_ALLOW"  # app.config: the AllowList (`corral serve --webhook-allow`); absent: none
 DEFAULT_DELIVERY_PAGE = 50
@@ -43,16 +43,6 @@ def check_url(field: str, url: str) -> None:
     why = wh.refusal(url, allow_list())
     if why is not None:
         invalid(field, why)
-
-
-def create(s: Session, user_id: int, url: str, *, job_id: int | None = None, description: str = "") -> Webhook:
-    """A new webhook with a new secret. A user's hears events from now on; a job's, all of its job's."""
-    after = 0 if job_id is not None else int(s.scalar(select(func.max(JobEvent.id))) or 0)
-    hook = Webhook(user_id=user_id, job_id=job_id, url=url, description=description, secret=wh.new_secret(),
-                   created_at=time.time(), after_event_id=after)
-    s.add(hook)
-    s.flush()
-    return hook
 
 
 def webhook_json(hook: Webhook, user: str, *, secret: bool = False) -> dict[str, Any]:
@@ -215,7 +205,7 @@ def blueprint(prefix: str) -> Blueprint:
             full = limit_refusal(s, who.id)
             if full is not None:
                 abort(409, message=full)
-            hook = create(s, who.id, args["url"], description=args["description"])
+            hook = add_webhook(s, who.id, args["url"], description=args["description"])
             return webhook_json(hook, who.name, secret=True), 201
 
     @blp.route("/webhooks", methods=["GET"])
