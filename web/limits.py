@@ -48,9 +48,11 @@ MAX_ENV_VALUE = 4096
 MAX_ENV_TOTAL = 32 * 1024  # characters of all names and values together
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # POSIX's portable names: no '=', nothing a shell cannot export
 
-# Lists: the most items one page may hold (GET /jobs, /tokens, /users, /teams), and the default for jobs.
+# Lists: the most items one page may hold (GET /jobs, /tokens, /users, /teams, /webhooks), and the defaults for jobs
+# and webhook deliveries.
 MAX_PAGE = 1000
 DEFAULT_JOB_PAGE = 100
+DEFAULT_DELIVERY_PAGE = 50
 
 # Logs: the most bytes one GET /jobs/ID/logs answers, shared by its ranks (each gets at least MIN_RANK_LOG_BYTES).
 MAX_LOG_RESPONSE_BYTES = 1024 * 1024
@@ -90,6 +92,10 @@ WHATIF_MAX_SEEDS = 20
 WHATIF_MAX_EXTRA_NODES = 1024
 WHATIF_MAX_HYPOTHETICAL = 1000
 WHATIF_MAX_JOBS = 20_000
+
+# The dashboard's figures (GET /stats): the longest window, and the most buckets (or points) one answer holds.
+STATS_MAX_WINDOW_S = 30 * 86400.0
+STATS_MAX_BUCKETS = 2000
 
 
 def check_env(env: Any) -> None:

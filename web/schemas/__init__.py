@@ -55,6 +55,18 @@ from web.schemas.nodes import (
 )
 from web.schemas.policies import ActivePolicyArgs, ActivePolicySchema, PoliciesSchema
 from web.schemas.priority_classes import PriorityClassCreateArgs, PriorityClassListSchema, PriorityClassSchema
+from web.schemas.stats import (
+    BucketSchema,
+    NetworkSchema,
+    NodeNetSchema,
+    StatsArgs,
+    StatsSchema,
+    TeamSeriesSchema,
+    TeamStatsArgs,
+    TeamStatSchema,
+    TeamStatsSchema,
+    UplinkSchema,
+)
 from web.schemas.teams import (
     BORROW_HELP,
     QUOTA_HELP,
@@ -68,6 +80,18 @@ from web.schemas.teams import (
 from web.schemas.time_limits import TimeLimitsArgs, TimeLimitsSchema
 from web.schemas.tokens import TokenListSchema, TokenSchema
 from web.schemas.users import UserListSchema, UserPatchArgs, UserSchema
+from web.schemas.webhooks import (
+    AttemptSchema,
+    DeliveryDetailSchema,
+    DeliveryListArgs,
+    DeliveryListSchema,
+    DeliverySchema,
+    WebhookCreateArgs,
+    WebhookCreatedSchema,
+    WebhookListArgs,
+    WebhookListSchema,
+    WebhookSchema,
+)
 from web.schemas.whatif import (
     DistributionSchema,
     WhatIfArgs,
@@ -83,18 +107,22 @@ from web.schemas.whatif import (
 
 __all__ = [
     "ActivePolicyArgs", "ActivePolicySchema", "AllocationSchema", "ArrayArgs", "ArraySchema", "ArrayTaskSchema",
-    "BORROW_HELP", "CandidateSchema", "CeilingArgs", "CeilingSchema", "ClusterSchema", "DecisionSchema",
-    "DependencyArgs", "DependencyStateSchema", "DistributionSchema", "DrainSchema", "EndedBySchema", "EventSchema",
-    "ExplainDecisionSchema", "ExplainPlacementSchema", "ExplainSchema", "GPU_HEALTH_STATUSES", "GpuCount",
-    "GpuHealthArgs", "GpuHealthSchema", "GpuSchema", "HealthSchema", "JobDetailSchema", "JobListArgs",
-    "JobListSchema", "JobSchema", "JobSubmitSchema", "JobSummarySchema", "JobUpdateSchema", "JobWebhookSchema",
-    "LIMIT_SOURCES", "LastPlacementSchema", "LimitsArgs", "LimitsSchema", "LogsArgs", "LogsSchema", "ModelSchema",
-    "ModelsSchema", "MpsHealthArgs", "MpsHealthSchema", "NeighbourSchema", "NodeDrainArgs", "NodeDrainSchema",
-    "NodeHealthArgs", "NodeHealthSchema", "NodeSchema", "PageArgs", "PoliciesSchema", "PriorityClassCreateArgs",
-    "PriorityClassListSchema", "PriorityClassSchema", "QUOTA_HELP", "QueueSchema", "RankLogSchema", "RequestSchema",
-    "RequeueArgs", "ResubmitSchema", "RetryOn", "TeamCreateArgs", "TeamDeletedSchema", "TeamGpus", "TeamListSchema",
-    "TeamPatchArgs", "TeamSchema", "TenantSchema", "TimeLimitsArgs", "TimeLimitsSchema", "TokenListSchema",
-    "TokenSchema", "TotalsSchema", "UserLimitsArgs", "UserListSchema", "UserPatchArgs", "UserSchema", "WhatIfArgs",
-    "WhatIfBaselineSchema", "WhatIfBoundsSchema", "WhatIfClusterSchema", "WhatIfJobArgs", "WhatIfJobCountsSchema",
-    "WhatIfJobResultSchema", "WhatIfMetricsSchema", "WhatIfSchema", "bad_strings",
+    "AttemptSchema", "BORROW_HELP", "BucketSchema", "CandidateSchema", "CeilingArgs", "CeilingSchema",
+    "ClusterSchema", "DecisionSchema", "DeliveryDetailSchema", "DeliveryListArgs", "DeliveryListSchema",
+    "DeliverySchema", "DependencyArgs", "DependencyStateSchema", "DistributionSchema", "DrainSchema",
+    "EndedBySchema", "EventSchema", "ExplainDecisionSchema", "ExplainPlacementSchema", "ExplainSchema",
+    "GPU_HEALTH_STATUSES", "GpuCount", "GpuHealthArgs", "GpuHealthSchema", "GpuSchema", "HealthSchema",
+    "JobDetailSchema", "JobListArgs", "JobListSchema", "JobSchema", "JobSubmitSchema", "JobSummarySchema",
+    "JobUpdateSchema", "JobWebhookSchema", "LIMIT_SOURCES", "LastPlacementSchema", "LimitsArgs", "LimitsSchema",
+    "LogsArgs", "LogsSchema", "ModelSchema", "ModelsSchema", "MpsHealthArgs", "MpsHealthSchema", "NeighbourSchema",
+    "NetworkSchema", "NodeDrainArgs", "NodeDrainSchema", "NodeHealthArgs", "NodeHealthSchema", "NodeNetSchema",
+    "NodeSchema", "PageArgs", "PoliciesSchema", "PriorityClassCreateArgs", "PriorityClassListSchema",
+    "PriorityClassSchema", "QUOTA_HELP", "QueueSchema", "RankLogSchema", "RequestSchema", "RequeueArgs",
+    "ResubmitSchema", "RetryOn", "StatsArgs", "StatsSchema", "TeamCreateArgs", "TeamDeletedSchema", "TeamGpus",
+    "TeamListSchema", "TeamPatchArgs", "TeamSchema", "TeamSeriesSchema", "TeamStatSchema", "TeamStatsArgs",
+    "TeamStatsSchema", "TenantSchema", "TimeLimitsArgs", "TimeLimitsSchema", "TokenListSchema", "TokenSchema",
+    "TotalsSchema", "UplinkSchema", "UserLimitsArgs", "UserListSchema", "UserPatchArgs", "UserSchema",
+    "WebhookCreateArgs", "WebhookCreatedSchema", "WebhookListArgs", "WebhookListSchema", "WebhookSchema",
+    "WhatIfArgs", "WhatIfBaselineSchema", "WhatIfBoundsSchema", "WhatIfClusterSchema", "WhatIfJobArgs",
+    "WhatIfJobCountsSchema", "WhatIfJobResultSchema", "WhatIfMetricsSchema", "WhatIfSchema", "bad_strings",
 ]

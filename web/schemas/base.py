@@ -64,11 +64,13 @@ class RetryOn(fields.Field):
 
 
 def db_int(minimum: int = 0, maximum: int = lim.DB_INT_MAX, **kw: Any) -> fields.Integer:
-    """An integer the store can hold (see lim.DB_INT_MAX): out of range is a 422 naming the field, not a driver error."""
+    """An integer the store can hold (web.limits.DB_INT_MAX): out of range is a 422 naming the field, not a driver
+    error."""
     return fields.Integer(validate=validate.Range(min=minimum, max=maximum), **kw)
 
 
 def positive(**kw: Any) -> fields.Float:
+    """A finite number of seconds above 0, at most web.limits.MAX_SECONDS."""
     return fields.Float(validate=validate.Range(min=0, min_inclusive=False, max=lim.MAX_SECONDS), allow_nan=False, **kw)
 
 
@@ -133,7 +135,8 @@ class PageArgs(RequestSchema):
 
 
 def name_rule(value: str) -> None:
-    """The user-name rule (queries.check_user_name) for team names too: no name can be taken for a CLI flag."""
+    """The user-name rule (queries.check_user_name) for team and priority-class names too: no name can be taken for
+    a CLI flag."""
     try:
         check_user_name(value)
     except ValueError as exc:
