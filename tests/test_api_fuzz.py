@@ -29,7 +29,7 @@ from scheduler.live.store import Store
 from scheduler.live.store.models import Gpu, Node
 from scheduler.live.store.queries import create_token
 from web import create_app
-from web.schemas import DB_INT_MAX
+from web.limits import DB_INT_MAX
 
 API = "/api/v1"
 MAX_EXAMPLES = 60  # per operation and mode: about a minute for the four runs (2 databases x positive/negative)

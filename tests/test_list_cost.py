@@ -17,9 +17,9 @@ from scheduler.live.explain import queue_start_estimates
 from scheduler.live.store import Store
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Job as JobRow
-from web.api.jobs import job_json
+from web.api.job_json import job_json
 from web.fast_dump import dumper
-from web.schemas import JobListSchema, JobSummarySchema
+from web.schemas.jobs import JobListSchema, JobSummarySchema
 
 API = "/api/v1"
 

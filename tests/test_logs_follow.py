@@ -71,7 +71,7 @@ def test_a_read_from_an_offset_gives_what_the_log_gained_and_where_it_ends(env: 
 def test_bad_follow_requests_name_the_field() -> None:
     from marshmallow import ValidationError
 
-    from web.schemas import LogsArgs
+    from web.schemas.logs import LogsArgs
 
     with pytest.raises(ValidationError) as no_rank:
         LogsArgs().load({"offset": "5"})

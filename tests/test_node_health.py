@@ -29,7 +29,7 @@ from scheduler.live.store.models import Node
 from scheduler.live.store.queries import create_token
 from tests.test_node_agent import StandIn, fake_pynvml
 from web import create_app
-from web.schemas import NodeHealthArgs
+from web.schemas.nodes import NodeHealthArgs
 
 API = "/api/v1"
 GPUS = 2

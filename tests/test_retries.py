@@ -136,7 +136,7 @@ def test_a_restarted_controller_keeps_the_backoff(store: Store, corral_home: Pat
 def test_a_bad_retry_field_is_refused_naming_it(retry_on: Any, problem: str) -> None:
     from marshmallow import ValidationError
 
-    from web.schemas import JobSubmitSchema
+    from web.schemas.jobs import JobSubmitSchema
 
     with pytest.raises(ValidationError) as bad:
         JobSubmitSchema().load({"name": "j", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 10,

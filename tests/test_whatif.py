@@ -24,7 +24,7 @@ from scheduler.live.store import Store
 from scheduler.live.store.models import Allocation, Gpu, Node, PolicyVersion, User
 from scheduler.live.store.models import Job as JobRow
 from scheduler.live.store.queries import create_token
-from web import create_app, schemas
+from web import create_app, limits
 from web.api import whatif as whatif_api
 
 API = "/api/v1"
@@ -473,10 +473,10 @@ def test_openapi_documents_whatif(env: Env) -> None:
 
 
 def test_the_apis_limits_are_the_cores() -> None:
-    assert schemas.WHATIF_MAX_SEEDS == whatif.MAX_SEEDS
-    assert schemas.WHATIF_MAX_EXTRA_NODES == whatif.MAX_EXTRA_NODES
-    assert schemas.WHATIF_MAX_HYPOTHETICAL == whatif.MAX_HYPOTHETICAL
-    assert schemas.WHATIF_MAX_JOBS == whatif.MAX_JOBS
+    assert limits.WHATIF_MAX_SEEDS == whatif.MAX_SEEDS
+    assert limits.WHATIF_MAX_EXTRA_NODES == whatif.MAX_EXTRA_NODES
+    assert limits.WHATIF_MAX_HYPOTHETICAL == whatif.MAX_HYPOTHETICAL
+    assert limits.WHATIF_MAX_JOBS == whatif.MAX_JOBS
 
 
 def test_the_core_refuses_bad_requests_naming_the_field() -> None:

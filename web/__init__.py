@@ -21,8 +21,8 @@ from web import auth, jsonio, metrics, security
 from web.api import register_blueprints
 from web.api.context import CONTROLLER_KEY, NOTIFY_KEY, STORE_KEY
 from web.fair_use import init_app as init_fair_use
-from web.limits import MAX_BODY_BYTES
-from web.schemas import DB_INT_MAX, GpuCount
+from web.limits import DB_INT_MAX, MAX_BODY_BYTES
+from web.schemas.base import GpuCount
 
 # Swagger UI's assets come from the swagger-ui-bundle package (Apache-2.0, as Swagger UI), served by Corral itself:
 # the docs work on a machine with no internet.

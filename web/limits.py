@@ -2,7 +2,7 @@
 and small enough that no one request, nor a queue of them, can fill the store or the server's memory: 100 jobs with
 1 MB commands once grew the database by 100 MB and made every queue poll 100 MB. docs/security.md lists them.
 
-Bounds on single fields are marshmallow validators (web/schemas.py), so the OpenAPI document states them and a
+Bounds on single fields are marshmallow validators (web/schemas/), so the OpenAPI document states them and a
 request past one is a 422 naming the field, with nothing stored."""
 
 from __future__ import annotations
@@ -15,6 +15,13 @@ from marshmallow import ValidationError
 # A request's body: the JSON of the largest submission (an array's, a what-if's) is far smaller. Flask refuses past it
 # (MAX_CONTENT_LENGTH) and so does the HTTP front (web.front), from the Content-Length before reading the body.
 MAX_BODY_BYTES = 1024 * 1024
+
+# The store's Integer columns (ids included) are 32-bit on PostgreSQL, 64-bit on SQLite: a larger number in a request
+# would reach the driver and fail there as a 500, so every integer a request carries is bounded to what both hold.
+DB_INT_MAX = 2**31 - 1
+# Durations, SLOs and horizons are capped far beyond any real job (about 32 years): a number near the float limit
+# overflows the simulator's arithmetic into inf/NaN, which the API would then return as null where it documents numbers.
+MAX_SECONDS = 1e9
 
 # A job's GPUs: a share of one GPU down to 1% (MPS shares GPUs in whole percent of its threads), or whole GPUs up to
 # more than any cluster Corral runs (what-if can add up to 1024 nodes).
@@ -29,6 +36,9 @@ MAX_SLO_MS = 3600 * 1000.0
 MAX_PRIORITY = 1_000_000  # either sign
 MAX_CEILING_CLASSES = 100  # priority classes one user's or team's ceiling may name
 
+MAX_DEPENDENCIES = 100  # jobs one job may depend on
+MAX_ARRAY = 1000  # tasks in one array
+
 MAX_NAME = 200  # a job's name, a client token
 MAX_ENTRYPOINT = 16 * 1024  # characters of a command job's shell command
 MAX_WORKDIR = 4096  # PATH_MAX
@@ -38,9 +48,11 @@ MAX_ENV_VALUE = 4096
 MAX_ENV_TOTAL = 32 * 1024  # characters of all names and values together
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # POSIX's portable names: no '=', nothing a shell cannot export
 
-# Lists: the most items one page may hold (GET /jobs, /tokens, /users, /teams), and the default for jobs.
+# Lists: the most items one page may hold (GET /jobs, /tokens, /users, /teams, /webhooks), and the defaults for jobs
+# and webhook deliveries.
 MAX_PAGE = 1000
 DEFAULT_JOB_PAGE = 100
+DEFAULT_DELIVERY_PAGE = 50
 
 # Logs: the most bytes one GET /jobs/ID/logs answers, shared by its ranks (each gets at least MIN_RANK_LOG_BYTES).
 MAX_LOG_RESPONSE_BYTES = 1024 * 1024
@@ -54,6 +66,36 @@ MAX_RETRY_BACKOFF_S = 3600.0
 # holds one of the server's request threads; beyond these, an answer with nothing new comes at once).
 MAX_LOG_WAIT_S = 20.0
 MAX_LOG_WAITERS = 4
+
+
+# A quota or borrowing limit beyond any cluster: larger numbers would only overflow the usage arithmetic (quotas are
+# checked against the cluster's size only once the controller has registered its GPUs).
+MAX_TEAM_GPUS = 1_000_000
+
+# Fair use (web.fair_use): bounds far beyond any sensible limit, so a typo cannot store something absurd.
+MAX_PENDING_LIMIT = 1_000_000
+MAX_SUBMIT_RATE = 10_000.0
+MAX_SUBMIT_BURST = 1_000_000
+MAX_WHATIF_PER_MIN = 10_000
+MAX_REQUEST_RATE = 100_000.0
+MAX_REQUEST_BURST = 1_000_000
+
+# What a node agent pushes (`PUT /nodes/<name>/health`): bounds far beyond real readings, which keep a broken or
+# hostile client from storing anything huge.
+MAX_NODE_GPUS = 64  # as `corral node start --gpus`
+MAX_REPORT_INTERVAL_S = 3600.0  # as `corral node start --health-interval`
+MIN_REPORT_INTERVAL_S = 0.2
+
+# What-if (POST /whatif): scheduler.live.whatif's limits (tests/test_whatif.py holds them equal; the core validates
+# again), so that a request past one is a 422 naming every bad field at once.
+WHATIF_MAX_SEEDS = 20
+WHATIF_MAX_EXTRA_NODES = 1024
+WHATIF_MAX_HYPOTHETICAL = 1000
+WHATIF_MAX_JOBS = 20_000
+
+# The dashboard's figures (GET /stats): the longest window, and the most buckets (or points) one answer holds.
+STATS_MAX_WINDOW_S = 30 * 86400.0
+STATS_MAX_BUCKETS = 2000
 
 
 def check_env(env: Any) -> None:

@@ -434,6 +434,16 @@ def limit_refusal(s: Any, user_id: int) -> str | None:
             "for a job with one to end")
 
 
+
+def add_webhook(s: Any, user_id: int, url: str, *, job_id: int | None = None, description: str = "") -> Webhook:
+    """A new webhook with a new secret. A user's hears events from now on; a job's, all of its job's."""
+    after = 0 if job_id is not None else int(s.scalar(select(func.max(JobEvent.id))) or 0)
+    hook = Webhook(user_id=user_id, job_id=job_id, url=url, description=description, secret=wh.new_secret(),
+                   created_at=time.time(), after_event_id=after)
+    s.add(hook)
+    s.flush()
+    return hook
+
 def cancel_pending(s: Any, webhook_id: int, why: str, now: float) -> None:
     """Fail a webhook's pending deliveries at once, saying why (it was deleted)."""
     s.execute(update(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id,

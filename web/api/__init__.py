@@ -1,16 +1,20 @@
-"""The REST API's blueprints, all under `/api/v1`. Each module builds a fresh blueprint per app (the app-factory
-pattern), so tests can create many apps without the blueprints remembering the previous one."""
+"""The REST API's blueprints, all under `/api/v1`. A module whose routes are module-level holds one blueprint, `blp`
+(flask-smorest copies a blueprint's docs at each registration, so the many apps tests create may share it); the others
+build a fresh one per app with `blueprint(prefix)`."""
 
 from __future__ import annotations
 
 from flask_smorest import Api
 
 from web.api import (
+    arrays,
     catalog,
     cluster,
     explain,
     fair_use,
     health,
+    job_controls,
+    job_logs,
     jobs,
     nodes,
     policies,
@@ -29,6 +33,9 @@ PREFIX = "/api/v1"
 
 
 def register_blueprints(api: Api) -> None:
-    for module in (health, jobs, explain, cluster, nodes, catalog, policies, stats, reports, tokens, teams, users,
-                   fair_use, whatif, priority_classes, time_limits, webhooks):
+    api.register_blueprint(health.blueprint(PREFIX))
+    for routed in (jobs, job_controls, arrays, job_logs):
+        api.register_blueprint(routed.blp, url_prefix=PREFIX)
+    for module in (explain, cluster, nodes, catalog, policies, stats, reports, tokens, teams, users, fair_use, whatif,
+                   priority_classes, time_limits, webhooks):
         api.register_blueprint(module.blueprint(PREFIX))

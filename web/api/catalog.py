@@ -9,7 +9,7 @@ from flask_smorest import Blueprint
 
 from scheduler.core.workloads import catalog
 from web.auth import protect
-from web.schemas import ModelsSchema
+from web.schemas.catalog import ModelsSchema
 
 
 def blueprint(prefix: str) -> Blueprint:

@@ -16,7 +16,7 @@ from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from web.api.context import store
 from web.auth import caller, protect
-from web.schemas import ClusterSchema
+from web.schemas.cluster import ClusterSchema
 
 
 def cluster_json() -> dict[str, Any]:

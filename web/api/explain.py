@@ -11,7 +11,7 @@ from scheduler.live.job_explanation import explain_job
 from scheduler.live.store.models import Job
 from web.api.context import store
 from web.auth import protect, require_owner
-from web.schemas import ExplainSchema
+from web.schemas.explain import ExplainSchema
 
 
 def blueprint(prefix: str) -> Blueprint:

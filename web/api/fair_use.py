@@ -14,7 +14,7 @@ from scheduler.live.store.models import User
 from web.api.context import store, write_session
 from web.auth import caller, protect, require_admin
 from web.fair_use import state as fair_use
-from web.schemas import LimitsArgs, LimitsSchema, UserLimitsArgs
+from web.schemas.fair_use import LimitsArgs, LimitsSchema, UserLimitsArgs
 
 
 def limits_json(defaults: dict[str, Any], overrides: dict[str, Any], user: User | None,

@@ -10,7 +10,7 @@ from flask_smorest import Blueprint
 from sqlalchemy import text
 
 from web.api.context import controller_status, store
-from web.schemas import HealthSchema
+from web.schemas.health import HealthSchema
 
 
 def _version() -> str:

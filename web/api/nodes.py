@@ -17,7 +17,7 @@ from scheduler.live.nodes import drain_view, health_view, node_status
 from scheduler.live.store.models import Node
 from web.api.context import notify, write_session
 from web.auth import caller, protect, require_admin
-from web.schemas import NodeDrainArgs, NodeDrainSchema, NodeHealthArgs, NodeHealthSchema
+from web.schemas.nodes import NodeDrainArgs, NodeDrainSchema, NodeHealthArgs, NodeHealthSchema
 
 NODE_NAME_MAX = 64  # the column's length
 

@@ -14,7 +14,7 @@ from scheduler.core.model import SpecError
 from scheduler.live.store import queries as q
 from web.api.context import notify, store, write_session
 from web.auth import protect, require_admin
-from web.schemas import ActivePolicyArgs, ActivePolicySchema, PoliciesSchema
+from web.schemas.policies import ActivePolicyArgs, ActivePolicySchema, PoliciesSchema
 
 
 def zoo_agents() -> list[str]:

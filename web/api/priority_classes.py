@@ -12,7 +12,7 @@ from flask_smorest import Blueprint, abort
 from scheduler.live.store import queries as q
 from web.api.context import store, write_session
 from web.auth import caller, protect, require_admin
-from web.schemas import PriorityClassCreateArgs, PriorityClassListSchema, PriorityClassSchema
+from web.schemas.priority_classes import PriorityClassCreateArgs, PriorityClassListSchema, PriorityClassSchema
 
 
 def class_json(row: Any) -> dict[str, Any]:

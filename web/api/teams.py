@@ -17,7 +17,8 @@ from scheduler.live.store.models import Team
 from web.api.context import notify, page, store, write_session
 from web.api.fair_use import check_ceiling
 from web.auth import protect, require_admin
-from web.schemas import PageArgs, TeamCreateArgs, TeamDeletedSchema, TeamListSchema, TeamPatchArgs, TeamSchema
+from web.schemas.base import PageArgs
+from web.schemas.teams import TeamCreateArgs, TeamDeletedSchema, TeamListSchema, TeamPatchArgs, TeamSchema
 
 USAGE_KEYS = ("in_use_gpus", "borrowed_gpus", "lent_gpus")
 COUNT_KEYS = ("pending_jobs", "running_jobs")

@@ -11,7 +11,7 @@ from flask_smorest import Blueprint, abort
 from scheduler.live.store import queries as q
 from web.api.context import store, write_session
 from web.auth import caller, protect, require_admin
-from web.schemas import TimeLimitsArgs, TimeLimitsSchema
+from web.schemas.time_limits import TimeLimitsArgs, TimeLimitsSchema
 
 
 def blueprint(prefix: str) -> Blueprint:

@@ -12,7 +12,8 @@ from scheduler.live.store import queries as q
 from scheduler.live.store.models import ApiToken
 from web.api.context import page, store, write_session
 from web.auth import CACHE_KEY, TokenCache, protect, require_admin
-from web.schemas import PageArgs, TokenListSchema, TokenSchema
+from web.schemas.base import PageArgs
+from web.schemas.tokens import TokenListSchema, TokenSchema
 
 MAX_TOKEN_ID = 2**63 - 1
 

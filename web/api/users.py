@@ -11,7 +11,8 @@ from scheduler.live.store import queries as q
 from scheduler.live.store.models import User
 from web.api.context import notify, page, store, write_session
 from web.auth import protect, require_admin
-from web.schemas import PageArgs, UserListSchema, UserPatchArgs, UserSchema
+from web.schemas.base import PageArgs
+from web.schemas.users import UserListSchema, UserPatchArgs, UserSchema
 
 
 def user_json(user: User, active_jobs: int) -> dict[str, Any]:

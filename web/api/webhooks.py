@@ -1,6 +1,6 @@
 """Webhooks: URLs Corral calls on the state changes of a user's jobs (`scheduler.live.webhooks`, docs/webhooks.md).
 A user creates, lists and deletes their own and reads their deliveries; an admin sees everyone's. A job's own webhook
-is given at submission (`webhook`, in web/api/jobs.py) and listed here with the user's.
+is given at submission (`webhook`, scheduler/live/submissions.py) and listed here with the user's.
 
 Nothing is sent anywhere the server's allow list (`corral serve --webhook-allow`) does not name: a URL outside it is
 refused when given, with a 422 naming the field, and checked again before each request."""
@@ -12,20 +12,26 @@ from typing import Any, NoReturn
 
 from flask import current_app
 from flask_smorest import Blueprint, abort
-from marshmallow import Schema, fields, validate
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from scheduler.live import webhooks as wh
-from scheduler.live.store.models import JobEvent, User, Webhook, WebhookDelivery
-from scheduler.live.webhook_dispatch import DELIVERY_STATUSES, cancel_pending, limit_refusal
+from scheduler.live.store.models import User, Webhook, WebhookDelivery
+from scheduler.live.webhook_dispatch import add_webhook, cancel_pending, limit_refusal
 from web.api.context import store, write_session
 from web.auth import caller, protect
-from web.limits import MAX_PAGE
-from web.schemas import DB_INT_MAX, RequestSchema
+from web.schemas.webhooks import (
+    DeliveryDetailSchema,
+    DeliveryListArgs,
+    DeliveryListSchema,
+    WebhookCreateArgs,
+    WebhookCreatedSchema,
+    WebhookListArgs,
+    WebhookListSchema,
+    WebhookSchema,
+)
 
 ALLOW_KEY = "CORRAL_WEBHOOK_ALLOW"  # app.config: the AllowList (`corral serve --webhook-allow`); absent: none
-DEFAULT_DELIVERY_PAGE = 50
 
 
 def allow_list() -> wh.AllowList:
@@ -43,16 +49,6 @@ def check_url(field: str, url: str) -> None:
     why = wh.refusal(url, allow_list())
     if why is not None:
         invalid(field, why)
-
-
-def create(s: Session, user_id: int, url: str, *, job_id: int | None = None, description: str = "") -> Webhook:
-    """A new webhook with a new secret. A user's hears events from now on; a job's, all of its job's."""
-    after = 0 if job_id is not None else int(s.scalar(select(func.max(JobEvent.id))) or 0)
-    hook = Webhook(user_id=user_id, job_id=job_id, url=url, description=description, secret=wh.new_secret(),
-                   created_at=time.time(), after_event_id=after)
-    s.add(hook)
-    s.flush()
-    return hook
 
 
 def webhook_json(hook: Webhook, user: str, *, secret: bool = False) -> dict[str, Any]:
@@ -75,89 +71,6 @@ def delivery_json(d: WebhookDelivery, user: str, *, full: bool = False) -> dict[
         body["attempt_log"] = [{"number": a.number, "at": a.at, "status_code": a.status_code, "error": a.error,
                                 "duration_ms": a.duration_ms} for a in d.attempt_log]
     return body
-
-
-# ---- schemas --------------------------------------------------------------------------------------------------------
-
-
-class WebhookCreateArgs(RequestSchema):
-    url = fields.String(required=True, validate=validate.Length(min=1, max=wh.MAX_URL), metadata={
-        "description": "http:// or https:// URL, among the destinations the server allows (--webhook-allow)"})
-    description = fields.String(load_default="", validate=validate.Length(max=wh.MAX_DESCRIPTION))
-
-
-class WebhookListArgs(RequestSchema):
-    user = fields.String(validate=validate.Length(min=1, max=64), metadata={
-        "description": "another user's webhooks (admins)"})
-    job = fields.Integer(validate=validate.Range(min=1, max=DB_INT_MAX), metadata={
-        "description": "only this job's own webhook"})
-    limit = fields.Integer(load_default=MAX_PAGE, validate=validate.Range(min=1, max=MAX_PAGE))
-    offset = fields.Integer(load_default=0, validate=validate.Range(min=0, max=DB_INT_MAX))
-
-
-class DeliveryListArgs(RequestSchema):
-    webhook = fields.Integer(validate=validate.Range(min=1, max=DB_INT_MAX))
-    job = fields.Integer(validate=validate.Range(min=1, max=DB_INT_MAX))
-    status = fields.String(validate=validate.OneOf(DELIVERY_STATUSES))
-    user = fields.String(validate=validate.Length(min=1, max=64), metadata={
-        "description": "another user's deliveries (admins)"})
-    limit = fields.Integer(load_default=DEFAULT_DELIVERY_PAGE, validate=validate.Range(min=1, max=MAX_PAGE))
-    offset = fields.Integer(load_default=0, validate=validate.Range(min=0, max=DB_INT_MAX))
-
-
-class WebhookSchema(Schema):
-    id = fields.Integer()
-    url = fields.String()
-    description = fields.String()
-    user = fields.String(metadata={"description": "whose it is"})
-    job_id = fields.Integer(allow_none=True, metadata={"description": "a job's own webhook; null: the user's, for "
-                                                                      "all their jobs"})
-    created_at = fields.Float()
-    deleted_at = fields.Float(allow_none=True)
-
-
-class WebhookCreatedSchema(WebhookSchema):
-    secret = fields.String(metadata={"description": "signs every request (X-Corral-Signature); shown only now"})
-
-
-class WebhookListSchema(Schema):
-    webhooks = fields.List(fields.Nested(WebhookSchema))
-    total = fields.Integer(metadata={"description": "how many match, all pages"})
-
-
-class DeliverySchema(Schema):
-    id = fields.Integer(metadata={"description": "also sent as X-Corral-Delivery, the same on every attempt"})
-    webhook_id = fields.Integer()
-    user = fields.String()
-    event_id = fields.Integer()
-    job_id = fields.Integer()
-    event = fields.String(metadata={"description": "the job event's kind (submitted, placed, succeeded, ...)"})
-    status = fields.String(metadata={"description": "pending, delivered or failed (given up: last_error says why)"})
-    attempts = fields.Integer()
-    created_at = fields.Float()
-    next_attempt_at = fields.Float(allow_none=True)
-    last_attempt_at = fields.Float(allow_none=True)
-    last_status_code = fields.Integer(allow_none=True)
-    last_error = fields.String(allow_none=True)
-    finished_at = fields.Float(allow_none=True)
-
-
-class AttemptSchema(Schema):
-    number = fields.Integer()
-    at = fields.Float()
-    status_code = fields.Integer(allow_none=True)
-    error = fields.String(allow_none=True)
-    duration_ms = fields.Float()
-
-
-class DeliveryDetailSchema(DeliverySchema):
-    body = fields.String(metadata={"description": "the JSON sent, byte for byte"})
-    attempt_log = fields.List(fields.Nested(AttemptSchema))
-
-
-class DeliveryListSchema(Schema):
-    deliveries = fields.List(fields.Nested(DeliverySchema))
-    total = fields.Integer(metadata={"description": "how many match, all pages"})
 
 
 # ---- views ----------------------------------------------------------------------------------------------------------
@@ -215,7 +128,7 @@ def blueprint(prefix: str) -> Blueprint:
             full = limit_refusal(s, who.id)
             if full is not None:
                 abort(409, message=full)
-            hook = create(s, who.id, args["url"], description=args["description"])
+            hook = add_webhook(s, who.id, args["url"], description=args["description"])
             return webhook_json(hook, who.name, secret=True), 201
 
     @blp.route("/webhooks", methods=["GET"])

@@ -37,7 +37,7 @@ from scheduler.live.whatif import (
 from web.api.context import store
 from web.auth import caller, protect
 from web.fair_use import check_whatif
-from web.schemas import WhatIfArgs, WhatIfSchema
+from web.schemas.whatif import WhatIfArgs, WhatIfSchema
 
 POOL_KEY = "corral.whatif_pool"
 DEFAULT_WORKERS = 2

@@ -531,7 +531,7 @@ def move_user(s: Session, user: User, team: str) -> User:
     quota they were submitted to, and moving the user alone would split their work across two teams."""
     if team_by_name(s, team) is None:
         raise UnknownTeam(team)
-    # The user's row locked before counting: a submission reads the team under a share lock (web.api.jobs), so it
+    # The user's row locked before counting: a submission reads the team under a share lock (submitter_team), so it
     # cannot slip a job under the old team between this count and the move (PostgreSQL; SQLite has one writer).
     s.execute(select(User.id).where(User.id == user.id).with_for_update())
     active = active_jobs_of_user(s, user.id)
