@@ -68,3 +68,14 @@ def test_a_field_missing_from_the_table_is_named() -> None:
     assert disagreement("models.Job's columns", STORED_FIELDS[1:], Use.STORED) == [
         f"{STORED_FIELDS[0]}: in the table as stored but not in models.Job's columns"]
     assert len({f.name for f in FIELDS}) == len(FIELDS)  # each field once
+
+
+# `corral submit`'s own options, not a job's fields: where the job comes from, how it is printed, which service.
+SUBMIT_COMMAND_OPTIONS = {"spec_file", "as_json", "url", "token"}
+
+
+def test_corral_submit_has_an_option_for_every_submitted_field() -> None:
+    from scheduler.cli.submit_commands import submit
+
+    options = {p.name for p in submit.params if p.name is not None} - SUBMIT_COMMAND_OPTIONS
+    assert not disagreement("corral submit's options", options, Use.SUBMITTED)
