@@ -189,7 +189,6 @@ def test_only_the_life_cycle_changes_a_jobs_state() -> None:
 # its size when the rule came in) until it is split.
 MAX_LINES = 600
 LARGER = {
-    "scheduler/live/store/queries.py": 910,  # the store's shared queries: by resource next
     "policies/rl_encoding.py": 900,  # the RL encoding: issue 48 rewrites it for speed
     "agents/train.py": 645,
     "scheduler/core/model.py": 620,
