@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,12 +18,14 @@ from typing import Any
 import pytest
 import requests
 import tiers
+from sqlalchemy import update
 from tiers import tiered
 
 from scheduler.core.model import Cluster, ClusterSpec, JobKind, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
 from scheduler.live.runs import JobStatus, Launch, NodeInfo
 from scheduler.live.store import Store
 from scheduler.live.store.models import Job as JobRow
+from scheduler.live.store.models import StoreIdentity
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -152,8 +155,24 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     drop_postgres_schema(schema)
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite store at the newest migration, made once per test process for `store` to copy: running every
+    migration for each test was most of the unit tier's time."""
+    path = tmp_path_factory.mktemp("migrated") / "corral.db"
+    Store.open(f"sqlite:///{path}").close()
+    return path
+
+
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
+def store(db_url: str, migrated_sqlite: Path) -> Iterator[Store]:
+    """A new store at `db_url`: on SQLite a copy of `migrated_sqlite` with an id of its own, as every new store has."""
+    if db_url.startswith("sqlite:///"):
+        shutil.copyfile(migrated_sqlite, db_url.removeprefix("sqlite:///"))
+        copy = Store.open(db_url, migrate=False)
+        with copy.session(write=True) as s:
+            s.execute(update(StoreIdentity).values(store_id=str(uuid.uuid4()), created_at=time.time()))
+        copy.close()
     st = Store.open(db_url)
     yield st
     st.close()
