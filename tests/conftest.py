@@ -157,23 +157,28 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty SQLite store at the newest migration, made once per test process for `store` to copy: running every
-    migration for each test was most of the unit tier's time."""
+    """An empty SQLite store at the newest migration, made once per test process for `new_store` to copy: running
+    every migration for each test was most of the unit tier's time."""
     path = tmp_path_factory.mktemp("migrated") / "corral.db"
     Store.open(f"sqlite:///{path}").close()
     return path
 
 
-@pytest.fixture
-def store(db_url: str, migrated_sqlite: Path) -> Iterator[Store]:
-    """A new store at `db_url`: on SQLite a copy of `migrated_sqlite` with an id of its own, as every new store has."""
-    if db_url.startswith("sqlite:///"):
-        shutil.copyfile(migrated_sqlite, db_url.removeprefix("sqlite:///"))
-        copy = Store.open(db_url, migrate=False)
+def new_store(url: str, migrated: Path) -> Store:
+    """A new store at `url`: on SQLite a copy of `migrated` (the `migrated_sqlite` fixture) with an id of its own, as
+    every new store has; elsewhere made by its migrations."""
+    if url.startswith("sqlite:///"):
+        shutil.copyfile(migrated, url.removeprefix("sqlite:///"))
+        copy = Store.open(url, migrate=False)
         with copy.session(write=True) as s:
             s.execute(update(StoreIdentity).values(store_id=str(uuid.uuid4()), created_at=time.time()))
         copy.close()
-    st = Store.open(db_url)
+    return Store.open(url)
+
+
+@pytest.fixture
+def store(db_url: str, migrated_sqlite: Path) -> Iterator[Store]:
+    st = new_store(db_url, migrated_sqlite)
     yield st
     st.close()
 

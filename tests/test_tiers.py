@@ -26,6 +26,7 @@ def is_initialized():
 CONFTEST = """
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,9 @@ def through(declared_ray):
 @pytest.fixture
 def undeclared_serve():
     proc = subprocess.Popen([str(Path(__file__).with_name("corral")), "serve"])
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    while not cmdline.read_bytes():  # until the exec has laid out its argv, as a real server answers when up
+        time.sleep(0.01)
     yield
     proc.kill()
     proc.wait()
