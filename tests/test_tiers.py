@@ -65,6 +65,14 @@ def undeclared_serve():
     proc.wait()
 
 
+@pytest.fixture(scope="module")
+@tiered("ray")
+def module_ray():
+    ray.on = True
+    yield
+    ray.on = False
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 @tiered("postgres", param="postgresql")
 def url(request):
@@ -126,6 +134,16 @@ def test_undeclared_serve(undeclared_serve):
     pass
 """
 
+# Runs after the module above (file order): Ray stays up for the module, as a module-scoped cluster does.
+MODULE_TESTS = """
+def test_uses_module_ray(module_ray):
+    pass
+
+
+def test_after_module_ray():
+    pass
+"""
+
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, list[str]], str]:
@@ -134,6 +152,7 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, list[str]
     (folder / "ray.py").write_text(FAKE_RAY)
     (folder / "conftest.py").write_text(CONFTEST)
     (folder / "test_stand_ins.py").write_text(TESTS)
+    (folder / "test_stand_ins_module.py").write_text(MODULE_TESTS)
     corral = folder / "corral"
     corral.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")  # runs as `python .../corral serve`
     corral.chmod(0o755)
@@ -157,6 +176,8 @@ def test_a_test_gets_the_tiers_of_the_fixtures_it_uses_and_unit_where_none(
         "test_overridden": ["unit"],  # the closest definition of `page` is the one that runs
         "test_undeclared_ray": ["unit"],
         "test_undeclared_serve": ["unit"],
+        "test_uses_module_ray": ["ray"],
+        "test_after_module_ray": ["unit"],
     }, report
 
 
@@ -168,7 +189,9 @@ def test_a_unit_test_that_starts_ray_or_corral_serve_fails_saying_so(
     assert summary == {"test_plain": "PASSED", "test_declared": "PASSED", "test_through": "PASSED",
                        "test_url[sqlite]": "PASSED", "test_url[postgresql]": "PASSED", "test_marked": "PASSED",
                        "test_overridden": "PASSED", "test_undeclared_ray": "FAILED",
-                       "test_undeclared_serve": "FAILED"}, report
+                       "test_undeclared_serve": "FAILED", "test_uses_module_ray": "PASSED",
+                       # not its doing: Ray was up before its fixtures were set up
+                       "test_after_module_ray": "PASSED"}, report
     assert "test_undeclared_ray is in the unit tier but runs a Ray connection (ray.is_initialized())" in report
     assert "test_undeclared_serve is in the unit tier but runs `corral serve` (pid" in report
     assert "must say so with @tiered(...)" in report

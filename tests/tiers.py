@@ -4,8 +4,8 @@ A fixture that starts something beyond Python (a Ray cluster, `corral serve`, a 
 PostgreSQL schema) says so with `@tiered(...)`, placed below `@pytest.fixture`. A test gets the tier of every such
 fixture in its fixture closure (what it asks for, and what those ask for), plus any tier marker it, its class or its
 module carries itself (`pytestmark = pytest.mark.slow` for a module of long runs); a test with none is `unit`, the
-tier `make test-fast` runs. After each `unit` test, a guard fails it if Ray or `corral serve` is running anyway, so a
-fixture that starts one without saying so is found the first time it runs.
+tier `make test-fast` runs. After each `unit` test, a guard fails it if Ray or `corral serve` runs that did not
+before its fixtures were set up, so a fixture that starts one without saying so is found the first time it runs.
 """
 
 from __future__ import annotations
@@ -106,25 +106,36 @@ def _started(pid: int) -> str | None:
     return None
 
 
-def beyond_python(pid: int) -> list[str]:
+def beyond_python(pid: int) -> set[str]:
     """What this process runs that the unit tier must not: a Ray connection, Ray's processes or `corral serve`
     among its descendants."""
-    running = []
+    running = {what for child in _descendants(pid) if (what := _started(child)) is not None}
     ray = sys.modules.get("ray")
     is_initialized = getattr(ray, "is_initialized", None)
     if is_initialized is not None and is_initialized():
-        running.append("a Ray connection (ray.is_initialized())")
-    running.extend(what for child in _descendants(pid) if (what := _started(child)) is not None)
+        running.add("a Ray connection (ray.is_initialized())")
     return running
+
+
+# What ran before a unit test's fixtures were set up: a module-scoped fixture another test of its module declared
+# (and started) may still be up, and is not this test's doing.
+_BEFORE = pytest.StashKey[set[str]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    if item.get_closest_marker("unit") is not None:
+        item.stash[_BEFORE] = beyond_python(os.getpid())
+    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     result = yield
     if item.get_closest_marker("unit") is not None:
-        running = beyond_python(os.getpid())
-        if running:
-            pytest.fail(f"{item.nodeid} is in the unit tier but runs {', '.join(running)}: the fixture that starts "
+        started = sorted(beyond_python(os.getpid()) - item.stash.get(_BEFORE, set()))
+        if started:
+            pytest.fail(f"{item.nodeid} is in the unit tier but runs {', '.join(started)}: the fixture that starts "
                         f"it must say so with @tiered(...) (tests/tiers.py), so that `make test-fast` leaves it out",
                         pytrace=False)
     return result
