@@ -49,8 +49,8 @@ test: $(STAMP) lint
 		echo "chromium could not be installed: the dashboard's browser tests will skip"
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
-# The unit tier alone (nothing but Python: no Ray, browser, PostgreSQL, namespaces or tests of seconds), under a
-# minute on two cores. It prints its ten slowest tests: one of seconds belongs in `slow` (@pytest.mark.slow).
+# The unit tier alone (nothing but Python: no Ray, browser, PostgreSQL, namespaces or tests of seconds): about three
+# CPU-minutes, spread over the cores. It prints its ten slowest tests: one of seconds belongs in `slow`.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n auto -q -m unit --durations=10
 
