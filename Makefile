@@ -49,9 +49,10 @@ test: $(STAMP) lint
 		echo "chromium could not be installed: the dashboard's browser tests will skip"
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
-# The unit tier alone (nothing but Python: no Ray, browser, PostgreSQL, namespaces or long subprocess runs).
+# The unit tier alone (nothing but Python: no Ray, browser, PostgreSQL, namespaces or tests of seconds): about three
+# CPU-minutes, spread over the cores. It prints its ten slowest tests: one of seconds belongs in `slow`.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n auto -q -m unit
+	$(BIN)/python -m pytest -n auto -q -m unit --durations=10
 
 # Lint and types, at the strictness pyproject.toml sets ([tool.ruff], [tool.mypy]).
 lint: $(STAMP)

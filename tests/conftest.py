@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,49 +17,24 @@ from typing import Any
 
 import pytest
 import requests
+import tiers
+from sqlalchemy import update
+from tiers import tiered
 
 from scheduler.core.model import Cluster, ClusterSpec, JobKind, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
 from scheduler.live.runs import JobStatus, Launch, NodeInfo
 from scheduler.live.store import Store
 from scheduler.live.store.models import Job as JobRow
+from scheduler.live.store.models import StoreIdentity
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
-# ---- tiers ---------------------------------------------------------------------------------------------------------
-# Every test gets one or more tier markers from what it needs beyond Python; `unit` is what needs nothing else
-# (`make test-fast`). Modules, not tests, are listed where every test of the module starts the thing (a module-scoped
-# fixture does); a test elsewhere is tiered by the fixtures it uses.
-# A local Ray cluster, or `corral serve` (one):
-RAY_MODULES = {"test_controller", "test_drains", "test_live", "test_live_teams", "test_ray_auth", "test_restarts",
-               "test_standby", "test_multihost", "test_dashboard", "test_live_lifecycle", "test_live_racks"}
-RAY_FIXTURES = {"ray_head"}
-BROWSER_MODULES = {"test_dashboard", "test_dashboard_teams", "test_dashboard_truth"}
-BROWSER_FIXTURES = {"browser", "page"}
-NETNS_MODULES = {"test_multihost"}  # hosts in network namespaces
-# Subprocess-heavy or long (seconds each): outside the unit tier, though they need nothing but Python.
-# Single tests of seconds carry `@pytest.mark.slow` themselves.
-SLOW_MODULES = {"test_gpu_benchmarks", "test_job_isolation", "test_api_fuzz", "test_train", "test_real_traces",
-                "test_deepshare", "test_rl_latency_equivalence"}
-TIERS = ("ray", "browser", "postgres", "netns", "slow")
+# ---- tiers: tests/tiers.py gives each test the tiers of the fixtures it uses (`@tiered` on those fixtures) ------
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if isinstance(item, pytest.Function) else ""
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if module in RAY_MODULES or fixtures & RAY_FIXTURES:
-            item.add_marker(pytest.mark.ray)
-        if module in BROWSER_MODULES or fixtures & BROWSER_FIXTURES:
-            item.add_marker(pytest.mark.browser)
-        if module in NETNS_MODULES:
-            item.add_marker(pytest.mark.netns)
-        if module in SLOW_MODULES:
-            item.add_marker(pytest.mark.slow)
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None and "postgresql" in callspec.id.split("-"):
-            item.add_marker(pytest.mark.postgres)
-        if not any(item.get_closest_marker(t) for t in TIERS):
-            item.add_marker(pytest.mark.unit)
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("tiers"):
+        config.pluginmanager.register(tiers, "tiers")
 
 
 def shared_file(*parts: str) -> Path:
@@ -167,6 +143,7 @@ def drop_postgres_schema(schema: str) -> None:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
+@tiered("postgres", param="postgresql")
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty database URL: a SQLite file, or a schema of its own in PostgreSQL."""
     if request.param == "sqlite":
@@ -178,9 +155,30 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     drop_postgres_schema(schema)
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite store at the newest migration, made once per test process for `new_store` to copy: running
+    every migration for each test was most of the unit tier's time."""
+    path = tmp_path_factory.mktemp("migrated") / "corral.db"
+    Store.open(f"sqlite:///{path}").close()
+    return path
+
+
+def new_store(url: str, migrated: Path) -> Store:
+    """A new store at `url`: on SQLite a copy of `migrated` (the `migrated_sqlite` fixture) with an id of its own, as
+    every new store has; elsewhere made by its migrations."""
+    if url.startswith("sqlite:///"):
+        shutil.copyfile(migrated, url.removeprefix("sqlite:///"))
+        copy = Store.open(url, migrate=False)
+        with copy.session(write=True) as s:
+            s.execute(update(StoreIdentity).values(store_id=str(uuid.uuid4()), created_at=time.time()))
+        copy.close()
+    return Store.open(url)
+
+
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    st = Store.open(db_url)
+def store(db_url: str, migrated_sqlite: Path) -> Iterator[Store]:
+    st = new_store(db_url, migrated_sqlite)
     yield st
     st.close()
 
@@ -338,6 +336,7 @@ def browser_or_skip() -> Any:
 
 
 @pytest.fixture(scope="module")
+@tiered("browser")
 def browser() -> Iterator[Any]:
     sync_playwright = browser_or_skip()
     with sync_playwright() as p:

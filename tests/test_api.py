@@ -625,6 +625,7 @@ def test_concurrent_submissions_all_land_and_a_shared_client_token_makes_one_job
     assert env.job_count() == 41
 
 
+@pytest.mark.slow
 def test_idempotency_holds_under_a_burst_of_retries(env: Env) -> None:
     """400 concurrent submissions over 50 client tokens (eight retries each, interleaved), while another process's
     connections (the controller's, a replica's) keep committing writes: never an error, one job per token, and every

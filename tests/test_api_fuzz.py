@@ -31,6 +31,8 @@ from scheduler.live.store.queries import create_token
 from web import create_app
 from web.limits import DB_INT_MAX
 
+pytestmark = pytest.mark.slow  # fuzzing every operation: about a minute
+
 API = "/api/v1"
 MAX_EXAMPLES = 60  # per operation and mode: about a minute for the four runs (2 databases x positive/negative)
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

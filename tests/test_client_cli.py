@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import served
+from conftest import new_store, served
 from sqlalchemy import select
 
 from scheduler.cli.client import ClientError, CorralClient
 from scheduler.cli.commands import main
 from scheduler.live.job_files import log_path
-from scheduler.live.store import JobState, Store
+from scheduler.live.store import JobState, Store, database_url
 from scheduler.live.store.models import Allocation, ApiToken, Gpu, Job, Node, Team, User
 from scheduler.live.store.queries import create_token
 from web import create_app
@@ -33,8 +33,8 @@ class Server:
 
 
 @pytest.fixture
-def server(corral_home: Path) -> Iterator[Server]:
-    store = Store.open()  # CORRAL_HOME's SQLite: what `corral token create` opens too
+def server(corral_home: Path, migrated_sqlite: Path) -> Iterator[Server]:
+    store = new_store(database_url(), migrated_sqlite)  # CORRAL_HOME's SQLite: what `corral token create` opens too
     with store.session() as s:
         token = create_token(s, "alice")
     # alice submits command jobs: this server trusts its users with its own account (`--command-jobs everyone`)

@@ -32,7 +32,8 @@ from tests.test_api import EMULATED, field_errors, make_env
 
 LLAMA = "LLaMA-7B-serve"  # 15 GB in the catalog
 SMALL = "ResNet-50-bs64"  # 4.17 GB: a quarter of an 80 GB GPU holds it
-POLICIES = ["fifo", "gandiva", "contention-greedy", "tiresias", "rl:default"]
+POLICIES = ["fifo", "gandiva", "contention-greedy", "tiresias",
+            pytest.param("rl:default", marks=pytest.mark.slow)]  # loading and running the agent: seconds
 
 
 def spec(name: str, share: float, model: str = SMALL, user: str = "", submit: float = 0.0,

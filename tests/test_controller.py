@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import virtual_ray_cluster
 from sqlalchemy import select
+from tiers import tiered
 
 from policies import make_policy
 from policies.tiresias import Tiresias
@@ -32,6 +33,7 @@ NAMES = ["n0", "n1"]
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {n: GPUS for n in NAMES}) as c:
         yield c

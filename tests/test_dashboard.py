@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import requests
 from conftest import ServeProcess, wait_until
+from tiers import tiered
 
 from scheduler.live.store import Store, queries
 
@@ -115,6 +116,7 @@ class Service(ServeProcess):
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def service(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     svc = Service(tmp_path_factory.mktemp("dashboard"))
     yield svc

@@ -41,6 +41,8 @@ from scheduler.core.model import Placement, SpecError, parse_cluster
 from scheduler.core.simulator import Simulator
 from scheduler.core.traces import synthetic
 
+pytestmark = pytest.mark.slow  # trains and evaluates DeepShare agents
+
 Chooser = Callable[[np.ndarray], int]
 
 

@@ -257,6 +257,7 @@ def test_ray_head_offers_no_resources_for_jobs() -> None:
     assert "deploy" not in RAW["services"]["ray-head"]
 
 
+@pytest.mark.slow
 def test_worker_runs_the_node_agent_joined_to_the_head(env: dict[str, str], tmp_path: Path) -> None:
     """Each worker container is one `corral node start`, whose resources are exactly `node_resources` for its name
     and GPU count (checked by running the real agent's dry run with the same arguments)."""
@@ -282,6 +283,7 @@ def test_worker_runs_the_node_agent_joined_to_the_head(env: dict[str, str], tmp_
                                                                rack)
 
 
+@pytest.mark.slow
 def test_worker_pushes_gpu_health_to_the_service_s_api(env: dict[str, str], tmp_path: Path) -> None:
     """`--api` names the corral service at the port its API listens on inside the network, and the agent's token is
     CORRAL_NODE_TOKEN (empty by default: the agent then says it does not push, and runs)."""
@@ -527,6 +529,7 @@ def test_dockerfile_healthcheck_asks_the_health_endpoint_with_python() -> None:
     assert "curl" not in check[0]
 
 
+@pytest.mark.slow
 def test_the_image_gets_every_data_file_the_packages_read(tmp_path: Path) -> None:
     """`pip install .` installs only what the wheel carries: every non-Python file of the packages must be in it, or
     be one the Dockerfile copies in itself (the shipped agents)."""

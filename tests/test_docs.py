@@ -50,6 +50,7 @@ def test_every_endpoint_says_what_it_does() -> None:
     assert not bare, f"endpoints without a summary (give the view a docstring): {bare}"
 
 
+@pytest.mark.slow
 def test_the_guides_example_policy_runs_in_the_simulator(tmp_path: Path) -> None:
     guide = (ROOT / "docs" / "writing-a-policy.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", guide, re.DOTALL)

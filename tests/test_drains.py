@@ -14,6 +14,7 @@ import pytest
 from conftest import job as spec
 from conftest import small_cluster, virtual_ray_cluster
 from sqlalchemy import select, update
+from tiers import tiered
 
 from policies import make_policy
 from scheduler.core.model import Placement
@@ -111,6 +112,7 @@ def test_a_stale_or_healthy_report_names_no_fault() -> None:
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("ray")
     with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {n: GPUS for n in NAMES}) as c:

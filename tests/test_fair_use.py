@@ -183,6 +183,7 @@ def flood(wenv: WhatIfEnv, n: int) -> None:
                        state=JobState.PENDING, env={}) for i in range(n)])
 
 
+@pytest.mark.slow
 def test_another_users_queue_does_not_fail_a_whatif(wenv: WhatIfEnv) -> None:
     """Issue 25: with 3,025 of one user's jobs pending, every other non-admin's what-if failed with 422 ("3025 jobs
     exceed the budget"). Now it succeeds, simulating the first pending jobs in queue order and saying how many it

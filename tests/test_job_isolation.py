@@ -30,8 +30,11 @@ from scheduler.live.worker import Worker
 JOB_USER = "corral-test-job"
 STORE = "5f0c1d52-3a57-4d0e-9a43-1f7c2b2d9e01"  # the store whose jobs these are
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
-                                reason="switching a job to another OS user needs root and useradd")
+pytestmark = [
+    pytest.mark.slow,  # every test runs jobs as processes, some as another OS user
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                       reason="switching a job to another OS user needs root and useradd"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ import pytest
 import requests
 from conftest import CORRAL, ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
 from sqlalchemy import select
+from tiers import tiered
 
 from scheduler.core.workloads import catalog
 from scheduler.live.runs import NAMESPACE
@@ -34,6 +35,7 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {f"node{i}": GPUS for i in range(NODES)}) as c:
         yield c
@@ -97,6 +99,7 @@ class Service:
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@tiered("postgres", param="postgresql")
 def live(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[Service]:
     home = tmp_path_factory.mktemp(f"live-{request.param}")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import requests
 from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
+from tiers import tiered
 
 from scheduler.live.store import Store, queries
 
@@ -24,6 +25,7 @@ EMULATED = {"kind": "emulated", "model": "ResNet-50-bs64"}
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {"node0": 4}) as c:
         yield c
@@ -62,6 +64,7 @@ class Service:
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@tiered("postgres", param="postgresql")
 def service(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Service]:
     home = tmp_path_factory.mktemp(f"lifecycle-{request.param}")

@@ -25,6 +25,7 @@ from conftest import (
     wait_until,
 )
 from sqlalchemy import update
+from tiers import tiered
 
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.nodes import register_nodes
@@ -42,6 +43,7 @@ EMULATED = {"kind": "emulated", "model": "ResNet-50-bs64"}
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), NODES, RACKS) as c:
         yield c
@@ -108,6 +110,7 @@ def drain_all_but_n0(store: Store) -> None:
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+@tiered("postgres", param="postgresql")
 def service(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[Service]:
     home = tmp_path_factory.mktemp(f"racks-{request.param}")

@@ -17,6 +17,7 @@ import pytest
 import requests
 from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
 from sqlalchemy import func, select
+from tiers import tiered
 
 from scheduler.live.job_files import store_dir
 from scheduler.live.store import Store, queries
@@ -31,6 +32,7 @@ A_WORK_S, B_WORK_S = 25.0, 4.0  # A's jobs still run when B's arrive; B's finish
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {f"node{i}": GPUS for i in range(NODES)}) as c:
         yield c
@@ -52,6 +54,7 @@ class Client:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
+@tiered("postgres", param="postgresql")
 def service(request: pytest.FixtureRequest, ray_cluster: Any, tmp_path: Path) -> Iterator[Service]:
     home = tmp_path / "home"
     home.mkdir()

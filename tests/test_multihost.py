@@ -16,11 +16,14 @@ import pytest
 from conftest import wait_until
 from corral_hosts import GPUS, Cluster, corral_on_hosts, nodes_of
 from netns import hosts_or_skip
+from tiers import tiered
 
 pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
+@tiered("netns")
+@tiered("ray")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     hosts_or_skip()
     with corral_on_hosts(tmp_path_factory.mktemp("hosts")) as c:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from tiers import tiered
 
 from scheduler.cli.commands import main
 from scheduler.live.node.daemon import AgentError, AgentOptions, NodeAgent, discover
@@ -543,6 +544,7 @@ backend.shutdown()
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str], Path]]:
     """A Ray head on 127.0.0.1 (free ports, its own temp folder and auth token), stopped after the module."""
     folder = tmp_path_factory.mktemp("head")

@@ -61,6 +61,7 @@ def test_an_installed_packages_policy_is_listed_built_and_simulated(site: Path) 
     assert {j.spec.name: j.first_start_s for j in fifo.jobs}["b"] == 100.0  # the difference is the plugin's rule
 
 
+@pytest.mark.slow
 def test_corral_simulate_takes_the_installed_policy_by_name(site: Path, tmp_path: Path) -> None:
     install(site, "corral-lifo", {"lifo": "corral_lifo:Lifo"})
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE), os.environ.get("PYTHONPATH", "")])}

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 import ray
 from ray.experimental import internal_kv
+from tiers import tiered
 
 from scheduler.core.errors import SpecError
 from scheduler.live import ray_auth
@@ -82,6 +83,7 @@ def home() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def backend(home: Path) -> Iterator[RayBackend]:
     b = RayBackend.local(1, 2)
     yield b
@@ -159,6 +161,7 @@ def attacker_python() -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def open_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Ray head on 127.0.0.1 started WITHOUT token authentication, as an operator might have one."""
     folder = Path(tempfile.mkdtemp(prefix="corral-open-"))  # short: Ray's socket paths live under it

@@ -17,6 +17,8 @@ from test_cli import JSON_KEYS
 
 from scheduler.cli.commands import main
 
+pytestmark = pytest.mark.slow  # whole real trace slices through the simulator
+
 
 @pytest.mark.parametrize(("trace", "cluster"), [
     ("philly_day60.csv", "pcie-v100:48"),

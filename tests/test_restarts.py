@@ -17,17 +17,21 @@ import pytest
 import requests
 from conftest import CORRAL, ServeProcess, drop_postgres_schema, postgres_schema_url, wait_until
 from sqlalchemy import select
+from tiers import tiered
 
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Allocation, JobEvent
 from scheduler.live.store.models import Job as JobRow
 
 pytest.importorskip("ray")
+# Every test starts `corral serve`, and with it a local Ray cluster, in its own body rather than from a fixture.
+pytestmark = pytest.mark.ray
 
 SERVE = ["--nodes", "1", "--gpus-per-node", "2", "--policy", "fifo", "--tick", "0.2"]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
+@tiered("postgres", param="postgresql")
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'home' / 'corral.db'}"

@@ -76,6 +76,7 @@ def test_the_backoff_doubles_is_capped_and_only_listed_codes_retry() -> None:
     assert retry_delay(0, 0, None, 30.0, 1) is None  # the default: no retries
 
 
+@pytest.mark.slow
 def test_a_listed_exit_code_runs_again_after_a_doubling_backoff_then_fails_with_its_last_reason(
         store: Store, corral_home: Path) -> None:
     backend = Failing()

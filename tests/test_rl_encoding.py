@@ -288,6 +288,7 @@ def test_size_features_follow_the_job_not_its_id_across_simulations() -> None:
     assert np.array_equal(obs(small), alone)
 
 
+@pytest.mark.slow
 def test_the_default_teachers_are_per_regime_and_every_choice_is_an_action() -> None:
     from agents.imitation import BEST, FINE_TEACHER, collect
 

@@ -47,6 +47,8 @@ from scheduler.core.model import parse_cluster
 from scheduler.core.simulator import Simulator
 from scheduler.core.traces import scale_to_load, synthetic
 
+pytestmark = pytest.mark.slow  # whole simulations replayed decision by decision
+
 # name: (cluster, synthetic mix, jobs, offered load, seed, digests separated by |)
 CASES: dict[str, tuple[str, dict[str, Any], int, float, int, str]] = {
     # Re-recorded (2026-11-25) when the preemption slots' victims changed on purpose (issue 26: no wasteful

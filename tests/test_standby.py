@@ -30,6 +30,7 @@ from conftest import (
     wait_until,
 )
 from sqlalchemy import select
+from tiers import tiered
 
 from policies import make_policy
 from scheduler.live.cluster import build_live_cluster
@@ -47,6 +48,7 @@ TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
 @pytest.fixture
+@tiered("postgres")
 def pg_url() -> Iterator[str]:
     schema = f"corral_standby_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     url = postgres_schema_url(schema)  # skips, saying why, without PostgreSQL
@@ -324,6 +326,7 @@ E2E_GPUS = 4
 
 
 @pytest.fixture(scope="module")
+@tiered("ray")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("ray")
     with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {f"node{i}": E2E_GPUS for i in range(E2E_NODES)}) as c:

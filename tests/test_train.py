@@ -22,6 +22,8 @@ from scheduler.cli.commands import main
 from scheduler.core.model import SpecError
 from scheduler.core.simulator import Simulator
 
+pytestmark = pytest.mark.slow  # every test trains or evaluates an agent
+
 TINY = {"timesteps": 512, "n_envs": 1, "n_steps": 256, "batch_size": 64, "window": 40, "eval_window": 40,
         "eval_scenarios": 1, "eval_freq": 256, "warm_start_samples": 300, "presets": ["pcie-v100"], "nodes": (2, 3)}
 

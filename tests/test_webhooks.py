@@ -770,6 +770,7 @@ def socket_port_not_listening() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_one_users_hanging_receivers_delay_another_users_delivery_by_seconds_at_most(site: Site,
                                                                                       receiver: Receiver) -> None:
     """Issue 46: one user's many webhooks to a receiver that never answers took every worker, one 5-s timeout after

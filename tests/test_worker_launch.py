@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from scheduler.live.runs import Launch, RankSpec, rank_env
 from scheduler.live.worker import Worker
 
@@ -110,6 +112,7 @@ def start_trapping(tmp_path: Path, args: str) -> tuple[Worker, Launch, int]:
     return worker, spec, int(pid_file.read_text())
 
 
+@pytest.mark.slow  # waits out a real grace period
 def test_a_stop_logs_what_the_program_says_after_its_shell_has_ended(tmp_path: Path) -> None:
     """`sh -c 'python ...; true'` ends at the SIGTERM while python takes a second to save its checkpoint: the log
     keeps reading until python is done (it used to stop half a second after the shell), within the grace."""
@@ -122,6 +125,7 @@ def test_a_stop_logs_what_the_program_says_after_its_shell_has_ended(tmp_path: P
     assert "ready" in log and "saved the checkpoint" in log
 
 
+@pytest.mark.slow  # waits out a real grace period
 def test_a_stop_kills_a_program_that_outlives_its_grace_though_its_shell_ended(tmp_path: Path) -> None:
     """The grace is the group's: a program that ignores SIGTERM is killed when it runs out, even though the shell
     that started it ended at once (it used to be left running, holding its GPU)."""
