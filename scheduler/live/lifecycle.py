@@ -30,7 +30,8 @@ from scheduler.live.store.reason_columns import pending_columns, set_end, set_pe
 
 # From each state, the states a job may move to. A job that ended is resubmitted as a new job, never revived.
 TRANSITIONS: Mapping[S, frozenset[S]] = {
-    S.PENDING: frozenset({S.RUNNING, S.CANCELLED, S.FAILED}),  # placed; cancelled (or its dependencies never hold); rejected
+    # placed; cancelled (or its dependencies can never hold); rejected (the cluster can never run it)
+    S.PENDING: frozenset({S.RUNNING, S.CANCELLED, S.FAILED}),
     # back to the queue (preempted, requeued, retried, lost); ended
     S.RUNNING: frozenset({S.PENDING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMED_OUT}),
     S.SUCCEEDED: frozenset(),
@@ -57,8 +58,8 @@ def cancel_pending(s: Session, job_id: int, now: float) -> bool:
     then asks the controller to stop it)."""
     done = cast("CursorResult[Any]", s.execute(  # an UPDATE's result is a cursor's, which counts the rows
         update(JobRow).where(JobRow.id == job_id, JobRow.state == S.PENDING)
-        .values(state=S.CANCELLED, finished_at=now, cancel_requested=True, **pending_columns(None), pending_until=None,
-                held_at=None, held_by=None))).rowcount
+        .values(state=S.CANCELLED, finished_at=now, cancel_requested=True, **pending_columns(None),
+                pending_until=None, held_at=None, held_by=None))).rowcount
     if done:
         add_event(s, job_id, "cancelled", "cancelled while pending", at=now)
     return bool(done)
@@ -99,8 +100,7 @@ class LifeCycle:
                    reason: Reason | None = None, **data: Any) -> Job:
         """Back to the queue, in its old place (submission order): its run (if any) is taken off its GPUs; `reason`
         is its pending reason (None: the policy or the cluster will say), and the event's words unless `message` says
-        otherwise. Counters (restarts, retries, preemptions)
-        are the caller's, set before the move."""
+        otherwise. Counters (restarts, retries, preemptions) are the caller's, set before the move."""
         check(row.id, row.state, S.PENDING)
         if row.id in self.runs.running:
             self.runs.end_run(s, row, now)

@@ -87,8 +87,9 @@ class Reports:
         """The run ended: `why` is a failed job's reason (the worker's error, or at least its exit code: users read it
         in `corral jobs`), None for a success."""
         self.workers.forget(row.id)
-        self.lifecycle.to_terminal(s, row, state, now, event=str(state), message=why.text if why else f"exit code {code}",
-                                   why=why, exit_code=code, attempt=row.attempt, ranks_ended_at=ranks_ended_at)
+        self.lifecycle.to_terminal(s, row, state, now, event=str(state),
+                                   message=why.text if why else f"exit code {code}", why=why, exit_code=code,
+                                   attempt=row.attempt, ranks_ended_at=ranks_ended_at)
         if state is S.SUCCEEDED:
             row.progress = 1.0
             # Only an emulated job's duration_s is its isolated run time; a command job's is the user's estimate, and
