@@ -27,6 +27,7 @@ The controller is the loop, the leadership and recovery; each concern of a pass 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -428,7 +429,10 @@ class Controller:
             self._last_reap = now
             self._reap_strays()
         for launch in ctx.launches.values():
-            self.workers.launch(launch)
+            # At the rate the pass ended with: a neighbour placed after it in the same pass slowed it before its
+            # workers existed to be told (the rate in the launch is the one it was placed with).
+            job = self.m.running.get(launch.job_id)
+            self.workers.launch(launch if job is None else dataclasses.replace(launch, rate=job.rate))
         if ctx.launches:
             self._starting = True
         return stats

@@ -134,16 +134,20 @@ class Memory:
 
     def end_run(self, s: Session, row: JobRow, now: float) -> Job:
         """Take a run off its GPUs: close its allocations, account its service, and re-rate its neighbours."""
-        slow_integral = self.slowdowns.close(row.id, now, self.ran_from(row.id))
+        # The run's workers stopped when they said so (every rank's end, as they report it), not when this pass read
+        # it: a busy controller would otherwise count its own delay as the job's run time and observed slowdown.
+        last = self.reported.pop(row.id, None)
+        ends = [t for t in last.ended_at if t is not None] if last is not None else []
+        ended = min(now, max(ends)) if last is not None and ends and len(ends) == len(last.ended_at) else now
+        slow_integral = self.slowdowns.close(row.id, ended, self.ran_from(row.id))
         self.started.pop(row.id, None)
-        self.reported.pop(row.id, None)
         job = self.running[row.id]
         job.end_s = now  # the fair share counts its GPUs up to here, even if the frame looks later
         attempt = self.attempt.pop(row.id)
         affected = self.book.stop(job, now)
         row.attained_gpu_s = job.attained_gpu_s  # (the job's was the row's: `job_of` read it, nothing else adds)
         if row.started_at is not None:  # the workers ran: account the run and what the model expected of it
-            ran = max(0.0, now - row.started_at)
+            ran = max(0.0, ended - row.started_at)
             before = (row.predicted_slowdown_avg or 0.0) * row.run_s
             row.run_s += ran
             if row.run_s > 0:
@@ -153,7 +157,7 @@ class Memory:
         row.started_at = None
         for j in affected:
             if j in self.running:
-                self.set_rate(self.running[j], s)
+                self.set_rate(self.running[j], s, since=ended)
         return job
 
     def queued(self, job_id: int, reason: Reason | None) -> None:
@@ -169,10 +173,11 @@ class Memory:
         self.pending.pop(job_id, None)
         self.reasons.forget(job_id)
 
-    def set_rate(self, job: Job, s: Session | None = None) -> None:
-        """The run's progress rate from its predicted slowdown, to its (emulated) workers and, in a pass, the store."""
+    def set_rate(self, job: Job, s: Session | None = None, *, since: float | None = None) -> None:
+        """The run's progress rate from its predicted slowdown, to its (emulated) workers and, in a pass, the store.
+        `since`: when the contention changed, if earlier than now (a neighbour whose workers ended before this pass)."""
         slow = self.contention.slowdown(job.id)
-        self.slowdowns.set(job.id, slow, time.time(), self.ran_from(job.id))
+        self.slowdowns.set(job.id, slow, time.time() if since is None else since, self.ran_from(job.id))
         job.rate = progress_rate(job.spec.kind, slow)
         self.workers.set_rate(job.id, job.rate)
         if s is not None:
