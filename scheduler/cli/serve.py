@@ -173,7 +173,8 @@ def leadership_for(store: Store, cfg: ServeConfig, lock: StoreLock | None = None
     if not cfg.ray_address:
         log.warning("no --ray-address: this replica runs its own Ray cluster, so it can lead but a standby could not "
                     "adopt its workers; for two replicas start both with the same --ray-address")
-    return Lease(store, **timings(cfg.lease_s, cfg.lease_renew_s))
+    t = timings(cfg.lease_s, cfg.lease_renew_s)
+    return Lease(store, ttl_s=t["ttl_s"], renew_s=t["renew_s"], poll_s=t["poll_s"], margin_s=t["margin_s"])
 
 
 def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
