@@ -36,7 +36,7 @@ from policies import make_policy
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
 from scheduler.live.job_files import store_dir
-from scheduler.live.leader import Lease, NotLeader, SoleLeader
+from scheduler.live.leader import Lease, NotLeader, SoleLeader, timings
 from scheduler.live.runs import NAMESPACE, JobStatus, Launch, actor_name
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Allocation, ControllerLease, JobEvent
@@ -148,6 +148,20 @@ def test_a_lease_needs_a_shared_database(tmp_path: Path) -> None:
         assert "SQLite" in str(SoleLeader().status()["lease"])
     finally:
         store.close()
+
+
+def test_the_lease_flags_give_the_poll_and_the_margin_and_refuse_a_renewal_slower_than_the_lease() -> None:
+    from click.testing import CliRunner
+
+    from scheduler.cli.commands import main
+
+    assert timings() == {"ttl_s": 4.0, "renew_s": 1.0, "poll_s": 0.25, "margin_s": 1.5}
+    assert timings(10.0, 2.5) == {"ttl_s": 10.0, "renew_s": 2.5, "poll_s": 0.625, "margin_s": 3.75}
+    assert timings(60.0)["poll_s"] == 1.0  # a standby polls at least every second
+    with pytest.raises(ValueError, match="more often than it lasts"):
+        timings(4.0, 4.0)
+    result = CliRunner().invoke(main, ["serve", "--lease", "2", "--lease-renew", "3"])
+    assert result.exit_code == 2 and "--lease-renew" in result.output and "more often" in result.output
 
 
 class Idle(InMemoryBackend):
