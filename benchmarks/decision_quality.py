@@ -590,7 +590,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     policies = resolve_policies(args.policies, args.extra)
     n_cases = sum(len(g.cases) for g in groups)
     print(f"{n_cases} cases ({len(groups)} workload x load groups, {args.seeds} seeds), {len(policies)} policies: "
-          f"{', '.join(policies)}; {args.jobs} workers")
+          f"{', '.join(policies)}; "
+          f"{f'Ray tasks on {args.ray_address}' if args.ray_address else f'{args.jobs} workers'}")
     if args.ray_address:
         from scheduler.cli.learning_commands import use_ray_token
 
@@ -604,7 +605,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                         contention=False, ray_address=args.ray_address))
     wall = time.perf_counter() - t0
     report["config"] = {"seeds": args.seeds, "loads": loads, "workloads": workloads, "window": args.window,
-                        "synthetic_cluster": args.synthetic_cluster, "jobs": args.jobs,
+                        "synthetic_cluster": args.synthetic_cluster, "jobs": args.jobs, "ray_address": args.ray_address,
                         "contention": not args.no_contention, "contention_cost": args.contention_cost, "command": " ".join(["benchmarks/decision_quality.py",
                                                                                    *(argv or sys.argv[1:])])}
     report["wall_s"] = wall
