@@ -202,13 +202,20 @@ def describe(values: Sequence[float]) -> dict[str, Any]:
     return {"mean": float(np.mean(v)), "min": min(v), "max": max(v), "values": v}
 
 
+def run_case(case: Case, policy: str, contention: bool = True) -> dict[str, Any]:
+    """One policy on one case: the simulator's metrics. A fresh policy per case, seeded with the case: policies keep
+    per-run memos, and a seed must not leak into the next case (so a case gives the same wherever it runs)."""
+    return Simulator(case.cluster, case.jobs, make_policy(policy, seed=case.seed), contention=contention).run().metrics
+
+
 def evaluate(cases: Sequence[Case], policies: Sequence[str], contention: bool = True,
-             progress: Callable[[], None] | None = None, baseline: str = DEFAULT_BASELINE) -> dict[str, Any]:
+             progress: Callable[[], None] | None = None, baseline: str = DEFAULT_BASELINE,
+             ray_address: str | None = None) -> dict[str, Any]:
     """{trace: {"cases": [...], "baseline": name, "policies": {name: {metric: {"mean", "min", "max", "values",
     "vs_baseline"}}}}}: `vs_baseline` is `compare()`'s result (None for the baseline itself). The baseline runs too
-    when it is not among `policies`."""
+    when it is not among `policies`. With `ray_address`, the runs are Ray tasks spread over that cluster's CPUs
+    (`agents.sweep`): the same result, and each case also says which Ray nodes ran it (`ran_on`, one per policy)."""
     names = list(policies) + ([baseline] if baseline not in policies else [])
-    runs: dict[str, dict[str, list[dict]]] = {}
     info: dict[str, list[dict]] = {}
     for case in cases:
         info.setdefault(case.trace, []).append({
@@ -216,12 +223,33 @@ def evaluate(cases: Sequence[Case], policies: Sequence[str], contention: bool = 
             "offered_load": round(offered_load(case.jobs, case.cluster.num_gpus), 3),
             **({"load_fit": case.how} if case.how else {}),
         })
-        for name in names:
-            # A fresh policy per case: policies keep per-run memos, and a seed must not leak into the next case.
-            sim = Simulator(case.cluster, case.jobs, make_policy(name, seed=case.seed), contention=contention)
-            runs.setdefault(case.trace, {}).setdefault(name, []).append(sim.run().metrics)
+    tasks = [(i, name) for i in range(len(cases)) for name in names]
+    metrics_of: dict[tuple[int, str], dict[str, Any]] = {}
+    if ray_address is None:
+        for i, name in tasks:
+            metrics_of[i, name] = run_case(cases[i], name, contention)
             if progress is not None:
                 progress()
+    else:
+        from concurrent.futures import as_completed
+
+        from agents.sweep import RayPool
+
+        with RayPool(ray_address) as pool:
+            refs = [pool.put(c) for c in cases]
+            futures = {pool.submit(run_case, refs[i], name, contention): (i, name) for i, name in tasks}
+            for f in as_completed(futures):
+                metrics_of[futures[f]] = f.result()
+                if progress is not None:
+                    progress()
+            ran_on = {futures[f]: node for f, node in pool.nodes.items()}
+        by_trace: dict[str, int] = {}
+        for i, case in enumerate(cases):  # the case's entry in `info`, in the order they were added
+            k = by_trace[case.trace] = by_trace.get(case.trace, -1) + 1
+            info[case.trace][k]["ran_on"] = {name: ran_on[i, name] for name in names}
+    runs: dict[str, dict[str, list[dict]]] = {}
+    for i, name in tasks:  # in the cases' order, whatever the order the runs ended in
+        runs.setdefault(cases[i].trace, {}).setdefault(name, []).append(metrics_of[i, name])
     out: dict[str, Any] = {}
     for trace, by_policy in runs.items():
         out[trace] = {"cases": info[trace], "baseline": baseline, "policies": {}}

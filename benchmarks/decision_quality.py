@@ -2,7 +2,7 @@
 
     python benchmarks/decision_quality.py [--seeds 5] [--loads 0.8,1.0,1.3,1.7,2.2] [--workloads philly,alibaba,synthetic]
         [--policies default,NAME...] [--extra NAME]... [--focus rl:default] [--window 500] [--jobs 2]
-        [--json out.json] [--plot out.png] [--markdown]
+        [--json out.json] [--plot out.png] [--markdown] [--ray-address auto|HOST:PORT]
 
 Cases are ones no training run saw. Philly (on pcie-v100 nodes) and Alibaba (on pcie-t4 nodes): windows of `--window`
 jobs from the hold-out part of each trace (the last quarter) with model assignments from seed
@@ -21,7 +21,8 @@ Per (workload, load), paired over the seeds (`agents.evaluate.compare`: geometri
 Student's t interval): each policy's avg JCT / tiresias', avg JCT / the case's best heuristic (the lowest avg JCT of
 the non-oracle heuristics on that case), p99 JCT / tiresias'; and the lower bound no policy can beat, every job alone
 from its arrival (the mean isolated duration). Each simulation runs in a pool of `--jobs` worker processes, which
-build the policies themselves.
+build the policies themselves, or with `--ray-address` as a Ray task on any CPU of that cluster (`agents.sweep`: the
+same figures; the JSON report counts the simulations each Ray node ran, in `ray_nodes`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agents import sweep
 from agents.evaluate import SYNTHETIC_MIXES, Case, build_cases, build_synthetic_cases, compare
 from agents.scenarios import MODEL_SEEDS
 from scheduler.core.traces import offered_load
@@ -182,19 +184,7 @@ def probe(name: str) -> dict[str, Any]:
 
 def simulate(index: int, name: str, contention: bool = True) -> dict[str, Any]:
     """One policy on one case (by index into the worker's cases): the kept metrics, or {"error": text}."""
-    from policies import make_policy
-    from scheduler.core.simulator import Simulator
-
-    case = _CASES[index]
-    try:
-        # A fresh policy per case, seeded with the case (as agents.evaluate.evaluate does).
-        policy = make_policy(name, seed=case.seed)
-        if _POOLED:
-            _one_thread()
-        metrics = Simulator(case.cluster, case.jobs, policy, contention=contention).run().metrics
-    except Exception as exc:  # noqa: BLE001  (a policy that crashes on a case is dropped with the reason)
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {k: float(metrics.get(k, 0.0)) for k in KEPT_METRICS}
+    return sweep.simulate(_CASES[index], name, contention, KEPT_METRICS, threads_once=_POOLED)
 
 
 class _Serial:
@@ -222,18 +212,24 @@ class _Serial:
 
 
 def run(groups: Sequence[Group], policies: Sequence[str], jobs: int = 2, progress: bool = True,
-        contention: bool = True, log: Callable[[str], None] = print) -> dict[str, Any]:
+        contention: bool = True, log: Callable[[str], None] = print, ray_address: str | None = None) -> dict[str, Any]:
     """Simulate every policy on every case and summarise (see `summarise`). `jobs` worker processes (0: in this
-    process). Policies that fail to load, or fail on a case, are skipped with the reason. The baseline runs too."""
+    process), or with `ray_address` Ray tasks over that cluster's CPUs (`agents.sweep`; the report then counts the
+    simulations each node ran, in "ray_nodes"). Policies that fail to load, or fail on a case, are skipped with the
+    reason. The baseline runs too."""
     policies = list(dict.fromkeys([*policies, BASELINE]))
     cases = [c for g in groups for c in g.cases]
-    pool: Any = (ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(cases,)) if jobs > 0
+    pool: Any = (sweep.RayPool(ray_address) if ray_address else
+                 ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(cases,)) if jobs > 0
                  else _Serial(cases))
+    # On Ray, the policies are probed here (this script is not shipped to the nodes) and the cases travel by value.
+    prober: Any = _Serial(cases) if ray_address else pool
+    refs = [pool.put(c) for c in cases] if ray_address else []
     skipped: dict[str, str] = {}
     runs: dict[str, list[dict[str, float] | None]] = {}
     with pool:
         info = {}
-        for f in as_completed([pool.submit(probe, n) for n in policies]):
+        for f in as_completed([prober.submit(probe, n) for n in policies]):
             r = f.result()
             info[r["name"]] = r
         kinds = {}
@@ -246,7 +242,8 @@ def run(groups: Sequence[Group], policies: Sequence[str], jobs: int = 2, progres
         if BASELINE in skipped:
             raise SystemExit(f"the baseline {BASELINE} must run: {skipped[BASELINE]}")
         names = list(kinds)
-        futures = {pool.submit(simulate, i, n, contention): (i, n) for i in range(len(cases)) for n in names}
+        futures = {(pool.submit(sweep.simulate, refs[i], n, contention, KEPT_METRICS, True) if ray_address else
+                    pool.submit(simulate, i, n, contention)): (i, n) for i in range(len(cases)) for n in names}
         runs = {n: [None] * len(cases) for n in names}
         bar = _progress(len(futures), progress)
         try:
@@ -268,7 +265,10 @@ def run(groups: Sequence[Group], policies: Sequence[str], jobs: int = 2, progres
     if BASELINE in skipped:
         raise SystemExit(f"the baseline {BASELINE} must run: {skipped[BASELINE]}")
     done = {n: [r for r in rs if r is not None] for n, rs in runs.items() if n not in skipped}
-    return summarise(groups, done, {n: kinds[n] for n in done}, skipped)
+    report = summarise(groups, done, {n: kinds[n] for n in done}, skipped)
+    if ray_address:
+        report["ray_nodes"] = dict(Counter(pool.nodes.values()))
+    return report
 
 
 def _group_of(groups: Sequence[Group], index: int) -> Group:
@@ -562,6 +562,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--window", type=int, default=500, help="jobs per case (the gangs-* workloads: 2 per GPU)")
     ap.add_argument("--synthetic-cluster", default="dgx-a100:8", help="PRESET:NODES of the synthetic cases")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (0: run in this process)")
+    ap.add_argument("--ray-address", default=None, metavar="ADDR",
+                    help="run the simulations as Ray tasks over this cluster's CPUs instead ('auto', HOST:PORT)")
     ap.add_argument("--no-contention", action="store_true")
     ap.add_argument("--contention-cost", action="store_true",
                     help="also run every case without contention and report each policy's avg JCT with / without")
@@ -588,16 +590,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     policies = resolve_policies(args.policies, args.extra)
     n_cases = sum(len(g.cases) for g in groups)
     print(f"{n_cases} cases ({len(groups)} workload x load groups, {args.seeds} seeds), {len(policies)} policies: "
-          f"{', '.join(policies)}; {args.jobs} workers")
-    report = run(groups, policies, jobs=args.jobs, progress=not args.quiet, contention=not args.no_contention)
+          f"{', '.join(policies)}; "
+          f"{f'Ray tasks on {args.ray_address}' if args.ray_address else f'{args.jobs} workers'}")
+    if args.ray_address:
+        from scheduler.cli.learning_commands import use_ray_token
+
+        use_ray_token()
+    report = run(groups, policies, jobs=args.jobs, progress=not args.quiet, contention=not args.no_contention,
+                 ray_address=args.ray_address)
     if args.contention_cost:
         if args.no_contention:
             ap.error("--contention-cost compares with contention against without: drop --no-contention")
         add_contention_cost(report, run(groups, list(report["policies"]), jobs=args.jobs, progress=not args.quiet,
-                                        contention=False))
+                                        contention=False, ray_address=args.ray_address))
     wall = time.perf_counter() - t0
     report["config"] = {"seeds": args.seeds, "loads": loads, "workloads": workloads, "window": args.window,
-                        "synthetic_cluster": args.synthetic_cluster, "jobs": args.jobs,
+                        "synthetic_cluster": args.synthetic_cluster, "jobs": args.jobs, "ray_address": args.ray_address,
                         "contention": not args.no_contention, "contention_cost": args.contention_cost, "command": " ".join(["benchmarks/decision_quality.py",
                                                                                    *(argv or sys.argv[1:])])}
     report["wall_s"] = wall

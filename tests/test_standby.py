@@ -36,7 +36,7 @@ from policies import make_policy
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
 from scheduler.live.job_files import store_dir
-from scheduler.live.leader import Lease, NotLeader, SoleLeader
+from scheduler.live.leader import Lease, NotLeader, SoleLeader, timings
 from scheduler.live.runs import NAMESPACE, JobStatus, Launch, actor_name
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import Allocation, ControllerLease, JobEvent
@@ -148,6 +148,20 @@ def test_a_lease_needs_a_shared_database(tmp_path: Path) -> None:
         assert "SQLite" in str(SoleLeader().status()["lease"])
     finally:
         store.close()
+
+
+def test_the_lease_flags_give_the_poll_and_the_margin_and_refuse_a_renewal_slower_than_the_lease() -> None:
+    from click.testing import CliRunner
+
+    from scheduler.cli.commands import main
+
+    assert timings() == {"ttl_s": 4.0, "renew_s": 1.0, "poll_s": 0.25, "margin_s": 1.5}
+    assert timings(10.0, 2.5) == {"ttl_s": 10.0, "renew_s": 2.5, "poll_s": 0.625, "margin_s": 3.75}
+    assert timings(60.0)["poll_s"] == 1.0  # a standby polls at least every second
+    with pytest.raises(ValueError, match="more often than it lasts"):
+        timings(4.0, 4.0)
+    result = CliRunner().invoke(main, ["serve", "--lease", "2", "--lease-renew", "3"])
+    assert result.exit_code == 2 and "--lease-renew" in result.output and "more often" in result.output
 
 
 class Idle(InMemoryBackend):
@@ -442,6 +456,49 @@ def test_sigkill_the_leader_and_the_standby_takes_over(ray_cluster: Any, pg_url:
         for server in (again, second, first):
             if server is not None:
                 server.stop()
+
+
+def test_a_pass_slower_than_the_lease_keeps_it_and_commits(pg_store: Store) -> None:
+    """Renewal runs on the lease's own thread, not between passes: a pass that thinks for longer than two whole terms
+    (its policy blocks) keeps the lease, the standby never takes it, and the pass then commits under its epoch."""
+    ray = FakeRay()
+    thinking, done_thinking = threading.Event(), threading.Event()
+
+    class Slow:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def schedule(self, *args: Any, **kwargs: Any) -> Any:
+            thinking.set()
+            assert done_thinking.wait(30)
+            return self.inner.schedule(*args, **kwargs)
+
+    lease_a, lease_b = short_lease(pg_store, "a"), short_lease(pg_store, "b")
+    ctl = Controller(pg_store, Replica(ray), build_live_cluster("dgx-a100", [GPUS] * len(NAMES)), NAMES,
+                     lambda name: Slow(make_policy(name)), default_policy="fifo", tick_s=0.1, preset="dgx-a100",
+                     leadership=lease_a)
+    ctl.start()
+    lease_b.start(lambda: None)
+    try:
+        job = submit(pg_store, "slow")
+        ctl.wake()
+        assert thinking.wait(20), "the pass never asked the policy"
+        since = lease_row(pg_store).renewed_at
+        wait_until("two terms of renewals during the pass",
+                   lambda: lease_row(pg_store).renewed_at > since + 2 * lease_a.ttl_s, timeout=20, every=0.05)
+        assert not lease_b.leading and lease_row(pg_store).holder == "a" and lease_row(pg_store).epoch == 1
+        done_thinking.set()
+        wait_until("the slow pass to place the job", lambda: state(pg_store, job) == "running", timeout=20, every=0.05)
+        with pg_store.session() as s:
+            assert set(s.scalars(select(Allocation.epoch).where(Allocation.job_id == job))) == {1}
+        assert ctl.status()["controller"] == "leader" and not lease_b.leading
+    finally:
+        done_thinking.set()
+        lease_b.stop()
+        ctl.stop()
 
 
 def test_a_running_controller_that_loses_its_lease_stands_by_and_leaves_the_workers(pg_store: Store) -> None:

@@ -267,9 +267,13 @@ def plot_calibration(records: list[Any], fit: Any, out: Path) -> None:
 @click.option("--json", "json_out", type=OutPath(), default=None)
 @click.option("--plot", "plot_out", type=OutPath(), default=None,
               help="Bar charts of average and p99 JCT as ratios to the baseline with 95% intervals, as PNG.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Run the simulations as Ray tasks over this cluster's CPUs ('auto' on one of its nodes, or "
+                   "HOST:PORT of its head), with the cluster's token as `corral serve` takes it; the nodes get this "
+                   "checkout's code from Ray (docs/learned-policies.md). Same results as a local run.")
 def evaluate(policies: list[str], traces: tuple[str, ...], cluster: str, seeds: int, window: int | None, part: str,
              load: float | None, no_contention: bool, baseline: str, json_out: Path | None,
-             plot_out: Path | None) -> None:
+             plot_out: Path | None, ray_address: str | None) -> None:
     """Every policy on the same cases over several seeds, each compared with --baseline on the same case and seed:
     geometric mean ratio (times, utilisation) or mean difference (counts) with a 95% Student's t interval."""
     from rich.console import Console
@@ -302,8 +306,10 @@ def evaluate(policies: list[str], traces: tuple[str, ...], cluster: str, seeds: 
                   console=console, transient=True) as progress:
         task = progress.add_task("runs", total=runs)
         try:
+            if ray_address:
+                use_ray_token()
             result = run_evaluation(cases, policies, not no_contention, lambda: progress.advance(task),
-                                    baseline=baseline)
+                                    baseline=baseline, ray_address=ray_address)
         except SimulationError as exc:
             raise click.ClickException(str(exc)) from None
     for trace, res in result.items():
@@ -316,6 +322,16 @@ def evaluate(policies: list[str], traces: tuple[str, ...], cluster: str, seeds: 
     if plot_out is not None:
         plot_evaluation(result, plot_out)
         console.print(f"plot written to {plot_out}")
+
+
+def use_ray_token() -> None:
+    """Join a Ray cluster with the token `corral serve --ray-address` would use (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or
+    CORRAL_HOME/ray-token), if there is one: Ray reads it from this process's environment."""
+    from scheduler.live import ray_auth
+
+    source = ray_auth.existing_token()
+    if source is not None:
+        ray_auth.use_token(source)
 
 
 EVAL_ROWS = [(k, h, f) for k, h, f in METRIC_COLUMNS if k not in ("wall_s", "jobs_timed_out")] + [("slo_violation_frac", "SLO miss", "{:.1%}")]

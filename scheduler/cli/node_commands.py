@@ -99,6 +99,12 @@ from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S
               help="Drain a node (as `corral node drain` would, by `controller`, with why) once the workers of this "
                    "many different jobs placed there did not start within --start-timeout, all within an hour; its "
                    "running jobs may finish. 0: never.")
+@click.option("--lease", "lease", default=4.0, show_default=True, type=Number("float", 0.5, 3600), metavar="SECONDS",
+              help="Replicas on PostgreSQL: the controller lease's term. A standby takes over this long (at most) "
+                   "after the leader dies; a leader that cannot renew it for most of a term stands down. Longer where "
+                   "the database or the hosts may stall for seconds (docs/deployment.md).")
+@click.option("--lease-renew", "lease_renew", default=None, type=Number("float", 0.05, 3600), metavar="SECONDS",
+              help="How often the leader renews the lease. Default: a quarter of --lease.")
 @click.option("--threads", default=16, show_default=True, type=Number("int", 1, 1024),
               help="Threads answering API requests.")
 @click.option("--idle-timeout", "idle_timeout", default=10.0, show_default=True, type=Number("float", 0.1, 3600),
@@ -125,14 +131,15 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
           allow_unauthenticated_ray: bool,
           half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...],
           reserve_after: float | None, reserve_share: float | None, start_timeout: float, drain_after: int,
-          threads: int, idle_timeout: float, request_timeout: float, max_connections: int, max_per_address: int,
-          max_in_flight: int) -> None:
+          lease: float, lease_renew: float | None, threads: int, idle_timeout: float, request_timeout: float,
+          max_connections: int, max_per_address: int, max_in_flight: int) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
 
     Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
-    --ray-address. One controller leads through a lease in the database (10 s, renewed every 2 s); the others serve
-    the API and stand by, and one takes over within about 12 s if the leader dies. With SQLite the store belongs to
-    one process, which always leads: a second `corral serve` on the same store refuses to start, naming the first.
+    --ray-address. One controller leads through a lease in the database (--lease, 4 s, renewed every second); the
+    others serve the API and stand by, and one takes over within about 5 s if the leader dies. With SQLite the store
+    belongs to one process, which always leads: a second `corral serve` on the same store refuses to start, naming
+    the first.
 
     Stopping (SIGTERM, Ctrl-C) costs the jobs nothing: with a local Ray cluster, each running job is checkpointed and
     requeued without spending a restart, and resumes at the next start; with --ray-address the workers keep running
@@ -140,7 +147,12 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
     """
     from scheduler.cli.serve import ServeConfig, ServeError
     from scheduler.cli.serve import serve as run_service
+    from scheduler.live.leader import timings
 
+    try:
+        timings(lease, lease_renew)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--lease-renew") from None
     try:
         run_service(ServeConfig(host=host, port=port, nodes=nodes, gpus_per_node=gpus_per_node, preset=preset,
                                 fabric=fabric, ray_address=ray_address, policy=policy, tick_s=tick, job_user=job_user,
@@ -151,7 +163,7 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
                                 on_gpu_fault=on_gpu_fault, drain_timeout_s=drain_timeout,
                                 webhook_allow=webhook_allow, reserve_after_s=reserve_after,
                                 reserve_share=reserve_share, start_timeout_s=start_timeout,
-                                drain_after=drain_after, threads=threads, idle_timeout_s=idle_timeout,
+                                drain_after=drain_after, lease_s=lease, lease_renew_s=lease_renew, threads=threads, idle_timeout_s=idle_timeout,
                                 request_timeout_s=request_timeout, max_connections=max_connections,
                                 max_per_address=max_per_address, max_in_flight=max_in_flight))
     except SpecError as exc:

@@ -82,6 +82,8 @@ class ServeConfig:
     reserve_share: float | None = None  # None: none
     start_timeout_s: float = START_TIMEOUT_S  # a placed run whose workers are not up by then is requeued
     drain_after: int = START_STRIKES  # a node where that many jobs' workers did not start in an hour is drained
+    lease_s: float = 4.0  # the controller lease's term on PostgreSQL (scheduler.live.leader.timings)
+    lease_renew_s: float | None = None  # and how often the leader renews it; None: a quarter of the term
 
 
 FIRST_NODE_WAIT_S = 60.0  # joining a Ray cluster whose worker nodes are still starting (compose starts them together)
@@ -162,7 +164,7 @@ def leadership_for(store: Store, cfg: ServeConfig, lock: StoreLock | None = None
     leads, holding the store's lock file (`lock`, taken before Ray started). Standing by needs the replicas to share
     one Ray cluster (`--ray-address`): a replica that started its own would find none of the other's workers to
     adopt."""
-    from scheduler.live.leader import Lease, SoleLeader
+    from scheduler.live.leader import Lease, SoleLeader, timings
 
     if store.engine.dialect.name == "sqlite":
         log.info("SQLite store: this process is its only controller (it holds the store's lock; a standby replica "
@@ -171,7 +173,8 @@ def leadership_for(store: Store, cfg: ServeConfig, lock: StoreLock | None = None
     if not cfg.ray_address:
         log.warning("no --ray-address: this replica runs its own Ray cluster, so it can lead but a standby could not "
                     "adopt its workers; for two replicas start both with the same --ray-address")
-    return Lease(store)
+    t = timings(cfg.lease_s, cfg.lease_renew_s)
+    return Lease(store, ttl_s=t["ttl_s"], renew_s=t["renew_s"], poll_s=t["poll_s"], margin_s=t["margin_s"])
 
 
 def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,

@@ -18,13 +18,27 @@ Why a lease row rather than a PostgreSQL session advisory lock:
   measured from *before* its renewing statement) so it stops scheduling on its own when it cannot reach the database.
 - **Visible.** The row says who leads and since when; `GET /api/v1/health` shows it.
 
-The numbers: the lease lasts `LEASE_TTL_S` = 10 s and the leader renews it every `RENEW_S` = 2 s (four renewals may
-fail before it lapses); a standby tries to take it every `STANDBY_POLL_S` = 1 s. A SIGKILLed leader's lease therefore
-lapses 8 to 10 s after the kill and a standby holds it at most 1 s later; it then runs `Controller.recover()` (adopts
-the running workers by their Ray actor names) before its first pass: takeover in about 9 to 12 s, within the 15 s
-target (`benchmarks/failover.py` measures it). A pass commits only with at least `FENCE_MARGIN_S` = 3 s of lease
-left, so the workers it launches right after its commit are launched while it still certainly leads. A leader that
-stops cleanly (SIGTERM) releases the lease: a standby takes over within a second.
+The numbers (`corral serve --lease` and `--lease-renew`): the lease lasts `LEASE_TTL_S` = 4 s and the leader renews
+it every `RENEW_S` = 1 s (three renewals may fail before it lapses); a standby tries to take it every
+`STANDBY_POLL_S` = 0.25 s. A SIGKILLed leader's lease therefore lapses 3 to 4 s after the kill and a standby holds it
+at most 0.25 s later; it then runs `Controller.recover()` (adopts the running workers by their Ray actor names, about
+0.2 s) before its first pass: takeover in about 3.5 to 4.5 s (`benchmarks/failover.py` measures it). A pass commits
+only with at least `FENCE_MARGIN_S` = 1.5 s of lease left, so the workers it launches right after its commit are
+launched while it still certainly leads (a launch later than that makes stray workers, which the next leader reaps).
+`timings(ttl, renew)` derives the poll and the margin from the two flags: margin (ttl - renew) / 2, poll ttl / 16
+capped at 1 s.
+
+What a short lease risks, and what it does not. The fence never depends on the lease's length: whatever pauses a
+leader (a GC, a swapped-out process, a pass slower than the lease, a partition from the database), its pass commits
+only if the row still names it with its epoch and `margin_s` left, checked in the pass's own transaction. Renewal
+runs on its own thread (`corral-lease`), not between passes, so a long pass does not starve it: only a process that
+stops altogether (SIGSTOP, a VM pause, swapping), or a database that does not answer, delays it. What a shorter
+lease costs is availability, not safety: a renewal late by more than ttl - renew - margin (1.5 s) has the leader's
+passes refused (it steps down and, still holding the lease, recovers and goes on); late by more than ttl - renew
+(3 s), the standby takes over, adopting the workers (no job is lost, but a takeover is a pause of the scheduling).
+Where the database link or the hosts stall for seconds (a PostgreSQL failover, an overloaded VM), give a longer
+`--lease` (the earlier default, 10 s with 2 s renewals, took over in 9 to 11 s).
+A leader that stops cleanly (SIGTERM) releases the lease: a standby takes over within a poll.
 
 SQLite is one file on one machine, written by one process: `SoleLeader` leads, with no lease and no epoch, and
 `StoreLock` makes sure it is the only one. It is an OS lock (`flock`) on a file beside the database, taken before
@@ -58,17 +72,28 @@ from scheduler.live.store.models import ControllerLease
 
 log = logging.getLogger(__name__)
 
-LEASE_TTL_S = 10.0
-RENEW_S = 2.0
-STANDBY_POLL_S = 1.0
-FENCE_MARGIN_S = 3.0
+LEASE_TTL_S = 4.0
+RENEW_S = 1.0
+STANDBY_POLL_S = 0.25
+FENCE_MARGIN_S = 1.5
 LEASE_ID = 1
 
 # The database's own clock, in Unix seconds (clock_timestamp, not now(): now() is frozen at the transaction's start).
 _DB_NOW = cast(func.extract("epoch", func.clock_timestamp()), Float(precision=53))
 # How long taking or renewing the lease waits for the row lock a pass's fence holds (FOR SHARE, until it commits):
-# passes hold it for milliseconds; past this the statement fails and the lease's thread tries again at its next turn.
-_LOCK_TIMEOUT = text("SET LOCAL lock_timeout = '2s'")
+# passes hold it for milliseconds; past this (at most 2 s, at most one renewal period) the statement fails and the
+# lease's thread tries again at its next turn.
+MAX_LOCK_WAIT_S = 2.0
+
+
+def timings(ttl_s: float = LEASE_TTL_S, renew_s: float | None = None) -> dict[str, float]:
+    """The lease's settings from its term and renewal period (`corral serve --lease`, `--lease-renew`; default a
+    quarter of the term): the fence's margin is half of what a renewal leaves (so a renewal may be late by as much
+    again before passes are refused), and a standby polls 16 times a term, at most every second."""
+    renew = ttl_s / 4 if renew_s is None else renew_s
+    if not 0 < renew < ttl_s:
+        raise ValueError(f"the lease must be renewed more often than it lasts: every {renew:g} s for {ttl_s:g} s")
+    return {"ttl_s": ttl_s, "renew_s": renew, "poll_s": min(1.0, ttl_s / 16), "margin_s": (ttl_s - renew) / 2}
 
 
 class NotLeader(Exception):
@@ -208,6 +233,7 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_change: Callable[[], None] = lambda: None
+        self._lock_timeout = text(f"SET LOCAL lock_timeout = '{int(1000 * min(MAX_LOCK_WAIT_S, renew_s))}ms'")
 
     @property
     def leading(self) -> bool:
@@ -228,7 +254,7 @@ class Lease:
         replicas trying at once, the second re-reads the row after the first commits and finds it held."""
         sent = time.monotonic()
         with self.store.engine.begin() as conn:
-            conn.execute(_LOCK_TIMEOUT)  # a pass in flight holds the row briefly; a stuck one must not stall us
+            conn.execute(self._lock_timeout)  # a pass in flight holds the row briefly; a stuck one must not stall us
             epoch = conn.execute(
                 update(ControllerLease)
                 .where(ControllerLease.id == LEASE_ID, ControllerLease.expires_at < _DB_NOW)
@@ -249,7 +275,7 @@ class Lease:
             return False
         sent = time.monotonic()
         with self.store.engine.begin() as conn:
-            conn.execute(_LOCK_TIMEOUT)
+            conn.execute(self._lock_timeout)
             held = conn.execute(
                 update(ControllerLease)
                 .where(ControllerLease.id == LEASE_ID, ControllerLease.holder == self.replica,
