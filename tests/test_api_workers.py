@@ -9,6 +9,8 @@ processes with it: nothing answers on the port after. Against SQLite and Postgre
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +22,9 @@ from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, vi
 from sqlalchemy import func, select
 from tiers import tiered
 
+from scheduler.live import doorbell
 from scheduler.live.store import Store, queries
-from scheduler.live.store.models import Allocation, JobEvent
+from scheduler.live.store.models import Allocation, ApiToken, JobEvent
 from scheduler.live.store.models import Job as JobRow
 
 pytest.importorskip("ray")
@@ -147,3 +150,55 @@ def test_two_api_processes_store_each_job_once_and_one_controller_places_it(
     finally:
         server.stop()
         store.close()
+
+
+WRITER = """
+import sys
+from scheduler.live.store import Store, queries
+store = Store.open(sys.argv[1], migrate=False)
+for i in range(int(sys.argv[3])):
+    with store.session(write=True) as s:
+        queries.create_token(s, f"{sys.argv[2]}-{i % 3}")
+"""
+
+
+def test_writers_in_several_processes_wait_for_sqlite_rather_than_fail(tmp_path: Path) -> None:
+    """What the API processes do on SQLite: write sessions from several processes at once, each reading (the user)
+    before writing (the token). Every one waits its turn (the writers' flock, then the busy timeout); none fails."""
+    url = f"sqlite:///{tmp_path / 'corral.db'}"
+    Store.open(url).close()
+    root = str(Path(__file__).resolve().parents[1])
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, f"p{k}", "40"], env={**os.environ,
+                              "PYTHONPATH": root}, stderr=subprocess.PIPE) for k in range(4)]
+    errors = [p.communicate(timeout=300)[1].decode()[-2000:] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, errors
+    store = Store.open(url, migrate=False)
+    with store.session() as s:
+        assert s.scalar(select(func.count()).select_from(ApiToken)) == 4 * 40
+    store.close()
+    assert (tmp_path / "corral.db-writers").stat().st_mode & 0o077 == 0
+
+
+@pytest.fixture
+@tiered("postgres")
+def pg_store() -> Iterator[Store]:
+    schema = f"corral_ringer_{os.getpid()}"
+    store = Store.open(postgres_schema_url(schema))
+    yield store
+    store.close()
+    drop_postgres_schema(schema)
+
+
+def test_the_doorbell_is_rung_off_the_request_and_coalesced(pg_store: Store) -> None:
+    """`Ringer`: a burst of rings (a burst of submissions) reaches the listening replicas, as a few NOTIFYs."""
+    heard = threading.Event()
+    listener = doorbell.Listener(pg_store, heard.set).start()
+    ringer = doorbell.Ringer(pg_store)
+    try:
+        for _ in range(500):
+            ringer.ring()
+        wait_until("a replica to hear the doorbell", heard.is_set, timeout=30)
+    finally:
+        ringer.stop()
+        listener.stop()
+    assert 1 <= ringer.sent < 500
