@@ -64,19 +64,24 @@ def start_server(home: Path, database_url: str | None = None,
                              "--api-workers", str(api_workers)],
                             env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}/api/v1"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"corral serve exited: {(home / 'serve.log').read_text()[-3000:]}")
-        try:
-            if requests.get(f"{url}/health", timeout=2).ok:
-                break
-        except requests.RequestException:  # refused, or (API processes still starting) not yet answered
-            time.sleep(0.3)
-    store = Store.open(database_url or f"sqlite:///{home / 'corral.db'}")
-    with store.session(write=True) as s:  # (a deferred transaction would fail on the server's concurrent commits)
-        token = queries.create_token(s, "bench", admin=True)
-    store.close()
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"corral serve exited: {(home / 'serve.log').read_text()[-3000:]}")
+            try:
+                if requests.get(f"{url}/health", timeout=2).ok:
+                    break
+            except requests.RequestException:  # refused, or (API processes still starting) not yet answered
+                time.sleep(0.3)
+        store = Store.open(database_url or f"sqlite:///{home / 'corral.db'}")
+        with store.session(write=True) as s:  # (a deferred transaction would fail on the server's commits)
+            token = queries.create_token(s, "bench", admin=True)
+        store.close()
+    except BaseException:  # leave no server (and its Ray cluster) running behind a failed start
+        proc.terminate()
+        proc.wait(timeout=60)
+        raise
     return proc, url, token
 
 
