@@ -60,9 +60,9 @@ def start_server(home: Path, database_url: str | None = None,
     if database_url is not None:
         env["DATABASE_URL"] = database_url
     log = (home / "serve.log").open("ab")
+    workers = ["--api-workers", str(api_workers)] if api_workers != 1 else []  # (the flag is new: run older ones)
     proc = subprocess.Popen([str(CORRAL), "serve", "--port", str(port), "--nodes", "4", "--gpus-per-node", "8",
-                             "--api-workers", str(api_workers)],
-                            env=env, stdout=log, stderr=log)
+                             *workers], env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}/api/v1"
     try:
         deadline = time.time() + 180
@@ -137,16 +137,49 @@ def _client(args: tuple[str, str, float, int]) -> tuple[int, int]:
     return n, failed
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time `pid` has used so far (Linux), 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def api_processes(pid: int) -> list[int]:
+    """The API processes of `corral serve --api-workers` (`pid`): its children running scheduler.cli.api_workers."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == pid and b"scheduler.cli.api_workers" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def throughput(url: str, token: str, clients: int, seconds: float, database: str = "SQLite",
-               api_workers: int = 1) -> None:
+               api_workers: int = 1, server_pid: int | None = None) -> None:
+    """Accepted submissions a second; with `server_pid`, also the CPU time `corral serve`'s process and its API
+    processes spent per accepted submission (Ray's processes left out): a figure a busy machine changes far less
+    than the rate, and the rate N processes could reach on N free cores is about N over it."""
+    api = api_processes(server_pid) if server_pid else []
     with mp.get_context("spawn").Pool(clients) as pool:
         pool.map(_client, [(url, token, 0.5, k) for k in range(clients)])  # warm up connections and imports
+        cpu0 = {p: cpu_seconds(p) for p in [*([server_pid] if server_pid else []), *api]}
         t0 = time.perf_counter()
         counts = pool.map(_client, [(url, token, seconds, k) for k in range(clients)])
         wall = time.perf_counter() - t0
+        cpu = {p: cpu_seconds(p) - c for p, c in cpu0.items()}
     total, failed = sum(n for n, _ in counts), sum(f for _, f in counts)
     print(f"accepted submissions, {clients} clients, {database}, {api_workers} API process(es): {total / wall:6.0f} /s "
           f"({total} in {wall:.1f} s, {failed} not accepted; target >= 500/s)")
+    if server_pid and total:
+        per = {p: 1000 * c / total for p, c in cpu.items()}
+        print(f"  server CPU per accepted submission: {sum(per.values()):.2f} ms (controller's process "
+              f"{per[server_pid]:.2f} ms" + (f", API processes {' + '.join(f'{per[p]:.2f}' for p in api)} ms" if api
+                                              else ", which answers the API too") + ")")
 
 
 def decision_time(queued: int, policies: list[str]) -> None:
@@ -247,7 +280,7 @@ def main() -> None:
                     latency(url, token, args.latency_jobs)
                 if "throughput" in parts:
                     throughput(url, token, args.clients, args.seconds,
-                               "PostgreSQL" if database_url else "SQLite", args.api_workers)
+                               "PostgreSQL" if database_url else "SQLite", args.api_workers, proc.pid)
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)
