@@ -1,9 +1,12 @@
 """`corral serve --api-workers N`: the API answered by N processes of its own beside the controller's.
 
 One process runs the controller (the leader: on SQLite it alone holds the store's lock; on PostgreSQL it holds or
-waits for the lease) and answers no request; N API processes share its listening socket, bound by `corral serve`
-before anything started and handed down as an open descriptor (`pass_fds`): the kernel gives each new connection to
-one of them, no other process can bind the port, and nothing else listens anywhere. Each API process opens the store
+waits for the lease) and answers no request. It binds the API's address before anything starts (SO_REUSEPORT, not
+listening: it holds the port while API processes come and go) and hands the socket down (`pass_fds`); each of N API
+processes binds a listening socket of its own on exactly that address beside it, and the kernel spreads new
+connections evenly over them by their addresses and ports (one shared listening socket would give most of them to
+whichever process polls first). SO_REUSEPORT admits only sockets of the same OS user, so no one else can take a share
+of the port; nothing listens anywhere else. Each API process opens the store
 itself (SQLite's writers from several processes wait for its lock: `busy_timeout`, and every write takes it with
 `BEGIN IMMEDIATE`, `scheduler.live.store.db`) and serves the same app as the in-process API, so a job is stored by
 one request in one transaction whichever process answers it; the controller places it.
@@ -46,7 +49,7 @@ class WorkerSettings:
     """What an API process needs to serve as the in-process API would: sent to it pickled on its stdin."""
 
     db_url: str
-    fd: int  # the listening socket's descriptor, inherited
+    fd: int  # the socket `corral serve` bound, inherited: its address is the one to listen on
     wake_fd: int  # the write end of the controller's wake pipe, inherited
     front: Any  # web.front.FrontLimits
     app_config: dict[str, Any] = field(default_factory=dict)
@@ -191,7 +194,7 @@ def main() -> None:
 
     app = create_app(store, notify=notify, config=settings.app_config,
                      controller_status=lambda: controller_status(store, settings.status))
-    server = make_server(app, socket.socket(fileno=settings.fd), settings.front)
+    server = make_server(app, own_socket(settings.fd), settings.front)
     try:
         server.run()
     except KeyboardInterrupt:
@@ -201,6 +204,18 @@ def main() -> None:
         if ringer is not None:
             ringer.stop()
         store.close()
+
+
+def own_socket(fd: int) -> socket.socket:
+    """A socket of this process's own on the address of the one `corral serve` bound (`fd`, inherited, then closed),
+    in the same SO_REUSEPORT group: the kernel then gives this process its share of the new connections."""
+    bound = socket.socket(fileno=fd)
+    sock = socket.socket(bound.family, bound.type, bound.proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(bound.getsockname())
+    bound.close()
+    return sock
 
 
 def controller_status(store: Any, at_start: dict[str, Any]) -> dict[str, Any]:

@@ -254,15 +254,19 @@ def token_command(corral: str, db_url: str) -> str:
     return f"{command}  (with this server's DATABASE_URL)"
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
+def listening_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """The API's socket, bound before anything else starts: a port in use (or a host this machine does not have)
-    fails `corral serve` in a second with one line, not after Ray and the controller came up."""
+    fails `corral serve` in a second with one line, not after Ray and the controller came up. With `reuse_port`
+    (`--api-workers`), the API processes bind sockets of their own on its address beside it (SO_REUSEPORT: only
+    processes of this OS user may), and it holds the port while they come and go."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:
         raise ServeError(f"--host {host}: {exc.strerror}") from None
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as waitress does: a restart need not wait TIME_WAIT
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         # Bound, not yet listening: a client meanwhile is refused at once rather than left waiting for the server to
         # come up. (With SO_REUSEADDR a port is refused here only once another socket listens on it; two servers
@@ -347,7 +351,7 @@ def serve(cfg: ServeConfig) -> None:
                     "EVERY user's can (--command-jobs everyone)" if cfg.command_jobs == "everyone" else
                     "only admins may submit them")
     url = database_url()
-    sock = listening_socket(cfg.host, cfg.port)
+    sock = listening_socket(cfg.host, cfg.port, reuse_port=cfg.api_workers > 1)
     where = f"http://{cfg.host}:{sock.getsockname()[1]}"
     lock = StoreLock.for_url(url)
     if lock is not None:  # SQLite: this process must be the store's only controller, before it touches anything
@@ -404,10 +408,6 @@ def serve(cfg: ServeConfig) -> None:
                       "CORRAL_WEBHOOK_ALLOW": allow, "CORRAL_RESERVATIONS": reservation_rule(cfg),
                       "CORRAL_MAX_IN_FLIGHT": cfg.max_in_flight}
         if cfg.api_workers > 1:  # the API in processes of its own, on this socket (scheduler.cli.api_workers)
-            try:
-                sock.listen(socket.SOMAXCONN)  # here, so a port another server took fails now, not in each worker
-            except OSError as exc:
-                raise ServeError(f"--port {cfg.port} on {cfg.host}: {exc.strerror}") from None
             wake_pipe = WakePipe(controller.wake)
             workers = ApiWorkers(cfg.api_workers, sock, WorkerSettings(
                 db_url=url, fd=sock.fileno(), wake_fd=wake_pipe.write_fd, front=front, app_config=app_config,
