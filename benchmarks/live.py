@@ -6,8 +6,9 @@
    rl:default); one 1-GPU job at a time, timed from the POST until the API reports it `running` (placed, GPUs
    held) and until its worker process has started (`started_at`). Target: p50 <= 1 s.
 2. accepted submissions per second with 8 concurrent clients (8 processes, keep-alive HTTP) against the same
-   server, while its controller keeps scheduling: every job asks for the whole cluster, so the queue grows.
-   Target: >= 300/s on SQLite.
+   server, while its controller keeps scheduling: every job asks for the whole cluster, so the queue grows; and the
+   CPU time the server's processes spent per accepted submission. `--api-workers N` serves the API from N processes
+   of their own (`corral serve --api-workers`). Target: >= 500/s on SQLite and on PostgreSQL.
 3. controller decision time with 1,000 queued jobs: an in-process controller on a local Ray cluster whose GPUs are
    all busy, 1,000 jobs of mixed sizes pending; the policy's time per pass over the queue, and the whole pass
    (store reads and writes included), for rl:default, tiresias and contention-greedy.
