@@ -256,7 +256,7 @@ class ServeProcess:
                 raise AssertionError(f"corral serve exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 return requests.get(f"{self.api}/health", timeout=2).status_code == 200
-            except requests.ConnectionError:
+            except requests.RequestException:  # refused, or not answered yet (API processes starting)
                 return False
 
         wait_until("corral serve to answer /health", healthy, timeout=180)

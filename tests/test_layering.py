@@ -32,6 +32,7 @@ COMPOSITION_ROOTS = {
     "scheduler/cli/learning_commands.py": {"agents"},  # corral train, evaluate, tune
     "scheduler/cli/policy_options.py": {"policies"},  # --policy, resolved through the registry
     "scheduler/cli/serve.py": {"policies", "web"},
+    "scheduler/cli/api_workers.py": {"web"},  # `corral serve --api-workers`: the API processes
 }
 ROOTS_PLACE = "scheduler/cli/"  # the one place a module may reach up from
 # `corral train --from-history` trains on the live store's record of jobs: it reads the store, at module level.

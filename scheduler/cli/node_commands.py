@@ -106,7 +106,11 @@ from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S
 @click.option("--lease-renew", "lease_renew", default=None, type=Number("float", 0.05, 3600), metavar="SECONDS",
               help="How often the leader renews the lease. Default: a quarter of --lease.")
 @click.option("--threads", default=16, show_default=True, type=Number("int", 1, 1024),
-              help="Threads answering API requests.")
+              help="Threads answering API requests (in each API process).")
+@click.option("--api-workers", "api_workers", default=1, show_default=True, type=Number("int", 1, 64), metavar="N",
+              help="Processes answering API requests. 1: the controller's own process. More: N processes of their "
+                   "own beside it, sharing its port (more submissions a second on a machine with cores to spare); "
+                   "per-user rate limits then count in each process, as they do per replica.")
 @click.option("--idle-timeout", "idle_timeout", default=10.0, show_default=True, type=Number("float", 0.1, 3600),
               metavar="SECONDS", help="Close a connection that sends and receives nothing this long.")
 @click.option("--request-timeout", "request_timeout", default=15.0, show_default=True,
@@ -132,7 +136,7 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
           half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...],
           reserve_after: float | None, reserve_share: float | None, start_timeout: float, drain_after: int,
           lease: float, lease_renew: float | None, threads: int, idle_timeout: float, request_timeout: float,
-          max_connections: int, max_per_address: int, max_in_flight: int) -> None:
+          max_connections: int, max_per_address: int, max_in_flight: int, api_workers: int) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
 
     Two or more replicas (high availability) need PostgreSQL: start each with the same DATABASE_URL and the same
@@ -163,9 +167,11 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
                                 on_gpu_fault=on_gpu_fault, drain_timeout_s=drain_timeout,
                                 webhook_allow=webhook_allow, reserve_after_s=reserve_after,
                                 reserve_share=reserve_share, start_timeout_s=start_timeout,
-                                drain_after=drain_after, lease_s=lease, lease_renew_s=lease_renew, threads=threads, idle_timeout_s=idle_timeout,
+                                drain_after=drain_after, lease_s=lease, lease_renew_s=lease_renew, threads=threads,
+                                idle_timeout_s=idle_timeout,
                                 request_timeout_s=request_timeout, max_connections=max_connections,
-                                max_per_address=max_per_address, max_in_flight=max_in_flight))
+                                max_per_address=max_per_address, max_in_flight=max_in_flight,
+                                api_workers=api_workers))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     except ServeError as exc:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from scheduler.cli.api_workers import ApiWorkers, WakePipe, WorkerSettings
 from scheduler.core.fabric import FABRICS
 from scheduler.core.heap import freeze_heap
 from scheduler.core.model import Cluster, SpecError
@@ -67,6 +68,7 @@ class ServeConfig:
     max_connections: int = 4096  # connections in all,
     max_per_address: int = 64  # and from one address (0: no cap);
     max_in_flight: int = 8  # requests one user may have in progress at once (web.fair_use)
+    api_workers: int = 1  # processes answering the API: 1, the controller's own; more, of their own (api_workers)
     job_user: str | None = None  # one OS user every command job runs as (scheduler.live.job_accounts)
     job_user_pattern: str | None = None  # or one OS account per Corral user, e.g. "corral-{user}"
     job_user_map: Path | None = None  # or a YAML file mapping Corral users to OS accounts
@@ -255,15 +257,19 @@ def token_command(corral: str, db_url: str) -> str:
     return f"{command}  (with this server's DATABASE_URL)"
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
+def listening_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """The API's socket, bound before anything else starts: a port in use (or a host this machine does not have)
-    fails `corral serve` in a second with one line, not after Ray and the controller came up."""
+    fails `corral serve` in a second with one line, not after Ray and the controller came up. With `reuse_port`
+    (`--api-workers`), the API processes bind sockets of their own on its address beside it (SO_REUSEPORT: only
+    processes of this OS user may), and it holds the port while they come and go."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:
         raise ServeError(f"--host {host}: {exc.strerror}") from None
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as waitress does: a restart need not wait TIME_WAIT
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         # Bound, not yet listening: a client meanwhile is refused at once rather than left waiting for the server to
         # come up. (With SO_REUSEADDR a port is refused here only once another socket listens on it; two servers
@@ -348,7 +354,7 @@ def serve(cfg: ServeConfig) -> None:
                     "EVERY user's can (--command-jobs everyone)" if cfg.command_jobs == "everyone" else
                     "only admins may submit them")
     url = database_url()
-    sock = listening_socket(cfg.host, cfg.port)
+    sock = listening_socket(cfg.host, cfg.port, reuse_port=cfg.api_workers > 1)
     where = f"http://{cfg.host}:{sock.getsockname()[1]}"
     lock = StoreLock.for_url(url)
     if lock is not None:  # SQLite: this process must be the store's only controller, before it touches anything
@@ -380,14 +386,19 @@ def serve(cfg: ServeConfig) -> None:
     listener = doorbell.Listener(store, controller.wake).start() if doorbell.shared(store) else None
     again = threading.Event()  # a signal during the shutdown: stop waiting for running jobs to end
 
+    ringer = doorbell.Ringer(store) if doorbell.shared(store) else None  # NOTIFYs off the requests' path
+
     def notify() -> None:
         controller.wake()
-        doorbell.ring(store)
+        if ringer is not None:
+            ringer.ring()
 
     def _terminate(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
     server = None
+    workers: ApiWorkers | None = None
+    wake_pipe: WakePipe | None = None
     # Webhooks, sent by a thread of their own while this replica's controller leads (never from its passes). With
     # webhooks off it runs all the same, only keeping its place in the events: turned on later, nothing piles up.
     dispatcher = Dispatcher(store, allow, leading=lambda: controller.leading and controller.leadership.leading)
@@ -395,34 +406,47 @@ def serve(cfg: ServeConfig) -> None:
         controller.start()
         freeze_heap()  # its modules, Ray's client, torch, the policy and the controller's state are there to stay
         dispatcher.start()
-        app = create_app(store, notify=notify, config={"CORRAL_COMMAND_JOBS": cfg.command_jobs,
-                                                       "CORRAL_JOB_ACCOUNTS": accounts,
-                                                       "CORRAL_SHOW_OTHERS_JOBS": cfg.show_others_jobs,
-                                                       "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s,
-                                                       "CORRAL_WEBHOOK_ALLOW": allow,
-                                                       "CORRAL_RESERVATIONS": reservation_rule(cfg),
-                                                       "CORRAL_MAX_IN_FLIGHT": cfg.max_in_flight},
-                         controller_status=controller.status)
-        try:
-            server = make_server(app, sock, front)  # it listens from here
-        except OSError as exc:
-            raise ServeError(f"--port {cfg.port} on {cfg.host}: {exc.strerror}") from None
+        app_config = {"CORRAL_COMMAND_JOBS": cfg.command_jobs, "CORRAL_JOB_ACCOUNTS": accounts,
+                      "CORRAL_SHOW_OTHERS_JOBS": cfg.show_others_jobs, "FAIR_SHARE_HALF_LIFE_S": cfg.half_life_s,
+                      "CORRAL_WEBHOOK_ALLOW": allow, "CORRAL_RESERVATIONS": reservation_rule(cfg),
+                      "CORRAL_MAX_IN_FLIGHT": cfg.max_in_flight}
+        if cfg.api_workers > 1:  # the API in processes of its own, on this socket (scheduler.cli.api_workers)
+            wake_pipe = WakePipe(controller.wake)
+            workers = ApiWorkers(cfg.api_workers, sock, WorkerSettings(
+                db_url=url, fd=sock.fileno(), wake_fd=wake_pipe.write_fd, front=front, app_config=app_config,
+                status=controller.status(), switch_interval_s=SWITCH_INTERVAL_S))
+            workers.start()
+        else:
+            app = create_app(store, notify=notify, config=app_config, controller_status=controller.status)
+            try:
+                server = make_server(app, sock, front)  # it listens from here
+            except OSError as exc:
+                raise ServeError(f"--port {cfg.port} on {cfg.host}: {exc.strerror}") from None
         # Both, explicitly: a server started in the background of a script inherits an ignored SIGINT, and Python
         # then never turns Ctrl-C (or `kill -INT`) into KeyboardInterrupt.
         signal.signal(signal.SIGTERM, _terminate)
         signal.signal(signal.SIGINT, _terminate)
         print(banner(controller.cluster, cfg, controller.policy_name or "(the leader's)", where, url, backend.address,
                      controller.status(), controller.node_presets), file=sys.stderr, flush=True)
-        server.run()
+        if workers is not None:
+            workers.watch()
+        elif server is not None:
+            server.run()
     except KeyboardInterrupt:
         log.info("shutting down")
     finally:
         signal.signal(signal.SIGINT, lambda *_: again.set())  # a second ^C cuts the drain short, nothing more
         signal.signal(signal.SIGTERM, lambda *_: again.set())
+        if workers is not None:
+            workers.stop()  # they finish their requests in flight; then no new work
         if server is not None:
             server.close()  # no new work from here on
         else:
             sock.close()
+        if wake_pipe is not None:
+            wake_pipe.close()
+        if ringer is not None:
+            ringer.stop()
         if listener is not None:
             listener.stop()
         dispatcher.stop()  # the requests in flight end within their timeout; the rest wait for the next start

@@ -83,3 +83,38 @@ class Listener:
             finally:
                 if raw is not None:
                     raw.invalidate()  # a LISTENing connection must not go back to the pool
+
+
+class Ringer:
+    """`ring` off the request's path, coalesced: a thread sends one NOTIFY for all the rings that arrived while it
+    sent the last. A submission then costs no round trip and commit of its own for the doorbell, and a burst of them
+    wakes the other replicas once (the leader reads the store whole at each pass, so one wake covers them all)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.sent = 0  # NOTIFYs sent (for tests and logs)
+        self._pending = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="corral-ringer", daemon=True)
+        self._thread.start()
+
+    def ring(self) -> None:
+        self._pending.set()
+
+    def stop(self) -> None:
+        """Send a last NOTIFY (for a ring that may be pending), then end the thread."""
+        self._stop.set()
+        self._pending.set()
+        self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while True:
+            self._pending.wait()
+            self._pending.clear()
+            try:
+                ring(self.store)
+                self.sent += 1
+            except Exception:  # the database restarting: the leader still sees the change at its next tick
+                log.exception("could not ring the doorbell; the leader sees the change at its next tick")
+            if self._stop.is_set():
+                return

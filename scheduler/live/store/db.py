@@ -7,6 +7,8 @@ block the controller's writer; `DATABASE_URL` selects anything else SQLAlchemy s
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -22,6 +24,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.core.paths import corral_home
 from scheduler.live.store.models import StoreIdentity
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 IDLE_IN_TRANSACTION_TIMEOUT_S = 30
@@ -125,9 +129,10 @@ class Store:
                                            expire_on_commit=False)
         # SQLite admits one writer at a time, and a connection that finds the database locked sleeps in SQLite's
         # busy handler for milliseconds at a time (the API's request threads behind the controller's pass, or behind
-        # each other): queued on a Python lock instead, this process's writers get the database the moment it is
-        # free. PostgreSQL has row locks and needs none. Other processes (a CLI, a replica) still wait in SQLite.
-        self._writer: AbstractContextManager[Any] = threading.Lock() if engine.dialect.name == "sqlite" else nullcontext()
+        # each other): queued on a lock instead, writers get the database the moment it is free. PostgreSQL has row
+        # locks and needs none.
+        self._writer: AbstractContextManager[Any] = (
+            SqliteWriters(engine.url.database) if engine.dialect.name == "sqlite" else nullcontext())
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate: bool = True) -> Store:
@@ -162,6 +167,53 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+class SqliteWriters:
+    """The queue of a SQLite store's writers: a thread lock for this process's, then an exclusive `flock` on a file
+    beside the database (`corral.db-writers`) for the processes that share it (`corral serve --api-workers`, the CLI):
+    the kernel hands it to the next waiter the moment it is released, where SQLite's busy handler would sleep. The
+    busy timeout stays the backstop (a writer without this lock: an older Corral, the sqlite3 shell)."""
+
+    def __init__(self, database: str | None) -> None:
+        self._thread_lock = threading.Lock()
+        self.path = Path(database + "-writers") if database and database != ":memory:" else None
+        self._fd: int | None = None
+        self._pid = 0
+        self._held = False
+
+    def _file(self) -> int | None:
+        if self.path is None:
+            return None
+        if self._fd is None or self._pid != os.getpid():  # (a forked child opens its own: flock is per open file)
+            try:
+                self._fd, self._pid = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600), os.getpid()
+            except OSError as exc:  # a read-only folder: SQLite's busy timeout alone, as before
+                log.warning("%s: %s; writers from several processes wait in SQLite's busy handler", self.path, exc)
+                self.path = None
+                return None
+        return self._fd
+
+    def __enter__(self) -> SqliteWriters:
+        self._thread_lock.acquire()
+        try:
+            fd = self._file()
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._held = True
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        try:
+            if self._held:
+                self._held = False
+                assert self._fd is not None
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
 
 
 def upgrade(engine: Engine, url: str) -> None:

@@ -87,8 +87,13 @@ def limit_settings(s: Session, user_id: int | None = None) -> tuple[dict[str, An
 
 def time_limit_settings(s: Session) -> tuple[float | None, float | None]:
     """(the time limit a job gets when it gives none, the most one may give): None where an admin set neither."""
-    row = s.get(LimitDefaults, 1)
-    return (row.default_time_limit_s, row.max_time_limit_s) if row is not None else (None, None)
+    row = s.execute(_TIME_LIMITS).first()
+    return (row[0], row[1]) if row is not None else (None, None)
+
+
+# Built once, of the table's columns (no ORM entity to load): every submission reads it.
+_TIME_LIMITS = select(LimitDefaults.__table__.c.default_time_limit_s, LimitDefaults.__table__.c.max_time_limit_s
+                      ).where(LimitDefaults.__table__.c.id == 1)
 
 
 def set_time_limits(s: Session, changes: Mapping[str, float | None], *, by: str) -> tuple[float | None, float | None]:
