@@ -24,6 +24,7 @@ from policies.rl_encoding import (
     N_ACTIONS,
     OBS_SIZE,
     DecisionPoint,
+    JobSlot,
     decision_point,
     next_demotion,
     next_wait_end,
@@ -31,7 +32,7 @@ from policies.rl_encoding import (
 from policies.rl_numpy import NumpyActor, actor_of
 from policies.trained import AgentFormat, load, safe_objects
 from scheduler.core.decisions import Candidate, Decision, Deliberation, Place, Wait, WakeAt
-from scheduler.core.model import Job, Placement
+from scheduler.core.model import Job
 from scheduler.core.runner import answered
 from scheduler.core.state import ClusterView
 
@@ -133,7 +134,7 @@ class RLPolicy:
                     decisions = point.decisions(action, why)
                     if not self.explain:
                         return decisions
-                    return self._with_candidates(view, slot.job, slot.candidates, decisions)
+                    return self._with_candidates(view, slot, decisions)
                 self._waited = (now, len(view.running))
         # Someone waits: look again when a running job drops to a lower queue and may be preempted, or when a job's
         # wait for compact room ends and it may start spread.
@@ -147,10 +148,15 @@ class RLPolicy:
         return said + [WakeAt(min(wakes))] if wakes else said
 
     @staticmethod
-    def _with_candidates(view: ClusterView, job: Job, cands: list[Placement], decisions: list[Decision]) -> list[Decision]:
+    def _with_candidates(view: ClusterView, slot: JobSlot, decisions: list[Decision]) -> list[Decision]:
         """Attach what the agent chose between, with the contention model's predictions, to its placement (the
-        controller stores them to explain the decision)."""
-        weighed = [Candidate.scored(view, job.spec, p) for p in cands]
+        controller stores them to explain the decision). The predictions are the decision point's own (nothing
+        changed since: `Candidate.scored` would compute them again)."""
+        if len(slot.predictions) == len(slot.candidates):
+            weighed = [Candidate(p, pred.slowdown, pred.others_added, tuple(sorted(pred.others_before)))
+                       for p, pred in zip(slot.candidates, slot.predictions, strict=True)]
+        else:
+            weighed = [Candidate.scored(view, slot.job.spec, p) for p in slot.candidates]
         return [replace(d, candidates=tuple(weighed)) if isinstance(d, Place) else d for d in decisions]
 
 
