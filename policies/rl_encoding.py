@@ -81,7 +81,6 @@ Bump `ENCODING_VERSION` whenever any of this changes: trained agents record it a
 from __future__ import annotations
 
 import math
-import operator
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -91,6 +90,7 @@ import numpy as np
 from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
+from policies.rl_running import RunningIndex, gittins_levels, running_index, running_service, started_now
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt
@@ -236,7 +236,7 @@ class Priorities:
     5's with zeros appended where these features sit."""
 
     def __init__(self, view: ClusterView, queue: Collection[Job], top: float | None = None,
-                 index: _RunningIndex | None = None) -> None:
+                 index: RunningIndex | None = None) -> None:
         """`top`: the queue's highest priority, if the caller knows it (else read from `queue`); `index`: the view's
         running index (`running_service`), if synced with it at this very instant."""
         self.num_gpus = view.cluster.num_gpus
@@ -409,123 +409,6 @@ def candidate_features(view: ClusterView, job: Job, placement: Placement, pred: 
 
 Choice = tuple[list[Placement], list[Prediction], list[Job]]  # candidates, their predictions, victims
 
-_START = operator.attrgetter("start_s")
-
-
-class _RunningIndex:
-    """Running jobs as arrays (the job, its service when it started, start time, GPUs, arrival), kept per view and
-    patched as jobs come and go instead of rebuilt: on 2,048 GPUs rebuilding them was most of a decision's time."""
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        self.jobs: list[Job | None] = []
-        self.row: dict[int, int] = {}  # job id -> index into the arrays
-        self.base = np.zeros(0)
-        self.start = np.zeros(0)
-        self.rate = np.zeros(0)
-        self.submit = np.zeros(0)
-        self.alive = np.zeros(0, dtype=bool)
-        self.glevel = np.zeros(0, dtype=np.int64)  # Gittins queue, valid while attained < gnext
-        self.gnext = np.zeros(0)  # attained service at which the Gittins queue changes (-inf: not computed)
-        self.priority = np.zeros(0)
-        self.pinned = np.zeros(0, dtype=bool)  # not preemptible
-
-    def gittins_levels(self, live: np.ndarray, attained: np.ndarray, queues: Gittins) -> np.ndarray:
-        stale = live[self.gnext[live] <= attained]
-        if stale.size:
-            at = dict(zip(live.tolist(), attained.tolist(), strict=False))
-            for k in stale.tolist():
-                level, nxt = queues.level_and_next(self.jobs[k].spec, at[k])
-                self.glevel[k], self.gnext[k] = level, (math.inf if nxt is None else nxt)
-        return self.glevel[live]
-
-    def _append(self, jobs: list[Job], now: float) -> None:
-        for r in jobs:
-            self.row[r.id] = len(self.jobs)
-            self.jobs.append(r)
-        self.base = np.concatenate([self.base, [r.attained_gpu_s for r in jobs]])
-        self.start = np.concatenate([self.start, [r.start_s if r.start_s is not None else now for r in jobs]])
-        self.rate = np.concatenate([self.rate, [r.spec.gpu_demand for r in jobs]])
-        self.submit = np.concatenate([self.submit, [r.spec.submit_s for r in jobs]])
-        self.alive = np.concatenate([self.alive, np.ones(len(jobs), dtype=bool)])
-        self.glevel = np.concatenate([self.glevel, np.zeros(len(jobs), dtype=np.int64)])
-        self.gnext = np.concatenate([self.gnext, np.full(len(jobs), -math.inf)])
-        self.priority = np.concatenate([self.priority, [float(r.spec.priority) for r in jobs]])
-        self.pinned = np.concatenate([self.pinned, np.array([not r.spec.preemptible for r in jobs], dtype=bool)])
-
-    def sync(self, view: ClusterView) -> None:
-        running = view.running
-        gone = self.row.keys() - running.keys()
-        for i in gone:
-            k = self.row.pop(i)
-            self.jobs[k] = None
-            self.alive[k] = False
-        if len(self.jobs) > 2 * len(running) + 64:  # mostly dead rows: compact
-            keep = [r for r in self.jobs if r is not None]
-            self.clear()
-            self._append(keep, view.now)
-        new = running.keys() - self.row.keys()
-        if new:
-            self._append([running[i] for i in new], view.now)
-        # A job preempted and restarted between two calls keeps its id but has a new start: refresh those rows.
-        live = np.flatnonzero(self.alive)
-        starts = np.fromiter(map(_START, map(self.jobs.__getitem__, live)), float, len(live))
-        for k in live[starts != self.start[live]]:
-            r = self.jobs[k]
-            self.base[k], self.start[k] = r.attained_gpu_s, r.start_s
-            self.gnext[k] = -math.inf
-
-
-_SERVICE: weakref.WeakKeyDictionary[ClusterView, _RunningIndex] = weakref.WeakKeyDictionary()
-
-
-def running_service(view: ClusterView) -> tuple[Sequence[Job], np.ndarray, np.ndarray]:
-    """Running jobs with their attained service now and their arrival, as arrays.
-
-    Evaluated for `now` with the very arithmetic of `ClusterView.attained_gpu_s` (service at start + (now - start) x
-    GPUs): a job exactly at a queue threshold must land in the same queue here as there, or a pending job and the job
-    it preempted can preempt each other back and forth at one instant (seen, when this was computed otherwise).
-    """
-    index = _SERVICE.get(view)
-    if index is None:
-        index = _SERVICE[view] = _RunningIndex()
-    index.sync(view)
-    live = np.flatnonzero(index.alive)
-    attained = index.base[live] + (view.now - index.start[live]) * index.rate[live]
-    return _Rows(index.jobs, live), attained, index.submit[live]
-
-
-def started_now(view: ClusterView) -> np.ndarray:
-    """Which running jobs started at this very instant, in `running_service`'s order (call that first)."""
-    index = _SERVICE[view]
-    return index.start[np.flatnonzero(index.alive)] >= view.now
-
-
-def gittins_levels(view: ClusterView, queues: Gittins) -> np.ndarray:
-    """The Gittins queue of each running job, in `running_service`'s order (call that first, at the same instant)."""
-    index = _SERVICE[view]
-    live = np.flatnonzero(index.alive)
-    attained = index.base[live] + (view.now - index.start[live]) * index.rate[live]
-    return index.gittins_levels(live, attained, queues)
-
-
-class _Rows(Sequence[Job]):
-    """`jobs[rows[i]]` without building the list: callers read a few of thousands."""
-
-    def __init__(self, jobs: list[Job | None], rows: np.ndarray) -> None:
-        self._jobs, self._rows = jobs, rows
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self._jobs[k] for k in self._rows[i]]
-        return self._jobs[self._rows[i]]
-
-
 @dataclass(frozen=True)
 class _Unscored:
     """Candidates whose predictions are still to be computed (`ClusterView.predict_later`)."""
@@ -559,7 +442,7 @@ class _Frame:
         self.protected = False
         if self.preempt:  # over `running_service`'s index (its columns), not a loop over the running jobs
             self._running = running_service(view)
-            index = _SERVICE[view]
+            index = running_index(view)
             alive = index.alive
             self.protected = bool((index.pinned[alive] | (index.priority[alive] > lowest)).any())
         self._by_ladder: dict[tuple[float, ...] | str, tuple[np.ndarray, np.ndarray]] = {}  # levels, order
@@ -874,7 +757,7 @@ def decision_point(
     c = view.cluster
     partial: dict[int, bool] = {}
     # (The frame synced the running index at this instant where it may preempt, so there are running jobs.)
-    prio = Priorities(view, jobs, top=float(priority.max()), index=_SERVICE[view] if frame.preempt else None)
+    prio = Priorities(view, jobs, top=float(priority.max()), index=running_index(view) if frame.preempt else None)
     obs = np.zeros(OBS_SIZE, dtype=np.float32)
     mask = np.zeros(N_ACTIONS, dtype=bool)
     slots: list[JobSlot | None] = []
@@ -928,7 +811,7 @@ def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = F
     if not view.running:
         return None
     _, attained, _ = running_service(view)
-    index = _SERVICE[view]
+    index = running_index(view)
     rate = index.rate[np.flatnonzero(index.alive)]
     th = np.asarray(thresholds, dtype=float)
     level = np.searchsorted(th, attained, side="right")

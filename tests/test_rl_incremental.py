@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from policies.rl import RLPolicy
-from policies.rl_encoding import _SERVICE, Priorities, running_service
+from policies.rl_encoding import Priorities
+from policies.rl_running import running_index, running_service
 from scheduler.core.model import Job, JobSpec, parse_cluster
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterView
@@ -29,7 +30,7 @@ def recomputed(view: ClusterView, queue: Collection[Job]) -> Priorities:
 def check(view: ClusterView, queue: Collection[Job]) -> bool:
     """Compares the kept state with the recomputed one at this decision; True where the shortcut applied."""
     jobs, _, _ = running_service(view)
-    index = _SERVICE[view]
+    index = running_index(view)
     live = np.flatnonzero(index.alive)
     assert sorted(j.id for j in jobs) == sorted(view.running)
     by_id = {j.id: j for j in view.running.values()}
