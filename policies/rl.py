@@ -24,13 +24,15 @@ from policies.rl_encoding import (
     N_ACTIONS,
     OBS_SIZE,
     DecisionPoint,
+    JobSlot,
     decision_point,
     next_demotion,
     next_wait_end,
 )
+from policies.rl_numpy import NumpyActor, actor_of
 from policies.trained import AgentFormat, load, safe_objects
 from scheduler.core.decisions import Candidate, Decision, Deliberation, Place, Wait, WakeAt
-from scheduler.core.model import Job, Placement
+from scheduler.core.model import Job
 from scheduler.core.runner import answered
 from scheduler.core.state import ClusterView
 
@@ -61,10 +63,14 @@ class RLPolicy:
     # Its least-attained-service preemption takes jobs of equal priority (`scheduler.core.priorities`, rule 2).
     time_sharing: ClassVar[bool] = True
 
-    def __init__(self, model: Any, label: str, sizes: SizeDistribution | None = None, explain: bool = True) -> None:
+    def __init__(self, model: Any, label: str, sizes: SizeDistribution | None = None, explain: bool = True,
+                 actor: NumpyActor | None = None) -> None:
         """`explain`: attach the candidates the agent chose between, scored, to each placement (the controller stores
-        them to explain the decision; training needs none)."""
+        them to explain the decision; training needs none). `actor`: the model's actor in numpy
+        (`policies.rl_numpy`), for a model whose weights no longer change (a loaded agent): `act` then asks torch
+        only where two actions are too close to call."""
         self.model = model
+        self.actor = actor
         self.label = label
         self.sizes = sizes or default_sizes()
         self.explain = explain
@@ -74,7 +80,12 @@ class RLPolicy:
         """The agent's deterministic action: `model.predict(obs, action_masks=mask, deterministic=True)`, computed by
         the same tensor operations in the same order (so the same action, bit for bit) without the wrappers around
         them (input checks, mode switching, distribution objects and their argument validation), which took most of
-        the forward pass's time on a deep queue."""
+        the forward pass's time on a deep queue; with `actor`, by numpy, which picks the same action (see
+        `policies.rl_numpy`)."""
+        if self.actor is not None:
+            action = self.actor.act(obs, mask)
+            if action is not None:
+                return action
         policy = getattr(self.model, "policy", None)
         if policy is None or not hasattr(policy, "mlp_extractor"):
             action, _ = self.model.predict(obs, action_masks=mask, deterministic=True)
@@ -123,7 +134,7 @@ class RLPolicy:
                     decisions = point.decisions(action, why)
                     if not self.explain:
                         return decisions
-                    return self._with_candidates(view, slot.job, slot.candidates, decisions)
+                    return self._with_candidates(view, slot, decisions)
                 self._waited = (now, len(view.running))
         # Someone waits: look again when a running job drops to a lower queue and may be preempted, or when a job's
         # wait for compact room ends and it may start spread.
@@ -137,16 +148,21 @@ class RLPolicy:
         return said + [WakeAt(min(wakes))] if wakes else said
 
     @staticmethod
-    def _with_candidates(view: ClusterView, job: Job, cands: list[Placement], decisions: list[Decision]) -> list[Decision]:
+    def _with_candidates(view: ClusterView, slot: JobSlot, decisions: list[Decision]) -> list[Decision]:
         """Attach what the agent chose between, with the contention model's predictions, to its placement (the
-        controller stores them to explain the decision)."""
-        weighed = [Candidate.scored(view, job.spec, p) for p in cands]
+        controller stores them to explain the decision). The predictions are the decision point's own (nothing
+        changed since: `Candidate.scored` would compute them again)."""
+        if len(slot.predictions) == len(slot.candidates):
+            weighed = [Candidate(p, pred.slowdown, pred.others_added, tuple(sorted(pred.others_before)))
+                       for p, pred in zip(slot.candidates, slot.predictions, strict=True)]
+        else:
+            weighed = [Candidate.scored(view, slot.job.spec, p) for p in slot.candidates]
         return [replace(d, candidates=tuple(weighed)) if isinstance(d, Place) else d for d in decisions]
 
 
 def make_rl_policy(arg: str, seed: int = 0) -> RLPolicy:
     model, _ = load_agent(arg)
-    policy = RLPolicy(model, arg)
+    policy = RLPolicy(model, arg, actor=actor_of(model))
     policy.name = f"rl:{arg}"  # type: ignore[misc]  # instances report the name they were asked for
     return policy
 

@@ -81,7 +81,6 @@ Bump `ENCODING_VERSION` whenever any of this changes: trained agents record it a
 from __future__ import annotations
 
 import math
-import operator
 import weakref
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -91,6 +90,7 @@ import numpy as np
 from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
+from policies.rl_running import RunningIndex, gittins_levels, running_index, running_service, started_now
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt
@@ -143,6 +143,8 @@ class JobSlot:
     victims: tuple[int, ...]  # running jobs to preempt before any candidate can start
     level: int  # the job's fine queue
     heads: tuple[str, ...]  # the orders this job heads
+    # The contention model's prediction for each candidate, made at this decision point (the explanation reuses them)
+    predictions: tuple[Prediction, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,18 +235,46 @@ class Priorities:
     With every job at one priority and preemptible, every feature it gives is 0: the observation is then encoding
     5's with zeros appended where these features sit."""
 
-    def __init__(self, view: ClusterView, queue: Collection[Job]) -> None:
-        running = list(view.running.values())
+    def __init__(self, view: ClusterView, queue: Collection[Job], top: float | None = None,
+                 index: RunningIndex | None = None) -> None:
+        """`top`: the queue's highest priority, if the caller knows it (else read from `queue`); `index`: the view's
+        running index (`running_service`), if synced with it at this very instant."""
         self.num_gpus = view.cluster.num_gpus
+        if top is None:
+            top = max((j.spec.priority for j in queue), default=0)
+        # Every running job at one priority and preemptible (the common case, known from `running_service`'s index
+        # without a loop over them): every sum below is over none of them or all of them, so only "all" is ever
+        # summed, and only when asked, in the running jobs' order as before.
+        self._one: float | None = None
+        if view.running and index is not None:
+            alive = index.alive
+            prios = index.priority[alive]
+            if prios.size and prios.min() == prios.max() and not index.pinned[alive].any():
+                self._one = float(prios[0])
+                self._view = view
+                self._all: float | None = None
+                self.pinned = 0.0
+                self.above = self._sum_all() / self.num_gpus if self._one > top else 0.0
+                return
+        running = list(view.running.values())
         self.priority = np.array([j.spec.priority for j in running], dtype=np.float64)
         self.gpus = np.array([j.spec.gpu_demand for j in running], dtype=np.float64)
         self.pinned = float(sum(j.spec.gpu_demand for j in running if not j.spec.preemptible)) / self.num_gpus
-        top = max((j.spec.priority for j in queue), default=0)
         self.above = float(self.gpus[self.priority > top].sum()) / self.num_gpus if running else 0.0
+
+    def _sum_all(self) -> float:
+        """The running jobs' GPUs summed as `self.gpus[...].sum()` sums them (in the view's order), once."""
+        if self._all is None:
+            self._all = float(np.array([j.spec.gpu_demand for j in self._view.running.values()],
+                                       dtype=np.float64).sum())
+        return self._all
 
     def job(self, spec: JobSpec) -> tuple[float, float]:
         """The share of the cluster's GPUs held by running jobs of lower priority than `spec` (what it could take by
         rule 3), and 1 if `spec` is not preemptible."""
+        if self._one is not None:
+            lower = self._sum_all() / self.num_gpus if self._one < spec.priority else 0.0
+            return lower, 0.0 if spec.preemptible else 1.0
         lower = float(self.gpus[self.priority < spec.priority].sum()) / self.num_gpus if len(self.gpus) else 0.0
         return lower, 0.0 if spec.preemptible else 1.0
 
@@ -379,119 +409,6 @@ def candidate_features(view: ClusterView, job: Job, placement: Placement, pred: 
 
 Choice = tuple[list[Placement], list[Prediction], list[Job]]  # candidates, their predictions, victims
 
-_START = operator.attrgetter("start_s")
-
-
-class _RunningIndex:
-    """Running jobs as arrays (the job, its service when it started, start time, GPUs, arrival), kept per view and
-    patched as jobs come and go instead of rebuilt: on 2,048 GPUs rebuilding them was most of a decision's time."""
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        self.jobs: list[Job | None] = []
-        self.row: dict[int, int] = {}  # job id -> index into the arrays
-        self.base = np.zeros(0)
-        self.start = np.zeros(0)
-        self.rate = np.zeros(0)
-        self.submit = np.zeros(0)
-        self.alive = np.zeros(0, dtype=bool)
-        self.glevel = np.zeros(0, dtype=np.int64)  # Gittins queue, valid while attained < gnext
-        self.gnext = np.zeros(0)  # attained service at which the Gittins queue changes (-inf: not computed)
-
-    def gittins_levels(self, live: np.ndarray, attained: np.ndarray, queues: Gittins) -> np.ndarray:
-        stale = live[self.gnext[live] <= attained]
-        if stale.size:
-            at = dict(zip(live.tolist(), attained.tolist(), strict=False))
-            for k in stale.tolist():
-                level, nxt = queues.level_and_next(self.jobs[k].spec, at[k])
-                self.glevel[k], self.gnext[k] = level, (math.inf if nxt is None else nxt)
-        return self.glevel[live]
-
-    def _append(self, jobs: list[Job], now: float) -> None:
-        for r in jobs:
-            self.row[r.id] = len(self.jobs)
-            self.jobs.append(r)
-        self.base = np.concatenate([self.base, [r.attained_gpu_s for r in jobs]])
-        self.start = np.concatenate([self.start, [r.start_s if r.start_s is not None else now for r in jobs]])
-        self.rate = np.concatenate([self.rate, [r.spec.gpu_demand for r in jobs]])
-        self.submit = np.concatenate([self.submit, [r.spec.submit_s for r in jobs]])
-        self.alive = np.concatenate([self.alive, np.ones(len(jobs), dtype=bool)])
-        self.glevel = np.concatenate([self.glevel, np.zeros(len(jobs), dtype=np.int64)])
-        self.gnext = np.concatenate([self.gnext, np.full(len(jobs), -math.inf)])
-
-    def sync(self, view: ClusterView) -> None:
-        running = view.running
-        gone = self.row.keys() - running.keys()
-        for i in gone:
-            k = self.row.pop(i)
-            self.jobs[k] = None
-            self.alive[k] = False
-        if len(self.jobs) > 2 * len(running) + 64:  # mostly dead rows: compact
-            keep = [r for r in self.jobs if r is not None]
-            self.clear()
-            self._append(keep, view.now)
-        new = running.keys() - self.row.keys()
-        if new:
-            self._append([running[i] for i in new], view.now)
-        # A job preempted and restarted between two calls keeps its id but has a new start: refresh those rows.
-        live = np.flatnonzero(self.alive)
-        starts = np.fromiter(map(_START, map(self.jobs.__getitem__, live)), float, len(live))
-        for k in live[starts != self.start[live]]:
-            r = self.jobs[k]
-            self.base[k], self.start[k] = r.attained_gpu_s, r.start_s
-            self.gnext[k] = -math.inf
-
-
-_SERVICE: weakref.WeakKeyDictionary[ClusterView, _RunningIndex] = weakref.WeakKeyDictionary()
-
-
-def running_service(view: ClusterView) -> tuple[Sequence[Job], np.ndarray, np.ndarray]:
-    """Running jobs with their attained service now and their arrival, as arrays.
-
-    Evaluated for `now` with the very arithmetic of `ClusterView.attained_gpu_s` (service at start + (now - start) x
-    GPUs): a job exactly at a queue threshold must land in the same queue here as there, or a pending job and the job
-    it preempted can preempt each other back and forth at one instant (seen, when this was computed otherwise).
-    """
-    index = _SERVICE.get(view)
-    if index is None:
-        index = _SERVICE[view] = _RunningIndex()
-    index.sync(view)
-    live = np.flatnonzero(index.alive)
-    attained = index.base[live] + (view.now - index.start[live]) * index.rate[live]
-    return _Rows(index.jobs, live), attained, index.submit[live]
-
-
-def started_now(view: ClusterView) -> np.ndarray:
-    """Which running jobs started at this very instant, in `running_service`'s order (call that first)."""
-    index = _SERVICE[view]
-    return index.start[np.flatnonzero(index.alive)] >= view.now
-
-
-def gittins_levels(view: ClusterView, queues: Gittins) -> np.ndarray:
-    """The Gittins queue of each running job, in `running_service`'s order (call that first, at the same instant)."""
-    index = _SERVICE[view]
-    live = np.flatnonzero(index.alive)
-    attained = index.base[live] + (view.now - index.start[live]) * index.rate[live]
-    return index.gittins_levels(live, attained, queues)
-
-
-class _Rows(Sequence[Job]):
-    """`jobs[rows[i]]` without building the list: callers read a few of thousands."""
-
-    def __init__(self, jobs: list[Job | None], rows: np.ndarray) -> None:
-        self._jobs, self._rows = jobs, rows
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self._jobs[k] for k in self._rows[i]]
-        return self._jobs[self._rows[i]]
-
-
 @dataclass(frozen=True)
 class _Unscored:
     """Candidates whose predictions are still to be computed (`ClusterView.predict_later`)."""
@@ -511,8 +428,8 @@ class _Frame:
     """One decision point's working state: the planner, and which jobs can start (with which victims)."""
 
     def __init__(self, view: ClusterView, preempt: bool, queues: Gittins, queue: Sequence[Job],
-                 demands: np.ndarray) -> None:
-        """`demands`: the queue's GPU demands (`_orders` reads them)."""
+                 demands: np.ndarray, lowest: float) -> None:
+        """`demands`: the queue's GPU demands, `lowest` its lowest priority (`_orders` reads them)."""
         self.view = view
         # Who else would take GPUs a preemption frees beyond its job's need.
         self.pending = PendingDemands(demands.tolist)
@@ -521,10 +438,13 @@ class _Frame:
         self.preempt = preempt and bool(view.running)
         # Some running job is protected by the priority rules (`scheduler.core.priorities`): not preemptible, or of
         # a higher priority than some pending job. Checked once; without priorities no victim is filtered.
-        lowest = min((j.spec.priority for j in queue), default=math.inf)  # once: not per running job
-        self.protected = self.preempt and any(
-            not j.spec.preemptible or j.spec.priority > lowest for j in view.running.values())
         self._running: tuple[Sequence[Job], np.ndarray, np.ndarray] | None = None  # jobs, attained, submit
+        self.protected = False
+        if self.preempt:  # over `running_service`'s index (its columns), not a loop over the running jobs
+            self._running = running_service(view)
+            index = running_index(view)
+            alive = index.alive
+            self.protected = bool((index.pinned[alive] | (index.priority[alive] > lowest)).any())
         self._by_ladder: dict[tuple[float, ...] | str, tuple[np.ndarray, np.ndarray]] = {}  # levels, order
         # Smallest demand that found no victims, per ladder, queue and (inside the tenancy frame) which victims the
         # job may take (`_may_take`).
@@ -698,15 +618,17 @@ class _Frame:
         return self._scored(job, cands, victims) if cands else None  # none: fragmentation, preempting won't help
 
 
-# (spec, attained, Gittins index, expected remaining, GPU demand, GPUs): `_orders` reads the last five as floats
-_SizeRow = tuple[JobSpec, float, float, float, float, float]
+# (spec, attained, Gittins index, expected remaining, GPU demand, GPUs, priority): `_orders` reads all but the spec as
+# floats
+_SizeRow = tuple[JobSpec, float, float, float, float, float, float]
 _SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, dict[int, _SizeRow]] = \
     weakref.WeakKeyDictionary()  # job id -> its row under that distribution
 
 
-def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _orders(view: ClusterView, sizes: SizeDistribution,
+            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """Each order as indices into `jobs` (which are in arrival order, so a stable sort breaks ties by arrival), and
-    each job's GPUs (`num_gpus`)."""
+    each job's GPUs (`num_gpus`) and priority."""
     n = len(jobs)
     known = _SIZE_KEYS.setdefault(sizes, {})
     if len(known) > 2 * n + 1024:
@@ -720,11 +642,11 @@ def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> tupl
         if row is None or row[0] is not j.spec or row[1] != a:
             spec = j.spec
             row = known[j.id] = (spec, a, sizes.index(a, spec), sizes.expected_remaining(a, spec), spec.gpu_demand,
-                                 spec.num_gpus)
+                                 spec.num_gpus, spec.priority)
         rows.append(row)
     # One pass over the rows into an array; its columns are the very floats the per-job reads gave.
-    table = np.array([r[1:] for r in rows], dtype=float).reshape(n, 5)
-    attained, index, remaining, demand, num = table.T
+    table = np.array([r[1:] for r in rows], dtype=float).reshape(n, 6)
+    attained, index, remaining, demand, num, priority = table.T
     coarse = np.argsort(np.searchsorted(np.asarray(THRESHOLDS), attained, side="right"), kind="stable")
     gittins = np.argsort(-index, kind="stable")
     fine = np.argsort(np.searchsorted(np.asarray(FINE_THRESHOLDS), attained, side="right"), kind="stable")
@@ -738,7 +660,7 @@ def _orders(view: ClusterView, sizes: SizeDistribution, jobs: list[Job]) -> tupl
         "preempt-las": coarse,
         "preempt-fine": fine,
         "preempt-gittins": gittins,
-    }, num
+    }, num, priority
 
 
 _QUEUES: weakref.WeakKeyDictionary[SizeDistribution, Gittins] = weakref.WeakKeyDictionary()
@@ -765,8 +687,8 @@ def decision_point(
     if not jobs:
         return None
     sizes = sizes or default_sizes()
-    orders, num = _orders(view, sizes, jobs)
-    frame = _Frame(view, preempt, _gittins_queues(sizes), jobs, num)
+    orders, num, priority = _orders(view, sizes, jobs)
+    frame = _Frame(view, preempt, _gittins_queues(sizes), jobs, num, float(priority.min()))
     planner = frame.planner
     # Jobs that fit nowhere, known without a search: `Planner.may_fit` refuses them (and nothing else about them is
     # computed). A whole-GPU job asking for more GPUs than are wholly free stays so for the whole decision point (a
@@ -834,7 +756,8 @@ def decision_point(
         headed.setdefault(i, []).append(name)
     c = view.cluster
     partial: dict[int, bool] = {}
-    prio = Priorities(view, jobs)
+    # (The frame synced the running index at this instant where it may preempt, so there are running jobs.)
+    prio = Priorities(view, jobs, top=float(priority.max()), index=running_index(view) if frame.preempt else None)
     obs = np.zeros(OBS_SIZE, dtype=np.float32)
     mask = np.zeros(N_ACTIONS, dtype=bool)
     slots: list[JobSlot | None] = []
@@ -856,8 +779,10 @@ def decision_point(
             at = base + JOB_FEATURES + k * CANDIDATE_FEATURES
             obs[at:at + CANDIDATE_FEATURES] = candidate_features(view, job, p, pred, partial[workers])
             mask[j * MAX_CANDIDATES + k] = True
-        slots.append(JobSlot(job, cands, tuple(v.id for v in victims), level, tuple(headed[i])))
-    obs[MAX_JOBS * SLOT_SIZE:] = cluster_features(view, queue_summary(jobs), prio)
+        slots.append(JobSlot(job, cands, tuple(v.id for v in victims), level, tuple(headed[i]), tuple(preds)))
+    # The queue's summary from `_orders`' columns: the same sum, in the same order, as `queue_summary`'s.
+    summary = QueueSummary(len(jobs), float(sum(num.tolist())), float(np.count_nonzero(num < 1)) / len(jobs))
+    obs[MAX_JOBS * SLOT_SIZE:] = cluster_features(view, summary, prio)
     np.nan_to_num(obs, copy=False, nan=OBS_LOW, posinf=OBS_HIGH, neginf=OBS_LOW)
     np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
     # Waiting declines preemption; it is not offered while a job can start on free GPUs (holding GPUs idle for a
@@ -886,7 +811,7 @@ def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = F
     if not view.running:
         return None
     _, attained, _ = running_service(view)
-    index = _SERVICE[view]
+    index = running_index(view)
     rate = index.rate[np.flatnonzero(index.alive)]
     th = np.asarray(thresholds, dtype=float)
     level = np.searchsorted(th, attained, side="right")

@@ -1,0 +1,77 @@
+"""What the RL encoding keeps between decisions (`policies.rl_encoding`'s running index, its priority and
+preemptibility columns, and `Priorities`' shortcut over them) equals what recomputing from the view gives, at every
+decision of simulations where jobs arrive, start, end and are preempted: with every job at one priority and
+preemptible (the shortcut's case) and with mixed priorities and pinned jobs (the full computation's)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+
+import numpy as np
+import pytest
+
+from policies.rl import RLPolicy
+from policies.rl_encoding import Priorities
+from policies.rl_running import running_index, running_service
+from scheduler.core.model import Job, JobSpec, parse_cluster
+from scheduler.core.simulator import Simulator
+from scheduler.core.state import ClusterView
+from scheduler.core.traces import scale_to_load, synthetic
+
+pytestmark = pytest.mark.slow  # simulations replayed decision by decision
+
+
+def recomputed(view: ClusterView, queue: Collection[Job]) -> Priorities:
+    """`Priorities` without the running index: arrays built from the view's running jobs, as before the index."""
+    return Priorities(view, queue)
+
+
+def check(view: ClusterView, queue: Collection[Job]) -> bool:
+    """Compares the kept state with the recomputed one at this decision; True where the shortcut applied."""
+    jobs, _, _ = running_service(view)
+    index = running_index(view)
+    live = np.flatnonzero(index.alive)
+    assert sorted(j.id for j in jobs) == sorted(view.running)
+    by_id = {j.id: j for j in view.running.values()}
+    for k in live.tolist():
+        spec = by_id[index.jobs[k].id].spec
+        assert index.priority[k] == spec.priority and index.pinned[k] == (not spec.preemptible)
+    kept = Priorities(view, queue, top=max(j.spec.priority for j in queue), index=index)
+    fresh = recomputed(view, queue)
+    assert kept.cluster() == fresh.cluster()
+    for j in queue:
+        assert kept.job(j.spec) == fresh.job(j.spec)
+    return kept._one is not None
+
+
+def run(specs: list[JobSpec]) -> tuple[int, int]:
+    """(decisions checked, decisions where the shortcut applied) over a simulation driven by a fixed rule."""
+    counts = [0, 0]
+    policy = RLPolicy(None, "rule", explain=False)
+    inner = policy.deliberate
+
+    def checking(view, queue, now):  # type: ignore[no-untyped-def]
+        if view.running and queue:
+            counts[0] += 1
+            counts[1] += check(view, queue)
+        return (yield from inner(view, queue, now))
+
+    policy.deliberate = checking  # type: ignore[method-assign]
+    policy.act = lambda obs, mask: int(np.flatnonzero(mask)[counts[0] % int(mask.sum())])  # type: ignore[method-assign]
+    c = parse_cluster("dgx-a100:4")
+    Simulator(c, scale_to_load(specs, c.num_gpus, 1.8), policy).run()
+    return counts[0], counts[1]
+
+
+def test_one_priority_takes_the_shortcut_and_matches() -> None:
+    checked, shortcut = run(synthetic(150, seed=3).jobs)
+    assert checked > 50 and shortcut == checked
+
+
+def test_mixed_priorities_and_pinned_jobs_match() -> None:
+    rng = np.random.default_rng(4)
+    specs = [dataclasses.replace(s, priority=int(rng.integers(-1, 2)), preemptible=bool(rng.random() > 0.2))
+             for s in synthetic(150, seed=4).jobs]
+    checked, shortcut = run(specs)
+    assert checked > 50 and shortcut < checked  # the full computation ran, and agreed
