@@ -121,9 +121,11 @@ CONDITION_COLUMNS = (Node.name, Node.drained_at, Node.drain_reason, Node.drain_e
 DRAIN_COLUMNS = (Node.name, Node.drained_at, Node.drain_reason, Node.drain_evict)
 
 
-def drains(rows: Iterable[tuple[str, float | None, str | None, bool]], nodes: Sequence[NodeSpan]) -> dict[int, Drain]:
-    """The drains (node position in `nodes` -> Drain) the store's rows say."""
-    index = {n.name: i for i, n in enumerate(nodes)}
+def drains(rows: Iterable[tuple[str, float | None, str | None, bool]],
+           nodes: Sequence[NodeSpan] | Mapping[str, int]) -> dict[int, Drain]:
+    """The drains (node position in `nodes` -> Drain) the store's rows say. `nodes` may be given as the map of node
+    name -> position (the controller's `Membership.node_index`: no list of 4,096 spans made at every pass)."""
+    index = nodes if isinstance(nodes, Mapping) else {n.name: i for i, n in enumerate(nodes)}
     return {index[name]: Drain(reason or "", bool(evict)) for name, drained_at, reason, evict in rows
             if drained_at is not None and name in index}
 
