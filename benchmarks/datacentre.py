@@ -20,11 +20,11 @@ Every figure is the process's CPU time (`--clock wall` for the wall clock): on a
 wall clock measures the machine's load; on a dedicated controller host the two agree.
 
 The two states are built once (by `fifo-backfill`: whole-GPU jobs of 1 to 64 GPUs, the last GPUs by 1-GPU jobs),
-each with the same 10,000 queued jobs (0.25 to 64 GPUs, a seeded draw), and a controller restarted on each (adopting
-the runs, as after a restart). The policies are then measured in turn, each made the active one as `corral policy`
-does; on the full cluster its first passes, untimed, let it act on the queue as it would (a preempting policy may
-reshuffle the runs), so each policy meets the runs its predecessors left: still every GPU busy, the same queue less
-what the placing passes started.
+each with the same 10,000 queued jobs (0.25 to 64 GPUs, a seeded draw). One controller, restarted on the partly full
+store, is asked for each policy's decisions in turn (none applied: the state stays as it is). For the full cluster
+each policy gets its own copy of the store and a controller restarted on it (adopting the runs, as after a restart);
+its first passes, untimed, let it act on the queue as it would (a preempting policy may reshuffle the runs, and
+`gittins` restarts thousands of them) before anything is timed.
 """
 
 from __future__ import annotations
@@ -227,13 +227,6 @@ def start(state: Path, nodes: int, policy: str) -> tuple[Controller, Store, InPr
     return ctl, store, backend
 
 
-def switch(ctl: Controller, policy: str) -> None:
-    """Make `policy` the active one, as `corral policy` does through the API: the next pass loads and asks it."""
-    with ctl.store.session(write=True) as s:
-        queries.activate_policy(s, policy, by="benchmark")
-    step(ctl)
-
-
 def decisions(ctl: Controller, count: int) -> list[float]:
     """`count` calls of the controller's policy on its view and ready queue, in ms (none applied)."""
     now = time.time()
@@ -265,7 +258,6 @@ def measure_partly(fig: Figures, ctl: Controller, n_decisions: int) -> None:
 
 def measure_full(fig: Figures, ctl: Controller, backend: InProcessBackend, n_decisions: int, n_passes: int,
                  rng: np.random.Generator) -> None:
-    switch(ctl, fig.policy)
     settle(ctl)  # the policy's first answers on this queue (a preempting policy may reshuffle runs): untimed
     fig.queued = len(ctl.pending)
     fig.busy = 1.0 - ctl.view.free_capacity / ctl.cluster.num_gpus
@@ -309,7 +301,7 @@ def default_policies() -> list[str]:
 
 def run(nodes: int, queued: int, policies: list[str], n_decisions: int, n_passes: int, seed: int = 0,
         echo: Callable[[str], None] = print) -> list[Figures]:
-    """Build the two states, then measure every policy on them in turn; returns the figures (ms)."""
+    """Build the two states, then measure every policy on them; returns the figures (ms)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         os.environ["CORRAL_HOME"] = tmp
@@ -317,10 +309,7 @@ def run(nodes: int, queued: int, policies: list[str], n_decisions: int, n_passes
         half, full = build_states(work, nodes, queued, seed)
         echo(f"states built in {time.perf_counter() - t0:.0f} s: {nodes} nodes x {GPUS_PER_NODE} GPUs, {queued} "
              "queued")
-        t0 = time.perf_counter()
         partly, partly_store, _ = start(half, nodes, policies[0])
-        ctl, store, backend = start(full, nodes, policies[0])
-        echo(f"two controllers restarted on them in {time.perf_counter() - t0:.0f} s")
         rng = np.random.default_rng(seed + 2)
         figs = []
         try:
@@ -330,15 +319,20 @@ def run(nodes: int, queued: int, policies: list[str], n_decisions: int, n_passes
                 with partly.store.session(write=True) as s:
                     queries.activate_policy(s, name, by="benchmark")
                 measure_partly(fig, partly, n_decisions)
-                measure_full(fig, ctl, backend, n_decisions, n_passes, rng)
+                copy_db(full, work / "run.db")  # each policy meets the same full cluster
+                ctl, store, backend = start(work / "run.db", nodes, name)
+                restart = time.perf_counter() - t0
+                try:
+                    measure_full(fig, ctl, backend, n_decisions, n_passes, rng)
+                finally:
+                    store.close()
                 figs.append(fig)
-                echo(f"{name}: {time.perf_counter() - t0:.0f} s ({time.process_time() - c0:.0f} s CPU); decision p99 partly full {pct(fig.partly, 99):.1f} "
-                     f"ms, full {pct(fig.full, 99):.1f} ms ({fig.queued} queued, {fig.busy:.1%} busy); pass "
-                     f"nothing changed {pct(fig.idle, 50):.1f} ms, placing {pct(fig.placing, 50):.1f} ms "
-                     f"({fig.placed} placed)")
+                echo(f"{name}: {time.perf_counter() - t0:.0f} s ({time.process_time() - c0:.0f} s CPU; restart "
+                     f"{restart:.0f} s); decision p99 partly full {pct(fig.partly, 99):.1f} ms, full "
+                     f"{pct(fig.full, 99):.1f} ms ({fig.queued} queued, {fig.busy:.1%} busy); pass nothing changed "
+                     f"{pct(fig.idle, 50):.1f} ms, placing {pct(fig.placing, 50):.1f} ms ({fig.placed} placed)")
         finally:
             partly_store.close()
-            store.close()
         return figs
 
 
