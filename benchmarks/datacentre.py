@@ -1,6 +1,6 @@
 """The live service at datacentre scale: 4,096 dgx-a100 nodes x 8 GPUs (32,768 GPUs), 10,000 jobs queued.
 
-    python benchmarks/datacentre.py            # every policy; ~10 minutes on a 2-core machine
+    python benchmarks/datacentre.py --decisions 20 --passes 6   # every policy: the heuristics ~8 min of CPU
     python benchmarks/datacentre.py --nodes 64 --queued 200 --policies fifo,rl:default   # a quick look
 
 What it measures, per policy (`policies.make_policy` names: every heuristic and `rl:default`), in process: the live
