@@ -144,8 +144,7 @@ class NodeHealth:
         API acknowledged binds this pass's placements. FOR SHARE (`nodes.DRAIN_COLUMNS`) makes a drain committing
         meanwhile wait for this pass on PostgreSQL (SQLite's write transactions are serial already). True if the
         drains changed."""
-        drained = drains(s.execute(select(*DRAIN_COLUMNS).with_for_update(read=True)),
-                         spans(self.nodes.cluster, self.nodes.node_names))
+        drained = drains(s.execute(select(*DRAIN_COLUMNS).with_for_update(read=True)), self.nodes.node_index)
         if drained == self.drained:
             return False
         self.drained = drained

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, update
 from sqlalchemy.orm import Session
@@ -51,8 +51,17 @@ class PendingReasons:
     def write(self, s: Session, pending: Mapping[int, Job]) -> None:
         """The reasons that changed this pass, each with its `pending_until`, in one statement (a thousand jobs'
         reasons change at once when the cluster does), for the jobs still pending."""
-        rows = [{"job": i, "why": why.text, "code": why.code.value, "params": dict(why.params), "until": until}
-                for i, (why, until) in self.unwritten.items() if i in pending]
+        # A queue's jobs of one size and model share one reason object (`Placing.explain_waits`): its words and
+        # parameters are made once per object, not once per job.
+        columns: dict[int, tuple[str, str, dict[str, Any]]] = {}
+        rows = []
+        for i, (why, until) in self.unwritten.items():
+            if i not in pending:
+                continue
+            made = columns.get(id(why))
+            if made is None:
+                made = columns[id(why)] = (why.text, why.code.value, dict(why.params))
+            rows.append({"job": i, "why": made[0], "code": made[1], "params": made[2], "until": until})
         self.unwritten.clear()
         if rows:  # Core's executemany: the ORM's bulk update costs a millisecond more for the usual one or two rows
             jobs = cast(Table, JobRow.__table__)  # declared a FromClause; a mapped class's table is a Table
@@ -65,7 +74,7 @@ class Gates:
     """The pending jobs held back from the policy, each gate with its own words: a retry's backoff (until when), the
     dependencies that do not hold yet, a user's or an admin's hold, an array's tasks beyond what it may run now. Every
     feature that holds jobs back is one gate here: the queue the policy is offered (`Controller._ready`), what makes it
-    be asked again (`scene`) and the jobs whose reason is theirs to give (`blocked`) all follow from this one list."""
+    be asked again (`scene`) and the jobs whose reason is theirs to give (`all`) follow from this one list."""
 
     def __init__(self) -> None:
         self.backoff: dict[int, float] = {}  # retrying job -> until when its backoff holds it
@@ -81,9 +90,6 @@ class Gates:
 
     def sizes(self) -> tuple[int, ...]:
         return tuple(len(g) for g in self.all())
-
-    def blocked(self, job_id: int) -> bool:
-        return any(job_id in g for g in self.all())
 
 
 class Memory:

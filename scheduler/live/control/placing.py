@@ -263,8 +263,7 @@ class Placing:
         if capacity != self.capacity_key:
             self.capacity_key = capacity
             self.capacity_said.clear()
-        todo = m.pending.keys() - self.policy_said - self.capacity_said
-        todo = {j for j in todo if not m.gates.blocked(j)}
+        todo = (m.pending.keys() - self.policy_said - self.capacity_said).difference(*m.gates.all())  # gates' words
         said: dict[tuple[float, str], Reason] = {}  # a thousand queued jobs come in a few sizes and models
         for job_id in todo:
             spec = m.pending[job_id].spec

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload, selectinload
 
 from scheduler.core.model import Job, Placement
 from scheduler.core.workloads import ModelProfile
@@ -28,7 +28,10 @@ def adopt_runs(s: Session, m: Memory, workers: Workers, num_gpus: int, profiles:
     process ran it before a failed pass) gets no `adopted` event; the others' say `adopted_words`."""
     keep: set[str] = set()
     lost: list[int] = []
-    for row in s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all():
+    # Each run's allocations and user read with it, not by a query per run (a restart on 32,768 GPUs adopts thousands).
+    runs = (select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)
+            .options(selectinload(JobRow.allocations), joinedload(JobRow.user)))
+    for row in s.scalars(runs).unique().all():
         allocs = [a for a in row.allocations if a.attempt == row.attempt and a.released_at is None]
         gpus = tuple(a.gpu for a in sorted(allocs, key=lambda a: a.gpu))
         job = job_of(row, profiles)

@@ -1,0 +1,57 @@
+"""benchmarks/datacentre.py's machinery at a tiny size (so it cannot rot): it builds the partly full and the full
+cluster, measures every policy on them and prints a row for each, with the states it claims (the full cluster's GPUs
+all busy, the queue still deep, placing passes that place)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("datacentre", ROOT / "benchmarks" / "datacentre.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["datacentre"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+dc = _load_benchmark()
+
+
+def check(figs: list, policies: list[str], queued: int) -> None:
+    assert [f.policy for f in figs] == policies
+    for f in figs:
+        assert len(f.partly) == 3 and len(f.full) == 6 and len(f.idle) == 3 and len(f.placing) == 3
+        assert all(math.isfinite(x) and x >= 0 for x in (*f.partly, *f.full, *f.idle, *f.placing)), f
+        assert f.busy > 0.8, f"{f.policy}: the full cluster is {f.busy:.0%} busy"
+        assert 0 < f.queued <= queued
+    # An end frees GPUs and some policy fills them (fifo may wait for its head): the placing passes place.
+    assert sum(f.placed for f in figs) > 0
+    table = dc.table(figs).splitlines()
+    assert len(table) == 2 + len(figs) and all(row.count("|") == table[0].count("|") for row in table)
+
+
+def test_every_heuristic_gets_figures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))  # (run() points it at its own folder; restored after)
+    policies = [p for p in dc.default_policies() if not p.startswith("rl:")]
+    assert {"fifo", "tiresias", "gittins", "contention-greedy", "topology"} <= set(policies)
+    lines: list[str] = []
+    figs = dc.run(nodes=6, queued=150, policies=policies, n_decisions=6, n_passes=3, echo=lines.append)
+    check(figs, policies, 150)
+    assert len(lines) == 1 + len(policies)  # the states built, then a line per policy
+
+
+@pytest.mark.slow  # loading the agent: seconds
+def test_rl_default_gets_figures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    assert "rl:default" in dc.default_policies()
+    figs = dc.run(nodes=6, queued=150, policies=["fifo", "rl:default"], n_decisions=6, n_passes=3,
+                  echo=lambda line: None)
+    check(figs, ["fifo", "rl:default"], 150)
