@@ -26,7 +26,7 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, ItemsView, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -273,10 +273,40 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
     lacking, gains = _room_model(view, planner, spec)
     if not lacking:
         return []
-    offers = (Offer(v, gains(view.placement(v.id)), v.spec.gpu_demand) for v in victims)
+    offers = (Offer(v, _Gains(gains, view.placement(v.id)), v.spec.gpu_demand) for v in victims)
     pending = others if isinstance(others, PendingDemands) else queue_demands(others)
     takers = pending.takers(spec.gpu_demand)
     return choose_victims(offers, lacking, fits or planner.fit_test(spec), takers)
+
+
+class _Gains(Mapping[int, float]):
+    """A victim's gains (`_room_model`), computed when first read: the victim search reads them only of the victims
+    it weighs, and passes over (unread) every one that alone frees as much as the best set found. Nothing they read
+    changes while the search runs (`Planner.fit_test` leaves the plan as it is), so they are the gains computed
+    eagerly, bit for bit."""
+
+    __slots__ = ("_gains", "_of", "_placement")
+
+    def __init__(self, of: Callable[[Placement], dict[int, float]], placement: Placement) -> None:
+        self._of, self._placement = of, placement
+        self._gains: dict[int, float] | None = None
+
+    def _read(self) -> dict[int, float]:
+        if self._gains is None:
+            self._gains = self._of(self._placement)
+        return self._gains
+
+    def __getitem__(self, key: int) -> float:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def items(self) -> ItemsView[int, float]:
+        return self._read().items()
 
 
 def _room_model(

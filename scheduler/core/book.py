@@ -6,14 +6,20 @@ changes them together, in one order, and returns the jobs whose predicted slowdo
 caller's (the simulator reschedules their ends, the controller tells their workers). What only one caller keeps stays
 with it: the simulator's clock, events and progress accounting, the controller's store rows, attempts and workers.
 
+The book also indexes the running jobs' priorities (`lowest_preemptible`, which the priority rules ask at every
+instant with a queue): a change of a running job's priority goes through `respec`.
+
 A job's attained service (Tiresias' 2D attained service, GPU-seconds) is accumulated here, on the job, when a run
 stops: the one place it grows.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+
 from scheduler.core.contention import ContentionModel
-from scheduler.core.model import Job, JobPhase, Placement
+from scheduler.core.model import Job, JobPhase, JobSpec, Placement
 from scheduler.core.progress import in_queue_order
 from scheduler.core.state import ClusterState, ClusterView
 
@@ -36,7 +42,10 @@ class Book:
         self.contention = contention
         self.running: dict[int, Job] = {}
         self.pending: dict[int, Job] = {}  # queue order (`in_queue_order`) but for `append`'s arrivals
-        self.view = ClusterView(state, contention, self.running)
+        # The priorities of the running preemptible jobs, counted, and each one's counted priority by id.
+        self._priorities: Counter[int] = Counter()
+        self._counted: dict[int, int] = {}
+        self.view = ClusterView(state, contention, self.running, self.lowest_preemptible)
 
     def start(self, job: Job, placement: Placement, now: float, *, adopt: bool = False) -> set[int]:
         """Start a run of `job` on `placement` at `now`: allocate it (PlacementError, changing nothing, if it breaks
@@ -51,6 +60,7 @@ class Book:
         job.placement = placement
         job.start_s = now
         self.running[job.id] = job
+        self._count(job.id, job.spec)
         return self.contention.add(job.id, job.spec, placement)
 
     def stop(self, job: Job, now: float) -> set[int]:
@@ -60,6 +70,7 @@ class Book:
         if job.id not in self.running:
             raise BookError(f"job {job.spec.name} (id {job.id}) is not running")
         del self.running[job.id]
+        self._uncount(job.id)
         self.state.release(job.id)
         assert job.start_s is not None  # (`start` set it)
         # Not below zero: the controller's clock is the wall clock, which may step back between a start and a stop.
@@ -67,6 +78,30 @@ class Book:
         job.start_s = None
         job.placement = None
         return self.contention.remove(job.id)
+
+    def respec(self, job: Job, spec: JobSpec) -> None:
+        """Give `job` a new spec (the API changed its priority or time limit), running or not: the one way a job's
+        spec changes, so that the index of running priorities follows."""
+        job.spec = spec
+        if job.id in self.running:
+            self._uncount(job.id)
+            self._count(job.id, spec)
+
+    def lowest_preemptible(self) -> float:
+        """The lowest priority of a running, preemptible job (inf: none is), from the index: O(distinct priorities)."""
+        return min(self._priorities) if self._priorities else math.inf
+
+    def _count(self, job_id: int, spec: JobSpec) -> None:
+        if spec.preemptible:
+            self._priorities[spec.priority] += 1
+            self._counted[job_id] = spec.priority
+
+    def _uncount(self, job_id: int) -> None:
+        priority = self._counted.pop(job_id, None)
+        if priority is not None:
+            self._priorities[priority] -= 1
+            if not self._priorities[priority]:
+                del self._priorities[priority]
 
     def append(self, job: Job) -> None:
         """Queue `job` at the end: an arrival, which comes in submission order (a caller that cannot vouch for that

@@ -50,7 +50,7 @@ def may_preempt(victim: JobSpec, for_: JobSpec, equals: bool = False) -> bool:
 def lowest_preemptible(view: ClusterView) -> float:
     """The lowest priority a running job may be preempted at (inf: none may be): a pending job above it has a victim
     by rule 3."""
-    return min((r.spec.priority for r in view.running.values() if r.spec.preemptible), default=math.inf)
+    return view.lowest_preemptible()  # the book keeps it by the runs it starts and stops
 
 
 def bands(queue: Iterable[Job]) -> list[list[Job]]:

@@ -159,6 +159,7 @@ class Simulator:
         self._heap: list[tuple[float, int, int, int, int]] = []  # (time, seq, kind, job id, version)
         self._seq = 0
         self._version = [0] * len(self.jobs)
+        self._due = [math.nan] * len(self.jobs)  # when the run's end event (of `_version`) is due; nan: none is
         self._runs = [0] * len(self.jobs)  # runs started so far, per job: a time limit applies to one run
         self._slow = np.ones(len(self.jobs))  # current predicted slowdown of each running job
         self._slo_ms = [self._slo(j.spec) for j in self.jobs]
@@ -225,13 +226,19 @@ class Simulator:
         job.last_update = self.now
 
     def _set_rate(self, job: Job) -> None:
-        """Take the contention model's current slowdown for a running job and reschedule its end."""
+        """Take the contention model's current slowdown for a running job and reschedule its end, unless its end
+        stands: the same instant as the event already pushed for this run (a neighbour's change that left its
+        slowdown as it was). No event is pushed for a change that changes nothing."""
         self._advance(job)
         slow = self.contention.slowdown(job.id)
         self._slow[job.id] = slow
         job.rate = progress_rate(job.spec.kind, slow)
+        end = self.now + max(job.work_left, 0.0) / job.rate
+        if end == self._due[job.id]:
+            return
+        self._due[job.id] = end
         self._version[job.id] += 1
-        self._push(self.now + max(job.work_left, 0.0) / job.rate, _FINISH, job.id, self._version[job.id])
+        self._push(end, _FINISH, job.id, self._version[job.id])
 
     def _rates_changed(self, affected: set[int]) -> None:
         for j in affected:
@@ -315,6 +322,7 @@ class Simulator:
         self._busy_share_s += (self.now - job.start_s) * job.placement.share * len(job.placement.gpus)
         affected = self.book.stop(job, self.now)
         self._version[job.id] += 1
+        self._due[job.id] = math.nan
         self._rates_changed(affected)
 
     def _finish(self, job: Job) -> None:

@@ -9,6 +9,7 @@ what a policy sees: the same arrays, read-only, plus the contention model's pred
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
@@ -180,8 +181,12 @@ class ClusterView:
     policies index what they have seen per view (Tiresias' attained service, the RL encoding's caches): a new view
     at every call would rebuild those each time."""
 
-    def __init__(self, state: ClusterState, contention: ContentionModel, running: Mapping[int, Job]) -> None:
+    def __init__(self, state: ClusterState, contention: ContentionModel, running: Mapping[int, Job],
+                 lowest_preemptible: Callable[[], float] | None = None) -> None:
+        """`lowest_preemptible`: the book's index of the running jobs' priorities (`Book.lowest_preemptible`), kept as
+        runs start and stop; None: `lowest_preemptible` looks at every running job (a view over a plain map)."""
         self.cluster = state.cluster
+        self._lowest = lowest_preemptible
         self._state = state
         self._contention = contention
         self.running: Mapping[int, Job] = MappingProxyType(running)
@@ -260,6 +265,13 @@ class ClusterView:
     def probe(self, spec: JobSpec, placement: Placement) -> None:
         """What asking `predict_later` does to the model, without the prediction (`ContentionModel.probe`)."""
         self._contention.probe(spec, placement)
+
+    def lowest_preemptible(self) -> float:
+        """The lowest priority of a running, preemptible job (inf: none is); `scheduler.core.priorities` states
+        the rule that reads it. O(distinct priorities) with the book's index, O(running jobs) without."""
+        if self._lowest is not None:
+            return self._lowest()
+        return min((r.spec.priority for r in self.running.values() if r.spec.preemptible), default=math.inf)
 
     def attained_gpu_s(self, job: Job) -> float:
         """GPU-seconds of service a job has had up to now (Tiresias' 2D attained service)."""

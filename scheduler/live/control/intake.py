@@ -120,7 +120,7 @@ class Intake:
         for job_id, limit, priority, requeue_by in rows:
             job = self.m.running.get(job_id) or self.m.pending.get(job_id)
             if job is not None and (job.spec.time_limit_s, job.spec.priority) != (limit, priority):
-                job.spec = replace(job.spec, time_limit_s=limit, priority=priority)
+                self.m.book.respec(job, replace(job.spec, time_limit_s=limit, priority=priority))
                 self.changes += 1
             if requeue_by is not None:
                 self.requeues[job_id] = requeue_by
