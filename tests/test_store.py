@@ -3,16 +3,21 @@ stored hashed, idempotent submission and the cancel race behave."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import OperationalError
 
 from scheduler.live.store import JobState, Store, queries
+from scheduler.live.store.db import SqliteWriters
 from scheduler.live.store.models import ApiToken, Base, Job, JobEvent, Team, User
 
 EMULATED = {"name": "a", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1, "duration_s": 10.0}
@@ -33,6 +38,54 @@ def test_sqlite_runs_in_wal_mode(tmp_path) -> None:  # type: ignore[no-untyped-d
     store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
     with store.engine.connect() as conn:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+    store.close()
+
+
+def test_a_writer_stuck_holding_the_lock_fails_the_others_after_the_timeout(tmp_path: Path) -> None:
+    """Another process holding the writers' flock (a frozen writer) makes a write session fail with SQLite's own
+    "database is locked" once the busy timeout has passed, writing nothing; the writes go through once it lets go."""
+    store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+    store._writer = SqliteWriters(store.engine.url.database, timeout_s=0.3)
+    with store.session(write=True) as s:  # creates the lock's file, as any write does
+        queries.ensure_user(s, "alice")
+    other = os.open(tmp_path / "c.db-writers", os.O_RDWR)  # another open file: flock treats it as another process
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        began = time.monotonic()
+        with pytest.raises(OperationalError, match="database is locked"), store.session(write=True) as s:
+            queries.ensure_user(s, "bob")
+        assert 0.3 <= time.monotonic() - began < 10
+    finally:
+        os.close(other)  # releases the flock
+    with store.session() as s:
+        assert s.scalar(select(User).where(User.name == "bob")) is None
+    with store.session(write=True) as s:
+        queries.ensure_user(s, "bob")
+    assert count(store, User) >= 2
+    store.close()
+
+
+def test_a_thread_stuck_writing_fails_the_process_s_other_writers_after_the_timeout(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'c.db'}")
+    store._writer = writers = SqliteWriters(store.engine.url.database, timeout_s=0.3)
+    held, release = threading.Event(), threading.Event()
+
+    def stuck() -> None:
+        with writers:
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=stuck)
+    t.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(OperationalError, match="database is locked"), store.session(write=True) as s:
+            queries.ensure_user(s, "carol")
+    finally:
+        release.set()
+        t.join(30)
+    with store.session(write=True) as s:
+        queries.ensure_user(s, "carol")
     store.close()
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cached_property
@@ -20,6 +22,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.core.paths import corral_home
@@ -29,6 +32,7 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 IDLE_IN_TRANSACTION_TIMEOUT_S = 30
+SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a SQLite writer waits for its turn before failing ("database is locked")
 MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the PostgreSQL advisory lock that serialises replicas' migrations
 BEGIN_OPTION = "corral_sqlite_begin"
 
@@ -69,7 +73,7 @@ def store_exists(url: str) -> bool:
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S})
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -80,7 +84,7 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer, nor it them
             cur.execute("PRAGMA synchronous=NORMAL")  # durable at each checkpoint; a power cut loses no committed WAL
             cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
             cur.close()
 
         @event.listens_for(engine, "begin")
@@ -169,13 +173,21 @@ class Store:
         self.engine.dispose()
 
 
+class WritersTimeout(OperationalError):
+    """No write turn on a SQLite store within the busy timeout: what SQLite's own "database is locked" says."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, None, sqlite3.OperationalError("database is locked"))
+
+
 class SqliteWriters:
     """The queue of a SQLite store's writers: a thread lock for this process's, then an exclusive `flock` on a file
     beside the database (`corral.db-writers`) for the processes that share it (`corral serve --api-workers`, the CLI):
     the kernel hands it to the next waiter the moment it is released, where SQLite's busy handler would sleep. The
     busy timeout stays the backstop (a writer without this lock: an older Corral, the sqlite3 shell)."""
 
-    def __init__(self, database: str | None) -> None:
+    def __init__(self, database: str | None, timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
         self._thread_lock = threading.Lock()
         self.path = Path(database + "-writers") if database and database != ":memory:" else None
         self._fd: int | None = None
@@ -195,16 +207,36 @@ class SqliteWriters:
         return self._fd
 
     def __enter__(self) -> SqliteWriters:
-        self._thread_lock.acquire()
+        # Bounded as SQLite's busy timeout bounds its own wait: a writer stuck while holding the lock (a frozen
+        # process, a debugger) fails the others after the timeout, as "database is locked" did, instead of
+        # blocking every write of every process sharing the store for good.
+        deadline = time.monotonic() + self.timeout_s
+        if not self._thread_lock.acquire(timeout=self.timeout_s):
+            raise WritersTimeout(f"no write turn on the store within {self.timeout_s:g} s (another writer holds it)")
         try:
             fd = self._file()
             if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._flock(fd, deadline)
                 self._held = True
         except BaseException:
             self._thread_lock.release()
             raise
         return self
+
+    def _flock(self, fd: int, deadline: float) -> None:
+        """The exclusive lock, waited for until `deadline`: at once when it is free (the common case), else polled
+        with a pause that grows to 5 ms (flock has no timed wait)."""
+        pause = 0.0002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise WritersTimeout(f"no write turn on the store within {self.timeout_s:g} s: another process "
+                                         f"holds {self.path}") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.005)
 
     def __exit__(self, *_exc: object) -> None:
         try:
