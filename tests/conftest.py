@@ -89,10 +89,12 @@ def ray_token_env(folder: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def virtual_ray_cluster(folder: Path, nodes: dict[str, int], racks: dict[str, str] | None = None) -> Iterator[Any]:
+def virtual_ray_cluster(folder: Path, nodes: dict[str, int], racks: dict[str, str] | None = None,
+                        connect: bool = True) -> Iterator[Any]:
     """A real Ray cluster for one test module, with the token of `ray_token_env`: a head with no Corral resources and
     one Corral node per entry of `nodes` (name: virtual GPUs), in the rack `racks` names for it (if any); this process
-    is connected to it. `corral_nodes` maps each name to Ray's handle of its node (to remove it)."""
+    is connected to it unless `connect` is false (a caller that joins and leaves by itself, as a sweep does).
+    `corral_nodes` maps each name to Ray's handle of its node (to remove it)."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -100,7 +102,8 @@ def virtual_ray_cluster(folder: Path, nodes: dict[str, int], racks: dict[str, st
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     with ray_token_env(folder):
-        cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        cluster = Cluster(initialize_head=True, connect=connect,
+                          head_node_args={"num_cpus": 1, "include_dashboard": False})
         cluster.corral_nodes = {name: cluster.add_node(num_cpus=1, num_gpus=gpus,
                                                        resources=node_resources(name, gpus, rack=(racks or {}).get(name)))
                                 for name, gpus in nodes.items()}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import ray_token_env
+from conftest import virtual_ray_cluster
 from tiers import tiered
 
 from agents.evaluate import build_synthetic_cases
@@ -29,19 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @tiered("ray")
 def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A head and one more node, one CPU each; this process is not connected (each sweep joins and leaves)."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    with ray_token_env(tmp_path_factory.mktemp("ray")):
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes()
-        try:
-            yield cluster
-        finally:
-            ray.shutdown()
-            cluster.shutdown()
+    with virtual_ray_cluster(tmp_path_factory.mktemp("ray"), {"node1": 0}, connect=False) as cluster:
+        yield cluster
 
 
 def evaluate(tmp_path: Path, name: str, *extra: str) -> dict[str, Any]:
