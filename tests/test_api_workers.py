@@ -162,6 +162,7 @@ for i in range(int(sys.argv[3])):
 """
 
 
+@pytest.mark.slow  # four processes, each importing Corral: seconds
 def test_writers_in_several_processes_wait_for_sqlite_rather_than_fail(tmp_path: Path) -> None:
     """What the API processes do on SQLite: write sessions from several processes at once, each reading (the user)
     before writing (the token). Every one waits its turn (the writers' flock, then the busy timeout); none fails."""

@@ -38,6 +38,7 @@ def check(figs: list, policies: list[str], queued: int) -> None:
     assert len(table) == 2 + len(figs) and all(row.count("|") == table[0].count("|") for row in table)
 
 
+@pytest.mark.slow  # every heuristic's states and passes: seconds
 def test_every_heuristic_gets_figures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CORRAL_HOME", str(tmp_path))  # (run() points it at its own folder; restored after)
     policies = [p for p in dc.default_policies() if not p.startswith("rl:")]

@@ -29,6 +29,7 @@ def thawed(monkeypatch):
     gc.unfreeze()
 
 
+@pytest.mark.slow  # full collections of a test process's heap: seconds where it is large
 def test_garbage_alive_when_the_block_starts_is_collected_only_after_it() -> None:
     cycle = Node()
     ref = weakref.ref(cycle)
@@ -47,6 +48,7 @@ def test_garbage_alive_when_the_block_starts_is_collected_only_after_it() -> Non
     assert ref() is None
 
 
+@pytest.mark.slow  # full collections of a test process's heap: seconds where it is large
 def test_a_block_inside_a_freeze_leaves_it_as_it_was() -> None:
     # Judged by what the collector frees, not by counts of frozen objects: other threads of a test process free
     # frozen objects by reference counting at any time.
