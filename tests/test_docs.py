@@ -145,3 +145,29 @@ def test_the_docs_command_finder_reads_blocks_inline_code_and_paths() -> None:
             "corral node start --address H:1  # a comment\n```\nThe corral command (prose) is not code.\n")
     assert shown_commands(text) == {("token", "create"), ("team", "set"), ("token", "list"), ("explain",),
                                     ("node", "start")}
+
+
+# A model the docs name: `--model NAME` on a command line, `"model": "NAME"` in JSON or Python.
+MODEL_NAMED = re.compile(r"""--model[ =]([A-Za-z0-9._-]+)|["']model["']\s*:\s*["']([^"']+)["']""")
+
+
+def models_named(text: str) -> set[str]:
+    return {a or b for a, b in MODEL_NAMED.findall(text)}
+
+
+def test_every_model_the_docs_name_is_in_the_catalog() -> None:
+    """A job submitted as the docs show it is not refused for its model (a 422 listing the catalog's names)."""
+    from scheduler.core.workloads import catalog
+
+    names = set(catalog())
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    named = {(page.relative_to(ROOT).as_posix(), m) for page in pages for m in models_named(page.read_text())}
+    assert len(named) >= 5, "the docs name more models than this: is the pattern broken?"
+    unknown = sorted(f"{page}: {m}" for page, m in named if m not in names)
+    assert not unknown, "the docs name models the catalog does not have:\n" + "\n".join(unknown)
+
+
+def test_the_model_finder_reads_options_json_and_python() -> None:
+    text = ('corral submit --model BERT-large --gpus 2\ncurl -d \'{"model": "MoE", "num_gpus": 1}\'\n'
+            "submit({'model': 'GPT-1.3B'})\n--model=DLRM\nThe model: prose\n")
+    assert models_named(text) == {"BERT-large", "MoE", "GPT-1.3B", "DLRM"}
