@@ -154,8 +154,11 @@ def test_corral_hold_and_release(store: Store, corral_home: Path) -> None:
         held = corral("hold", str(job))
         assert held.exit_code == 0, held.output
         assert held.output == f"job {job}: held by ann: it starts only once released (`corral release {job}`)\n"
+        with store.session(write=True) as s:  # an event whose kind is as long as the events column
+            q.add_event(s, job, "requeue_requested", "requeue requested by root")
         shown = corral("show", str(job))
         assert "held               by ann since" in shown.output
+        assert "requeue_requested  requeue requested by root" in shown.output  # kind and words apart
         released = corral("release", str(job))
         assert (released.exit_code, released.output) == (0, f"job {job}: released; it may start\n")
         again = corral("release", str(job))

@@ -120,8 +120,10 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
             out.print(f"  {when(d['at'])}  {escape(d['policy'])}: {d['action']} {escape(str(d['gpus']))}{slow}"
                       + (f" - {escape(d['reason'])}" if d["reason"] else ""))
     out.print("[bold]events[/]")
-    for e in j["events"][-RECENT_EVENTS:]:
-        out.print(f"  {when(e['at'])}  {e['kind']:<17}{escape(e['message'])}")
+    events = j["events"][-RECENT_EVENTS:]
+    width = max((len(e["kind"]) for e in events), default=0) + 2  # a kind as long as the column never glues on
+    for e in events:
+        out.print(f"  {when(e['at'])}  {e['kind']:<{width}}{escape(e['message'])}")
 
 
 @click.command()
