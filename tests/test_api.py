@@ -488,12 +488,26 @@ def test_no_logs_answer_holds_a_server_folder(env: Env, corral_home: Path) -> No
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("hello\n")
     answers = [env.get(f"/jobs/{jid}/logs{query}") for query in (
-        "", "?tail=1", "?rank=1", "?attempt=1", "?attempt=7", "?rank=0&offset=0", "?rank=0&offset=3", "?rank=5&offset=0")]
+        "", "?tail=1", "?rank=1", "?attempt=1", "?attempt=7", "?rank=0&offset=0", "?rank=0&offset=3", "?rank=1&offset=0")]
     assert all(a.status_code == 200 for a in answers)
     assert [e["path"] for e in answers[0].json["logs"]] == [f"job-{jid}/attempt-1/rank-0.log",
                                                             f"job-{jid}/attempt-1/rank-1.log"]
     for answer in answers:
         assert str(corral_home).encode() not in answer.data and env.store.id.encode() not in answer.data
+
+
+def test_a_rank_the_job_never_has_is_a_422_naming_it(env: Env) -> None:
+    """An empty answer for rank 7 of a 2-GPU job would read as a log not written yet (and a follower would wait on it
+    for good): it is refused, naming the field and the ranks there are; nothing else changes."""
+    jid = env.submit(num_gpus=2)["id"]
+    for query in ("?rank=7", "?rank=2&offset=0", "?rank=2&offset=0&wait_s=5"):
+        answer = env.get(f"/jobs/{jid}/logs{query}")
+        assert answer.status_code == 422, query
+        assert answer.json["errors"] == {"query": {"rank": [f"job {jid} has 2 workers (ranks 0-1)"]}}
+    assert env.get(f"/jobs/{jid}/logs?rank=1").status_code == 200  # one it has, written or not
+    lone = env.submit(num_gpus=0.5)["id"]
+    assert env.get(f"/jobs/{lone}/logs?rank=1").json["errors"] == {
+        "query": {"rank": [f"job {lone} has one worker (rank 0)"]}}
 
 
 def test_logs_of_a_job_that_never_ran_are_empty(env: Env) -> None:

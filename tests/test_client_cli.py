@@ -172,6 +172,8 @@ def test_logs_prints_worker_output(server: Server) -> None:
                                 f"==> rank 1 (job-{jid}/attempt-1/rank-1.log) <==", "r1 step 9"]
     result = corral(server, "logs", str(jid), "--attempt", "5")
     assert result.exit_code == 0 and result.stdout == "" and "no logs" in result.stderr
+    result = corral(server, "logs", str(jid), "--rank", "7")
+    assert result.exit_code == 1 and result.stdout == "" and f"job {jid} has 2 workers (ranks 0-1)" in result.stderr
 
 
 def test_cluster_table(server: Server) -> None:

@@ -143,3 +143,31 @@ def test_corral_logs_follow_prints_as_it_comes_and_says_how_the_job_ended(env: E
     refused = CliRunner().invoke(main, ["logs", str(env.job_id), "--follow", "--attempt", "1"],
                                  env={"CORRAL_URL": env.url, "CORRAL_TOKEN": env.token})
     assert refused.exit_code == 2 and "--follow follows the job's current run" in refused.output
+
+
+def test_corral_logs_follow_on_a_pending_job_says_it_waits_then_follows_its_run(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    env.set(state="pending", attempt=0, pending_reason="waits for 2 GPUs (0 free)")
+    asked = threading.Event()
+    job = CorralClient.job
+
+    def job_then_tell(self: CorralClient, job_id: int) -> dict[str, object]:
+        answer = job(self, job_id)
+        asked.set()
+        return answer
+
+    monkeypatch.setattr(CorralClient, "job", job_then_tell)
+
+    def run() -> None:  # the controller starts it once the follower has seen it pending, then it ends
+        asked.wait(30)  # (bounded: a follower that never asks still ends, and the assertions say what it missed)
+        env.set(state="running", attempt=1)
+        env.write(1, 0, "started\n")
+        env.set(state="succeeded", exit_code=0)
+
+    threading.Thread(target=run, daemon=True).start()
+    result = CliRunner().invoke(main, ["logs", str(env.job_id), "--follow", "--rank", "0"],
+                                env={"CORRAL_URL": env.url, "CORRAL_TOKEN": env.token})
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"job {env.job_id} is pending (waits for 2 GPUs (0 free)); its logs follow once "
+                                    "it starts")
+    assert "started" in result.stdout.splitlines() and f"job {env.job_id}: succeeded" in result.stderr

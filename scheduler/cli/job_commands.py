@@ -178,6 +178,10 @@ def _follow(api: CorralClient, job_id: int, rank: int | None, tail: int) -> None
     the end, on stderr, how the job ended."""
     last: int | None = None
     with api_errors():
+        j = api.job(job_id)
+        if j["state"] == JobState.PENDING:  # nothing to print for a while: say why, not silence
+            click.echo(f"job {job_id} is pending ({j.get('pending_reason') or 'waiting to start'}); its logs follow "
+                       "once it starts (Ctrl-C to stop)", err=True)
         for chunk in api.follow_logs(job_id, rank=rank, tail=tail):
             if chunk.rank is None:
                 click.echo(f"==> job {job_id}: run {chunk.attempt} <==")

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from flask_smorest import Blueprint
+from flask_smorest import Blueprint, abort
 
 from scheduler.live.job_files import log_name, log_path
 from scheduler.live.store import JobState
@@ -45,6 +45,13 @@ def logs(args: dict[str, Any], job_id: int) -> Any:
         job = job_or_404(s, job_id)
         attempt = args.get("attempt", job.attempt)
         ranks = set(q.attempt_ranks(s, job_id, attempt))
+        workers = max(1, int(job.num_gpus))
+    if "rank" in args and args["rank"] not in ranks and args["rank"] >= workers:
+        # A rank the job never has: an empty answer would read as a log not written yet, and a follower would wait
+        # on it for good.
+        why = f"job {job_id} has {workers} worker{'s' if workers > 1 else ''} (ranks 0-{workers - 1})" \
+            if workers > 1 else f"job {job_id} has one worker (rank 0)"
+        abort(422, message=f"rank: {why}", errors={"query": {"rank": [why]}})
     if "offset" in args:
         return _follow(job_id, attempt, args["rank"], args["offset"], args["wait_s"])
     # Ranks with a file but no allocation row (a run whose rows were cleaned up) still have logs worth showing.
