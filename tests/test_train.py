@@ -4,6 +4,7 @@ the same seed trains the same agent, and the environment's evaluation is what th
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -305,6 +306,8 @@ def test_cli_evaluate_prints_a_table_and_writes_json_and_plot(tmp_path: Path) ->
     assert "warning: only 2 seed(s)" in result.output and "t = 12.7" in result.output
     assert "against sjf on the same case and seed" in result.output and "sjf (baseline)" in result.output
     assert "[min-max]" in result.output
+    counts = [line for line in result.output.splitlines() if line.startswith(("│ done", "│ rejected", "│ preempt"))]
+    assert len(counts) == 3 and not any(re.search(r"\b\d+\.0\b", line) for line in counts), counts  # not "300.0"
     data = json.loads(out.read_text())["synthetic:100,iat=60"]
     assert set(data["policies"]) == {"fifo", "tiresias", "sjf"} and data["baseline"] == "sjf"
     cmp = data["policies"]["fifo"]["avg_jct_s"]["vs_baseline"]

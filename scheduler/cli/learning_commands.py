@@ -12,7 +12,7 @@ import click
 
 from scheduler.cli.params import COUNT, FRACTION, NATURAL, SEED, Number, OutPath
 from scheduler.cli.policy_options import build_policies, parse_policies
-from scheduler.cli.tables import METRIC_COLUMNS, format_duration, table_cell
+from scheduler.cli.tables import METRIC_COLUMNS, duration_unit, format_duration, table_cell
 from scheduler.core.errors import SpecError
 
 
@@ -354,14 +354,15 @@ def evaluation_table(trace: str, res: dict[str, Any]) -> Any:
     for name in pols:
         table.add_column(f"{name} (baseline)" if name == base else name, justify="right")
     for key, header, fmt in EVAL_ROWS:
-        fmt = "{:.1f}" if fmt == "{:d}" else fmt  # counts average to fractions
+        fmt = "count" if fmt == "{:d}" else fmt  # counts average to fractions
+        unit = duration_unit(v for p in pols.values() for v in _durations(p[key])) if fmt == "dur" else None
         cells = []
         for name, p in pols.items():
             m = p[key]
-            cell = f"{table_cell(m['mean'], fmt)} [{table_cell(m['min'], fmt)}-{table_cell(m['max'], fmt)}]" if name == base \
-                else table_cell(m["mean"], fmt)
+            cell = (f"{table_cell(m['mean'], fmt, unit)} [{table_cell(m['min'], fmt, unit)}-"
+                    f"{table_cell(m['max'], fmt, unit)}]") if name == base else table_cell(m["mean"], fmt, unit)
             if m["vs_baseline"] is not None:
-                cell += "\n" + _comparisoncell(m["vs_baseline"], key, fmt)
+                cell += "\n" + _comparisoncell(m["vs_baseline"], key, fmt, unit)
             cells.append(cell)
         table.add_row(header, *cells)
     return table
@@ -379,7 +380,16 @@ def _t975(df: int) -> float:
     return float(stats.t.ppf(0.975, df))
 
 
-def _comparisoncell(cmp: dict[str, Any], key: str, fmt: str) -> str:
+def _durations(m: dict[str, Any]) -> list[float]:
+    """The durations a row's cell shows for one policy: its mean, range and difference to the baseline."""
+    shown = [m["mean"], m["min"], m["max"]]
+    cmp = m["vs_baseline"]
+    if cmp is not None and cmp["kind"] != "ratio":
+        shown += [v for v in (cmp["estimate"], cmp["low"], cmp["high"]) if v is not None]
+    return [float(v) for v in shown if v is not None]
+
+
+def _comparisoncell(cmp: dict[str, Any], key: str, fmt: str, unit: str | None = None) -> str:
     """"0.87x [0.80-0.95]" (green when the interval lies below 1 for a time, red above), "+1.5 [-0.3, 3.3]"."""
     if cmp["kind"] == "ratio":
         text = f"{cmp['estimate']:.3g}x"
@@ -391,16 +401,16 @@ def _comparisoncell(cmp: dict[str, Any], key: str, fmt: str) -> str:
             good = (cmp["high"] < 1) == lower_is_better
             return f"[{'green' if good else 'red'}]{text}[/]"
         return text
-    diff_fmt = "dur" if fmt == "dur" else fmt
+    diff_fmt = "{:.1f}" if fmt == "count" else fmt  # a difference of counts has a fraction, whole or not
     sign = "+" if cmp["estimate"] >= 0 else "-"
-    text = f"{sign}{table_cell(abs(cmp['estimate']), diff_fmt)}"
+    text = f"{sign}{table_cell(abs(cmp['estimate']), diff_fmt, unit)}"
     if cmp["low"] is None:
         return f"{text} (no interval)"
-    return f"{text} [{_signed(cmp['low'], diff_fmt)}, {_signed(cmp['high'], diff_fmt)}]"
+    return f"{text} [{_signed(cmp['low'], diff_fmt, unit)}, {_signed(cmp['high'], diff_fmt, unit)}]"
 
 
-def _signed(value: float, fmt: str) -> str:
-    return f"{'-' if value < 0 else '+'}{table_cell(abs(value), fmt)}"
+def _signed(value: float, fmt: str, unit: str | None = None) -> str:
+    return f"{'-' if value < 0 else '+'}{table_cell(abs(value), fmt, unit)}"
 
 
 def evaluation_notes(res: dict[str, Any]) -> list[str]:

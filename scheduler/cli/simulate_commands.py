@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from scheduler.core.traces import Trace
 from scheduler.cli.params import parse_cluster_option
 from scheduler.cli.policy_options import build_policies, parse_policies
-from scheduler.cli.tables import METRIC_COLUMNS, format_duration, table_cell
+from scheduler.cli.tables import METRIC_COLUMNS, duration_unit, format_duration, table_cell
 
 
 @click.command()
@@ -134,9 +134,10 @@ def metrics_table(results: list[SimResult], oracle: dict[str, bool]) -> Any:
         if key == "jobs_timed_out" and not any(key in r.metrics for r in results):
             continue  # no job had a time limit
         cells = []
-        for r in results:
-            row = r.metrics | {"wall_s": r.wall_s}
-            cell = table_cell(row.get(key, 0), fmt)
+        rows = [r.metrics | {"wall_s": r.wall_s} for r in results]
+        unit = duration_unit(row.get(key, 0) for row in rows) if fmt == "dur" else None  # one unit a row
+        for row in rows:
+            cell = table_cell(row.get(key, 0), fmt, unit)
             cells.append(f"[green]{cell}[/]" if key == "avg_jct_s" and row[key] == best else cell)
         table.add_row(header, *cells)
     return table
