@@ -675,6 +675,12 @@ def test_every_page_runs_under_the_content_security_policy(browser: Any, service
             pg.wait_for_selector(ready, state="attached")
             pg.locator("#view > p.muted", has_text="Loading").wait_for(state="detached")  # the view rendered
             assert pg.locator("#view").inner_text().strip(), f"#/{view} rendered nothing"
+        # An agent's report: its learning curve is an image the page fetched with the token (issue 51: shown from a
+        # blob: URL, which the policy refused, it never appeared).
+        pg.goto(f"{service.base}/#/policies/rl:default")
+        pg.wait_for_selector("#curve img.curve")
+        pg.wait_for_function("document.querySelector('#curve img.curve').complete")
+        assert pg.eval_on_selector("#curve img.curve", "img => img.naturalWidth > 0"), "the learning curve is blank"
         pg.goto(f"{service.base}/api/docs")
         pg.wait_for_selector(".swagger-ui .info", state="attached")
     finally:

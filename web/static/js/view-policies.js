@@ -35,13 +35,19 @@ Object.assign(Views, (() => {
       <h3>Learning curve</h3><div id="curve">${r.curve ? html`<p class="muted">Loading…</p>` :
         html`<p class="muted">No learning curve recorded.</p>`}</div>`);
     if (r.curve) {
-      // An <img src> cannot send the bearer token: fetch the PNG and show it from a blob URL.
+      // An <img src> cannot send the bearer token: fetch the PNG and show it as a data: URL, which the page's
+      // Content-Security-Policy allows for images (a blob: URL it refuses).
       try {
         const blob = await C.request(`/policies/${encodeURIComponent(name)}/curve.png`, { as: "blob" });
         const img = new Image();
         img.alt = `learning curve of ${name}`;
         img.className = "curve";
-        img.src = URL.createObjectURL(blob);
+        img.src = await new Promise((resolve, reject) => {
+          const reader = new FileReader();
+          reader.onload = () => resolve(reader.result);
+          reader.onerror = () => reject(reader.error);
+          reader.readAsDataURL(blob);
+        });
         const holder = box.querySelector("#curve");
         holder.textContent = "";
         holder.appendChild(img);
