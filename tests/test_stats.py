@@ -75,6 +75,20 @@ def test_stats_buckets(env: tuple[Any, dict[str, str], Store]) -> None:
     assert body["summary"]["avg_utilisation"] == pytest.approx(1520 / 600 / 4, rel=0.01)
 
 
+def test_utilisation_is_averaged_over_the_time_the_service_existed(env: tuple[Any, dict[str, str], Store]) -> None:
+    """An hour's window of a service 630 s old (its first job's submission; the store is newer): the buckets before
+    it have no utilisation, and the average is over 630 s, not the hour (issue 51: the Metrics page's was 1/6 of it)."""
+    client, auth, store = env
+    now = time.time() - 30
+    seed(store, now)
+    body = client.get("/api/v1/stats?window_s=3600&bucket_s=600", headers=auth).json
+    b = body["buckets"]
+    assert [x["utilisation"] for x in b[:4]] == [None] * 4  # wholly before its first job
+    assert b[4]["utilisation"] == 0.0  # its last 30 s: the service existed, nothing held a GPU yet
+    assert body["summary"]["since"] == pytest.approx(now - 600)
+    assert body["summary"]["avg_utilisation"] == pytest.approx(1520 / (body["now"] - (now - 600)) / 4, rel=0.01)
+
+
 def test_stats_refuses_bad_windows(env: tuple[Any, dict[str, str], Store]) -> None:
     client, auth, _ = env
     assert client.get("/api/v1/stats", headers={}).status_code == 401

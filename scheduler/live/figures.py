@@ -22,7 +22,7 @@ from scheduler.core.workloads import catalog
 from scheduler.live import whatif
 from scheduler.live.store import JobState, Store
 from scheduler.live.store import queries as q
-from scheduler.live.store.models import Allocation, Gpu, Job, Team
+from scheduler.live.store.models import Allocation, Gpu, Job, StoreIdentity, Team
 from scheduler.live.team_usage import Held, history_start, usage_over_quota, usage_series
 
 
@@ -48,6 +48,11 @@ def compute_stats(store: Store, window_s: float, bucket_s: float, now: float | N
     edges = [t0 + i * bucket_s for i in range(n + 1)]
     with store.session() as s:
         gpus = s.scalar(select(func.count()).select_from(Gpu)) or 0
+        # When the service began: utilisation is averaged over the time it existed, not over the window before it
+        # (a 24-hour window of a store an hour old is not 4% used). Its oldest job counts too: a store upgraded
+        # to ids (migration 0019) got its id later than its first jobs.
+        began = min((t for t in (s.scalar(select(StoreIdentity.created_at)),
+                                 s.scalar(select(func.min(Job.submitted_at)))) if t is not None), default=t0)
         jobs = s.execute(
             select(Job.id, Job.state, Job.submitted_at, Job.first_started_at, Job.finished_at)
             .where(Job.submitted_at <= now, or_(Job.finished_at.is_(None), Job.finished_at >= t0))
@@ -108,18 +113,22 @@ def compute_stats(store: Store, window_s: float, bucket_s: float, now: float | N
         running[b] = bisect_right(run_starts, t) - bisect_right(run_ends, t)
         pending[b] = max(0, alive - running[b])  # alive and holding no GPU: queued (first time or requeued)
 
+    # Each bucket's seconds in which the service existed; its utilisation is over those (None: none).
+    existed = [max(0.0, min(edges[b + 1], now) - max(edges[b], began)) for b in range(n)]
     buckets = [{
         "start": edges[b], "end": edges[b + 1], "finished": finished[b], "succeeded": succeeded[b],
         "avg_jct_s": _mean(jct[b]), "max_jct_s": max(jct[b]) if jct[b] else None, "started": len(queue[b]),
         "avg_queue_s": _mean(queue[b]), "pending": pending[b], "running": running[b],
-        "share_allocated": round(share[b], 6), "utilisation": round(share[b] / gpus, 6) if gpus else None,
+        "share_allocated": round(share[b], 6),
+        "utilisation": round(share[b] * bucket_s / (gpus * existed[b]), 6) if gpus and existed[b] > 0 else None,
     } for b in range(n)]
     all_jct = [x for xs in jct for x in xs]
     all_queue = [x for xs in queue for x in xs]
     summary = {
         "finished": sum(finished), "succeeded": sum(succeeded), "avg_jct_s": _mean(all_jct),
         "avg_queue_s": _mean(all_queue), "started": len(all_queue),
-        "avg_utilisation": _mean([b["utilisation"] for b in buckets if b["utilisation"] is not None]),
+        "avg_utilisation": (sum(share) * bucket_s / (gpus * sum(existed))) if gpus and sum(existed) > 0 else None,
+        "since": max(t0, began),  # the span the averages cover: from here to `now`
         "pending_now": pending[-1], "running_now": running[-1],
     }
     return {"now": now, "window_s": n * bucket_s, "bucket_s": bucket_s, "gpus": gpus, "buckets": buckets,

@@ -38,7 +38,9 @@ class BucketSchema(Schema):
     pending = fields.Integer(metadata={"description": "jobs waiting at the bucket's end"})
     running = fields.Integer(metadata={"description": "jobs holding GPUs at the bucket's end"})
     share_allocated = fields.Float(metadata={"description": "GPUs allocated (sum of shares), time-averaged"})
-    utilisation = fields.Float(allow_none=True, metadata={"description": "share_allocated / GPUs in the cluster"})
+    utilisation = fields.Float(allow_none=True, metadata={
+        "description": "GPU-time allocated / GPU-time in the cluster, over the part of the bucket the service existed "
+                       "(None before it began)"})
 
 
 class StatsSchema(Schema):
@@ -47,7 +49,8 @@ class StatsSchema(Schema):
     bucket_s = fields.Float()
     gpus = fields.Integer()
     buckets = fields.List(fields.Nested(BucketSchema))
-    summary = fields.Dict(metadata={"description": "the same quantities over the whole window"})
+    summary = fields.Dict(metadata={"description": "the same quantities over the whole window; `since`: where the "
+                                    "span the averages cover starts (the window's start, or when the service began)"})
 
 
 class NodeNetSchema(Schema):

@@ -26,7 +26,8 @@ Object.assign(Views, (() => {
           <span><b>${sum.finished}</b> finished (${sum.succeeded} succeeded)</span>
           <span>avg JCT <b>${C.duration(sum.avg_jct_s)}</b></span>
           <span>avg queueing <b>${C.duration(sum.avg_queue_s)}</b></span>
-          <span>avg utilisation <b>${C.pct(sum.avg_utilisation, 1)}</b></span>
+          <span>avg utilisation <b>${C.pct(sum.avg_utilisation, 1)}</b>${sum.since > t0 + 1
+            ? ` over its ${C.duration(s.now - sum.since)} of life` : ""}</span>
           <span><b>${sum.running_now}</b> running, <b>${sum.pending_now}</b> pending now</span>`);
         const minutes = (v) => C.duration(v);
         mount(el.querySelector("#charts"), html`
