@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agents.scenarios import SYNTHETIC, Scenario, check_workloads, held_out
+from agents.warm_start import warm_start
 from policies.trained import sha256_of
 from scheduler.core.model import PRESETS, SpecError
 from scheduler.core.simulator import Simulator
@@ -500,7 +501,7 @@ def train(cfg: TrainConfig, progress: bool = True, log: Callable[[str], None] = 
     model.set_logger(training_logger(cfg))
     warm: dict[str, float] | None = None
     if cfg.warm_start != "none":
-        warm = warm_start(cfg, model, log)
+        warm = warm_start(cfg, model, log, env_kwargs(cfg), progress=progress, console=console)
     best_dir = cfg.out.parent / f".{cfg.out.stem}.best"
     try:
         run_ppo(cfg, model, make_eval_callback(cfg, scenarios, baselines, best_dir, on_eval), progress, log, console)
@@ -550,48 +551,6 @@ def save_reports(cfg: TrainConfig, paths: dict[str, Path], meta: dict[str, Any],
         plot_curve(paths["curve"], rows)
     log(f"saved {cfg.out} ({cfg.out.stat().st_size / 1024:.0f} KiB) in {wall / 60:.1f} min; "
         f"report {paths['eval']}, curve {paths['curve']}{hint}")
-
-
-def warm_start(cfg: TrainConfig, model: Any, log: Callable[[str], None]) -> dict[str, Any]:
-    from agents.env import PlacementEnv
-    from agents.imitation import BEST, Teachers, agreement, clone, collect
-
-    t0 = time.perf_counter()
-    teachers = BEST if cfg.warm_start == "best" else Teachers(cfg.warm_start)
-    log(f"warm start: cloning {teacher_words(teachers)} on {cfg.warm_start_samples:,} decisions")
-    env = PlacementEnv(**env_kwargs(cfg))
-    demos = collect(env, cfg.warm_start_samples, seed=cfg.seed + 1_000_000, teachers=teachers)
-    stats: dict[str, Any] = clone(model, demos, seed=cfg.seed)
-    log(f"warm start: cloned on {len(demos):,} decisions in {time.perf_counter() - t0:.0f} s (agrees with the "
-        f"teacher on {stats['agreement']:.1%}; the frame represented {stats['teacher_exact']:.1%} of its choices "
-        "exactly)")
-    rounds = []
-
-    def actor(obs: Any, mask: Any) -> int:
-        return int(model.predict(obs, action_masks=mask, deterministic=True)[0])
-
-    for r in range(1, cfg.dagger_rounds + 1):
-        beta = 0.5**r
-        more = collect(env, cfg.warm_start_samples // 2, seed=cfg.seed + 1_000_000 + 10_000 * r, teachers=teachers,
-                       actor=actor, beta=beta)
-        before = agreement(model, more)
-        demos = demos + more
-        stats = clone(model, demos, epochs=10, seed=cfg.seed + r)
-        rounds.append({"round": r, "beta": beta, "samples": len(more), "agreement_before": round(before, 4),
-                       "agreement_after": round(agreement(model, more), 4)})
-        log(f"DAgger round {r}: {len(more):,} decisions with the clone acting {1 - beta:.0%} of the time; it agreed "
-            f"with the teacher on {before:.1%} of them, {rounds[-1]['agreement_after']:.1%} after cloning again on "
-            f"all {len(demos):,}")
-    stats = {"samples": len(demos), **{k: round(v, 4) for k, v in stats.items()}, "wall_s": round(
-        time.perf_counter() - t0, 1), "teachers": teacher_words(teachers), "dagger": rounds}
-    log(f"warm start: done in {stats['wall_s']:.0f} s")
-    return stats
-
-
-def teacher_words(teachers: Any) -> str:
-    bands = "; ".join(f"{kind}: " + ", ".join(f"{name} up to load {upto:g}" for upto, name in rows)
-                      for kind, rows in teachers.bands.items())
-    return f"{teachers.default}" + (f" (by regime: {bands}; else {teachers.default})" if bands else "")
 
 
 def deepshare_version() -> int:

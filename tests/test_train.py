@@ -113,7 +113,10 @@ def test_the_progress_bar_counts_the_timesteps_ppo_runs_and_the_end_says_what_wa
     assert planned_timesteps(make_config(out=tmp_path / "x.zip", timesteps=3000, n_envs=2, n_steps=1024)) == 4096
     screen, logs = io.StringIO(), []
     meta = train(cfg, progress=True, log=logs.append, console=Console(file=screen, width=200))
-    assert "768/768" in screen.getvalue() and "/600" not in screen.getvalue()
+    training = [line for line in screen.getvalue().splitlines() if line.startswith("training")]
+    assert "768/768" in training[-1] and "/600" not in training[-1]
+    # Before PPO, the warm start's bar: the teacher's 300 decisions, then 2 DAgger rounds of 150.
+    assert any(line.startswith("warm start") and "600/600" in line for line in screen.getvalue().splitlines())
     assert meta["timesteps"] == 768 and meta["timesteps_asked"] == 600
     assert any("--timesteps 600 runs 768" in line for line in logs)
     kept = meta["kept"]
@@ -357,3 +360,39 @@ def test_the_gangs_mix_is_drawn_on_its_own_fabric_clusters() -> None:
     assert big.num_nodes == 128 and big.fabric is not None and big.fabric.spec.kind == "rail-optimised"
     validation = held_out(["synthetic:gangs"], ["pcie-t4"], 300, (1.0, 1.3), 2, part="train")
     assert [v.preset for v in validation] == list(MIX_PRESETS["gangs"])
+
+
+def test_the_warm_start_shows_its_progress_over_every_teacher_decision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`corral train`'s warm start (minutes before PPO starts) counts the teacher's decisions of the first
+    collection and of each DAgger round on a progress bar: 300 + 2 x 150 here."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    import agents.env
+    import agents.imitation as imitation
+    from agents import warm_start as ws
+
+    asked: list[int] = []
+
+    def collect(env: object, samples: int, seed: int, teachers: object, progress: object = None,
+                **_: object) -> imitation.Demonstrations:
+        asked.append(samples)
+        assert callable(progress)
+        for _ in range(samples // 50 + 1):  # episodes of 50 decisions: the last one runs past the target
+            progress(50)
+        n = 2
+        return imitation.Demonstrations(np.zeros((n, 3), np.float32), np.ones((n, 2), bool), np.zeros(n, np.int64),
+                                        np.zeros(n, np.float32), 1.0)
+
+    monkeypatch.setattr(imitation, "collect", collect)
+    monkeypatch.setattr(imitation, "clone", lambda *a, **k: {"agreement": 1.0, "teacher_exact": 1.0})
+    monkeypatch.setattr(imitation, "agreement", lambda *a: 1.0)
+    monkeypatch.setattr(agents.env, "PlacementEnv", lambda **kw: object())
+    cfg = SimpleNamespace(warm_start="tiresias", warm_start_samples=300, dagger_rounds=2, seed=0)
+    out = io.StringIO()
+    model = SimpleNamespace(predict=lambda *a, **k: (0, None))
+    stats = ws.warm_start(cfg, model, lambda _: None, {}, progress=True, console=Console(file=out, width=100))
+    assert asked == [300, 150, 150] and len(stats["dagger"]) == 2
+    assert "warm start" in out.getvalue() and "600/600" in out.getvalue()
