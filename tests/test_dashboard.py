@@ -390,6 +390,43 @@ def fresh_page(browser: Any, service: Service, **context: Any) -> tuple[Any, Any
     return ctx, pg, errors
 
 
+def test_the_submit_form_sets_time_limit_dependencies_array_retries_and_class(page: Any, service: Service) -> None:
+    """The form's further options reach the API as the CLI would send them; an entry it cannot read is said next
+    to its field and nothing is submitted (issue 51: the form had none of these)."""
+    sign_in(page, service)
+    assert service.post("/priority-classes", {"name": "form-batch", "value": 0, "preemptible": True}).status_code in (
+        200, 201)
+    head = service.submit(name="form-head", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=600)
+    before = service.get("/jobs?limit=1")["total"]
+    page.goto(f"{service.base}/#/submit")
+    page.wait_for_selector("#f-priority_class option[value='form-batch']", state="attached")
+    page.fill("#f-name", "form-sweep")
+    page.select_option("#f-kind", "command")
+    page.fill("#f-entrypoint", "echo $CORRAL_ARRAY_INDEX")
+    page.fill("#f-num_gpus", "1")
+    page.click("#f-more summary")
+    page.fill("#f-time_limit_s", "900")
+    page.fill("#f-depends_on", f"afterany:{head['id']}, x1")
+    page.fill("#f-array", "3")
+    page.fill("#f-array_max_running", "1")
+    page.fill("#f-max_retries", "2")
+    page.fill("#f-retry_on", "1, 137")
+    page.select_option("#f-priority_class", "form-batch")
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_function("document.querySelector('[data-error-for=depends_on]').textContent.length > 0")
+    assert '"x1"' in page.inner_text("[data-error-for=depends_on]")
+    assert service.get("/jobs?limit=1")["total"] == before  # nothing was sent
+    page.fill("#f-depends_on", f"afterany:{head['id']}")
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*#/job/\d+$"))
+    job = service.get(f"/jobs/{int(page.url.rsplit('/', 1)[1])}")
+    assert (job["name"], job["time_limit_s"], job["max_retries"], job["retry_on"], job["priority_class"]) == (
+        "form-sweep", 900, 2, [1, 137], "form-batch")
+    assert job["depends_on"] == [{"job": head["id"], "condition": "afterany"}]
+    assert job["array"]["count"] == 3 and job["array"]["max_running"] == 1
+    service.cancel_all()
+
+
 def test_jobs_page_filters_pages_and_shows_failure_reasons(page: Any, service: Service) -> None:
     sign_in(page, service)
     service.cancel_all()  # frees the cluster so the failing job runs at once; cancelled jobs are listed too

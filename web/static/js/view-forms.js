@@ -53,9 +53,26 @@ Object.assign(Views, (() => {
           min="0" value="60">`, "emulated: run time alone; command: an optional estimate")}
         ${field("entrypoint", "Entrypoint", html`<textarea id="f-entrypoint" name="entrypoint" rows="2"
           placeholder="python train.py"></textarea>`, "command jobs only")}
-        ${field("priority", "Priority", html`<input id="f-priority" name="priority" type="number" step="1" value="0">`)}
+        ${field("priority", "Priority", html`<input id="f-priority" name="priority" type="number" step="1"
+          placeholder="0">`, "empty: 0, or the priority class's")}
         ${field("slo_ms", "Latency SLO (ms)", html`<input id="f-slo_ms" name="slo_ms" type="number" step="any"
           min="0">`, "optional, inference jobs")}
+        <details id="f-more"><summary>Time limit, dependencies, array, retries, priority class</summary>
+          ${field("time_limit_s", "Time limit (s)", html`<input id="f-time_limit_s" name="time_limit_s" type="number"
+            step="any" min="0">`, "the run is stopped (timed_out) once it has run this long; empty: the cluster's default")}
+          ${field("depends_on", "Depends on", html`<input id="f-depends_on" name="depends_on"
+            placeholder="12, afterany:13">`, "job ids it waits for: 12 (it succeeded), afternotok:12, afterany:12")}
+          ${field("array", "Array tasks", html`<input id="f-array" name="array" type="number" step="1" min="1"
+            placeholder="1">`, "as many copies, each with CORRAL_ARRAY_INDEX 0, 1, …")}
+          ${field("array_max_running", "… at most running", html`<input id="f-array_max_running"
+            name="array_max_running" type="number" step="1" min="1">`, "optional: tasks running at once")}
+          ${field("max_retries", "Retries", html`<input id="f-max_retries" name="max_retries" type="number" step="1"
+            min="0" value="0">`, "command jobs: runs again after a failed run, this many times")}
+          ${field("retry_on", "… on exit codes", html`<input id="f-retry_on" name="retry_on" placeholder="any">`,
+            "any, or codes such as 1, 137")}
+          ${field("priority_class", "Priority class", html`<select id="f-priority_class" name="priority_class">
+            <option value="">none</option></select>`, "a class gives its priority and preemptibility")}
+        </details>
         <p class="field-error" data-error-for="_schema"></p>
         <button type="submit">Submit</button> <span id="submit-message"></span>
       </form></section>`);
@@ -72,6 +89,11 @@ Object.assign(Views, (() => {
       const resnet = r.models.find((m) => m.name === "ResNet-50-bs64");
       if (resnet) form.querySelector("#f-model").value = resnet.name;
     }).catch((err) => { msg.className = "error"; msg.textContent = err.message; });
+    C.request("/priority-classes").then((r) => {
+      mount(form.querySelector("#f-priority_class"), [html`<option value="">none</option>`, ...r.priority_classes.map(
+        (c) => html`<option value="${c.name}">${c.name} (priority ${c.value}${c.preemptible ? "" : ", not preemptible"})
+        </option>`)]);
+    }).catch(() => {});  // the form works without classes
 
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
@@ -80,9 +102,35 @@ Object.assign(Views, (() => {
       const v = (n) => form.elements[n].value.trim();
       const number = (n) => (v(n) === "" ? undefined : Number(v(n)));
       const body = { name: v("name"), kind: v("kind"), model: v("model"), num_gpus: number("num_gpus"),
-        duration_s: number("duration_s"), priority: number("priority"), slo_ms: number("slo_ms") };
+        duration_s: number("duration_s"), priority: number("priority"), slo_ms: number("slo_ms"),
+        time_limit_s: number("time_limit_s"), max_retries: number("max_retries"),
+        priority_class: v("priority_class") || undefined };
       if (body.kind === "command") body.entrypoint = form.elements.entrypoint.value;
+      // The texts the API takes as lists: what cannot be read is said next to its field, and nothing is sent.
+      const local = {};
+      if (v("depends_on")) {
+        body.depends_on = v("depends_on").split(/[\s,]+/).filter(Boolean).map((item) => {
+          const m = /^(?:(afterok|afternotok|afterany):)?(\d+)$/.exec(item);
+          if (!m) local.depends_on = `"${item}": write a job id, or afterok:, afternotok:, afterany: and one`;
+          return m ? { job: Number(m[2]), condition: m[1] || "afterok" } : null;
+        });
+      }
+      if (v("retry_on") && v("retry_on") !== "any") {
+        const codes = v("retry_on").split(/[\s,]+/).filter(Boolean);
+        if (!codes.every((c) => /^\d+$/.test(c))) local.retry_on = 'write "any", or exit codes such as 1, 137';
+        body.retry_on = codes.map(Number);
+      }
+      if (v("array") || v("array_max_running")) {
+        body.array = { count: number("array") ?? 1 };
+        if (v("array_max_running")) body.array.max_running = number("array_max_running");
+      }
       Object.keys(body).forEach((k) => body[k] === undefined && delete body[k]);
+      if (Object.keys(local).length) {
+        showErrors(local);
+        msg.className = "error";
+        msg.textContent = "Please fix the fields marked in red.";
+        return;
+      }
       msg.className = "muted";
       msg.textContent = "Submitting…";
       try {
@@ -92,19 +140,28 @@ Object.assign(Views, (() => {
         location.hash = `#/job/${job.id}`;
       } catch (err) {
         msg.className = "error";
-        const errors = (err.body.errors && err.body.errors.json) || {};
-        let shown = false;
-        for (const [name, msgs] of Object.entries(errors)) {
-          const slot = form.querySelector(`[data-error-for="${CSS.escape(name)}"]`);
-          if (!slot) continue;
-          slot.textContent = [].concat(msgs).join(" ");
-          const input = form.elements[name];
-          if (input) input.classList.add("invalid");
-          shown = true;
-        }
+        const shown = showErrors((err.body && err.body.errors && err.body.errors.json) || {});
         msg.textContent = err.status === 422 && shown ? "Please fix the fields marked in red." : err.message;
       }
     });
+
+    // Each field's messages next to it (a nested field's, e.g. depends_on's entries, flattened into words);
+    // whether any was shown.
+    function showErrors(errors) {
+      const words = (m) => (typeof m === "string" ? [m] : Array.isArray(m) ? m.flatMap(words)
+        : Object.entries(m).flatMap(([k, x]) => words(x).map((w) => `${k}: ${w}`)));
+      let shown = false;
+      for (const [name, msgs] of Object.entries(errors)) {
+        const slot = form.querySelector(`[data-error-for="${CSS.escape(name)}"]`);
+        if (!slot) continue;
+        slot.textContent = words(msgs).join(" ");
+        const input = form.elements[name];
+        if (input) input.classList.add("invalid");
+        if (slot.closest("details")) slot.closest("details").open = true;  // an error is never hidden
+        shown = true;
+      }
+      return shown;
+    }
     return { refresh() {}, static: true };
   }
 
@@ -146,6 +203,11 @@ Object.assign(Views, (() => {
       mount(form.querySelector("#f-policy"), [html`<option value="">the active one (${r.active || "none"})</option>`,
         ...r.available.filter((n) => !n.endsWith(":NAME")).map((n) => html`<option value="${n}">${n}</option>`)]);
     }).catch((err) => { msg.className = "error"; msg.textContent = err.message; });
+    C.request("/priority-classes").then((r) => {
+      mount(form.querySelector("#f-priority_class"), [html`<option value="">none</option>`, ...r.priority_classes.map(
+        (c) => html`<option value="${c.name}">${c.name} (priority ${c.value}${c.preemptible ? "" : ", not preemptible"})
+        </option>`)]);
+    }).catch(() => {});  // the form works without classes
 
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
