@@ -4,8 +4,9 @@ The RL encoding (`policies.rl_encoding`) reads the running jobs at every decisio
 victims' queues), arrival, Gittins queue, priority and preemptibility. On 2,048 GPUs rebuilding these from the view's
 ~1,200 running jobs at each of thousands of decisions was a large part of a decision's time, so `RunningIndex` keeps
 them and `sync` patches only what changed: rows for jobs that left are marked dead (and compacted when most are),
-rows for new jobs appended, rows of jobs restarted since (same id, new start) refreshed. A running job's spec never
-changes (`Job.spec` is set once), so the priority and preemptibility columns are exact for as long as the row lives
+rows for new jobs appended, rows of jobs restarted since (same id, new start) refreshed. A running job's spec changes
+only through `Book.respec` (the API changed its priority), which the view counts (`ClusterView.respecs`): the
+priority and preemptibility columns are read again when that count moves, so they stay exact
 (tests/test_rl_incremental.py compares them with a recomputation at every decision of two simulations).
 """
 
@@ -44,6 +45,7 @@ class RunningIndex:
         self.gnext = np.zeros(0)  # attained service at which the Gittins queue changes (-inf: not computed)
         self.priority = np.zeros(0)
         self.pinned = np.zeros(0, dtype=bool)  # not preemptible
+        self.respecs = -1  # the view's `respecs` the priority columns were read at (-1: a new index, rows just read)
 
     def gittins_levels(self, live: np.ndarray, attained: np.ndarray, queues: Gittins) -> np.ndarray:
         stale = live[self.gnext[live] <= attained]
@@ -89,6 +91,13 @@ class RunningIndex:
             r = self.jobs[k]
             self.base[k], self.start[k] = r.attained_gpu_s, r.start_s
             self.gnext[k] = -math.inf
+        if self.respecs != view.respecs:  # a running job's priority changed in place: read the columns again
+            if self.respecs >= 0:
+                for k in live.tolist():
+                    job = self.jobs[k]
+                    assert job is not None  # (a live row's)
+                    self.priority[k], self.pinned[k] = float(job.spec.priority), not job.spec.preemptible
+            self.respecs = view.respecs
 
 
 _SERVICE: weakref.WeakKeyDictionary[ClusterView, RunningIndex] = weakref.WeakKeyDictionary()

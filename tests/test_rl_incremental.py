@@ -75,3 +75,29 @@ def test_mixed_priorities_and_pinned_jobs_match() -> None:
              for s in synthetic(150, seed=4).jobs]
     checked, shortcut = run(specs)
     assert checked > 50 and shortcut < checked  # the full computation ran, and agreed
+
+
+def test_a_running_job_whose_priority_changes_in_place_is_read_again() -> None:
+    """The API changes a running job's priority through `Book.respec` (the live controller's intake): the index's
+    columns follow at the next decision, not only when the job restarts."""
+    from scheduler.core.book import Book
+    from scheduler.core.contention import ContentionModel
+    from scheduler.core.model import Placement
+    from scheduler.core.state import ClusterState
+    from scheduler.core.workloads import catalog
+
+    cluster = parse_cluster("dgx-a100:1")
+    book = Book(ClusterState(cluster, catalog()), ContentionModel(cluster, catalog()))
+    jobs = [Job(i, JobSpec(name=f"j{i}", submit_s=0.0, num_gpus=1, duration_s=600.0, model="ResNet-50-bs64"), 600.0) for i in range(2)]
+    for i, job in enumerate(jobs):
+        book.start(job, Placement((i,)), 0.0)
+    view = book.view
+    view.now = 10.0
+    running_service(view)
+    index = running_index(view)
+    row = index.row[1]
+    assert index.priority[row] == 0 and not index.pinned[row]
+    book.respec(jobs[1], dataclasses.replace(jobs[1].spec, priority=7, preemptible=False))
+    running_service(view)
+    assert index.priority[row] == 7 and index.pinned[row]
+    assert index.priority[index.row[0]] == 0 and not index.pinned[index.row[0]]

@@ -86,6 +86,7 @@ class Book:
         if job.id in self.running:
             self._uncount(job.id)
             self._count(job.id, spec)
+            self.view.respecs += 1
 
     def lowest_preemptible(self) -> float:
         """The lowest priority of a running, preemptible job (inf: none is), from the index: O(distinct priorities)."""

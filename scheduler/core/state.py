@@ -194,6 +194,10 @@ class ClusterView:
         self.used_mem = _readonly(state.used_mem)
         self.node_free = _readonly(state.node_free)
         self.now = 0.0
+        # How many times a running job's spec changed in place (`Book.respec`: the API changed its priority or time
+        # limit): what a policy keeps about the running jobs between calls (the RL encoding's running index) is
+        # read again when it moves.
+        self.respecs = 0
         # Set by the tenancy frame while it asks the policy it wraps (`scheduler.core.standing`); None without teams.
         self.tenancy: TenancyStanding | None = None
 
