@@ -188,7 +188,7 @@ def test_cluster_table(server: Server) -> None:
         job = s.get(Job, jid)
         assert job is not None
         job.state, job.attempt = JobState.RUNNING, 1
-    out = ok(server, "cluster")
+    out = ok(server, "cluster", "--gpus")
     assert "node-a (dgx-v100, alive)" in out
     gpu1 = next(ln for ln in out.splitlines() if ln.split()[:2] == ["1", "1"])
     assert f"job {jid} resnet (alice) ×0.5" in gpu1 and "0.5" in gpu1.split()
@@ -212,7 +212,7 @@ def test_cluster_table_shows_gpu_health(server: Server) -> None:
                             "gpus": readings if name == "hot" else [readings[0], {**readings[0], "index": 1}]})
             node.gpus = [Gpu(index=2 * i + k, local_index=k, gpu_type="A100-80GB", mem_gb=80.0) for k in range(2)]
             s.add(node)
-    out = ok(server, "cluster")
+    out = ok(server, "cluster", "--gpus")
     assert "hot (dgx-a100, alive, GPUs degraded)" in out
     hot_gpu1 = next(ln for ln in out.splitlines() if ln.split()[:2] == ["1", "1"])
     assert "degraded 80 °C 3 ECC XID 48,79" in hot_gpu1
@@ -237,13 +237,48 @@ def test_cluster_table_shows_drained_nodes_and_closed_gpus(server: Server) -> No
                         if name == "kept" else None)
             node.gpus = [Gpu(index=2 * i + k, local_index=k, gpu_type="A100-80GB", mem_gb=80.0) for k in range(2)]
             s.add(node)
-    out = ok(server, "cluster")
+    out = ok(server, "cluster", "--gpus")
     assert "fixing (dgx-a100, alive, drained: new NIC)" in out
     rows = {tuple(ln.split()[:2]): ln.split() for ln in out.splitlines() if ln.split()[:1] in (["0"], ["1"], ["2"],
                                                                                               ["3"])}
     assert rows[("2", "0")][5] == rows[("3", "1")][5] == "closed"  # the drained node's (after "80 GB")
     assert rows[("1", "1")][5] == "closed" and rows[("0", "0")][5] == "1"  # kept's faulty GPU; its healthy one
     assert "2 nodes, 4 GPUs (1 free of 1 usable, 3 closed)" in out
+    # A line a node by default: the closed GPUs counted apart from the free share, the drain and the health said.
+    lines = {ln.split()[0]: ln for ln in ok(server, "cluster").splitlines() if ln.split()[:1] in (["kept"], ["fixing"])}
+    assert lines["kept"].split()[3:7] == ["alive", "2", "0", "1"] and "(1 closed)" in lines["kept"]
+    assert "GPUs degraded" in lines["kept"]
+    assert "drained: new NIC" in lines["fixing"] and "0 (2 closed)" in lines["fixing"]
+
+
+def test_cluster_prints_a_line_a_node_and_one_node_s_gpus_on_request(server: Server) -> None:
+    """At a thousand GPUs a table of GPUs is unreadable: the default is a line a node (GPUs, in use, free share, the
+    jobs on it, at most four named); `--node NAME` prints that node's GPUs alone; an unknown node is a usage error."""
+    now = time.time()
+    jids = [submit(server) for _ in range(6)]
+    with server.store.session() as s:
+        for i in range(3):
+            node = Node(name=f"n{i}", index=i, preset="dgx-a100", alive=True, updated_at=now, rack="r1")
+            node.gpus = [Gpu(index=8 * i + k, local_index=k, gpu_type="A100-80GB", mem_gb=80.0) for k in range(8)]
+            s.add(node)
+        for k, jid in enumerate(jids):  # six jobs on n0: 1 GPU each, the last two sharing GPU 5
+            s.add(Allocation(job_id=jid, attempt=1, rank=0, node="n0", gpu=min(k, 5), local_gpu=min(k, 5),
+                             share=0.5 if k >= 5 else 1.0, allocated_at=now))
+            job = s.get(Job, jid)
+            assert job is not None
+            job.state, job.attempt = JobState.RUNNING, 1
+    out = ok(server, "cluster")
+    rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (["n0"], ["n1"], ["n2"])]
+    assert [r[0] for r in rows] == ["n0", "n1", "n2"] and len(out.splitlines()) < 10
+    n0 = rows[0]
+    assert n0[1:7] == ["r1", "dgx-a100", "alive", "8", "6", "2.5"]  # 6 GPUs in use; 2 free and half of GPU 5
+    assert " ".join(n0[7:]) == " ".join(f"#{j}" for j in jids[:4]) + " +2 more -"  # no health report: -
+    assert rows[1][5:8] == ["0", "8", "-"]
+    one = ok(server, "cluster", "--node", "n0")
+    assert "n0 (rack r1, dgx-a100, alive)" in one and "n1 (" not in one
+    assert sum(1 for ln in one.splitlines() if "".join(ln.split()[:2]).isdigit()) == 8  # its GPU rows: gpu, local
+    err = corral(server, "cluster", "--node", "nope")
+    assert err.exit_code == 2 and "no node nope in the cluster" in err.output
 
 
 @pytest.mark.parametrize(("args", "field"), [

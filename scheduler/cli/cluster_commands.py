@@ -39,6 +39,59 @@ def gpu_health_text(reading: dict[str, Any] | None) -> str:
     return escape(" ".join(parts))
 
 
+def _status_text(node: dict[str, Any]) -> str:
+    status = "[green]alive[/]" if node["alive"] else "[red]down[/]"
+    drain = node.get("drain")
+    if drain:  # an admin's drain: nothing new starts there (`corral node resume`)
+        status += f", [yellow]drained[/]{': ' + escape(drain['reason']) if drain['reason'] else ''}"
+    return status
+
+
+def _gpu_table(node: dict[str, Any]) -> Table:
+    """One node's GPUs, a row each: type, memory, free share (or closed), health, tenants."""
+    health = node.get("health")
+    by_gpu = {h["index"]: h for h in health["gpus"]} if health else {}
+    # The rack the node names (`corral node start --rack`), before its preset: the map groups by it too.
+    rack = f"rack {escape(node['rack'])}, " if node.get("rack") else ""
+    table = Table(title=f"{escape(node['name'])} ({rack}{escape(node['preset'])}, {_status_text(node)}"
+                        f"{health_text(health)})", title_justify="left", box=None, header_style="bold")
+    for col in ("gpu", "local", "type", "mem", "free", *(("health",) if health else ()), "tenants"):
+        table.add_column(col, justify="left" if col in ("type", "health", "tenants") else "right")
+    for g in node["gpus"]:
+        tenants = ", ".join(_tenant_text(t) for t in g["tenants"])
+        gpu_health = (gpu_health_text(by_gpu.get(g["local_index"])),) if health else ()
+        # A closed GPU (down, drained or faulty node) takes no new job: its idle share is not free.
+        free = "closed" if g.get("closed") else f"{g['free_share']:g}"
+        table.add_row(str(g["index"]), str(g["local_index"]), escape(g["gpu_type"]), f"{g['mem_gb']:g} GB",
+                      free, *gpu_health, escape(tenants) or "-")
+    return table
+
+
+NODE_JOBS_SHOWN = 4  # job ids a node's line names before "+N more"
+
+
+def _node_table(nodes: list[dict[str, Any]]) -> Table:
+    """A line a node, so that a cluster of a thousand GPUs fits a terminal: its GPUs in use, free share (closed GPUs
+    counted apart), the jobs on it and its health."""
+    table = Table(box=None, header_style="bold")
+    for col in ("node", "rack", "preset", "status", "gpus", "in use", "free", "jobs", "health"):
+        table.add_column(col, justify="right" if col in ("gpus", "in use", "free") else "left")
+    for node in nodes:
+        gpus = node["gpus"]
+        used = sum(1 for g in gpus if g["tenants"])
+        closed = sum(1 for g in gpus if g.get("closed"))
+        free = sum(g["free_share"] for g in gpus if not g.get("closed"))
+        jobs = sorted({t["job_id"] for g in gpus for t in g["tenants"]})
+        shown = " ".join(f"#{j}" for j in jobs[:NODE_JOBS_SHOWN]) + (
+            f" +{len(jobs) - NODE_JOBS_SHOWN} more" if len(jobs) > NODE_JOBS_SHOWN else "")
+        health = node.get("health")
+        table.add_row(escape(node["name"]), escape(node.get("rack") or "-"), escape(node["preset"]),
+                      _status_text(node), str(len(gpus)), str(used),
+                      f"{free:g}" + (f" ({closed} closed)" if closed else ""), shown or "-",
+                      health_text(health).removeprefix(", ") or "-")
+    return table
+
+
 def _tenant_text(t: dict[str, Any]) -> str:
     """A GPU's tenant as `corral cluster` prints it: another user's job comes without its name and user."""
     who = f"{t['name']} ({t['user']})" if t["user"] is not None else "(another user's job)"
@@ -47,36 +100,31 @@ def _tenant_text(t: dict[str, Any]) -> str:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--gpus", "per_gpu", is_flag=True, help="Every GPU of every node, with its tenants and health.")
+@click.option("--node", "nodes", multiple=True, metavar="NAME",
+              help="These nodes' GPUs (repeatable); the other nodes are left out.")
 @connection
-def cluster(as_json: bool, url: str, token: str | None) -> None:
-    """Nodes and GPUs with their tenants and shares, and the totals."""
+def cluster(as_json: bool, per_gpu: bool, nodes: tuple[str, ...], url: str, token: str | None) -> None:
+    """Nodes with their GPUs in use, free share, jobs and health (a line each), and the totals; `--gpus` or `--node`
+    for every GPU with its tenants."""
     with api_errors():
         c = client(url, token).cluster()
     if as_json:
         print_json(c)
         return
     out = console()
-    for node in c["nodes"]:
-        status = "[green]alive[/]" if node["alive"] else "[red]down[/]"
-        drain = node.get("drain")
-        if drain:  # an admin's drain: nothing new starts there (`corral node resume`)
-            status += f", [yellow]drained[/]{': ' + escape(drain['reason']) if drain['reason'] else ''}"
-        health = node.get("health")
-        by_gpu = {h["index"]: h for h in health["gpus"]} if health else {}
-        # The rack the node names (`corral node start --rack`), before its preset: the map groups by it too.
-        rack = f"rack {escape(node['rack'])}, " if node.get("rack") else ""
-        table = Table(title=f"{escape(node['name'])} ({rack}{escape(node['preset'])}, {status}{health_text(health)})",
-                      title_justify="left", box=None, header_style="bold")
-        for col in ("gpu", "local", "type", "mem", "free", *(("health",) if health else ()), "tenants"):
-            table.add_column(col, justify="left" if col in ("type", "health", "tenants") else "right")
-        for g in node["gpus"]:
-            tenants = ", ".join(_tenant_text(t) for t in g["tenants"])
-            gpu_health = (gpu_health_text(by_gpu.get(g["local_index"])),) if health else ()
-            # A closed GPU (down, drained or faulty node) takes no new job: its idle share is not free.
-            free = "closed" if g.get("closed") else f"{g['free_share']:g}"
-            table.add_row(str(g["index"]), str(g["local_index"]), escape(g["gpu_type"]), f"{g['mem_gb']:g} GB",
-                          free, *gpu_health, escape(tenants) or "-")
-        out.print(table)
+    if nodes:
+        known = {n["name"] for n in c["nodes"]}
+        missing = [n for n in nodes if n not in known]
+        if missing:
+            raise click.BadParameter(f"no node {', '.join(missing)} in the cluster ({len(known)} nodes: "
+                                     "`corral cluster` lists them)", param_hint="--node")
+    if per_gpu or nodes:
+        for node in c["nodes"]:
+            if not nodes or node["name"] in nodes:
+                out.print(_gpu_table(node))
+    else:
+        out.print(_node_table(c["nodes"]))
     t, q = c["totals"], c["queue"]
     closed = t["gpus"] - t.get("gpus_usable", t["gpus"])
     usable = f" ({t['gpus_free']} free of {t['gpus_usable']} usable, {closed} closed)" if closed else ""
