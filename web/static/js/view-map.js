@@ -152,11 +152,68 @@ Object.assign(Views, (() => {
           </div>`;
         };
         const racks = byRack(cluster.nodes);
+        if (t.gpus > COMPACT_OVER) {  // a tile a node, a square a GPU; a node's full card on click
+          const byName = new Map(cluster.nodes.map((n) => [n.name, n]));
+          const tile = (n) => nodeTile(n, jobs);
+          mount(nodesEl, html`<p class="muted small">${t.gpus} GPUs: a square a GPU, coloured by its tenants' predicted
+              slowdown. Click a node for its GPUs.</p>
+            ${[...racks].map(([rack, nodes]) => rackTiles(rack, nodes, tile))}
+            <div id="map-node-detail"></div>`);
+          const detail = nodesEl.querySelector("#map-node-detail");
+          const show = (name) => {
+            nodesEl.querySelectorAll(".node-tile.on").forEach((x) => x.classList.remove("on"));
+            const n = byName.get(name);
+            if (!n) { mount(detail, ""); return; }
+            nodesEl.querySelector(`.node-tile[data-node="${CSS.escape(name)}"]`).classList.add("on");
+            mount(detail, nodeCard(n));
+          };
+          nodesEl.onclick = (ev) => {
+            const tileEl = ev.target.closest(".node-tile");
+            if (tileEl) { opened = opened === tileEl.dataset.node ? null : tileEl.dataset.node; show(opened); }
+          };
+          if (opened) show(opened);  // kept open across refreshes
+          return;
+        }
         // A cluster whose nodes name no rack looks as it did before racks had names: one list of nodes.
         mount(nodesEl, racks.size === 1 && racks.has("") ? cluster.nodes.map(nodeCard)
           : [...racks].map(([rack, nodes]) => rackGroup(rack, nodes, nodeCard)));
       },
     };
+  }
+
+  // Above this many GPUs the map draws a node as a tile of small squares: a card a node (a band a tenant) is
+  // readable to a few dozen GPUs, and at a thousand it is pages of scrolling.
+  const COMPACT_OVER = 64;
+  let opened = null;  // the node whose card the compact map shows
+
+  function nodeTile(n, jobs) {
+    const square = (g) => {
+      // The largest tenant colours the square; a free GPU is hatched, a closed one grey; shares show as a lighter fill.
+      const top = g.tenants.reduce((a, x) => (a && a.share >= x.share ? a : x), null);
+      const sd = top ? (jobs.get(top.job_id) || {}).predicted_slowdown : null;
+      const cls = g.closed ? "g closed" : top ? (g.free_share > 1e-6 ? "g part" : "g") : "g free";
+      const title = `GPU ${g.local_index} (cluster ${g.index}): ` + (g.closed ? `closed (${g.closed})` : top
+        ? g.tenants.map((x) => `#${x.job_id} ×${x.share}`).join(", ") + `; predicted slowdown ${C.slow(sd)}` : "free");
+      return html`<i class="${cls}" data-gpu="${g.index}" title="${title}"
+        style="${top && !g.closed ? `background:${C.slowdownColour(sd)}` : ""}"></i>`;
+    };
+    const used = n.gpus.filter((g) => g.tenants.length).length;
+    const state = !n.alive ? " dead" : n.drain ? " drained" : "";
+    const bad = n.health && n.health.gpus.some((r) => !GOOD_GPU.includes(r.status));
+    return html`<button type="button" class="node-tile${state}${bad ? " unhealthy" : ""}" data-node="${n.name}"
+      title="${n.name}: ${n.preset}, ${used} of ${n.gpus.length} GPUs in use${n.alive ? "" : ", down"}${
+        n.drain ? ", drained" : ""}${bad ? ", GPU trouble" : ""}"><span class="tile-name">${n.name}</span>
+      <span class="squares">${n.gpus.map(square)}</span></button>`;
+  }
+
+  function rackTiles(rack, nodes, tile) {
+    const gpus = nodes.flatMap((n) => n.gpus);
+    const free = gpus.filter((g) => !g.tenants.length && !g.closed).length;
+    return html`<section class="rack compact" data-rack="${rack}">
+      <h2 class="rack-head">${rack ? `Rack ${rack}` : "Nodes"}
+        <span class="muted">${nodes.length} node${nodes.length === 1 ? "" : "s"} · ${free} of ${gpus.length} GPUs
+          free</span></h2>
+      <div class="tiles">${nodes.map(tile)}</div></section>`;
   }
 
   // The nodes by the rack they name (`corral node start --rack`), racks in the order of their first node (the

@@ -1,0 +1,89 @@
+"""The dashboard at a thousand GPUs (issue 51): the cluster map of 128 nodes x 8 GPUs fits a 1400x900 window with no
+horizontal scroll, a tile a node and a square a GPU, and a click opens one node's GPUs with their tenants. On a
+store made by hand, served without Ray, in Debian's chromium."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import served
+
+from scheduler.live.store import JobState, Store, queries
+from scheduler.live.store.models import Allocation, Gpu, Job, Node
+
+NODES, GPUS, PER_RACK = 128, 8, 16
+
+
+@pytest.fixture
+def big(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+    """(the app's URL, an admin's token) on a store of 128 nodes in 8 racks, a job of one GPU on every other GPU of
+    the first 64 nodes, and node n3 drained."""
+    from web import create_app
+
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
+    now = time.time()
+    with store.session(write=True) as s:
+        token = queries.create_token(s, "admin", admin=True)
+        user = queries.ensure_user(s, "admin")
+        for n in range(NODES):
+            node = Node(name=f"n{n}", index=n, preset="dgx-a100", alive=True, updated_at=now, rack=f"r{n // PER_RACK}",
+                        drained_at=now if n == 3 else None, drain_reason="maintenance" if n == 3 else None)
+            node.gpus = [Gpu(index=GPUS * n + k, local_index=k, gpu_type="A100-80GB", mem_gb=80.0) for k in range(GPUS)]
+            s.add(node)
+        s.flush()
+        for n in range(NODES // 2):
+            for k in range(0, GPUS, 2):
+                job, _ = queries.submit(s, user, {"name": f"j{n}-{k}", "kind": "emulated", "model": "ResNet-50-bs64",
+                                                  "num_gpus": 1, "duration_s": 3600.0})
+                s.flush()
+                row = s.get(Job, job.id)
+                assert row is not None
+                row.state, row.attempt, row.predicted_slowdown = JobState.RUNNING, 1, 1.0 + 0.1 * (k % 4)
+                s.add(Allocation(job_id=job.id, attempt=1, rank=0, node=f"n{n}", gpu=GPUS * n + k, local_gpu=k,
+                                 share=1.0, allocated_at=now))
+    with served(create_app(store)) as url:
+        yield url, token
+    store.close()
+
+
+def test_a_thousand_gpus_fit_the_window_and_a_click_opens_a_node(browser: Any, big: tuple[str, str]) -> None:
+    url, token = big
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})  # the policy enforced: no bypass
+    ctx.add_init_script(f"localStorage.setItem('corral.token', {token!r})")
+    page = ctx.new_page()
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{url}/#/map")
+        page.wait_for_selector(".node-tile[data-node=n127]")
+        assert page.locator(".node-tile").count() == NODES
+        assert page.locator(".node-tile .squares i").count() == NODES * GPUS
+        assert page.locator("section.rack.compact").count() == NODES // PER_RACK
+        width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], f"horizontal scroll: the page is {width[0]} px wide in a {width[1]} px window"
+        # The map's tiles, not pages of cards: every node is within two windows' height.
+        bottom = page.evaluate("() => document.querySelector('.node-tile[data-node=n127]').getBoundingClientRect()"
+                               ".bottom + window.scrollY")
+        assert bottom < 2 * 900, bottom
+        assert page.locator(".node-tile[data-node=n3].drained").count() == 1
+        assert page.locator(".node-tile[data-node=n0] i.free").count() == GPUS // 2
+        assert page.locator(".node-tile[data-node=n100] i.free").count() == GPUS
+        page.click(".node-tile[data-node=n5]")
+        page.wait_for_selector("#map-node-detail .node[data-node=n5]")
+        if os.environ.get("CORRAL_SHOTS"):  # a look at it: CORRAL_SHOTS=folder
+            page.screenshot(path=str(Path(os.environ["CORRAL_SHOTS"]) / "map-1024.png"), full_page=True)
+        detail = page.locator("#map-node-detail .node[data-node=n5]")
+        assert detail.locator(".gpu").count() == GPUS and detail.locator(".tenant").count() == GPUS // 2
+        assert "j5-0" in detail.inner_text()
+        page.click(".node-tile[data-node=n5]")  # again: closed
+        page.wait_for_selector("#map-node-detail .node", state="detached")
+    finally:
+        ctx.close()
+    assert not errors, errors
