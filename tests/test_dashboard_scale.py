@@ -1,6 +1,7 @@
-"""The dashboard at a thousand GPUs (issue 51): the cluster map of 128 nodes x 8 GPUs fits a 1400x900 window with no
-horizontal scroll, a tile a node and a square a GPU, and a click opens one node's GPUs with their tenants. On a
-store made by hand, served without Ray, in Debian's chromium."""
+"""The dashboard at a thousand GPUs and on a phone (issue 51): the cluster map of 128 nodes x 8 GPUs fits a 1400x900
+window with no horizontal scroll, a tile a node and a square a GPU, and a click opens one node's GPUs with their
+tenants; at 390 px the Queue and Jobs pages are cards whose reasons read at full width. On a store made by hand,
+served without Ray, in Debian's chromium."""
 
 from __future__ import annotations
 
@@ -47,6 +48,14 @@ def big(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, 
                 row.state, row.attempt, row.predicted_slowdown = JobState.RUNNING, 1, 1.0 + 0.1 * (k % 4)
                 s.add(Allocation(job_id=job.id, attempt=1, rank=0, node=f"n{n}", gpu=GPUS * n + k, local_gpu=k,
                                  share=1.0, allocated_at=now))
+        for k in range(3):  # waiting, with reasons as long as real ones
+            job, _ = queries.submit(s, user, {"name": f"wait-{k}", "kind": "emulated", "model": "ResNet-50-bs64",
+                                              "num_gpus": 64, "duration_s": 3600.0})
+            s.flush()
+            row = s.get(Job, job.id)
+            assert row is not None
+            row.pending_reason = ("needs 64 whole GPUs on 8 nodes with memory enough; the most on one rack is 60 "
+                                  "(rack r0), and topology waits up to a day for the fewest servers")
     with served(create_app(store)) as url:
         yield url, token
     store.close()
@@ -87,3 +96,32 @@ def test_a_thousand_gpus_fit_the_window_and_a_click_opens_a_node(browser: Any, b
     finally:
         ctx.close()
     assert not errors, errors
+
+
+@pytest.mark.parametrize(("view", "table"), [("queue", "#queue-table"), ("jobs", "#jobs-table")])
+def test_queue_and_jobs_read_on_a_phone(browser: Any, big: tuple[str, str], view: str, table: str) -> None:
+    """390 px wide: no horizontal scroll, each job a card whose pending reason spans it (before: a column two
+    characters wide, rows 430 px tall, columns cut without a cue)."""
+    url, token = big
+    ctx = browser.new_context(viewport={"width": 390, "height": 844})
+    ctx.add_init_script(f"localStorage.setItem('corral.token', {token!r})")
+    page = ctx.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{url}/#/{view}")
+        page.wait_for_selector(f"{table} tbody tr")
+        if os.environ.get("CORRAL_SHOTS"):
+            page.screenshot(path=str(Path(os.environ["CORRAL_SHOTS"]) / f"{view}-390.png"))
+        width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], f"horizontal scroll: {width}"
+        row = page.locator(f"{table} tbody tr").first
+        reason = row.locator("td.reason").bounding_box()
+        card = row.bounding_box()
+        assert reason is not None and card is not None
+        assert reason["width"] > 0.8 * card["width"] and card["width"] > 300, (reason, card)
+        assert card["height"] < 330, card  # the reason wraps over a few lines, not forty
+        labels = page.evaluate("(sel) => [...document.querySelector(sel + ' tbody tr').cells].map("
+                               "(td) => getComputedStyle(td, '::before').content)", table)
+        assert '"GPUs"' in labels and '"User"' in labels, labels  # each value labelled
+    finally:
+        ctx.close()

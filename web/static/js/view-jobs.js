@@ -21,14 +21,19 @@ Object.assign(Views, (() => {
         if (basis) el.querySelector("#queue-basis").textContent = `Start estimates are approximate: ${basis}.`;
         const body = el.querySelector("#queue-body");
         if (!jobs.length) { mount(body, html`<p class="muted">No job is waiting.</p>`); return; }
-        mount(body, html`<table class="table" id="queue-table">
+        // On a phone each row is a card, a cell a labelled line (`data-label`; dashboard.css).
+        mount(body, html`<table class="table cards" id="queue-table">
           <thead><tr><th>#</th><th>Job</th><th>User</th><th>GPUs</th><th>Model</th><th>Waiting</th>
             <th>Pending reason</th><th>Starts in</th></tr></thead>
           <tbody>${jobs.map((j, i) => html`<tr data-job-id="${j.id}">
-            <td>${hasPos ? j.queue_position : i + 1}</td><td>${jobLink(j.id, `#${j.id} ${j.name}`)}</td>
-            <td>${j.user}</td><td>${j.num_gpus}</td><td>${j.model}</td><td>${C.duration(Date.now() / 1000 -
-              j.queued_since)}</td><td class="reason">${reasonCell(j)}</td>
-            <td class="starts" title="${j.start_estimate_basis || ""}">${startWords(j.start_estimate_s)}</td>
+            <td data-label="#">${hasPos ? j.queue_position : i + 1}</td>
+            <td data-label="Job">${jobLink(j.id, `#${j.id} ${j.name}`)}</td>
+            <td data-label="User">${j.user}</td><td data-label="GPUs">${j.num_gpus}</td>
+            <td data-label="Model">${j.model}</td>
+            <td data-label="Waiting">${C.duration(Date.now() / 1000 - j.queued_since)}</td>
+            <td class="reason" data-label="Pending reason">${reasonCell(j)}</td>
+            <td class="starts" data-label="Starts in" title="${j.start_estimate_basis || ""}">${
+              startWords(j.start_estimate_s)}</td>
             </tr>`)}</tbody></table>
           ${hasPos ? "" : html`<p class="muted small">Positions by arrival order (the API gives none).</p>`}`);
       },
@@ -96,17 +101,20 @@ Object.assign(Views, (() => {
             " on this page" : ""}.</p>`);
           return;
         }
-        mount(body, html`<div class="scroll-x"><table class="table" id="jobs-table">
+        mount(body, html`<div class="scroll-x"><table class="table cards" id="jobs-table">
           <thead><tr><th>Job</th><th>State</th><th>User</th><th>GPUs</th><th>Model</th><th>Submitted</th>
             <th>Finished</th><th>Reason</th></tr></thead>
           <tbody>${data.jobs.map((j) => html`<tr data-job-id="${j.id}" data-state="${j.state}">
-            <td>${jobLink(j.id, `#${j.id} ${j.name}`)}</td><td>${C.stateBadge(j.state)}</td><td>${j.user}</td>
-            <td>${j.num_gpus}${j.allocation && j.allocation.length ? html`<br><span class="muted small where"
-              title="${C.allocationWords(j.allocation, true)}">${C.allocationWords(j.allocation)}</span>` : ""}</td>
-            <td>${j.model} ${sloBadge(j.slo)}</td>
-            <td title="${C.stamp(j.submitted_at)}">${C.ago(j.submitted_at)}</td>
-            <td title="${C.stamp(j.finished_at)}">${j.finished_at ? C.ago(j.finished_at) : "–"}</td>
-            <td class="reason">${reasonCell(j)}</td></tr>`)}</tbody></table></div>`);
+            <td data-label="Job">${jobLink(j.id, `#${j.id} ${j.name}`)}</td>
+            <td data-label="State">${C.stateBadge(j.state)}</td><td data-label="User">${j.user}</td>
+            <td data-label="GPUs">${j.num_gpus}${j.allocation && j.allocation.length ? html`<br><span
+              class="muted small where" title="${C.allocationWords(j.allocation, true)}">${
+              C.allocationWords(j.allocation)}</span>` : ""}</td>
+            <td data-label="Model">${j.model} ${sloBadge(j.slo)}</td>
+            <td data-label="Submitted" title="${C.stamp(j.submitted_at)}">${C.ago(j.submitted_at)}</td>
+            <td data-label="Finished" title="${C.stamp(j.finished_at)}">${j.finished_at ? C.ago(j.finished_at) :
+              "–"}</td>
+            <td class="reason" data-label="Reason">${reasonCell(j)}</td></tr>`)}</tbody></table></div>`);
       },
     };
   }
