@@ -237,6 +237,9 @@ class CorralClient:
     def cluster(self) -> dict[str, Any]:
         return self.request("GET", "/cluster")
 
+    def accounting(self, *, since: float | None = None, until: float | None = None, by: str = "user") -> dict[str, Any]:
+        return self.request("GET", "/accounting", params={"since": since, "until": until, "by": by})
+
     def models(self) -> list[dict[str, Any]]:
         return self.request("GET", "/models")["models"]
 

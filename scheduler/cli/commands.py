@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import click
 
+from scheduler.cli.accounting_commands import ACCOUNTING_COMMANDS
 from scheduler.cli.array_commands import ARRAY_COMMANDS
 from scheduler.cli.cluster_commands import CLUSTER_COMMANDS
 from scheduler.cli.job_commands import JOB_COMMANDS
@@ -38,7 +39,7 @@ def main() -> None:
 
 for command in [*SIMULATE_COMMANDS, *LEARNING_COMMANDS, *NODE_COMMANDS, *SUBMIT_COMMANDS, *JOB_COMMANDS,
                 *JOB_CONTROL_COMMANDS, *ARRAY_COMMANDS, *WHATIF_COMMANDS, *CLUSTER_COMMANDS, *TEAM_COMMANDS,
-                *PRIORITY_CLASS_COMMANDS, *TOKEN_COMMANDS, webhook]:
+                *PRIORITY_CLASS_COMMANDS, *TOKEN_COMMANDS, *ACCOUNTING_COMMANDS, webhook]:
     main.add_command(command)
 
 

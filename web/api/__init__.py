@@ -7,6 +7,7 @@ from __future__ import annotations
 from flask_smorest import Api
 
 from web.api import (
+    accounting,
     arrays,
     catalog,
     cluster,
@@ -37,5 +38,5 @@ def register_blueprints(api: Api) -> None:
     for routed in (jobs, job_controls, arrays, job_logs):
         api.register_blueprint(routed.blp, url_prefix=PREFIX)
     for module in (explain, cluster, nodes, catalog, policies, stats, reports, tokens, teams, users, fair_use, whatif,
-                   priority_classes, time_limits, webhooks):
+                   priority_classes, time_limits, webhooks, accounting):
         api.register_blueprint(module.blueprint(PREFIX))

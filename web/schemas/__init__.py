@@ -4,6 +4,7 @@ apart. Their bounds are web.limits'. Every schema is also importable from here, 
 
 from __future__ import annotations
 
+from web.schemas.accounting import AccountingArgs, AccountingRowSchema, AccountingSchema
 from web.schemas.arrays import ArraySchema, ArrayTaskSchema
 from web.schemas.base import GpuCount, PageArgs, RequestSchema, RetryOn, bad_strings
 from web.schemas.catalog import ModelSchema, ModelsSchema
@@ -106,6 +107,7 @@ from web.schemas.whatif import (
 )
 
 __all__ = [
+    "AccountingArgs", "AccountingRowSchema", "AccountingSchema",
     "ActivePolicyArgs", "ActivePolicySchema", "AllocationSchema", "ArrayArgs", "ArraySchema", "ArrayTaskSchema",
     "AttemptSchema", "BORROW_HELP", "BucketSchema", "CandidateSchema", "CeilingArgs", "CeilingSchema",
     "ClusterSchema", "DecisionSchema", "DeliveryDetailSchema", "DeliveryListArgs", "DeliveryListSchema",
