@@ -149,3 +149,20 @@ def test_corral_accounting_prints_a_table_csv_and_refuses_a_bad_date(app: tuple[
         assert [ln.split(",")[0] for ln in as_csv.output.splitlines()[1:]] == ["alice", "bob", "carol", "total"]
         bad = CliRunner().invoke(main, ["accounting", "--since", "yesterday"], env=env)
         assert bad.exit_code == 2 and "--since" in bad.output and "'yesterday'" in bad.output
+
+
+def test_the_prometheus_counter_matches_the_accounting(app: tuple[Any, dict[str, str]]) -> None:
+    """`corral_team_gpu_seconds_total` counts what accounting by team sums: alice's 2 GPUs for 50 minutes in
+    vision, bob's half GPU still held in nlp (counting up to the scrape)."""
+    import re
+
+    flask_app, tokens = app
+    client = flask_app.test_client()
+    text = client.get("/metrics").get_data(as_text=True)
+    value = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^corral_team_gpu_seconds_total\{team="([^"]+)"\} (\S+)$', text, re.MULTILINE)}
+    report = client.get("/api/v1/accounting", query_string={"since": T0, "until": T0 + HOUR, "by": "team"},
+                        headers={"Authorization": f"Bearer {tokens['root']}"}).json
+    vision = next(row for row in report["rows"] if row["key"] == "vision")
+    assert value["vision"] == pytest.approx(vision["gpu_hours"] * 3600) == pytest.approx(6000)
+    assert value["nlp"] > 0.5 * 1800 and value["default"] == 0.0  # a team with no job: 0, not absent

@@ -10,11 +10,12 @@ from typing import Any
 
 from flask import Flask, Response, g, request
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 import scheduler.live.metrics  # noqa: F401  # declare the controller's series even before its first decision
+from scheduler.live.accounting import gpu_seconds_by_team
 from scheduler.live.store import JobState, Store, queries
 from scheduler.live.store.models import Allocation, Gpu, Job
 
@@ -39,7 +40,7 @@ class StoreCollector(Collector):
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         with self.store.session() as s:
             by_state = dict(s.execute(select(Job.state, func.count()).group_by(Job.state)).all())
             gpus = s.scalar(select(func.count()).select_from(Gpu)) or 0
@@ -49,6 +50,7 @@ class StoreCollector(Collector):
                              .where(Job.state == JobState.RUNNING)).one()
             quotas = {t.name: t.quota_gpus for t in queries.list_teams(s)}
             usage = queries.team_usage(s)
+            held_s = gpu_seconds_by_team(s, time.time())
         yield GaugeMetricFamily("corral_queue_length", "Jobs waiting to be placed", value=by_state.get("pending", 0))
         yield GaugeMetricFamily("corral_running_jobs", "Jobs placed and running", value=by_state.get("running", 0))
         jobs = GaugeMetricFamily("corral_jobs", "Jobs in the store by state", labels=["state"])
@@ -70,6 +72,12 @@ class StoreCollector(Collector):
             for team, quota in quotas.items():
                 family.add_metric([team], quota if key is None else usage[team][key])
             yield family
+        # What `GET /accounting?by=team` sums over a period, as a counter: its increase over the period x 1/3600.
+        counter = CounterMetricFamily("corral_team_gpu_seconds", "GPU-seconds the team's jobs held (shares weighted)",
+                                      labels=["team"])
+        for team in sorted(quotas.keys() | held_s.keys()):
+            counter.add_metric([team], held_s.get(team, 0.0))
+        yield counter
 
 
 def init_app(app: Flask, store: Store) -> None:

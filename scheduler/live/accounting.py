@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from scheduler.live.store import JobState
@@ -152,6 +152,16 @@ def accounting(s: Session, since: float, until: float, by: str, viewer: Viewer) 
             row.preemptions += 1
     return {"since": since, "until": until, "by": by, "rows": [rows[k].as_dict() for k in sorted(rows)],
             "total": total.as_dict()}
+
+
+def gpu_seconds_by_team(s: Session, now: float) -> dict[str, float]:
+    """GPU-seconds every team's jobs held since the store began, up to `now` (shares weighted): the Prometheus counter
+    `corral_team_gpu_seconds_total`, whose increase over a period is that period's GPU-hours by team here, x 3600.
+    One aggregate query, whatever the history's length."""
+    held = func.sum(Allocation.share * (func.coalesce(Allocation.released_at, now) - Allocation.allocated_at))
+    q = (select(Job.team, held).join(Job, Allocation.job_id == Job.id).where(Allocation.allocated_at <= now)
+         .group_by(Job.team))
+    return {team: float(total or 0.0) for team, total in s.execute(q).all()}
 
 
 COLUMNS = ["key", "gpu_hours", "idle_gpu_hours", "jobs_ended", *(f"jobs_{s.value}" for s in ENDED), "jobs_started",
