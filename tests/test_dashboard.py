@@ -524,7 +524,7 @@ def test_navigation_fits_a_phone(browser: Any, service: Service) -> None:
         loaded = ":not(:has-text('Loading'))"  # the table, or the sentence saying there is none
         for route, ready in [("map", ".node .gpu"), ("queue", f"#queue-table, #queue-body p{loaded}"),
                              ("jobs", f"#jobs-table, #jobs-body p{loaded}"), ("teams", "#teams-table"),
-                             ("metrics", "#charts svg.chart"),
+                             ("metrics", "#charts svg.chart"), ("accounting", "#accounting-table"),
                              ("policies", "#policies"), ("submit", "#submit-form"), ("whatif", "#whatif-form")]:
             pg.goto(f"{service.base}/#/{route}")
             pg.wait_for_selector(ready)
@@ -706,6 +706,7 @@ def test_every_page_runs_under_the_content_security_policy(browser: Any, service
         for view, ready in (("map", "#nav a.on[data-view=map]"), ("queue", "#nav a.on[data-view=queue]"),
                             ("jobs", "#nav a.on[data-view=jobs]"), (f"job/{job['id']}", "#nav a.on[data-view=jobs]"),
                             ("teams", "#nav a.on[data-view=teams]"), ("metrics", "#charts svg.chart"),
+                            ("accounting", "#accounting-table"),
                             ("policies", "#nav a.on[data-view=policies]"), ("submit", "#nav a.on[data-view=submit]"),
                             ("whatif", "#nav a.on[data-view=whatif]")):
             pg.goto(f"{service.base}/#/{view}")

@@ -125,3 +125,29 @@ def test_queue_and_jobs_read_on_a_phone(browser: Any, big: tuple[str, str], view
         assert '"GPUs"' in labels and '"User"' in labels, labels  # each value labelled
     finally:
         ctx.close()
+
+
+def test_the_accounting_page_draws_gpu_hours_and_downloads_csv(browser: Any, big: tuple[str, str]) -> None:
+    """#/accounting: bars of GPU-hours per user, the figures in a table with the total, a chart per day, and the
+    CSV the API gives, downloaded with the token (the page's policy enforced)."""
+    url, token = big
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900}, accept_downloads=True)
+    ctx.add_init_script(f"localStorage.setItem('corral.token', {token!r})")
+    page = ctx.new_page()
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{url}/#/accounting")
+        page.wait_for_selector("#accounting-bars .bar-row[data-key=admin]")
+        assert page.locator("#accounting-table tr[data-key=admin]").count() == 1
+        assert "total" in page.inner_text("#accounting-table tr.total")
+        with page.expect_download() as download:
+            page.click("#accounting-csv")
+        text = Path(download.value.path()).read_text()
+        assert text.splitlines()[0].startswith("key,gpu_hours") and text.splitlines()[-1].startswith("total,")
+        page.click("#accounting-by button[data-by=day]")
+        page.wait_for_selector("#accounting-chart svg.chart")
+    finally:
+        ctx.close()
+    assert not errors, errors

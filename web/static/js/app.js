@@ -76,6 +76,7 @@
       jobs: () => Views.jobs(viewEl, { query: r.query }),
       job: () => Views.job(viewEl, { id: r.arg }),
       metrics: () => Views.metrics(viewEl),
+      accounting: () => Views.accounting(viewEl),
       teams: () => Views.teams(viewEl),
       policies: () => Views.policies(viewEl, { name: r.arg }),
       submit: () => Views.submit(viewEl),

@@ -34,6 +34,7 @@ const Corral = (() => {
       throw err;
     }
     if (as === "blob") return r.blob();
+    if (as === "text") return r.text();
     return r.json();
   }
 
