@@ -106,6 +106,21 @@ def test_a_user_sees_their_own_and_their_team_s_jobs_only(api: tuple[Any, dict[s
     assert [row["key"] for row in bob["rows"]] == ["nlp"]
 
 
+def test_the_default_team_shares_nobody_s_figures(app: tuple[Any, dict[str, str]]) -> None:
+    """Until an admin makes teams every user is in `default`: there a user sees their own jobs only."""
+    from scheduler.live.accounting import Viewer, accounting
+
+    flask_app, _ = app
+    store = flask_app.extensions["corral.store"]
+    with store.session(write=True) as s:
+        for name in ("alice", "carol"):
+            user = queries.ensure_user(s, name)
+            s.query(Job).filter(Job.user_id == user.id).update({"team": "default"})
+        alice = queries.ensure_user(s, "alice")
+        seen = accounting(s, T0, T0 + HOUR, "user", Viewer(alice.id, False, "default"))
+    assert [row["key"] for row in seen["rows"]] == ["alice"]
+
+
 def test_csv_holds_the_rows_and_the_total(api: tuple[Any, dict[str, dict[str, str]]]) -> None:
     r = get(api, "root", since=T0, until=T0 + HOUR, by="user", format="csv")
     assert r.status_code == 200 and r.mimetype == "text/csv"

@@ -4,7 +4,7 @@ preemptions and time-outs. From the store alone (allocations, jobs, events), so 
 down; `GET /accounting` and `corral accounting` serve it, as JSON or CSV.
 
 Who sees what: an admin every job; anyone else their own jobs and their team's (a job counts for the team it was
-submitted under).
+submitted under; `default`, where every user is until an admin makes teams, is no one's team here).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from scheduler.core.model import DEFAULT_TEAM
 from scheduler.live.store import JobState
 from scheduler.live.store.models import Allocation, Job, JobEvent, User
 
@@ -43,7 +44,8 @@ class Viewer:
         if self.admin:
             return None
         mine = Job.user_id == self.user_id
-        return or_(mine, Job.team == self.team) if self.team else mine
+        # `default` is where everyone is until an admin makes teams: no one's team, or every user would see all.
+        return or_(mine, Job.team == self.team) if self.team and self.team != DEFAULT_TEAM else mine
 
 
 @dataclass
