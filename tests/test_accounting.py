@@ -132,6 +132,8 @@ def test_csv_holds_the_rows_and_the_total(api: tuple[Any, dict[str, dict[str, st
 @pytest.mark.parametrize(("query", "field"), [
     ({"since": T0, "until": T0}, "until"),
     ({"since": T0, "until": T0 + 400 * 86400}, "since"),
+    ({"since": 0}, "since"),  # until now: decades, not at most a year
+    ({"since": 4e9}, "until"),  # after now, the default end
     ({"by": "week"}, "by"),
     ({"format": "xml"}, "format"),
     ({"since": "yesterday"}, "since"),

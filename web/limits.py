@@ -100,6 +100,7 @@ STATS_MAX_BUCKETS = 2000
 # Accounting (GET /accounting): the longest period one answer covers (its cost is the period's allocations and jobs),
 # and the latest instant a period may name (2100-01-01: a typo's year 20250, not a date).
 ACCOUNTING_MAX_PERIOD_S = 366 * 86400.0
+ACCOUNTING_DEFAULT_PERIOD_S = 30 * 86400.0
 MAX_UNIX_TIME = 4_102_444_800.0
 
 

@@ -4,7 +4,6 @@ own and their team's."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from flask import Response
@@ -16,8 +15,6 @@ from scheduler.live.store.models import User
 from web.api.context import store
 from web.auth import caller, protect
 from web.schemas.accounting import AccountingArgs, AccountingSchema
-
-DEFAULT_PERIOD_S = 30 * 86400.0
 
 
 def blueprint(prefix: str) -> Blueprint:
@@ -35,8 +32,7 @@ def blueprint(prefix: str) -> Blueprint:
         wait percentiles, the JCT percentiles of jobs that succeeded, and preemptions; with the total. `format=csv`
         answers text/csv. An admin sees every job, anyone else their own and their team's.
         """
-        until = args["until"] if args["until"] is not None else time.time()
-        since = args["since"] if args["since"] is not None else until - DEFAULT_PERIOD_S
+        since, until = args["since"], args["until"]  # (defaults filled by the schema)
         who = caller()
         with store().session() as s:
             team = None if who.admin else s.scalar(select(User.team).where(User.id == who.id))

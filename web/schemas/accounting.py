@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+from marshmallow import Schema, ValidationError, fields, post_load, validate
 
 import web.limits as lim
 from scheduler.live.accounting import GROUPS
@@ -21,14 +22,17 @@ class AccountingArgs(RequestSchema):
     format = fields.String(load_default="json", validate=validate.OneOf(["json", "csv"]), metadata={
         "description": "json, or csv (text/csv: the rows, then the total)"})
 
-    @validates_schema
-    def _period(self, data: dict[str, Any], **kwargs: Any) -> None:
-        since, until = data.get("since"), data.get("until")
-        if since is not None and until is not None:
-            if until <= since:
-                raise ValidationError({"until": ["Must be after since."]})
-            if until - since > lim.ACCOUNTING_MAX_PERIOD_S:
-                raise ValidationError({"since": [f"A period is at most {lim.ACCOUNTING_MAX_PERIOD_S / 86400:g} days."]})
+    @post_load
+    def _period(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """The period with its defaults filled (until: now; since: 30 days before), checked: it ends after it starts
+        and lasts at most a year (a request's cost is its period's allocations and jobs)."""
+        until = data["until"] if data["until"] is not None else time.time()
+        since = data["since"] if data["since"] is not None else until - lim.ACCOUNTING_DEFAULT_PERIOD_S
+        if until <= since:
+            raise ValidationError({"until": ["Must be after since."]})
+        if until - since > lim.ACCOUNTING_MAX_PERIOD_S:
+            raise ValidationError({"since": [f"A period is at most {lim.ACCOUNTING_MAX_PERIOD_S / 86400:g} days."]})
+        return {**data, "since": since, "until": until}
 
 
 class AccountingRowSchema(Schema):
