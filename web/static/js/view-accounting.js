@@ -85,11 +85,13 @@ Object.assign(Views, (() => {
     pick("#accounting-by", "by", (v) => { by = v; });
     el.querySelector("#accounting-csv").addEventListener("click", async () => {
       // The API needs the token, which a plain link cannot send: fetch the CSV and save it from a data: URL.
-      const text = await C.request(`/accounting?${query()}&format=csv`, { as: "text" });
-      const a = document.createElement("a");
-      a.href = `data:text/csv;charset=utf-8,${encodeURIComponent(text)}`;
-      a.download = `corral-accounting-${by}.csv`;
-      a.click();
+      try {
+        const text = await C.request(`/accounting?${query()}&format=csv`, { as: "text" });
+        const a = document.createElement("a");
+        a.href = `data:text/csv;charset=utf-8,${encodeURIComponent(text)}`;
+        a.download = `corral-accounting-${by}.csv`;
+        a.click();
+      } catch (err) { mount(el.querySelector("#accounting-body"), ViewHelpers.errorBox(err)); }
     });
     return view;
   }
