@@ -91,6 +91,7 @@ from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
 from policies.rl_running import RunningIndex, gittins_levels, running_index, running_service, started_now
+from policies.rl_scan import FITS, NONE, UNKNOWN, Scan
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt
@@ -618,35 +619,67 @@ class _Frame:
         return self._scored(job, cands, victims) if cands else None  # none: fragmentation, preempting won't help
 
 
-# (spec, attained, Gittins index, expected remaining, GPU demand, GPUs, priority): `_orders` reads all but the spec as
-# floats
-_SizeRow = tuple[JobSpec, float, float, float, float, float, float]
-_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, dict[int, _SizeRow]] = \
-    weakref.WeakKeyDictionary()  # job id -> its row under that distribution
+# Of a pending job, what `_orders` reads as floats: attained, Gittins index, expected remaining, GPU demand, GPUs,
+# priority, and its classes (`policies.rl_scan`'s, without and with the user).
+_COLUMNS = 8
+_CLASSES: dict[tuple[object, ...], int] = {}  # what `_Frame.fits` reads of a job -> its class (never renumbered)
+
+
+def _class(key: tuple[object, ...]) -> float:
+    found = _CLASSES.get(key)
+    if found is None:
+        found = _CLASSES[key] = len(_CLASSES)
+    return float(found)
+
+
+class _Rows:
+    """Each pending job's row under one size distribution, computed once per job and service level, not per
+    decision: job id -> (spec, attained, its row in `table`). Ids repeat across simulations (every episode numbers its
+    jobs from 0), so a row is only this job's if it holds this very spec."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.of: dict[int, tuple[JobSpec, float, int]] = {}
+        self.table = np.empty((1024, _COLUMNS))
+        self.used = 0
+
+    def add(self, values: tuple[float, ...]) -> int:
+        if self.used == len(self.table):
+            self.table = np.concatenate([self.table, np.empty_like(self.table)])
+        self.table[self.used] = values  # the very floats the per-job reads gave
+        self.used += 1
+        return self.used - 1
+
+
+_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, _Rows] = weakref.WeakKeyDictionary()
 
 
 def _orders(view: ClusterView, sizes: SizeDistribution,
-            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
     """Each order as indices into `jobs` (which are in arrival order, so a stable sort breaks ties by arrival), and
-    each job's GPUs (`num_gpus`) and priority."""
+    each job's GPUs (`num_gpus`), priority, and class (`policies.rl_scan`; columns without and with the user)."""
     n = len(jobs)
-    known = _SIZE_KEYS.setdefault(sizes, {})
-    if len(known) > 2 * n + 1024:
-        known.clear()
-    rows: list[_SizeRow] = []
+    rows = _SIZE_KEYS.get(sizes)
+    if rows is None:
+        rows = _SIZE_KEYS[sizes] = _Rows()
+    if len(rows.of) > 2 * n + 1024 or rows.used > 8 * n + 4096:
+        rows.clear()
+    of = rows.of
+    at: list[int] = []
     for j in jobs:
-        row = known.get(j.id)
-        # Computed once per job and service level, not per decision. Ids repeat across simulations (every episode
-        # numbers its jobs from 0), so a row is only this job's if it holds this very spec.
+        row = of.get(j.id)
         a = j.attained_gpu_s  # a pending job's service is frozen
         if row is None or row[0] is not j.spec or row[1] != a:
             spec = j.spec
-            row = known[j.id] = (spec, a, sizes.index(a, spec), sizes.expected_remaining(a, spec), spec.gpu_demand,
-                                 spec.num_gpus, spec.priority)
-        rows.append(row)
-    # One pass over the rows into an array; its columns are the very floats the per-job reads gave.
-    table = np.array([r[1:] for r in rows], dtype=float).reshape(n, 6)
-    attained, index, remaining, demand, num, priority = table.T
+            alike = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share)
+            row = of[j.id] = (spec, a, rows.add((
+                a, sizes.index(a, spec), sizes.expected_remaining(a, spec), spec.gpu_demand, spec.num_gpus,
+                spec.priority, _class(alike), _class((*alike, spec.user)))))
+        at.append(row[2])
+    table = rows.table[np.array(at, dtype=np.intp)]
+    attained, index, remaining, demand, num, priority = table[:, :6].T
     coarse = np.argsort(np.searchsorted(np.asarray(THRESHOLDS), attained, side="right"), kind="stable")
     gittins = np.argsort(-index, kind="stable")
     fine = np.argsort(np.searchsorted(np.asarray(FINE_THRESHOLDS), attained, side="right"), kind="stable")
@@ -660,7 +693,7 @@ def _orders(view: ClusterView, sizes: SizeDistribution,
         "preempt-las": coarse,
         "preempt-fine": fine,
         "preempt-gittins": gittins,
-    }, num, priority
+    }, num, priority, table[:, 6:].astype(np.intp)
 
 
 _QUEUES: weakref.WeakKeyDictionary[SizeDistribution, Gittins] = weakref.WeakKeyDictionary()
@@ -687,7 +720,7 @@ def decision_point(
     if not jobs:
         return None
     sizes = sizes or default_sizes()
-    orders, num, priority = _orders(view, sizes, jobs)
+    orders, num, priority, classes = _orders(view, sizes, jobs)
     frame = _Frame(view, preempt, _gittins_queues(sizes), jobs, num, float(priority.min()))
     planner = frame.planner
     # Jobs that fit nowhere, known without a search: `Planner.may_fit` refuses them (and nothing else about them is
@@ -706,6 +739,7 @@ def decision_point(
     # Offered only as swaps (`scheduler.core.tenancy`), a job starts only by preempting its own team's jobs: the frame
     # would drop a start on free GPUs, so only the preemption slots are offered.
     swap_call = view.tenancy is not None and view.tenancy.swap_call
+    scan: Scan | None = None  # the preemption orders' (`policies.rl_scan`)
     for name in ORDERS:
         ladder = PREEMPT_LADDERS.get(name)
         if ladder is None:
@@ -728,25 +762,15 @@ def decision_point(
             continue
         if not frame.preempt:
             continue
-        attempts = 0
-        skip = refused.tolist()
-        for i in orders[name].tolist():
-            if swap_call:
-                fit = None  # free GPUs it might fit on are held for others: only a swap may start it
-            elif i in fits:
-                fit = fits[i]
-            elif skip[i]:
-                fit = fits[i] = None
-            else:
-                fit = fits[i] = frame.fits(jobs[i], predict=False)  # a job that fits is passed over
-            if fit is None:
-                choice = frame.preempting(jobs[i], ladder)
-                if choice is not None:
-                    heads[name] = (i, choice)
-                    break
-                attempts += 1
-                if attempts >= PREEMPT_SCAN:
-                    break
+        if scan is None:  # what the orders above found: FITS for their heads, NONE for the jobs they refused
+            known = np.where(refused, NONE, UNKNOWN).astype(np.int8)
+            for i, fit in fits.items():
+                known[i] = NONE if fit is None else FITS
+            alone = (num >= 1) if view.cluster.fabric is not None else np.zeros(len(jobs), dtype=bool)
+            scan = Scan(frame, jobs, known, classes[:, 1 if planner.mps.one_user else 0], alone, swap_call)
+        found = scan.head(orders[name], ladder, PREEMPT_SCAN)
+        if found is not None:
+            heads[name] = found
     if held is not None:
         held.update(frame.held)
     if not heads:
