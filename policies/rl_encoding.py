@@ -447,6 +447,7 @@ class _Frame:
             alive = index.alive
             self.protected = bool((index.pinned[alive] | (index.priority[alive] > lowest)).any())
         self._by_ladder: dict[tuple[float, ...] | str, tuple[np.ndarray, np.ndarray]] = {}  # levels, order
+        self._by_submit: np.ndarray | None = None  # the running jobs, latest arrival first (`_ranked`)
         # Smallest demand that found no victims, per ladder, queue and (inside the tenancy frame) which victims the
         # job may take (`_may_take`).
         self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool], int, bool], float] = {}
@@ -577,7 +578,11 @@ class _Frame:
             # rule may outrank its preemptor by another, and the two would preempt each other back and forth
             # without the clock moving (seen with a first-valid-action policy).
             levels = np.where(started_now(self.view), -1, levels)
-            order = np.lexsort((-submit, -levels))  # level descending, then submit descending
+            # Level descending, then submit descending (then position): the arrival order, sorted once for every
+            # ladder, sorted again by level (stably), is `np.lexsort((-submit, -levels))`'s, for less.
+            if self._by_submit is None:
+                self._by_submit = np.argsort(-submit, kind="stable")
+            order = self._by_submit[np.argsort(-levels[self._by_submit], kind="stable")]
             self._by_ladder[ladder] = levels[order], order
         return self._by_ladder[ladder]
 
