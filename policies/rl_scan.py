@@ -72,30 +72,40 @@ class Scan:
                 pos += width
                 width *= 4
                 continue
-            width = _WINDOW
-            p = pos + int(stops[0])
-            # Those passed over keep their answer for the orders after this one, as the loop kept it (a class's is
-            # forgotten when the misfits change; theirs was given before).
-            known[order[pos:p]] = FITS
-            i = int(order[p])
-            if status[stops[0]] == UNKNOWN:  # not asked, nor any job alike since the misfits last changed
+            width, start, end = _WINDOW, pos, pos + part.size
+            # The window's stops in order, while what it read holds: a question answered or a misfit noted may
+            # change the answers of jobs after it, so the window is read again from there.
+            stale = False
+            for s in stops.tolist():
+                p = start + s
+                # Those passed over keep their answer for the orders after this one, as the loop kept it (a
+                # class's is forgotten when the misfits change; theirs was given before).
+                known[order[pos:p]] = FITS
+                i = int(order[p])
+                if status[s] == UNKNOWN:  # not asked, nor any job alike since the misfits last changed
+                    before = self._misfits()
+                    known[i] = FITS if frame.fits(jobs[i], predict=False) is not None else NONE
+                    if self._misfits() != before:
+                        self._answers[:] = UNKNOWN
+                    elif not alone[p]:
+                        self._answers[classes[p]] = known[i]
+                    pos, stale = p, True  # read again from it, now answered
+                    break
+                known[i] = NONE
                 before = self._misfits()
-                known[i] = FITS if frame.fits(jobs[i], predict=False) is not None else NONE
-                if self._misfits() != before:
+                choice = frame.preempting(jobs[i], ladder)
+                stale = self._misfits() != before
+                if stale:
                     self._answers[:] = UNKNOWN
-                elif not alone[p]:
-                    self._answers[classes[p]] = known[i]
-                pos = p  # read again, now answered
-                continue
-            known[i] = NONE
-            before = self._misfits()
-            choice = frame.preempting(jobs[i], ladder)
-            if self._misfits() != before:
-                self._answers[:] = UNKNOWN
-            if choice is not None:
-                return i, choice
-            attempts += 1
-            if attempts >= budget:
-                return None
-            pos = p + 1
+                if choice is not None:
+                    return i, choice
+                attempts += 1
+                if attempts >= budget:
+                    return None
+                pos = p + 1
+                if stale:
+                    break
+            if not stale:  # every stop of the window taken: those after the last pass over, and on after them
+                known[order[pos:end]] = FITS
+                pos = end
         return None
