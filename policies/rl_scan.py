@@ -17,14 +17,22 @@ it skips was answered from `_Frame._passing`'s table with nothing done, so the d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
+from policies.placement import Planner
 from scheduler.core.model import Job
 
-if TYPE_CHECKING:
-    from policies.rl_encoding import Choice, _Frame
+
+class Frame(Protocol):
+    """What the scan asks of `policies.rl_encoding._Frame` (which imports this module, so it is named here)."""
+
+    planner: Planner
+
+    def fits(self, job: Job, predict: bool = True) -> object | None: ...
+
+    def preempting(self, job: Job, ladder: tuple[float, ...] | str) -> Any | None: ...
 
 UNKNOWN, FITS, NONE = 0, 1, 2
 _WINDOW = 64  # jobs of an order read at once at first (`Scan.head`)  # a job's (or a class's) answer: not asked yet, fits on free capacity, fits nowhere
@@ -34,7 +42,7 @@ class Scan:
     """What the preemption orders of one decision point share: each job's answer so far (`known`, by job), and each
     class's while the plan's misfits stay as they are."""
 
-    def __init__(self, frame: _Frame, jobs: list[Job], known: np.ndarray, classes: np.ndarray, alone: np.ndarray,
+    def __init__(self, frame: Frame, jobs: list[Job], known: np.ndarray, classes: np.ndarray, alone: np.ndarray,
                  swap_call: bool) -> None:
         """`known`: per job, UNKNOWN, FITS or NONE as the orders before found (the refused ones NONE); `classes`: per
         job, its class (small ints); `alone`: per job, whether it is asked by itself (its class's answer is not its)."""
@@ -46,7 +54,7 @@ class Scan:
         planner = self.frame.planner
         return planner._misfit_workers, len(planner._misfit_shares)
 
-    def head(self, order: np.ndarray, ladder: tuple[float, ...] | str, budget: int) -> tuple[int, Choice] | None:
+    def head(self, order: np.ndarray, ladder: tuple[float, ...] | str, budget: int) -> tuple[int, Any] | None:
         """The first job in `order` that fits nowhere on free capacity and finds victims under `ladder`, with its
         choice; None once `budget` such jobs found none (or the order ends)."""
         frame, jobs, known = self.frame, self.jobs, self.known
