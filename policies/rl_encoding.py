@@ -90,6 +90,7 @@ import numpy as np
 from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
+from policies.rl_rows import QueueRows
 from policies.rl_running import RunningIndex, gittins_levels, running_index, running_service, started_now
 from policies.rl_scan import FITS, NONE, UNKNOWN, Scan
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
@@ -624,41 +625,8 @@ class _Frame:
         return self._scored(job, cands, victims) if cands else None  # none: fragmentation, preempting won't help
 
 
-# Of a pending job, what `_orders` reads as floats: attained, Gittins index, expected remaining, GPU demand, GPUs,
-# priority, and its classes (`policies.rl_scan`'s, without and with the user).
-_COLUMNS = 8
-_CLASSES: dict[tuple[object, ...], int] = {}  # what `_Frame.fits` reads of a job -> its class (never renumbered)
-
-
-def _class(key: tuple[object, ...]) -> float:
-    found = _CLASSES.get(key)
-    if found is None:
-        found = _CLASSES[key] = len(_CLASSES)
-    return float(found)
-
-
-class _Rows:
-    """Each pending job's row under one size distribution, computed once per job and service level, not per
-    decision: job id -> (spec, attained, its row in `table`). Ids repeat across simulations (every episode numbers its
-    jobs from 0), so a row is only this job's if it holds this very spec."""
-
-    def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
-        self.of: dict[int, tuple[JobSpec, float, int]] = {}
-        self.table = np.empty((1024, _COLUMNS))
-        self.used = 0
-
-    def add(self, values: tuple[float, ...]) -> int:
-        if self.used == len(self.table):
-            self.table = np.concatenate([self.table, np.empty_like(self.table)])
-        self.table[self.used] = values  # the very floats the per-job reads gave
-        self.used += 1
-        return self.used - 1
-
-
-_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, _Rows] = weakref.WeakKeyDictionary()
+# The last queue's rows (`policies.rl_rows`), per size distribution.
+_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, QueueRows] = weakref.WeakKeyDictionary()
 
 
 def _orders(view: ClusterView, sizes: SizeDistribution,
@@ -668,22 +636,8 @@ def _orders(view: ClusterView, sizes: SizeDistribution,
     n = len(jobs)
     rows = _SIZE_KEYS.get(sizes)
     if rows is None:
-        rows = _SIZE_KEYS[sizes] = _Rows()
-    if len(rows.of) > 2 * n + 1024 or rows.used > 8 * n + 4096:
-        rows.clear()
-    of = rows.of
-    at: list[int] = []
-    for j in jobs:
-        row = of.get(j.id)
-        a = j.attained_gpu_s  # a pending job's service is frozen
-        if row is None or row[0] is not j.spec or row[1] != a:
-            spec = j.spec
-            alike = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share)
-            row = of[j.id] = (spec, a, rows.add((
-                a, sizes.index(a, spec), sizes.expected_remaining(a, spec), spec.gpu_demand, spec.num_gpus,
-                spec.priority, _class(alike), _class((*alike, spec.user)))))
-        at.append(row[2])
-    table = rows.table[np.array(at, dtype=np.intp)]
+        rows = _SIZE_KEYS[sizes] = QueueRows()
+    table = rows.rows(sizes, jobs)
     attained, index, remaining, demand, num, priority = table[:, :6].T
     coarse = np.argsort(np.searchsorted(np.asarray(THRESHOLDS), attained, side="right"), kind="stable")
     gittins = np.argsort(-index, kind="stable")
