@@ -50,10 +50,6 @@ class Scan:
         self.swap_call = swap_call
         self._answers = np.zeros(int(classes.max()) + 1 if classes.size else 1, dtype=np.int8)
 
-    def _misfits(self) -> tuple[float, int]:
-        planner = self.frame.planner
-        return planner._misfit_workers, len(planner._misfit_shares)
-
     def head(self, order: np.ndarray, ladder: tuple[float, ...] | str, budget: int) -> tuple[int, Any] | None:
         """The first job in `order` that fits nowhere on free capacity and finds victims under `ladder`, with its
         choice; None once `budget` such jobs found none (or the order ends)."""
@@ -68,12 +64,14 @@ class Scan:
         pos = 0
         width = _WINDOW
         classes, alone = self.classes[order], self.alone[order]
+        answers, planner = self._answers, frame.planner
         while pos < order.size:
             # A window of the order at a time, widened while it holds no job to stop at: a stop is usually near.
             part = order[pos:pos + width]
             status = known[part]
             asked = (status == UNKNOWN) & ~alone[pos:pos + width]
-            status[asked] = self._answers[classes[pos:pos + width][asked]]
+            part_classes = classes[pos:pos + width]
+            status[asked] = answers[part_classes[asked]]
             stops = np.flatnonzero(status != FITS)
             if not stops.size:
                 known[part] = FITS  # (as below)
@@ -81,30 +79,39 @@ class Scan:
                 width *= 4
                 continue
             width, start, end = _WINDOW, pos, pos + part.size
-            # The window's stops in order, while what it read holds: a question answered or a misfit noted may
-            # change the answers of jobs after it, so the window is read again from there.
+            # The window's stops in order, from this one reading: an answer for a class is written into the window
+            # as it comes; a misfit noted (which may change any class's) has the window read again.
             stale = False
             for s in stops.tolist():
+                if status[s] == FITS:  # a job alike to one answered since the window was read
+                    continue
                 p = start + s
                 # Those passed over keep their answer for the orders after this one, as the loop kept it (a
                 # class's is forgotten when the misfits change; theirs was given before).
                 known[order[pos:p]] = FITS
                 i = int(order[p])
                 if status[s] == UNKNOWN:  # not asked, nor any job alike since the misfits last changed
-                    before = self._misfits()
-                    known[i] = FITS if frame.fits(jobs[i], predict=False) is not None else NONE
-                    if self._misfits() != before:
-                        self._answers[:] = UNKNOWN
-                    elif not alone[p]:
-                        self._answers[classes[p]] = known[i]
-                    pos, stale = p, True  # read again from it, now answered
-                    break
+                    before = planner._misfit_workers, len(planner._misfit_shares)
+                    answer = FITS if frame.fits(jobs[i], predict=False) is not None else NONE
+                    known[i] = status[s] = answer
+                    if (planner._misfit_workers, len(planner._misfit_shares)) != before:
+                        answers[:] = UNKNOWN
+                        stale = True
+                    elif asked[s]:
+                        answers[part_classes[s]] = answer
+                        alike = asked[s + 1:] & (part_classes[s + 1:] == part_classes[s])
+                        status[s + 1:][alike] = answer
+                    if answer == FITS:
+                        pos = p + 1
+                        if stale:
+                            break
+                        continue
                 known[i] = NONE
-                before = self._misfits()
+                before = planner._misfit_workers, len(planner._misfit_shares)
                 choice = frame.preempting(jobs[i], ladder)
-                stale = self._misfits() != before
-                if stale:
-                    self._answers[:] = UNKNOWN
+                if (planner._misfit_workers, len(planner._misfit_shares)) != before:
+                    answers[:] = UNKNOWN
+                    stale = True
                 if choice is not None:
                     return i, choice
                 attempts += 1
