@@ -35,7 +35,10 @@ class Frame(Protocol):
     def preempting(self, job: Job, ladder: tuple[float, ...] | str) -> Any | None: ...
 
 UNKNOWN, FITS, NONE = 0, 1, 2
-_WINDOW = 64  # jobs of an order read at once at first (`Scan.head`)  # a job's (or a class's) answer: not asked yet, fits on free capacity, fits nowhere
+_WINDOW = 64  # jobs of an order read at once at first (`Scan.head`)
+# Up to this many queued jobs the scan asks each job in turn, as the frame did before it: on a short queue the arrays'
+# fixed costs were more than the questions they save (the Philly and synthetic replays ran 6-12% slower).
+_LOOP = 256  # a job's (or a class's) answer: not asked yet, fits on free capacity, fits nowhere
 
 
 class Scan:
@@ -49,11 +52,14 @@ class Scan:
         self.frame, self.jobs, self.known, self.classes, self.alone = frame, jobs, known, classes, alone
         self.swap_call = swap_call
         self._answers = np.zeros(int(classes.max()) + 1 if classes.size else 1, dtype=np.int8)
+        self._each: list[int] | None = None  # `known` as `_head_each` keeps it (every order of a short queue)
 
     def head(self, order: np.ndarray, ladder: tuple[float, ...] | str, budget: int) -> tuple[int, Any] | None:
         """The first job in `order` that fits nowhere on free capacity and finds victims under `ladder`, with its
         choice; None once `budget` such jobs found none (or the order ends)."""
         frame, jobs, known = self.frame, self.jobs, self.known
+        if not self.swap_call and order.size <= _LOOP:
+            return self._head_each(order, ladder, budget)
         if self.swap_call:  # free GPUs are held for others: every job is one only a swap may start
             for i in order[:budget].tolist():
                 choice = frame.preempting(jobs[i], ladder)
@@ -123,4 +129,25 @@ class Scan:
             if not stale:  # every stop of the window taken: those after the last pass over, and on after them
                 known[order[pos:end]] = FITS
                 pos = end
+        return None
+
+    def _head_each(self, order: np.ndarray, ladder: tuple[float, ...] | str, budget: int) -> tuple[int, Any] | None:
+        """`head` asking each job it passes in turn (`_Frame.fits` answers jobs alike from its own table)."""
+        frame, jobs = self.frame, self.jobs
+        if self._each is None:
+            self._each = self.known.tolist()
+        known = self._each
+        attempts = 0
+        for i in order.tolist():
+            status = known[i]
+            if status == UNKNOWN:
+                status = known[i] = FITS if frame.fits(jobs[i], predict=False) is not None else NONE
+            if status == FITS:
+                continue
+            choice = frame.preempting(jobs[i], ladder)
+            if choice is not None:
+                return i, choice
+            attempts += 1
+            if attempts >= budget:
+                return None
         return None

@@ -462,6 +462,7 @@ def test_jobs_alike_passed_over_by_a_preemption_order_are_asked_once(monkeypatch
     """A deep queue of jobs alike that fit: the preemption orders pass over every one of them, and the frame asks
     (searches and probes the model) once for all of them while the plan is unchanged. The decision point is the one
     asking each job gives, bit for bit."""
+    from policies import rl_scan
     from policies.rl_encoding import DecisionPoint, _Frame
     from policies.rl_scan import Scan
     from scheduler.core.contention import ContentionModel
@@ -475,6 +476,7 @@ def test_jobs_alike_passed_over_by_a_preemption_order_are_asked_once(monkeypatch
         _start(sim, 0, (0, 1, 2, 3))  # something runs: the preemption orders scan the queue
         _arrive_all(sim)
         probes = []
+        monkeypatch.setattr(rl_scan, "_LOOP", 0)  # a short queue: the arrays' scan even so
         probe = ContentionModel.probe
         monkeypatch.setattr(ContentionModel, "probe", lambda self, s, p: probes.append(s.name) or probe(self, s, p))
         if not memo:  # neither the scan's answer per class (`policies.rl_scan`) nor the frame's per plan
