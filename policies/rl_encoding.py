@@ -90,7 +90,9 @@ import numpy as np
 from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
+from policies.rl_rows import QueueRows
 from policies.rl_running import RunningIndex, gittins_levels, running_index, running_service, started_now
+from policies.rl_scan import FITS, NONE, UNKNOWN, Scan
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt
@@ -446,6 +448,7 @@ class _Frame:
             alive = index.alive
             self.protected = bool((index.pinned[alive] | (index.priority[alive] > lowest)).any())
         self._by_ladder: dict[tuple[float, ...] | str, tuple[np.ndarray, np.ndarray]] = {}  # levels, order
+        self._by_submit: np.ndarray | None = None  # the running jobs, latest arrival first (`_ranked`)
         # Smallest demand that found no victims, per ladder, queue and (inside the tenancy frame) which victims the
         # job may take (`_may_take`).
         self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool], int, bool], float] = {}
@@ -576,7 +579,11 @@ class _Frame:
             # rule may outrank its preemptor by another, and the two would preempt each other back and forth
             # without the clock moving (seen with a first-valid-action policy).
             levels = np.where(started_now(self.view), -1, levels)
-            order = np.lexsort((-submit, -levels))  # level descending, then submit descending
+            # Level descending, then submit descending (then position): the arrival order, sorted once for every
+            # ladder, sorted again by level (stably), is `np.lexsort((-submit, -levels))`'s, for less.
+            if self._by_submit is None:
+                self._by_submit = np.argsort(-submit, kind="stable")
+            order = self._by_submit[np.argsort(-levels[self._by_submit], kind="stable")]
             self._by_ladder[ladder] = levels[order], order
         return self._by_ladder[ladder]
 
@@ -618,35 +625,20 @@ class _Frame:
         return self._scored(job, cands, victims) if cands else None  # none: fragmentation, preempting won't help
 
 
-# (spec, attained, Gittins index, expected remaining, GPU demand, GPUs, priority): `_orders` reads all but the spec as
-# floats
-_SizeRow = tuple[JobSpec, float, float, float, float, float, float]
-_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, dict[int, _SizeRow]] = \
-    weakref.WeakKeyDictionary()  # job id -> its row under that distribution
+# The last queue's rows (`policies.rl_rows`), per size distribution.
+_SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, QueueRows] = weakref.WeakKeyDictionary()
 
 
 def _orders(view: ClusterView, sizes: SizeDistribution,
-            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
     """Each order as indices into `jobs` (which are in arrival order, so a stable sort breaks ties by arrival), and
-    each job's GPUs (`num_gpus`) and priority."""
+    each job's GPUs (`num_gpus`), priority, and class (`policies.rl_scan`; columns without and with the user)."""
     n = len(jobs)
-    known = _SIZE_KEYS.setdefault(sizes, {})
-    if len(known) > 2 * n + 1024:
-        known.clear()
-    rows: list[_SizeRow] = []
-    for j in jobs:
-        row = known.get(j.id)
-        # Computed once per job and service level, not per decision. Ids repeat across simulations (every episode
-        # numbers its jobs from 0), so a row is only this job's if it holds this very spec.
-        a = j.attained_gpu_s  # a pending job's service is frozen
-        if row is None or row[0] is not j.spec or row[1] != a:
-            spec = j.spec
-            row = known[j.id] = (spec, a, sizes.index(a, spec), sizes.expected_remaining(a, spec), spec.gpu_demand,
-                                 spec.num_gpus, spec.priority)
-        rows.append(row)
-    # One pass over the rows into an array; its columns are the very floats the per-job reads gave.
-    table = np.array([r[1:] for r in rows], dtype=float).reshape(n, 6)
-    attained, index, remaining, demand, num, priority = table.T
+    rows = _SIZE_KEYS.get(sizes)
+    if rows is None:
+        rows = _SIZE_KEYS[sizes] = QueueRows()
+    table = rows.rows(sizes, jobs)
+    attained, index, remaining, demand, num, priority = table[:, :6].T
     coarse = np.argsort(np.searchsorted(np.asarray(THRESHOLDS), attained, side="right"), kind="stable")
     gittins = np.argsort(-index, kind="stable")
     fine = np.argsort(np.searchsorted(np.asarray(FINE_THRESHOLDS), attained, side="right"), kind="stable")
@@ -660,7 +652,7 @@ def _orders(view: ClusterView, sizes: SizeDistribution,
         "preempt-las": coarse,
         "preempt-fine": fine,
         "preempt-gittins": gittins,
-    }, num, priority
+    }, num, priority, table[:, 6:].astype(np.intp)
 
 
 _QUEUES: weakref.WeakKeyDictionary[SizeDistribution, Gittins] = weakref.WeakKeyDictionary()
@@ -687,7 +679,7 @@ def decision_point(
     if not jobs:
         return None
     sizes = sizes or default_sizes()
-    orders, num, priority = _orders(view, sizes, jobs)
+    orders, num, priority, classes = _orders(view, sizes, jobs)
     frame = _Frame(view, preempt, _gittins_queues(sizes), jobs, num, float(priority.min()))
     planner = frame.planner
     # Jobs that fit nowhere, known without a search: `Planner.may_fit` refuses them (and nothing else about them is
@@ -706,6 +698,7 @@ def decision_point(
     # Offered only as swaps (`scheduler.core.tenancy`), a job starts only by preempting its own team's jobs: the frame
     # would drop a start on free GPUs, so only the preemption slots are offered.
     swap_call = view.tenancy is not None and view.tenancy.swap_call
+    scan: Scan | None = None  # the preemption orders' (`policies.rl_scan`)
     for name in ORDERS:
         ladder = PREEMPT_LADDERS.get(name)
         if ladder is None:
@@ -728,25 +721,15 @@ def decision_point(
             continue
         if not frame.preempt:
             continue
-        attempts = 0
-        skip = refused.tolist()
-        for i in orders[name].tolist():
-            if swap_call:
-                fit = None  # free GPUs it might fit on are held for others: only a swap may start it
-            elif i in fits:
-                fit = fits[i]
-            elif skip[i]:
-                fit = fits[i] = None
-            else:
-                fit = fits[i] = frame.fits(jobs[i], predict=False)  # a job that fits is passed over
-            if fit is None:
-                choice = frame.preempting(jobs[i], ladder)
-                if choice is not None:
-                    heads[name] = (i, choice)
-                    break
-                attempts += 1
-                if attempts >= PREEMPT_SCAN:
-                    break
+        if scan is None:  # what the orders above found: FITS for their heads, NONE for the jobs they refused
+            known = np.where(refused, NONE, UNKNOWN).astype(np.int8)
+            for i, fit in fits.items():
+                known[i] = NONE if fit is None else FITS
+            alone = (num >= 1) if view.cluster.fabric is not None else np.zeros(len(jobs), dtype=bool)
+            scan = Scan(frame, jobs, known, classes[:, 1 if planner.mps.one_user else 0], alone, swap_call)
+        found = scan.head(orders[name], ladder, PREEMPT_SCAN)
+        if found is not None:
+            heads[name] = found
     if held is not None:
         held.update(frame.held)
     if not heads:

@@ -462,7 +462,9 @@ def test_jobs_alike_passed_over_by_a_preemption_order_are_asked_once(monkeypatch
     """A deep queue of jobs alike that fit: the preemption orders pass over every one of them, and the frame asks
     (searches and probes the model) once for all of them while the plan is unchanged. The decision point is the one
     asking each job gives, bit for bit."""
+    from policies import rl_scan
     from policies.rl_encoding import DecisionPoint, _Frame
+    from policies.rl_scan import Scan
     from scheduler.core.contention import ContentionModel
 
     def point_of(memo: bool) -> tuple[DecisionPoint, int]:
@@ -474,11 +476,15 @@ def test_jobs_alike_passed_over_by_a_preemption_order_are_asked_once(monkeypatch
         _start(sim, 0, (0, 1, 2, 3))  # something runs: the preemption orders scan the queue
         _arrive_all(sim)
         probes = []
+        monkeypatch.setattr(rl_scan, "_LOOP", 0)  # a short queue: the arrays' scan even so
         probe = ContentionModel.probe
         monkeypatch.setattr(ContentionModel, "probe", lambda self, s, p: probes.append(s.name) or probe(self, s, p))
-        if not memo:
+        if not memo:  # neither the scan's answer per class (`policies.rl_scan`) nor the frame's per plan
             passing = _Frame._passing
             monkeypatch.setattr(_Frame, "_passing", lambda self, s: self._passed.clear() or passing(self, s))
+            init = Scan.__init__
+            monkeypatch.setattr(Scan, "__init__", lambda self, frame, jobs, known, classes, alone, swap: init(
+                self, frame, jobs, known, classes, np.ones_like(alone), swap))
         point = decision_point(sim.view, sim.pending.values(), sim.now)
         monkeypatch.undo()
         assert point is not None

@@ -182,11 +182,20 @@ def _cheapest(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], bound: 
     widened by each offer in turn (0/1 knapsack cover): exact up to `MAX_FRONTIER` pairs per bucket."""
     fronts: dict[K, list[_Entry[T, K]]] = {}
     best: list[Offer[T, K]] | None = None
+    # Offers (what they free, what they gain each bucket) that changed nothing since anything last changed: the
+    # frontiers and the bound are all an offer's effect depends on (its own sets stay only if they change something),
+    # so an offer alike to one of them changes nothing either and is passed over. Many running jobs are alike (a
+    # deep cluster of 1-GPU jobs), and once the frontiers hold what they can build, the rest were most of the search.
+    inert: set[tuple[float, tuple[tuple[K, float], ...]]] = set()
     for offer in offers:
         freed = offer.freed
         if freed >= bound - EPS:  # alone it frees as much as the best set: no set holding it is cheaper
             continue
-        for bucket, gain in offer.gains.items():
+        gains = tuple(offer.gains.items())
+        if (freed, gains) in inert:
+            continue
+        changed = False
+        for bucket, gain in gains:
             need = lacking.get(bucket)
             if need is None or gain <= 0.0:
                 continue
@@ -198,14 +207,24 @@ def _cheapest(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], bound: 
                     g = gain - minus_g  # the gain so far plus this offer's, capped at the need
                     grown.append((-min(need, g), c + freed, (offer, chain)))
             # Nothing grown, the frontier would come out as it is (it is its own Pareto frontier): not sorted again.
-            front = fronts[bucket] = _pareto(front + grown) if grown else front
+            if grown:
+                merged = _pareto(front + grown)
+                # (No grown set kept: the frontier is the one it was, entry for entry.)
+                changed = changed or len(merged) != len(front) or not all(map(operator.is_, merged, front))
+                front = merged
+            fronts[bucket] = front
             minus_top_gain, top_cost, top = front[0]
             if -minus_top_gain >= need - EPS and top_cost < bound - EPS:
+                changed = True
                 found = _unchain(top)
                 if fits is None or fits(_victims(found)):
                     bound, best = top_cost, found
                 else:  # out of the frontier, or it would keep out dearer sets that cover and may fit
                     del front[0]
+        if changed:
+            inert.clear()
+        else:
+            inert.add((freed, gains))
     return best
 
 

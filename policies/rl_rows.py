@@ -1,0 +1,75 @@
+"""The pending jobs' rows the `rl:` frame orders its queue by (`policies.rl_encoding._orders`), kept from one decision
+to the next.
+
+A row is what the orders read of a pending job, as floats: attained service, Gittins index and expected remaining
+GPU-seconds under a size distribution, GPU demand, GPUs, priority, and its classes (`policies.rl_scan`'s, without and
+with the user). It depends only on the job's spec and attained service (frozen while it is pending), so a job still
+queued with the same spec and service keeps its row. Between two decisions the queue usually loses the job just placed
+and gains the jobs just arrived: the rows are matched to the last queue's by the job objects themselves (their ids,
+held so that no other object takes them), over arrays, instead of a Python loop over ~1,500 jobs per decision. A job
+given a new spec (`respec`: priority, time limit) or a new service (preempted and queued again) gets its row computed
+again; so does every job the last queue did not hold.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from policies.gittins import SizeDistribution
+from scheduler.core.model import Job, JobSpec
+
+COLUMNS = 8
+_CLASSES: dict[tuple[object, ...], int] = {}  # what `_Frame.fits` reads of a job -> its class (never renumbered)
+_SPEC = operator.attrgetter("spec")
+_ATTAINED = operator.attrgetter("attained_gpu_s")
+
+
+def _class(key: tuple[object, ...]) -> float:
+    found = _CLASSES.get(key)
+    if found is None:
+        found = _CLASSES[key] = len(_CLASSES)
+    return float(found)
+
+
+def row(sizes: SizeDistribution, spec: JobSpec, attained: float) -> tuple[float, ...]:
+    alike = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share)
+    return (attained, sizes.index(attained, spec), sizes.expected_remaining(attained, spec), spec.gpu_demand,
+            spec.num_gpus, spec.priority, _class(alike), _class((*alike, spec.user)))
+
+
+class QueueRows:
+    """The last queue's jobs and rows, under one size distribution."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        # Held, so that their ids (and their specs') name them until the next queue replaces them.
+        self.jobs: list[Job] = []
+        self.specs: list[JobSpec] = []
+        self.ids = np.empty(0, dtype=np.int64)
+        self.spec_ids = np.empty(0, dtype=np.int64)
+        self.table = np.empty((0, COLUMNS))
+
+    def rows(self, sizes: SizeDistribution, jobs: list[Job]) -> np.ndarray:
+        """Each job's row, [len(jobs), COLUMNS]: the very floats computing them one by one gives."""
+        n = len(jobs)
+        ids = np.fromiter(map(id, jobs), dtype=np.int64, count=n)
+        specs = list(map(_SPEC, jobs))
+        spec_ids = np.fromiter(map(id, specs), dtype=np.int64, count=n)
+        attained = np.fromiter(map(_ATTAINED, jobs), dtype=float, count=n)
+        table = np.empty((n, COLUMNS))
+        fresh = np.ones(n, dtype=bool)
+        if self.ids.size:
+            by_id = np.argsort(self.ids, kind="stable")
+            at = by_id[np.minimum(np.searchsorted(self.ids, ids, sorter=by_id), by_id.size - 1)]
+            # The same job object, with the same spec object and the same service (`==`, as a float): its row.
+            kept = (self.ids[at] == ids) & (self.spec_ids[at] == spec_ids) & (self.table[at, 0] == attained)
+            table[kept] = self.table[at[kept]]
+            fresh = ~kept
+        for i in np.flatnonzero(fresh).tolist():
+            table[i] = row(sizes, specs[i], jobs[i].attained_gpu_s)
+        self.jobs, self.specs, self.ids, self.spec_ids, self.table = list(jobs), specs, ids, spec_ids, table
+        return table

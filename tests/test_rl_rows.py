@@ -1,0 +1,58 @@
+"""The `rl:` frame's queue rows kept across decisions (`policies.rl_rows`): every row is the one computing it anew
+gives, whatever changed between two queues, and a job still queued as it was is not computed again."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from policies import rl_rows
+from policies.gittins import default_sizes
+from policies.rl_rows import QueueRows, row
+from scheduler.core.model import Job, JobSpec
+
+
+def _job(i: int, gpus: float = 1.0, model: str = "ResNet-18-bs32", user: str = "u") -> Job:
+    return Job(i, JobSpec(f"j{i}", float(i), gpus, 100.0 * (i + 1), model, user=user), 100.0 * (i + 1))
+
+
+def _anew(jobs: list[Job]) -> np.ndarray:
+    sizes = default_sizes()
+    return np.array([row(sizes, j.spec, j.attained_gpu_s) for j in jobs])
+
+
+def test_rows_kept_across_queues_are_the_rows_computed_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = default_sizes()
+    rows = QueueRows()
+    computed = [0]
+    compute = rl_rows.row
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        computed[0] += 1
+        return compute(*args)
+
+    monkeypatch.setattr(rl_rows, "row", counted)
+    jobs = [_job(i, gpus=[0.5, 1.0, 2.0, 8.0][i % 4], user=f"u{i % 3}") for i in range(40)]
+    assert rows.rows(sizes, jobs).tobytes() == _anew(jobs).tobytes()
+    assert computed[0] == 40
+
+    # One placed, two arrived: only the two are computed.
+    computed[0] = 0
+    jobs = jobs[:7] + jobs[8:] + [_job(40), _job(41, gpus=4.0)]
+    assert rows.rows(sizes, jobs).tobytes() == _anew(jobs).tobytes()
+    assert computed[0] == 2
+
+    # A new spec (priority changed through the API) and a new service (preempted, queued again): those two again.
+    computed[0] = 0
+    jobs[3].spec = dataclasses.replace(jobs[3].spec, priority=5)
+    jobs[5].attained_gpu_s = 1234.5
+    assert rows.rows(sizes, jobs).tobytes() == _anew(jobs).tobytes()
+    assert computed[0] == 2
+
+    # The next simulation numbers its jobs from 0 again: other objects, computed anew whatever their ids.
+    computed[0] = 0
+    other = [_job(i, gpus=4.0, model="ResNet-50-bs64") for i in range(10)]
+    assert rows.rows(sizes, other).tobytes() == _anew(other).tobytes()
+    assert computed[0] == 10
