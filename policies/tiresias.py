@@ -38,7 +38,7 @@ from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.priorities import may_preempt
 from scheduler.core.state import EPS, ClusterView
-from scheduler.core.victims import Offer, PendingDemands, choose_victims, queue_demands
+from scheduler.core.victims import Bound, Offer, PendingDemands, choose_victims, queue_demands
 
 # Queue thresholds in GPU-seconds of attained service: one GPU-hour and ten GPU-hours.
 DEFAULT_THRESHOLDS: tuple[float, ...] = (3600.0, 36000.0)
@@ -66,7 +66,10 @@ class Tiresias:
         # victims), and a heap of (time it crosses its next threshold, id, level it leaves).
         self._level: dict[int, int] = {}
         self._submit: dict[int, float] = {}
-        self._by_level: list[list[tuple[float, int]]] = [[] for _ in range(len(self.thresholds) + 1)]
+        self._demand: dict[int, float] = {}
+        # Per level, one list per GPU demand: a victim search past its first victims (`Bound`) skips every demand
+        # that frees too much at once, rather than pass over each such job (most of those running, on a busy cluster).
+        self._by_level: list[dict[float, list[tuple[float, int]]]] = [{} for _ in range(len(self.thresholds) + 1)]
         self._demote: list[tuple[float, int, int]] = []
         self._placed: list[int] = []
         # Victims this policy named (and took out of the index). The caller may not carry a preemption out (the
@@ -93,7 +96,7 @@ class Tiresias:
     def _unindex(self, job_id: int) -> None:
         level = self._level.pop(job_id, None)
         if level:
-            lst = self._by_level[level]
+            lst = self._by_level[level].get(self._demand[job_id], [])
             i = bisect.bisect_left(lst, (self._submit[job_id], job_id))
             if i < len(lst) and lst[i][1] == job_id:
                 del lst[i]
@@ -110,8 +113,9 @@ class Tiresias:
         level, next_attained = self.level_and_next(job.spec, attained)
         self._level[job.id] = level
         self._submit[job.id] = job.spec.submit_s
+        self._demand[job.id] = job.spec.gpu_demand
         if level:
-            bisect.insort(self._by_level[level], (job.spec.submit_s, job.id))
+            bisect.insort(self._by_level[level].setdefault(job.spec.gpu_demand, []), (job.spec.submit_s, job.id))
         if next_attained is not None:
             cross = now + (next_attained - attained) / job.spec.gpu_demand
             # Attained service can land a rounding step below a threshold, so that `cross` == `now`: `_sync` would
@@ -141,26 +145,50 @@ class Tiresias:
             if job is not None and self._level.get(job_id) == level:
                 self._index(view, job, now)
         running = len(view.running)
-        if sum(map(len, self._by_level)) > 2 * running + 1024:  # drop finished jobs now and then
-            for lst in self._by_level:
-                lst[:] = [e for e in lst if e[1] in view.running]
+        if sum(len(lst) for lists in self._by_level for lst in lists.values()) > 2 * running + 1024:
+            for lists in self._by_level:  # drop finished jobs now and then
+                for lst in lists.values():
+                    lst[:] = [e for e in lst if e[1] in view.running]
             self._level = {j: lv for j, lv in self._level.items() if j in view.running}
 
-    def _victims_below(self, view: ClusterView, level: int) -> Iterator[Job]:
-        """Running jobs in queues lower than `level`, lowest priority (highest queue, latest arrival) first."""
+    def _victims_below(self, view: ClusterView, level: int, bound: Bound | None = None) -> Iterator[Job]:
+        """Running jobs in queues lower than `level`, lowest priority (highest queue, latest arrival) first; of those
+        `bound` skips (`scheduler.core.victims.Bound`), none once it does."""
         for lv in range(len(self._by_level) - 1, level, -1):
-            lst = self._by_level[lv]
-            for i in range(len(lst) - 1, -1, -1):
-                if i >= len(lst):
-                    continue
-                job = view.running.get(lst[i][1])
-                if job is not None and self._level.get(job.id) == lv:
+            if self._by_level[lv]:
+                yield from self._walk(view, lv, bound)
+
+    def _walk(self, view: ClusterView, lv: int, bound: Bound | None) -> Iterator[Job]:
+        """One level's running jobs, latest arrival first: its per-demand lists merged, each walked backwards, an
+        entry whose job finished since it was indexed dropped on the way (walking backwards keeps lower indices
+        valid). A demand the bound skips is left unwalked; once the walk ends its finished jobs are dropped as the
+        walk would have dropped them (the index, and so `_has_victims_below`, ends as a full walk leaves it)."""
+        lists = self._by_level[lv]
+        heads = [(-lst[-1][0], -lst[-1][1], len(lst) - 1, demand) for demand, lst in lists.items() if lst]
+        heapq.heapify(heads)
+        skipped: list[float] = []
+        running, levels = view.running, self._level
+        while heads:
+            _, _, i, demand = heapq.heappop(heads)
+            lst = lists[demand]
+            if bound is not None and bound.skips(demand):
+                skipped.append(demand)
+                continue
+            if i < len(lst):
+                job = running.get(lst[i][1])
+                if job is not None and levels.get(job.id) == lv:
                     yield job
-                else:  # finished since it was indexed: drop it (walking backwards keeps lower indices valid)
+                else:
                     del lst[i]
+            i = min(i, len(lst)) - 1
+            if i >= 0:
+                heapq.heappush(heads, (-lst[i][0], -lst[i][1], i, demand))
+        for demand in skipped:
+            lst = lists[demand]
+            lst[:] = [e for e in lst if levels.get(e[1]) == lv and e[1] in running]
 
     def _has_victims_below(self, level: int) -> bool:
-        return any(self._by_level[lv] for lv in range(level + 1, len(self._by_level)))
+        return any(lst for lv in range(level + 1, len(self._by_level)) for lst in self._by_level[lv].values())
 
     # ---- scheduling ------------------------------------------------------------------------------------------------
 
@@ -250,9 +278,10 @@ class Tiresias:
     def _victims(
         self, view: ClusterView, planner: Planner, spec: JobSpec, level: int, preempted: set[int]
     ) -> list[Job]:
-        victims = (v for v in self._victims_below(view, level)
+        bound = Bound()
+        victims = (v for v in self._victims_below(view, level, bound)
                    if v.id not in preempted and may_preempt(v.spec, spec, equals=True))
-        return pick_victims(view, planner, spec, victims, self._queue)
+        return pick_victims(view, planner, spec, victims, self._queue, bound=bound)
 
 
 def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:
@@ -262,21 +291,22 @@ def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRES
 
 def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job],
                  others: Iterable[Job] | PendingDemands = (),
-                 fits: Callable[[list[Job]], bool] | None = None) -> list[Job]:
+                 fits: Callable[[list[Job]], bool] | None = None, bound: Bound | None = None) -> list[Job]:
     """Which of `victims` (the policy's order of preference, lowest priority first) to preempt so that `spec` fits,
     by the rule of `scheduler.core.victims`: the first ones in order that make room, unless they free more than the
     job lacks where it would start (a 16-GPU job for a 2-GPU one) and the `others` pending (read only then; `spec`'s
     own job among them, which is not counted) would not take the surplus; then the set that frees the fewest GPUs.
     Room is counted on each node that can hold the whole gang when one can (so no GPUs are freed where they cannot
     help), else over the cluster; for a GPU share, on each GPU. Every set returned fits (`Planner.best_fit`); empty if
-    none does; `fits` replaces that test where the job may start only on some placements (`policies.compactness`)."""
+    none does; `fits` replaces that test where the job may start only on some placements (`policies.compactness`);
+    `bound` follows the search for the source of `victims` (`scheduler.core.victims.Bound`)."""
     lacking, gains = _room_model(view, planner, spec)
     if not lacking:
         return []
     offers = (Offer(v, _Gains(gains, view.placement(v.id)), v.spec.gpu_demand) for v in victims)
     pending = others if isinstance(others, PendingDemands) else queue_demands(others)
     takers = pending.takers(spec.gpu_demand)
-    return choose_victims(offers, lacking, fits or planner.fit_test(spec), takers)
+    return choose_victims(offers, lacking, fits or planner.fit_test(spec), takers, bound)
 
 
 class _Gains(Mapping[int, float]):

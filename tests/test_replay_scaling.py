@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection, Iterator
 
 import numpy as np
 import pytest
 from conftest import job, small_cluster
 
 from policies import make_policy
-from scheduler.core.book import Book
+from scheduler.core.book import Book, Queued
 from scheduler.core.contention import ContentionModel
 from scheduler.core.model import Job, Placement, parse_cluster
+from scheduler.core.priorities import bands
 from scheduler.core.progress import progress_rate
 from scheduler.core.simulator import _FINISH, Simulator
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.traces import load_trace
+from scheduler.core.victims import Bound, Offer, choose_victims
 from scheduler.core.workloads import catalog
 
 
@@ -104,3 +107,104 @@ def test_the_books_priority_index_agrees_with_a_scan_of_the_running_jobs() -> No
                     book.append(j)
                 book.start(j, Placement((int(free[0]),)), float(step))
         assert book.view.lowest_preemptible() == bare.lowest_preemptible() == _scan(book.view)
+
+
+class _Counting(Queued):
+    """The simulator's queue, counting the jobs anyone reads from it."""
+
+    read = 0
+
+    def __iter__(self) -> Iterator[Job]:
+        for j in super().__iter__():
+            _Counting.read += 1
+            yield j
+
+
+class _CountingSim(Simulator):
+    def _queue(self) -> Collection[Job]:
+        q = super()._queue()
+        assert isinstance(q, Queued)
+        return _Counting(q._jobs, q.priorities)
+
+
+def _reads_per_instant(depth: int) -> float:
+    """Jobs read from the queue per scheduling instant while a fifo head that cannot fit blocks `depth` jobs."""
+    jobs = [job("hog", 0.0, 4, 1e6), job("head", 1.0, 4, 100.0)]
+    jobs += [job(f"j{i}", 2.0 + i * 1e-3, 1, 100.0) for i in range(depth)]
+    jobs += [job(f"late{i}", 10.0 + i, 1, 100.0) for i in range(50)]  # 50 instants on the deep queue
+    sim = _CountingSim(small_cluster(nodes=1, gpus=4), jobs, make_policy("fifo"))
+    while sim.next_event_time() < 9.0:
+        sim.advance()
+        sim.schedule()
+    assert len(sim.pending) == depth + 1 and len(sim.running) == 1
+    _Counting.read = 0
+    for _ in range(50):
+        sim.advance()
+        sim.schedule()
+    assert len(sim.pending) == depth + 51
+    return _Counting.read / 50
+
+
+def test_the_work_of_an_instant_does_not_grow_with_the_queue() -> None:
+    """fifo behind a blocked head reads the head and stops: the priority frame splits a queue of one priority into
+    bands without reading a job, so a queue ten times as deep costs an instant nothing more (it read every job)."""
+    shallow, deep = _reads_per_instant(100), _reads_per_instant(1000)
+    assert shallow == deep <= 2
+
+
+def test_a_queue_of_several_priorities_is_still_split_into_bands() -> None:
+    a, b, c = (Job(i, dataclasses.replace(job(f"j{i}", float(i), 1, 10.0), priority=p), 10.0)
+               for i, p in enumerate([0, 5, 0]))
+    assert [[j.id for j in band] for band in bands(Queued({0: a, 1: b, 2: c}, 2))] == [[1], [0, 2]]
+    assert [[j.id for j in band] for band in bands(Queued({0: a, 2: c}, None))] == [[0, 2]]
+
+
+def test_the_books_count_of_queued_priorities_agrees_with_the_queue() -> None:
+    cluster = small_cluster(nodes=2, gpus=4)
+    book = Book(ClusterState(cluster, catalog()), ContentionModel(cluster, catalog()))
+    rng = np.random.default_rng(1)
+    jobs = [Job(i, dataclasses.replace(job(f"j{i}", float(i), 1, 100.0), priority=int(rng.integers(-1, 2))), 100.0)
+            for i in range(8)]
+    for step in range(400):
+        j = jobs[int(rng.integers(len(jobs)))]
+        roll = rng.random()
+        if j.id in book.running:
+            book.stop(j, float(step))
+            book.requeue(j, float(step))
+        elif j.id in book.pending and roll < 0.3:
+            book.respec(j, dataclasses.replace(j.spec, priority=int(rng.integers(-1, 2))))
+        elif j.id in book.pending and roll < 0.5:
+            book.dequeue(j.id)
+        elif j.id in book.pending:
+            free = np.flatnonzero(book.state.free_share >= 1.0)
+            if len(free):
+                book.start(j, Placement((int(free[0]),)), float(step))
+        else:
+            (book.append if roll < 0.8 else book.enqueue)(j)
+        assert book.queue().priorities == len({q.spec.priority for q in book.pending.values()})
+    book.pending.pop(next(iter(book.pending)))  # changed behind the book's back: the count is not trusted
+    assert book.queue().priorities is None
+
+
+def test_a_victim_source_that_follows_the_bound_builds_fewer_offers_and_the_same_victims() -> None:
+    """Past step 1, step 2 passes over an offer that alone frees as much as the cheapest set found: a source that
+    leaves those out (`Bound`) gets the same victims for less work."""
+    rng = np.random.default_rng(2)
+    freed = [16.0, *rng.choice([0.25, 0.5, 1.0, 2.0, 4.0, 8.0], size=400).tolist()]
+    nodes = rng.integers(0, 50, size=len(freed)).tolist()
+    lacking = {n: 1.0 for n in range(50)}
+
+    def offers(bound: Bound | None, built: list[int]) -> Iterator[Offer[int, int]]:
+        for i, (f, n) in enumerate(zip(freed, nodes, strict=True)):
+            if bound is not None and bound.skips(f):
+                continue
+            built.append(i)
+            yield Offer(i, {n: min(f, 1.0) if f >= 1 else f * 2}, f)
+
+    plain: list[int] = []
+    bounded: list[int] = []
+    bound = Bound()
+    want = choose_victims(offers(None, plain), lacking, takers=lambda s: 0.0)
+    got = choose_victims(offers(bound, bounded), lacking, takers=lambda s: 0.0, bound=bound)
+    assert got == want and want != [0]  # the 16-GPU first victim was replaced by a cheaper set
+    assert len(plain) == len(freed) and len(bounded) < len(freed) / 2

@@ -7,7 +7,9 @@ caller's (the simulator reschedules their ends, the controller tells their worke
 with it: the simulator's clock, events and progress accounting, the controller's store rows, attempts and workers.
 
 The book also indexes the running jobs' priorities (`lowest_preemptible`, which the priority rules ask at every
-instant with a queue): a change of a running job's priority goes through `respec`.
+instant with a queue) and the queued jobs' (`queue`: the priority rules split a queue of one priority into bands
+without reading each job, which on a deep queue was most of an instant's work): a change of a job's priority goes
+through `respec`, and a job leaves the queue through `start` or `dequeue`.
 
 A job's attained service (Tiresias' 2D attained service, GPU-seconds) is accumulated here, on the job, when a run
 stops: the one place it grows.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Collection, Iterator, Mapping
 
 from scheduler.core.contention import ContentionModel
 from scheduler.core.model import Job, JobPhase, JobSpec, Placement
@@ -27,6 +30,26 @@ from scheduler.core.state import ClusterState, ClusterView
 class BookError(RuntimeError):
     """A start of a job that is running already, a stop of one that is not, or a queued job that is running: a bug
     in the caller, which would otherwise count a run twice or leave its GPUs held forever."""
+
+
+class Queued(Collection[Job]):
+    """The pending jobs in queue order, as a policy is offered them, with how many distinct priorities they hold
+    (`priorities`; None: not known, read each job)."""
+
+    __slots__ = ("_jobs", "priorities")
+
+    def __init__(self, jobs: Mapping[int, Job], priorities: int | None) -> None:
+        self._jobs = jobs
+        self.priorities = priorities
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self._jobs.values())
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, job: object) -> bool:
+        return job in self._jobs.values()
 
 
 class Book:
@@ -45,6 +68,9 @@ class Book:
         # The priorities of the running preemptible jobs, counted, and each one's counted priority by id.
         self._priorities: Counter[int] = Counter()
         self._counted: dict[int, int] = {}
+        # The priorities of the queued jobs, counted, and each one's counted priority by id.
+        self._queued: Counter[int] = Counter()
+        self._queued_as: dict[int, int] = {}
         self.view = ClusterView(state, contention, self.running, self.lowest_preemptible)
 
     def start(self, job: Job, placement: Placement, now: float, *, adopt: bool = False) -> set[int]:
@@ -55,7 +81,7 @@ class Book:
         if job.id in self.running:
             raise BookError(f"job {job.spec.name} (id {job.id}) is running already")
         self.state.allocate(job.id, job.spec, placement, adopt=adopt)
-        self.pending.pop(job.id, None)
+        self.dequeue(job.id)
         job.state = JobPhase.RUNNING
         job.placement = placement
         job.start_s = now
@@ -81,12 +107,15 @@ class Book:
 
     def respec(self, job: Job, spec: JobSpec) -> None:
         """Give `job` a new spec (the API changed its priority or time limit), running or not: the one way a job's
-        spec changes, so that the index of running priorities follows."""
+        spec changes, so that the indexes of running and queued priorities follow (and the view counts it)."""
         job.spec = spec
         if job.id in self.running:
             self._uncount(job.id)
             self._count(job.id, spec)
             self.view.respecs += 1
+        if job.id in self._queued_as:
+            self._unqueue(job.id)
+            self._queue(job.id, spec)
 
     def lowest_preemptible(self) -> float:
         """The lowest priority of a running, preemptible job (inf: none is), from the index: O(distinct priorities)."""
@@ -104,6 +133,23 @@ class Book:
             if not self._priorities[priority]:
                 del self._priorities[priority]
 
+    def queue(self) -> Queued:
+        """The queue as a policy is offered it, with its count of distinct priorities (None if the queue was changed
+        other than through the book, and the count may be stale)."""
+        known = len(self._queued_as) == len(self.pending)
+        return Queued(self.pending, len(self._queued) if known else None)
+
+    def _queue(self, job_id: int, spec: JobSpec) -> None:
+        self._queued[spec.priority] += 1
+        self._queued_as[job_id] = spec.priority
+
+    def _unqueue(self, job_id: int) -> None:
+        priority = self._queued_as.pop(job_id, None)
+        if priority is not None:
+            self._queued[priority] -= 1
+            if not self._queued[priority]:
+                del self._queued[priority]
+
     def append(self, job: Job) -> None:
         """Queue `job` at the end: an arrival, which comes in submission order (a caller that cannot vouch for that
         calls `sort_queue` after its arrivals)."""
@@ -115,6 +161,11 @@ class Book:
         self._queueable(job)
         self.pending[job.id] = job
         self.sort_queue()
+
+    def dequeue(self, job_id: int) -> None:
+        """Take a job from the queue (cancelled, or started), if it is there."""
+        self.pending.pop(job_id, None)
+        self._unqueue(job_id)
 
     def requeue(self, job: Job, now: float) -> None:
         """Put back in the queue, in its old place, a job whose run was stopped (`stop`) at `now` and will run
@@ -130,5 +181,8 @@ class Book:
         self.pending = in_queue_order(self.pending)
 
     def _queueable(self, job: Job) -> None:
+        """Check that `job` may be queued, and count its priority (the callers queue it next)."""
         if job.id in self.running:
             raise BookError(f"job {job.spec.name} (id {job.id}) is running: stop its run before queueing it")
+        self._unqueue(job.id)  # (queued again while queued: counted once)
+        self._queue(job.id, job.spec)

@@ -34,6 +34,7 @@ import math
 from collections.abc import Collection, Iterable
 from itertools import groupby
 
+from scheduler.core.book import Queued
 from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait, acted
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.room import has_room, room_model
@@ -53,9 +54,15 @@ def lowest_preemptible(view: ClusterView) -> float:
     return view.lowest_preemptible()  # the book keeps it by the runs it starts and stops
 
 
-def bands(queue: Iterable[Job]) -> list[list[Job]]:
-    """The jobs grouped by priority, highest first, each band in the queue's order."""
-    jobs = list(queue)
+def bands(queue: Iterable[Job]) -> list[Collection[Job]]:
+    """The jobs grouped by priority, highest first, each band in the queue's order. A queue that knows it holds one
+    priority (the book's, `Queued`) is its own band, and no job is read: a deep queue costs nothing here."""
+    if isinstance(queue, Queued) and queue.priorities == 1:
+        return [queue]
+    return _bands(list(queue))
+
+
+def _bands(jobs: list[Job]) -> list[Collection[Job]]:
     if not jobs:
         return []
     first = jobs[0].spec.priority
@@ -106,7 +113,7 @@ class PriorityFrame(PolicyFrame):
             said += decisions
             if lowest is None:
                 lowest = lowest_preemptible(view)
-            if band[0].spec.priority > lowest:
+            if next(iter(band)).spec.priority > lowest:
                 made = self._make_room(view, band, queue)
                 if made:
                     return said + made
@@ -114,7 +121,7 @@ class PriorityFrame(PolicyFrame):
 
     # ---- rule 2 ----------------------------------------------------------------------------------------------------
 
-    def _ask(self, view: ClusterView, jobs: list[Job], now: float) -> Deliberation:
+    def _ask(self, view: ClusterView, jobs: Collection[Job], now: float) -> Deliberation:
         """The wrapped policy's decisions for `jobs`, less every start whose preemptions break rule 2 (with its
         preemptions, and any later start on GPUs those victims hold: the policy planned it on them), each such job
         told why it waits. One ask: the policy is asked again at the next round, on the state the kept starts leave."""
@@ -165,7 +172,7 @@ class PriorityFrame(PolicyFrame):
 
     # ---- rule 3 ----------------------------------------------------------------------------------------------------
 
-    def _make_room(self, view: ClusterView, band: list[Job], queue: Collection[Job]) -> list[Decision]:
+    def _make_room(self, view: ClusterView, band: Collection[Job], queue: Collection[Job]) -> list[Decision]:
         """Preempt lower-priority jobs for the band's first job that they make room for (rule 3); [] if none."""
         pending = queue_demands(queue)
         for job in band:

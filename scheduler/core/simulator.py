@@ -405,7 +405,7 @@ class Simulator:
 
     def _queue(self) -> Collection[Job]:
         if not self._arrays:
-            return self.pending.values()
+            return self.book.queue()
         offered, waits = array_throttle(self.pending.values(), self.running.values())
         self.pending_reasons.update(waits)
         return offered

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import operator
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,17 +60,33 @@ class Offer(Generic[T, K]):
     freed: float
 
 
+class Bound:
+    """The GPUs the cheapest set step 2 has found so far frees (inf: step 2 has not started), for a caller whose offers
+    come from an index: past this point an offer that alone frees as much (`skips`) is one step 2 passes over
+    unread, so the index may leave it out rather than build it. Step 1 reads every offer (the bound is inf then), and
+    the bound only falls, so an offer skipped once is skipped for the rest of the search."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = math.inf
+
+    def skips(self, freed: float) -> bool:
+        return freed >= self.value - EPS  # `_cheapest`'s own test, on the same numbers
+
+
 def choose_victims(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], fits: Fits[T] | None = None,
-                   takers: Takers | None = None) -> list[T]:
+                   takers: Takers | None = None, bound: Bound | None = None) -> list[T]:
     """The victims to preempt (in the offers' order) by the module's rule; empty if no set makes room. `offers` is
-    read lazily, and past the first victims that make room only when those waste GPUs."""
+    read lazily, and past the first victims that make room only when those waste GPUs. `bound`, if given, follows
+    step 2's bound while it reads `offers` (see `Bound`)."""
     seen: list[Offer[T, K]] = []
     rest = iter(offers)
     first = first_victims(_noting(rest, seen), lacking, fits)
     if first is None:
         return []
     chosen, bucket = first
-    return fewest_victims(chosen, bucket, itertools.chain(seen, rest), lacking, fits, takers)
+    return fewest_victims(chosen, bucket, itertools.chain(seen, rest), lacking, fits, takers, bound)
 
 
 def first_victims(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float],
@@ -92,15 +109,16 @@ def first_victims(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float],
 
 def fewest_victims(first: Sequence[Offer[T, K]], bucket: K, offers: Iterable[Offer[T, K]],
                    lacking: Mapping[K, float], fits: Fits[T] | None = None,
-                   takers: Takers | None = None) -> list[T]:
+                   takers: Takers | None = None, bound: Bound | None = None) -> list[T]:
     """Steps 1 and 2 from `first_victims`' set: trimmed, and replaced by the cheapest set among `offers` (which may
-    repeat `first`) if it frees more than the job lacks in its bucket and `takers` would not take the surplus."""
+    repeat `first`) if it frees more than the job lacks in its bucket and `takers` would not take the surplus.
+    `bound`: step 2's bound, kept up to date for the source of `offers` (`Bound`)."""
     chosen = _trim(first, bucket, lacking[bucket], fits)
     cost = _freed(chosen)
     surplus = cost - lacking[bucket]
     if surplus <= EPS or (takers is not None and takers(surplus) >= surplus - EPS):
         return _victims(chosen)
-    cheaper = _cheapest(offers, lacking, cost, fits)
+    cheaper = _cheapest(offers, lacking, cost, fits, bound)
     return _victims(chosen if cheaper is None else cheaper)
 
 
@@ -176,10 +194,13 @@ _MOST_GAIN_LEAST_COST = operator.itemgetter(0, 1)
 
 
 def _cheapest(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], bound: float,
-              fits: Fits[T] | None) -> list[Offer[T, K]] | None:
+              fits: Fits[T] | None, cell: Bound | None = None) -> list[Offer[T, K]] | None:
     """The set of offers that covers some bucket's need (and that `fits` accepts) while freeing the fewest GPUs, if it
     frees fewer than `bound`; None otherwise. Per bucket, a Pareto frontier of (gain so far, GPUs freed, set),
-    widened by each offer in turn (0/1 knapsack cover): exact up to `MAX_FRONTIER` pairs per bucket."""
+    widened by each offer in turn (0/1 knapsack cover): exact up to `MAX_FRONTIER` pairs per bucket. `cell` follows
+    the bound (set before the first offer is read, and as it falls)."""
+    if cell is not None:
+        cell.value = bound
     fronts: dict[K, list[_Entry[T, K]]] = {}
     best: list[Offer[T, K]] | None = None
     # Offers (what they free, what they gain each bucket) that changed nothing since anything last changed: the
@@ -219,6 +240,8 @@ def _cheapest(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], bound: 
                 found = _unchain(top)
                 if fits is None or fits(_victims(found)):
                     bound, best = top_cost, found
+                    if cell is not None:
+                        cell.value = bound
                 else:  # out of the frontier, or it would keep out dearer sets that cover and may fit
                     del front[0]
         if changed:

@@ -176,7 +176,7 @@ class Memory:
         self.book.enqueue(job)
 
     def dequeued(self, job_id: int) -> None:
-        self.pending.pop(job_id, None)
+        self.book.dequeue(job_id)
         self.reasons.forget(job_id)
 
     def set_rate(self, job: Job, s: Session | None = None, *, since: float | None = None) -> None:
