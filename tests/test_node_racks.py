@@ -185,11 +185,15 @@ def test_corral_cluster_names_each_node_s_rack(corral_home: Path) -> None:
                        ["a", "b"], ["dgx-a100"] * 2, time.time())
         token = q.create_token(s, "alice")
     with served(create_app(store)) as url:
-        result = CliRunner().invoke(main, ["cluster"], env={"CORRAL_URL": url, "CORRAL_TOKEN": token})
+        env = {"CORRAL_URL": url, "CORRAL_TOKEN": token}
+        result = CliRunner().invoke(main, ["cluster", "--gpus"], env=env)
+        lines = CliRunner().invoke(main, ["cluster"], env=env)
     store.close()
     assert result.exit_code == 0, result.output
     assert "a (rack r1, dgx-a100, alive)" in result.output
     assert "b (dgx-a100, alive)" in result.output
+    rows = {ln.split()[0]: ln.split() for ln in lines.output.splitlines() if ln.split()[:1] in (["a"], ["b"])}
+    assert rows["a"][1:3] == ["r1", "dgx-a100"] and rows["b"][1:3] == ["-", "dgx-a100"]  # a line a node: its rack
 
 
 def test_migration_0013_keeps_the_nodes_in_no_named_rack(db_url: str) -> None:

@@ -285,8 +285,9 @@ def state(store: Store, job_id: int) -> str:
 def test_a_deposed_leaders_pass_is_refused_by_the_fence_and_touches_no_worker(pg_store: Store) -> None:
     ray = FakeRay()
     # A's lease lapses while it pauses; B's need not, and a long one spares its recovery and passes the race with its
-    # 1-s window (seen once under CI load: B's recovery took longer than that, and its own fence refused it).
-    lease_a = short_lease(pg_store, "a")
+    # 1-s window (seen once under CI load: B's recovery took longer than that, and its own fence refused it). A's is
+    # 4 s, not short_lease's 1.5: under CI load one of its passes took 1.2 s, and its own check refused it.
+    lease_a = Lease(pg_store, "a", ttl_s=4.0, renew_s=0.8, poll_s=0.1, margin_s=0.5)
     lease_b = Lease(pg_store, "b", ttl_s=60.0, renew_s=10.0, poll_s=0.1, margin_s=0.5)
     a, b = make_controller(pg_store, ray, lease_a), make_controller(pg_store, ray, lease_b)
     assert lease_a.try_acquire()
@@ -300,8 +301,8 @@ def test_a_deposed_leaders_pass_is_refused_by_the_fence_and_touches_no_worker(pg
     assert a.status()["controller"] == "leader" and b.status()["controller"] == "standby"
 
     # A pauses past its lease; B takes over with epoch 2 and adopts the running worker (no requeue, no kill).
-    time.sleep(1.7)
-    assert lease_b.try_acquire() and lease_b.epoch == 2
+    wait_until("A's lease to lapse and B to take it", lease_b.try_acquire, timeout=30)
+    assert lease_b.epoch == 2
     b.recover()
     b.leading = True
     assert events(pg_store, first).count("adopted") == 1 and "lost" not in events(pg_store, first)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from scheduler.cli.client_io import api_errors, client, connection, console, print_json
 from scheduler.cli.tables import duration_unit, format_duration
-from scheduler.live.accounting import GROUPS, as_csv
+from scheduler.live.accounting_table import GROUPS, as_csv
 
 AGO = re.compile(r"(\d+(?:\.\d+)?)([dhm])")
 UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0}

@@ -9,8 +9,6 @@ submitted under; `default`, where every user is until an admin makes teams, is n
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,13 +20,12 @@ from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from scheduler.core.model import DEFAULT_TEAM
+from scheduler.live.accounting_table import END_STATES, GROUPS
 from scheduler.live.store import JobState
 from scheduler.live.store.models import Allocation, Job, JobEvent, User
 
-GROUPS = ("user", "team", "day")
 DAY_S = 86400.0
-ENDED = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT)
-ENDED_STATES = {s.value for s in ENDED}
+ENDED_STATES = set(END_STATES)  # (tests/test_accounting.py: the terminal JobStates)
 
 
 @dataclass(frozen=True)
@@ -55,7 +52,7 @@ class Row:
     key: str
     gpu_s: float = 0.0
     idle_gpu_s: float = 0.0
-    ended: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in ENDED})
+    ended: dict[str, int] = field(default_factory=lambda: dict.fromkeys(END_STATES, 0))
     waits: list[float] = field(default_factory=list)
     jcts: list[float] = field(default_factory=list)
     preemptions: int = 0
@@ -164,17 +161,3 @@ def gpu_seconds_by_team(s: Session, now: float) -> dict[str, float]:
     q = (select(Job.team, held).join(Job, Allocation.job_id == Job.id).where(Allocation.allocated_at <= now)
          .group_by(Job.team))
     return {team: float(total or 0.0) for team, total in s.execute(q).all()}
-
-
-COLUMNS = ["key", "gpu_hours", "idle_gpu_hours", "jobs_ended", *(f"jobs_{s.value}" for s in ENDED), "jobs_started",
-           "wait_p50_s", "wait_p95_s", "jct_p50_s", "jct_p95_s", "preemptions"]
-
-
-def as_csv(report: dict[str, Any]) -> str:
-    """The report's rows and total as CSV, a header first (empty cells where a figure has no value)."""
-    out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for row in [*report["rows"], report["total"]]:
-        w.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
-    return out.getvalue()

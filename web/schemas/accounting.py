@@ -8,7 +8,7 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, post_load, validate
 
 import web.limits as lim
-from scheduler.live.accounting import GROUPS
+from scheduler.live.accounting_table import GROUPS
 from web.schemas.base import RequestSchema
 
 
@@ -19,8 +19,6 @@ class AccountingArgs(RequestSchema):
         "description": "the period's end, Unix seconds (default: now)"})
     by = fields.String(load_default="user", validate=validate.OneOf(GROUPS), metadata={
         "description": "one row per user, per team (the job's at submission) or per UTC day"})
-    format = fields.String(load_default="json", validate=validate.OneOf(["json", "csv"]), metadata={
-        "description": "json, or csv (text/csv: the rows, then the total)"})
 
     @post_load
     def _period(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

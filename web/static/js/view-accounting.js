@@ -86,7 +86,7 @@ Object.assign(Views, (() => {
     el.querySelector("#accounting-csv").addEventListener("click", async () => {
       // The API needs the token, which a plain link cannot send: fetch the CSV and save it from a data: URL.
       try {
-        const text = await C.request(`/accounting?${query()}&format=csv`, { as: "text" });
+        const text = await C.request(`/accounting.csv?${query()}`, { as: "text" });
         const a = document.createElement("a");
         a.href = `data:text/csv;charset=utf-8,${encodeURIComponent(text)}`;
         a.download = `corral-accounting-${by}.csv`;
