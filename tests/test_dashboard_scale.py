@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +62,26 @@ def big(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, 
     store.close()
 
 
-def test_a_thousand_gpus_fit_the_window_and_a_click_opens_a_node(browser: Any, big: tuple[str, str]) -> None:
-    url, token = big
-    ctx = browser.new_context(viewport={"width": 1400, "height": 900})  # the policy enforced: no bypass
+@contextmanager
+def signed_in(browser: Any, token: str, width: int, height: int, **context: Any) -> Iterator[Any]:
+    """A page of its own context (the page's Content-Security-Policy enforced: no bypass), signed in with `token`;
+    on leaving, no JavaScript error may have happened on it."""
+    ctx = browser.new_context(viewport={"width": width, "height": height}, **context)
     ctx.add_init_script(f"localStorage.setItem('corral.token', {token!r})")
     page = ctx.new_page()
     page.set_default_timeout(30_000)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
+        yield page
+    finally:
+        ctx.close()
+    assert not errors, errors
+
+
+def test_a_thousand_gpus_fit_the_window_and_a_click_opens_a_node(browser: Any, big: tuple[str, str]) -> None:
+    url, token = big
+    with signed_in(browser, token, 1400, 900) as page:
         page.goto(f"{url}/#/map")
         page.wait_for_selector(".node-tile[data-node=n127]")
         assert page.locator(".node-tile").count() == NODES
@@ -93,9 +105,6 @@ def test_a_thousand_gpus_fit_the_window_and_a_click_opens_a_node(browser: Any, b
         assert "j5-0" in detail.inner_text()
         page.click(".node-tile[data-node=n5]")  # again: closed
         page.wait_for_selector("#map-node-detail .node", state="detached")
-    finally:
-        ctx.close()
-    assert not errors, errors
 
 
 @pytest.mark.parametrize(("view", "table"), [("queue", "#queue-table"), ("jobs", "#jobs-table")])
@@ -103,11 +112,7 @@ def test_queue_and_jobs_read_on_a_phone(browser: Any, big: tuple[str, str], view
     """390 px wide: no horizontal scroll, each job a card whose pending reason spans it (before: a column two
     characters wide, rows 430 px tall, columns cut without a cue)."""
     url, token = big
-    ctx = browser.new_context(viewport={"width": 390, "height": 844})
-    ctx.add_init_script(f"localStorage.setItem('corral.token', {token!r})")
-    page = ctx.new_page()
-    page.set_default_timeout(30_000)
-    try:
+    with signed_in(browser, token, 390, 844) as page:
         page.goto(f"{url}/#/{view}")
         page.wait_for_selector(f"{table} tbody tr")
         if os.environ.get("CORRAL_SHOTS"):
@@ -123,21 +128,13 @@ def test_queue_and_jobs_read_on_a_phone(browser: Any, big: tuple[str, str], view
         labels = page.evaluate("(sel) => [...document.querySelector(sel + ' tbody tr').cells].map("
                                "(td) => getComputedStyle(td, '::before').content)", table)
         assert '"GPUs"' in labels and '"User"' in labels, labels  # each value labelled
-    finally:
-        ctx.close()
 
 
 def test_the_accounting_page_draws_gpu_hours_and_downloads_csv(browser: Any, big: tuple[str, str]) -> None:
     """#/accounting: bars of GPU-hours per user, the figures in a table with the total, a chart per day, and the
     CSV the API gives, downloaded with the token (the page's policy enforced)."""
     url, token = big
-    ctx = browser.new_context(viewport={"width": 1400, "height": 900}, accept_downloads=True)
-    ctx.add_init_script(f"localStorage.setItem('corral.token', {token!r})")
-    page = ctx.new_page()
-    page.set_default_timeout(30_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    try:
+    with signed_in(browser, token, 1400, 900, accept_downloads=True) as page:
         page.goto(f"{url}/#/accounting")
         page.wait_for_selector("#accounting-bars .bar-row[data-key=admin]")
         assert page.locator("#accounting-table tr[data-key=admin]").count() == 1
@@ -148,6 +145,3 @@ def test_the_accounting_page_draws_gpu_hours_and_downloads_csv(browser: Any, big
         assert text.splitlines()[0].startswith("key,gpu_hours") and text.splitlines()[-1].startswith("total,")
         page.click("#accounting-by button[data-by=day]")
         page.wait_for_selector("#accounting-chart svg.chart")
-    finally:
-        ctx.close()
-    assert not errors, errors

@@ -207,12 +207,7 @@ Object.assign(Views, (() => {
   }
 
   function rackTiles(rack, nodes, tile) {
-    const gpus = nodes.flatMap((n) => n.gpus);
-    const free = gpus.filter((g) => !g.tenants.length && !g.closed).length;
-    return html`<section class="rack compact" data-rack="${rack}">
-      <h2 class="rack-head">${rack ? `Rack ${rack}` : "Nodes"}
-        <span class="muted">${nodes.length} node${nodes.length === 1 ? "" : "s"} · ${free} of ${gpus.length} GPUs
-          free</span></h2>
+    return html`<section class="rack compact" data-rack="${rack}">${rackHead(rack || "", nodes, "Nodes")}
       <div class="tiles">${nodes.map(tile)}</div></section>`;
   }
 
@@ -231,13 +226,17 @@ Object.assign(Views, (() => {
   // One rack of the map: a heading with its free GPUs (a topology-aware policy keeps a gang in one rack when one
   // holds it), then its nodes.
   function rackGroup(rack, nodes, nodeCard) {
+    return html`<section class="rack" data-rack="${rack}">${rackHead(rack, nodes, "No rack named")}
+      ${nodes.map(nodeCard)}</section>`;
+  }
+
+  // A rack's heading: its name (or `unnamed`), its nodes and its free GPUs.
+  function rackHead(rack, nodes, unnamed) {
     const gpus = nodes.flatMap((n) => n.gpus);
     const free = gpus.filter((g) => !g.tenants.length && !g.closed).length;
-    return html`<section class="rack" data-rack="${rack}">
-      <h2 class="rack-head">${rack ? `Rack ${rack}` : "No rack named"}
-        <span class="muted">${nodes.length} node${nodes.length === 1 ? "" : "s"} · ${free} of ${gpus.length} GPUs
-          free</span></h2>
-      ${nodes.map(nodeCard)}</section>`;
+    return html`<h2 class="rack-head">${rack ? `Rack ${rack}` : unnamed}
+      <span class="muted">${nodes.length} node${nodes.length === 1 ? "" : "s"} · ${free} of ${gpus.length} GPUs
+        free</span></h2>`;
   }
 
   return { map };
