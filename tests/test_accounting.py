@@ -24,8 +24,8 @@ HOUR = 3600.0
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[tuple[Any, dict[str, str]]]:
     """alice and carol in team vision, bob in nlp, root an admin. alice's job held 2 GPUs [T0, T0+50 min), its workers
-    up from T0+10 min, and succeeded then (submitted 20 min before T0); bob's holds half a GPU from T0+30 min on, started at
-    once, preempted once at T0+40 min; carol's failed at T0+5 min without ever running."""
+    up from T0+10 min, and succeeded then (submitted 20 min before T0); bob's holds half a GPU from T0+30 min on,
+    started at once, preempted once at T0+40 min; carol's failed at T0+5 min without ever running."""
     from web import create_app
 
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
@@ -34,7 +34,8 @@ def app(tmp_path: Path) -> Iterator[tuple[Any, dict[str, str]]]:
             if queries.team_by_name(s, team) is None:
                 queries.create_team(s, team, 8, None)
             queries.ensure_user(s, name, team=team)
-        tokens = {name: queries.create_token(s, name, admin=name == "root") for name in ("alice", "bob", "carol", "root")}
+        tokens = {name: queries.create_token(s, name, admin=name == "root")
+                  for name in ("alice", "bob", "carol", "root")}
         users = {u: queries.ensure_user(s, u) for u in ("alice", "bob", "carol")}
         base = {"kind": "emulated", "model": "ResNet-50-bs64", "duration_s": 3600.0}
         rows = {}
@@ -82,7 +83,8 @@ def test_an_admin_sees_every_user_s_figures(api: tuple[Any, dict[str, dict[str, 
     assert (b["preemptions"], b["jobs_ended"], b["wait_p50_s"]) == (1, 0, 0.0)
     assert (c["jobs_failed"], c["gpu_hours"], c["jct_p50_s"]) == (1, 0.0, None)
     total = r.json["total"]
-    assert total["gpu_hours"] == pytest.approx(2 * 3000 / HOUR + 0.25) and total["jobs_ended"] == 2 and total["preemptions"] == 1
+    assert total["gpu_hours"] == pytest.approx(2 * 3000 / HOUR + 0.25)
+    assert total["jobs_ended"] == 2 and total["preemptions"] == 1
 
 
 def test_by_team_and_by_day_split_the_same_hours(api: tuple[Any, dict[str, dict[str, str]]]) -> None:
@@ -94,7 +96,8 @@ def test_by_team_and_by_day_split_the_same_hours(api: tuple[Any, dict[str, dict[
     # alice's 2 GPUs: 30 min before midnight and 20 after, idle for the first 10 minutes (all before midnight).
     assert days["2025-12-31"]["gpu_hours"] == pytest.approx(1.0)
     assert days["2025-12-31"]["idle_gpu_hours"] == pytest.approx(2 * 600 / HOUR)
-    assert days["2026-01-01"]["gpu_hours"] == pytest.approx(2 * 1200 / HOUR + 0.25) and days["2026-01-01"]["idle_gpu_hours"] == 0
+    assert days["2026-01-01"]["gpu_hours"] == pytest.approx(2 * 1200 / HOUR + 0.25)
+    assert days["2026-01-01"]["idle_gpu_hours"] == 0
     assert days["2025-12-31"]["jobs_failed"] == 1 and days["2026-01-01"]["jobs_succeeded"] == 1
 
 

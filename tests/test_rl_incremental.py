@@ -88,7 +88,8 @@ def test_a_running_job_whose_priority_changes_in_place_is_read_again() -> None:
 
     cluster = parse_cluster("dgx-a100:1")
     book = Book(ClusterState(cluster, catalog()), ContentionModel(cluster, catalog()))
-    jobs = [Job(i, JobSpec(name=f"j{i}", submit_s=0.0, num_gpus=1, duration_s=600.0, model="ResNet-50-bs64"), 600.0) for i in range(2)]
+    jobs = [Job(i, JobSpec(name=f"j{i}", submit_s=0.0, num_gpus=1, duration_s=600.0, model="ResNet-50-bs64"), 600.0)
+            for i in range(2)]
     for i, job in enumerate(jobs):
         book.start(job, Placement((i,)), 0.0)
     view = book.view

@@ -59,7 +59,8 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "key": self.key, "gpu_hours": round(self.gpu_s / 3600, 6), "idle_gpu_hours": round(self.idle_gpu_s / 3600, 6),
+            "key": self.key, "gpu_hours": round(self.gpu_s / 3600, 6),
+            "idle_gpu_hours": round(self.idle_gpu_s / 3600, 6),
             "jobs_ended": sum(self.ended.values()), **{f"jobs_{k}": v for k, v in self.ended.items()},
             "jobs_started": len(self.waits), "wait_p50_s": _pct(self.waits, 50), "wait_p95_s": _pct(self.waits, 95),
             "jct_p50_s": _pct(self.jcts, 50), "jct_p95_s": _pct(self.jcts, 95), "preemptions": self.preemptions,

@@ -1,6 +1,6 @@
 """`GET /accounting` and `GET /accounting.csv`: over a period, per user, team or UTC day, the GPU-hours jobs held, the
-jobs that ended by how, waits, JCTs and preemptions (`scheduler.live.accounting`), as JSON or CSV. An admin sees every job; anyone else their
-own and their team's."""
+jobs that ended by how, waits, JCTs and preemptions (`scheduler.live.accounting`), as JSON or CSV. An admin sees
+every job; anyone else their own and their team's."""
 
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ Object.assign(Views, (() => {
           min="0">`, "optional, inference jobs")}
         <details id="f-more"><summary>Time limit, dependencies, array, retries, priority class</summary>
           ${field("time_limit_s", "Time limit (s)", html`<input id="f-time_limit_s" name="time_limit_s" type="number"
-            step="any" min="0">`, "the run is stopped (timed_out) once it has run this long; empty: the cluster's default")}
+            step="any" min="0">`,
+            "the run is stopped (timed_out) once it has run this long; empty: the cluster's default")}
           ${field("depends_on", "Depends on", html`<input id="f-depends_on" name="depends_on"
             placeholder="12, afterany:13">`, "job ids it waits for: 12 (it succeeded), afternotok:12, afterany:12")}
           ${field("array", "Array tasks", html`<input id="f-array" name="array" type="number" step="1" min="1"
