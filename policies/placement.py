@@ -57,6 +57,8 @@ class Planner:
         # large does not fit either; `give_back` forgets them. This keeps a scan of a deep queue cheap.
         self._misfit_workers = float("inf")
         self._misfit_shares: list[tuple[float, float, float, str | None]] = []  # (share, GB, `_cap_floor`, user)
+        # How many times those changed: what `may_fit` refused before may differ after (`policies.rl_scan` reads it).
+        self.misfits = 0
         # `candidates` by what its searches read of a job, for this plan only: `take` and `give_back` empty it. A deep
         # queue holds many jobs of one size and model, and the `rl:` frame and contention-greedy ask for the
         # candidates of each one they pass.
@@ -96,6 +98,8 @@ class Planner:
                 self.free_whole += 1
         self.free_capacity += placement.share * len(placement.gpus)
         self._max_free_share = None
+        if self._misfit_shares or self._misfit_workers != float("inf"):
+            self.misfits += 1
         self._misfit_workers = float("inf")
         self._misfit_shares = []
 
@@ -224,8 +228,11 @@ class Planner:
         mem = self.view.mem_need(spec)
         if spec.num_gpus < 1:
             self._misfit_shares.append((spec.num_gpus, mem, self._cap_floor(spec), self._mps_user(spec)))
-        elif mem <= self._min_gpu_mem:  # only capacity, not memory, kept it out: larger gangs cannot fit
-            self._misfit_workers = min(self._misfit_workers, spec.num_gpus)
+            self.misfits += 1
+        # only capacity, not memory, kept it out: larger gangs cannot fit
+        elif mem <= self._min_gpu_mem and spec.num_gpus < self._misfit_workers:
+            self._misfit_workers = spec.num_gpus
+            self.misfits += 1
 
     # ---- whole-GPU jobs --------------------------------------------------------------------------------------------
 

@@ -34,11 +34,11 @@ class Frame(Protocol):
 
     def preempting(self, job: Job, ladder: tuple[float, ...] | str) -> Any | None: ...
 
-UNKNOWN, FITS, NONE = 0, 1, 2
+UNKNOWN, FITS, NONE = 0, 1, 2  # a job's (or a class's) answer: not asked yet, fits on free capacity, fits nowhere
 _WINDOW = 64  # jobs of an order read at once at first (`Scan.head`)
 # Up to this many queued jobs the scan asks each job in turn, as the frame did before it: on a short queue the arrays'
 # fixed costs were more than the questions they save (the Philly and synthetic replays ran 6-12% slower).
-_LOOP = 256  # a job's (or a class's) answer: not asked yet, fits on free capacity, fits nowhere
+_LOOP = 256
 
 
 class Scan:
@@ -97,10 +97,10 @@ class Scan:
                 known[order[pos:p]] = FITS
                 i = int(order[p])
                 if status[s] == UNKNOWN:  # not asked, nor any job alike since the misfits last changed
-                    before = planner._misfit_workers, len(planner._misfit_shares)
+                    before = planner.misfits
                     answer = FITS if frame.fits(jobs[i], predict=False) is not None else NONE
                     known[i] = status[s] = answer
-                    if (planner._misfit_workers, len(planner._misfit_shares)) != before:
+                    if planner.misfits != before:
                         answers[:] = UNKNOWN
                         stale = True
                     elif asked[s]:
@@ -113,9 +113,9 @@ class Scan:
                             break
                         continue
                 known[i] = NONE
-                before = planner._misfit_workers, len(planner._misfit_shares)
+                before = planner.misfits
                 choice = frame.preempting(jobs[i], ladder)
-                if (planner._misfit_workers, len(planner._misfit_shares)) != before:
+                if planner.misfits != before:
                     answers[:] = UNKNOWN
                     stale = True
                 if choice is not None:

@@ -150,6 +150,9 @@ class Tiresias:
                 for lst in lists.values():
                     lst[:] = [e for e in lst if e[1] in view.running]
             self._level = {j: lv for j, lv in self._level.items() if j in view.running}
+            # (what `_unindex` reads of a job is only read while it is in `_level`: the rest would grow with the run)
+            self._submit = {j: t for j, t in self._submit.items() if j in self._level}
+            self._demand = {j: d for j, d in self._demand.items() if j in self._level}
 
     def _victims_below(self, view: ClusterView, level: int, bound: Bound | None = None) -> Iterator[Job]:
         """Running jobs in queues lower than `level`, lowest priority (highest queue, latest arrival) first; of those

@@ -49,7 +49,7 @@ class Queued(Collection[Job]):
         return len(self._jobs)
 
     def __contains__(self, job: object) -> bool:
-        return job in self._jobs.values()
+        return isinstance(job, Job) and self._jobs.get(job.id) is job
 
 
 class Book:
