@@ -52,6 +52,27 @@ class Queued(Collection[Job]):
         return isinstance(job, Job) and self._jobs.get(job.id) is job
 
 
+class PriorityCount:
+    """Jobs' priorities, counted, with each job's counted priority: which priorities a set of jobs holds, kept as jobs
+    come and go rather than read from every job."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[int] = Counter()  # priority -> jobs counted at it (no zero entries)
+        self.of: dict[int, int] = {}  # job id -> the priority it is counted at
+
+    def add(self, job_id: int, priority: int) -> None:
+        self.counts[priority] += 1
+        self.of[job_id] = priority
+
+    def remove(self, job_id: int) -> None:
+        """Uncount `job_id` if it is counted."""
+        priority = self.of.pop(job_id, None)
+        if priority is not None:
+            self.counts[priority] -= 1
+            if not self.counts[priority]:
+                del self.counts[priority]
+
+
 class Book:
     """The cluster's allocations, the contention model, and the running and pending jobs, changed only together.
 
@@ -65,12 +86,8 @@ class Book:
         self.contention = contention
         self.running: dict[int, Job] = {}
         self.pending: dict[int, Job] = {}  # queue order (`in_queue_order`) but for `append`'s arrivals
-        # The priorities of the running preemptible jobs, counted, and each one's counted priority by id.
-        self._priorities: Counter[int] = Counter()
-        self._counted: dict[int, int] = {}
-        # The priorities of the queued jobs, counted, and each one's counted priority by id.
-        self._queued: Counter[int] = Counter()
-        self._queued_as: dict[int, int] = {}
+        self._running_priorities = PriorityCount()  # of the running preemptible jobs
+        self._queued = PriorityCount()  # of the queued jobs
         self.view = ClusterView(state, contention, self.running, self.lowest_preemptible)
 
     def start(self, job: Job, placement: Placement, now: float, *, adopt: bool = False) -> set[int]:
@@ -113,42 +130,27 @@ class Book:
             self._uncount(job.id)
             self._count(job.id, spec)
             self.view.respecs += 1
-        if job.id in self._queued_as:
-            self._unqueue(job.id)
-            self._queue(job.id, spec)
+        if job.id in self._queued.of:
+            self._queued.remove(job.id)
+            self._queued.add(job.id, spec.priority)
 
     def lowest_preemptible(self) -> float:
         """The lowest priority of a running, preemptible job (inf: none is), from the index: O(distinct priorities)."""
-        return min(self._priorities) if self._priorities else math.inf
+        counts = self._running_priorities.counts
+        return min(counts) if counts else math.inf
 
     def _count(self, job_id: int, spec: JobSpec) -> None:
         if spec.preemptible:
-            self._priorities[spec.priority] += 1
-            self._counted[job_id] = spec.priority
+            self._running_priorities.add(job_id, spec.priority)
 
     def _uncount(self, job_id: int) -> None:
-        priority = self._counted.pop(job_id, None)
-        if priority is not None:
-            self._priorities[priority] -= 1
-            if not self._priorities[priority]:
-                del self._priorities[priority]
+        self._running_priorities.remove(job_id)
 
     def queue(self) -> Queued:
         """The queue as a policy is offered it, with its count of distinct priorities (None if the queue was changed
         other than through the book, and the count may be stale)."""
-        known = len(self._queued_as) == len(self.pending)
-        return Queued(self.pending, len(self._queued) if known else None)
-
-    def _queue(self, job_id: int, spec: JobSpec) -> None:
-        self._queued[spec.priority] += 1
-        self._queued_as[job_id] = spec.priority
-
-    def _unqueue(self, job_id: int) -> None:
-        priority = self._queued_as.pop(job_id, None)
-        if priority is not None:
-            self._queued[priority] -= 1
-            if not self._queued[priority]:
-                del self._queued[priority]
+        known = len(self._queued.of) == len(self.pending)
+        return Queued(self.pending, len(self._queued.counts) if known else None)
 
     def append(self, job: Job) -> None:
         """Queue `job` at the end: an arrival, which comes in submission order (a caller that cannot vouch for that
@@ -165,7 +167,7 @@ class Book:
     def dequeue(self, job_id: int) -> None:
         """Take a job from the queue (cancelled, or started), if it is there."""
         self.pending.pop(job_id, None)
-        self._unqueue(job_id)
+        self._queued.remove(job_id)
 
     def requeue(self, job: Job, now: float) -> None:
         """Put back in the queue, in its old place, a job whose run was stopped (`stop`) at `now` and will run
@@ -184,5 +186,5 @@ class Book:
         """Check that `job` may be queued, and count its priority (the callers queue it next)."""
         if job.id in self.running:
             raise BookError(f"job {job.spec.name} (id {job.id}) is running: stop its run before queueing it")
-        self._unqueue(job.id)  # (queued again while queued: counted once)
-        self._queue(job.id, job.spec)
+        self._queued.remove(job.id)  # (queued again while queued: counted once)
+        self._queued.add(job.id, job.spec.priority)
