@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scheduler.core.contention import ContentionModel, ContentionParams, collective_flows
+from scheduler.core.collectives import collective_flows
+from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.fabric import FABRICS, FabricSpec, collision_factor, flow_links
 from scheduler.core.model import (
     Cluster,

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler.core.fabric import Fabric, flow_links
+from scheduler.core.collectives import collective_flows
 from scheduler.core.model import INTER_SERVER, Cluster, JobSpec, Placement
 from scheduler.core.workloads import ModelProfile, catalog
 
@@ -73,6 +73,7 @@ class Footprint:
     sm: float
     membw: float
     sm_demand: float  # SM demand on each of its GPUs: min(sm, share), the MPS thread percentage caps it
+    by_link: dict[int, tuple[float, float]]  # link -> (link_time, duty), as Python floats (`ContentionModel._raised`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,83 +89,6 @@ class Prediction:
     def others_added(self) -> float:
         """Total extra slowdown inflicted on the jobs it joins (sum over them of after - before)."""
         return sum(self.others_after[j] - self.others_before[j] for j in self.others_after)
-
-
-def collective_traffic(cluster: Cluster, gpus: Iterable[int], grad_gb: float) -> dict[int, float]:
-    """GB per iteration that a data-parallel job on `gpus` moves over each link (hierarchical ring all-reduce); with a
-    fabric, its flows spread evenly over each group's ECMP links (the expected load)."""
-    return collective_flows(cluster, gpus, grad_gb)[0]
-
-
-def collective_flows(cluster: Cluster, gpus: Iterable[int], grad_gb: float,
-                     flow_key: int | None = None) -> tuple[dict[int, float], dict[int, float]]:
-    """The traffic of `collective_traffic`, with the fabric's flows hashed by `flow_key` when given (ECMP), and the
-    factor each fabric link's time is stretched by for the expected hash collisions when not
-    (`scheduler.core.fabric.flow_links`)."""
-    by_node: dict[int, list[int]] = {}
-    for g in gpus:
-        by_node.setdefault(int(cluster.gpu_node[g]), []).append(int(g))
-    traffic: dict[int, float] = {}
-    if sum(len(v) for v in by_node.values()) < 2 or grad_gb <= 0:
-        return traffic, {}
-
-    def put(link: int, gb: float) -> None:
-        traffic[link] = traffic.get(link, 0.0) + gb
-
-    k = len(by_node)
-    inter = 2.0 * (k - 1) / k * grad_gb  # per node, across nodes: each node holds a full gradient after step one
-    # NCCL runs one ring (channel) per GPU index present on every node; each leaves by its GPU's NIC.
-    channels = min(len(gs) for gs in by_node.values())
-    for node, gs in by_node.items():
-        m = len(gs)
-        local_links = {int(cluster.gpu_local_link[g]) for g in gs}
-        if m > 1:
-            intra = 2.0 * (m - 1) / m * grad_gb
-            if cluster.node_nvlink[node]:
-                for g in gs:  # each GPU's NVLink port carries its ring traffic (NVSwitch: non-blocking)
-                    put(int(cluster.gpu_local_link[g]), intra)
-            else:
-                for link in local_links:  # the ring passes through every PCIe switch it uses
-                    put(link, intra)
-                if len(local_links) > 1 and cluster.node_socket[node] >= 0:
-                    put(int(cluster.node_socket[node]), intra)
-        if k > 1:
-            if cluster.one_nic:
-                put(int(cluster.node_nic[node]), inter)
-                if not cluster.node_nvlink[node]:  # GPUDirect RDMA: NIC traffic also crosses the GPUs' PCIe switch
-                    put(min(local_links), inter)
-            else:
-                for g in sorted(gs)[:channels]:
-                    put(int(cluster.nic_link[cluster.gpu_nic[g]]), inter / channels)
-                    if not cluster.node_nvlink[node]:
-                        put(int(cluster.gpu_local_link[g]), inter / channels)
-    if k > 1 and cluster.fabric is not None:
-        return _fabric_flows(cluster, cluster.fabric, by_node, inter / channels, channels, traffic, flow_key)
-    racks = {int(cluster.node_rack[n]) for n in by_node}
-    if len(racks) > 1:
-        r = len(racks)
-        for rack in racks:
-            put(int(cluster.rack_uplink[rack]), 2.0 * (r - 1) / r * grad_gb)
-    return traffic, {}
-
-
-def _fabric_flows(cluster: Cluster, fabric: Fabric, by_node: dict[int, list[int]], channel_gb: float, channels: int,
-                  traffic: dict[int, float], flow_key: int | None) -> tuple[dict[int, float], dict[int, float]]:
-    """The ring's hops between servers as flows on the fabric: node i sends to node i + 1 (in rack order, so a rack's
-    nodes are neighbours and the ring leaves each rack once), channel c from the c-th GPU's NIC to the c-th GPU's NIC
-    of the next node (rail-aligned when both are GPU c of their node), each split into `flows_per_nic` flows."""
-    nodes = sorted(by_node, key=lambda n: (int(cluster.node_rack[n]), n))
-    ranks = {n: sorted(by_node[n])[:channels] for n in nodes}
-    split = fabric.spec.flows_per_nic
-    flows = []
-    for i, node in enumerate(nodes):
-        nxt = nodes[(i + 1) % len(nodes)]
-        for a, b in zip(ranks[node], ranks[nxt], strict=False):
-            flows.extend([(int(cluster.gpu_nic[a]), int(cluster.gpu_nic[b]))] * split)
-    fabric_traffic, stretch = flow_links(fabric, flows, channel_gb / split, flow_key)
-    for link, gb in fabric_traffic.items():
-        traffic[link] = traffic.get(link, 0.0) + gb
-    return traffic, stretch
 
 
 FOOTPRINT_CACHE = 1024  # expected footprints kept (`ContentionModel.footprint`); all dropped when full
@@ -209,6 +133,7 @@ class ContentionModel:
         # 1.0 on inter-server links (NICs, rack uplinks), 0.0 inside servers: where the ring-straggler term applies
         self._inter = np.array([k in INTER_SERVER for k in cluster.link_kind], dtype=np.float64)
         self._load = np.zeros(cluster.num_links)  # sum of duty cycles of the jobs crossing each link
+        self._load_at = self._load.item  # one link's load as a Python float (the array is only written in place)
         self._link_jobs: dict[int, set[int]] = {}
         self._gpu_jobs: dict[int, list[int]] = {}
         self._fp: dict[int, Footprint] = {}
@@ -218,6 +143,12 @@ class ContentionModel:
         # shares a link with a change needs only its links' term again: on a large fabric, most jobs a placement
         # touches are such, and recomputing every GPU's tenancy for each was most of a prediction's cost.
         self._mps: dict[int, float] = {}
+        # Per job, its communication time and the link that sets it (its bottleneck, -1 without links), and the jobs
+        # whose communication hides under their compute (comm <= overlap * compute * mps: the iteration is their
+        # compute alone), as last computed. With them a change of load passes over, exactly, the jobs it cannot slow
+        # or speed (`_raised`, `remove`): on a busy cluster ~90% of the jobs sharing a link with a start or an end.
+        self._neck: dict[int, tuple[float, int]] = {}
+        self._hidden: set[int] = set()
         # A GPU's tenants (in order) -> their slowdowns there: valid until the next add or remove. A gang probed on
         # another gang's GPUs (a preemption's candidate, before its victims leave) shares hundreds of GPUs with the
         # same tenants; one water-fill serves them all.
@@ -314,10 +245,12 @@ class ContentionModel:
         links, link_time, busy = self._link_times(gpus, prof.grad_gb * spec.compression, flow_key)
         comm = float(link_time.max()) if link_time.size else 0.0
         alone = self._iteration(compute, prof.overlap, comm)
+        duty = busy / alone
         fp = Footprint(
-            gpus=gpus, share=placement.share, links=links, link_time=link_time, duty=busy / alone,
+            gpus=gpus, share=placement.share, links=links, link_time=link_time, duty=duty,
             compute_s=compute, overlap=prof.overlap, ref_iter_s=self.reference_iteration(spec),
             sm=prof.sm, membw=prof.membw, sm_demand=min(prof.sm, placement.share),
+            by_link=dict(zip(links.tolist(), zip(link_time.tolist(), duty.tolist(), strict=True), strict=True)),
         )
         if key is not None:
             for array in (fp.links, fp.link_time, fp.duty):  # shared from now on: nobody may write to them
@@ -344,9 +277,12 @@ class ContentionModel:
         affected = {job_id}
         self._load[fp.links] += fp.duty  # a footprint's links are distinct: each adds as alone
         link_jobs = self._link_jobs
+        raised: dict[int, list[int]] = {}  # job -> the links it shares with this one (their loads just rose)
         for link in fp.links.tolist():
             jobs = link_jobs.setdefault(link, set())
             affected |= jobs
+            for j in jobs:
+                raised.setdefault(j, []).append(link)
             jobs.add(job_id)
         mps = self._mps
         for g in fp.gpus:
@@ -356,22 +292,75 @@ class ContentionModel:
             affected.update(tenants)
             tenants.append(job_id)
         mps.pop(job_id, None)
+        mps_kept = mps.__contains__
+        slowdown = self._slowdown
+        changed = {job_id}
+        slowdown[job_id] = self._compute(job_id)
         for j in affected:
-            self._slowdown[j] = self._compute(j)
-        return affected
+            if j == job_id or (mps_kept(j) and not self._raised(j, raised[j])):
+                continue
+            new = self._compute(j)
+            if slowdown[j] != new:
+                slowdown[j] = new
+                changed.add(j)
+        return changed
+
+    def _raised(self, job_id: int, links: list[int]) -> bool:
+        """Whether `job_id`'s slowdown may have changed when the loads on `links` (some of its own) rose, its MPS
+        term unchanged. Exactly: its bottleneck elsewhere and every raised link's time still no longer than the
+        bottleneck's, its communication time is what it was; so it is, under its compute, if no longer than that
+        (its bottleneck is moved to the raised link then, which `remove` reads)."""
+        comm, neck = self._neck[job_id]
+        if neck in links:
+            return True
+        fp = self._fp[job_id]
+        load_at = self._load_at
+        worst, at = comm, neck
+        for link in links:  # the same operations, in the same order, as `_compute`'s numpy line
+            link_time, duty = fp.by_link[link]
+            t = link_time * (1.0 + load_at(link) - duty)
+            if t > worst:
+                worst, at = t, link
+        if at == neck:
+            return False
+        if job_id in self._hidden and worst <= fp.overlap * (fp.compute_s * self._mps[job_id]):
+            self._neck[job_id] = (worst, at)
+            return False
+        return True
+
+    def _kept(self, job_id: int, lowered: set[int]) -> bool:
+        """Whether `job_id`'s slowdown stands, exactly, now that the loads on `lowered` fell: its MPS term unchanged,
+        and its communication either hidden under its compute or set by a link whose load did not move."""
+        return job_id in self._mps and (job_id in self._hidden or self._neck[job_id][1] not in lowered)
 
     def remove(self, job_id: int) -> set[int]:
         """Take a job off the cluster; returns the ids of the remaining jobs whose slowdown changed."""
         self._changes += 1
+        fp = self._fp.get(job_id)
         affected = self._remove(job_id)
+        if fp is None or not affected:
+            return set()
+        # Every load it leaves falls (a float minus a positive duty never grows): a job whose bottleneck is another
+        # link keeps its communication time, and one whose communication hid under its compute stays hidden, at the
+        # very slowdown it had; either is passed over, exactly, if its MPS term is unchanged.
+        left = set(fp.links.tolist())
+        slowdown = self._slowdown
+        changed = set()
         for j in affected:
-            self._slowdown[j] = self._compute(j)
-        return affected
+            if self._kept(j, left):
+                continue
+            new = self._compute(j)
+            if slowdown[j] != new:
+                slowdown[j] = new
+                changed.add(j)
+        return changed
 
     def _remove(self, job_id: int) -> set[int]:
         self._shared.clear()
         self._slowdown.pop(job_id, None)
         self._mps.pop(job_id, None)
+        self._hidden.discard(job_id)
+        self._neck.pop(job_id, None)
         fp = self._fp.pop(job_id, None)
         if fp is None:
             return set()
@@ -442,6 +431,8 @@ class ContentionModel:
             if self._changes != changes:
                 raise RuntimeError("predict_later: the model changed since the prediction was asked for")
             saved_load = self._load[fp.links].copy()
+            saved_neck = {j: self._neck[j] for j in others}
+            saved_hidden = others & self._hidden
             self._add(probe, fp)
             own = self._slowdown[probe]
             after = {j: self._slowdown[j] for j in others}
@@ -449,6 +440,9 @@ class ContentionModel:
             # Restore bit for bit: add-then-subtract in floating point need not give back the same numbers.
             self._load[fp.links] = saved_load
             self._slowdown.update(before)
+            self._neck.update(saved_neck)
+            self._hidden -= others
+            self._hidden |= saved_hidden
             return Prediction(own, before, after, fabric_load)
 
         return finish
@@ -546,7 +540,16 @@ class ContentionModel:
                         slow = shared[key] = self.gpu_slowdowns(tenants)
                     mps = max(mps, slow[tenants.index(job_id)])
             mps = self._mps[job_id] = max(mps, self.share_cap(fp))  # alone on a GPU, the cap alone: once a job
-        comm = 0.0
+        comm, neck = 0.0, -1
         if fp.links.size:
-            comm = float((fp.link_time * (1.0 + self._load[fp.links] - fp.duty)).max())
-        return self._iteration(fp.compute_s, fp.overlap, comm, mps) / fp.ref_iter_s
+            times = fp.link_time * (1.0 + self._load[fp.links] - fp.duty)
+            i = int(times.argmax())
+            comm, neck = float(times[i]), int(fp.links[i])
+        self._neck[job_id] = (comm, neck)
+        c = fp.compute_s * mps
+        hidden = fp.overlap * c
+        if comm <= hidden:  # `_iteration`'s max(0, comm - overlap * c) is 0: the iteration is c, whatever comm is
+            self._hidden.add(job_id)
+        else:
+            self._hidden.discard(job_id)
+        return (c + max(0.0, comm - hidden)) / fp.ref_iter_s

@@ -37,7 +37,7 @@ from scheduler.core.calibrate.data import (
     gavel_placement,
     gavel_testbed,
 )
-from scheduler.core.contention import collective_traffic
+from scheduler.core.collectives import collective_traffic
 from scheduler.core.model import INTER_SERVER, Cluster, Placement
 
 OVERLAP_PRIOR_WEIGHT = 0.02
