@@ -4,7 +4,8 @@ Formats (`load_trace(path, format="auto")` tells them apart from the header line
 
 * **Corral CSV** (our own). A header line is required; lines starting with `#` are comments. Columns
   `job_id,submit_s,num_gpus,duration_s,kind,model`, optionally followed by
-  `user,priority,slo_ms,compression,team,preemptible` (in any order; an unknown column is an error, so a typo never silently drops a field). `num_gpus` is an integer >= 1 or a
+  `user,priority,slo_ms,compression,team,preemptible,depends_on,array,array_max_running,min_gpus,max_gpus` (in any
+  order; an unknown column is an error, so a typo never silently drops a field). `num_gpus` is an integer >= 1 or a
   fraction in (0, 1) (a share of one GPU, served through MPS); `duration_s` is the isolated run time (> 0); `kind` is
   `training` or `inference`; `model` names a profile of `scheduler/core/workloads.py` of that kind, or is empty to have one
   drawn (rule in `scheduler.core.traces.models`); `slo_ms` empty means the model's default SLO for inference jobs;
@@ -12,7 +13,9 @@ Formats (`load_trace(path, format="auto")` tells them apart from the header line
   (`corral simulate --teams`; empty or absent: `default`); `priority` is an integer (higher first, default 0) and
   `preemptible` is `true` or `false` (default true), the rules of `scheduler.core.priorities`; `depends_on` names other
   jobs of the file by `job_id` in Slurm's form (`afterok:a:b,afterany:c`), and `array` names an array the job is a
-  task of, with at most `array_max_running` of its tasks running at once (`scheduler.core.dependencies`). Example::
+  task of, with at most `array_max_running` of its tasks running at once (`scheduler.core.dependencies`); `min_gpus`
+  and `max_gpus` (both or neither) make a whole-GPU job elastic between them, `num_gpus` the size its `duration_s`
+  is measured at (`scheduler.core.elastic`). Example::
 
       job_id,submit_s,num_gpus,duration_s,kind,model
       a,0,8,3600,training,FSDP
@@ -141,9 +144,15 @@ def _parse_corral(t: _Table) -> _Rows:
             raise t.error(line, "array_max_running", f"{array_max} is not at least 1")
         if array_max is not None and not opt(row, "array"):
             raise t.error(line, "array_max_running", "give the job's array too")
+        sizes = tuple(t.integer(line, col, opt(row, col)) if opt(row, col) else None
+                      for col in ("min_gpus", "max_gpus"))
+        if (sizes[0] is None) != (sizes[1] is None):
+            raise t.error(line, "min_gpus" if sizes[0] is None else "max_gpus",
+                          "empty; an elastic job gives min_gpus and max_gpus both (a job of one size, neither)")
         rows.add(line, name, submit, num_gpus, duration, inference=kind is JobKind.INFERENCE, model=model,
                  user=opt(row, "user"), priority=priority, slo_ms=slo, compression=compression, team=team,
-                 preemptible=preemptible, depends_on=depends, array=(opt(row, "array") or None, array_max))
+                 preemptible=preemptible, depends_on=depends, array=(opt(row, "array") or None, array_max),
+                 elastic=(sizes[0], sizes[1]))
     return rows
 
 
@@ -259,6 +268,8 @@ def _finish(rows: _Rows, *, name: str, fmt: str, source: str, label: str, limit:
                 depends_on=rows.depends_on[i] if rows.depends_on else (),
                 array=rows.array[i][0] if rows.array else None,
                 array_max_running=rows.array[i][1] if rows.array else None,
+                min_gpus=rows.elastic[i][0] if rows.elastic else None,
+                max_gpus=rows.elastic[i][1] if rows.elastic else None,
             ))
         except ValueError as exc:
             raise TraceError(f"{label} line {rows.lines[i]}: {exc}") from None

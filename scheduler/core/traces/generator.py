@@ -1,11 +1,13 @@
 """Synthetic workloads: a Philly-like job generator and the `synthetic:N,...` spec that names one.
 
 Synthetic workloads (`synthetic()`, or the path `synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T][,high=F]
-[,pinned=F][,gangs=F]`): Poisson arrivals,
+[,pinned=F][,gangs=F][,elastic=F]`): Poisson arrivals,
 lognormal durations near Philly's (median 15 min, sigma 2, clipped to [10 s, 7 days], longer for larger jobs), sizes
 1/2/4/8/16/32 GPUs (mostly 1), GPU shares 0.25/0.5/0.75, models by the rule of `scheduler.core.traces.models`.
 `gangs=F` makes a share F of the jobs LLM-style gangs instead: training on 64, 128, 256 or 512 whole GPUs, a
 language model measured at LLM scale (`GANG_MODELS`), lognormal durations of hours to days (`GANG_DURATION`).
+`elastic=F` makes a share F of the whole-GPU training jobs elastic, from half to twice their size
+(`scheduler.core.elastic.make_elastic`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.core.elastic import make_elastic
 from scheduler.core.model import DEFAULT_TEAM, JobKind, JobSpec
 from scheduler.core.traces.models import draw_models
 from scheduler.core.traces.trace import Trace, TraceError
@@ -26,7 +29,8 @@ from scheduler.core.workloads import catalog
 SYNTH_SIZES: dict[int, float] = {1: 0.82, 2: 0.05, 4: 0.06, 8: 0.05, 16: 0.015, 32: 0.005}
 SYNTH_SHARES: dict[float, float] = {0.25: 0.35, 0.5: 0.45, 0.75: 0.2}
 SYNTH_KEYS = {"iat": "mean_interarrival_s", "frac": "frac_share", "inference": "inference_share", "teams": "teams",
-              "high": "high_priority_share", "pinned": "non_preemptible_share", "gangs": "large_gang_share"}
+              "high": "high_priority_share", "pinned": "non_preemptible_share", "gangs": "large_gang_share",
+              "elastic": "elastic_share"}
 HIGH_PRIORITY = 10  # the priority of the jobs `high=F` draws (the rest keep 0)
 TEAM_SKEW = 1.0  # team k of N submits a share of the jobs proportional to 1 / (k + 1) ** TEAM_SKEW
 
@@ -49,7 +53,7 @@ GANG_DURATION = {"median_s": 6 * 3600.0, "sigma": 1.0, "min_s": 3600.0, "max_s":
 
 
 def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, Any]]:
-    """`synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T][,high=F][,pinned=F][,gangs=F]` -> (N, keyword
+    """`synthetic:N[,iat=S][,frac=F][,inference=F][,teams=T][,high=F][,pinned=F][,gangs=F][,elastic=F]` -> (N, keyword
     arguments of `synthetic`: floats, and an int for `teams`)."""
     accepted = ", ".join(f"{k}= ({v})" for k, v in SYNTH_KEYS.items())
     body = spec.removeprefix("synthetic:")
@@ -76,12 +80,16 @@ def parse_synthetic_spec(spec: str) -> tuple[int, dict[str, Any]]:
         kwargs[SYNTH_KEYS[key]] = v
     _check_synthetic(spec, kwargs.get("mean_interarrival_s", 60.0), kwargs.get("frac_share", 0.15),
                      kwargs.get("inference_share", 0.05), kwargs.get("high_priority_share", 0.0),
-                     kwargs.get("non_preemptible_share", 0.0), kwargs.get("large_gang_share", 0.0))
+                     kwargs.get("non_preemptible_share", 0.0), kwargs.get("large_gang_share", 0.0),
+                     kwargs.get("elastic_share", 0.0))
     return n, kwargs
 
 
 def _check_synthetic(where: str, iat: float, frac: float, inference: float, high: float = 0.0,
-                     pinned: float = 0.0, gangs: float = 0.0) -> None:
+                     pinned: float = 0.0, gangs: float = 0.0, elastic: float = 0.0) -> None:
+    if not 0 <= elastic <= 1:
+        raise TraceError(f"{where}: elastic (share of whole-GPU training jobs made elastic from half to twice their "
+                         f"size) must be in [0, 1], got {elastic:g}")
     if not 0 <= gangs <= 1:
         raise TraceError(f"{where}: gangs (share of LLM-style gang jobs of 64-512 GPUs) must be in [0, 1], "
                          f"got {gangs:g}")
@@ -121,6 +129,7 @@ def synthetic(
     high_priority_share: float = 0.0,
     non_preemptible_share: float = 0.0,
     large_gang_share: float = 0.0,
+    elastic_share: float = 0.0,
 ) -> Trace:
     """A Philly-like workload: Poisson arrivals, lognormal durations, mostly one-GPU jobs, some GPU shares.
 
@@ -141,12 +150,15 @@ def synthetic(
       its arrival, team and priorities. The other jobs are drawn as above (so `frac` and `inference` are shares of the
       jobs that are not gangs). Gangs dominate the offered load (mean ~136 GPUs for ~10 h): fit the arrival rate to
       the cluster (`scheduler.core.traces.windows`) rather than using the default `iat`.
+    * Elastic jobs (`elastic=F`): a whole-GPU training job (gangs included) is elastic with probability
+      `elastic_share`, from half to twice its size (`scheduler.core.elastic.make_elastic`); sizes, arrivals and
+      everything else are drawn as without it.
 
     All randomness derives from `default_rng(seed)`: one spawned stream per attribute, so `synthetic(m)` is a prefix
     of `synthetic(n)` for m < n (a `limit` does not change the jobs it keeps). 100,000 jobs take ~0.3 s.
     """
     _check_synthetic(f"synthetic({n_jobs})", mean_interarrival_s, frac_share, inference_share, high_priority_share,
-                     non_preemptible_share, large_gang_share)
+                     non_preemptible_share, large_gang_share, elastic_share)
     if n_jobs < 1:
         raise TraceError(f"synthetic: n_jobs must be at least 1, got {n_jobs}")
     if not (median_duration_s > 0 and duration_sigma >= 0 and 0 < min_duration_s <= max_duration_s):
@@ -159,8 +171,8 @@ def synthetic(
         raise TraceError(f"synthetic: teams must be >= 0, got {teams}")
     # Children of a SeedSequence do not depend on how many are spawned: each stream added later (teams, then the
     # priorities, then the gangs) leaves the others, and so every workload generated before it existed, unchanged.
-    streams = np.random.default_rng(seed).spawn(11)
-    g_arrive, g_kind, g_frac, g_size, g_share, g_dur, g_model, g_team, g_high, g_pinned, g_gang = streams
+    streams = np.random.default_rng(seed).spawn(12)
+    g_arrive, g_kind, g_frac, g_size, g_share, g_dur, g_model, g_team, g_high, g_pinned, g_gang, g_elastic = streams
     n = n_jobs
 
     gaps = g_arrive.exponential(mean_interarrival_s, n)
@@ -209,8 +221,11 @@ def synthetic(
         f"synthetic:{n_jobs},iat={mean_interarrival_s:g},frac={frac_share:g},inference={inference_share:g}"
         + (f",teams={teams}" if teams else "") + (f",high={high_priority_share:g}" if high_priority_share else "")
         + (f",pinned={non_preemptible_share:g}" if non_preemptible_share else "")
-        + (f",gangs={large_gang_share:g}" if large_gang_share else "") + f" seed={seed}"
+        + (f",gangs={large_gang_share:g}" if large_gang_share else "")
+        + (f",elastic={elastic_share:g}" if elastic_share else "") + f" seed={seed}"
     )
+    if elastic_share > 0:  # with share 0 the stream is never read
+        jobs = make_elastic(jobs, elastic_share, g_elastic.random(n).tolist())
     return Trace(name=f"synthetic-{n_jobs}", format="synthetic", jobs=jobs, skipped={}, source=spec)
 
 

@@ -18,7 +18,7 @@ from scheduler.core.traces.trace import TraceError
 
 CORRAL_REQUIRED = ("job_id", "submit_s", "num_gpus", "duration_s", "kind", "model")
 CORRAL_OPTIONAL = ("user", "priority", "slo_ms", "compression", "team", "preemptible", "depends_on", "array",
-                   "array_max_running")
+                   "array_max_running", "min_gpus", "max_gpus")
 PHILLY_COLUMNS = ("#job id", "arrival time (sec)", "topology", "shape", "size", "duration (sec)")
 PHILLY_USED = ("#job id", "arrival time (sec)", "size", "duration (sec)")
 ALIBABA_COLUMNS = (
@@ -47,12 +47,14 @@ class _Rows:
     preemptible: list[bool] = field(default_factory=list)
     depends_on: list[tuple[Dependency, ...]] = field(default_factory=list)
     array: list[tuple[str | None, int | None]] = field(default_factory=list)
+    elastic: list[tuple[int | None, int | None]] = field(default_factory=list)  # (min_gpus, max_gpus)
     skipped: dict[str, int] = field(default_factory=dict)
 
     def add(self, line: int, name: str, submit: float, num_gpus: float, duration: float, *, inference: bool = False,
             model: str = "", user: str = "", priority: int = 0, slo_ms: float | None = None,
             compression: float = 1.0, team: str = DEFAULT_TEAM, preemptible: bool = True,
-            depends_on: tuple[Dependency, ...] = (), array: tuple[str | None, int | None] = (None, None)) -> None:
+            depends_on: tuple[Dependency, ...] = (), array: tuple[str | None, int | None] = (None, None),
+            elastic: tuple[int | None, int | None] = (None, None)) -> None:
         self.lines.append(line)
         self.names.append(name)
         self.submit.append(submit)
@@ -68,6 +70,7 @@ class _Rows:
         self.preemptible.append(preemptible)
         self.depends_on.append(depends_on)
         self.array.append(array)
+        self.elastic.append(elastic)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1

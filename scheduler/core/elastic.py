@@ -1,0 +1,70 @@
+"""Elastic jobs: the sizes a job may run at, how fast it runs at each, and what a resize costs it.
+
+A job gives `min_gpus` and `max_gpus` (and optionally the `sizes` it accepts) beside `num_gpus`, the size its work
+(`duration_s`) is measured at: alone, packed, on the reference GPU. A data-parallel job keeps its per-GPU batch as it
+grows (Ray Train's and torchrun's elastic default), so at size k it does k workers' samples per iteration and moves
+through its work
+
+    speedup(k) = (k / ref_iteration(k)) / (n / ref_iteration(n))
+
+times as fast as at its reference size n, before contention. Compute divides; the all-reduce's traffic grows with the
+size and the links it crosses (`ContentionModel.reference_iteration`, the same rule that prices every placement), so
+scaling is sublinear, and a model whose gradients are large scales worse. On a placement the contention model's
+slowdown (its iteration there over `ref_iteration(k)`) divides it further. Statistical efficiency (a larger global
+batch needing more samples, Pollux's goodput) is not modelled: the speedup is an upper bound for such jobs.
+
+A resize stops the job at a checkpoint and restarts it at the new size: it makes no progress for `resize_pause_s`.
+Without a measurement (no GPU was lent to measure one: `benchmarks/gpu_resize.py` does, on a GPU), the default is a
+stated one: a restart (`RESTART_S`: processes, the collective's setup, the data loader's warm-up) plus writing and
+reading back each worker's memory footprint at `CHECKPOINT_GBPS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from scheduler.core.jobs import JobKind, JobSpec
+
+if TYPE_CHECKING:
+    from scheduler.core.contention import ContentionModel
+    from scheduler.core.workloads import ModelProfile
+
+RESTART_S = 30.0  # a stated default, not a measurement (module docstring)
+CHECKPOINT_GBPS = 1.0  # GB/s a worker writes its checkpoint at, and reads it back at (a stated default)
+
+
+def sized(spec: JobSpec, k: int) -> JobSpec:
+    """`spec` running at `k` GPUs (what the contention model prices a run at that size by). ValueError for a size
+    it does not accept."""
+    if k not in spec.size_choices():
+        raise ValueError(f"{spec.name} runs at {list(spec.size_choices())} GPUs, not {k}")
+    return spec if k == spec.num_gpus else replace(spec, num_gpus=float(k))
+
+
+def speedup(model: ContentionModel, spec: JobSpec, k: int) -> float:
+    """How many times as fast as at its reference size `spec` moves through its work at `k` GPUs, alone and packed
+    (the module docstring's formula)."""
+    n = spec.workers
+    if k == n:
+        return 1.0
+    return (k / model.reference_iteration(sized(spec, k))) / (n / model.reference_iteration(spec))
+
+
+def resize_pause_s(spec: JobSpec, profiles: Mapping[str, ModelProfile]) -> float:
+    """Seconds a resize stops `spec` for: its own `resize_pause_s`, or the stated default (module docstring)."""
+    if spec.resize_pause_s is not None:
+        return spec.resize_pause_s
+    return RESTART_S + 2.0 * profiles[spec.model].mem_gb / CHECKPOINT_GBPS
+
+
+def make_elastic(jobs: list[JobSpec], share: float, draws: Sequence[float]) -> list[JobSpec]:
+    """`jobs` with each whole-GPU training job whose draw (one per job, uniform in [0, 1)) is under `share` made
+    elastic from half to twice its size (at least one GPU): the elastic mix of issue 49's targets, for synthetic
+    workloads (`elastic=F`) and trace windows alike. Inference services and GPU shares keep their one size."""
+    return [
+        replace(job, min_gpus=max(1, job.workers // 2), max_gpus=2 * job.workers)
+        if u < share and job.kind is JobKind.TRAINING and job.num_gpus >= 1 and job.min_gpus is None else job
+        for job, u in zip(jobs, draws, strict=True)
+    ]

@@ -1,0 +1,156 @@
+"""Elastic jobs in the model (issue 49, part 1): the spec's sizes, the speed at each size from the contention model,
+the pause of a resize, and elastic jobs in traces and synthetic workloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scheduler.core.contention import ContentionModel
+from scheduler.core.elastic import CHECKPOINT_GBPS, RESTART_S, make_elastic, resize_pause_s, sized, speedup
+from scheduler.core.model import JobKind, JobSpec, Placement, parse_cluster
+from scheduler.core.traces import TraceError, load_trace, synthetic
+from scheduler.core.workloads import catalog
+
+
+def job(num_gpus: float = 4, model: str = "ResNet-50-bs64", **elastic: object) -> JobSpec:
+    return JobSpec(name="j", submit_s=0.0, num_gpus=num_gpus, duration_s=100.0, model=model,
+                   **elastic)  # type: ignore[arg-type]
+
+
+# ---- the spec ----------------------------------------------------------------------------------------------------
+
+
+def test_an_elastic_spec_says_its_sizes() -> None:
+    assert job(min_gpus=2, max_gpus=8).size_choices() == (2, 3, 4, 5, 6, 7, 8)
+    assert job(min_gpus=2, max_gpus=8, sizes=(2, 4, 8)).size_choices() == (2, 4, 8)
+    assert job(min_gpus=2, max_gpus=8).elastic
+    assert not job().elastic and job().size_choices() == (4,)
+    assert not job(min_gpus=4, max_gpus=4).elastic  # one size: rigid, whatever it says
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"min_gpus": 2}, "min_gpus and max_gpus go together"),
+    ({"min_gpus": 8, "max_gpus": 16}, "min_gpus <= num_gpus <= max_gpus"),
+    ({"min_gpus": 0, "max_gpus": 8}, "min_gpus >= 1"),
+    ({"min_gpus": 2, "max_gpus": 8, "sizes": (2, 8)}, "include num_gpus"),
+    ({"min_gpus": 2, "max_gpus": 8, "sizes": (8, 4, 2)}, "distinct and increasing"),
+    ({"min_gpus": 2, "max_gpus": 8, "resize_pause_s": -1.0}, "resize_pause_s"),
+])
+def test_a_bad_elastic_spec_is_refused_naming_what_is_wrong(fields: dict[str, object], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        job(**fields)
+
+
+def test_a_gpu_share_cannot_be_elastic() -> None:
+    with pytest.raises(ValueError, match="whole GPUs"):
+        job(num_gpus=0.5, min_gpus=1, max_gpus=2)
+
+
+def test_sized_runs_the_job_at_a_size_it_accepts_only() -> None:
+    spec = job(min_gpus=2, max_gpus=8, sizes=(2, 4, 8))
+    assert sized(spec, 8).workers == 8 and sized(spec, 8).min_gpus == 2
+    assert sized(spec, 4) is spec
+    with pytest.raises(ValueError, match="not 3"):
+        sized(spec, 3)
+
+
+# ---- speed at each size ------------------------------------------------------------------------------------------
+
+
+def test_speed_at_a_size_is_never_superlinear_and_one_at_the_reference() -> None:
+    model = ContentionModel(parse_cluster("dgx-a100:4"))
+    for name in ("ResNet-50-bs64", "Transformer-XL", "MoE"):
+        spec = job(model=name, min_gpus=1, max_gpus=32)
+        assert speedup(model, spec, 4) == 1.0
+        for k in spec.size_choices():
+            assert 0 < speedup(model, spec, k) <= k / 4 + 1e-12, (name, k)
+
+
+def test_a_model_whose_gradients_are_large_scales_worse_across_servers() -> None:
+    # dgx-a100: 8 GPUs a server on NVLink, servers joined by NICs. Inside a server the all-reduce hides under compute;
+    # across servers MoE's 1.8 GB of gradients a step do not, ResNet-50's 27 MB do.
+    model = ContentionModel(parse_cluster("dgx-a100:4"))
+    light, heavy = job(min_gpus=1, max_gpus=32), job(model="MoE", min_gpus=1, max_gpus=32)
+    assert speedup(model, light, 32) == pytest.approx(8.0)
+    assert speedup(model, heavy, 8) == pytest.approx(2.0)
+    assert speedup(model, heavy, 32) < 0.5 * speedup(model, light, 32)
+    assert speedup(model, heavy, 16) < speedup(model, heavy, 8)  # the first hop across servers costs more than it adds
+
+
+def test_a_sized_run_is_priced_by_the_contention_model_on_its_placement() -> None:
+    # The same 8 workers of MoE, packed on one server and spread over four: the spread run is slower, as a rigid
+    # 8-GPU job would be (one rule for both).
+    cluster = parse_cluster("dgx-a100:4")
+    model = ContentionModel(cluster)
+    spec = sized(job(model="MoE", min_gpus=2, max_gpus=16), 8)
+    packed = model.predict(spec, Placement(tuple(range(8)))).slowdown
+    spread = model.predict(spec, Placement((0, 1, 8, 9, 16, 17, 24, 25))).slowdown
+    assert packed == pytest.approx(1.0) and spread > 1.5
+
+
+# ---- the pause of a resize ---------------------------------------------------------------------------------------
+
+
+def test_a_resize_pauses_a_job_for_its_own_figure_or_the_stated_default() -> None:
+    profiles = catalog()
+    spec = job(min_gpus=2, max_gpus=8)
+    assert resize_pause_s(spec, profiles) == RESTART_S + 2 * profiles[spec.model].mem_gb / CHECKPOINT_GBPS
+    big = job(model="GPT-2.7B", min_gpus=2, max_gpus=8)
+    assert resize_pause_s(big, profiles) > resize_pause_s(spec, profiles)  # more memory to write and read back
+    assert resize_pause_s(job(min_gpus=2, max_gpus=8, resize_pause_s=5.0), profiles) == 5.0
+
+
+# ---- in workloads ------------------------------------------------------------------------------------------------
+
+
+def test_make_elastic_stretches_whole_gpu_training_jobs_from_half_to_twice() -> None:
+    jobs = [job(num_gpus=8), job(num_gpus=1), job(num_gpus=0.5),
+            JobSpec(name="s", submit_s=0.0, num_gpus=1, duration_s=10.0, model="ResNet-50-bs64",
+                    kind=JobKind.INFERENCE)]
+    out = make_elastic(jobs, 0.5, [0.1, 0.2, 0.1, 0.1])
+    assert (out[0].min_gpus, out[0].max_gpus, out[0].num_gpus) == (4, 16, 8)
+    assert (out[1].min_gpus, out[1].max_gpus) == (1, 2)
+    assert out[2] is jobs[2] and out[3] is jobs[3]  # a GPU share, an inference service: one size
+    assert make_elastic(jobs, 0.5, [0.9, 0.9, 0.9, 0.9]) == jobs  # draws over the share
+
+
+def test_synthetic_elastic_share_changes_nothing_else() -> None:
+    plain = synthetic(3000, seed=4).jobs
+    mixed = synthetic(3000, seed=4, elastic_share=0.5).jobs
+    assert [(j.submit_s, j.num_gpus, j.duration_s, j.model) for j in plain] == \
+        [(j.submit_s, j.num_gpus, j.duration_s, j.model) for j in mixed]
+    candidates = [j for j in mixed if j.kind is JobKind.TRAINING and j.num_gpus >= 1]
+    share = sum(j.elastic for j in candidates) / len(candidates)
+    assert 0.45 < share < 0.55
+    assert all(not j.elastic for j in mixed if j.num_gpus < 1 or j.kind is JobKind.INFERENCE)
+    assert all(j.min_gpus == max(1, j.workers // 2) and j.max_gpus == 2 * j.workers for j in mixed if j.elastic)
+
+
+def test_the_synthetic_spec_takes_elastic_and_checks_it() -> None:
+    assert sum(j.elastic for j in load_trace("synthetic:400,elastic=1").jobs) > 100
+    with pytest.raises(TraceError, match="elastic"):
+        load_trace("synthetic:10,elastic=1.5")
+
+
+def test_the_corral_csv_takes_min_and_max_gpus(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_s,num_gpus,duration_s,kind,model,min_gpus,max_gpus\n"
+                    "a,0,4,600,training,ResNet-50-bs64,2,8\nb,5,2,600,training,ResNet-50-bs64,,\n")
+    a, b = load_trace(str(path)).jobs
+    assert (a.min_gpus, a.max_gpus, a.elastic) == (2, 8, True)
+    assert not b.elastic
+
+
+@pytest.mark.parametrize(("cells", "named"), [
+    ("2,", "line 2: column 'max_gpus'"),
+    ("8,16", "line 2: min_gpus <= num_gpus <= max_gpus"),
+    ("two,8", "min_gpus"),
+])
+def test_a_bad_elastic_row_is_refused_naming_line_and_column(tmp_path: Path, cells: str, named: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(f"job_id,submit_s,num_gpus,duration_s,kind,model,min_gpus,max_gpus\n"
+                    f"a,0,4,600,training,ResNet-50-bs64,{cells}\n")
+    with pytest.raises(TraceError, match=named):
+        load_trace(str(path))
