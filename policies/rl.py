@@ -121,8 +121,12 @@ class RLPolicy:
         # After a wait, nothing more starts until something changes (the clock moves or a job leaves), as in the
         # environment. Inside the tenancy frame a wait holds for the swaps it offers next at this instant too.
         held: dict[int, float] = {}  # jobs the frame holds for compact room, and until when
+        # Whether a decision point read the running jobs at this instant, with nothing changed since (a wait below
+        # then reads them as it did, not again: on 2,048 GPUs a second read was a tenth of a deep-queue decision).
+        synced = False
         if self._waited != (now, len(view.running)):
             point = decision_point(view, queue, now, self.sizes, held=held)
+            synced = bool(queue)
             if point is not None:
                 action = yield point
                 chosen = point.choice(action)
@@ -144,7 +148,7 @@ class RLPolicy:
         specs = {j.id: j.spec for j in queue} if held else {}
         said: list[Decision] = [Wait(i, COMPACTNESS.words(c, specs[i], until, now), until)
                                 for i, until in held.items() if i in specs]
-        wakes = [t for t in (next_demotion(view, now), next_wait_end(view, queue, now)) if t is not None]
+        wakes = [t for t in (next_demotion(view, now, synced=synced), next_wait_end(view, queue, now)) if t is not None]
         return said + [WakeAt(min(wakes))] if wakes else said
 
     @staticmethod

@@ -91,7 +91,14 @@ from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import Planner
 from policies.rl_rows import QueueRows
-from policies.rl_running import RunningIndex, gittins_levels, running_index, running_service, started_now
+from policies.rl_running import (
+    RunningIndex,
+    gittins_levels,
+    running_index,
+    running_service,
+    started_now,
+    synced_attained,
+)
 from policies.rl_scan import FITS, NONE, UNKNOWN, Scan
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.contention import Prediction
@@ -786,14 +793,16 @@ def next_wait_end(view: ClusterView, queue: Collection[Job], now: float) -> floa
     return min((e for e in ends if e is not None and e > now), default=None)
 
 
-def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = FINE_THRESHOLDS) -> float | None:
+def next_demotion(view: ClusterView, now: float, thresholds: Sequence[float] = FINE_THRESHOLDS,
+                  synced: bool = False) -> float | None:
     """When the next running job crosses into a lower-priority queue (and may become a victim): a wake-up time.
 
     Over `running_service`'s arrays (a loop over the running jobs here was the largest cost of a decision on 2,048
-    GPUs). `now` is the view's clock."""
+    GPUs). `now` is the view's clock. `synced`: the running index was synced at this instant with nothing changed
+    since (a decision point was just built), so it is read as it is."""
     if not view.running:
         return None
-    _, attained, _ = running_service(view)
+    attained = synced_attained(view) if synced else running_service(view)[1]
     index = running_index(view)
     rate = index.rate[np.flatnonzero(index.alive)]
     th = np.asarray(thresholds, dtype=float)

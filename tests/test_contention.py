@@ -569,3 +569,40 @@ def test_defaults_and_catalog_are_the_fit(shared: Path) -> None:
                              ("grad_mb", 0.15, 0.0), ("overlap", 0.15, 0.01)):
             a, b = getattr(fitted, f), getattr(shipped, f)
             assert math.isclose(a, b, rel_tol=rel, abs_tol=tiny), (name, f, a, b)
+
+
+def test_a_prediction_asked_again_before_a_change_is_the_one_a_fresh_asking_gives() -> None:
+    """Predictions asked again with no job added or removed since are reused (`predict_later`); beside a model that
+    computes every one afresh, through adds, removes and repeated, interleaved predictions, every prediction is the
+    same bit for bit (values and the order of the jobs touched), and so are the slowdowns and the link sets' order
+    after (which order later sums)."""
+    c = _mixed_cluster()
+    rng = random.Random(11)
+    jobs = _random_jobs(c, rng, 30)
+    kept, fresh = ContentionModel(c), ContentionModel(c)
+    live: list[int] = []
+    reused = 0
+    for step in range(80):
+        if live and (rng.random() < 0.35 or len(live) == len(jobs)):
+            j = live.pop(rng.randrange(len(live)))
+            kept.remove(j), fresh.remove(j)
+        else:
+            j = rng.choice([k for k in range(len(jobs)) if k not in live])
+            live.append(j)
+            kept.add(j, *jobs[j]), fresh.add(j, *jobs[j])
+        asked = [jobs[rng.randrange(len(jobs))] for _ in range(4)]
+        first = {}
+        for s, p in asked + asked[::-1] + asked:
+            got = kept.predict(s, p)
+            fresh._predicted.clear()  # (the afresh model forgets each one)
+            want = fresh.predict(s, p)
+            assert list(got.others_before.items()) == list(want.others_before.items()), step
+            assert list(got.others_after.items()) == list(want.others_after.items()), step
+            assert (got.slowdown, got.fabric_load, got.others_added) == (want.slowdown, want.fabric_load,
+                                                                        want.others_added)
+            key = (s.model, s.compression, s.workers, p.gpus, p.share)
+            reused += key in first and first[key] is got  # the very object: served from what was kept
+            first.setdefault(key, got)
+        assert kept.slowdowns() == fresh.slowdowns()
+        assert {k: list(v) for k, v in kept._link_jobs.items()} == {k: list(v) for k, v in fresh._link_jobs.items()}
+    assert reused > 100  # repeats were served from what was kept, and matched the fresh ones

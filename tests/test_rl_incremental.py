@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from policies.rl import RLPolicy
-from policies.rl_encoding import Priorities
+from policies.rl_encoding import FINE_THRESHOLDS, Priorities
 from policies.rl_running import running_index, running_service
 from scheduler.core.model import Job, JobSpec, parse_cluster
 from scheduler.core.simulator import Simulator
@@ -102,3 +102,23 @@ def test_a_running_job_whose_priority_changes_in_place_is_read_again() -> None:
     running_service(view)
     assert index.priority[row] == 7 and index.pinned[row]
     assert index.priority[index.row[0]] == 0 and not index.pinned[index.row[0]]
+
+
+def test_a_wait_reads_the_running_jobs_the_decision_point_synced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a decision point the policy's wait reads the running index as that point synced it (`synced`): at every
+    such wait of a simulation with arrivals, ends and preemptions, the wake-up time equals the one a fresh sync gives."""
+    import policies.rl as rl_module
+
+    original = rl_module.next_demotion
+    compared = [0]
+
+    def both(view, now, thresholds=FINE_THRESHOLDS, synced=False):  # type: ignore[no-untyped-def]
+        got = original(view, now, thresholds, synced=synced)
+        if synced:
+            compared[0] += 1
+            assert got == original(view, now, thresholds)  # (this one syncs again)
+        return got
+
+    monkeypatch.setattr(rl_module, "next_demotion", both)
+    run(synthetic(150, seed=5).jobs)
+    assert compared[0] > 20

@@ -56,3 +56,34 @@ def test_rows_kept_across_queues_are_the_rows_computed_anew(monkeypatch: pytest.
     other = [_job(i, gpus=4.0, model="ResNet-50-bs64") for i in range(10)]
     assert rows.rows(sizes, other).tobytes() == _anew(other).tobytes()
     assert computed[0] == 10
+
+
+def test_a_queue_that_only_grew_keeps_its_rows_without_reading_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last queue as the new one's start (arrivals only): its rows stand, but for a job whose spec or service
+    changed in place; and the next queue that is not such (a job placed from the middle) is still matched by ids."""
+    sizes = default_sizes()
+    rows = QueueRows()
+    computed = [0]
+    compute = rl_rows.row
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        computed[0] += 1
+        return compute(*args)
+
+    monkeypatch.setattr(rl_rows, "row", counted)
+    jobs = [_job(i, gpus=[0.5, 1.0, 2.0][i % 3], user=f"u{i % 2}") for i in range(30)]
+    rows.rows(sizes, jobs)
+    computed[0] = 0
+    jobs = jobs + [_job(30), _job(31, gpus=8.0)]
+    assert rows.rows(sizes, jobs).tobytes() == _anew(jobs).tobytes()
+    assert computed[0] == 2  # the arrivals
+    for change in (lambda: setattr(jobs[9], "attained_gpu_s", 77.0),  # more service (the list comparisons pass)
+                   lambda: setattr(jobs[4], "spec", dataclasses.replace(jobs[4].spec, priority=3))):  # (they fail)
+        computed[0] = 0
+        change()
+        assert rows.rows(sizes, jobs).tobytes() == _anew(jobs).tobytes()
+        assert computed[0] == 1  # that job alone
+    computed[0] = 0
+    jobs = jobs[:12] + jobs[13:] + [_job(32)]
+    assert rows.rows(sizes, jobs).tobytes() == _anew(jobs).tobytes()
+    assert computed[0] == 1  # matched by ids after the list comparisons: only the arrival
