@@ -1,0 +1,212 @@
+"""The first queued job that fits, in queue order, found without reading a deep queue at every call.
+
+A policy that places, one call at a time, the first job in queue order whose placement search finds something
+(contention-greedy) used to try every queued job again at each new instant. Two facts make most of that work
+unnecessary, while every answer stays the one the full scan gives:
+
+* Whether a job fits is decided by what the placement searches read of it (`placement.fit_key`: GPUs, workers,
+  share, memory, and the user where CUDA MPS serves one user per node): jobs alike in it fit or do not together. The
+  queue is kept grouped by that key, each group in queue order (`QueueIndex`), so a call weighs one job per group.
+* A group that fitted nowhere still fits nowhere while no GPU was freed or reopened (`ClusterView.frees`): placements
+  only shrink free capacity. So it is not tried again, across instants, until something frees GPUs.
+
+Within an instant the scan keeps `PassedOver`'s semantics exactly: the jobs passed over at this instant (every job
+before the last one placed) are skipped until the clock moves or free capacity grows, and a call that places nothing
+names the first job it passed over as waiting.
+
+The index follows the book's queue (`scheduler.core.book.Queued`): the book appends arrivals at the end of the same
+mapping and builds a new one whenever it puts a job anywhere else (`Book.sort_queue`), so while the mapping is the
+same object the jobs it holds that the index does not are at its end, found walking it backwards: O(new jobs) per
+call. A job the policy placed leaves the index when it has left the queue; any other departure shows in the count and
+the index is built again (O(queue), rare). Any other queue (a priority band's list, the live controller's) is scanned
+job by job as before, the known misfits still skipped without a search.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Collection, Hashable, Mapping
+
+from scheduler.core.book import Queued
+from scheduler.core.model import Job
+from scheduler.core.state import ClusterView
+
+Key = Hashable
+
+
+def queue_mapping(queue: Collection[Job]) -> Mapping[int, Job] | None:
+    """The book's queue as its mapping of job ids to jobs in queue order, the object the book appends arrivals to
+    (None for any other collection). Read, never changed."""
+    return queue._jobs if isinstance(queue, Queued) else None  # noqa: SLF001  (the book's own mapping, read only)
+
+
+class QueueIndex:
+    """A queue's jobs grouped by key, each group as the jobs' positions in the queue (ascending)."""
+
+    def __init__(self, mapping: Mapping[int, Job], view: ClusterView, key: Callable[[ClusterView, Job], Key]) -> None:
+        self.mapping = mapping
+        self.view = view
+        self._key = key
+        self.groups: dict[Key, list[int]] = {}  # key -> positions, ascending; dead ones dropped lazily
+        self._lo: dict[Key, int] = {}  # key -> index of its first position that may be live
+        self.at: dict[int, tuple[Job, Key]] = {}  # live position -> its job and key
+        self.pos: dict[int, int] = {}  # job id -> its live position
+        self._next = 0
+        for job in mapping.values():
+            self._add(job)
+
+    def _add(self, job: Job) -> None:
+        p, key = self._next, self._key(self.view, job)
+        self._next += 1
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = []
+            self._lo[key] = 0
+        group.append(p)
+        self.at[p] = (job, key)
+        self.pos[job.id] = p
+
+    def remove(self, job_id: int) -> None:
+        """Take a job that left the queue out of the index."""
+        p = self.pos.pop(job_id)
+        _, key = self.at.pop(p)
+        group, lo = self.groups[key], self._lo[key]
+        while lo < len(group) and group[lo] not in self.at:  # dead positions at a group's front: skipped for good
+            lo += 1
+        if lo == len(group):
+            del self.groups[key], self._lo[key]
+        elif lo > 64 and 2 * lo > len(group):
+            del group[:lo]
+            self._lo[key] = 0
+        else:
+            self._lo[key] = lo
+
+    def sync(self) -> bool:
+        """Index the jobs appended to the mapping since the last call; False if it changed in any other way (a job
+        gone that the index did not see go): the index no longer describes it."""
+        new: list[Job] = []
+        pos = self.pos
+        for job in reversed(self.mapping.values()):
+            if job.id in pos:
+                break
+            new.append(job)
+        if len(self.mapping) != len(pos) + len(new):
+            return False
+        for job in reversed(new):
+            self._add(job)
+        return True
+
+    def first(self, key: Key, start: int) -> int | None:
+        """The group's first live position from `start` on (None: none)."""
+        group = self.groups.get(key)
+        if group is None:
+            return None
+        i = max(self._lo[key], bisect.bisect_left(group, start))
+        while i < len(group) and group[i] not in self.at:
+            i += 1
+        return group[i] if i < len(group) else None
+
+    def heads(self, start: float) -> list[tuple[int, Key]]:
+        """Per group, its first live position from `start` on, with the group's key: in queue order."""
+        out = []
+        at = self.at
+        for key, group in self.groups.items():
+            i = max(self._lo[key], bisect.bisect_left(group, start))
+            while i < len(group) and group[i] not in at:  # a dead position past the front: rare
+                i += 1
+            if i < len(group):
+                out.append((group[i], key))
+        out.sort(key=lambda pk: pk[0])
+        return out
+
+
+class FirstFit:
+    """The scan (module docstring): at each call, the first job not passed over at this instant that `fits`, or,
+    if none does, the first job passed over at this call (the one to name as waiting)."""
+
+    def __init__(self, key: Callable[[ClusterView, Job], Key]) -> None:
+        self._key_of = key
+        # Passed over at this instant (`PassedOver`'s rule): the indexed jobs at positions below `_cursor` (the one
+        # placed last, or inf once a call placed nothing; -1: none passed over yet), or, once the scan left the index
+        # at this instant, the ids in `_passed`.
+        self._instant: tuple[float, float] | None = None  # (now, free capacity) of the last call
+        self._cursor: float = -1
+        self._passed: set[int] | None = None
+        # Keys known to fit nowhere, and the view and its `frees` they hold for.
+        self._misfits: set[Key] = set()
+        self._misfits_of: tuple[ClusterView, int] | None = None
+        self._index: QueueIndex | None = None
+        self._placed: Job | None = None  # the job named at the last call: it leaves the index once it leaves the queue
+
+    def first(self, view: ClusterView, queue: Collection[Job], now: float,
+              fits: Callable[[Job], bool]) -> tuple[Job | None, Job | None]:
+        """(the job to place, None), or (None, the job to name as waiting), or (None, None): nothing left to try."""
+        self._refresh(view, now)
+        index = self._indexed(view, queue)
+        if index is None:
+            return self._scan(view, queue, fits)
+        misfits = self._misfits
+        heads = index.heads(self._cursor)
+        for p, key in heads:
+            if key in misfits:
+                continue
+            job = index.at[p][0]
+            if fits(job):
+                self._cursor, self._placed = p, job
+                return job, None
+            misfits.add(key)
+        self._cursor = math.inf
+        return None, (index.at[heads[0][0]][0] if heads else None)
+
+    def _refresh(self, view: ClusterView, now: float) -> None:
+        """Forget what the clock moving or GPUs freed make stale."""
+        capacity = view.free_capacity
+        if self._instant is None or self._instant[0] != now or capacity > self._instant[1] + 1e-9:
+            self._cursor, self._passed = -1, None
+        self._instant = (now, capacity)
+        if self._misfits_of is None or self._misfits_of[0] is not view or self._misfits_of[1] != view.frees:
+            self._misfits = set()
+            self._misfits_of = (view, view.frees)
+
+    def _indexed(self, view: ClusterView, queue: Collection[Job]) -> QueueIndex | None:
+        """The index of `queue`, brought up to date; None where this call must scan job by job (a queue that is not
+        the book's, or the book's changed while jobs are passed over at this instant)."""
+        mapping = None if self._passed is not None else queue_mapping(queue)
+        index, placed = self._index, self._placed
+        self._placed = None
+        if index is not None and placed is not None and placed.id in index.pos and \
+                mapping is index.mapping and mapping.get(placed.id) is not placed:
+            index.remove(placed.id)  # it started (a frame may have kept it back: then it is still queued, indexed)
+        if mapping is not None and index is not None and index.mapping is mapping and index.view is view \
+                and index.sync():
+            return index
+        if mapping is not None and self._cursor == -1:  # nothing passed over yet: the positions may start again
+            self._index = QueueIndex(mapping, view, self._key_of)
+            return self._index
+        if self._passed is None:  # jobs are passed over: keep them as ids, for the rest of the instant
+            self._passed = set() if index is None or self._cursor == -1 else \
+                {job.id for p, (job, _) in index.at.items() if p < self._cursor}
+        self._index = None
+        return None
+
+    def _scan(self, view: ClusterView, queue: Collection[Job],
+              fits: Callable[[Job], bool]) -> tuple[Job | None, Job | None]:
+        """The scan job by job, for a queue the index does not follow: `PassedOver`'s, known misfits not searched."""
+        passed = self._passed
+        if passed is None:
+            passed = self._passed = set()
+        misfits = self._misfits
+        waiting: Job | None = None
+        for job in queue:
+            if job.id in passed:
+                continue
+            key = self._key_of(view, job)
+            if key not in misfits:
+                if fits(job):
+                    return job, None
+                misfits.add(key)
+            passed.add(job.id)
+            if waiting is None:
+                waiting = job
+        return None, waiting
