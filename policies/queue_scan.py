@@ -33,6 +33,9 @@ from scheduler.core.model import Job
 from scheduler.core.state import ClusterView
 
 Key = Hashable
+Position = tuple[float, int]  # a job's place in the book's queue order: (submitted, id), `progress.in_queue_order`'s
+NONE: Position = (-math.inf, -1)  # before every job
+ALL: Position = (math.inf, 0)  # after every job
 
 
 def queue_mapping(queue: Collection[Job]) -> Mapping[int, Job] | None:
@@ -41,24 +44,42 @@ def queue_mapping(queue: Collection[Job]) -> Mapping[int, Job] | None:
     return queue._jobs if isinstance(queue, Queued) else None  # noqa: SLF001  (the book's own mapping, read only)
 
 
+def position(job: Job) -> Position:
+    return (job.spec.submit_s, job.id)
+
+
 class QueueIndex:
-    """A queue's jobs grouped by key, each group as the jobs' positions in the queue (ascending)."""
+    """A queue's jobs grouped by key, each group as the jobs' positions in queue order (ascending). Only for a
+    mapping in queue order (`build` says None otherwise), which the book's is: `Book.sort_queue` sorts it by
+    position, and arrivals are appended in submission order (checked as they come)."""
 
     def __init__(self, mapping: Mapping[int, Job], view: ClusterView, key: Callable[[ClusterView, Job], Key]) -> None:
         self.mapping = mapping
         self.view = view
         self._key = key
-        self.groups: dict[Key, list[int]] = {}  # key -> positions, ascending; dead ones dropped lazily
+        self.groups: dict[Key, list[Position]] = {}  # key -> positions, ascending; dead ones dropped lazily
         self._lo: dict[Key, int] = {}  # key -> index of its first position that may be live
-        self.at: dict[int, tuple[Job, Key]] = {}  # live position -> its job and key
-        self.pos: dict[int, int] = {}  # job id -> its live position
-        self._next = 0
-        for job in mapping.values():
-            self._add(job)
+        self.at: dict[Position, tuple[Job, Key]] = {}  # live position -> its job and key
+        self.pos: dict[int, Position] = {}  # job id -> its live position
+        self._last = NONE  # the last position appended
 
-    def _add(self, job: Job) -> None:
-        p, key = self._next, self._key(self.view, job)
-        self._next += 1
+    @classmethod
+    def build(cls, mapping: Mapping[int, Job], view: ClusterView,
+              key: Callable[[ClusterView, Job], Key]) -> QueueIndex | None:
+        """The index of `mapping`, or None if it is not in queue order."""
+        index = cls(mapping, view, key)
+        for job in mapping.values():
+            if not index._append(job):
+                return None
+        return index
+
+    def _append(self, job: Job) -> bool:
+        """Index a job after every other; False (and nothing indexed) if its position is not after theirs."""
+        p = position(job)
+        if p <= self._last:
+            return False
+        self._last = p
+        key = self._key(self.view, job)
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = []
@@ -66,13 +87,33 @@ class QueueIndex:
         group.append(p)
         self.at[p] = (job, key)
         self.pos[job.id] = p
+        return True
+
+    def _insert(self, job: Job) -> None:
+        """Index a job in its place (a job put back in the queue)."""
+        p, key = position(job), self._key(self.view, job)
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = []
+            self._lo[key] = 0
+        i = bisect.bisect_left(group, p)
+        group.insert(i, p)
+        self._lo[key] = min(self._lo[key], i)
+        self.at[p] = (job, key)
+        self.pos[job.id] = p
+
+    def _live(self, key: Key, p: Position) -> bool:
+        """Whether `p` holds a job of group `key` (a position of a job that left may be taken again by the same job
+        put back, in another group)."""
+        entry = self.at.get(p)
+        return entry is not None and entry[1] == key
 
     def remove(self, job_id: int) -> None:
         """Take a job that left the queue out of the index."""
         p = self.pos.pop(job_id)
         _, key = self.at.pop(p)
         group, lo = self.groups[key], self._lo[key]
-        while lo < len(group) and group[lo] not in self.at:  # dead positions at a group's front: skipped for good
+        while lo < len(group) and not self._live(key, group[lo]):  # dead positions at a group's front: skipped
             lo += 1
         if lo == len(group):
             del self.groups[key], self._lo[key]
@@ -84,7 +125,7 @@ class QueueIndex:
 
     def sync(self) -> bool:
         """Index the jobs appended to the mapping since the last call; False if it changed in any other way (a job
-        gone that the index did not see go): the index no longer describes it."""
+        gone that the index did not see go, one put anywhere but at the end): the index no longer describes it."""
         new: list[Job] = []
         pos = self.pos
         for job in reversed(self.mapping.values()):
@@ -93,32 +134,46 @@ class QueueIndex:
             new.append(job)
         if len(self.mapping) != len(pos) + len(new):
             return False
-        for job in reversed(new):
-            self._add(job)
-        return True
+        return all(self._append(job) for job in reversed(new))
 
-    def first(self, key: Key, start: int) -> int | None:
-        """The group's first live position from `start` on (None: none)."""
+    def follow(self, mapping: Mapping[int, Job], put_back: Collection[Job]) -> bool:
+        """Follow the book's queue into a new mapping (`Book.sort_queue`, in queue order) that holds the jobs
+        indexed, less those that left, plus `put_back` where they are in it, plus arrivals at its end; False if it
+        holds anything else (the index no longer describes it)."""
+        for job in put_back:
+            if job.id not in self.pos and mapping.get(job.id) is job:
+                self._insert(job)
+        self.mapping = mapping
+        return self.sync()
+
+    def first(self, key: Key, start: Position, strict: bool = False) -> Position | None:
+        """The group's first live position from `start` on (after it if `strict`; None: none)."""
         group = self.groups.get(key)
         if group is None:
             return None
-        i = max(self._lo[key], bisect.bisect_left(group, start))
-        while i < len(group) and group[i] not in self.at:
+        i = max(self._lo[key], (bisect.bisect_right if strict else bisect.bisect_left)(group, start))
+        while i < len(group) and not self._live(key, group[i]):
             i += 1
         return group[i] if i < len(group) else None
 
-    def heads(self, start: float) -> list[tuple[int, Key]]:
-        """Per group, its first live position from `start` on, with the group's key: in queue order."""
+    def heads(self, start: Position, skip: Collection[Key] = ()) -> list[tuple[Position, Key]]:
+        """Per group but those in `skip`, its first live position from `start` on, with the group's key: in queue
+        order."""
         out = []
-        at = self.at
-        for key, group in self.groups.items():
-            i = max(self._lo[key], bisect.bisect_left(group, start))
-            while i < len(group) and group[i] not in at:  # a dead position past the front: rare
-                i += 1
-            if i < len(group):
-                out.append((group[i], key))
+        for key in self.groups:
+            if key not in skip:
+                p = self.first(key, start)
+                if p is not None:
+                    out.append((p, key))
         out.sort(key=lambda pk: pk[0])
         return out
+
+    def head(self, start: Position) -> Job | None:
+        """The first job from position `start` on (None: none)."""
+        if start == NONE:
+            return next(iter(self.mapping.values()), None)  # the mapping is in position order
+        heads = self.heads(start)
+        return self.at[heads[0][0]][0] if heads else None
 
 
 class FirstFit:
@@ -128,10 +183,10 @@ class FirstFit:
     def __init__(self, key: Callable[[ClusterView, Job], Key]) -> None:
         self._key_of = key
         # Passed over at this instant (`PassedOver`'s rule): the indexed jobs at positions below `_cursor` (the one
-        # placed last, or inf once a call placed nothing; -1: none passed over yet), or, once the scan left the index
-        # at this instant, the ids in `_passed`.
+        # placed last, or ALL once a call placed nothing; NONE: none passed over yet), or, once the scan left the
+        # index at this instant, the ids in `_passed`.
         self._instant: tuple[float, float] | None = None  # (now, free capacity) of the last call
-        self._cursor: float = -1
+        self._cursor = NONE
         self._passed: set[int] | None = None
         # Keys known to fit nowhere, and the view and its `frees` they hold for.
         self._misfits: set[Key] = set()
@@ -147,23 +202,21 @@ class FirstFit:
         if index is None:
             return self._scan(view, queue, fits)
         misfits = self._misfits
-        heads = index.heads(self._cursor)
-        for p, key in heads:
-            if key in misfits:
-                continue
+        for p, key in index.heads(self._cursor, misfits):  # a group known to fit nowhere is not tried
             job = index.at[p][0]
             if fits(job):
                 self._cursor, self._placed = p, job
                 return job, None
             misfits.add(key)
-        self._cursor = math.inf
-        return None, (index.at[heads[0][0]][0] if heads else None)
+        waiting = index.head(self._cursor)  # every job from the cursor on was passed over: the first waits
+        self._cursor = ALL
+        return None, waiting
 
     def _refresh(self, view: ClusterView, now: float) -> None:
         """Forget what the clock moving or GPUs freed make stale."""
         capacity = view.free_capacity
         if self._instant is None or self._instant[0] != now or capacity > self._instant[1] + 1e-9:
-            self._cursor, self._passed = -1, None
+            self._cursor, self._passed = NONE, None
         self._instant = (now, capacity)
         if self._misfits_of is None or self._misfits_of[0] is not view or self._misfits_of[1] != view.frees:
             self._misfits = set()
@@ -181,11 +234,12 @@ class FirstFit:
         if mapping is not None and index is not None and index.mapping is mapping and index.view is view \
                 and index.sync():
             return index
-        if mapping is not None and self._cursor == -1:  # nothing passed over yet: the positions may start again
-            self._index = QueueIndex(mapping, view, self._key_of)
-            return self._index
+        if mapping is not None and self._cursor == NONE:  # nothing passed over yet: the index may start again
+            self._index = QueueIndex.build(mapping, view, self._key_of)
+            if self._index is not None:
+                return self._index
         if self._passed is None:  # jobs are passed over: keep them as ids, for the rest of the instant
-            self._passed = set() if index is None or self._cursor == -1 else \
+            self._passed = set() if index is None or self._cursor == NONE else \
                 {job.id for p, (job, _) in index.at.items() if p < self._cursor}
         self._index = None
         return None

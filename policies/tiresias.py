@@ -33,7 +33,7 @@ import numpy as np
 
 from policies.heuristics import wait_reason
 from policies.placement import FitKey, Planner, fit_key
-from policies.queue_scan import QueueIndex, queue_mapping
+from policies.queue_scan import NONE, Position, QueueIndex, queue_mapping
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
@@ -252,21 +252,26 @@ class Tiresias:
 
     def _indexed(self, view: ClusterView, queue: Collection[Job]) -> QueueIndex | None:
         """The book's queue grouped by level and by what decides a job's fate in a call (`_group`), brought up to
-        date (`policies.queue_scan.QueueIndex`); None where a call reads the queue job by job: a queue that is not
-        the book's, or levels that move while jobs wait (the starvation rule)."""
+        date (`policies.queue_scan.QueueIndex`): the jobs placed at the last call out once out of the queue, its
+        victims in where the book put them back, arrivals added. None where a call reads the queue job by job: a
+        queue that is not the book's, or levels that move while jobs wait (the starvation rule)."""
         mapping = queue_mapping(queue) if self.starvation_factor is None else None
-        index = self._queue_index
+        index, self._queue_index = self._queue_index, None
         if mapping is None:
-            self._queue_index = None
             return None
-        if index is not None and index.mapping is mapping and index.view is view:
+        if index is not None and index.view is view:
             for job_id in self._placed:  # placed at the last call: out of the index once out of the queue
                 p = index.pos.get(job_id)
                 if p is not None and mapping.get(job_id) is not index.at[p][0]:
                     index.remove(job_id)
-            if index.sync():
+            if index.mapping is mapping:
+                kept = index.sync()
+            else:  # the book put jobs back in the queue (`Book.requeue`): this policy's victims, if only those
+                kept = index.follow(mapping, [mapping[j] for j in self._named if j in mapping])
+            if kept:
+                self._queue_index = index
                 return index
-        self._queue_index = QueueIndex(mapping, view, self._group)
+        self._queue_index = QueueIndex.build(mapping, view, self._group)
         return self._queue_index
 
     def _group(self, view: ClusterView, job: Job) -> tuple[int, int, FitKey]:
@@ -333,21 +338,21 @@ def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Ha
     call named its first waiting job already). Each group is skipped until the plan changes, then read again from
     where the call is: the work is the jobs that may start, and a look per group when the plan changes, however
     deep the level."""
-    heads: list[tuple[int, Hashable]] = []
+    heads: list[tuple[Position, Hashable]] = []
     for group in index.groups:
         if group[0] == level:  # type: ignore[index]
-            p = index.first(group, 0)
+            p = index.first(group, NONE)
             if p is not None:
                 heads.append((p, group))
     heapq.heapify(heads)
     parked: list[Hashable] = []  # groups that failed on the plan `plan`
     plan = planner.changes
-    at = -1  # the position the call has reached
+    at = NONE  # the position the call has reached
     while heads or parked:
         if planner.changes != plan:  # the plan changed: a parked group may fare otherwise now
             plan = planner.changes
             for group in parked:
-                p = index.first(group, at + 1)
+                p = index.first(group, at, strict=True)
                 if p is not None:
                     heapq.heappush(heads, (p, group))
             parked = []
@@ -358,7 +363,7 @@ def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Ha
             parked.append(group)
             continue
         yield index.at[at][0], group
-        p = index.first(group, at + 1)
+        p = index.first(group, at, strict=True)
         if p is not None:
             if failed.get(group) == planner.changes:
                 parked.append(group)

@@ -188,9 +188,10 @@ def test_the_work_of_an_instant_does_not_grow_with_the_queue() -> None:
 @pytest.mark.parametrize("policy", ["contention-greedy"])
 def test_a_policy_that_backfills_reads_only_the_new_jobs_of_a_queue_that_fits_nowhere(policy: str) -> None:
     """Behind a full cluster every queued job is known to fit nowhere until GPUs free: an instant reads the job
-    that arrived and the one it stops at, not the whole queue again (it read all 1,000 or 100 at each instant)."""
+    that arrived, the one the walk back from it stops at, the head (named waiting) and the priority frame's look at
+    the band, not the whole queue again (it read all 1,000 or 100 at each instant)."""
     shallow, deep = _reads_per_instant(100, policy), _reads_per_instant(1000, policy)
-    assert shallow == deep <= 3
+    assert shallow == deep <= 4
 
 
 def test_a_queue_of_several_priorities_is_still_split_into_bands() -> None:
