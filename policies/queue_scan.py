@@ -18,8 +18,10 @@ The index follows the book's queue (`scheduler.core.book.Queued`): the book appe
 mapping and builds a new one whenever it puts a job anywhere else (`Book.sort_queue`), so while the mapping is the
 same object the jobs it holds that the index does not are at its end, found walking it backwards: O(new jobs) per
 call. A job the policy placed leaves the index when it has left the queue; any other departure shows in the count and
-the index is built again (O(queue), rare). Any other queue (a priority band's list, the live controller's) is scanned
-job by job as before, the known misfits still skipped without a search.
+the index is built again (O(queue), rare). Positions are the book's queue order, (submitted, id): a policy whose
+victims the book puts back in their places (`Book.requeue`, a new mapping in that order) puts them back in the index
+too (`QueueIndex.follow`, tiresias). Any other queue (a priority band's list, the live controller's) is scanned job
+by job as before, the known misfits still skipped without a search.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ ALL: Position = (math.inf, 0)  # after every job
 def queue_mapping(queue: Collection[Job]) -> Mapping[int, Job] | None:
     """The book's queue as its mapping of job ids to jobs in queue order, the object the book appends arrivals to
     (None for any other collection). Read, never changed."""
-    return queue._jobs if isinstance(queue, Queued) else None  # noqa: SLF001  (the book's own mapping, read only)
+    return queue._jobs if isinstance(queue, Queued) else None  # (the book's own mapping: no public accessor yet)
 
 
 def position(job: Job) -> Position:
@@ -57,8 +59,8 @@ class QueueIndex:
         self.mapping = mapping
         self.view = view
         self._key = key
-        self.groups: dict[Key, list[Position]] = {}  # key -> positions, ascending; dead ones dropped lazily
-        self._lo: dict[Key, int] = {}  # key -> index of its first position that may be live
+        self.groups: dict[Key, list[Position]] = {}  # key -> positions: from `_lo[key]` on, its jobs', ascending
+        self._lo: dict[Key, int] = {}  # key -> index of its first live position (those before it: jobs gone)
         self.at: dict[Position, tuple[Job, Key]] = {}  # live position -> its job and key
         self.pos: dict[int, Position] = {}  # job id -> its live position
         self._last = NONE  # the last position appended
@@ -96,39 +98,39 @@ class QueueIndex:
         if group is None:
             group = self.groups[key] = []
             self._lo[key] = 0
-        i = bisect.bisect_left(group, p)
-        group.insert(i, p)
-        self._lo[key] = min(self._lo[key], i)
+        lo = self._lo[key]
+        i = bisect.bisect_left(group, p, lo)
+        if i == lo and lo:  # before the group's first: in the slot its last dead position left
+            group[lo - 1] = p
+            self._lo[key] = lo - 1
+        else:
+            group.insert(i, p)
         self.at[p] = (job, key)
         self.pos[job.id] = p
 
-    def _live(self, key: Key, p: Position) -> bool:
-        """Whether `p` holds a job of group `key` (a position of a job that left may be taken again by the same job
-        put back, in another group)."""
-        entry = self.at.get(p)
-        return entry is not None and entry[1] == key
-
     def remove(self, job_id: int) -> None:
-        """Take a job that left the queue out of the index."""
+        """Take a job that left the queue out of the index. A group's positions from `_lo` on are its live ones:
+        the first is dropped by moving `_lo` (a group's jobs mostly leave from its front), any other at once."""
         p = self.pos.pop(job_id)
         _, key = self.at.pop(p)
         group, lo = self.groups[key], self._lo[key]
-        while lo < len(group) and not self._live(key, group[lo]):  # dead positions at a group's front: skipped
-            lo += 1
-        if lo == len(group):
+        i = bisect.bisect_left(group, p, lo)
+        if i != lo:
+            del group[i]
+        elif lo + 1 == len(group):
             del self.groups[key], self._lo[key]
         elif lo > 64 and 2 * lo > len(group):
-            del group[:lo]
+            del group[:lo + 1]
             self._lo[key] = 0
         else:
-            self._lo[key] = lo
+            self._lo[key] = lo + 1
 
     def sync(self) -> bool:
         """Index the jobs appended to the mapping since the last call; False if it changed in any other way (a job
         gone that the index did not see go, one put anywhere but at the end): the index no longer describes it."""
         new: list[Job] = []
         pos = self.pos
-        for job in reversed(self.mapping.values()):
+        for job in reversed(self.mapping.values()):  # type: ignore[call-overload]  # (the book's is a dict)
             if job.id in pos:
                 break
             new.append(job)
@@ -151,9 +153,7 @@ class QueueIndex:
         group = self.groups.get(key)
         if group is None:
             return None
-        i = max(self._lo[key], (bisect.bisect_right if strict else bisect.bisect_left)(group, start))
-        while i < len(group) and not self._live(key, group[i]):
-            i += 1
+        i = (bisect.bisect_right if strict else bisect.bisect_left)(group, start, self._lo[key])
         return group[i] if i < len(group) else None
 
     def heads(self, start: Position, skip: Collection[Key] = ()) -> list[tuple[Position, Key]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 import numpy as np
 import pytest
@@ -159,18 +159,21 @@ class _CountingSim(Simulator):
         return Queued(wrapped, q.priorities)
 
 
-def _reads_per_instant(depth: int, policy: str = "fifo") -> float:
-    """Jobs read from the queue per scheduling instant while `depth` jobs wait behind a cluster held by one long job
-    (nothing fits; for fifo, a blocked head)."""
-    jobs = [job("hog", 0.0, 4, 1e6), job("head", 1.0, 4, 100.0)]
-    jobs += [job(f"j{i}", 2.0 + i * 1e-3, 1, 100.0) for i in range(depth)]
-    jobs += [job(f"late{i}", 10.0 + i, 1, 100.0) for i in range(50)]  # 50 instants on the deep queue
+def _reads_per_instant(depth: int, policy: str = "fifo", hog: int = 4, size: int = 1,
+                       window: Callable[[], None] = lambda: None) -> float:
+    """Jobs read from the queue per scheduling instant while `depth` jobs of `size` GPUs wait behind a long job
+    holding `hog` of the cluster's 4 GPUs (nothing fits; for fifo, a blocked head). `window` is called as the 50
+    instants measured begin."""
+    jobs = [job("hog", 0.0, hog, 1e6), job("head", 1.0, 4, 100.0)]
+    jobs += [job(f"j{i}", 2.0 + i * 1e-3, size, 100.0) for i in range(depth)]
+    jobs += [job(f"late{i}", 10.0 + i, size, 100.0) for i in range(50)]  # 50 instants on the deep queue
     sim = _CountingSim(small_cluster(nodes=1, gpus=4), jobs, make_policy(policy))
     while sim.next_event_time() < 9.0:
         sim.advance()
         sim.schedule()
     assert len(sim.pending) == depth + 1 and len(sim.running) == 1
     _CountingJobs.read = 0
+    window()
     for _ in range(50):
         sim.advance()
         sim.schedule()
@@ -185,13 +188,33 @@ def test_the_work_of_an_instant_does_not_grow_with_the_queue() -> None:
     assert shallow == deep <= 2
 
 
-@pytest.mark.parametrize("policy", ["contention-greedy"])
+@pytest.mark.parametrize("policy", ["contention-greedy", "tiresias"])
 def test_a_policy_that_backfills_reads_only_the_new_jobs_of_a_queue_that_fits_nowhere(policy: str) -> None:
     """Behind a full cluster every queued job is known to fit nowhere until GPUs free: an instant reads the job
     that arrived, the one the walk back from it stops at, the head (named waiting) and the priority frame's look at
-    the band, not the whole queue again (it read all 1,000 or 100 at each instant)."""
+    the band, not the whole queue again (it read all 1,000 or 100 at each instant; tiresias to bucket it by queue)."""
     shallow, deep = _reads_per_instant(100, policy), _reads_per_instant(1000, policy)
     assert shallow == deep <= 4
+
+
+def test_tiresias_tries_one_job_of_a_kind_that_failed_on_the_plan_as_it_stands(monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    """With one GPU free and only 2-GPU jobs queued (no victims: the long job is in the top queue too), a call tries
+    the first 2-GPU job and skips the others, alike and on the same plan (it tried every one at each call)."""
+    tiresias = type(make_policy("tiresias"))
+    tried = []
+    fit_or_preempt = tiresias._fit_or_preempt
+
+    def counting(self: object, *args: object) -> object:
+        tried.append(1)
+        return fit_or_preempt(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tiresias, "_fit_or_preempt", counting)
+    counts = []
+    for depth in (100, 1000):
+        _reads_per_instant(depth, "tiresias", hog=3, size=2, window=tried.clear)
+        counts.append(len(tried))
+    assert counts[0] == counts[1] <= 2 * 50  # a call or two an instant, one job tried at each
 
 
 def test_a_queue_of_several_priorities_is_still_split_into_bands() -> None:
