@@ -17,7 +17,9 @@ reserving a node for it) was tried and lengthened average JCT on both real trace
 candidate exists.
 
 It places one job per call so that every prediction sees the placements made before it (the caller asks again until
-nothing more is placed); jobs found blocked at the same instant are remembered so the queue is not rescanned.
+nothing more is placed). The first job that fits is found by `policies.queue_scan.FirstFit`: jobs passed over at
+this instant are not tried again, nor, across instants, jobs of a size known to fit nowhere while no GPU was freed,
+so a call weighs one job per size rather than the whole queue (issue 48).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from collections.abc import Collection
 from typing import ClassVar
 
 from policies.heuristics import wait_reason
-from policies.placement import PassedOver, Planner
+from policies.placement import FitKey, Planner, fit_key
+from policies.queue_scan import FirstFit
 from policies.registry import register
 from scheduler.core.decisions import Candidate, Decision, Place, Wait
 from scheduler.core.model import Job, JobKind, JobSpec, Placement
@@ -41,7 +44,7 @@ class ContentionGreedy:
     def __init__(self, seed: int = 0, fragmentation_weight: float = 2.0, slo_penalty: float = 1.0) -> None:
         self.fragmentation_weight = fragmentation_weight
         self.slo_penalty = slo_penalty
-        self._passed = PassedOver()
+        self._scan = FirstFit(_fit_key)
 
     def cost(self, view: ClusterView, spec: JobSpec, placement: Placement) -> float:
         """Predicted GPUs' worth of progress lost by placing `spec` on `placement` now."""
@@ -68,22 +71,25 @@ class ContentionGreedy:
         return tuple(Candidate.scored(view, spec, cands[i]) for i in order)
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        blocked = self._passed.refresh(view, now)
         planner = Planner(view)
-        first_wait: Decision | None = None
-        for job in queue:
-            if job.id in blocked:
-                continue
-            spec = job.spec
-            cands = planner.candidates(spec) if planner.may_fit(spec) else []
-            if cands:
-                costs = [self.cost(view, spec, p) for p in cands]
-                best = min(range(len(cands)), key=lambda i: (round(costs[i], 9), i))
-                why = f"least added slowdown ({costs[best]:.3f} GPUs' worth) of {len(cands)} candidates"
-                tiers = view.fabric_words(spec, cands[best])
-                why += f"; {tiers}" if tiers else ""
-                return [Place(job.id, cands[best], why, self._weighed(view, spec, cands, costs))]
-            blocked.add(job.id)
-            if first_wait is None:
-                first_wait = Wait(job.id, wait_reason(planner, spec))
-        return [first_wait] if first_wait is not None else []
+        found: list[Placement] = []
+
+        def fits(job: Job) -> bool:
+            nonlocal found
+            found = planner.candidates(job.spec) if planner.may_fit(job.spec) else []
+            return bool(found)
+
+        job, waiting = self._scan.first(view, queue, now, fits)
+        if job is None:
+            return [Wait(waiting.id, wait_reason(planner, waiting.spec))] if waiting is not None else []
+        spec, cands = job.spec, found
+        costs = [self.cost(view, spec, p) for p in cands]
+        best = min(range(len(cands)), key=lambda i: (round(costs[i], 9), i))
+        why = f"least added slowdown ({costs[best]:.3f} GPUs' worth) of {len(cands)} candidates"
+        tiers = view.fabric_words(spec, cands[best])
+        why += f"; {tiers}" if tiers else ""
+        return [Place(job.id, cands[best], why, self._weighed(view, spec, cands, costs))]
+
+
+def _fit_key(view: ClusterView, job: Job) -> FitKey:
+    return fit_key(view, job.spec)

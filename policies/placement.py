@@ -18,6 +18,17 @@ from scheduler.core.state import EPS, ClusterView
 _SCALAR_GPUS = 64  # victims' GPUs up to which `fit_test` adds their shares in Python: numpy costs more per call below
 
 
+FitKey = tuple[float, int, float, float, str | None]
+
+
+def fit_key(view: ClusterView, spec: JobSpec) -> FitKey:
+    """What the placement searches read of a job (`Planner.candidates`, `Planner.may_fit`): its GPUs, workers, share
+    and memory, and its user where one MPS daemon per node serves one user's shares. Jobs alike in it fit or do not
+    together, on the same plan."""
+    return (spec.num_gpus, spec.workers, spec.share, view.mem_need(spec),
+            spec.user if view.mps_users.one_user else None)
+
+
 class PassedOver:
     """Jobs a policy passed over (could not or chose not to place) at the current instant.
 
@@ -62,7 +73,7 @@ class Planner:
         # `candidates` by what its searches read of a job, for this plan only: `take` and `give_back` empty it. A deep
         # queue holds many jobs of one size and model, and the `rl:` frame and contention-greedy ask for the
         # candidates of each one they pass.
-        self._candidates: dict[tuple[float, int, float, float, str | None], list[Placement]] = {}
+        self._candidates: dict[FitKey, list[Placement]] = {}
         self.changes = 0  # how many times `take` or `give_back` changed the plan: what was found before may not hold
 
     # ---- bookkeeping -----------------------------------------------------------------------------------------------
@@ -511,7 +522,7 @@ class Planner:
         The searches read the plan and, of the job, only its GPUs, workers, share and memory: jobs alike in those get
         the same placements from the same plan, so they are searched once per plan. (A search that finds nothing
         also notes the misfit for `may_fit`; a repeat would note the same.)"""
-        key = (spec.num_gpus, spec.workers, spec.share, self.view.mem_need(spec), self._mps_user(spec))
+        key = fit_key(self.view, spec)  # (the plan's MPS users are the view's, copied: the same `one_user`)
         found = self._candidates.get(key)
         if found is None:
             found = self._candidates[key] = self._search_candidates(spec)

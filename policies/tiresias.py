@@ -26,13 +26,14 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Collection, ItemsView, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, ItemsView, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
 
 from policies.heuristics import wait_reason
-from policies.placement import Planner
+from policies.placement import FitKey, Planner, fit_key
+from policies.queue_scan import NONE, Position, QueueIndex, queue_mapping
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
@@ -59,6 +60,7 @@ class Tiresias:
         self._discount: dict[int, float] = {}  # attained service forgiven at promotion, by job id
         self._indexed_view: ClusterView | None = None
         self._queue: PendingDemands = queue_demands(())  # the pending jobs' demands, of the current call
+        self._queue_index: QueueIndex | None = None  # the book's queue by `_group` (`_indexed`)
         self._reset_index()
 
     def _reset_index(self) -> None:
@@ -196,25 +198,17 @@ class Tiresias:
     # ---- scheduling ------------------------------------------------------------------------------------------------
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        index = self._indexed(view, queue)  # (before `_sync`, which forgets the jobs placed at the last call)
         self._sync(view, now)
         if not queue:  # demotions only matter when someone is waiting
             return []
         self._queue = queue_demands(queue)  # who else would take GPUs a preemption frees beyond its job's need
         planner = Planner(view)
-        # The queue arrives in arrival order, so bucketing it by level gives (level, arrival) order without a sort.
-        buckets: list[list[Job]] = [[] for _ in range(len(self.thresholds) + 1)]
-        if self.starvation_factor is None:  # hot path on deep queues: a pending job's service is frozen
-            th = self.thresholds
-            for job in queue:
-                a = job.attained_gpu_s
-                buckets[bisect.bisect_right(th, a) if a else 0].append(job)
-        else:
-            for job in queue:
-                buckets[self.queue_of(view, job, now)].append(job)
+        buckets = self._buckets(view, queue, now) if index is None else None
         decisions: list[Decision] = []
         preempted: set[int] = set()
         blocked = False
-        for level, jobs in enumerate(buckets):
+        for level in range(len(self.thresholds) + 1):
             can_preempt = self._has_victims_below(level)
             if not can_preempt and planner.full():
                 # Nothing fits and nobody below can be preempted, for this level and every later one: they wait,
@@ -224,18 +218,67 @@ class Tiresias:
             # Within a level, victims only get scarcer and free capacity only shrinks (what preemption frees, the
             # preempting job takes), so once preempting for a demand failed, larger demands fail too.
             no_victims_from = float("inf")
-            for job in jobs:
+            failed: dict[Hashable, int] = {}  # group -> the plan (`Planner.changes`) it failed on, at this level
+            jobs = ((job, None) for job in buckets[level]) if buckets is not None else \
+                _untried(index, level, planner, failed)  # type: ignore[arg-type]
+            for job, group in jobs:
+                plan = planner.changes
                 placement, no_victims_from = self._fit_or_preempt(view, planner, job, level, can_preempt,
                                                                   no_victims_from, preempted, decisions)
                 if placement is None:
                     if not blocked:
                         decisions.append(Wait(job.id, wait_reason(planner, job.spec)))
                     blocked = True
+                    if group is not None and planner.changes == plan:
+                        failed[group] = plan
                     continue
                 self._start(planner, job, placement, f"queue {level}", decisions)
         if blocked and self._demote:
             decisions.append(WakeAt(self._demote[0][0] + 1e-6))
         return decisions
+
+    def _buckets(self, view: ClusterView, queue: Collection[Job], now: float) -> list[list[Job]]:
+        """The queue by level, each in queue order (it arrives in queue order, so no sort)."""
+        buckets: list[list[Job]] = [[] for _ in range(len(self.thresholds) + 1)]
+        if self.starvation_factor is None:  # a pending job's service is frozen
+            th = self.thresholds
+            for job in queue:
+                a = job.attained_gpu_s
+                buckets[bisect.bisect_right(th, a) if a else 0].append(job)
+        else:
+            for job in queue:
+                buckets[self.queue_of(view, job, now)].append(job)
+        return buckets
+
+    def _indexed(self, view: ClusterView, queue: Collection[Job]) -> QueueIndex | None:
+        """The book's queue grouped by level and by what decides a job's fate in a call (`_group`), brought up to
+        date (`policies.queue_scan.QueueIndex`): the jobs placed at the last call out once out of the queue, its
+        victims in where the book put them back, arrivals added. None where a call reads the queue job by job: a
+        queue that is not the book's, or levels that move while jobs wait (the starvation rule)."""
+        mapping = queue_mapping(queue) if self.starvation_factor is None else None
+        index, self._queue_index = self._queue_index, None
+        if mapping is None:
+            return None
+        if index is not None and index.view is view:
+            for job_id in self._placed:  # placed at the last call: out of the index once out of the queue
+                p = index.pos.get(job_id)
+                if p is not None and mapping.get(job_id) is not index.at[p][0]:
+                    index.remove(job_id)
+            if index.mapping is mapping:
+                kept = index.sync()
+            else:  # the book put jobs back in the queue (`Book.requeue`): this policy's victims, if only those
+                kept = index.follow(mapping, [mapping[j] for j in self._named if j in mapping])
+            if kept:
+                self._queue_index = index
+                return index
+        self._queue_index = QueueIndex.build(mapping, view, self._group)
+        return self._queue_index
+
+    def _group(self, view: ClusterView, job: Job) -> tuple[int, int, FitKey]:
+        """What a job's fate in a call depends on but the plan: its level (frozen while it waits), its priority (whom
+        it may preempt) and what the placement and victim searches read of it (`placement.fit_key`)."""
+        a = job.attained_gpu_s
+        return (bisect.bisect_right(self.thresholds, a) if a else 0), job.spec.priority, fit_key(view, job.spec)
 
     def _fit_or_preempt(
         self, view: ClusterView, planner: Planner, job: Job, level: int, can_preempt: bool, no_victims_from: float,
@@ -285,6 +328,47 @@ class Tiresias:
         victims = (v for v in self._victims_below(view, level, bound)
                    if v.id not in preempted and may_preempt(v.spec, spec, equals=True))
         return pick_victims(view, planner, spec, victims, self._queue, bound=bound)
+
+
+def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Hashable, int]
+             ) -> Iterator[tuple[Job, Hashable]]:
+    """A level's jobs in queue order, with their groups, less those of a group that failed on the plan as it stands
+    (`failed`: group -> `Planner.changes` then): a job alike in all a call reads of it, on the same plan, with no
+    more victims to hope for (the call's bound on demands only falls), fails as it did, with nothing to say (the
+    call named its first waiting job already). Each group is skipped until the plan changes, then read again from
+    where the call is: the work is the jobs that may start, and a look per group when the plan changes, however
+    deep the level."""
+    heads: list[tuple[Position, Hashable]] = []
+    for group in index.groups:
+        if group[0] == level:  # type: ignore[index]
+            p = index.first(group, NONE)
+            if p is not None:
+                heads.append((p, group))
+    heapq.heapify(heads)
+    parked: list[Hashable] = []  # groups that failed on the plan `plan`
+    plan = planner.changes
+    at = NONE  # the position the call has reached
+    while heads or parked:
+        if planner.changes != plan:  # the plan changed: a parked group may fare otherwise now
+            plan = planner.changes
+            for group in parked:
+                p = index.first(group, at, strict=True)
+                if p is not None:
+                    heapq.heappush(heads, (p, group))
+            parked = []
+        if not heads:
+            return
+        at, group = heapq.heappop(heads)
+        if failed.get(group) == plan:
+            parked.append(group)
+            continue
+        yield index.at[at][0], group
+        p = index.first(group, at, strict=True)
+        if p is not None:
+            if failed.get(group) == planner.changes:
+                parked.append(group)
+            else:
+                heapq.heappush(heads, (p, group))
 
 
 def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:

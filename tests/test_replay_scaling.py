@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 import numpy as np
 import pytest
@@ -109,40 +109,76 @@ def test_the_books_priority_index_agrees_with_a_scan_of_the_running_jobs() -> No
         assert book.view.lowest_preemptible() == bare.lowest_preemptible() == _scan(book.view)
 
 
-class _Counting(Queued):
-    """The simulator's queue, counting the jobs anyone reads from it."""
+class _CountingJobs(Mapping[int, Job]):
+    """The book's queue mapping, counting the jobs anyone reads from it (iterated either way, or looked up)."""
 
     read = 0
 
+    def __init__(self, jobs: dict[int, Job]) -> None:
+        self.jobs = jobs
+
+    def __getitem__(self, job_id: int) -> Job:
+        _CountingJobs.read += 1
+        return self.jobs[job_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.jobs)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def values(self) -> _CountingValues:  # type: ignore[override]
+        return _CountingValues(self.jobs)
+
+
+class _CountingValues:
+    def __init__(self, jobs: dict[int, Job]) -> None:
+        self.jobs = jobs
+
     def __iter__(self) -> Iterator[Job]:
-        for j in super().__iter__():
-            _Counting.read += 1
+        for j in self.jobs.values():
+            _CountingJobs.read += 1
+            yield j
+
+    def __reversed__(self) -> Iterator[Job]:
+        for j in reversed(self.jobs.values()):
+            _CountingJobs.read += 1
             yield j
 
 
 class _CountingSim(Simulator):
+    """The simulator offering its queue through `_CountingJobs`: one wrapper per mapping of the book's, so that the
+    queue is the same object from call to call while the book keeps it (as the book's own is)."""
+
     def _queue(self) -> Collection[Job]:
         q = super()._queue()
         assert isinstance(q, Queued)
-        return _Counting(q._jobs, q.priorities)
+        wrapped = getattr(self, "_wrapped", None)
+        if wrapped is None or wrapped.jobs is not q._jobs:
+            wrapped = self._wrapped = _CountingJobs(q._jobs)  # type: ignore[arg-type]
+        return Queued(wrapped, q.priorities)
 
 
-def _reads_per_instant(depth: int) -> float:
-    """Jobs read from the queue per scheduling instant while a fifo head that cannot fit blocks `depth` jobs."""
-    jobs = [job("hog", 0.0, 4, 1e6), job("head", 1.0, 4, 100.0)]
-    jobs += [job(f"j{i}", 2.0 + i * 1e-3, 1, 100.0) for i in range(depth)]
-    jobs += [job(f"late{i}", 10.0 + i, 1, 100.0) for i in range(50)]  # 50 instants on the deep queue
-    sim = _CountingSim(small_cluster(nodes=1, gpus=4), jobs, make_policy("fifo"))
+def _reads_per_instant(depth: int, policy: str = "fifo", hog: int = 4, size: int = 1,
+                       window: Callable[[], None] = lambda: None) -> float:
+    """Jobs read from the queue per scheduling instant while `depth` jobs of `size` GPUs wait behind a long job
+    holding `hog` of the cluster's 4 GPUs (nothing fits; for fifo, a blocked head). `window` is called as the 50
+    instants measured begin."""
+    jobs = [job("hog", 0.0, hog, 1e6), job("head", 1.0, 4, 100.0)]
+    jobs += [job(f"j{i}", 2.0 + i * 1e-3, size, 100.0) for i in range(depth)]
+    jobs += [job(f"late{i}", 10.0 + i, size, 100.0) for i in range(50)]  # 50 instants on the deep queue
+    sim = _CountingSim(small_cluster(nodes=1, gpus=4), jobs, make_policy(policy))
     while sim.next_event_time() < 9.0:
         sim.advance()
         sim.schedule()
     assert len(sim.pending) == depth + 1 and len(sim.running) == 1
-    _Counting.read = 0
+    _CountingJobs.read = 0
+    window()
     for _ in range(50):
         sim.advance()
         sim.schedule()
-    assert len(sim.pending) == depth + 51
-    return _Counting.read / 50
+    assert len(sim.pending) == depth + 51 and len(sim.running) == 1
+    return _CountingJobs.read / 50
 
 
 def test_the_work_of_an_instant_does_not_grow_with_the_queue() -> None:
@@ -150,6 +186,35 @@ def test_the_work_of_an_instant_does_not_grow_with_the_queue() -> None:
     bands without reading a job, so a queue ten times as deep costs an instant nothing more (it read every job)."""
     shallow, deep = _reads_per_instant(100), _reads_per_instant(1000)
     assert shallow == deep <= 2
+
+
+@pytest.mark.parametrize("policy", ["contention-greedy", "tiresias"])
+def test_a_policy_that_backfills_reads_only_the_new_jobs_of_a_queue_that_fits_nowhere(policy: str) -> None:
+    """Behind a full cluster every queued job is known to fit nowhere until GPUs free: an instant reads the job
+    that arrived, the one the walk back from it stops at, the head (named waiting) and the priority frame's look at
+    the band, not the whole queue again (it read all 1,000 or 100 at each instant; tiresias to bucket it by queue)."""
+    shallow, deep = _reads_per_instant(100, policy), _reads_per_instant(1000, policy)
+    assert shallow == deep <= 4
+
+
+def test_tiresias_tries_one_job_of_a_kind_that_failed_on_the_plan_as_it_stands(monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    """With one GPU free and only 2-GPU jobs queued (no victims: the long job is in the top queue too), a call tries
+    the first 2-GPU job and skips the others, alike and on the same plan (it tried every one at each call)."""
+    tiresias = type(make_policy("tiresias"))
+    tried = []
+    fit_or_preempt = tiresias._fit_or_preempt
+
+    def counting(self: object, *args: object) -> object:
+        tried.append(1)
+        return fit_or_preempt(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tiresias, "_fit_or_preempt", counting)
+    counts = []
+    for depth in (100, 1000):
+        _reads_per_instant(depth, "tiresias", hog=3, size=2, window=tried.clear)
+        counts.append(len(tried))
+    assert counts[0] == counts[1] <= 2 * 50  # a call or two an instant, one job tried at each
 
 
 def test_a_queue_of_several_priorities_is_still_split_into_bands() -> None:

@@ -53,6 +53,9 @@ class ClusterState:
         self._user: dict[int, str] = {}  # fractional job -> its user (the MPS rule's)
         self.closed: dict[int, str] = {}  # GPU -> why no new job may start on it (`set_closed`)
         self._hidden: dict[int, float] = {}  # a closed GPU's true free share
+        # Releases and reopenings so far: while it stands still, free capacity has only shrunk (per GPU: share,
+        # memory, the MPS users' room), so a job that fitted nowhere still fits nowhere (`ClusterView.frees`).
+        self.frees = 0
 
     def mem_need(self, spec: JobSpec) -> float:
         return self.profiles[spec.model].mem_gb
@@ -116,6 +119,7 @@ class ClusterState:
 
     def release(self, job_id: int) -> Placement:
         placement = self.placements.pop(job_id)
+        self.frees += 1
         mem = self._mem.pop(job_id)
         user = self._user.pop(job_id, None)
         if user is not None:
@@ -165,6 +169,7 @@ class ClusterState:
 
     def _show(self, g: int) -> None:
         free = self._hidden.pop(g)
+        self.frees += 1
         self.free_share[g] = free
         self.allocated_share -= free
         if free >= 1.0 - EPS:
@@ -209,6 +214,12 @@ class ClusterView:
     def free_capacity(self) -> float:
         """Free GPU share summed over the cluster."""
         return self.cluster.num_gpus - self._state.allocated_share
+
+    @property
+    def frees(self) -> int:
+        """How many times GPUs were freed or reopened (`ClusterState.frees`): while it stands still nothing on the
+        cluster gained free share, memory or room for a user's shares, so what fitted nowhere still fits nowhere."""
+        return self._state.frees
 
     @property
     def link_load(self) -> np.ndarray:
