@@ -43,7 +43,7 @@ ALL: Position = (math.inf, 0)  # after every job
 def queue_mapping(queue: Collection[Job]) -> Mapping[int, Job] | None:
     """The book's queue as its mapping of job ids to jobs in queue order, the object the book appends arrivals to
     (None for any other collection). Read, never changed."""
-    return queue._jobs if isinstance(queue, Queued) else None  # (the book's own mapping: no public accessor yet)
+    return queue.mapping if isinstance(queue, Queued) else None
 
 
 def position(job: Job) -> Position:

@@ -51,6 +51,12 @@ class Queued(Collection[Job]):
     def __contains__(self, job: object) -> bool:
         return isinstance(job, Job) and self._jobs.get(job.id) is job
 
+    @property
+    def mapping(self) -> Mapping[int, Job]:
+        """Job ids to jobs in queue order: the book's own mapping, which it appends arrivals to and replaces when it
+        puts a job anywhere else (`policies.queue_scan` follows it). Read it; never change it."""
+        return self._jobs
+
 
 class PriorityCount:
     """Jobs' priorities, counted, with each job's counted priority: which priorities a set of jobs holds, kept as jobs
