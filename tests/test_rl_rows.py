@@ -18,14 +18,8 @@ def _job(i: int, gpus: float = 1.0, model: str = "ResNet-18-bs32", user: str = "
     return Job(i, JobSpec(f"j{i}", float(i), gpus, 100.0 * (i + 1), model, user=user), 100.0 * (i + 1))
 
 
-def _anew(jobs: list[Job]) -> np.ndarray:
-    sizes = default_sizes()
-    return np.array([row(sizes, j.spec, j.attained_gpu_s) for j in jobs])
-
-
-def test_rows_kept_across_queues_are_the_rows_computed_anew(monkeypatch: pytest.MonkeyPatch) -> None:
-    sizes = default_sizes()
-    rows = QueueRows()
+def counted_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """`rl_rows.row` counted from now on: the list's one item is how many rows were computed."""
     computed = [0]
     compute = rl_rows.row
 
@@ -34,6 +28,18 @@ def test_rows_kept_across_queues_are_the_rows_computed_anew(monkeypatch: pytest.
         return compute(*args)
 
     monkeypatch.setattr(rl_rows, "row", counted)
+    return computed
+
+
+def _anew(jobs: list[Job]) -> np.ndarray:
+    sizes = default_sizes()
+    return np.array([row(sizes, j.spec, j.attained_gpu_s) for j in jobs])
+
+
+def test_rows_kept_across_queues_are_the_rows_computed_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = default_sizes()
+    rows = QueueRows()
+    computed = counted_rows(monkeypatch)
     jobs = [_job(i, gpus=[0.5, 1.0, 2.0, 8.0][i % 4], user=f"u{i % 3}") for i in range(40)]
     assert rows.rows(sizes, jobs).tobytes() == _anew(jobs).tobytes()
     assert computed[0] == 40
@@ -63,14 +69,7 @@ def test_a_queue_that_only_grew_keeps_its_rows_without_reading_ids(monkeypatch: 
     changed in place; and the next queue that is not such (a job placed from the middle) is still matched by ids."""
     sizes = default_sizes()
     rows = QueueRows()
-    computed = [0]
-    compute = rl_rows.row
-
-    def counted(*args):  # type: ignore[no-untyped-def]
-        computed[0] += 1
-        return compute(*args)
-
-    monkeypatch.setattr(rl_rows, "row", counted)
+    computed = counted_rows(monkeypatch)
     jobs = [_job(i, gpus=[0.5, 1.0, 2.0][i % 3], user=f"u{i % 2}") for i in range(30)]
     rows.rows(sizes, jobs)
     computed[0] = 0

@@ -296,18 +296,10 @@ class ContentionModel:
             affected.update(tenants)
             tenants.append(job_id)
         mps.pop(job_id, None)
-        mps_kept = mps.__contains__
-        slowdown = self._slowdown
-        changed = {job_id}
-        slowdown[job_id] = self._compute(job_id)
-        for j in affected:
-            if j == job_id or (mps_kept(j) and not self._raised(j, raised[j])):
-                continue
-            new = self._compute(j)
-            if slowdown[j] != new:
-                slowdown[j] = new
-                changed.add(j)
-        return changed
+        self._slowdown[job_id] = self._compute(job_id)
+        # A neighbour whose MPS term stands is recomputed only if a raised link may have moved its slowdown.
+        moved = (j for j in affected if j != job_id and (j not in mps or self._raised(j, raised[j])))
+        return self._rerated(moved, {job_id})
 
     def _raised(self, job_id: int, links: list[int]) -> bool:
         """Whether `job_id`'s slowdown may have changed when the loads on `links` (some of its own) rose, its MPS
@@ -348,11 +340,12 @@ class ContentionModel:
         # link keeps its communication time, and one whose communication hid under its compute stays hidden, at the
         # very slowdown it had; either is passed over, exactly, if its MPS term is unchanged.
         left = set(fp.links.tolist())
+        return self._rerated((j for j in affected if not self._kept(j, left)), set())
+
+    def _rerated(self, jobs: Iterable[int], changed: set[int]) -> set[int]:
+        """Each of `jobs`' slowdown computed again; `changed` with those whose slowdown moved added."""
         slowdown = self._slowdown
-        changed = set()
-        for j in affected:
-            if self._kept(j, left):
-                continue
+        for j in jobs:
             new = self._compute(j)
             if slowdown[j] != new:
                 slowdown[j] = new
