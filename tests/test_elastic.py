@@ -1,15 +1,20 @@
 """Elastic jobs in the model (issue 49, part 1): the spec's sizes, the speed at each size from the contention model,
-the pause of a resize, and elastic jobs in traces and synthetic workloads."""
+the pause of a resize, elastic jobs in traces and synthetic workloads, and a run at another size in the shared loop."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
 
+from scheduler.core.book import Book
 from scheduler.core.contention import ContentionModel
+from scheduler.core.decisions import Decision, Place
 from scheduler.core.elastic import CHECKPOINT_GBPS, RESTART_S, make_elastic, resize_pause_s, sized, speedup
-from scheduler.core.model import JobKind, JobSpec, Placement, parse_cluster
+from scheduler.core.model import Job, JobKind, JobSpec, Placement, parse_cluster
+from scheduler.core.simulator import Simulator
+from scheduler.core.state import ClusterState, ClusterView, PlacementError
 from scheduler.core.traces import TraceError, load_trace, synthetic
 from scheduler.core.workloads import catalog
 
@@ -154,3 +159,58 @@ def test_a_bad_elastic_row_is_refused_naming_line_and_column(tmp_path: Path, cel
                     f"a,0,4,600,training,ResNet-50-bs64,{cells}\n")
     with pytest.raises(TraceError, match=named):
         load_trace(str(path))
+
+
+# ---- a run at another size, in the shared loop ---------------------------------------------------------------------
+
+
+class AtSize:
+    """Places each queued job on the first `size` GPUs (the node's), whatever its own size: a policy that sizes."""
+
+    name = "at-size"
+    oracle = False
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        return [Place(j.id, Placement(tuple(range(self.size)))) for j in list(queue)[:1] if not view.running]
+
+
+@pytest.mark.parametrize(("size", "jct"), [(4, 1000.0), (8, 500.0), (2, 2000.0)])
+def test_an_elastic_job_placed_at_another_size_runs_at_that_size_speed(size: int, jct: float) -> None:
+    # ResNet-50 scales linearly inside an NVLink server (its all-reduce hides under compute): its 1,000 s of work at
+    # 4 GPUs take 500 s at 8 and 2,000 s at 2; it attains the same GPU-seconds at every size.
+    cluster = parse_cluster("dgx-a100:1")
+    spec = JobSpec(name="e", submit_s=0.0, num_gpus=4, duration_s=1000.0, model="ResNet-50-bs64", min_gpus=2,
+                   max_gpus=8)
+    sim = Simulator(cluster, [spec], AtSize(size))
+    result = sim.run()
+    done = sim.jobs[0]
+    assert result.jct()[0] == pytest.approx(jct)
+    assert done.attained_gpu_s == pytest.approx(4000.0)
+    assert done.spec is spec and done.submitted is None and done.speedup == 1.0  # the submitted spec, put back
+
+
+def test_a_rigid_job_or_a_size_an_elastic_job_refuses_is_not_placed() -> None:
+    cluster = parse_cluster("dgx-a100:1")
+    rigid = JobSpec(name="r", submit_s=0.0, num_gpus=4, duration_s=100.0, model="ResNet-50-bs64")
+    with pytest.raises(PlacementError, match="gang of 4 needs 4 GPUs"):
+        Simulator(cluster, [rigid], AtSize(8)).run()
+    picky = JobSpec(name="p", submit_s=0.0, num_gpus=4, duration_s=100.0, model="ResNet-50-bs64", min_gpus=2,
+                    max_gpus=8, sizes=(2, 4, 8))
+    with pytest.raises(PlacementError, match=r"runs at \[2, 4, 8\] GPUs, not 3"):
+        Simulator(cluster, [picky], AtSize(3)).run()
+
+
+def test_a_refused_start_leaves_an_elastic_job_as_it_was() -> None:
+    cluster = parse_cluster("dgx-a100:1")
+    profiles = catalog()
+    book = Book(ClusterState(cluster, profiles), ContentionModel(cluster, profiles))
+    holder = Job(0, JobSpec(name="h", submit_s=0.0, num_gpus=1, duration_s=10.0, model="ResNet-50-bs64"), 10.0)
+    book.start(holder, Placement((0,)), 0.0)
+    elastic = Job(1, job(min_gpus=2, max_gpus=8), 100.0)
+    before = elastic.spec
+    with pytest.raises(PlacementError):
+        book.start(elastic, Placement(tuple(range(8))), 0.0)  # GPU 0 is taken
+    assert elastic.spec is before and elastic.submitted is None and elastic.speedup == 1.0

@@ -22,9 +22,10 @@ from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
 
 from scheduler.core.contention import ContentionModel
+from scheduler.core.elastic import sized, speedup
 from scheduler.core.model import Job, JobPhase, JobSpec, Placement
 from scheduler.core.progress import in_queue_order
-from scheduler.core.state import ClusterState, ClusterView
+from scheduler.core.state import ClusterState, ClusterView, PlacementError
 
 
 class BookError(RuntimeError):
@@ -103,7 +104,12 @@ class Book:
         itself included, in the model's order (the caller re-rates them in that order)."""
         if job.id in self.running:
             raise BookError(f"job {job.spec.name} (id {job.id}) is running already")
-        self.state.allocate(job.id, job.spec, placement, adopt=adopt)
+        spec, speed = job.spec, 1.0
+        if spec.elastic and len(placement.gpus) != spec.workers:
+            spec, speed = self._sized(spec, len(placement.gpus))
+        self.state.allocate(job.id, spec, placement, adopt=adopt)
+        if spec is not job.spec:  # (only once the allocation held: a refused start changes nothing)
+            job.submitted, job.spec, job.speedup = job.spec, spec, speed
         self.dequeue(job.id)
         job.state = JobPhase.RUNNING
         job.placement = placement
@@ -126,7 +132,16 @@ class Book:
         job.attained_gpu_s += max(0.0, now - job.start_s) * job.spec.gpu_demand
         job.start_s = None
         job.placement = None
+        if job.submitted is not None:  # back to the queue at the size it was submitted at: the next run sizes it anew
+            job.spec, job.submitted, job.speedup = job.submitted, None, 1.0
         return self.contention.remove(job.id)
+
+    def _sized(self, spec: JobSpec, k: int) -> tuple[JobSpec, float]:
+        """An elastic job's spec at `k` GPUs and its speed there (PlacementError for a size it does not accept)."""
+        try:
+            return sized(spec, k), speedup(self.contention, spec, k)
+        except ValueError as exc:
+            raise PlacementError(f"job {spec.name}: {exc}") from None
 
     def respec(self, job: Job, spec: JobSpec) -> None:
         """Give `job` a new spec (the API changed its priority or time limit), running or not: the one way a job's

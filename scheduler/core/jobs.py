@@ -157,8 +157,10 @@ class Job:
         "slo_violation_s",
         "slowdown_time",
         "spec",
+        "speedup",
         "start_s",
         "state",
+        "submitted",
         "work_left",
     )
 
@@ -180,6 +182,11 @@ class Job:
         self.run_time = 0.0
         self.slo_violation_s = 0.0
         self.queued_since = spec.submit_s
+        # An elastic job running at another size than it was submitted at: `spec` is the sized spec (what every
+        # reader of a running job's GPUs reads), `submitted` the spec as submitted, put back when the run stops, and
+        # `speedup` its work rate at this size over the rate at `submitted.num_gpus` (`scheduler.core.elastic`).
+        self.submitted: JobSpec | None = None
+        self.speedup = 1.0
 
     def __repr__(self) -> str:
         return f"Job({self.id}, {self.spec.name}, {self.state}, gpus={self.spec.num_gpus})"

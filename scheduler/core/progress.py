@@ -9,11 +9,12 @@ from collections.abc import Mapping
 from scheduler.core.model import Cluster, Job, JobKind
 
 
-def progress_rate(kind: JobKind, slowdown: float) -> float:
+def progress_rate(kind: JobKind, slowdown: float, speedup: float = 1.0) -> float:
     """Isolated seconds of work a running job does per second at this predicted slowdown. A training job runs 1 /
-    slowdown times as fast; an inference service runs for as long as it was asked to whatever its neighbours do (they
-    cost its requests latency, counted against its SLO, not its lifetime)."""
-    return 1.0 if kind is JobKind.INFERENCE else 1.0 / slowdown
+    slowdown times as fast, times its `speedup` when it runs at another size than its work is measured at (an elastic
+    job: `scheduler.core.elastic`); an inference service runs for as long as it was asked to whatever its neighbours
+    do (they cost its requests latency, counted against its SLO, not its lifetime)."""
+    return 1.0 if kind is JobKind.INFERENCE else speedup / slowdown
 
 
 def slo_missed(latency_ms: float, slowdown: float, slo_ms: float) -> bool:

@@ -232,7 +232,7 @@ class Simulator:
         self._advance(job)
         slow = self.contention.slowdown(job.id)
         self._slow[job.id] = slow
-        job.rate = progress_rate(job.spec.kind, slow)
+        job.rate = progress_rate(job.spec.kind, slow, job.speedup)
         end = self.now + max(job.work_left, 0.0) / job.rate
         if end == self._due[job.id]:
             return

@@ -184,7 +184,7 @@ class Memory:
         `since`: when the contention changed, if earlier than now (a neighbour whose workers ended before this pass)."""
         slow = self.contention.slowdown(job.id)
         self.slowdowns.set(job.id, slow, time.time() if since is None else since, self.ran_from(job.id))
-        job.rate = progress_rate(job.spec.kind, slow)
+        job.rate = progress_rate(job.spec.kind, slow, job.speedup)
         self.workers.set_rate(job.id, job.rate)
         if s is not None:
             s.execute(update(JobRow).where(JobRow.id == job.id).values(predicted_slowdown=slow))
