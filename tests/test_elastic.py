@@ -3,6 +3,7 @@ the pause of a resize, elastic jobs in traces and synthetic workloads, and a run
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from pathlib import Path
 
@@ -28,10 +29,10 @@ def job(num_gpus: float = 4, model: str = "ResNet-50-bs64", **elastic: object) -
 
 
 def test_an_elastic_spec_says_its_sizes() -> None:
-    assert job(min_gpus=2, max_gpus=8).size_choices() == (2, 3, 4, 5, 6, 7, 8)
-    assert job(min_gpus=2, max_gpus=8, sizes=(2, 4, 8)).size_choices() == (2, 4, 8)
+    assert tuple(job(min_gpus=2, max_gpus=8).size_choices()) == (2, 3, 4, 5, 6, 7, 8)
+    assert tuple(job(min_gpus=2, max_gpus=8, sizes=(2, 4, 8)).size_choices()) == (2, 4, 8)
     assert job(min_gpus=2, max_gpus=8).elastic
-    assert not job().elastic and job().size_choices() == (4,)
+    assert not job().elastic and tuple(job().size_choices()) == (4,)
     assert not job(min_gpus=4, max_gpus=4).elastic  # one size: rigid, whatever it says
 
 
@@ -59,6 +60,10 @@ def test_sized_runs_the_job_at_a_size_it_accepts_only() -> None:
     assert sized(spec, 4) is spec
     with pytest.raises(ValueError, match="not 3"):
         sized(spec, 3)
+    huge = job(min_gpus=2, max_gpus=10**12)  # bounds a trace may give: asked without listing them
+    assert sized(huge, 10**11).workers == 10**11
+    with pytest.raises(ValueError, match="runs at 2 to 1000000000000 GPUs, not 1"):
+        sized(huge, 1)
 
 
 # ---- speed at each size ------------------------------------------------------------------------------------------
@@ -214,3 +219,16 @@ def test_a_refused_start_leaves_an_elastic_job_as_it_was() -> None:
     with pytest.raises(PlacementError):
         book.start(elastic, Placement(tuple(range(8))), 0.0)  # GPU 0 is taken
     assert elastic.spec is before and elastic.submitted is None and elastic.speedup == 1.0
+
+
+def test_a_new_priority_keeps_a_running_elastic_job_at_its_size() -> None:
+    cluster = parse_cluster("dgx-a100:1")
+    profiles = catalog()
+    book = Book(ClusterState(cluster, profiles), ContentionModel(cluster, profiles))
+    running = Job(0, job(min_gpus=2, max_gpus=8), 100.0)
+    book.start(running, Placement(tuple(range(8))), 0.0)
+    book.respec(running, dataclasses.replace(running.submitted, priority=5))  # type: ignore[arg-type]
+    assert running.spec.workers == 8 and running.spec.priority == 5
+    assert running.submitted is not None and running.submitted.num_gpus == 4 and running.submitted.priority == 5
+    book.stop(running, 10.0)
+    assert running.spec.num_gpus == 4 and running.spec.priority == 5 and running.submitted is None

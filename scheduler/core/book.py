@@ -145,7 +145,10 @@ class Book:
 
     def respec(self, job: Job, spec: JobSpec) -> None:
         """Give `job` a new spec (the API changed its priority or time limit), running or not: the one way a job's
-        spec changes, so that the indexes of running and queued priorities follow (and the view counts it)."""
+        spec changes, so that the indexes of running and queued priorities follow (and the view counts it). An
+        elastic job running at another size keeps that size: `spec` becomes the one it was submitted with."""
+        if job.submitted is not None:
+            job.submitted, spec = spec, sized(spec, job.spec.workers)
         job.spec = spec
         if job.id in self.running:
             self._uncount(job.id)

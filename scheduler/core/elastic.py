@@ -38,8 +38,10 @@ CHECKPOINT_GBPS = 1.0  # GB/s a worker writes its checkpoint at, and reads it ba
 def sized(spec: JobSpec, k: int) -> JobSpec:
     """`spec` running at `k` GPUs (what the contention model prices a run at that size by). ValueError for a size
     it does not accept."""
-    if k not in spec.size_choices():
-        raise ValueError(f"{spec.name} runs at {list(spec.size_choices())} GPUs, not {k}")
+    choices = spec.size_choices()
+    if k not in choices:
+        said = f"{choices.start} to {choices.stop - 1}" if isinstance(choices, range) else str(list(choices))
+        raise ValueError(f"{spec.name} runs at {said} GPUs, not {k}")
     return spec if k == spec.num_gpus else replace(spec, num_gpus=float(k))
 
 

@@ -3,6 +3,7 @@ The simulator, the RL environment and the controller share them (`scheduler.core
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -97,13 +98,13 @@ class JobSpec:
         return self.min_gpus is not None and self.max_gpus is not None and self.min_gpus < self.max_gpus and (
             not self.sizes or len(self.sizes) > 1)
 
-    def size_choices(self) -> tuple[int, ...]:
-        """The sizes it may run at, smallest first: its `sizes`, every size from `min_gpus` to `max_gpus`, or its
-        one size."""
+    def size_choices(self) -> Sequence[int]:
+        """The sizes it may run at, smallest first: its `sizes`, every size from `min_gpus` to `max_gpus` (a range:
+        a trace may give any bounds, and asking whether a size is in it reads none), or its one size."""
         if self.sizes:
             return self.sizes
         if self.min_gpus is not None and self.max_gpus is not None:
-            return tuple(range(self.min_gpus, self.max_gpus + 1))
+            return range(self.min_gpus, self.max_gpus + 1)
         return (self.workers,)
 
     @property
