@@ -97,6 +97,29 @@ def build_cases(traces: Sequence[str], cluster: str, seeds: int, window_size: in
     return out
 
 
+# The held-out cases the benchmarks of one capability draw (benchmarks/elastic.py, benchmarks/estimates.py): the real
+# Philly trace's held-out windows on PCIe V100 servers, or synthetic windows on DGX A100 servers.
+PHILLY_TRACE, PHILLY_PRESET = "../shared/traces/philly_day60.csv", "pcie-v100"
+HELD_OUT_SYNTHETIC_CLUSTER = "dgx-a100:8"
+
+
+def held_out_cases(workload: str, load: float, seeds: int, window: int) -> list[Case]:
+    """`seeds` held-out cases of `window` jobs at offered load `load`: "philly" (its model draws from
+    `agents.scenarios.MODEL_SEEDS`, a range training never uses; SystemExit naming the file where the shared traces
+    are absent) or "synthetic"."""
+    from agents.scenarios import MODEL_SEEDS
+
+    if workload == "philly":
+        path = Path(__file__).resolve().parents[1] / PHILLY_TRACE
+        if not path.is_file():
+            raise SystemExit(f"--workloads philly: {path} is absent (the shared traces are not here)")
+        return build_cases([str(path)], f"{PHILLY_PRESET}:8", seeds, window, part="test", load=load,
+                           first_seed=MODEL_SEEDS)
+    if workload == "synthetic":
+        return build_synthetic_cases(f"synthetic:{window}", HELD_OUT_SYNTHETIC_CLUSTER, seeds, load=load)
+    raise SystemExit(f"--workloads: {workload!r} is neither philly nor synthetic")
+
+
 # Synthetic mixes: keyword arguments of `scheduler.core.traces.synthetic` on top of a `synthetic:N[,...]` spec. Each skews
 # one thing the default (Philly-like) mix has a little of, so a policy is seen where that thing dominates.
 SYNTHETIC_HELD_OUT_SEED = 2**31  # training draws synthetic seeds below this (agents.scenarios.draw)

@@ -172,12 +172,14 @@ def _one_thread() -> None:
 def probe(name: str) -> dict[str, Any]:
     """Build `name` once: {"name", "error" (None when it loads), "oracle", "learned"}."""
     from policies import make_policy
+    from policies.registry import wrapped
 
     try:
         p = make_policy(name, seed=0)
     except Exception as exc:  # noqa: BLE001  (any failure to build is reported, whatever raised it)
         return {"name": name, "error": f"{type(exc).__name__}: {exc}", "oracle": False, "learned": False}
-    prefix, sep, _ = name.partition(":")
+    # A wrapped learned policy (guarded:rl:default) is learned: never a case's "best heuristic".
+    prefix, sep, _ = wrapped(name).partition(":")
     return {"name": name, "error": None, "oracle": bool(getattr(p, "oracle", False)),
             "learned": bool(sep) and prefix in LEARNED_PREFIXES}
 

@@ -2,7 +2,17 @@
 they return, are `scheduler.core.decisions` (the only import path for them: the core defines them so that it never
 imports `policies`)."""
 
-from policies import contention_greedy, deepshare, gittins, heuristics, rl, tiresias  # noqa: F401  (importing registers them)
+from policies import (  # noqa: F401  (importing registers them)
+    contention_greedy,
+    deepshare,
+    gittins,
+    guarded,
+    heuristics,
+    marginal_gain,
+    rl,
+    sizing,
+    tiresias,
+)
 from policies.registry import available, make_policy
 
 __all__ = ["available", "make_policy"]

@@ -46,6 +46,7 @@ import numpy as np
 from policies.placement import PassedOver, Planner
 from policies.registry import register_prefix
 from policies.trained import AgentFormat, load, safe_objects
+from scheduler.core.constraints import eligible_gpus, eligible_nodes
 from scheduler.core.decisions import Decision, Deliberation, Place
 from scheduler.core.model import Cluster, Job, JobSpec, Placement, SpecError
 from scheduler.core.runner import answered
@@ -141,6 +142,8 @@ def whole_gpus_on_pair(planner: Planner, spec: JobSpec, i: int, j: int) -> Place
             continue
         if planner.node_free[node] < k or _node_mem(c, node) < mem - EPS:
             return None
+        if spec.constraints is not None and not eligible_nodes(c, spec.constraints)[node]:
+            return None
         gpus.extend(planner.gpus_in_node(node, k))
     return Placement(tuple(gpus))
 
@@ -152,6 +155,8 @@ def share_on_node(planner: Planner, spec: JobSpec, node: int) -> Placement | Non
     mem = planner.view.mem_need(spec)
     ok = (planner.free_share[gpus] >= spec.share - EPS) & (c.gpu_mem[gpus] - planner.used_mem[gpus] >= mem - EPS)
     ok &= planner.share_ok(spec)[gpus]  # what CUDA MPS allows there (its memory cap, the one-user rule)
+    if spec.constraints is not None:
+        ok &= eligible_gpus(c, spec.constraints)[gpus]
     fits = gpus[ok]
     if not fits.size:
         return None

@@ -21,6 +21,11 @@ from scheduler.core.state import ClusterView
 
 
 def wait_reason(planner: Planner, spec: JobSpec) -> str:
+    if spec.constraints is not None:
+        where = f" on nodes matching {spec.constraints.words()}"
+        if spec.num_gpus < 1:
+            return f"waiting for a GPU with {spec.share:g} free share{where}"
+        return f"waiting for {spec.workers} GPUs{where}"
     if spec.num_gpus < 1:
         return f"waiting for a GPU with {spec.share:g} free share and {planner.view.mem_need(spec):g} GB free"
     if planner.free_whole < spec.workers:
@@ -216,6 +221,9 @@ class Gandiva(QueuePolicy):
         if spec.num_gpus < 1 or spec.workers > planner.cluster.max_gpus_per_node:
             return planner.best_fit(spec)
         nodes = [n for n in self._affinity.get(spec.workers, ()) if planner.node_free[n] >= spec.workers]
+        if spec.constraints is not None:  # only the nodes its constraints allow
+            usable = planner.usable_nodes(spec)
+            nodes = [n for n in nodes if usable[n]]
         if nodes:
             node = min(nodes, key=lambda n: (planner.node_free[n], n))
             return Placement(tuple(planner.gpus_in_node(node, spec.workers)))

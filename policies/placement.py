@@ -12,21 +12,22 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from scheduler.core.colocation import share_fits, share_mask
+from scheduler.core.constraints import Constraints, eligible_gpus, eligible_nodes
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
 
 _SCALAR_GPUS = 64  # victims' GPUs up to which `fit_test` adds their shares in Python: numpy costs more per call below
 
 
-FitKey = tuple[float, int, float, float, str | None]
+FitKey = tuple[float, int, float, float, str | None, Constraints | None]
 
 
 def fit_key(view: ClusterView, spec: JobSpec) -> FitKey:
     """What the placement searches read of a job (`Planner.candidates`, `Planner.may_fit`): its GPUs, workers, share
-    and memory, and its user where one MPS daemon per node serves one user's shares. Jobs alike in it fit or do not
-    together, on the same plan."""
+    and memory, its user where one MPS daemon per node serves one user's shares, and its constraints (the nodes it
+    may use). Jobs alike in it fit or do not together, on the same plan."""
     return (spec.num_gpus, spec.workers, spec.share, view.mem_need(spec),
-            spec.user if view.mps_users.one_user else None)
+            spec.user if view.mps_users.one_user else None, spec.constraints)
 
 
 class PassedOver:
@@ -145,7 +146,7 @@ class Planner:
         in this plan's free shares and forget its searches each time."""
         if spec.num_gpus < 1:
             return lambda victims: self.without(victims).best_fit(spec) is not None
-        eligible = self._eligible_nodes(spec)
+        eligible = self.usable_nodes(spec)
         need = spec.workers - int(self.node_free[eligible].sum())
         if need <= 0:
             return lambda victims: True
@@ -169,7 +170,7 @@ class Planner:
     def free_once_freed(self, spec: JobSpec, victims: Sequence[Job]) -> np.ndarray:
         """Whole free GPUs per node, on the nodes with memory enough for `spec` (0 elsewhere), once `victims` leave:
         the count `fits_once_freed` makes, per node, with the plan left as it is."""
-        eligible = self._eligible_nodes(spec)
+        eligible = self.usable_nodes(spec)
         free = np.where(eligible, self.node_free, 0)
         if not victims:
             return free
@@ -236,6 +237,8 @@ class Planner:
         return floor
 
     def _record_misfit(self, spec: JobSpec) -> None:
+        if spec.constraints is not None:
+            return  # it could use only some nodes: a job that may use others may fit where it did not
         mem = self.view.mem_need(spec)
         if spec.num_gpus < 1:
             self._misfit_shares.append((spec.num_gpus, mem, self._cap_floor(spec), self._mps_user(spec)))
@@ -267,8 +270,12 @@ class Planner:
                 break
         return chosen
 
-    def _eligible_nodes(self, spec: JobSpec) -> np.ndarray:
-        return self._node_mem >= self.view.mem_need(spec) - EPS
+    def usable_nodes(self, spec: JobSpec) -> np.ndarray:
+        """The nodes whose GPUs have memory enough for `spec` and that its constraints allow."""
+        ok = self._node_mem >= self.view.mem_need(spec) - EPS
+        if spec.constraints is not None:
+            ok &= eligible_nodes(self.cluster, spec.constraints)
+        return ok
 
     def consolidated(self, spec: JobSpec, fit: str = "best") -> Placement | None:
         """Whole GPUs on as few nodes (and racks) as possible.
@@ -279,7 +286,7 @@ class Planner:
         w = spec.workers
         if self.free_whole < w:
             return None
-        free = np.where(self._eligible_nodes(spec), self.node_free, 0)
+        free = np.where(self.usable_nodes(spec), self.node_free, 0)
         single = np.flatnonzero(free >= w)
         if single.size:
             if fit == "first":
@@ -296,7 +303,7 @@ class Planner:
         w = spec.workers
         if self.free_whole < w:
             return None
-        free = np.where(self._eligible_nodes(spec), self.node_free, 0)
+        free = np.where(self.usable_nodes(spec), self.node_free, 0)
         nic_load = np.asarray(self.view.link_load)[self.cluster.node_nic]
         single = np.flatnonzero(free >= w)
         if single.size:
@@ -336,7 +343,7 @@ class Planner:
         if self.free_whole < w:
             return None
         c = self.cluster
-        free = np.where(self._eligible_nodes(spec), self.node_free, 0)
+        free = np.where(self.usable_nodes(spec), self.node_free, 0)
         single = np.flatnonzero(free >= w)
         if single.size:  # best fit at both levels: the fullest rack with a node that holds it, its tightest node
             rack_free = np.bincount(c.node_rack, weights=free, minlength=c.num_racks)
@@ -367,7 +374,7 @@ class Planner:
         w = spec.workers
         if self.free_whole < w:
             return None
-        counts = self._whole_servers(np.where(self._eligible_nodes(spec), self.node_free, 0), w)
+        counts = self._whole_servers(np.where(self.usable_nodes(spec), self.node_free, 0), w)
         return Placement(tuple(sorted(self._aligned(counts)))) if counts is not None else None
 
     def _whole_servers(self, free: np.ndarray, w: int) -> dict[int, int] | None:
@@ -441,6 +448,8 @@ class Planner:
         if self.free_whole < w:
             return None
         ok = (self.free_share >= 1.0 - EPS) & (self.cluster.gpu_mem >= self.view.mem_need(spec) - EPS)
+        if spec.constraints is not None:
+            ok &= eligible_gpus(self.cluster, spec.constraints)
         free = np.flatnonzero(ok)
         if free.size < w:
             return None
@@ -461,6 +470,8 @@ class Planner:
         mem = self.view.mem_need(spec)
         ok = (self.free_share >= spec.share - EPS) & (self.cluster.gpu_mem - self.used_mem >= mem - EPS)
         ok &= self.share_ok(spec)
+        if spec.constraints is not None:
+            ok &= eligible_gpus(self.cluster, spec.constraints)
         found = np.flatnonzero(ok)
         if not found.size:
             self._record_misfit(spec)

@@ -28,6 +28,7 @@ from scheduler.core.model import SpecError
 ENTRY_POINT_GROUP = "corral.policies"
 _CLASSES: dict[str, type] = {}
 _PREFIXES: dict[str, Callable[[str, int], Policy]] = {}
+_WRAPPERS: set[str] = set()  # prefixes whose argument is another policy's name
 _LEFT_OUT: dict[str, str] = {}  # entry point name -> why it was not registered
 _FROM_PACKAGES: set[str] = set()  # the names registered from entry points
 _plugins_loaded = False
@@ -52,9 +53,22 @@ def register(cls: T) -> T:
     return cls
 
 
-def register_prefix(prefix: str, loader: Callable[[str, int], Policy]) -> None:
-    """Names `PREFIX:ARG` are built by `loader(ARG, seed)` (e.g. `rl:default` loads a trained agent)."""
+def register_prefix(prefix: str, loader: Callable[[str, int], Policy], *, wraps: bool = False) -> None:
+    """Names `PREFIX:ARG` are built by `loader(ARG, seed)` (e.g. `rl:default` loads a trained agent). `wraps`: ARG is
+    itself a policy's name, which the loader builds (`largest:POLICY`, `guarded:POLICY`): `wrapped` reads through it."""
     _PREFIXES[prefix] = loader
+    if wraps:
+        _WRAPPERS.add(prefix)
+
+
+def wrapped(name: str) -> str:
+    """The policy a name builds once its wrappers are taken off (`guarded:largest:rl:x` -> `rl:x`): whatever checks a
+    name (an API's refusal of agent paths) checks this one too."""
+    prefix, sep, arg = name.partition(":")
+    while sep and prefix in _WRAPPERS:
+        name = arg
+        prefix, sep, arg = name.partition(":")
+    return name
 
 
 def load_plugins(*, again: bool = False) -> dict[str, str]:

@@ -76,6 +76,13 @@ class RLPolicy:
         self.explain = explain
         self._waited: tuple[float, int] | None = None  # (instant, running jobs) at which the agent chose to wait
 
+    def fresh(self) -> RLPolicy:
+        """A new instance for another simulation, sharing what no decision changes (the loaded model, its actor): what
+        an instance keeps between calls belongs to one simulation's jobs (`policies.guarded` replays with these)."""
+        policy = RLPolicy(self.model, self.label, self.sizes, self.explain, self.actor)
+        policy.name = self.name  # type: ignore[misc]
+        return policy
+
     def act(self, obs: Any, mask: Any) -> int:
         """The agent's deterministic action: `model.predict(obs, action_masks=mask, deterministic=True)`, computed by
         the same tensor operations in the same order (so the same action, bit for bit) without the wrappers around

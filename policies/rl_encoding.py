@@ -101,6 +101,7 @@ from policies.rl_running import (
 )
 from policies.rl_scan import FITS, NONE, UNKNOWN, Scan
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
+from scheduler.core.constraints import Constraints
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobKind, JobSpec, Placement
@@ -458,7 +459,8 @@ class _Frame:
         self._by_submit: np.ndarray | None = None  # the running jobs, latest arrival first (`_ranked`)
         # Smallest demand that found no victims, per ladder, queue and (inside the tenancy frame) which victims the
         # job may take (`_may_take`).
-        self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool], int, bool], float] = {}
+        self._no_victims_from: dict[tuple[tuple[float, ...] | str, int, tuple[str, bool], int, bool,
+                                          Constraints | None], float] = {}
         self.scanned = 0  # preemption attempts at this decision point (bounded by PREEMPT_SCAN per order)
         self._lowest: float | None = None  # the lowest priority a running job may be preempted at (`compactness`)
         # Jobs waiting for compact room (`policies.compactness`) with free GPUs enough to start spread, and when their
@@ -467,7 +469,7 @@ class _Frame:
         self._predicted: dict[tuple[int, Placement], Prediction] = {}  # `_scored`'s, by job id and placement
         # What `fits` without a prediction found for jobs alike (`_passing`), while the plan is unchanged: FITTING or
         # None. A deep queue holds many jobs alike, and the preemption orders ask each one they pass.
-        self._passed: dict[tuple[str, float, float, int, float], _Fitting | None] = {}
+        self._passed: dict[tuple[str, float, float, int, float, Constraints | None], _Fitting | None] = {}
         self._passed_at = -1  # the plan's `changes` when `_passed` was filled
 
     def _waits_until(self, spec: JobSpec) -> float | None:
@@ -521,13 +523,13 @@ class _Frame:
 
     def _passing(self, spec: JobSpec) -> _Fitting | None:
         """`fits` without a prediction for a job that does not wait for compact room: FITTING or None. Jobs alike in
-        all that its searches and the probes read (model, compression, GPUs, workers, share) get the same placements
+        all that its searches and the probes read (model, compression, GPUs, workers, share, constraints) get the same placements
         from the same plan, and repeating a probe changes nothing (`ContentionModel.probe`), so a job alike to one
         already asked gets that one's answer with nothing done again."""
         if self._passed_at != self.planner.changes:
             self._passed.clear()
             self._passed_at = self.planner.changes
-        key = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share)
+        key = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share, spec.constraints)
         if key in self._passed:
             return self._passed[key]
         found = self._passed[key] = self._probed(spec, self.planner.candidates(spec))
@@ -607,7 +609,7 @@ class _Frame:
             may_take = (lambda v: may_preempt(v.spec, spec, equals=True)) if frame_take is None else (
                 lambda v: may_preempt(v.spec, spec, equals=True) and frame_take(v))
         waits = self._waits_until(spec) is not None
-        key = (ladder, level, whose, spec.priority, waits)
+        key = (ladder, level, whose, spec.priority, waits, spec.constraints)  # (constrained: fewer victims help)
         if not self.preempt or job.id in self.held or spec.num_gpus >= self._no_victims_from.get(key, math.inf):
             return None
         levels, order = self._ranked(ladder)

@@ -35,7 +35,7 @@ def _class(key: tuple[object, ...]) -> float:
 
 
 def row(sizes: SizeDistribution, spec: JobSpec, attained: float) -> tuple[float, ...]:
-    alike = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share)
+    alike = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share, spec.constraints)
     return (attained, sizes.index(attained, spec), sizes.expected_remaining(attained, spec), spec.gpu_demand,
             spec.num_gpus, spec.priority, _class(alike), _class((*alike, spec.user)))
 

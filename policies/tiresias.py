@@ -35,6 +35,7 @@ from policies.heuristics import wait_reason
 from policies.placement import FitKey, Planner, fit_key
 from policies.queue_scan import NONE, Position, QueueIndex, queue_mapping
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
+from scheduler.core.constraints import eligible_gpus
 from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.priorities import may_preempt
@@ -439,11 +440,13 @@ def _room_model(
     mem = view.mem_need(spec)
     if spec.num_gpus < 1:  # a GPU share: on one GPU with enough memory (a victim frees memory too: lacking > 0)
         tenanted = (planner.free_share < 1.0 - EPS) & (cluster.gpu_mem >= mem - EPS) & planner.cap_ok(spec)
+        if spec.constraints is not None:  # victims only help on GPUs its constraints allow
+            tenanted &= eligible_gpus(cluster, spec.constraints)
         gpus = np.flatnonzero(tenanted)
         need = np.maximum(spec.share - planner.free_share[gpus], 2 * _CAPACITY_EPS)
         return dict(zip(gpus.tolist(), need.tolist(), strict=False)), lambda p: {g: p.share for g in p.gpus}
     free_share, gpu_node = planner.free_share, cluster.gpu_node
-    eligible = cluster.gpu_mem[cluster.node_first_gpu] >= mem - EPS
+    eligible = planner.usable_nodes(spec)  # memory enough, and allowed by its constraints
     workers = spec.workers
 
     def fraction(p: Placement, g: int) -> float:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from policies.registry import UnknownPolicyError
+from policies.registry import UnknownPolicyError, wrapped
 from scheduler.core.paths import agents_dir
 
 ZOO = Path(__file__).resolve().parents[1] / "agents" / "zoo"
@@ -82,8 +82,9 @@ def resolve(arg: str) -> Path:
 
 def check_api_name(name: str, field: str = "name") -> None:
     """Refuse a policy name from an API request that would make the server open a file: agents are chosen by name,
-    from the agent directories, never by path. (The registry then refuses names it does not know.)"""
-    prefix, sep, arg = name.partition(":")
+    from the agent directories, never by path; through wrappers too (`guarded:rl:PATH`). (The registry then refuses
+    names it does not know.)"""
+    prefix, sep, arg = wrapped(name).partition(":")
     if sep and prefix in PREFIX_OF.values() and (is_path(arg) or not AGENT_NAME.fullmatch(arg) or len(arg) > 100):
         raise AgentLoadError(f"{field}: {name!r}: the API takes agents by name ({prefix}:NAME, an agent in "
                              f"{' or '.join(str(d) for d in agent_dirs())}), never by path")

@@ -29,7 +29,7 @@ def test_every_caller_takes_the_core_s_decision(model: str, gpus: float, field: 
                         profiles=profiles)
     assert ((refusal.field, refusal.why) if refusal else (None, None)) == (field, why)
     # The controller's intake, on a row.
-    row = SimpleNamespace(model=model, num_gpus=gpus)
+    row = SimpleNamespace(model=model, num_gpus=gpus, constraints=None)
     assert reject_reason(row, cluster, profiles) == why  # type: ignore[arg-type]
     # The simulator, on arrival (an unknown model cannot even be simulated: its profile is needed for the rest).
     if model in profiles:

@@ -84,15 +84,18 @@ def test_the_api_refuses_agent_paths(store: Store, corral_home: Path, tmp_path: 
     client = create_app(store).test_client()
     for who in ("alice", "root"):
         auth = {"Authorization": f"Bearer {tokens[who]}"}
-        for name in (f"rl:{evil}", f"rl:{evil.with_suffix('')}", "rl:../../user-writable/evil", "deepshare:/x.zip"):
+        # Through the wrappers too: their argument is a policy's name, an agent's among them.
+        for name in (f"rl:{evil}", f"rl:{evil.with_suffix('')}", "rl:../../user-writable/evil", "deepshare:/x.zip",
+                     f"largest:rl:{evil}", f"guarded:rl:{evil}", "guarded:largest:deepshare:/x.zip"):
             resp = client.post(f"{API}/whatif", json={"policy": name, "seeds": 1}, headers=auth)
             assert resp.status_code == 422, (who, name, resp.json)
             assert "policy" in resp.json["errors"]["json"] and "never by path" in resp.json["message"]
-        resp = client.put(f"{API}/policies/active", json={"name": f"rl:{evil}"}, headers=auth)
-        assert resp.status_code in (403, 422)  # alice is no admin; root gets the refusal by name
-        if who == "root":
-            assert "never by path" in resp.json["errors"]["json"]["name"][0]
-            assert resp.json["message"].startswith("name: ") and not resp.json["message"].startswith("name: name:")
+        for name in (f"rl:{evil}", f"guarded:rl:{evil}"):
+            resp = client.put(f"{API}/policies/active", json={"name": name}, headers=auth)
+            assert resp.status_code in (403, 422)  # alice is no admin; root gets the refusal by name
+            if who == "root":
+                assert "never by path" in resp.json["errors"]["json"]["name"][0]
+                assert resp.json["message"].startswith("name: ") and not resp.json["message"].startswith("name: name:")
     assert not marker.exists()
 
 

@@ -17,6 +17,7 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 
+from scheduler.core.generic import GENERIC_MODEL
 from scheduler.core.workloads import catalog
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.job_files import log_path
@@ -180,9 +181,9 @@ def test_kind_defaults_to_emulated_and_the_spec_lists_exactly_the_required_field
     assert without_duration.status_code == 422 and set(field_errors(without_duration)) == {"duration_s"}
     spec = env.client.get(f"{API}/openapi.json").json
     submit = spec["components"]["schemas"]["JobSubmit"]
-    assert sorted(submit["required"]) == ["model", "name", "num_gpus"]
+    assert sorted(submit["required"]) == ["name", "num_gpus"]  # model: for emulated jobs only (below)
     assert submit["properties"]["kind"]["default"] == "emulated"
-    for name in ("model", "name", "num_gpus"):  # each refused by name when left out
+    for name in ("model", "name", "num_gpus"):  # each refused by name when left out of an emulated job
         resp = env.post("/jobs", {k: v for k, v in body.items() if k != name})
         assert resp.status_code == 422 and name in field_errors(resp), resp.json
 
@@ -216,6 +217,17 @@ def test_submit_emulated_and_command_jobs(store: Store, corral_home: Path) -> No
             "command", "Transformer-XL", 0.5, "/data", JobState.PENDING)
         assert [e.kind for e in cmd.events] == ["submitted"]
     assert len(env.notified) == 2
+
+
+def test_a_command_job_may_name_no_model_and_gets_the_generic_profile(store: Store, corral_home: Path) -> None:
+    env = make_env(store, CORRAL_COMMAND_JOBS="everyone")
+    own = {k: v for k, v in COMMAND.items() if k != "model"}
+    c = env.post("/jobs", own)
+    assert c.status_code == 201 and c.json["model"] == GENERIC_MODEL, c.json
+    assert env.post("/jobs", COMMAND | {"model": GENERIC_MODEL}).json["model"] == GENERIC_MODEL  # or names it
+    emulated = env.post("/jobs", {k: v for k, v in EMULATED.items() if k != "model"})  # it runs at a model's rate
+    assert emulated.status_code == 422 and list(field_errors(emulated)) == ["model"], emulated.json
+    assert env.job_count() == 2
 
 
 @pytest.mark.parametrize(("field", "body"), [
@@ -306,7 +318,12 @@ def test_unknown_model_error_lists_the_choices(env: Env) -> None:
 def test_missing_required_fields_are_each_named(env: Env) -> None:
     resp = env.post("/jobs", {})
     assert resp.status_code == 422
-    assert set(field_errors(resp)) == {"name", "model", "num_gpus"}  # kind has a default: emulated
+    # kind has a default, emulated, which needs a model and its duration as well
+    assert set(field_errors(resp)) == {"name", "num_gpus", "model", "duration_s"}
+    # A field given but refused is refused for what it is, not also called missing.
+    bad = env.post("/jobs", EMULATED | {"model": "NoSuchNet", "duration_s": -5})
+    assert bad.status_code == 422 and set(field_errors(bad)) == {"model", "duration_s"}
+    assert not any("Required" in m for f in ("model", "duration_s") for m in field_errors(bad)[f]), bad.json
 
 
 def test_malformed_json_is_400(env: Env) -> None:
@@ -588,7 +605,8 @@ def test_the_cluster_map_names_other_users_jobs_only_where_allowed(store: Store,
 
 def test_models_lists_the_catalog(env: Env) -> None:
     models = env.get("/models").json["models"]
-    assert [m["name"] for m in models] == list(catalog())
+    assert [m["name"] for m in models] == [*catalog(), GENERIC_MODEL]  # the generic profile last
+    assert models[-1]["source"].startswith("generic: no model named")
     resnet = next(m for m in models if m["name"] == "ResNet-50-bs64")
     profile = catalog()["ResNet-50-bs64"]
     assert resnet["kind"] == profile.kind.value and resnet["compute_ms"] == profile.compute_ms

@@ -314,12 +314,18 @@ def test_finished_jobs_record_run_time_and_slowdowns(cluster: Any, store: Store)
     """What `corral calibrate` and `corral train --from-history` read: the wall time a job's workers ran, the
     slowdown the model predicted over it, and the slowdown observed (run time over isolated duration)."""
     ctl = controller(store, make_policy("contention-greedy"))
-    a = submit(store, name="a", num_gpus=0.5, duration_s=2.0, model="Transformer-XL")
-    b = submit(store, name="b", num_gpus=0.5, duration_s=2.0, model="Transformer-XL")
+    # Long enough that both run together even when a busy machine starts one's worker process seconds after the
+    # other's.
+    a = submit(store, name="a", num_gpus=0.5, duration_s=4.0, model="Transformer-XL")
+    b = submit(store, name="b", num_gpus=0.5, duration_s=4.0, model="Transformer-XL")
     deadline = time.time() + 60
-    while not (ctl.m.started.get(a) and ctl.m.started.get(b)):
+    # Each has started at some pass (the controller forgets that a run started once it ends: the first may be done
+    # before the second's workers are up).
+    seen: set[int] = set()
+    while seen != {a, b}:
         assert time.time() < deadline, "the workers did not start"
         ctl.step()
+        seen |= {j for j in (a, b) if ctl.m.started.get(j)}
         time.sleep(0.05)
     # A late pass (a busy controller) reads the ends well after the workers stopped: that delay is not run time.
     while {st.job_id for st in ctl.workers.poll() if st.phase == "succeeded"} != {a, b}:
@@ -331,7 +337,7 @@ def test_finished_jobs_record_run_time_and_slowdowns(cluster: Any, store: Store)
     run_until(ctl, store, [a, b], {"succeeded"})
     for job_id in (a, b):
         row = job(store, job_id)
-        assert row.run_s >= 2.0 and row.predicted_slowdown_avg is not None and row.observed_slowdown is not None
+        assert row.run_s >= 4.0 and row.predicted_slowdown_avg is not None and row.observed_slowdown is not None
         assert abs(row.observed_slowdown - row.run_s / row.duration_s) < 1e-9
         # An emulated job runs at the predicted rate, so what it observed is what was predicted, up to polling.
         assert row.observed_slowdown == pytest.approx(row.predicted_slowdown_avg, rel=0.35)

@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 import requests
 from conftest import ServeProcess, wait_until
+from sqlalchemy import select
 from tiers import tiered
 
 from scheduler.live.store import Store, queries
+from scheduler.live.store.models import PolicyVersion
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
@@ -335,6 +337,7 @@ def test_map_of_32_gpus_with_50_jobs(page: Any, service: Service) -> None:
 
 
 def test_metrics_and_policies_pages(page: Any, service: Service) -> None:
+    sign_in(page, service)  # (not only when an earlier test of the module did)
     page.goto(f"{service.base}/#/metrics")
     page.wait_for_selector("#charts svg.chart")
     assert page.locator("#charts svg.chart").count() == 4
@@ -776,3 +779,129 @@ def test_a_pending_job_is_held_and_released_from_its_page(page: Any, service: Se
     page.wait_for_function(f"document.querySelector('#job-head').innerText.includes({waiting!r})")
     assert page.locator("#job-held").count() == 0
     service.cancel_all()
+
+
+def test_an_elastic_job_shows_its_bounds_on_its_page_and_in_the_jobs_list(page: Any, service: Service) -> None:
+    """Issue 49: an elastic job's page says so under its facts ("elastic: 2-8 GPUs (sizes 2, 4, 8); ..."), and the
+    Jobs list's GPU column gives its bounds; a job of one size shows neither."""
+    sign_in(page, service)
+    elastic = service.submit(name="grows", kind="emulated", model="ResNet-50-bs64", num_gpus=2, duration_s=600,
+                             min_gpus=2, max_gpus=8, sizes=[2, 4, 8], resize_pause_s=45)
+    rigid = service.submit(name="fixed", kind="emulated", model="ResNet-50-bs64", num_gpus=3, duration_s=600)
+    page.goto(f"{service.base}/#/job/{elastic['id']}")
+    page.wait_for_selector("#job-elastic")
+    assert page.inner_text("#job-elastic") == ("elastic: 2-8 GPUs (sizes 2, 4, 8); duration measured at 2 GPUs; "
+                                               "resize pause 45 s")
+    page.goto(f"{service.base}/#/job/{rigid['id']}")
+    page.wait_for_function(f"document.querySelector('#job-head h1')?.innerText.includes('#{rigid['id']} fixed')")
+    assert page.locator("#job-elastic").count() == 0
+    page.goto(f"{service.base}/#/jobs")
+    for job, gpus in ((elastic, "2-8"), (rigid, "3")):
+        cell = page.wait_for_selector(f"#jobs-table tr[data-job-id='{job['id']}'] td[data-label=GPUs]")
+        assert cell.inner_text().split("\n")[0] == gpus
+    shoot(page, service, "job-elastic")
+    service.cancel_all()
+
+
+def test_an_elastic_jobs_page_shows_the_sizes_it_ran_at_and_why(page: Any, service: Service) -> None:
+    """Issue 49: under its bounds, the sizes an elastic job ran at: its start, then each resize with the policy's
+    reason, from its events (the controller writes them: tests/test_live_elastic.py sees it do so)."""
+    sign_in(page, service)
+    job = service.submit(name="sized", kind="emulated", model="ResNet-50-bs64", num_gpus=2, duration_s=600,
+                         min_gpus=2, max_gpus=4)
+    wait_until("the job to start", lambda: service.get(f"/jobs/{job['id']}")["state"] == "running", timeout=60)
+    start = service.get(f"/jobs/{job['id']}")["first_started_at"] or time.time()
+    store = Store.open(f"sqlite:///{service.home / 'corral.db'}")
+    with store.session() as s:  # what the controller's resizes write (scheduler.live.control.placing)
+        queries.add_event(s, job["id"], "resized", "2 -> 4 GPUs: grown to 4 GPUs: the idle GPUs save it most time "
+                          "(checkpointed; no restart spent)", at=start + 60, gpus=[0, 1, 2, 3], from_gpus=2, attempt=2)
+        queries.add_event(s, job["id"], "resized", "4 -> 2 GPUs: shrunk to 2 GPUs to start short (checkpointed; no "
+                          "restart spent)", at=start + 120, gpus=[0, 1], from_gpus=4, attempt=3)
+    store.close()
+    page.goto(f"{service.base}/#/job/{job['id']}")
+    page.wait_for_function("document.querySelectorAll('#job-sizes tbody tr').length === 3")
+    assert page.inner_text("#job-gpus-now") == "on 2 GPUs now"  # (the allocation: the events above are written)
+    rows = [[c.inner_text() for c in r.query_selector_all("td")[1:]]
+            for r in page.query_selector_all("#job-sizes tbody tr")]
+    assert rows == [["2", "started"],
+                    ["4", "2 -> 4 GPUs: grown to 4 GPUs: the idle GPUs save it most time (checkpointed; no restart "
+                          "spent)"],
+                    ["2", "4 -> 2 GPUs: shrunk to 2 GPUs to start short (checkpointed; no restart spent)"]]
+    shoot(page, service, "job-sizes")
+    service.cancel_all()
+
+
+def test_the_submit_form_takes_an_elastic_range(page: Any, service: Service) -> None:
+    """Issue 49: the form submits an elastic job's range, its accepted sizes and its resize pause; sizes it cannot
+    read are marked next to their field and nothing is sent, and so is a range the API refuses."""
+    sign_in(page, service)
+    before = service.get("/jobs?limit=1")["total"]
+    page.goto(f"{service.base}/#/submit")
+    page.wait_for_selector("#f-model option[value='ResNet-50-bs64']", state="attached")
+    page.fill("#f-name", "form-elastic")
+    page.fill("#f-num_gpus", "2")
+    page.fill("#f-duration_s", "600")
+    page.click("#f-elastic summary")
+    page.fill("#f-min_gpus", "1")
+    page.fill("#f-max_gpus", "4")
+    page.fill("#f-sizes", "1, 2, four")
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_function("document.querySelector('[data-error-for=sizes]').textContent.length > 0")
+    assert "whole GPU counts" in page.inner_text("[data-error-for=sizes]")
+    page.fill("#f-sizes", "1, 2, 4")
+    page.fill("#f-max_gpus", "")  # min_gpus without max_gpus: the API names the missing one
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_function("document.querySelector('[data-error-for=max_gpus]').textContent.length > 0")
+    assert page.locator("#f-max_gpus.invalid").count() == 1
+    assert service.get("/jobs?limit=1")["total"] == before  # nothing was accepted
+    page.fill("#f-max_gpus", "4")
+    page.fill("#f-resize_pause_s", "45")
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*#/job/\d+$"))
+    job = service.get(f"/jobs/{int(page.url.rsplit('/', 1)[1])}")
+    assert (job["name"], job["num_gpus"], job["min_gpus"], job["max_gpus"], job["sizes"], job["resize_pause_s"]) == (
+        "form-elastic", 2, 1, 4, [1, 2, 4], 45)
+    service.cancel_all()
+
+
+def test_a_command_job_without_a_duration_says_what_it_was_estimated_from(page: Any, service: Service) -> None:
+    """Issue 50: the job page says a duration was estimated and from what (scheduler/live/durations.py)."""
+    sign_in(page, service)
+    job = service.submit(name="no-duration", kind="command", model="ResNet-50-bs64", num_gpus=1, entrypoint="true")
+    given = service.submit(name="a-duration", kind="command", model="ResNet-50-bs64", num_gpus=1, entrypoint="true",
+                           duration_s=90)
+    estimate = service.get(f"/jobs/{job['id']}")["duration_estimate"]
+    assert estimate["text"]
+    page.goto(f"{service.base}/#/job/{job['id']}")
+    assert page.wait_for_selector("#job-duration-estimate").inner_text() == f"No duration given; {estimate['text']}."
+    page.goto(f"{service.base}/#/job/{given['id']}")
+    page.wait_for_selector("#timeline li")
+    assert page.locator("#job-duration-estimate").count() == 0  # given: nothing to explain
+    service.cancel_all()
+
+
+def test_the_policies_page_shows_what_the_guard_decided(page: Any, service: Service) -> None:
+    """Issue 50: an active guarded policy's guard on the policies page (what the controller writes on the policy's
+    row: tests/test_guard_live.py sees it do so)."""
+    sign_in(page, service)
+    active = service.get("/policies")["active"]
+    store = Store.open(f"sqlite:///{service.home / 'corral.db'}")
+    guard = {"learned": "rl:default", "acting": "tiresias", "fallback": "tiresias", "best": "tiresias",
+             "ratio": 1.061, "low": 1.031, "high": 1.092, "windows": 6, "verdicts": 6, "at": time.time(),
+             "text": "guard switched to tiresias: rl:default ran 1.061x the JCT of tiresias [1.031, 1.092] over the "
+                     "last 6 windows", "switches": [{"at": time.time() - 60, "to": "tiresias", "text": "..."}]}
+    with store.session(write=True) as s:
+        row = s.scalars(select(PolicyVersion).where(PolicyVersion.name == active)).one()
+        kept = row.info
+        row.info = {**(kept or {}), "guard": guard}
+    try:
+        page.goto(f"{service.base}/#/policies")
+        page.wait_for_selector("#policy-guard")
+        assert page.inner_text("#guard-acting") == "tiresias"
+        assert page.inner_text("#guard-text") == guard["text"]
+        assert page.locator("#guard-switches li").count() == 1
+        assert "guarded:rl:default" in page.inner_text("#policies")
+    finally:
+        with store.session(write=True) as s:
+            s.scalars(select(PolicyVersion).where(PolicyVersion.name == active)).one().info = kept
+        store.close()

@@ -157,9 +157,10 @@ def test_the_queue_shows_estimates_and_how_they_were_made(page: Any, site: Site)
     page.wait_for_selector(f"#queue-table tr[data-job-id='{site.ids['big']}'] td.starts")
     page.wait_for_function("document.querySelector('#queue-basis').textContent.includes('replaying')")
     basis = " ".join(page.inner_text("#queue-basis").split())
-    assert "replaying the predicted ends of 2 running jobs on 24 usable GPUs" in basis, basis
+    assert "replaying 2 running and 2 pending job(s) under rl:default in the simulator" in basis, basis
     # The preempted 2-GPU job fits node0 now; the 10-GPU one waits for the gang (360 s left at 40%) or the command job
-    # (600 s estimate, 330 s up): the earliest, 270 s; never "now" beside "waiting for 10 GPUs (8 free)".
+    # (600 s estimate, 330 s up): the earliest, 270 s; never "now" beside "waiting for 10 GPUs (8 free)". The
+    # replay asks the active policy (here the default, rl:default) and it starts them so.
     starts = page.inner_text(f"#queue-table tr[data-job-id='{site.ids['preempted']}'] td.starts")
     assert starts == "now", starts
     big = page.inner_text(f"#queue-table tr[data-job-id='{site.ids['big']}'] td.starts")

@@ -199,3 +199,13 @@ def test_gang_workloads_keep_their_fabric_at_every_load_and_report_contention_co
     off = {"groups": [{"policies": {"fifo": {}}, "cases": [{"policies": {"fifo": {"avg_jct_s": v}}} for v in (1, 3)]}]}
     dq.add_contention_cost(on, off)
     assert on["groups"][0]["policies"]["fifo"]["contention_cost"]["estimate"] == pytest.approx(2 ** 0.5)
+
+
+def test_a_wrapped_learned_policy_is_learned_not_a_heuristic() -> None:
+    """guarded:rl:default is a learned policy (never a case's best heuristic); a heuristic under a wrapper stays a
+    heuristic."""
+    bench = dq
+    for name, learned in (("rl:default", True), ("guarded:rl:default", True), ("guarded:tiresias", False),
+                          ("largest:fifo", False), ("tiresias", False)):
+        probed = bench.probe(name)
+        assert probed["error"] is None and probed["learned"] is learned, (name, probed)

@@ -12,7 +12,15 @@ import pytest
 from scheduler.core.book import Book
 from scheduler.core.contention import ContentionModel
 from scheduler.core.decisions import Decision, Place
-from scheduler.core.elastic import CHECKPOINT_GBPS, RESTART_S, make_elastic, resize_pause_s, sized, speedup
+from scheduler.core.elastic import (
+    CHECKPOINT_GBPS,
+    RESTART_S,
+    make_elastic,
+    resize_pause_s,
+    sized,
+    sizes_within,
+    speedup,
+)
 from scheduler.core.model import Job, JobKind, JobSpec, Placement, parse_cluster
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterState, ClusterView, PlacementError
@@ -232,3 +240,12 @@ def test_a_new_priority_keeps_a_running_elastic_job_at_its_size() -> None:
     assert running.submitted is not None and running.submitted.num_gpus == 4 and running.submitted.priority == 5
     book.stop(running, 10.0)
     assert running.spec.num_gpus == 4 and running.spec.priority == 5 and running.submitted is None
+
+
+def test_sizes_within_reads_only_the_sizes_asked_for() -> None:
+    wide = job(min_gpus=1, max_gpus=8192)
+    assert tuple(sizes_within(wide, 3, 6)) == (3, 4, 5, 6) and isinstance(sizes_within(wide, 3, 6), range)
+    assert tuple(sizes_within(wide, 8190, 9000)) == (8190, 8191, 8192) and not sizes_within(wide, 7, 6)
+    picky = job(min_gpus=2, max_gpus=8, sizes=(2, 4, 8))
+    assert tuple(sizes_within(picky, 3, 8)) == (4, 8) and tuple(sizes_within(picky, 1, 2)) == (2,)
+    assert not sizes_within(picky, 5, 7) and tuple(sizes_within(job(), 4, 4)) == (4,)

@@ -26,7 +26,11 @@ ALLOWED = {
     "policies": {"scheduler.core", "policies"},
     "agents": {"scheduler.core", "policies", "agents"},
     "web": {"scheduler.core", "scheduler.live", "policies", "web"},
+    # The typed client, `import corral` (scheduler/sdk/corral: the top level is fixed), speaks through the CLI's
+    # transport (scheduler.cli.client) and nothing else of the service.
+    "corral": {"corral", "scheduler.cli"},
 }
+SDK = Path("scheduler/sdk")  # where the package `corral` lives (pyproject.toml's find `where`)
 # Files that may also import these layers, lazily (inside functions) only.
 COMPOSITION_ROOTS = {
     "scheduler/cli/learning_commands.py": {"agents"},  # corral train, evaluate, tune
@@ -44,7 +48,9 @@ FLASK_LAYER = "web"  # the only layer that may import flask
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    rel = path.relative_to(ROOT)
+    rel = rel.relative_to(SDK) if rel.is_relative_to(SDK) else rel
+    parts = list(rel.with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -55,7 +61,8 @@ def layer_of(module: str) -> str | None:
 
 def is_module(name: str) -> bool:
     rel = Path(*name.split("."))
-    return (ROOT / rel).with_suffix(".py").is_file() or (ROOT / rel / "__init__.py").is_file()
+    base = ROOT / SDK if name.split(".")[0] == "corral" else ROOT
+    return (base / rel).with_suffix(".py").is_file() or (base / rel / "__init__.py").is_file()
 
 
 def imports(path: Path) -> Iterator[tuple[str, bool]]:
@@ -199,8 +206,13 @@ SOURCES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if "m
     sorted((ROOT / "web" / "static" / "js").glob("*.js"))
 
 
+# Generated from a document, not written: its size is the document's (here, the API's schemas).
+GENERATED = {"scheduler/sdk/corral/models.py"}
+
+
 def test_no_file_is_over_the_size_limit() -> None:
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in SOURCES}
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in SOURCES
+             if str(p.relative_to(ROOT)) not in GENERATED}
     over = {path: n for path, n in sizes.items() if n > LARGER.get(path, MAX_LINES)}
     assert not over, f"files over {MAX_LINES} lines (or over their recorded ceiling): split them: {over}"
     assert all(path in sizes for path in LARGER), "a file in LARGER is gone: drop it from the list"

@@ -13,10 +13,12 @@ import pytest
 from sqlalchemy import event
 from test_whatif import Env
 
-from scheduler.live.explain import queue_start_estimates
+from policies import make_policy
+from scheduler.live.estimates import LiveEstimator
 from scheduler.live.store import Store
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Job as JobRow
+from web.api.estimates import ESTIMATOR_KEY
 from web.api.job_json import job_json
 from web.fast_dump import dumper
 from web.schemas.jobs import JobListSchema, JobSummarySchema
@@ -60,11 +62,12 @@ def varied_jobs(env: Env) -> None:
 
 def test_the_fast_dump_gives_what_the_schema_dump_gives(env: Env) -> None:
     varied_jobs(env)
+    estimates = LiveEstimator(env.store, make_policy).current()
     with env.store.session() as s:
         jobs, total = q.list_jobs(s, limit=1000, offset=0)
         names = q.user_names(s, [j.user_id for j in jobs])
         allocs = q.current_allocations(s, jobs)
-        rows = [job_json(j, names[j.user_id], allocs.get(j.id, []), q.queue_positions(s), queue_start_estimates(s))
+        rows = [job_json(j, names[j.user_id], allocs.get(j.id, []), q.queue_positions(s), estimates)
                 for j in jobs]
     assert total == 9 and any(r["allocation"] for r in rows) and any(r["start_estimate_s"] for r in rows)
     fast = {"jobs": [dumper(JobSummarySchema())(r) for r in rows], "total": total}
@@ -93,10 +96,13 @@ def statements(env: Env, path: str, who: str = "alice") -> tuple[int, Any]:
 def test_a_full_page_costs_the_statements_of_a_small_one(env: Env) -> None:
     varied_jobs(env)
     statements(env, "/jobs?limit=1000")  # caches warm (the token, the limits)
+    # Each page below replays the queue for its estimates: one replay, whatever the number of jobs.
+    env.client.application.extensions.pop(ESTIMATOR_KEY)
     few, page = statements(env, "/jobs?limit=1000")
     assert page["total"] == 9
     for i in range(300):
         env.pending(f"more-{i}", 1, 60) if i % 3 else env.running(f"run-{i}", [i % 16], 60, 0.1, share=0.01)
+    env.client.application.extensions.pop(ESTIMATOR_KEY)
     many, page = statements(env, "/jobs?limit=1000")
     assert page["total"] == 309 and len(page["jobs"]) == 309
     assert many == few  # no statement per job

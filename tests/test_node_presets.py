@@ -46,9 +46,11 @@ def gpu_types(cluster: Any) -> list[str]:
 def test_one_preset_builds_exactly_the_cluster_it_always_did() -> None:
     """The per-node builder, given nodes of one preset, is the old `build_live_cluster(preset, gpus_by_node)`: the
     same groups (consecutive nodes with as many GPUs), the same name, the same arrays."""
-    old = build_cluster(ClusterSpec(name="live-dgx-a100", groups=[
-        NodeGroupSpec(count=2, node=node_type("dgx-a100", 8)), NodeGroupSpec(count=1, node=node_type("dgx-a100", 4)),
-        NodeGroupSpec(count=1, node=node_type("dgx-a100", 8))]))
+    old = build_cluster(ClusterSpec(name="live-dgx-a100", groups=[  # (the live builder names each node, as the
+        # model's default does: node<index>, which constraints select by)
+        NodeGroupSpec(count=2, node=node_type("dgx-a100", 8), names=["node0", "node1"]),
+        NodeGroupSpec(count=1, node=node_type("dgx-a100", 4), names=["node2"]),
+        NodeGroupSpec(count=1, node=node_type("dgx-a100", 8), names=["node3"])]))
     for new in (build_live_cluster([("dgx-a100", 8), ("dgx-a100", 8), ("dgx-a100", 4), ("dgx-a100", 8)]),
                 build_live_cluster("dgx-a100", [8, 8, 4, 8])):
         assert new.name == old.name == "live-dgx-a100"

@@ -359,6 +359,23 @@ def test_a_drained_node_takes_no_job_in_the_what_if(env: Env) -> None:
 # ---- the API: refusals ---------------------------------------------------------------------------------------------
 
 
+def test_a_hypothetical_elastic_job_is_sized_by_the_policy(env: Env) -> None:
+    # On the idle cluster marginal-gain starts it at its most (8 GPUs): its 800 s of work at 2 GPUs take a quarter of
+    # that, at the seed's draw (it scales linearly inside a node); rigid, it takes all of them.
+    env.activate("marginal-gain")
+    job = {"name": "grows", "model": MODEL, "num_gpus": 2, "duration_s": 800, "min_gpus": 1, "max_gpus": 8}
+    out = env.ok({"seeds": 2, "jobs": [job]})
+    [h] = out["hypothetical"]
+    rigid = env.ok({"seeds": 2, "jobs": [{k: v for k, v in job.items() if k not in ("min_gpus", "max_gpus")}]})
+    [r] = rigid["hypothetical"]
+    for elastic_jct, rigid_jct in zip(h["jct_s_per_seed"], r["jct_s_per_seed"], strict=True):
+        assert elastic_jct == pytest.approx(rigid_jct / 4, rel=0.02)
+    bad = env.post({"jobs": [{**job, "max_gpus": None}]})
+    assert bad.status_code == 422 and "jobs.0.min_gpus" in bad.json["errors"]["json"], bad.json
+    bad = env.post({"jobs": [{**job, "sizes": [1, 8]}]})
+    assert bad.status_code == 422 and "jobs.0.sizes" in bad.json["errors"]["json"], bad.json
+
+
 def test_bad_fields_are_refused_by_name(env: Env) -> None:
     resp = env.post({"extra_nodes": 2000, "seeds": 0, "horizon_s": -1, "bogus": 1,
                      "jobs": [{"model": "nope", "num_gpus": 1.5, "duration_s": -1, "submit_in_s": -5, "x": 1}]})
@@ -477,6 +494,7 @@ def test_the_apis_limits_are_the_cores() -> None:
     assert limits.WHATIF_MAX_EXTRA_NODES == whatif.MAX_EXTRA_NODES
     assert limits.WHATIF_MAX_HYPOTHETICAL == whatif.MAX_HYPOTHETICAL
     assert limits.WHATIF_MAX_JOBS == whatif.MAX_JOBS
+    assert limits.MAX_JOB_GPUS == whatif.MAX_ELASTIC_GPUS and limits.MAX_ELASTIC_SIZES == whatif.MAX_ELASTIC_SIZES
 
 
 def test_the_core_refuses_bad_requests_naming_the_field() -> None:

@@ -33,6 +33,10 @@ MAX_JOB_SECONDS = 365 * 24 * 3600.0
 # An inference job's latency SLO: from 0.1 ms (the catalog's fastest model takes 6 ms) to an hour.
 MIN_SLO_MS = 0.1
 MAX_SLO_MS = 3600 * 1000.0
+# An elastic job's sizes (`min_gpus`, `max_gpus`, each of `sizes`) are GPU counts, bounded as num_gpus is; a list of
+# sizes has at most this many (each size a policy weighs is a pricing of the job), and a resize's pause is at most a day.
+MAX_ELASTIC_SIZES = 64
+MAX_RESIZE_PAUSE_S = 86400.0
 MAX_PRIORITY = 1_000_000  # either sign
 MAX_CEILING_CLASSES = 100  # priority classes one user's or team's ceiling may name
 

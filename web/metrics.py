@@ -51,6 +51,7 @@ class StoreCollector(Collector):
             quotas = {t.name: t.quota_gpus for t in queries.list_teams(s)}
             usage = queries.team_usage(s)
             held_s = gpu_seconds_by_team(s, time.time())
+            guard = queries.active_policy_info(s).get("guard") or {}
         yield GaugeMetricFamily("corral_queue_length", "Jobs waiting to be placed", value=by_state.get("pending", 0))
         yield GaugeMetricFamily("corral_running_jobs", "Jobs placed and running", value=by_state.get("running", 0))
         jobs = GaugeMetricFamily("corral_jobs", "Jobs in the store by state", labels=["state"])
@@ -72,6 +73,8 @@ class StoreCollector(Collector):
             for team, quota in quotas.items():
                 family.add_metric([team], quota if key is None else usage[team][key])
             yield family
+        yield GaugeMetricFamily("corral_guard_fallback_acting", "1 while a guarded policy's fallback decides in its "
+                                "place (the guard's verdict), else 0", value=1.0 if guard.get("fallback") else 0.0)
         # What `GET /accounting?by=team` sums over a period, as a counter: its increase over the period x 1/3600.
         counter = CounterMetricFamily("corral_team_gpu_seconds", "GPU-seconds the team's jobs held (shares weighted)",
                                       labels=["team"])

@@ -14,6 +14,27 @@ def gpus_text(n: float) -> str:
     return str(int(n)) if float(n).is_integer() else f"{float(n):g}"
 
 
+def job_gpus_text(job: dict[str, Any]) -> str:
+    """A job's GPUs as it asked for them: its one size ("4", "0.5"), or an elastic job's bounds ("2-8")."""
+    low, high = job.get("min_gpus"), job.get("max_gpus")
+    if low is None or high is None or low == high:
+        return gpus_text(job["num_gpus"])
+    return f"{low}-{high}"
+
+
+def show_gpus_text(job: dict[str, Any]) -> str:
+    """A job's GPUs in full, as `corral show` writes them: "4", or an elastic job's "2-8, elastic: sizes 2, 4, 8;
+    duration measured at 2 GPUs; resize pause 60 s"."""
+    low, high = job.get("min_gpus"), job.get("max_gpus")
+    if low is None or high is None or low == high:
+        return gpus_text(job["num_gpus"])
+    sizes = f"sizes {', '.join(map(str, job['sizes']))}" if job.get("sizes") else "any size between"
+    pause = job.get("resize_pause_s")
+    pause_text = f"{pause:g} s" if pause is not None else "the model's estimate"
+    return (f"{low}-{high}, elastic: {sizes}; duration measured at {gpus_text(job['num_gpus'])} GPUs; resize pause "
+            f"{pause_text}")
+
+
 def placement(allocation: list[dict[str, Any]], *, cluster_ids: bool = False) -> str:
     """`node-0: GPU 0-1; node-1: GPU 3 ×0.5`: the job's GPUs by node and index on the node (what CUDA_VISIBLE_DEVICES
     names), as every view writes them (`scheduler.live.words`), with the cluster-wide numbers that decisions use after
@@ -34,7 +55,13 @@ def when(ts: float | None) -> str:
 
 
 def start_text(job: dict[str, Any]) -> str:
-    """A pending job's start estimate, as the rough figure it is."""
+    """A pending job's start estimate, as the rough figure it is; a job the rules never start says so, with why (the
+    server's words: `start_estimate_text`), and one past the replay's bounds says "not estimated"."""
+    outlook = job.get("start_estimate_outlook")
+    if outlook == "never":
+        return job.get("start_estimate_text") or "never starts under the current rules"
+    if outlook == "beyond":
+        return "not estimated (past the replay's bounds)"
     est = job.get("start_estimate_s")
     if est is None:
         return "unknown"
@@ -69,3 +96,33 @@ def array_states_text(array: dict[str, Any]) -> str:
     states = ", ".join(f"{n} {state}" for state, n in sorted(array["states"].items(), key=lambda kv: -kv[1]))
     held = f" ({array['held']} held)" if array.get("held") else ""
     return f"{array['count']} tasks{bound}: {states}{held}"
+
+
+def environment_text(env: dict[str, Any] | None) -> str | None:
+    """A job's environment (docs/environments.md) on one line: its packages, venv, image and working directory."""
+    if not env:
+        return None
+    parts = []
+    if env.get("pip"):
+        parts.append("pip " + ", ".join(env["pip"]))
+    if env.get("venv"):
+        parts.append(f"venv {env['venv']}")
+    if env.get("image"):
+        parts.append(f"image {env['image']}")
+    if env.get("working_dir"):
+        wd = env["working_dir"]
+        parts.append(f"working dir {wd['bytes'] / 1024:.1f} KiB (sha256 {wd['sha256'][:12]})")
+    return "; ".join(parts)
+
+
+def constraints_text(given: dict[str, Any] | None) -> str | None:
+    """Where a job may run, in the core's words ("gpu=h100, not on node3"); None: anywhere."""
+    from scheduler.core.constraints import ConstraintError, Constraints
+
+    if not given:
+        return None
+    try:
+        made = Constraints.from_json(given)
+    except ConstraintError:
+        return str(given)  # a newer server's form: shown as it came
+    return made.words() if made is not None else None

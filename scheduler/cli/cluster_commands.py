@@ -53,7 +53,9 @@ def _gpu_table(node: dict[str, Any]) -> Table:
     by_gpu = {h["index"]: h for h in health["gpus"]} if health else {}
     # The rack the node names (`corral node start --rack`), before its preset: the map groups by it too.
     rack = f"rack {escape(node['rack'])}, " if node.get("rack") else ""
-    table = Table(title=f"{escape(node['name'])} ({rack}{escape(node['preset'])}, {_status_text(node)}"
+    # Its operator's labels (`corral node start --label`), which jobs' constraints select it by.
+    labels = "".join(f"{escape(k)}={escape(v)}, " for k, v in sorted((node.get("labels") or {}).items()))
+    table = Table(title=f"{escape(node['name'])} ({rack}{labels}{escape(node['preset'])}, {_status_text(node)}"
                         f"{health_text(health)})", title_justify="left", box=None, header_style="bold")
     for col in ("gpu", "local", "type", "mem", "free", *(("health",) if health else ()), "tenants"):
         table.add_column(col, justify="left" if col in ("type", "health", "tenants") else "right")

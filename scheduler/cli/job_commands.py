@@ -11,10 +11,12 @@ from scheduler.cli.client import CorralClient
 from scheduler.cli.client_io import api_errors, client, connection, console, print_json
 from scheduler.cli.client_text import (
     array_states_text,
-    gpus_text,
+    constraints_text,
+    environment_text,
     placement,
     progress_text,
     reason_text,
+    show_gpus_text,
     start_text,
     state_text,
     when,
@@ -72,6 +74,22 @@ def jobs(state: str | None, user: str | None, team: str | None, limit: int, offs
         out.print(f"left out at this width: {', '.join(hidden)} (`corral show ID` or --json has them)", style="dim")
 
 
+def duration_text(j: dict[str, Any]) -> str:
+    """The job's duration, and where none was given, what it was estimated from."""
+    estimate = j.get("duration_estimate")
+    return f"{j['duration_s']:g}s" + (f" (estimated: {estimate['text']})" if estimate else "")
+
+
+def model_text(j: dict[str, Any]) -> str:
+    """The job's model, and for one that named none (the generic profile) the measured runs that refine it."""
+    alike = (j.get("profile_usage") or {}).get("usage") or {}
+    own = j.get("measured_usage") or {}
+    runs = int(alike.get("runs", 0)) + int(own.get("runs", 0))
+    if not runs:
+        return j["model"]
+    return f"{j['model']} (refined from {runs} measured run{'s' if runs > 1 else ''}; `GET /jobs/{j['id']}/explain`)"
+
+
 @click.command()
 @click.argument("job_id", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True)
@@ -87,10 +105,12 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
     out.print(f"[bold]job {j['id']}[/] {escape(j['name'])}  {state_text(j['state'])}"
               + ("  [red](cancel requested)[/]" if j["cancel_requested"] and j["state"] == JobState.RUNNING else ""))
     rows = [
-        ("user", j["user"]), ("team", j["team"]), ("kind", j["kind"]), ("model", j["model"]), ("gpus", gpus_text(j["num_gpus"])),
-        ("duration", f"{j['duration_s']:g}s"), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
-        ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None), ("priority", priority_text(j)),
+        ("user", j["user"]), ("team", j["team"]), ("kind", j["kind"]), ("model", model_text(j)), ("gpus", show_gpus_text(j)),
+        ("duration", duration_text(j)), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
+        ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None),
+        ("environment", environment_text(j.get("environment"))), ("priority", priority_text(j)),
         ("time limit", f"{j['time_limit_s']:g} s" if j.get("time_limit_s") else None),
+        ("constraints", constraints_text(j.get("constraints"))),
         ("depends on", dependencies_text(j.get("dependencies") or [])),
         ("array", f"task {j['array_index']} of array {j['array']['id']} ({array_states_text(j['array'])})"
                   if j.get("array") else None),
@@ -102,7 +122,8 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
                     f"{j['retry_backoff_s']:g} s" if j["max_retries"] else None),
         ("attempt", j["attempt"]), ("progress", progress_text(j["progress"], 1) or None),
         ("submitted", when(j["submitted_at"])),
-        ("started", j["started_at"] and when(j["started_at"])),
+        ("started", when(j["started_at"]) if j["started_at"] else "not yet: preparing its environment"
+                    if j["state"] == JobState.RUNNING and j.get("environment") else None),
         ("finished", j["finished_at"] and when(j["finished_at"])),
         ("placement", placement(j["allocation"], cluster_ids=True) or None),
         ("predicted slowdown", f"{j['predicted_slowdown']:.3f}" if j["predicted_slowdown"] is not None else None),

@@ -10,7 +10,7 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
-from scheduler.cli.client_text import gpus_text, placement, progress_text, reason_text, start_text, state_text
+from scheduler.cli.client_text import job_gpus_text, placement, progress_text, reason_text, start_text, state_text
 from scheduler.live.job_states import JobState
 
 
@@ -27,7 +27,7 @@ JOB_COLUMNS: dict[str, JobColumn] = {  # in the order they are shown
     "user": JobColumn(lambda j: j["user"]),
     "team": JobColumn(lambda j: j["team"]),
     "state": JobColumn(lambda j: j["state"]),
-    "gpus": JobColumn(lambda j: gpus_text(j["num_gpus"]), right=True),
+    "gpus": JobColumn(job_gpus_text, right=True),  # an elastic job's bounds: 2-8
     "model": JobColumn(lambda j: j["model"]),
     "progress": JobColumn(lambda j: progress_text(j["progress"]), right=True),
     "queue": JobColumn(lambda j: f"#{j['queue_position']}" if j.get("queue_position") else "", right=True),

@@ -334,7 +334,7 @@ def use_ray_token() -> None:
         ray_auth.use_token(source)
 
 
-EVAL_ROWS = [(k, h, f) for k, h, f in METRIC_COLUMNS if k not in ("wall_s", "jobs_timed_out")] + [("slo_violation_frac", "SLO miss", "{:.1%}")]
+EVAL_ROWS = [(k, h, f) for k, h, f in METRIC_COLUMNS if k not in ("wall_s", "jobs_timed_out", "resizes")] + [("slo_violation_frac", "SLO miss", "{:.1%}")]
 
 
 def evaluation_table(trace: str, res: dict[str, Any]) -> Any:

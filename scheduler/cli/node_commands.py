@@ -89,6 +89,10 @@ from scheduler.live.runs import START_STRIKES, START_TIMEOUT_S
               metavar="F",
               help="A job asking for at least this share of the cluster's GPUs holds a reservation at once. Default: "
                    "no reservations by size.")
+@click.option("--resize-interval", "resize_interval", type=Number("float", 0, 7 * 24 * 3600), default=None,
+              metavar="SECONDS",
+              help="The least time between two resizes of an elastic job (a resize costs the job a checkpoint and a "
+                   "restart; see docs/elastic.md). Default: 600.")
 @click.option("--start-timeout", "start_timeout", type=Number("float", 1, 24 * 3600), default=START_TIMEOUT_S,
               show_default=True, metavar="SECONDS",
               help="A job whose workers Ray has not started this long after it was placed is taken back: requeued "
@@ -134,7 +138,8 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
           job_user: str | None, command_jobs: str, show_others_jobs: bool, log_limit_mb: float,
           allow_unauthenticated_ray: bool,
           half_life_h: float, on_gpu_fault: str, drain_timeout: float, webhook_allow: tuple[str, ...],
-          reserve_after: float | None, reserve_share: float | None, start_timeout: float, drain_after: int,
+          reserve_after: float | None, reserve_share: float | None, resize_interval: float | None, start_timeout: float,
+          drain_after: int,
           lease: float, lease_renew: float | None, threads: int, idle_timeout: float, request_timeout: float,
           max_connections: int, max_per_address: int, max_in_flight: int, api_workers: int) -> None:
     """Run the live service: controller on Ray, job store, REST API (SQLite under CORRAL_HOME unless DATABASE_URL).
@@ -171,7 +176,8 @@ def serve(host: str, port: int, nodes: int, gpus_per_node: int, preset: str, fab
                                 idle_timeout_s=idle_timeout,
                                 request_timeout_s=request_timeout, max_connections=max_connections,
                                 max_per_address=max_per_address, max_in_flight=max_in_flight,
-                                api_workers=api_workers))
+                                api_workers=api_workers,
+                                **({} if resize_interval is None else {"resize_interval_s": resize_interval})))
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None
     except ServeError as exc:
@@ -195,6 +201,23 @@ def ray_token_cmd(show: bool) -> None:
 RACK_HELP = ("The rack this node sits in (1 to 64 letters, digits, '.', '_' or '-'): nodes naming one rack share it, "
              "and topology-aware policies keep a gang in one rack when one holds it. Default: none (the node fills "
              "racks in order).")
+LABEL_HELP = ("A label this node carries, KEY=VALUE (repeat for more; letters, digits and ._/- each): jobs' "
+              "constraints select nodes by them (`corral submit --constraint zone=a`) and by the labels its hardware "
+              "gives it (gpu=h100, interconnect=nvlink).")
+
+
+def _parse_labels(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
+    """--label KEY=VALUE, repeated, as a dict (the core's rule for a label: `scheduler.core.constraints`)."""
+    from scheduler.core.constraints import ConstraintError, parse_label
+
+    labels: dict[str, str] = {}
+    for text in value:
+        try:
+            key, val = parse_label(text, "--label")
+        except ConstraintError as exc:
+            raise click.BadParameter(exc.why, ctx, param) from None
+        labels[key] = val
+    return labels
 
 
 @click.command("node-resources")
@@ -203,7 +226,8 @@ RACK_HELP = ("The rack this node sits in (1 to 64 letters, digits, '.', '_' or '
 @click.option("--preset", default=None, help="The server model this node is (dgx-a100, pcie-v100, pcie-t4): the "
               "controller models it so. Default: none, and the controller models it as `corral serve --preset`.")
 @click.option("--rack", default=None, help=RACK_HELP)
-def node_resources_cmd(name: str, gpus: int, preset: str | None, rack: str | None) -> None:
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", callback=_parse_labels, help=LABEL_HELP)
+def node_resources_cmd(name: str, gpus: int, preset: str | None, rack: str | None, labels: dict[str, str]) -> None:
     """Print the JSON for `ray start --resources` that makes a Ray node a Corral node."""
     from scheduler.live.cluster import node_type
     from scheduler.live.runs import check_rack, node_resources
@@ -218,7 +242,7 @@ def node_resources_cmd(name: str, gpus: int, preset: str | None, rack: str | Non
             check_rack(rack)
         except SpecError as exc:
             raise click.BadParameter(str(exc), param_hint="'--rack'") from None
-    click.echo(json.dumps(node_resources(name, gpus, preset, rack)))
+    click.echo(json.dumps(node_resources(name, gpus, preset, rack, labels)))
 
 
 
@@ -258,6 +282,7 @@ def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 @click.option("--preset", default=None, help="Server model (dgx-a100, pcie-v100, pcie-t4): with --gpus N, what the "
               "virtual GPUs are; with auto, overrides the model NVML's names match.")
 @click.option("--rack", default=None, help=RACK_HELP)
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", callback=_parse_labels, help=LABEL_HELP)
 @click.option("--mps-control", default=None, metavar="PATH",
               help="The CUDA MPS control program [default: nvidia-cuda-mps-control on PATH; none: no MPS].")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -272,7 +297,7 @@ def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> s
               help="Join a Ray cluster that takes no token (anyone who reaches it runs code on this node).")
 @click.argument("ray_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- RAY_START_ARGS]...")
 def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str | None, rack: str | None,
-                   mps_control: str | None, state_dir: Path | None, health_interval: float, api: str | None, dry_run: bool,
+                   labels: dict[str, str], mps_control: str | None, state_dir: Path | None, health_interval: float, api: str | None, dry_run: bool,
                    allow_unauthenticated_ray: bool, ray_args: tuple[str, ...]) -> None:
     """Join the Ray cluster at ADDRESS as a Corral node, in the foreground until stopped (like `ray start --block`):
     discover the GPUs (NVML), run `ray start` with Corral's resources for them, start CUDA MPS while fractional jobs
@@ -281,7 +306,7 @@ def node_start_cmd(address: str, name: str | None, gpus: int | None, preset: str
     from scheduler.live.node.daemon import TOKEN_ENV, AgentError, AgentOptions, NodeAgent, default_name
 
     opts = AgentOptions(address=address, name=name or default_name(), gpus=gpus, preset=preset, rack=rack,
-                        node_dir=state_dir, mps_control=mps_control, ray_args=ray_args, health_interval_s=health_interval,
+                        labels=tuple(sorted(labels.items())), node_dir=state_dir, mps_control=mps_control, ray_args=ray_args, health_interval_s=health_interval,
                         dry_run=dry_run, api=api, api_token=os.environ.get(TOKEN_ENV) or None,
                         allow_unauthenticated_ray=allow_unauthenticated_ray)
     try:

@@ -32,3 +32,18 @@ def build_policies(names: list[str], seed: int) -> dict[str, Any]:
         except SpecError as exc:
             raise click.BadParameter(str(exc), param_hint="'--policy'") from None
     return built
+
+
+def guarded_policies(policies: list[str], guard: str, seed: int) -> dict[str, Any]:
+    """Each policy under the guard, with the fallbacks `guard` names ("auto": the default candidates)."""
+    from policies.guarded import DEFAULT_CANDIDATES, Guarded
+    from policies.registry import UnknownPolicyError
+
+    candidates = DEFAULT_CANDIDATES if guard.strip() == "auto" else tuple(
+        c.strip() for c in guard.split(",") if c.strip())
+    if not candidates:
+        raise click.BadParameter("name fallback policies, or auto", param_hint="'--guard'")
+    try:
+        return {name: Guarded(name, seed=seed, candidates=candidates) for name in policies}
+    except (UnknownPolicyError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="'--guard'") from None

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scheduler.cli.api_workers import ApiWorkers, WakePipe, WorkerSettings
+from scheduler.core.elastic import RESIZE_INTERVAL_S
 from scheduler.core.fabric import FABRICS
 from scheduler.core.heap import freeze_heap
 from scheduler.core.model import Cluster, SpecError
@@ -32,6 +33,7 @@ from scheduler.live.cluster import (
     check_fabric,
     fabric_in_store,
     model_cluster,
+    node_labels,
     node_preset,
     node_rack,
     node_type,
@@ -84,6 +86,7 @@ class ServeConfig:
     reserve_share: float | None = None  # None: none
     start_timeout_s: float = START_TIMEOUT_S  # a placed run whose workers are not up by then is requeued
     drain_after: int = START_STRIKES  # a node where that many jobs' workers did not start in an hour is drained
+    resize_interval_s: float = RESIZE_INTERVAL_S  # the least time between two resizes of an elastic job
     lease_s: float = 4.0  # the controller lease's term on PostgreSQL (scheduler.live.leader.timings)
     lease_renew_s: float | None = None  # and how often the leader renews it; None: a quarter of the term
 
@@ -116,7 +119,8 @@ def discover(backend: RayBackend, cfg: ServeConfig, known: Sequence[ModelNode] =
         preset, why = node_preset(alive[name].preset, cfg.preset, alive[name].gpus)
         if why:
             log.warning("node %s: %s", name, why)
-        order.append(ModelNode(name, alive[name].gpus, preset, advertised_rack(alive[name])))
+        order.append(ModelNode(name, alive[name].gpus, preset, advertised_rack(alive[name]),
+                               node_labels(alive[name].labels)))
     return order, model_cluster(order, fabric)
 
 
@@ -153,7 +157,8 @@ def stored(node: ModelNode, now: NodeInfo | None, fallback: str) -> ModelNode:
     if why:
         log.warning("node %s: %s", node.name, why)
     rack = advertised_rack(now) if now is not None else node_rack(node.rack)[0]
-    return node._replace(preset=preset, rack=rack)
+    labels = node_labels(now.labels) if now is not None else node.labels
+    return node._replace(preset=preset, rack=rack, labels=labels)
 
 
 class ServeError(Exception):
@@ -188,7 +193,8 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
     known: list[ModelNode] = []
     if cfg.ray_address:  # a cluster that outlives this process: keep the numbering its allocations were written in
         with store.session() as s:
-            known = [ModelNode(n.name, len(n.gpus), n.preset, n.rack) for n in queries.nodes_with_gpus(s)]
+            known = [ModelNode(n.name, len(n.gpus), n.preset, n.rack, node_labels(n.labels))
+                     for n in queries.nodes_with_gpus(s)]
     fabric = stored_fabric(store)
     nodes, cluster = discover(backend, cfg, known, fabric)
     if fabric is not None:
@@ -199,7 +205,8 @@ def build_controller(store: Store, backend: RayBackend, cfg: ServeConfig,
                       log_limit_bytes=int(cfg.log_limit_mb * 2**20), half_life_s=cfg.half_life_s,
                       leadership=leadership_for(store, cfg, lock), nodes_from_store=bool(cfg.ray_address),
                       on_fault=OnFault(cfg.on_gpu_fault), reservations=reservation_rule(cfg), fabric=fabric,
-                      start_timeout_s=cfg.start_timeout_s, drain_after=cfg.drain_after)
+                      start_timeout_s=cfg.start_timeout_s, drain_after=cfg.drain_after,
+                      resize_interval_s=cfg.resize_interval_s)
 
 
 def reservation_rule(cfg: ServeConfig) -> ReservationRule | None:

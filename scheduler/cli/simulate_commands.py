@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from scheduler.core.simulator import SimResult
     from scheduler.core.traces import Trace
 from scheduler.cli.params import parse_cluster_option
-from scheduler.cli.policy_options import build_policies, parse_policies
+from scheduler.cli.policy_options import build_policies, guarded_policies, parse_policies
 from scheduler.cli.tables import METRIC_COLUMNS, duration_unit, format_duration, table_cell
 
 
@@ -49,24 +49,38 @@ from scheduler.cli.tables import METRIC_COLUMNS, duration_unit, format_duration,
               help="A whole-GPU job waiting this long gets a reservation; others backfill around it (EASY backfill).")
 @click.option("--reserve-share", "reserve_share", type=Number("float", 0, 1, min_open=True), default=None,
               metavar="F", help="A job asking for at least this share of the cluster's GPUs gets a reservation.")
+@click.option("--elastic", "elastic", type=Number("float", 0, 1), default=None, metavar="F",
+              help="Make a share F of the trace's whole-GPU training jobs elastic, from half to twice their size, "
+                   "drawn from --seed (docs/elastic.md). A synthetic trace takes its own: synthetic:N,elastic=F.")
+@click.option("--resize-interval", "resize_interval", type=Number("float", 0, 7 * 24 * 3600), default=None,
+              metavar="SECONDS", help="The least time between two resizes of an elastic job (default: 600).")
 @click.option("--mps-one-user", "mps_one_user", is_flag=True,
               help="The shares of one node go to one user's jobs at a time, as CUDA MPS runs them when jobs run as "
                    "per-user OS accounts (the live service's rule with --job-user-pattern or --job-user-map).")
+@click.option("--guard", "guard", default=None, metavar="auto|P1,P2,...",
+              help="Run each policy under the guard (docs/learned-policies.md): every 50 arrivals it replays them "
+                   "under the policy and under the fallbacks (auto: tiresias, gittins, fifo-backfill, "
+                   "contention-greedy) and hands the decisions to the best fallback while the policy is losing by "
+                   "over 2% with 95% confidence.")
 def simulate(
     trace_path: str, trace_format: str, limit: int | None, cluster: Cluster, policies: list[str],
     no_contention: bool, seed: int, json_out: Path | None, plot_out: Path | None, teams_path: Path | None,
     time_limits: float | None, reserve_after: float | None, reserve_share: float | None, mps_one_user: bool,
+    elastic: float | None, resize_interval: float | None, guard: str | None,
 ) -> None:
     """Replay a trace on a simulated cluster under each policy and compare them."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from scheduler.core.elastic import RESIZE_INTERVAL_S
     from scheduler.core.simulator import SimulationError, Simulator
     from scheduler.core.traces import load_trace
 
     # Piped output (CI logs, files) has no terminal width; use a wide one rather than fold the table.
     console = Console(width=None if sys.stdout.isatty() else 160)
     built = build_policies(policies, seed)
+    if guard is not None:
+        built = guarded_policies(policies, guard, seed)
     try:
         trace = load_trace(trace_path, format=trace_format, limit=limit, seed=seed)
     except SpecError as exc:
@@ -76,6 +90,12 @@ def simulate(
     from scheduler.core.reservations import ReservationRule, with_time_limits
 
     jobs = trace.jobs if time_limits is None else with_time_limits(trace.jobs, time_limits)
+    if elastic is not None:
+        from scheduler.core.elastic import elastic_window
+
+        jobs = elastic_window(jobs, elastic, seed)
+        console.print(f"elastic: {sum(j.elastic for j in jobs)} of {len(jobs)} jobs may run at half to twice their "
+                      f"size ({elastic:g} of the whole-GPU training jobs, drawn from seed {seed})")
     rule = None if reserve_after is None and reserve_share is None else ReservationRule(reserve_after, reserve_share)
     teams = None
     if teams_path is not None:
@@ -101,12 +121,16 @@ def simulate(
         for name in policies:
             task = progress.add_task(name, total=len(trace.jobs))
             sim = Simulator(cluster, jobs, built[name], contention=not no_contention, teams=teams,
-                            progress=partial(progress.advance, task), reservations=rule, mps_one_user=mps_one_user)
+                            progress=partial(progress.advance, task), reservations=rule, mps_one_user=mps_one_user,
+                            resize_interval_s=RESIZE_INTERVAL_S if resize_interval is None else resize_interval)
             try:
                 results.append(sim.run())
             except SimulationError as exc:
                 raise click.ClickException(f"policy {name}: {exc}") from None
-    console.print(metrics_table(results, {name: p.oracle for name, p in built.items()}))
+    console.print(metrics_table(results, {p.name: p.oracle for p in built.values()}))
+    for name, policy in built.items():
+        for line in guard_lines(policy, name, results[policies.index(name)]):
+            console.print(line)
     if teams is not None:
         console.print(teams_table(results))
     if json_out is not None:
@@ -121,6 +145,20 @@ def simulate(
         console.print(f"JCT CDF written to {plot_out}")
 
 
+def guard_lines(policy: Any, name: str, result: SimResult) -> list[str]:
+    """What the guard did in a run: its windows, its switches, how long the fallback acted, and its last verdict."""
+    verdicts = getattr(policy, "verdicts", None)
+    if verdicts is None:
+        return []
+    if not verdicts:
+        return [f"guard on {name}: no full window of arrivals; {name} acted throughout"]
+    name = getattr(policy, "learned_name", name)
+    switches = sum(v.switched for v in verdicts)  # (of the verdicts the guard keeps: its latest)
+    span = max((j.end_s or 0.0) for j in result.jobs) or 1.0
+    return [f"guard on {name}: {policy.rule.windows} windows, {switches} switches, a fallback acted "
+            f"{policy.fallback_s / span:.0%} of the time; last: {verdicts[-1].text(name)}"]
+
+
 def metrics_table(results: list[SimResult], oracle: dict[str, bool]) -> Any:
     """Metrics as rows and policies as columns, so many policies still fit a terminal; best avg JCT in green."""
     from rich.table import Table
@@ -131,8 +169,8 @@ def metrics_table(results: list[SimResult], oracle: dict[str, bool]) -> Any:
         table.add_column(r.policy + (" (oracle)" if oracle[r.policy] else ""), justify="right")
     best = min(r.metrics["avg_jct_s"] for r in results)
     for key, header, fmt in METRIC_COLUMNS:
-        if key == "jobs_timed_out" and not any(key in r.metrics for r in results):
-            continue  # no job had a time limit
+        if key in ("jobs_timed_out", "resizes") and not any(key in r.metrics for r in results):
+            continue  # no job had a time limit, or none was elastic
         cells = []
         rows = [r.metrics | {"wall_s": r.wall_s} for r in results]
         unit = duration_unit(row.get(key, 0) for row in rows) if fmt == "dur" else None  # one unit a row

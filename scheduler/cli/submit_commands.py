@@ -11,10 +11,79 @@ import click
 
 from scheduler.cli.client_io import api_errors, client, connection, print_json
 from scheduler.cli.client_text import array_states_text
-from scheduler.cli.params import JOB_ID, NATURAL, POSITIVE, Number
+from scheduler.cli.params import COUNT, JOB_ID, NATURAL, NON_NEGATIVE, POSITIVE, Number
+from scheduler.live import environments
 from scheduler.live.job_states import DEFAULT_JOB_KIND, JobType, RestartPolicy
 
 GPUS = Number("number", 0, min_open=True)  # whole GPUs or a share of one: the server checks which shares it takes
+ELASTIC = ("min_gpus", "max_gpus", "sizes", "resize_pause_s")  # what makes a job elastic, and --gpus N takes away
+
+
+class GpuRequest(click.ParamType):
+    """`--gpus`: N, one size (whole GPUs or a share of one, as GPUS), or MIN-MAX, an elastic job's bounds: whole
+    GPUs, MIN at least 1 and at most MAX. Converts to {num_gpus} or {min_gpus, max_gpus}. The server checks the
+    rest (the largest count, the sizes), naming the field."""
+
+    name = "gpus"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return value
+        text = str(value).strip()
+        low, dash, high = text.partition("-")
+        if not dash or not low:  # a number ("-2" too: GPUS refuses it as one)
+            return {"num_gpus": GPUS.convert(text, param, ctx)}
+        if not high:
+            self.fail(f"write MIN-MAX with both ends (2-8), got {text!r}", param, ctx)
+        try:
+            lo, hi = int(low), int(high)
+        except ValueError:
+            self.fail(f"an elastic job's bounds are whole GPUs (MIN-MAX, e.g. 2-8), got {text!r}", param, ctx)
+        if lo < 1:
+            self.fail(f"the minimum is at least 1 GPU, got {text!r}", param, ctx)
+        if lo > hi:
+            self.fail(f"the minimum ({lo}) is above the maximum ({hi}): write MIN-MAX, got {text!r}", param, ctx)
+        return {"min_gpus": lo, "max_gpus": hi}
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N|MIN-MAX"
+
+
+def _sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    """--sizes 2,4,8: whole GPU counts separated by commas, taken in increasing order."""
+    if value is None:
+        return None
+    try:
+        sizes = sorted({int(size) for size in value.split(",")})
+    except ValueError:
+        raise click.BadParameter(f"give whole GPU counts separated by commas (2,4,8), got {value!r}") from None
+    if sizes[0] < 1:
+        raise click.BadParameter(f"each size is at least 1 GPU, got {value!r}")
+    return sizes
+
+
+def _gpu_fields(spec: dict[str, Any], flags: dict[str, Any]) -> None:
+    """Put --gpus and the elastic flags into `spec` (a --file's fields): --gpus N makes a job of one size, whatever
+    the file said; --gpus MIN-MAX an elastic one, its duration measured at --ref-gpus (default MIN)."""
+    gpus, ref = flags.pop("gpus"), flags.pop("ref_gpus")
+    if gpus is not None and "num_gpus" in gpus:
+        for hint, given in (("--ref-gpus", ref), ("--sizes", flags["sizes"]),
+                            ("--resize-pause", flags["resize_pause_s"])):
+            if given is not None:
+                raise click.BadParameter("only for an elastic job (--gpus MIN-MAX); --gpus N is the job's one size",
+                                         param_hint=hint)
+        for name in ELASTIC:
+            spec.pop(name, None)
+    spec |= gpus or {}
+    if ref is None and gpus is not None and "min_gpus" in gpus:
+        ref = gpus["min_gpus"]
+    if ref is not None:
+        low, high = spec.get("min_gpus"), spec.get("max_gpus")
+        if not isinstance(low, int) or not isinstance(high, int):
+            raise click.BadParameter("only for an elastic job (--gpus MIN-MAX)", param_hint="--ref-gpus")
+        if not low <= ref <= high:
+            raise click.BadParameter(f"must be within the job's sizes, {low}-{high}, got {ref}", param_hint="--ref-gpus")
+        spec["num_gpus"] = ref
 
 
 def _no_constant(name: str) -> Any:
@@ -56,6 +125,32 @@ def _depends_on(ctx: click.Context, param: click.Parameter, value: str | None) -
                                  f"{value!r}: jobs are named by their ids (afterok:12:13)", ctx, param) from None
 
 
+def _constraint_fields(spec: dict[str, Any], flags: dict[str, Any]) -> None:
+    """--constraint, --nodelist and --exclude (Slurm's) as the submission's `constraints`, each part given replacing
+    that part of --file's; the core's parsers (`scheduler.core.constraints`), so the server reads what was meant."""
+    from scheduler.core.constraints import ConstraintError, from_text
+
+    texts = {name: flags.pop(name) for name in ("constraint", "nodelist", "exclude")}
+    if all(text is None for text in texts.values()):
+        return
+    try:
+        made = from_text(texts["constraint"] or "", texts["nodelist"] or "", texts["exclude"] or "")
+    except ConstraintError as exc:
+        option = {"gpu_type": "--constraint", "labels": "--constraint", "nodes": "--nodelist"}.get(exc.field,
+                                                                                                 "--exclude")
+        raise click.BadParameter(exc.why, param_hint=f"'{option}'") from None
+    given = made.to_json() if made is not None else {}
+    parts = {"constraint": ("gpu_type", "labels"), "nodelist": ("nodes",), "exclude": ("exclude",)}
+    merged = dict(spec.get("constraints") or {})
+    for name, text in texts.items():
+        if text is not None:
+            for part in parts[name]:
+                merged.pop(part, None)
+                if part in given:
+                    merged[part] = given[part]
+    spec["constraints"] = merged or None
+
+
 def _array(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
     """--array N[%K] or 0-(N-1)[%K] (Slurm's form, from 0): N tasks, at most K running at once."""
     if value is None:
@@ -82,12 +177,29 @@ def _array(ctx: click.Context, param: click.Parameter, value: str | None) -> dic
 @click.option("--kind", type=click.Choice([k.value for k in JobType]),
               help="emulated (runs for the time the contention model predicts) or command (runs --entrypoint); "
                    f"default: --file's, else {DEFAULT_JOB_KIND.value}.")
-@click.option("--model", help="A model of the catalog (GET /api/v1/models).")
-@click.option("--gpus", "num_gpus", type=GPUS, help="Whole GPUs (1, 2, ...) or a share of one (0.5).")
+@click.option("--model", help="A model of the catalog (GET /api/v1/models); a command job may leave it out and gets the "
+              "generic profile, refined from measured runs of jobs alike.")
+@click.option("--gpus", "gpus", type=GpuRequest(),
+              help="Whole GPUs (1, 2, ...) or a share of one (0.5); or MIN-MAX (2-8): an elastic job, which runs on "
+                   "any whole number of GPUs from MIN to MAX and may be resized while it runs.")
+@click.option("--ref-gpus", "ref_gpus", type=COUNT,
+              help="Elastic jobs: the size --duration is measured at, from MIN to MAX [default: MIN].")
+@click.option("--sizes", "sizes", callback=_sizes, metavar="N,N,...",
+              help="Elastic jobs: the only sizes it may run at (2,4,8), from MIN to MAX and including --ref-gpus "
+                   "[default: any].")
+@click.option("--resize-pause", "resize_pause_s", type=NON_NEGATIVE, metavar="SECONDS",
+              help="Elastic jobs: seconds a resize stops it for, a checkpoint and a restart [default: the model's "
+                   "estimate].")
 @click.option("--duration", "duration_s", type=POSITIVE, help="Seconds: the run time (emulated) or an estimate.")
 @click.option("--entrypoint", help="The shell command (command jobs).")
 @click.option("--workdir", help="Working directory of the command.")
 @click.option("--env", "env", multiple=True, callback=_env, metavar="K=V", help="Environment variable (repeatable).")
+@click.option("--pip", "pip", multiple=True, metavar="REQUIREMENT",
+              help="Command jobs: a package its environment has, e.g. 'numpy>=1.26' (repeatable; docs/environments.md).")
+@click.option("--venv", metavar="NAME", help="Command jobs: a virtual environment the nodes' operator named.")
+@click.option("--image", metavar="IMAGE", help="Command jobs: a container image to run in (podman or Apptainer).")
+@click.option("--working-dir", "working_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Command jobs: a folder uploaded with the job, where its command runs.")
 @click.option("--priority", type=Number("int"), help="Higher first; a job preempts only lower priorities [default: 0].")
 @click.option("--preemptible/--not-preemptible", default=None,
               help="Whether the job may be preempted [default: preemptible].")
@@ -96,6 +208,10 @@ def _array(ctx: click.Context, param: click.Parameter, value: str | None) -> dic
               help="Run only once these jobs succeed (afterok), end (afterany) or fail (afternotok).")
 @click.option("--array", "array", callback=_array, metavar="N[%K]|0-LAST[%K]",
               help="Submit N tasks (CORRAL_ARRAY_INDEX 0..N-1), at most K running at once.")
+@click.option("--constraint", metavar="FEATURE[&FEATURE]", help="Where it may run (Slurm's --constraint): node labels "
+              "KEY=VALUE joined by '&' (gpu=h100&zone=a), or a GPU type (h100, A100-80GB).")
+@click.option("--nodelist", metavar="NODE[,NODE]", help="Only these nodes, by name (Slurm's --nodelist).")
+@click.option("--exclude", metavar="NODE[,NODE]", help="Never these nodes, by name (Slurm's --exclude).")
 @click.option("--time-limit", "time_limit_s", type=POSITIVE,
               help="Seconds a run may last; then it is stopped and the job ends timed_out [default: the cluster's].")
 @click.option("--client-token", help="Idempotency key: resubmitting with it returns the first job.")
@@ -122,6 +238,9 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
         if not isinstance(spec, dict):
             raise click.ClickException(f"{spec_file} must hold a JSON object of job fields")
     env = flags.pop("env")
+    _environment(spec, flags)
+    _gpu_fields(spec, flags)
+    _constraint_fields(spec, flags)
     spec |= {k: v for k, v in flags.items() if v is not None}
     if env:
         spec["env"] = {**(spec.get("env") or {}), **env}
@@ -133,6 +252,20 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
     if job.get("webhook") and not as_json:
         click.echo(f"webhook {job['webhook']['id']}, secret {job['webhook']['secret']} (shown only now: keep it to "
                    "verify the requests' signatures)")
+
+
+def _environment(spec: dict[str, Any], flags: dict[str, Any]) -> None:
+    """--pip, --venv, --image and --working-dir into the job's `environment` (over --file's)."""
+    given = {"pip": list(flags.pop("pip")) or None, "venv": flags.pop("venv"), "image": flags.pop("image")}
+    folder = flags.pop("working_dir")
+    if folder is not None:
+        try:
+            given["working_dir"] = environments.archive_folder(folder)
+        except environments.EnvRefused as exc:
+            raise click.BadParameter(str(exc), param_hint="--working-dir") from None
+    given = {k: v for k, v in given.items() if v is not None}
+    if given:
+        spec["environment"] = {**(spec.get("environment") or {}), **given}
 
 
 @click.command()

@@ -20,6 +20,7 @@ METRIC_COLUMNS = [  # (key, header, format)
     ("gpu_util", "GPU util", "{:.1%}"),
     ("makespan_s", "makespan", "dur"),
     ("preemptions", "preempt", "{:d}"),
+    ("resizes", "resizes", "{:d}"),  # only where the trace has elastic jobs
     ("wall_s", "wall", "{:.2f}s"),
 ]
 

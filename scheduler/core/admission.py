@@ -6,16 +6,21 @@ extra nodes); the decision and its figures are made here only.
 A job is admitted when its model is in the catalog, its gang (at least one worker: a share of one GPU is one) fits in
 the cluster's GPU count, one of its workers fits in the memory of the cluster's largest GPU, and, for a share of one
 GPU, the memory CUDA MPS gives that share of the largest GPU holds the model (`scheduler.core.colocation`: the cap
-the live worker sets; a smaller GPU gives less, and placements skip those). Whether it fits *now* is the policy's
-business, not admission's.
+the live worker sets; a smaller GPU gives less, and placements skip those), and its constraints
+(`scheduler.core.constraints`: GPU type, labels, node list, exclusion) leave nodes that hold it (the refusal names
+the part of them that leaves too few). Whether it fits *now* is the policy's business, not admission's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from scheduler.core.colocation import cap_words, holds, least_share
+from scheduler.core.constraints import Constraints, listed
+from scheduler.core.model import Cluster
 from scheduler.core.workloads import ModelProfile
 
 
@@ -23,9 +28,10 @@ from scheduler.core.workloads import ModelProfile
 class Refusal:
     """Why a job can never run here: the request field at fault, and the reason in words."""
 
-    field: str  # "model" or "num_gpus"
+    field: str  # "model", "num_gpus" or "constraints.<part>"
     why: str
-    code: str = ""  # which rule: "unknown_model", "gang", "memory" (no GPU holds the model), "share" (MPS cap)
+    code: str = ""  # which rule: "unknown_model", "gang", "memory" (no GPU holds the model), "share" (MPS cap),
+    # "constraint" (its constraints leave too few GPUs: `scheduler.core.constraints`)
 
 
 def admission(model: str, num_gpus: float, *, gpus: int, largest_gpu_gb: float,
@@ -46,3 +52,68 @@ def admission(model: str, num_gpus: float, *, gpus: int, largest_gpu_gb: float,
         return Refusal("num_gpus", f"{cap_words(num_gpus, largest_gpu_gb)}, but {model} needs {mem:g} GB; {ask}",
                        "share")
     return None
+
+
+# ---- constraints (`scheduler.core.constraints`) ----------------------------------------------------------------
+
+
+def unknown_nodes(constraints: Constraints, known: Iterable[str]) -> Refusal | None:
+    """The refusal of constraints naming a node the cluster does not have (a typo would otherwise wait forever, or
+    exclude nothing)."""
+    names = set(known)
+    for field in ("nodes", "exclude"):
+        missing = [n for n in getattr(constraints, field) if n not in names]
+        if missing:
+            return Refusal(f"constraints.{field}", f"no node named {listed(missing, 'or')} in the cluster",
+                           "constraint")
+    return None
+
+
+def constraint_refusal(constraints: Constraints, *, names: Sequence[str], labels: Sequence[Mapping[str, str]],
+                       gpu_types: Sequence[str], node_gpus: Sequence[int], node_mem_gb: Sequence[float],
+                       num_gpus: float, mem_gb: float) -> Refusal | None:
+    """The refusal of a job of `num_gpus` GPUs needing `mem_gb` per GPU whose constraints leave too few GPUs that hold
+    it among the nodes described (per node: name, labels, GPU type, GPU count, GPU memory), naming the part of the
+    constraints that leaves too few (the first in gpu_type, labels, nodes, exclude); None when they leave enough.
+    Whether they fit *now* is the policy's business, as with admission."""
+    workers = max(1, int(num_gpus))
+    share = num_gpus if num_gpus < 1 else 1.0
+    gpus = np.asarray(node_gpus, dtype=np.int64) * np.array([holds(mem_gb, share, m) for m in node_mem_gb], dtype=bool)
+    if int(gpus.sum()) < workers:
+        return None  # admission's refusal (memory, gang) says why, without the constraints
+    ok = np.ones(len(names), dtype=bool)
+    for part in constraints.parts():
+        ok &= constraints.part_mask(part, names, labels, gpu_types)
+        have = int(gpus[ok].sum())
+        if have < workers:
+            return Refusal(f"constraints.{part}", _short_words(constraints, part, workers, have, len(names),
+                                                               sorted(set(gpu_types))), "constraint")
+    return None
+
+
+def _short_words(c: Constraints, part: str, workers: int, have: int, nodes: int, types: list[str]) -> str:
+    need = f"{workers} GPU" + ("s" if workers > 1 else "")
+    head = f"needs {need} on nodes matching {c.words()}"
+    if have == 0:
+        tail = {"gpu_type": f"no node has them (GPU types here: {', '.join(types)})",
+                "labels": "no node carries those labels with room for it",
+                "nodes": "none of those nodes holds it", "exclude": "it excludes every node that could"}
+        return f"{head}: {tail[part]}"
+    return f"{head}: those have {have} that hold it"
+
+
+def cluster_refusal(cluster: Cluster, model: str, num_gpus: float, constraints: Constraints | None,
+                    profiles: Mapping[str, ModelProfile], *, unknown: bool = True) -> Refusal | None:
+    """`admission` on a cluster model, then its constraints (`constraint_refusal`; with `unknown`, a node they name
+    that the model lacks is refused too: the simulator's and what-if's cluster has every node, the live controller's
+    only the alive ones)."""
+    refusal = admission(model, num_gpus, gpus=cluster.num_gpus, largest_gpu_gb=float(cluster.gpu_mem.max()),
+                        profiles=profiles)
+    if refusal is not None or constraints is None:
+        return refusal
+    if unknown:
+        refusal = unknown_nodes(constraints, cluster.node_names)
+    return refusal or constraint_refusal(
+        constraints, names=cluster.node_names, labels=cluster.node_labels, gpu_types=cluster.node_gpu_types,
+        node_gpus=cluster.node_num_gpus.tolist(), node_mem_gb=cluster.gpu_mem[cluster.node_first_gpu].tolist(),
+        num_gpus=num_gpus, mem_gb=profiles[model].mem_gb)

@@ -92,10 +92,11 @@ class Book:
         self.state = state
         self.contention = contention
         self.running: dict[int, Job] = {}
+        self.elastic: dict[int, Job] = {}  # the running jobs that may be resized (elastic as submitted)
         self.pending: dict[int, Job] = {}  # queue order (`in_queue_order`) but for `append`'s arrivals
         self._running_priorities = PriorityCount()  # of the running preemptible jobs
         self._queued = PriorityCount()  # of the queued jobs
-        self.view = ClusterView(state, contention, self.running, self.lowest_preemptible)
+        self.view = ClusterView(state, contention, self.running, self.lowest_preemptible, self.elastic)
 
     def start(self, job: Job, placement: Placement, now: float, *, adopt: bool = False) -> set[int]:
         """Start a run of `job` on `placement` at `now`: allocate it (PlacementError, changing nothing, if it breaks
@@ -114,9 +115,42 @@ class Book:
         job.state = JobPhase.RUNNING
         job.placement = placement
         job.start_s = now
+        job.resized_s = None
         self.running[job.id] = job
+        if (job.submitted or job.spec).elastic:
+            self.elastic[job.id] = job
         self._count(job.id, job.spec)
         return self.contention.add(job.id, job.spec, placement)
+
+    def resize(self, job: Job, placement: Placement, now: float) -> set[int]:
+        """Run `job` (running, elastic) on `placement`, another number of whole GPUs, from `now` (its run goes on: the
+        same start, time limit and attained service, which counts at the old size until now). PlacementError, changing
+        nothing, for a size it does not accept or GPUs it cannot have. Returns the jobs whose slowdown changed, the
+        job itself included. The pause a resize costs is the caller's to account (the simulator's clock)."""
+        if job.id not in self.elastic:
+            raise BookError(f"job {job.spec.name} (id {job.id}) is not a running elastic job")
+        submitted = job.submitted or job.spec
+        spec, speed = self._sized(submitted, len(placement.gpus))
+        if spec.workers == job.spec.workers:
+            raise PlacementError(f"job {spec.name}: a resize changes the size; it runs at {spec.workers} GPUs already")
+        problem = self.state.resize_check(job.id, spec, placement)
+        if problem is not None:
+            raise PlacementError(f"job {spec.name}: {problem}")
+        since = job.sized_since
+        assert since is not None  # (running)
+        job.attained_gpu_s += max(0.0, now - since) * job.spec.gpu_demand
+        job.resized_s = now
+        job.resizes += 1
+        self.state.release(job.id)
+        self.state.allocate(job.id, spec, placement)  # (cannot fail: `resize_check` held)
+        if spec is submitted:
+            job.spec, job.submitted, job.speedup = submitted, None, 1.0
+        else:
+            job.spec, job.submitted, job.speedup = spec, submitted, speed
+        job.placement = placement
+        self.view.respecs += 1  # (its spec changed in place: what policies keep of the running jobs is read again)
+        affected = self.contention.remove(job.id)
+        return affected | self.contention.add(job.id, spec, placement)
 
     def stop(self, job: Job, now: float) -> set[int]:
         """End `job`'s run at `now` (whatever ends it: the caller sets its phase): release its GPUs, add the run's
@@ -125,12 +159,14 @@ class Book:
         if job.id not in self.running:
             raise BookError(f"job {job.spec.name} (id {job.id}) is not running")
         del self.running[job.id]
+        self.elastic.pop(job.id, None)
         self._uncount(job.id)
         self.state.release(job.id)
-        assert job.start_s is not None  # (`start` set it)
+        since = job.sized_since
+        assert since is not None  # (`start` set it)
         # Not below zero: the controller's clock is the wall clock, which may step back between a start and a stop.
-        job.attained_gpu_s += max(0.0, now - job.start_s) * job.spec.gpu_demand
-        job.start_s = None
+        job.attained_gpu_s += max(0.0, now - since) * job.spec.gpu_demand
+        job.start_s = job.resized_s = None
         job.placement = None
         if job.submitted is not None:  # back to the queue at the size it was submitted at: the next run sizes it anew
             job.spec, job.submitted, job.speedup = job.submitted, None, 1.0

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from scheduler.core.collectives import collective_flows
+from scheduler.core.generic import known_profiles
 from scheduler.core.model import INTER_SERVER, Cluster, JobSpec, Placement
-from scheduler.core.workloads import ModelProfile, catalog
+from scheduler.core.workloads import ModelProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,7 @@ class ContentionModel:
         # True (the simulator): a placed job's fabric flows take the links ECMP hashes them to, by job id; False (the
         # live controller, which cannot see the switches' hashes): the expected spread. Predictions are expected.
         self.hashed_flows = hashed_flows
-        self.profiles = profiles if profiles is not None else catalog()
+        self.profiles = profiles if profiles is not None else known_profiles()
         self.params = params or ContentionParams()
         self.enabled = enabled
         self._cap = cluster.link_capacity

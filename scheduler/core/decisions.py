@@ -50,6 +50,19 @@ class Preempt:
     for_job: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Run a running elastic job at another size, on `placement` (`scheduler.core.resizing` has the rules): it stops
+    at a checkpoint and restarts there, making no progress for its resize pause. A grow takes idle GPUs; a shrink
+    gives GPUs back to make room for the start that follows it, of the job `for_job` names (for the priority and
+    team rules a shrink is a preemption of the GPUs it gives back). `placement` keeps the GPUs it stays on."""
+
+    job_id: int
+    placement: Placement
+    reason: str = ""
+    for_job: int | None = None
+
+
 _POLICY = Code.POLICY  # (an enum member read once: `Wait.why` runs for every waiting job at every pass)
 
 
@@ -85,13 +98,13 @@ class WakeAt:
     time: float
 
 
-Decision = Place | Preempt | Wait | WakeAt
+Decision = Place | Preempt | Resize | Wait | WakeAt
 
 
 def acted(decisions: Iterable[Decision]) -> bool:
-    """Whether `decisions` change the cluster (a start or a preemption): the frames ask their policy again, on the
-    state those leave, rather than ask it more at the same call on a state that no longer holds."""
-    return any(isinstance(d, Place | Preempt) for d in decisions)
+    """Whether `decisions` change the cluster (a start, a preemption or a resize): the frames ask their policy again,
+    on the state those leave, rather than ask it more at the same call on a state that no longer holds."""
+    return any(isinstance(d, Place | Preempt | Resize) for d in decisions)
 
 
 @runtime_checkable

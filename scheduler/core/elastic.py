@@ -21,9 +21,12 @@ reading back each worker's memory footprint at `CHECKPOINT_GBPS`.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from scheduler.core.jobs import JobKind, JobSpec
 
@@ -32,6 +35,9 @@ if TYPE_CHECKING:
     from scheduler.core.workloads import ModelProfile
 
 RESTART_S = 30.0  # a stated default, not a measurement (module docstring)
+# The least time between two resizes of a job, unless its cluster says otherwise (`ClusterView.resize_interval_s`;
+# `scheduler.core.resizing`, rule 3, says why this much).
+RESIZE_INTERVAL_S = 600.0
 CHECKPOINT_GBPS = 1.0  # GB/s a worker writes its checkpoint at, and reads it back at (a stated default)
 
 
@@ -43,6 +49,15 @@ def sized(spec: JobSpec, k: int) -> JobSpec:
         said = f"{choices.start} to {choices.stop - 1}" if isinstance(choices, range) else str(list(choices))
         raise ValueError(f"{spec.name} runs at {said} GPUs, not {k}")
     return spec if k == spec.num_gpus else replace(spec, num_gpus=float(k))
+
+
+def sizes_within(spec: JobSpec, lo: int, hi: int) -> Sequence[int]:
+    """The sizes `spec` accepts from `lo` to `hi` (both included), smallest first, without reading the others: a job's
+    bounds may be as wide as the API allows (8,192 GPUs), and the policies ask at every step of a plan."""
+    choices = spec.size_choices()
+    if isinstance(choices, range):
+        return range(max(choices.start, lo), min(choices.stop, hi + 1))
+    return choices[bisect_left(choices, lo):bisect_right(choices, hi)]
 
 
 def speedup(model: ContentionModel, spec: JobSpec, k: int) -> float:
@@ -59,6 +74,15 @@ def resize_pause_s(spec: JobSpec, profiles: Mapping[str, ModelProfile]) -> float
     if spec.resize_pause_s is not None:
         return spec.resize_pause_s
     return RESTART_S + 2.0 * profiles[spec.model].mem_gb / CHECKPOINT_GBPS
+
+
+def elastic_window(jobs: list[JobSpec], share: float, seed: int) -> list[JobSpec]:
+    """A trace's jobs with `share` of their whole-GPU training jobs made elastic (`make_elastic`), drawn from
+    `seed`: how `corral simulate --elastic` and `benchmarks/elastic.py` make a trace window an elastic mix (a synthetic
+    workload draws its own, `synthetic:N,elastic=F`)."""
+    if not 0 <= share <= 1:
+        raise ValueError(f"elastic: the share of whole-GPU training jobs made elastic must be in [0, 1], got {share:g}")
+    return make_elastic(jobs, share, np.random.default_rng([seed, 49]).random(len(jobs)).tolist())
 
 
 def make_elastic(jobs: list[JobSpec], share: float, draws: Sequence[float]) -> list[JobSpec]:

@@ -10,6 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
+from scheduler.core.constraints import Constraints
 from scheduler.core.dependencies import Dependency
 
 
@@ -59,6 +60,9 @@ class JobSpec:
     max_gpus: int | None = None
     sizes: tuple[int, ...] = ()
     resize_pause_s: float | None = None
+    # Where it may run (`scheduler.core.constraints`): GPU type, node labels, node list, exclusion; None: anywhere
+    # (what the hot paths test, and all they test, for a job without any).
+    constraints: Constraints | None = None
     workers: int = field(init=False, repr=False, compare=False)  # gang size; a fractional job has one worker
 
     def __post_init__(self) -> None:
@@ -154,6 +158,8 @@ class Job:
         "queued_since",
         "rate",
         "reject_reason",
+        "resized_s",
+        "resizes",
         "run_time",
         "slo_violation_s",
         "slowdown_time",
@@ -188,6 +194,15 @@ class Job:
         # `speedup` its work rate at this size over the rate at `submitted.num_gpus` (`scheduler.core.elastic`).
         self.submitted: JobSpec | None = None
         self.speedup = 1.0
+        # When the current run last changed size (None: not since it started), and how many times it did
+        # (`scheduler.core.resizing`): its service since then is at its present size.
+        self.resized_s: float | None = None
+        self.resizes = 0
+
+    @property
+    def sized_since(self) -> float | None:
+        """When its run began holding the GPUs it holds now (its start, or its last resize); None: not running."""
+        return self.resized_s if self.resized_s is not None else self.start_s
 
     def __repr__(self) -> str:
         return f"Job({self.id}, {self.spec.name}, {self.state}, gpus={self.spec.num_gpus})"

@@ -13,16 +13,19 @@ Everything the hot path touches is a flat numpy array indexed by GPU, node or li
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from scheduler.core.constraints import ConstraintError, Constraints, check_labels, hardware_labels
 from scheduler.core.errors import SpecError
 from scheduler.core.fabric import FABRICS, Fabric, FabricPreset, FabricSpec, build_fabric
 
@@ -141,6 +144,9 @@ class NodeGroupSpec(BaseModel):
     rack: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$",
                              description="the rack (leaf group) its nodes sit in; groups naming one rack share it, "
                              "nodes of groups naming none fill racks of nodes_per_rack in order")
+    labels: dict[str, str] = Field(default_factory=dict, description="labels its nodes carry besides their "
+                                   "hardware's (scheduler.core.constraints), e.g. {zone: a}")
+    names: list[str] | None = Field(None, description="its nodes' names, one per node (default: node<index>)")
 
     @model_validator(mode="after")
     def _one_of(self) -> NodeGroupSpec:
@@ -148,6 +154,12 @@ class NodeGroupSpec(BaseModel):
             raise ValueError("give exactly one of 'preset' or 'node'")
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        try:
+            check_labels(self.labels)
+        except ConstraintError as exc:
+            raise ValueError(str(exc)) from None
+        if self.names is not None and len(self.names) != self.count:
+            raise ValueError(f"names: {len(self.names)} names for {self.count} nodes")
         return self
 
     def node_type(self) -> NodeTypeSpec:
@@ -207,6 +219,12 @@ class Cluster:
     nic_node: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [NICs]
     fabric: Fabric | None = None  # the network above the servers (scheduler.core.fabric); None: one uplink per rack
     rack_names: tuple[str | None, ...] = ()  # [R] the name a node group gave its rack; None: filled in order
+    # Per node, what placement constraints read (`scheduler.core.constraints`): its name, its labels (its hardware's
+    # and its group's) and its GPU type's name; and the masks of the constraints asked so far (one per distinct one).
+    node_names: tuple[str, ...] = ()
+    node_labels: tuple[Mapping[str, str], ...] = ()
+    node_gpu_types: tuple[str, ...] = ()
+    constraint_masks: dict[Constraints, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @property
     def num_gpus(self) -> int:
@@ -309,6 +327,9 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
     nic_rail: list[int] = []
     nic_gbps: list[float] = []
     g_nic: list[int] = []
+    n_names: list[str] = []
+    n_labels: list[Mapping[str, str]] = []
+    n_gpu_type: list[str] = []
 
     def link(kind: LinkKind, cap: float) -> int:
         caps.append(cap)
@@ -327,7 +348,11 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         if gt.name not in type_index:
             type_index[gt.name] = len(gpu_types)
             gpu_types.append(gt)
-        for _ in range(group.count):
+        labels = MappingProxyType({**hardware_labels(gt.name, nt.interconnect), **group.labels})
+        for i in range(group.count):
+            n_names.append(group.names[i] if group.names is not None else f"node{node}")
+            n_labels.append(labels)
+            n_gpu_type.append(gt.name)
             n_first.append(len(g_node))
             n_count.append(nt.gpus_per_node)
             if group.rack is not None:
@@ -362,6 +387,8 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
                 g_node.append(node)
             node += 1
 
+    if len(set(n_names)) != len(n_names):
+        raise SpecError(f"cluster {spec.name}: node names repeat (each node's name must be its own)")
     rack_ids: dict[tuple[str, object], int] = {}
     n_rack = [rack_ids.setdefault(key, len(rack_ids)) for key in rack_key]
     num_racks = len(rack_ids)
@@ -412,6 +439,9 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         nic_node=ro(np.array(nic_node, dtype=np.int32)),
         fabric=fabric,
         rack_names=tuple(str(name) if kind == "named" else None for kind, name in rack_ids),
+        node_names=tuple(n_names),
+        node_labels=tuple(n_labels),
+        node_gpu_types=tuple(n_gpu_type),
     )
 
 

@@ -13,6 +13,8 @@ or by an admin-defined priority class it names (Kueue's WorkloadPriorityClass, K
    Kueue's `LowerOrNewerEqualPriority`, or Slurm's gang scheduling of equal jobs). A start whose preemptions break
    this is dropped (the job waits, saying why), and so is any later start the policy planned on those victims' GPUs;
    the policies that preempt (Tiresias, Gittins, `rl:`) take only victims the rule allows, so this is a safety net.
+   A shrink of a running elastic job (`Resize`) is a preemption of the GPUs it gives back, for this rule as for the
+   tenancy frame's; this frame also applies the resize rules (`scheduler.core.resizing`) to every resize.
 3. **Higher priority makes room.** When a band starts nothing, its first job (in arrival order) that the free GPUs
    cannot hold preempts running jobs of strictly lower priority, preemptible and of its own team, lowest priority and
    then youngest first, the fewest GPUs that make room (`scheduler.core.victims`). It is then offered the freed GPUs
@@ -35,8 +37,10 @@ from collections.abc import Collection, Iterable
 from itertools import groupby
 
 from scheduler.core.book import Queued
-from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait, acted
+from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Resize, Wait, acted
 from scheduler.core.model import Job, JobSpec
+from scheduler.core.resizing import refusal as resize_refusal
+from scheduler.core.resizing import shrinks
 from scheduler.core.room import has_room, room_model
 from scheduler.core.runner import PolicyFrame, deliberation
 from scheduler.core.state import ClusterView
@@ -86,12 +90,18 @@ class PriorityFrame(PolicyFrame):
 
     def __init__(self, policy: Policy) -> None:
         super().__init__(policy)
-        self.equals = bool(getattr(policy, "time_sharing", False))
         self.preemptions = 0
         self.refused = 0
+        self.resizes_refused = 0  # resizes the resize rules dropped (`scheduler.core.resizing`)
         self._instant: float | None = None
         self._made_room_for: set[int] = set()  # this instant's
         self._focus: int | None = None  # the job rule 3 just made room for: offered the freed GPUs alone, next call
+
+    @property
+    def equals(self) -> bool:
+        """Whether its policy time-shares (may preempt jobs of equal priority), read at each use: a guard
+        (`policies.guarded`) switches between policies that may differ."""
+        return bool(getattr(self.inner, "time_sharing", False))
 
     def deliberate(self, view: ClusterView, queue: Collection[Job], now: float) -> Deliberation:
         if now != self._instant:
@@ -104,6 +114,8 @@ class PriorityFrame(PolicyFrame):
                 if acted(offered):
                     return offered
                 # Its policy will not place it there: the freed GPUs go to the bands as usual (it made room once).
+        if not queue:  # asked with no job queued: running elastic jobs may grow (`scheduler.core.runner`)
+            return (yield from self._ask(view, queue, now))
         said: list[Decision] = []
         lowest: float | None = None  # the lowest priority a running, preemptible job has (inf: none has)
         for band in bands(queue):
@@ -122,20 +134,27 @@ class PriorityFrame(PolicyFrame):
     # ---- rule 2 ----------------------------------------------------------------------------------------------------
 
     def _ask(self, view: ClusterView, jobs: Collection[Job], now: float) -> Deliberation:
-        """The wrapped policy's decisions for `jobs`, less every start whose preemptions break rule 2 (with its
-        preemptions, and any later start on GPUs those victims hold: the policy planned it on them), each such job
-        told why it waits. One ask: the policy is asked again at the next round, on the state the kept starts leave."""
+        """The wrapped policy's decisions for `jobs`, less every start whose preemptions or shrinks break rule 2 or
+        the resize rules (with them, and any later start on GPUs those victims hold: the policy planned it on them),
+        each such job told why it waits, and less every grow the resize rules refuse (`scheduler.core.resizing`).
+        One ask: the policy is asked again at the next round, on the state the kept decisions leave."""
         decisions = yield from deliberation(self.inner, view, jobs, now)
-        if not any(isinstance(d, Preempt) for d in decisions):
+        if not any(isinstance(d, Preempt | Resize) for d in decisions):
             return decisions
         by_id = {j.id: j for j in jobs}
         kept: list[Decision] = []
-        group: list[Preempt] = []
+        group: list[Preempt | Resize] = []
         blocked: set[int] = set()  # GPUs of victims whose preemption was refused: still held
         refused: list[Decision] = []
         for d in decisions:
-            if isinstance(d, Preempt):
+            if isinstance(d, Preempt) or (isinstance(d, Resize) and shrinks(view, d)):
                 group.append(d)
+                continue
+            if isinstance(d, Resize):  # a grow: the resize rules, or dropped (it has no job waiting to tell)
+                if resize_refusal(view, d, now) is None:
+                    kept.append(d)
+                else:
+                    self.resizes_refused += 1
                 continue
             if not isinstance(d, Place):
                 kept.append(d)
@@ -144,17 +163,21 @@ class PriorityFrame(PolicyFrame):
             victims = [view.running[v.job_id] for v in group if v.job_id in view.running]
             bad = next((v for v in victims if job is not None and not may_preempt(v.spec, job.spec, self.equals)),
                        None)
-            if bad is not None or blocked.intersection(d.placement.gpus):
+            shrink = next((r for v in group if isinstance(v, Resize) and (r := resize_refusal(view, v, now))), None)
+            if bad is not None or shrink is not None or blocked.intersection(d.placement.gpus):
                 for v in victims:
                     blocked.update(view.placement(v.id).gpus)
                 if job is not None:
-                    why = refusal(bad.spec, job.spec) if bad is not None else (
-                        "its policy planned it on GPUs whose preemption was refused")
-                    refused.append(Wait(job.id, why))
+                    refused.append(Wait(job.id, refusal(bad.spec, job.spec)) if bad is not None else
+                                   Wait.because(job.id, shrink) if shrink is not None else
+                                   Wait(job.id, "its policy planned it on GPUs whose preemption was refused"))
                     self.refused += 1
             else:
                 kept += [*group, d]
             group = []
+        # A shrink with no start after it makes room for none (`scheduler.core.resizing`, rule 2): dropped.
+        self.resizes_refused += sum(isinstance(d, Resize) for d in group)
+        group = [d for d in group if not isinstance(d, Resize)]
         return self._lone_ok(view, [*kept, *group]) + refused
 
     @staticmethod

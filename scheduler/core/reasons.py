@@ -30,6 +30,11 @@ class Code(StrEnum):
     RESERVED_GPUS = "reserved_gpus"  # the free GPUs it fits on are held for another job's reservation: {"holder"}
     CAPACITY = "capacity"  # too few whole free GPUs: {"gpus", "free"}
     SHARE_CAPACITY = "share_capacity"  # no GPU with its share free: {"share", "mem_gb", "lack": one of SHARE_LACKS}
+    # Its constraints (`scheduler.core.constraints`) leave too little free now: {"constraints" (their words), "nodes"
+    # (how many nodes they allow), "gpus" (whole GPUs it needs; None for a share), "share" (None for whole GPUs),
+    # "free" (whole GPUs free on those nodes, or GPUs there with the share and memory free), "elsewhere" (whether it
+    # would fit now without them)}
+    CONSTRAINED = "constrained"
     FITS_NOW = "fits_now"  # it fits, and the policy chose to wait: {"policy"}
     FITS_SPREAD = "fits_spread"  # it fits only over more nodes than it needs: {"policy", "gpus", "nodes", "room"}
     HELD = "held"  # its owner or an admin holds it: {"by", "job_id"}
@@ -40,6 +45,10 @@ class Code(StrEnum):
     NOT_STARTED = "not_started"  # its workers were not up in time: {"timeout_s", "nodes"}
     CHECKPOINTED = "checkpointed"  # the controller stopped (a shutdown): {"detail"}
     REQUEUED = "requeued"  # a user asked: {"by"}
+    # A resize of a running elastic job its policy decided and the rules refused (`scheduler.core.resizing`): the
+    # pending reason of the job a refused shrink made room for. {"job", "to", "rule": one of RESIZE_RULES, and the
+    # rule's figures: "ago_s", "interval_s" (interval); "gain_s", "pause_s" (gain)}
+    RESIZE_REFUSED = "resize_refused"
     # Why a job ended (other than by succeeding).
     REJECTED = "rejected"  # the cluster can never run it: {"text"}
     EXIT_CODE = "exit_code"  # its run exited non-zero: {"exit_code", "error" (the worker's words, or None), "retries"}
@@ -49,6 +58,7 @@ class Code(StrEnum):
 
 
 SHARE_LACKS = ("mps_user", "mps_memory", "room")
+RESIZE_RULES = ("interval", "gain", "no_start")
 
 # How a dependency's condition reads: "waiting for job 12 to succeed".
 CONDITION_WORDS = {"afterok": "succeed", "afterany": "end", "afternotok": "fail"}
@@ -81,6 +91,15 @@ def _share_capacity(p: Mapping[str, Any]) -> str:
     return f"waiting for a GPU with a {p['share']:g} share and {p['mem_gb']:g} GB free"
 
 
+def _constrained(p: Mapping[str, Any]) -> str:
+    where = f"on nodes matching {p['constraints']} ({p['nodes']} node{'s' if p['nodes'] != 1 else ''}"
+    if p["share"] is not None:
+        text = f"waiting for a GPU with a {p['share']:g} share free {where}; {p['free']} with room there)"
+    else:
+        text = f"waiting for {p['gpus']} GPUs {where}; {p['free']} free there)"
+    return text + (": it would fit now elsewhere" if p["elsewhere"] else "")
+
+
 def _fits_spread(p: Mapping[str, Any]) -> str:
     if p["nodes"] == 1:
         return (f"fits only spread over nodes (at most {p['room']} free on one): {p['policy']} chose to wait for "
@@ -102,6 +121,16 @@ def _evicted(p: Mapping[str, Any]) -> str:
     return text + (": checkpointed and requeued (no restart spent)" if p["requeued"] else "")
 
 
+def _resize_refused(p: Mapping[str, Any]) -> str:
+    text = f"its policy would resize {p['job']} to {p['to']} GPUs"
+    if p["rule"] == "interval":
+        return (text + f", resized {p['ago_s']:.0f} s ago: a job is resized at most once every "
+                f"{p['interval_s']:g} s")
+    if p["rule"] == "gain":
+        return text + f", which would save {p['gain_s']:.0f} s, no more than its {p['pause_s']:.0f} s pause"
+    return text + " to make room for no start"
+
+
 def _exit_code(p: Mapping[str, Any]) -> str:
     return ((p["error"] or f"exit code {p['exit_code']}")
             + (f" (after {p['retries']} retries)" if p["retries"] else ""))
@@ -120,6 +149,7 @@ TEMPLATES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
                                    "them only if its time limit ended before the reservation starts"),
     Code.CAPACITY: lambda p: f"waiting for {p['gpus']} GPUs ({p['free']} free)",
     Code.SHARE_CAPACITY: _share_capacity,
+    Code.CONSTRAINED: _constrained,
     Code.FITS_NOW: lambda p: f"fits now: {p['policy']} chose to wait",
     Code.FITS_SPREAD: _fits_spread,
     Code.HELD: lambda p: f"held by {p['by']}: it starts only once released (`corral release {p['job_id']}`)",
@@ -132,6 +162,7 @@ TEMPLATES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
                                  "(Ray did not start them): requeued (no restart spent)"),
     Code.CHECKPOINTED: lambda p: f"{p['detail']}: checkpointed and requeued (no restart spent)",
     Code.REQUEUED: lambda p: f"requeued by {p['by']}: checkpointed, back in the queue (no restart spent)",
+    Code.RESIZE_REFUSED: _resize_refused,
     Code.REJECTED: lambda p: p["text"],
     Code.EXIT_CODE: _exit_code,
     Code.TIME_LIMIT: lambda p: (f"time limit of {p['limit_s']:g} s reached (its run had lasted {p['ran_s']:.0f} s): "

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from scheduler.core.constraints import eligible_gpus
 from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Wait, acted
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.priorities import bands, with_priorities
@@ -99,7 +100,10 @@ def plan(view: ClusterView, spec: JobSpec, now: float, job_id: int = -1) -> Rese
     """The GPUs `spec` would hold and when it would start (rule 2); None if the cluster has too few GPUs its model
     fits on."""
     cluster = view.cluster
-    fits = np.flatnonzero(cluster.gpu_mem >= view.mem_need(spec) - EPS).tolist()
+    ok = cluster.gpu_mem >= view.mem_need(spec) - EPS
+    if spec.constraints is not None:
+        ok &= eligible_gpus(cluster, spec.constraints)
+    fits = np.flatnonzero(ok).tolist()
     if len(fits) < spec.workers:
         return None
     free_at = free_times(fits, ((view.placement(j.id).gpus, run_end(j)) for j in view.running.values()), now)

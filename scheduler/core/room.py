@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from scheduler.core.constraints import eligible_gpus
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.state import ClusterView
 from scheduler.core.victims import EPS, Offer
@@ -18,16 +19,19 @@ def room_model(view: ClusterView, spec: JobSpec) -> tuple[dict[int, float], Call
     over the cluster (one bucket, -1), each victim gaining from each of its GPUs the share of that GPU's tenants it
     is (so two halves free a GPU together; `has_room` has the last word). A GPU share: each GPU that lacks it."""
     free = view.free_share
+    allowed = _allowed(view, spec)
     if spec.num_gpus >= 1:
-        lacking = spec.workers - view.free_whole
+        lacking = spec.workers - _free_whole(view, allowed)
 
         def whole(j: Job) -> Offer[Job, int]:
             p = view.placement(j.id)
-            gained = sum(1.0 if 1.0 - free[g] <= p.share + EPS else p.share / (1.0 - free[g]) for g in p.gpus)
+            gained = sum(1.0 if 1.0 - free[g] <= p.share + EPS else p.share / (1.0 - free[g]) for g in p.gpus
+                         if allowed is None or allowed[g])
             return Offer(j, {-1: gained}, j.spec.gpu_demand)
 
         return ({-1: float(lacking)} if lacking > 0 else {}), whole
-    short = np.flatnonzero((free < spec.share - EPS) & view.share_mask(spec))  # where CUDA MPS could run it
+    ok = view.share_mask(spec) if allowed is None else view.share_mask(spec) & allowed
+    short = np.flatnonzero((free < spec.share - EPS) & ok)  # where CUDA MPS (and its constraints) could run it
     lacking_share = dict(zip(short.tolist(), (spec.share - free[short]).tolist(), strict=False))
 
     def share(j: Job) -> Offer[Job, int]:
@@ -47,10 +51,25 @@ def has_room(view: ClusterView, spec: JobSpec, victims: Iterable[Job] = ()) -> b
         for g in p.gpus:
             freed[g] = freed.get(g, 0.0) + p.share
     free = view.free_share
+    allowed = _allowed(view, spec)
     if spec.num_gpus >= 1:
-        whole = view.free_whole + sum(1 for g, s in freed.items() if free[g] < 1.0 - EPS
-                                      and free[g] + s >= 1.0 - EPS)
+        whole = _free_whole(view, allowed) + sum(1 for g, s in freed.items() if free[g] < 1.0 - EPS
+                                                 and free[g] + s >= 1.0 - EPS and (allowed is None or allowed[g]))
         return whole >= spec.workers
     ok = view.share_mask(spec, [v.id for v in victims])
+    if allowed is not None:
+        ok &= allowed
     return bool(((free >= spec.share - EPS) & ok).any()) or any(ok[g] and free[g] + s >= spec.share - EPS
                                                                 for g, s in freed.items())
+
+
+def _allowed(view: ClusterView, spec: JobSpec) -> np.ndarray | None:
+    """Per GPU, whether `spec`'s constraints allow it (`scheduler.core.constraints`); None: every GPU."""
+    return None if spec.constraints is None else eligible_gpus(view.cluster, spec.constraints)
+
+
+def _free_whole(view: ClusterView, allowed: np.ndarray | None) -> int:
+    """Wholly free GPUs, among those `allowed`."""
+    if allowed is None:
+        return view.free_whole
+    return int(np.count_nonzero((view.free_share >= 1.0 - EPS) & allowed))

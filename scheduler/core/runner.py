@@ -6,8 +6,9 @@ time. The loop is a generator (`rounds`): it yields each question a deliberating
 decision point, `scheduler.core.decisions.Deliberating`) and takes the answer back; `settle` runs it with the policy
 answering its own questions, which is what every caller but the environment does.
 
-A round that changes nothing (no placement, no preemption) ends the instant: the policy has said all it will say
-until something changes. A policy that keeps acting for `MAX_ROUNDS` rounds at one instant is broken.
+The policy is asked while jobs are queued, or while a running elastic job could grow into a free GPU (with an empty
+queue, then). A round that changes nothing (no placement, preemption or resize) ends the instant: the policy has said
+all it will say until something changes. A policy that keeps acting for `MAX_ROUNDS` rounds at one instant is broken.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def rounds(policy: Policy, view: ClusterView, queue: Callable[[], Collection[Job
     RoundLimitError, naming `who` (default: the policy's name), if the policy never stops acting."""
     for n in range(MAX_ROUNDS):
         pending = queue()
-        if not pending:
+        if not pending and not view.growable:  # (with none queued, only a grow could still use the free GPUs)
             return n
         t0 = time.perf_counter()
         decisions = yield from deliberation(policy, view, pending, now)

@@ -19,25 +19,29 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Collection, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from scheduler.core.admission import admission
-from scheduler.core.book import Book
+from scheduler.core.admission import cluster_refusal
+from scheduler.core.book import Book, BookError
 from scheduler.core.contention import ContentionModel, ContentionParams
-from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.core.decisions import Decision, Place, Policy, Preempt, Resize, Wait, WakeAt
 from scheduler.core.dependencies import Outcome, array_throttle, check_acyclic, readiness
+from scheduler.core.elastic import RESIZE_INTERVAL_S, resize_pause_s
+from scheduler.core.generic import known_profiles
 from scheduler.core.heap import heap_frozen
 from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
 from scheduler.core.outages import OnFault, Outage, closed_gpus, conditions, evictions, spans
 from scheduler.core.progress import progress_rate, slo_missed
 from scheduler.core.reservations import ReservationRule, frame_policy
+from scheduler.core.resizing import shrinks
 from scheduler.core.runner import RoundLimitError, rounds, settle
-from scheduler.core.state import ClusterState
+from scheduler.core.sim_result import Placed as Placed
+from scheduler.core.sim_result import SimResult as SimResult
+from scheduler.core.state import ClusterState, PlacementError
 from scheduler.core.tenancy import Isolated, TeamLedger, Teams, TenancyFrame, quota_cluster
-from scheduler.core.workloads import ModelProfile, catalog
+from scheduler.core.workloads import ModelProfile
 
 _FINISH = 0
 _WAKE = 1
@@ -47,33 +51,6 @@ _OUTAGE = 2  # an outage starts (version 0) or ends (version 1); its index in `o
 
 class SimulationError(RuntimeError):
     """The policy broke the rules (an invalid decision, or it left an idle cluster with a queue forever)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Placed:
-    """A job already running when the simulation starts: it holds `placement` from t=0 with `work_left` isolated
-    seconds to go (wall seconds for an inference service) and `attained_gpu_s` of service so far (Tiresias)."""
-
-    spec: JobSpec
-    placement: Placement
-    work_left: float
-    attained_gpu_s: float = 0.0
-
-
-@dataclass
-class SimResult:
-    policy: str
-    jobs: list[Job]
-    metrics: dict[str, float]
-    wall_s: float
-    events: int
-    pending_reasons: dict[int, str] = field(default_factory=dict)
-    teams: dict[str, Any] | None = None  # with teams: per team, Jain's index, Themis' rho (TeamLedger.report)
-    isolated: Isolated | None = None  # with teams, from run(): each job's JCT with its team alone on its quota
-
-    def jct(self) -> np.ndarray:
-        return np.array([j.end_s - j.spec.submit_s for j in self.jobs
-                         if j.state is JobPhase.DONE and j.end_s is not None], dtype=float)
 
 
 class Simulator:
@@ -94,6 +71,7 @@ class Simulator:
         on_fault: OnFault = OnFault.REQUEUE,
         reservations: ReservationRule | None = None,
         mps_one_user: bool = False,
+        resize_interval_s: float = RESIZE_INTERVAL_S,
     ) -> None:
         """`initial`: jobs running from t=0 on the given placements (validated like any placement: PlacementError if
         they overlap or do not fit), each with its isolated work left. Their specs must have `submit_s <= 0`; they get
@@ -113,7 +91,10 @@ class Simulator:
         rules (`scheduler.core.priorities`) either way.
 
         `mps_one_user`: the shares of one node go to one user's jobs at a time, as CUDA MPS runs them when jobs run as
-        per-user OS accounts (`scheduler.core.colocation`; the live controller's rule then). Off by default."""
+        per-user OS accounts (`scheduler.core.colocation`; the live controller's rule then). Off by default.
+        `resize_interval_s`: the least time between two resizes of an elastic job (`scheduler.core.resizing`)."""
+        if not (math.isfinite(resize_interval_s) and resize_interval_s >= 0):
+            raise ValueError(f"resize_interval_s must be a number >= 0, got {resize_interval_s}")
         self.cluster = cluster
         self.specs = sorted(jobs, key=lambda s: s.submit_s)
         placed = [p if isinstance(p, Placed) else Placed(*p) for p in initial]
@@ -128,7 +109,7 @@ class Simulator:
         self._pristine = copy.deepcopy(policy.inner) if isinstance(policy, TenancyFrame) else None
         self._contention_on = contention
         self._params = params
-        self.profiles = profiles if profiles is not None else catalog()
+        self.profiles = profiles if profiles is not None else known_profiles()
         self.mps_one_user = mps_one_user
         # The allocations, the contention model and the running and pending jobs, changed together
         # (`scheduler.core.book`). The names below are the book's own objects, never rebound; `pending` is read
@@ -139,6 +120,7 @@ class Simulator:
         self.contention = self.book.contention
         self.running = self.book.running
         self.view = self.book.view
+        self.view.resize_interval_s = resize_interval_s
         self.preempt_overhead_s = preempt_overhead_s
         self.progress = progress
         self.jobs = [Job(i, s, s.duration_s) for i, s in enumerate(self.specs)]
@@ -146,11 +128,13 @@ class Simulator:
         self._arrivals = len(self.specs)  # jobs [0, _arrivals) arrive from the trace; the rest start placed
         # Arrived jobs whose dependencies do not hold yet (`scheduler.core.dependencies`): not offered to the policy.
         self.blocked: dict[int, Job] = {}
-        self._by_name = {s.name: i for i, s in reversed(list(enumerate(self.specs)))}  # a name's first job
+        # A name's first job; the running ones too (a replay's dependents may wait on them: `scheduler.core.estimates`)
+        self._by_name = {j.spec.name: j.id for j in reversed(self.jobs)}
         self._deps = any(s.depends_on for s in self.specs)
         if self._deps:
             try:
-                check_acyclic({s.name: [d.job for d in s.depends_on] for s in self.specs})
+                check_acyclic({j.spec.name: [d.job for d in j.spec.depends_on]  # (a trace's own names win)
+                               for j in [*self.jobs[self._arrivals:], *self.jobs[:self._arrivals]]})
             except ValueError as exc:
                 raise SimulationError(f"depends_on: {exc}") from None
         self._arrays = {s.array: s.array_max_running for s in self.specs if s.array is not None
@@ -213,7 +197,8 @@ class Simulator:
         heapq.heappush(self._heap, (t, self._seq, kind, job_id, version))
 
     def _advance(self, job: Job) -> None:
-        """Bring a running job's progress and accounting up to `now` at its current rate."""
+        """Bring a running job's progress and accounting up to `now` at its current rate (none before `last_update`:
+        a resized job's pause ends there)."""
         dt = self.now - job.last_update
         if dt > 0:
             job.work_left -= dt * job.rate
@@ -223,7 +208,7 @@ class Simulator:
             slo = self._slo_ms[job.id]
             if slo and slo_missed(self._latency_ms[job.id], slow, slo):
                 job.slo_violation_s += dt
-        job.last_update = self.now
+            job.last_update = self.now
 
     def _set_rate(self, job: Job) -> None:
         """Take the contention model's current slowdown for a running job and reschedule its end, unless its end
@@ -233,7 +218,7 @@ class Simulator:
         slow = self.contention.slowdown(job.id)
         self._slow[job.id] = slow
         job.rate = progress_rate(job.spec.kind, slow, job.speedup)
-        end = self.now + max(job.work_left, 0.0) / job.rate
+        end = max(self.now, job.last_update) + max(job.work_left, 0.0) / job.rate
         if end == self._due[job.id]:
             return
         self._due[job.id] = end
@@ -249,8 +234,7 @@ class Simulator:
     # ---- state changes ---------------------------------------------------------------------------------------------
 
     def _reject_reason(self, spec: JobSpec) -> str | None:
-        refusal = admission(spec.model, spec.num_gpus, gpus=self.cluster.num_gpus,
-                            largest_gpu_gb=float(self.cluster.gpu_mem.max()), profiles=self.profiles)
+        refusal = cluster_refusal(self.cluster, spec.model, spec.num_gpus, spec.constraints, self.profiles)
         return refusal.why if refusal is not None else None
 
     def _arrive(self, job: Job) -> None:
@@ -318,11 +302,29 @@ class Simulator:
     def _stop(self, job: Job) -> None:
         """Take a running job off its GPUs (completion or preemption)."""
         self._advance(job)
-        assert job.start_s is not None and job.placement is not None
-        self._busy_share_s += (self.now - job.start_s) * job.placement.share * len(job.placement.gpus)
+        self._busy(job)
         affected = self.book.stop(job, self.now)
         self._version[job.id] += 1
         self._due[job.id] = math.nan
+        self._rates_changed(affected)
+
+    def _busy(self, job: Job) -> None:
+        """Count the GPU share a running job held since it began holding its GPUs (its start or last resize)."""
+        since = job.sized_since
+        assert since is not None and job.placement is not None
+        self._busy_share_s += (self.now - since) * job.placement.share * len(job.placement.gpus)
+
+    def _resize(self, job: Job, d: Resize) -> None:
+        """Run `job` at another size (`Book.resize`): no progress for its resize pause, then at its new rate."""
+        if job.id not in self.running:
+            raise SimulationError(f"{self._who} resized job {job.spec.name}, which is not running")
+        self._advance(job)
+        self._busy(job)
+        try:
+            affected = self.book.resize(job, d.placement, self.now)
+        except (PlacementError, BookError) as exc:
+            raise SimulationError(f"{self._who}: {exc}") from None
+        job.last_update = self.now + resize_pause_s(job.submitted or job.spec, self.profiles)
         self._rates_changed(affected)
 
     def _finish(self, job: Job) -> None:
@@ -368,15 +370,23 @@ class Simulator:
         self.state.set_closed(closed_gpus(self._spans, drained=drained, faults=faults))
 
     def apply(self, decisions: Sequence[Decision]) -> bool:
-        """Carry out decisions (preemptions first: they free what placements may use). True if anything changed."""
+        """Carry out decisions (preemptions and shrinks first: they free what placements and grows may use). True if
+        anything changed."""
         acted = False
         for d in decisions:
             if isinstance(d, Preempt):
                 self._preempt(self.jobs[d.job_id])
                 acted = True
+        shrunk = [d for d in decisions if isinstance(d, Resize) and shrinks(self.view, d)]
+        for d in shrunk:  # shrinks next: they too free what placements may use
+            self._resize(self.jobs[d.job_id], d)
+            acted = True
         for d in decisions:
             if isinstance(d, Place):
                 self._start(self.jobs[d.job_id], d)
+                acted = True
+            elif isinstance(d, Resize) and d not in shrunk:  # (a grow, on what the placements left)
+                self._resize(self.jobs[d.job_id], d)
                 acted = True
             elif isinstance(d, Wait):
                 self.pending_reasons[d.job_id] = d.reason
@@ -568,6 +578,7 @@ class Simulator:
             "gpu_util": self._busy_share_s / (self.cluster.num_gpus * makespan) if makespan > 0 else 0.0,
             "avg_contention_slowdown": sum(j.slowdown_time for j in done) / run_total if run_total else 1.0,
             "preemptions": int(sum(j.preemptions for j in self.jobs)),
+            **({"resizes": sum(j.resizes for j in self.jobs)} if any(s.elastic for s in self.specs) else {}),
             "slo_violation_frac": (
                 sum(j.slo_violation_s for j in infer) / sum(j.run_time for j in infer) if infer else 0.0
             ),

@@ -8,8 +8,9 @@ can name its type without importing the frame.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler.core.model import DEFAULT_TEAM, JobSpec
 
@@ -24,6 +25,16 @@ class TeamStanding:
     borrowed_gpus: float  # the part of that beyond its quota
     rank: float  # fair-share position among the teams with demand: 0 first (least usage over quota), 1 last
     has_demand: bool  # jobs pending or running
+    ceiling_gpus: float = math.inf  # its quota plus its borrowing limit (inf: no limit)
+    queued_within_gpus: float = 0.0  # what its queued jobs within its quota will take
+
+
+def growth_room(team: TeamStanding, lendable: float, preemptible: bool) -> float:
+    """GPUs a running job of `team` may grow by, or a job start beyond its submitted size (`scheduler.core.resizing`,
+    rule 4): only GPUs that may be lent (no team's queued jobs within their quota are owed them), and within the team's
+    quota, or its borrowing limit for a preemptible job, counting what its own queued jobs within the quota take."""
+    limit = team.ceiling_gpus if preemptible else team.quota_gpus
+    return max(0.0, min(lendable, limit - team.in_use_gpus - team.queued_within_gpus))
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +50,12 @@ class TenancyStanding:
     @property
     def swap_call(self) -> bool:
         return bool(self.swaps)
+
+    def grown(self, team: str, gpus: float) -> TenancyStanding:
+        """This standing once `team` took `gpus` more of the lendable GPUs (a grow, or a start beyond its size)."""
+        t = self.teams[team]
+        teams = {**self.teams, team: replace(t, in_use_gpus=t.in_use_gpus + gpus)}
+        return replace(self, teams=teams, lendable_gpus=self.lendable_gpus - gpus)
 
     def of(self, spec: JobSpec) -> TeamStanding:
         """The standing of a job's team (a team the frame does not know is `default`, as the frame counts it)."""

@@ -17,7 +17,9 @@ from types import MappingProxyType
 import numpy as np
 
 from scheduler.core.colocation import MpsUsers, cap_words, holds, share_mask
+from scheduler.core.constraints import eligible_gpus
 from scheduler.core.contention import ContentionModel, Prediction
+from scheduler.core.elastic import RESIZE_INTERVAL_S, resize_pause_s, speedup
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
 from scheduler.core.standing import TenancyStanding
 from scheduler.core.workloads import ModelProfile
@@ -79,6 +81,10 @@ class ClusterState:
             return "a GPU appears twice"
         if abs(placement.share - spec.share) > EPS:
             return f"share {placement.share} differs from the job's {spec.share}"
+        # (A run that exists already is taken where it is: its node's labels may have changed since it started.)
+        off = None if adopt else self._off_limits(spec, gpus)
+        if off is not None:
+            return off
         mem = self.mem_need(spec)
         for g in gpus:
             if not 0 <= g < self.cluster.num_gpus:
@@ -94,6 +100,17 @@ class ClusterState:
             closed = self.mps.closed_to(spec.user)
             if closed is not None and closed[self.cluster.gpu_node[g]]:
                 return f"GPU {g}: its node's MPS daemon serves another user's shares"
+        return None
+
+    def _off_limits(self, spec: JobSpec, gpus: Sequence[int]) -> str | None:
+        """Why `gpus` are not all on nodes `spec`'s constraints allow (`scheduler.core.constraints`), or None."""
+        if spec.constraints is None:
+            return None
+        allowed = eligible_gpus(self.cluster, spec.constraints)
+        for g in gpus:
+            if 0 <= g < self.cluster.num_gpus and not allowed[g]:
+                node = self.cluster.node_names[int(self.cluster.gpu_node[g])]
+                return f"GPU {g} is on {node}, which its constraints ({spec.constraints.words()}) rule out"
         return None
 
     def allocate(self, job_id: int, spec: JobSpec, placement: Placement, *, adopt: bool = False) -> None:
@@ -116,6 +133,29 @@ class ClusterState:
         self.allocated_share += placement.share * len(placement.gpus)
         self.placements[job_id] = placement
         self._mem[job_id] = mem
+
+    def resize_check(self, job_id: int, spec: JobSpec, placement: Placement) -> str | None:
+        """Why running job `job_id` (whole GPUs) cannot move to `placement` at `spec`'s size, or None if it can: each
+        GPU there is one it holds or one wholly free, and open (a resize starts a run, so a draining GPU takes none).
+        Checked before anything is released: a refused resize leaves the job where it is."""
+        gpus = placement.gpus
+        if len(gpus) != spec.workers or len(set(gpus)) != len(gpus) or placement.share != 1.0:
+            return f"a resize to {spec.workers} GPUs needs {spec.workers} distinct whole GPUs, got {list(gpus)}"
+        off = self._off_limits(spec, gpus)
+        if off is not None:
+            return off
+        held = set(self.placements[job_id].gpus)
+        mem = self.mem_need(spec)
+        for g in gpus:
+            if not 0 <= g < self.cluster.num_gpus:
+                return f"GPU {g} does not exist"
+            if g in self.closed:
+                return f"GPU {g} is closed: {self.closed[g]}"
+            if g not in held and self.free_share[g] < 1.0 - EPS:
+                return f"GPU {g} is not free"
+            if mem > self.cluster.gpu_mem[g] + EPS:
+                return f"GPU {g} has {self.cluster.gpu_mem[g]:.1f} GB, needs {mem:.1f} GB"
+        return None
 
     def release(self, job_id: int) -> Placement:
         placement = self.placements.pop(job_id)
@@ -180,17 +220,20 @@ class ClusterState:
 class ClusterView:
     """What a policy may read: allocations, running jobs and contention predictions. A policy never changes it.
 
-    Two attributes are set from outside, by the code that owns the view, never by a policy: `now` (the runner, each
-    instant) and `tenancy` (the tenancy frame, for exactly the length of its call to the policy it wraps, restored
-    afterwards even if that policy raises). The frame sets it on this view rather than handing over a copy because
-    policies index what they have seen per view (Tiresias' attained service, the RL encoding's caches): a new view
-    at every call would rebuild those each time."""
+    Three attributes are set from outside, by the code that owns the view, never by a policy: `resize_interval_s`
+    (the cluster's resize rule), `now` (the runner, each instant) and `tenancy` (the tenancy frame, for exactly the
+    length of its call to the policy it wraps, restored afterwards even if that policy raises). The frame sets it on
+    this view rather than handing over a copy because policies index what they have seen per view (Tiresias' attained
+    service, the RL encoding's caches): a new view at every call would rebuild those each time."""
 
     def __init__(self, state: ClusterState, contention: ContentionModel, running: Mapping[int, Job],
-                 lowest_preemptible: Callable[[], float] | None = None) -> None:
+                 lowest_preemptible: Callable[[], float] | None = None, elastic: Mapping[int, Job] | None = None
+                 ) -> None:
         """`lowest_preemptible`: the book's index of the running jobs' priorities (`Book.lowest_preemptible`), kept as
-        runs start and stop; None: `lowest_preemptible` looks at every running job (a view over a plain map)."""
+        runs start and stop; None: `lowest_preemptible` looks at every running job (a view over a plain map).
+        `elastic`: the book's map of the running elastic jobs; None: the running jobs' elastic ones, read each time."""
         self.cluster = state.cluster
+        self._elastic = elastic
         self._lowest = lowest_preemptible
         self._state = state
         self._contention = contention
@@ -205,10 +248,35 @@ class ClusterView:
         self.respecs = 0
         # Set by the tenancy frame while it asks the policy it wraps (`scheduler.core.standing`); None without teams.
         self.tenancy: TenancyStanding | None = None
+        # The least time between two resizes of a job (`scheduler.core.resizing`, rule 3): the cluster's setting, set
+        # by the view's owner (the simulator's `resize_interval_s`, `corral serve --resize-interval`).
+        self.resize_interval_s = RESIZE_INTERVAL_S
 
     @property
     def free_whole(self) -> int:
         return self._state.free_whole
+
+    @property
+    def elastic(self) -> Mapping[int, Job]:
+        """The running elastic jobs (`JobSpec.elastic`, as submitted), which a policy may resize."""
+        if self._elastic is not None:
+            return MappingProxyType(self._elastic)
+        return {j: job for j, job in self.running.items() if (job.submitted or job.spec).elastic}
+
+    @property
+    def growable(self) -> bool:
+        """Whether a running elastic job could take a GPU now (one runs, and a whole GPU is free): the policy is asked
+        at an instant with an empty queue only then (`scheduler.core.runner`)."""
+        return self._state.free_whole > 0 and bool(self.elastic)
+
+    def speedup(self, spec: JobSpec, k: int) -> float:
+        """How many times as fast as at its submitted size `spec` works at `k` GPUs, alone and packed
+        (`scheduler.core.elastic.speedup`)."""
+        return speedup(self._contention, spec, k)
+
+    def resize_pause_s(self, spec: JobSpec) -> float:
+        """Seconds a resize stops `spec` for (`scheduler.core.elastic.resize_pause_s`)."""
+        return resize_pause_s(spec, self._state.profiles)
 
     @property
     def free_capacity(self) -> float:
@@ -290,5 +358,6 @@ class ClusterView:
 
     def attained_gpu_s(self, job: Job) -> float:
         """GPU-seconds of service a job has had up to now (Tiresias' 2D attained service)."""
-        extra = (self.now - job.start_s) * job.spec.gpu_demand if job.start_s is not None else 0.0
+        since = job.sized_since
+        extra = (self.now - since) * job.spec.gpu_demand if since is not None else 0.0
         return job.attained_gpu_s + extra

@@ -4,9 +4,10 @@ what-if, the figures and the store's history."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, overload
 
+from scheduler.core.constraints import ConstraintError, check_labels
 from scheduler.core.model import (
     PRESETS,
     Cluster,
@@ -27,13 +28,14 @@ if TYPE_CHECKING:
 
 class ModelNode(NamedTuple):
     """A node as the cluster model has it, in the model's order: its name, its GPUs, the preset it is modelled
-    with (its own, or `corral serve --preset` for a node that advertises none) and the rack it names (None: none, so
-    it fills racks in order)."""
+    with (its own, or `corral serve --preset` for a node that advertises none), the rack it names (None: none, so
+    it fills racks in order) and the labels its operator gave it (`corral node start --label`; sorted pairs)."""
 
     name: str
     gpus: int
     preset: str
     rack: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 def node_type(preset: str, gpus_per_node: int) -> NodeTypeSpec:
@@ -75,22 +77,40 @@ def node_rack(own: str | None) -> tuple[str | None, str | None]:
         return None, f"{exc}; modelled in no named rack"
 
 
+def node_labels(own: Iterable[tuple[str, str]] | Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    """The labels a node is modelled with (sorted pairs): those it advertises or the store recorded that are labels
+    (`scheduler.core.constraints`); one that is not (a marker set by hand) is dropped rather than failing every
+    controller pass."""
+    pairs = own.items() if isinstance(own, Mapping) else (own or ())
+    out: list[tuple[str, str]] = []
+    for key, value in pairs:
+        try:
+            out.extend(check_labels({key: value}).items())
+        except ConstraintError:
+            continue
+    return tuple(sorted(out))
+
+
 @overload
 def build_live_cluster(nodes: Sequence[tuple[str, int]], *, racks: Sequence[str | None] | None = None,
-                       fabric: str | None = None) -> Cluster: ...
+                       fabric: str | None = None, names: Sequence[str] | None = None,
+                       labels: Sequence[tuple[tuple[str, str], ...]] | None = None) -> Cluster: ...
 @overload
 def build_live_cluster(nodes: str, gpus_by_node: Sequence[int], *, fabric: str | None = None) -> Cluster: ...
 
 
 def build_live_cluster(nodes: Sequence[tuple[str, int]] | str, gpus_by_node: Sequence[int] | None = None, *,
-                       racks: Sequence[str | None] | None = None, fabric: str | None = None) -> Cluster:
+                       racks: Sequence[str | None] | None = None, fabric: str | None = None,
+                       names: Sequence[str] | None = None,
+                       labels: Sequence[tuple[tuple[str, str], ...]] | None = None) -> Cluster:
     """The cluster model of the Ray nodes, in order, each given as (preset, GPUs), in the racks `racks` names (one
     per node, None: in no named rack; no `racks`: none named), on the fabric preset `fabric` (None: one uplink per
     rack, as without a fabric; nodes naming no rack fill its leaf groups in order): consecutive nodes of one preset,
     GPU count and rack form one group. The cluster is named `live-<preset>`, or `live-<a>+<b>` (sorted) when the
     presets differ.
     `build_live_cluster(preset, gpus_by_node)` is the same for nodes that all have `preset` (kept for the callers that
-    model one preset, e.g. `corral train --from-history`)."""
+    model one preset, e.g. `corral train --from-history`). `names` and `labels`: each node's name and operator's
+    labels (None: node<index>, none), which constraints select nodes by."""
     if isinstance(nodes, str):
         shape = [(nodes, gpus) for gpus in gpus_by_node or ()]
         presets = [nodes]
@@ -100,13 +120,17 @@ def build_live_cluster(nodes: Sequence[tuple[str, int]] | str, gpus_by_node: Seq
     if racks is not None and len(racks) != len(shape):
         raise ValueError(f"{len(racks)} racks for {len(shape)} nodes")
     groups: list[NodeGroupSpec] = []
-    last: tuple[str, int, str | None] | None = None
-    for (preset, gpus), rack in zip(shape, racks or [None] * len(shape), strict=True):
-        if last == (preset, gpus, rack):
+    last: tuple[str, int, str | None, tuple[tuple[str, str], ...]] | None = None
+    named = list(names) if names is not None else [f"node{i}" for i in range(len(shape))]
+    own = list(labels) if labels is not None else [()] * len(shape)
+    for (preset, gpus), rack, name, labelled in zip(shape, racks or [None] * len(shape), named, own, strict=True):
+        if last == (preset, gpus, rack, labelled):
             groups[-1].count += 1
+            groups[-1].names.append(name)  # type: ignore[union-attr]  # (every group here names its nodes)
         else:
-            groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus), rack=rack))
-        last = (preset, gpus, rack)
+            groups.append(NodeGroupSpec(count=1, node=node_type(preset, gpus), rack=rack, labels=dict(labelled),
+                                        names=[name]))
+        last = (preset, gpus, rack, labelled)
     spec = ClusterSpec(name="live-" + "+".join(presets), groups=groups)
     if fabric is not None:
         spec = on_fabric(spec, fabric_preset(fabric, "--fabric"), spec.name)
@@ -115,7 +139,8 @@ def build_live_cluster(nodes: Sequence[tuple[str, int]] | str, gpus_by_node: Seq
 
 def model_cluster(nodes: Sequence[ModelNode], fabric: str | None = None) -> Cluster:
     """The cluster model of `nodes`, in their order, on the fabric preset `fabric` (None: none)."""
-    return build_live_cluster([(n.preset, n.gpus) for n in nodes], racks=[n.rack for n in nodes], fabric=fabric)
+    return build_live_cluster([(n.preset, n.gpus) for n in nodes], racks=[n.rack for n in nodes], fabric=fabric,
+                              names=[n.name for n in nodes], labels=[n.labels for n in nodes])
 
 
 def modelled_fabric(recorded: str | None) -> tuple[str | None, str | None]:
@@ -142,6 +167,11 @@ def check_fabric(name: str | None) -> str | None:
         return None
     fabric_preset(name, "--fabric")
     return name
+
+
+def labels_of(cluster: Cluster) -> list[tuple[tuple[str, str], ...]]:
+    """The labels each node of a live cluster model was given by its operator, in the model's order (its groups')."""
+    return [tuple(sorted(group.labels.items())) for group in cluster.spec.groups for _ in range(group.count)]
 
 
 def racks_of(cluster: Cluster) -> list[str | None]:

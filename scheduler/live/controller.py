@@ -39,6 +39,8 @@ from sqlalchemy.orm import Session, joinedload
 
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Policy
+from scheduler.core.elastic import RESIZE_INTERVAL_S
+from scheduler.core.generic import ProfileBook, known_profiles
 from scheduler.core.model import Cluster, Job
 from scheduler.core.outages import OnFault
 from scheduler.core.progress import runs_on_node
@@ -46,7 +48,7 @@ from scheduler.core.reasons import Code, Reason
 from scheduler.core.reservations import ReservationRule
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.tenancy import DEFAULT_HALF_LIFE_S
-from scheduler.core.workloads import ModelProfile, catalog
+from scheduler.core.workloads import ModelProfile
 from scheduler.live.control.health import NODES_EVERY_S, SUSPECT_S, NodeHealth
 from scheduler.live.control.intake import CHANGES_REREAD_S, FULL_SYNC_S, Intake
 from scheduler.live.control.membership import Membership
@@ -112,6 +114,7 @@ class Controller:
         fabric: str | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
         drain_after: int = START_STRIKES,
+        resize_interval_s: float = RESIZE_INTERVAL_S,
     ) -> None:
         """The controller of `store`'s jobs on `backend`'s workers, over `cluster` (its nodes named `node_names`, in
         the model's order; each modelled as `node_presets` says, else `preset`, on `fabric`). `make_policy` builds a
@@ -120,13 +123,15 @@ class Controller:
         period when nothing wakes it. `accounts`: the OS accounts command jobs run as; `log_limit_bytes` caps a rank's
         log. `leadership`: the lease replicas share (default: this one alone). `on_fault`, `start_timeout_s`,
         `drain_after`: what a faulty GPU's runs do, how long workers may take to start, after how many start
-        failures a node is drained. `nodes_from_store`: take the store's node numbering when recovering (a Ray
+        failures a node is drained. `resize_interval_s`: the least time between two resizes of an elastic job
+        (`scheduler.core.resizing`). `nodes_from_store`: take the store's node numbering when recovering (a Ray
         cluster shared with other replicas)."""
         self.store = store
         self.backend = backend
         self.workers = Workers(backend)
         self.nodes = Membership(cluster, node_names, node_presets, preset, fabric)
-        self.profiles = profiles if profiles is not None else catalog()
+        # A book the refined profiles of jobs that named no model join (`scheduler.live.generic_profiles`).
+        self.profiles = ProfileBook(profiles if profiles is not None else known_profiles())
         self.params = params
         self.tick_s = tick_s
         self.accounts = accounts or JobAccounts()  # the OS accounts command jobs run as (docs/security.md)
@@ -140,6 +145,7 @@ class Controller:
         self.health = NodeHealth(self.nodes, self.workers, on_fault=on_fault, start_timeout_s=start_timeout_s,
                                  drain_after=drain_after)
         self.placer = Placing(make_policy, default_policy, reservations, half_life_s)
+        self.resize_interval_s = resize_interval_s
         self._forget_memory()
         self._in_sync = True  # memory matches the store (false after a failed pass, until rebuilt)
         self._wake = threading.Event()
@@ -151,6 +157,7 @@ class Controller:
     def _forget_memory(self) -> None:
         """Empty in-memory state: `recover()` rebuilds it from the store (at start, and after a failed pass)."""
         self.m = Memory(self.cluster, self.profiles, self.params, self.workers, mps_one_user=self.accounts.per_user)
+        self.m.view.resize_interval_s = self.resize_interval_s
         self.lifecycle = LifeCycle(self.m, self.profiles)
         self.intake = Intake(self.m, self.lifecycle, self.workers, self.cluster, self.profiles, time.time())
         self.reports = Reports(self.m, self.lifecycle, self.workers, self.health)
@@ -492,8 +499,9 @@ class Controller:
     def _place(self, s: Session, ctx: PassContext) -> None:
         """As the simulator does, the policy is asked when something it sees changed (`_scene`) or at a time it asked
         to be woken (`WakeAt`), not at every tick: its last answer stands until then, and a pass with 1,000 queued
-        stays cheap. Then every job still pending gets a reason."""
-        if not (self.m.pending and self.placer.policy is not None and self.placing):
+        stays cheap. Then every job still pending gets a reason. With none pending it is asked only while a running
+        elastic job could grow (`scheduler.core.runner`)."""
+        if not ((self.m.pending or self.m.view.growable) and self.placer.policy is not None and self.placing):
             return
         if self._scene() != self.placer.asked or ctx.now >= self.placer.wake_at:
             self.placer.wake_at = float("inf")

@@ -1,25 +1,14 @@
-"""Why a job waits, and roughly when it may start: the words and figures the API and dashboard show.
+"""Why a job waits: the words and figures the API and dashboard show.
 
 Two pieces, both cheap enough to run on every controller pass or API request:
 
 * `capacity_reason`: what the cluster lacks for a pending job right now ("waiting for 8 GPUs (3 free)"), or, if the
   job would fit, that the policy chose to wait. Policies that say why they wait (`Wait` decisions) are quoted as they
   are; this covers the ones that do not (the RL agent waits by choosing the wait action).
-* `start_estimates`: when enough GPUs may be free for each pending job, replaying the running jobs' predicted ends and
-  the jobs ahead of it in queue order, GPU by GPU, on the GPUs that are usable now (`scheduler.live.nodes.usable_gpus`:
-  nodes alive and not drained, GPUs not faulted), with the rules of `capacity_reason` (a gang needs whole free GPUs
-  with the memory its model needs; a share needs that share free on one GPU) and each team's ceiling (quota plus
-  borrowing limit). A job that does not fit now is never estimated "now": it waits at least for the earliest predicted
-  end, and a run past its predicted end counts as ending within `OVERDUE_FLOOR_S`, not at once. Of topology it knows
-  only the holds: a job the policy holds for compact room although it fits now (a `Wait` with an `until`, stored as
-  the job's `pending_until`) is counted as starting when its hold ends, at the latest, and the jobs behind it start
-  meanwhile; which GPUs are compact, the reservations of teams under their quota and the policy's own order it
-  ignores, so it is an estimate to show as "about", not a promise, and says how it was made (`Estimates.basis`). A
-  job holding a reservation (`corral serve --reserve-share/--reserve-after`, `scheduler.core.reservations`) goes
-  first, as the controller lets it; a run ends by its time limit at the latest, so the holder starts by its
-  reservation's start (when the GPUs it needs free by the running jobs' time limits), which the basis says;
-  `POST /api/v1/whatif` runs the full simulator when that matters. It is computed from the store on every request,
-  so it follows the cluster as it changes.
+* `start_estimates`: the old start estimate, kept only as the baseline `benchmarks/estimates.py` measures the live
+  estimates against ("today's"): the running jobs' predicted ends and the queue in submission order, GPU by GPU,
+  with each team's ceiling and the policy's holds, but not the policy's own order. The live service's estimates are
+  `scheduler.live.estimates`' (the store's present replayed under the active policy by the core's replay).
 
 And what a job's page shows besides: what a job's progress is where it is known (`known_progress`), and where a job
 that holds no GPU now last ran and why it stopped (`last_placement`).
@@ -29,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,23 +27,24 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from scheduler.core.colocation import share_fits
+from scheduler.core.constraints import eligible_gpus, eligible_nodes
 from scheduler.core.model import DEFAULT_TEAM, JobSpec
 from scheduler.core.reasons import Code, Reason
-from scheduler.core.reservations import free_times, reservation_start
 from scheduler.core.state import EPS, ClusterView
-from scheduler.core.workloads import catalog
 from scheduler.live.job_states import JobState, JobType
-from scheduler.live.nodes import gpu_usability
-from scheduler.live.store import queries as q
 from scheduler.live.store.models import Allocation, Gpu, JobEvent, Node
 from scheduler.live.store.models import Job as JobRow
-from scheduler.live.words import duration_text, gpus_text
+from scheduler.live.words import gpus_text
 
 
 def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> Reason:
     """What keeps `spec` from starting now (`.text`: in a user's words)."""
     mem = view.mem_need(spec)
     gpu_mem = view.cluster.gpu_mem
+    if spec.constraints is not None:
+        unmet = _unmet_constraints(view, spec, mem)
+        if unmet is not None:
+            return unmet
     if spec.num_gpus < 1:
         free_here = (view.free_share >= spec.share - EPS) & (view.used_mem + mem <= gpu_mem + EPS)
         if (free_here & view.share_mask(spec)).any():
@@ -82,10 +71,30 @@ def capacity_reason(view: ClusterView, spec: JobSpec, policy: str) -> Reason:
     return Reason(Code.FITS_NOW, {"policy": policy})
 
 
+def _unmet_constraints(view: ClusterView, spec: JobSpec, mem: float) -> Reason | None:
+    """The reason naming `spec`'s constraints when the nodes they allow lack what it needs now (None: they have it,
+    and the capacity's reasons say the rest)."""
+    assert spec.constraints is not None
+    c = view.cluster
+    allowed = eligible_gpus(c, spec.constraints)
+    if spec.num_gpus < 1:
+        room = (view.free_share >= spec.share - EPS) & (view.used_mem + mem <= c.gpu_mem + EPS) & view.share_mask(spec)
+        free, need, elsewhere = int(np.count_nonzero(room & allowed)), 1, bool(room.any())
+    else:
+        whole = (view.free_share >= 1.0 - EPS) & (mem <= c.gpu_mem + EPS)
+        free, need, elsewhere = int(np.count_nonzero(whole & allowed)), spec.workers, int(whole.sum()) >= spec.workers
+    if free >= need:
+        return None
+    return Reason(Code.CONSTRAINED, {
+        "constraints": spec.constraints.words(), "nodes": int(eligible_nodes(c, spec.constraints).sum()),
+        "gpus": None if spec.num_gpus < 1 else spec.workers, "share": float(spec.share) if spec.num_gpus < 1 else None,
+        "free": free, "elsewhere": elsewhere})
+
+
 # ---- start estimates --------------------------------------------------------------------------------------------
 
 # A run past its predicted end ends some time: it counts as ending this long from now, at every look, so an overrun
-# moves the estimates later instead of pinning them at "now".
+# moves the estimates later instead of pinning them at "now" (the live replay's rule too: `scheduler.live.estimates`).
 OVERDUE_FLOOR_S = 60.0
 
 
@@ -150,7 +159,9 @@ def start_estimates(usable: Iterable[int], running: Sequence[Running], queue: Se
                     gpu_mem: Mapping[int, float] | None = None,
                     ceilings: Mapping[str, float] | None = None,
                     not_before: Sequence[float] | None = None) -> list[float | None]:
-    """Seconds until each job of `queue` may start, the queue taken in order (no one overtakes), on the `usable`
+    """The old estimate, kept for `benchmarks/estimates.py` alone (its "today's" column; the live service replays the
+    active policy instead: `scheduler.live.estimates`). Seconds until each job of `queue` may start, the queue taken
+    in order (no one overtakes), on the `usable`
     GPUs: entry i is None if job i can never start (more GPUs than are usable, or nothing running would free enough).
     A job that does not fit now gets at least the earliest predicted end among the running jobs: never 0.
 
@@ -209,129 +220,6 @@ def known_progress(kind: str, state: str, progress: float | None) -> float | Non
     if kind == JobType.EMULATED or state == JobState.SUCCEEDED or progress > 0:
         return progress
     return None
-
-
-def remaining_s(job: JobRow, now: float) -> tuple[float, bool]:
-    """A running job's predicted wall seconds left, no more than its time limit leaves, and whether it is past its
-    predicted end or its limit (then OVERDUE_FLOOR_S). An emulated job: its isolated work left (its workers report
-    progress), stretched by its predicted slowdown. A command job reports no progress: its estimated duration (the
-    user's) stretched by its slowdown, less what its current run has been up."""
-    slow = job.predicted_slowdown or 1.0
-    done = known_progress(job.kind, job.state, job.progress)
-    if done is not None:
-        left = job.duration_s * (1.0 - done) * slow
-    else:
-        ran = max(0.0, now - job.started_at) if job.started_at is not None else 0.0
-        left = job.duration_s * slow - ran
-    left = min(left, _run_end(job) - now)  # the controller stops it at its time limit
-    if left <= EPS or (done is not None and done >= 1.0 - EPS):
-        return OVERDUE_FLOOR_S, True
-    return max(left, 0.0), False
-
-
-@dataclass(frozen=True)
-class Estimates:
-    """Every pending job's start estimate (seconds from now; None: unknown, nothing running would free enough or it
-    can never fit) and how they were made, in words."""
-
-    starts: dict[int, float | None]
-    basis: str
-
-
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}{'' if n == 1 else 's'}"
-
-
-_QUEUE = (select(JobRow.id, JobRow.num_gpus, JobRow.duration_s, JobRow.team, JobRow.model, JobRow.pending_code,
-                 JobRow.pending_until)
-          .where(JobRow.state == JobState.PENDING, JobRow.held_at.is_(None)).order_by(JobRow.submitted_at, JobRow.id))
-
-
-def queue_start_estimates(s: Session, now: float | None = None) -> Estimates:
-    """`start_estimates` over the store as it is now: the usable GPUs, the running jobs' open allocations and
-    predicted ends, the pending jobs in queue order (submission order, `queries.queue_positions`, but the holder of a
-    reservation first), the teams' ceilings, and the holds the policy bounds (`pending_until`, a `Wait`'s `until`:
-    such a job takes its GPUs when its hold ends). Runs end by their time limits at the latest, so the holder's
-    estimate is never later than its reservation's start (`reservation_wait_s`), which the basis gives."""
-    now = time.time() if now is None else now
-    nodes = q.nodes_with_gpus(s)
-    usability = gpu_usability(nodes, now)
-    usable = [g for g, why in usability.items() if why is None]
-    gpu_mem = {g.index: g.mem_gb for n in nodes for g in n.gpus}
-    rows = s.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING)).all()
-    allocs = q.current_allocations(s, rows)
-    # A held job starts only once released: it takes no GPUs in the replay, and has no estimate.
-    # Only the columns the replay reads: loading whole rows (their JSON columns decoded) was most of a list page's
-    # cost with hundreds of jobs pending, and every page with a pending job pays it.
-    queue = list(s.execute(_QUEUE).all())
-    first = next((j for j in queue if j.pending_code == Code.RESERVATION), None)
-    holder = s.get(JobRow, first.id) if first is not None else None
-    if first is not None:  # the controller offers it the GPUs first and keeps them for it as they free
-        queue = [first, *(j for j in queue if j is not first)]
-    ceilings = {name: quota + borrow for name, quota, borrow in q.team_quotas(s) if borrow is not None}
-    profiles = catalog()
-    running: list[Running] = []
-    overdue = 0
-    for row in rows:
-        left, late = remaining_s(row, now)
-        overdue += late
-        held: dict[int, float] = {}
-        for a in allocs.get(row.id, ()):
-            held[a.gpu] = held.get(a.gpu, 0.0) + a.share
-        running.append(Running(held, left, row.team))
-    queued = [Queued(j.num_gpus, j.duration_s, j.team, profiles[j.model].mem_gb if j.model in profiles else 0.0)
-              for j in queue]
-    # A job the policy holds (`pending_until`: topology, waiting for compact room while it fits now only spread)
-    # starts when its hold ends at the latest: the replay gives it its GPUs then, and lets the jobs behind it start.
-    holds = [j.pending_until - now if j.pending_until is not None and j.pending_until > now else 0.0 for j in queue]
-    starts = dict(zip((j.id for j in queue), start_estimates(usable, running, queued, gpu_mem=gpu_mem,
-                                                             ceilings=ceilings, not_before=holds), strict=True))
-    limited = " (no later than their time limits)" if any(math.isfinite(_run_end(r)) for r in rows) else ""
-    basis = (f"replaying the predicted ends of {_count(len(running), 'running job')}{limited} on "
-             f"{_count(len(usable), 'usable GPU')}")
-    out = {why for why in usability.values() if why is not None}
-    if out:
-        left_out = len(usability) - len(usable)
-        basis += f" ({left_out} left out: {', '.join(sorted(out))})"
-    if overdue:
-        basis += (f"; {overdue} of them past {'its' if overdue == 1 else 'their'} predicted end, counted as ending in "
-                  f"{duration_text(OVERDUE_FLOOR_S)}")
-    basis += ", then the queue in submission order"
-    if holder is not None:
-        by_limits = reservation_wait_s(holder, queued[0].mem_gb, usable, gpu_mem, rows, allocs, now)
-        basis += f" with {_holder_words(holder, by_limits)}"
-    holding = sum(t > 0 for t in holds)
-    if holding:
-        its, it = ("its", "it") if holding == 1 else ("their", "them")
-        basis += (f"; {_count(holding, 'job')} the policy holds for compact room counted as starting when {its} hold "
-                  f"ends (at the latest), the jobs behind {it} starting meanwhile")
-    basis += " (not the policy's own order, nor topology beyond its holds)"
-    return Estimates({j.id: starts[j.id] for j in queue}, basis)
-
-
-def reservation_wait_s(holder: JobRow, mem_gb: float, usable: Iterable[int], gpu_mem: Mapping[int, float],
-                       rows: Sequence[JobRow], allocs: Mapping[int, Sequence[Allocation]], now: float) -> float:
-    """Seconds until `holder`'s reservation starts: when the usable GPUs it fits on free by the running jobs' time
-    limits, the controller's rule (`scheduler.core.reservations.plan`); inf if it waits on a run without a limit."""
-    fits = [g for g in usable if gpu_mem.get(g, math.inf) >= mem_gb - EPS]
-    runs = [([a.gpu for a in allocs.get(r.id, ())], _run_end(r)) for r in rows]
-    return max(0.0, reservation_start(free_times(fits, runs, now), int(holder.num_gpus)) - now)
-
-
-def _run_end(row: JobRow) -> float:
-    """When a running job's run must end by its time limit (inf without one): `reservations.run_end` of a row."""
-    if row.time_limit_s is None or row.started_at is None:
-        return math.inf
-    return row.started_at + row.time_limit_s
-
-
-def _holder_words(holder: JobRow, by_limits: float) -> str:
-    """How the estimates treat the reservation's holder, for the basis."""
-    who = f"job {holder.id} ({holder.name}) first, as it holds a reservation"
-    if math.isinf(by_limits):
-        return who + " (it waits on runs without time limits, so nothing bounds its start)"
-    return who + (f", which starts within {duration_text(by_limits)} at the latest, when the GPUs it needs free by "
-                  "the running jobs' time limits")
 
 
 # ---- where a job is, was, and what it chose between ---------------------------------------------------------------

@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import func, or_, select
 
 from scheduler.core.contention import ContentionModel
+from scheduler.core.generic import known_profiles
 from scheduler.core.model import JobSpec, Placement
-from scheduler.core.workloads import catalog
 from scheduler.live import whatif
 from scheduler.live.store import JobState, Store
 from scheduler.live.store import queries as q
@@ -196,7 +196,7 @@ def network_load(store: Store) -> dict[str, Any]:
     cluster = snap.cluster()
     # The store numbers GPUs cluster-wide over every node; the model numbers those of the live nodes, in order.
     to_model = {g: int(cluster.node_first_gpu[i]) + k for i, n in enumerate(snap.nodes) for k, g in enumerate(n.gpus)}
-    model = ContentionModel(cluster, catalog())
+    model = ContentionModel(cluster, known_profiles())
     for job in snap.running:
         if job.model in model.profiles and job.gpus and all(g in to_model for g in job.gpus):
             spec = JobSpec(job.name, 0.0, job.num_gpus, max(job.work_left, 1.0), job.model)

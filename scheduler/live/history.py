@@ -36,9 +36,9 @@ import numpy as np
 from sqlalchemy import select
 
 from scheduler.core.contention import ContentionModel, ContentionParams
+from scheduler.core.generic import known_profiles
 from scheduler.core.model import Cluster, JobKind, JobSpec, Placement, SpecError
 from scheduler.core.traces import Trace
-from scheduler.core.workloads import catalog
 from scheduler.live.cluster import build_live_cluster, fabric_in_store, presets_text
 from scheduler.live.store.db import Store
 from scheduler.live.store.models import Allocation, Gpu, Job, JobEvent, JobState, Node, PolicyVersion, User
@@ -182,7 +182,7 @@ def _spec(job: Job, profiles: dict, submit_s: float, duration_s: float) -> JobSp
 
 def read_history(store: Store) -> History:
     """Everything `train --from-history` and `calibrate` need, read in one transaction."""
-    profiles = catalog()
+    profiles = known_profiles()
     notes: list[str] = []
     with store.session() as s:
         nodes = list(s.scalars(select(Node).order_by(Node.index)))

@@ -3,9 +3,9 @@ start estimate and how that was made) or why it sits where it does (its GPUs, it
 choice traded against the other candidates), assembled from what the store recorded, with the words that summarise it.
 
 Every placement is stored with the candidates the policy weighed and the contention model's predictions, so the
-answer quotes the decision itself rather than guessing after the fact. The start estimate is
-`scheduler.live.explain.queue_start_estimates`, computed from the store as it is; GPUs are named as every view names
-them (`scheduler.live.words`).
+answer quotes the decision itself rather than guessing after the fact. The start estimate is the live replay's
+(`scheduler.live.estimates`: the store's present replayed under the active policy), given by the caller; GPUs are
+named as every view names them (`scheduler.live.words`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from scheduler.core.estimates import Estimate, Outlook
+from scheduler.core.generic import GENERIC_MODEL
+from scheduler.live.estimates import NO_FIELDS, LiveEstimates
 from scheduler.live.explain import gpu_names as read_gpu_names
-from scheduler.live.explain import known_progress, last_placement, queue_start_estimates, where_text
+from scheduler.live.explain import known_progress, last_placement, where_text
+from scheduler.live.generic_profiles import job_profile
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import Decision, Job
@@ -67,18 +71,22 @@ def trade_words(chosen: dict[str, Any], cands: list[dict[str, Any]]) -> str:
     return f"it chose slowdown {fig(chosen)}, over {fig(own)} on {own.get('where') or own['gpus']}"
 
 
-def start_words(estimate: float | None, hold_s: float | None = None) -> str:
+def start_words(est: Estimate | None, hold_s: float | None = None, newer: bool = False) -> str:
     """A pending job's start estimate as the summary says it; `hold_s`: the seconds left of the policy's hold on it
-    (its `pending_until`), where the policy holds it for compact room (the estimate counts it as starting then)."""
-    if estimate is None:
-        return "no start estimate: nothing running is predicted to free enough usable GPUs"
+    (its `pending_until`), where the policy holds it for compact room. A job the rules never start, or one past the
+    replay's bounds, says so in the estimate's own words (`Estimate.text`)."""
+    if est is None and newer:  # queued since the replay the estimates come from
+        return "no start estimate yet (the queue is replayed again within seconds)"
+    if est is None:
+        return "no start estimate (a held job, or one waiting on a held job, has none)"
+    if est.outlook is not Outlook.STARTS or est.start_s is None:
+        return est.text
+    estimate = est.start_s
     if estimate <= 0:
-        return "it fits the free usable GPUs now"
-    if hold_s is not None and hold_s > 0:
-        if estimate <= hold_s + 1.0:  # (the two read the clock a moment apart)
-            return f"about {duration_text(estimate)} until its hold ends, when it starts at the latest"
-        return f"about {duration_text(estimate)} until enough GPUs free up after its hold ends"
-    return f"about {duration_text(estimate)} until enough GPUs free up"
+        return "it starts now, as the active policy decides"
+    if hold_s is not None and hold_s > 0 and estimate <= hold_s + 1.0:  # (the two read the clock a moment apart)
+        return f"about {duration_text(estimate)} until its hold ends, when it starts at the latest"
+    return f"it starts in about {duration_text(estimate)}, as the active policy decides"
 
 
 def _last_words(last: dict[str, Any] | None) -> str:
@@ -89,13 +97,13 @@ def _last_words(last: dict[str, Any] | None) -> str:
     return f"; it last ran on {last['where']} (attempt {last['attempt']}){why}"
 
 
-def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, estimate: float | None,
-             placement: dict[str, Any] | None, last: dict[str, Any] | None = None) -> str:
+def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, estimate: Estimate | None,
+             placement: dict[str, Any] | None, last: dict[str, Any] | None = None, newer: bool = False) -> str:
     if job.state == JobState.PENDING:
         where = f"#{position} in the queue" if position else "queued"
         hold_s = job.pending_until - time.time() if job.pending_until is not None else None
-        return (f"{where}: {job.pending_reason or 'waiting for the controller'}; {start_words(estimate, hold_s)}"
-                + _last_words(last))
+        return (f"{where}: {job.pending_reason or 'waiting for the controller'}; "
+                f"{start_words(estimate, hold_s, newer)}" + _last_words(last))
     if decision is None:
         return f"{job.state}; no placement was recorded" + _last_words(last)
     cands = decision["candidates"]
@@ -117,8 +125,21 @@ def _summary(job: Job, decision: dict[str, Any] | None, position: int | None, es
     return text
 
 
-def explain_job(s: Session, job: Job) -> dict[str, Any]:
-    """The explanation of `job` (already checked to be the caller's to see), read in session `s`."""
+def profile_json(job: Job) -> dict[str, Any] | None:
+    """A job that named no model: the profile the contention figures use, and what it was made from (None for a
+    job that named one: its profile is the catalog's, GET /models)."""
+    if job.model != GENERIC_MODEL:
+        return None
+    prof = job_profile(job.model, job.measured_usage, job.profile_usage)
+    measured = prof.name != GENERIC_MODEL
+    words = ("no model named: a generic profile, refined from measured runs" if measured else
+             "no model named: a generic profile (a typical job of the catalog; no run of it or of jobs alike measured)")
+    return {"name": prof.name, "refined": measured, "source": prof.source, "words": words}
+
+
+def explain_job(s: Session, job: Job, estimates: LiveEstimates | None = None) -> dict[str, Any]:
+    """The explanation of `job` (already checked to be the caller's to see), read in session `s`; `estimates`: the
+    store's start estimates (`scheduler.live.estimates`), for a pending job."""
     job_id = job.id
     names = read_gpu_names(s)
     placed = s.scalars(select(Decision).where(Decision.job_id == job_id, Decision.action == "place")
@@ -126,8 +147,7 @@ def explain_job(s: Session, job: Job) -> dict[str, Any]:
     decision = _decision_json(placed, names) if placed is not None else None
     pending = job.state == JobState.PENDING
     position = q.queue_positions(s).get(job_id) if pending else None
-    estimates = queue_start_estimates(s) if pending else None
-    estimate = estimates.starts.get(job.id) if estimates is not None else None
+    estimate = estimates.get(job.id) if estimates is not None and pending else None
     placement: dict[str, Any] | None = None
     last = None
     neighbours: list[dict[str, Any]] = []
@@ -155,14 +175,18 @@ def explain_job(s: Session, job: Job) -> dict[str, Any]:
         placement["neighbour_job_ids"] = sorted(near)
     else:
         last = last_placement(s, job)
+    profile = profile_json(job)
+    newer = estimates is not None and pending and job.queued_since > estimates.at
+    summary = _summary(job, decision, position, estimate, placement, last, newer)
+    if profile is not None:
+        summary += f" ({profile['words']})"
     return {
         "job_id": job.id, "name": job.name, "state": job.state, "queue_position": position,
         "pending_reason": job.pending_reason if pending else None,
         "pending_until": job.pending_until if pending else None,
-        "start_estimate_s": estimate,
-        "start_estimate_basis": estimates.basis if estimates is not None else None,
+        **(estimates.fields(job.id) if estimates is not None and pending else NO_FIELDS),
         "placement": placement, "last_placement": last, "observed_slowdown": job.observed_slowdown,
         "predicted_slowdown_avg": job.predicted_slowdown_avg, "decision": decision,
         "progress": known_progress(job.kind, job.state, job.progress),
-        "neighbours": neighbours, "summary": _summary(job, decision, position, estimate, placement, last),
+        "neighbours": neighbours, "profile": profile, "summary": summary,
     }

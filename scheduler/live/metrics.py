@@ -14,6 +14,8 @@ DECISION_LATENCY = Histogram(
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, float("inf")),
 )
 RECLAIMS = Counter("corral_reclaims", "Borrowed jobs preempted to give a team under its quota its GPUs back")
+GUARD_SWITCHES = Counter("corral_guard_switches", "Switches of a guarded policy's guard, by the policy that acts after",
+                         ["to"])
 PREDICTED_SLOWDOWN = Histogram(
     "corral_predicted_slowdown", "Slowdown the contention model predicted for each placement when it was made",
     buckets=SLOWDOWN_BUCKETS,

@@ -9,12 +9,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from scheduler.core.admission import admission
+from scheduler.core.admission import Refusal, admission, cluster_refusal, unknown_nodes
+from scheduler.core.constraints import Constraints
+from scheduler.core.errors import SpecError
+from scheduler.core.generic import known_profiles
 from scheduler.core.model import Cluster
 from scheduler.core.outages import Drain, NodeSpan, closed_gpus
-from scheduler.core.workloads import catalog
-from scheduler.live.cluster import racks_of
+from scheduler.live.cluster import ModelNode, labels_of, model_cluster, node_labels, racks_of
 from scheduler.live.runs import NodeInfo
+from scheduler.live.store import queries
 from scheduler.live.store.models import Gpu, Node
 
 
@@ -27,7 +30,7 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
     if len(presets) != len(node_names):
         raise ValueError(f"{len(presets)} presets for {len(node_names)} nodes")
     by_name = {n.name: n for n in reported}
-    racks = racks_of(cluster)
+    racks, labels = racks_of(cluster), labels_of(cluster)
     down: set[int] = set()
     # Each node's GPUs read with it, not by a query per node (4,096 nodes at a datacentre's restart).
     existing = {n.name: n for n in s.scalars(select(Node).options(selectinload(Node.gpus)))}
@@ -38,6 +41,7 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
             node = Node(name=name, index=i, preset=presets[i], updated_at=now)
             s.add(node)
         node.index, node.preset, node.rack = i, presets[i], racks[i]
+        node.labels = dict(labels[i]) or None
         alive = bool(info and info.alive)
         if node.alive != alive:
             node.updated_at = now
@@ -150,6 +154,22 @@ def conditions(rows: Iterable[ConditionRow], nodes: Sequence[NodeSpan], now: flo
     return drained, faults
 
 
+def _constraint_refusal(s: Session, model: str, num_gpus: float, constraints: Constraints) -> Refusal | None:
+    """The refusal of `constraints` on the store's nodes: a name no node has, or too few GPUs on the alive nodes
+    they allow, by the controller's model of those nodes (`scheduler.core.admission.cluster_refusal`). Read only for
+    a constrained submission: the others cost nothing more."""
+    nodes = [n for n in queries.nodes_with_gpus(s) if n.gpus]
+    refusal = unknown_nodes(constraints, (n.name for n in nodes))
+    alive = [n for n in nodes if n.alive]
+    if refusal is not None or not alive:
+        return refusal
+    try:
+        cluster = model_cluster([ModelNode(n.name, len(n.gpus), n.preset, None, node_labels(n.labels)) for n in alive])
+    except (SpecError, ValueError):
+        return None  # a node recorded as a preset this version cannot model: the controller decides
+    return cluster_refusal(cluster, model, num_gpus, constraints, known_profiles(), unknown=False)
+
+
 def closed_in_store(nodes: Sequence[Node], now: float) -> dict[int, str]:
     """Every GPU of the store's nodes (with their GPU rows) that takes no new job, with why: down, drained or
     faulty, by the controller's rule. For the cluster map, its totals and the start estimates."""
@@ -183,15 +203,19 @@ _ALIVE_GPUS = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).wher
 ALIVE_CAPACITY = select(func.count(_ALIVE_GPUS.c.id), func.max(_ALIVE_GPUS.c.mem_gb))
 
 
-def capacity_refusal(s: Session, model: str, num_gpus: float) -> tuple[str, str] | None:
+def capacity_refusal(s: Session, model: str, num_gpus: float,
+                     constraints: Constraints | None = None) -> tuple[str, str] | None:
     """(field, why) when a job of `num_gpus` GPUs of `model` can never run on the cluster the controller recorded
-    (`core.admission`, on the alive nodes' GPUs); None when it could, or when no alive node is recorded yet (the
-    controller then decides). Only alive nodes count because the controller's model drops dead ones: it would reject
-    the job at once, so the API's 422 says the same thing before anything is stored."""
+    (`core.admission`, on the alive nodes' GPUs, with its constraints); None when it could, or when no alive node is
+    recorded yet (the controller then decides). Only alive nodes count because the controller's model drops dead
+    ones: it would reject the job at once, so the API's 422 says the same thing before anything is stored. A node
+    its constraints name must be one the store records, alive or not."""
     total, largest = s.execute(ALIVE_CAPACITY).one()
     if not total:
         return None
-    refusal = admission(model, num_gpus, gpus=int(total), largest_gpu_gb=float(largest), profiles=catalog())
+    refusal = admission(model, num_gpus, gpus=int(total), largest_gpu_gb=float(largest), profiles=known_profiles())
+    if refusal is None and constraints is not None:
+        refusal = _constraint_refusal(s, model, num_gpus, constraints)
     if refusal is None:
         return None
     if refusal.code == "gang":

@@ -17,23 +17,29 @@ logical, so this runs on a machine with no GPU); `RayBackend.connect` joins an e
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray._private import ray_constants
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray._private.runtime_env import packaging
+from ray._private.runtime_env.plugin import RuntimeEnvPlugin
+from ray.exceptions import GetTimeoutError, RayActorError, RuntimeEnvSetupError
 
+from scheduler.core.generic import MeasuredUsage, merged
 from scheduler.core.paths import corral_home
-from scheduler.live import ray_auth, ray_leftovers, sockets
+from scheduler.live import environments, ray_auth, ray_leftovers, sockets
+from scheduler.live.node import environments as node_environments
 from scheduler.live.runs import (
+    LABEL_PREFIX,
     NAMESPACE,
     PRESET_PREFIX,
     RACK_PREFIX,
@@ -89,6 +95,12 @@ def advertised_rack(resources: dict[str, Any]) -> str | None:
     return _marker(resources, RACK_PREFIX)
 
 
+def advertised_labels(resources: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The labels a node's marker resources name (`corral_label_KEY=VALUE`), unchecked, sorted."""
+    pairs = (key[len(LABEL_PREFIX):].partition("=") for key in resources if key.startswith(LABEL_PREFIX))
+    return tuple(sorted((k, v) for k, eq, v in pairs if eq))
+
+
 def _share_resource(share: float) -> float:
     # Round down to Ray's granularity: three tenants of 1/3 must fit in a capacity of 1.
     return max(1, int(share * _RES_PRECISION)) / _RES_PRECISION
@@ -105,6 +117,62 @@ class RayWorker(Worker):
 RemoteWorker = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=8)(RayWorker)  # type: ignore[call-overload]
 
 
+PREPARE_FAILED = 127  # a run whose environment could not be prepared exits as a command that could not start
+
+
+_RAISED = "RuntimeError: corral: "  # how the plugin's error reads in Ray's text
+
+
+def _unprepared(exc: Exception) -> str:
+    """Why a run's environment could not be prepared, from Ray's error, or "" if that was not what failed (a worker
+    lost on its way up). Ray says it inside the actor's death (its creation never ran) or as its own error."""
+    text = str(exc)
+    marker = "Failed to set up runtime environment"
+    if not isinstance(exc, RuntimeEnvSetupError) and marker not in text and "corral: " not in text:
+        return ""
+    # The plugin's own message (`CorralEnvPlugin.create`), to the end: pip's last lines. Ray's text quotes the
+    # plugin's traceback first, whose source line holds "corral: " too: the raised error's line is the one.
+    raised = text.rfind(_RAISED)
+    at, skip = (raised, len(_RAISED)) if raised >= 0 else (text.find("corral: "), len("corral: "))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    detail = text[at + skip:].strip() if at >= 0 else lines[-1] if lines else marker
+    return f"preparing its environment: {detail}"[:2000]
+
+
+class CorralEnvPlugin(RuntimeEnvPlugin):
+    """Ray's runtime-environment plugin for a job's environment (`runtime_env={"corral_env": {...}}`): Ray's agent on
+    the worker's node calls `create` before it starts the worker (the job's "preparing" phase) and gives the worker's
+    process the variables of `modify_context`. Loaded by every node's agent from `RAY_RUNTIME_ENV_PLUGINS`
+    (`environments.plugin_env`). The building is `scheduler.live.node.environments`', which holds no Ray."""
+
+    name = environments.PLUGIN_FIELD
+
+    async def create(self, uri: str | None, runtime_env: Any, context: Any, logger: logging.Logger) -> float:
+        config = runtime_env[self.name]
+        logger.info("corral: preparing %s", config)
+        try:  # off the agent's event loop: a pip install takes seconds to minutes
+            await asyncio.get_running_loop().run_in_executor(None, node_environments.prepare, config)
+        except (node_environments.PrepareError, OSError) as exc:  # (the job's reason: Ray's traceback says no more)
+            raise RuntimeError(f"corral: {exc}") from None
+        return 0
+
+    def modify_context(self, uris: list[str], runtime_env: Any, context: Any, logger: logging.Logger) -> None:
+        context.env_vars.update(node_environments.context_vars(runtime_env[self.name]))
+
+
+def _ray_runtime_env(runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """A launch's runtime_env as Ray takes it for an actor: its working directory's archive uploaded to Ray's GCS
+    under its content's hash (once: Ray names it by that), as Ray's job submission does with a local folder."""
+    out = dict(runtime_env)
+    if "working_dir" in out:
+        path = Path(out["working_dir"])
+        uri = packaging.get_uri_for_file(str(path))
+        if not packaging.package_exists(uri):
+            packaging.upload_package_to_gcs(uri, path.read_bytes())
+        out["working_dir"] = uri
+    return out
+
+
 # ---- the controller's side ---------------------------------------------------------------------------------------
 
 
@@ -119,6 +187,9 @@ class _Run:
     ends: list[Any] | None = None  # refs of each rank's `finished()`, outstanding for the whole run
     asked: list[Any] | None = None  # refs of each rank's `status()`, asked at one poll and read at a later one
     asked_at: float = 0.0
+    launched_at: float = 0.0
+    prepared_s: float | None = None  # a run with an environment: from its launch until its workers were all up
+    unprepared: str = ""  # why its environment could not be prepared: the run fails with this
 
 
 class RayBackend:
@@ -146,6 +217,8 @@ class RayBackend:
         records = corral_home() / "ray"  # Ray's private folder (made 0700 here when Ray's sessions go elsewhere)
         ray_leftovers.end_leftovers(records)  # a server killed with SIGKILL left its cluster running
         saved = ray_auth.saved_env()  # given back at shutdown (a test may start another cluster)
+        saved[environments.PLUGINS_VAR] = os.environ.get(environments.PLUGINS_VAR)
+        os.environ.update(environments.plugin_env())  # every node's agent loads Corral's plugin (jobs' environments)
         ray_auth.use_token(ray_auth.ensure_token())
         temp = ray_auth.private_temp_dir()
         os.environ["RAY_TMPDIR"] = str(temp)  # Ray's folders go under $RAY_TMPDIR/ray
@@ -216,7 +289,7 @@ class RayBackend:
                 name = m.group(1)
                 gpus = sum(1 for k in res if k.startswith(f"corral_gpu_{name}_"))
                 info = NodeInfo(name, gpus, bool(n.get("Alive")), n.get("NodeID", ""), n.get("NodeManagerAddress", ""),
-                                advertised_preset(res), advertised_rack(res))
+                                advertised_preset(res), advertised_rack(res), advertised_labels(res))
                 if info.alive or name not in found:  # a restarted node replaces its dead record
                     found[name] = info
         return list(found.values())
@@ -239,11 +312,14 @@ class RayBackend:
         for spec in launch.ranks:
             resources = {f"corral_gpu_{spec.node}_{g}": _share_resource(spec.share) for g in spec.local_gpus}
             resources[f"corral_node_{spec.node}"] = 0.001  # pins it even if a GPU resource were renamed
+            # A job's environment is Ray's runtime_env of its workers: Ray prepares it on the node (and caches it)
+            # before the worker starts, so its `ready()` answers once it is built (the job's "preparing" phase).
+            env = {"runtime_env": _ray_runtime_env(launch.runtime_env)} if launch.runtime_env else {}
             actors.append(RemoteWorker.options(
                 name=actor_name(launch.job_id, launch.attempt, spec.rank), namespace=NAMESPACE, lifetime="detached",
-                resources=resources, get_if_exists=True,
+                resources=resources, get_if_exists=True, **env,
             ).remote(launch, spec.rank))
-        self._runs[launch.job_id] = _Run(launch, actors, [a.ready.remote() for a in actors])
+        self._runs[launch.job_id] = _Run(launch, actors, [a.ready.remote() for a in actors], launched_at=time.time())
 
     def adopt(self, launch: Launch) -> bool:
         """After a controller restart: take over a run's workers if every one is still there."""
@@ -257,7 +333,7 @@ class RayBackend:
                 return False
         try:
             states: list[dict[str, Any]] = ray.get([a.status.remote() for a in actors], timeout=30)
-        except (RayActorError, GetTimeoutError):
+        except (RayActorError, RuntimeEnvSetupError, GetTimeoutError):
             for a in actors:
                 self._kill(a)
             return False
@@ -389,7 +465,7 @@ class RayBackend:
         """Whether a returned `finished` call saw its rank end (a lost worker counts: there is nothing to wait for)."""
         try:
             return bool(ray.get(ref, timeout=0)["phase"] == "exited")
-        except RayActorError:
+        except (RayActorError, RuntimeEnvSetupError):
             return True
 
     def _maybe_start(self, run: _Run) -> None:
@@ -407,10 +483,13 @@ class RayBackend:
         try:
             master_addr, master_port = ray.get(run.ready[0])
             ray.get(run.ready[1:])
-        except RayActorError:
+        except (RayActorError, RuntimeEnvSetupError) as exc:
             run.ready = None
-            run.started = True  # let _status report it lost
+            run.started = True  # let _status report it lost, or failed if its environment could not be prepared
+            run.unprepared = _unprepared(exc) if run.launch.runtime_env else ""
             return
+        if run.launch.runtime_env:
+            run.prepared_s = time.time() - run.launched_at
         n = len(run.launch.ranks)
         for a, spec in zip(run.actors, run.launch.ranks, strict=True):
             a.start.remote(rank_env(spec, n, master_addr, master_port, run.launch))
@@ -427,6 +506,11 @@ class RayBackend:
         phases = []
         done_s = 0.0
         error = ""
+        if run.unprepared:  # never started: failed, not lost (another node would fail the same way)
+            run.status = JobStatus(launch.job_id, launch.attempt, "failed", [None] * n, [None] * n,
+                                   [PREPARE_FAILED] * n, 0.0, run.unprepared)
+            return run.status
+        usages: list[MeasuredUsage | None] = []
         for i, ref in enumerate(refs):
             if ref is None:
                 phases.append("unknown")
@@ -443,6 +527,7 @@ class RayBackend:
             phases.append(st["phase"])
             started[i], ended[i], codes[i] = st["started_at"], st["ended_at"], st["exit_code"]
             error = error or st.get("error", "")
+            usages.append(MeasuredUsage.from_dict(st.get("usage")))
             if i == 0:
                 done_s = float(st["done_s"])
         if "lost" in phases:
@@ -458,7 +543,10 @@ class RayBackend:
                                            [None] * n, 0.0)
         else:
             phase = "running" if any(p == "running" for p in phases) else "starting"
-        run.status = JobStatus(launch.job_id, launch.attempt, phase, started, ended, codes, done_s, error)
+        usage = merged(usages) if phase in ("succeeded", "failed") else None  # (every rank's, as one run's)
+        run.status = JobStatus(launch.job_id, launch.attempt, phase, started, ended, codes, done_s, error,
+                               prepared_s=run.prepared_s,
+                               usage=replace(usage, runs=1).as_dict() if usage is not None else None)
         return run.status
 
     def _reap_stopped(self) -> None:

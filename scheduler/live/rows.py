@@ -6,11 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from scheduler.core.admission import admission
+from scheduler.core.admission import cluster_refusal
+from scheduler.core.constraints import Constraints
 from scheduler.core.dependencies import Condition, Dependency
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
 from scheduler.core.workloads import ModelProfile
-from scheduler.live import job_files
+from scheduler.live import environments, job_files
+from scheduler.live.generic_profiles import model_name
 from scheduler.live.job_accounts import AccountError, JobAccounts
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, Launch, RankSpec
 from scheduler.live.store.models import Job as JobRow
@@ -18,13 +20,18 @@ from scheduler.live.store.models import JobType
 
 
 def job_spec(row: JobRow, profiles: Mapping[str, ModelProfile]) -> JobSpec:
-    profile = profiles[row.model]
+    """The job as submitted, in the core's terms: an elastic one with its sizes and resize pause, so the policy may
+    start, grow and shrink it (`scheduler.core.elastic`)."""
+    model = model_name(row, profiles)  # (a job that named no model: its generic profile, refined where measured)
+    profile = profiles[model]
     return JobSpec(
         name=row.name, submit_s=row.submitted_at, num_gpus=row.num_gpus, duration_s=row.duration_s,
-        model=row.model, kind=profile.kind, user=row.user.name, priority=row.priority, slo_ms=row.slo_ms,
+        model=model, kind=profile.kind, user=row.user.name, priority=row.priority, slo_ms=row.slo_ms,
         team=row.team, preemptible=row.preemptible, time_limit_s=row.time_limit_s,
         depends_on=tuple(Dependency(str(d["job"]), Condition(d["condition"])) for d in row.depends_on or ()),
         array=str(row.array_id) if row.array_id is not None else None, array_max_running=row.array_max_running,
+        min_gpus=row.min_gpus, max_gpus=row.max_gpus, sizes=tuple(row.sizes or ()), resize_pause_s=row.resize_pause_s,
+        constraints=Constraints.from_json(row.constraints),
     )
 
 
@@ -41,9 +48,10 @@ def job_of(row: JobRow, profiles: Mapping[str, ModelProfile]) -> Job:
 
 
 def reject_reason(row: JobRow, cluster: Cluster, profiles: Mapping[str, ModelProfile]) -> str | None:
-    """Why this cluster can never run the job (then it fails at once, saying so), or None (`core.admission`)."""
-    refusal = admission(row.model, row.num_gpus, gpus=cluster.num_gpus, largest_gpu_gb=float(cluster.gpu_mem.max()),
-                        profiles=profiles)
+    """Why this cluster can never run the job (then it fails at once, saying so), or None (`core.admission`, with
+    its constraints on the alive nodes the model holds: a node its list names that is down now is no refusal)."""
+    refusal = cluster_refusal(cluster, row.model, row.num_gpus, Constraints.from_json(row.constraints), profiles,
+                              unknown=False)
     return refusal.why if refusal is not None else None
 
 
@@ -84,4 +92,5 @@ def launch_of(row: JobRow, job: Job, attempt: int, ranks: Sequence[RankSpec], ac
         checkpoint_dir=str(job_files.checkpoint_dir(store_id, row.id)), entrypoint=row.entrypoint, workdir=row.workdir,
         env={**{str(k): str(v) for k, v in (row.env or {}).items()}, **array_env(row)},
         run_as=run_as, create_account=accounts.creates, account_error=account_error, log_limit_bytes=log_limit_bytes,
+        runtime_env=environments.runtime_env(row.environment) if row.kind == JobType.COMMAND else None,
     )

@@ -7,9 +7,11 @@ stays in one module.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
+from scheduler.core.constraints import ConstraintError, check_labels
 from scheduler.core.errors import SpecError
 
 NAMESPACE = "corral"
@@ -22,6 +24,9 @@ PRESET_PREFIX = "corral_preset_"
 # is any of NodeGroupSpec.rack's). Nodes naming one rack share it in the cluster model; a node naming none fills racks
 # in order, as before racks had names.
 RACK_PREFIX = "corral_rack_"
+# The marker resources that give a node its labels (`corral node start --label zone=a`): `corral_label_zone=a`, one
+# per label, carried like the rack's. Jobs' constraints select nodes by them (`scheduler.core.constraints`).
+LABEL_PREFIX = "corral_label_"
 # NodeGroupSpec.rack's rule (scheduler.core.model), checked here too so that a bad name is refused where it is given
 # (`corral node start --rack`), not when the controller builds its model.
 RACK_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -35,17 +40,29 @@ def check_rack(rack: str, where: str = "--rack") -> str:
     return rack
 
 
-def node_resources(name: str, gpus: int, preset: str | None = None, rack: str | None = None) -> dict[str, float]:
+def node_resources(name: str, gpus: int, preset: str | None = None, rack: str | None = None,
+                   labels: Mapping[str, str] | None = None) -> dict[str, float]:
     """The custom resources a Ray node must carry to be Corral node `name` with `gpus` GPUs (for `ray start
     --resources`), with its preset's marker when it has one (None: the controller models it as `corral serve
-    --preset`) and its rack's when it has one (SpecError for a bad rack name; None: in no named rack)."""
+    --preset`), its rack's when it has one (SpecError for a bad rack name; None: in no named rack) and one per label
+    (SpecError for a bad label)."""
     res = {f"corral_node_{name}": 1.0}
     res.update({f"corral_gpu_{name}_{i}": 1.0 for i in range(gpus)})
     if preset is not None:
         res[PRESET_PREFIX + preset] = 1.0
     if rack is not None:
         res[RACK_PREFIX + check_rack(rack)] = 1.0
+    for key, value in check_node_labels(labels or {}).items():
+        res[f"{LABEL_PREFIX}{key}={value}"] = 1.0
     return res
+
+
+def check_node_labels(labels: Mapping[str, str], where: str = "--label") -> dict[str, str]:
+    """A node's labels if they are labels (`scheduler.core.constraints.check_labels`); SpecError naming `where`."""
+    try:
+        return check_labels(labels, where)
+    except ConstraintError as exc:
+        raise SpecError(str(exc)) from None
 
 
 # What one rank of a command job may write to its log in one run: enough for any training log, small enough that a
@@ -72,6 +89,7 @@ class NodeInfo:
     address: str
     preset: str | None = None  # the preset the node advertises (None: none, or several markers)
     rack: str | None = None  # the rack the node advertises, unchecked (None: none, or several markers)
+    labels: tuple[tuple[str, str], ...] = ()  # the labels it advertises, unchecked
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +120,8 @@ class Launch:
     account_error: str = ""  # why this job has no account to run as: its launch fails with this reason
     create_account: bool = False  # make `run_as` on the node if it has no such account (scheduler.live.job_accounts)
     log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES  # a command rank's log stops growing here (the rest is dropped)
+    # Ray's runtime_env of its workers (`scheduler.live.environments.runtime_env`): its packages, image, working dir
+    runtime_env: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -117,6 +137,8 @@ class JobStatus:
     done_s: float  # emulated: isolated seconds of work done
     error: str = ""
     up: tuple[bool, ...] = ()  # starting: whether each rank's worker is up yet (empty: not known)
+    prepared_s: float | None = None  # a run with an environment: how long it took to prepare (None: none, or not yet)
+    usage: dict[str, Any] | None = None  # an ended command run: what NVML measured of it (`MeasuredUsage.as_dict`)
 
 
 def rank_env(spec: RankSpec, world: int, master_addr: str, master_port: int, launch: Launch) -> dict[str, str]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from scheduler.core.generic import known_profiles
 from scheduler.core.progress import slo_missed
-from scheduler.core.workloads import catalog
 from scheduler.live.job_states import JobState
 
 # Which slowdown the prediction uses, in words: the one the job runs at now, else the average over its runs (a job
@@ -29,7 +29,7 @@ def slo_status(slo_ms: float | None, model: str, state: str, predicted_slowdown:
     """A job's SLO and whether its predicted latency is over it; None for a job without an SLO."""
     if slo_ms is None:
         return None
-    profile = catalog().get(model)
+    profile = known_profiles().get(model)
     alone = profile.latency_ms if profile is not None and profile.latency_ms else None
     if alone is None:
         return SloStatus(slo_ms=slo_ms, alone_ms=None, slowdown=None, predicted_ms=None, basis="", at_risk=None)

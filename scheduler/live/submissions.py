@@ -13,8 +13,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from scheduler.live import job_accounts
+from scheduler.core.constraints import Constraints
+from scheduler.core.generic import GENERIC_MODEL
+from scheduler.live import durations, job_accounts
 from scheduler.live import webhooks as wh
+from scheduler.live.generic_profiles import alike_usage
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.nodes import capacity_refusal
 from scheduler.live.priority_ceilings import AboveCeiling
@@ -83,8 +86,8 @@ def check(fields: Mapping[str, Any], who: User, rules: Rules) -> Submission:
     array = job.pop("array", None)
     webhook = job.pop("webhook", None)
     if job["kind"] == JobType.COMMAND:
-        if job["duration_s"] is None:
-            job["duration_s"] = DEFAULT_COMMAND_DURATION_S
+        if job["duration_s"] is None:  # (`submit` puts what similar jobs ran in its place, where some have ended)
+            job["duration_s"], job["duration_estimate"] = durations.estimated(None, DEFAULT_COMMAND_DURATION_S)
         why = job_accounts.refusal(rules.accounts, rules.command_jobs, who.name, who.id, who.admin)
         if why is not None:
             raise NotAllowed(f"kind: {why}")
@@ -107,9 +110,14 @@ def submit(s: Session, who: User, submission: Submission, *, max_pending: int | 
     as they may). A retry with a known client token returns what the first stored, and stores nothing. `who` may be
     a detached stand-in: only its id, name and admin flag are read."""
     fields = dict(submission.job)
-    problem = capacity_refusal(s, fields["model"], fields["num_gpus"])
+    problem = capacity_refusal(s, fields["model"], fields["num_gpus"], Constraints.from_json(fields.get("constraints")))
     if problem is not None:
         raise InvalidField(*problem)
+    if fields["model"] == GENERIC_MODEL:  # no model named: the measured runs of jobs alike refine its profile
+        fields["profile_usage"] = alike_usage(s, who.id, fields["name"])
+    if fields.get("duration_estimate") is not None:  # no duration given: the run times of similar jobs, if any
+        fields["duration_s"], fields["duration_estimate"] = durations.estimate(
+            s, who.name, fields["name"], fields["model"], fields["num_gpus"], DEFAULT_COMMAND_DURATION_S)
     try:
         q.resolve_priority(s, fields, who)  # the class, and the submitter's ceiling (admins are exempt)
     except LookupError as exc:
@@ -146,6 +154,8 @@ def resubmitted(job: Job, changes: Mapping[str, Any]) -> dict[str, Any]:
     without one, the figures it gave. A change of either kind replaces the other (a class and explicit figures
     together are refused)."""
     fields = {name: getattr(job, name) for name in RESUBMITTED_FIELDS}
+    if job.duration_estimate is not None:
+        fields.pop("duration_s")  # it gave none: estimated anew, from the jobs that ended since
     fields["retry_on"] = "any" if fields["retry_on"] is None else fields["retry_on"]
     if fields["priority_class"] is not None or "priority_class" in changes:
         for name in PRIORITY_FIELDS:

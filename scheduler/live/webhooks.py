@@ -53,7 +53,7 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 # The job events (`job_events.kind`) that change a job's state, each with the state it leaves the job in. A webhook
 # gets one request per such event. Not sent: `lost` (a lost run is followed, in the same instant, by `requeued`,
 # `failed` or `cancelled`, whose reason then carries the loss's), `cancel_requested` and `requeue_requested` (the job
-# is still running until its `cancelled` or `checkpointed`), `adopted`, `resubmitted`, `held`, `released`,
+# is still running until its `cancelled` or `checkpointed`), `adopted`, `prepared`, `resubmitted`, `held`, `released`,
 # `time_limit_changed` and `priority_changed` (no change of state).
 TIMED_OUT_STATE = "timed_out" if "timed_out" in JobState._value2member_map_ else JobState.FAILED.value
 STATE_EVENTS: dict[str, str] = {

@@ -2,9 +2,10 @@
 
 A request (`WhatIfRequest`, every field optional) is answered in three steps:
 
-1. `snapshot(store)` reads the store once: the alive nodes (their preset and GPUs, giving the same cluster model the
-   controller builds), the running jobs with their GPUs, share and remaining isolated work
-   (`duration_s * (1 - progress)`), the pending jobs in submission order and the active policy.
+1. `snapshot(store)` (`scheduler.live.snapshot`, shared with the live start estimates) reads the store once: the
+   alive nodes (their preset and GPUs, giving the same cluster model the controller builds), the running jobs with
+   their GPUs, share and remaining isolated work (an emulated job's `duration_s * (1 - progress)`, a command job's
+   estimate less what its run has done), the pending jobs in submission order and the active policy.
 2. `evaluate(snap, request, make_policy)` builds, per seed, a simulation that starts *now* (t=0): running jobs keep
    their placements at t=0 (`Simulator(initial=...)`), pending jobs arrive at t=0 in their order, hypothetical jobs
    at `submit_in_s`. With `trace`, the trace's jobs replace the live ones (on the live cluster plus extra nodes).
@@ -35,16 +36,17 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scheduler.core.admission import admission
+from scheduler.core.admission import cluster_refusal
+from scheduler.core.constraints import ConstraintError, Constraints
 from scheduler.core.decisions import Policy
+from scheduler.core.generic import known_profiles
 from scheduler.core.model import PRESETS, Cluster, JobPhase, JobSpec, Placement, SpecError
 from scheduler.core.outages import OnFault, Outage
 from scheduler.core.reservations import ReservationRule
 from scheduler.core.simulator import Placed, SimulationError, Simulator
 from scheduler.core.state import PlacementError
-from scheduler.core.workloads import ModelProfile, catalog
-from scheduler.live.cluster import build_live_cluster, fabric_in_store
-from scheduler.live.nodes import closed_in_store
+from scheduler.core.workloads import ModelProfile
+from scheduler.live.snapshot import MIN_WORK_S, Elastic, LiveJob, LiveNode, Snapshot, live_spec, snapshot
 
 SIGMA = 0.3  # log-normal spread of a job's true remaining work around its estimate
 MAX_SEEDS = 20
@@ -61,7 +63,6 @@ DEFAULT_BUDGET = 2_500
 # such a queue costs more than linearly under rl:default (16 GPUs, one seed, 1-GPU jobs: 100 pending 0.3-2 s, 200 about
 # 2 s, 500 10 s, 1,000 45 s, 3,025 305 s), so the cap is per simulation; seeds (at most MAX_SEEDS) multiply it.
 DEFAULT_QUEUE_CAP = 100
-MIN_WORK_S = 1.0  # a running job reported (almost) done still has this much left: it has not finished yet
 DEFAULT_POLICY = "rl:default"
 METRICS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "gpu_util", "makespan_s",
            "jobs_completed", "jobs_rejected", "jobs_unfinished")
@@ -82,6 +83,10 @@ class WhatIfError(SpecError):
 # ---- the request ---------------------------------------------------------------------------------------------------
 
 
+MAX_ELASTIC_GPUS = 8192  # an elastic bound, as a submission's (web.limits.MAX_JOB_GPUS)
+MAX_ELASTIC_SIZES = 64  # sizes listed (web.limits.MAX_ELASTIC_SIZES)
+
+
 class HypotheticalJob(BaseModel):
     """A job that does not exist yet: would it fit, and how long would it take?"""
 
@@ -92,12 +97,19 @@ class HypotheticalJob(BaseModel):
     num_gpus: float
     duration_s: float = Field(gt=0, allow_inf_nan=False, description="isolated run time (an estimate, as any job's)")
     submit_in_s: float = Field(0.0, ge=0, allow_inf_nan=False, description="arrival, seconds from now")
+    # Elastic (`scheduler.core.elastic`), as a submission's: the core checks how they go together when the job is built.
+    min_gpus: int | None = Field(None, ge=1, le=MAX_ELASTIC_GPUS)
+    max_gpus: int | None = Field(None, ge=1, le=MAX_ELASTIC_GPUS)
+    sizes: tuple[int, ...] = Field((), max_length=MAX_ELASTIC_SIZES)
+    resize_pause_s: float | None = Field(None, ge=0, le=86400.0, allow_inf_nan=False)
+    # Where it may run (`scheduler.core.constraints`), as a submission gives it; the core checks it.
+    constraints: dict[str, Any] | None = None
 
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str) -> str:
-        if v not in catalog():
-            raise ValueError(f"unknown model {v!r}; choose one of {', '.join(catalog())}")
+        if v not in known_profiles():
+            raise ValueError(f"unknown model {v!r}; choose one of {', '.join(known_profiles())}")
         return v
 
     @field_validator("num_gpus")
@@ -138,90 +150,6 @@ class WhatIfRequest(BaseModel):
 # ---- the live state ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LiveNode:
-    name: str
-    preset: str
-    gpus: tuple[int, ...]  # the store's cluster-wide GPU indices, in local order
-    rack: str | None = None  # the rack it names (None: none; it fills racks in order)
-
-
-@dataclass(frozen=True)
-class LiveJob:
-    id: int
-    name: str
-    model: str
-    num_gpus: float
-    work_left: float  # isolated seconds still to run, by the estimate
-    user: str = ""
-    priority: int = 0
-    slo_ms: float | None = None
-    attained_gpu_s: float = 0.0
-    gpus: tuple[int, ...] = ()  # the store's GPU indices it holds (running jobs only)
-    share: float = 1.0
-    preemptible: bool = True
-    time_limit_s: float | None = None  # what is left of it (running jobs) or all of it (pending ones)
-
-
-@dataclass
-class Snapshot:
-    nodes: list[LiveNode]
-    running: list[LiveJob]
-    pending: list[LiveJob]
-    active_policy: str | None
-    taken_at: float = field(default_factory=time.time)
-    closed: dict[int, str] = field(default_factory=dict)  # store GPU index -> why it takes no new job (drain, fault)
-    fabric: str | None = None  # the fabric preset the controller models the cluster on (None: none)
-
-    def cluster(self, extra_nodes: int = 0) -> Cluster:
-        """The cluster model the controller has of the live nodes: each as its recorded preset, in the rack it names,
-        on the recorded fabric; with `extra_nodes` more of the last node's kind, in its rack."""
-        shape = [(n.preset, len(n.gpus)) for n in self.nodes]
-        racks = [n.rack for n in self.nodes]
-        return build_live_cluster(shape + shape[-1:] * extra_nodes, racks=racks + racks[-1:] * extra_nodes,
-                                  fabric=self.fabric)
-
-
-def snapshot(store: Any) -> Snapshot:
-    """Read the present from the store (a `scheduler.live.store.Store`) in one session."""
-    from sqlalchemy import select
-
-    from scheduler.live.store import queries as q
-    from scheduler.live.store.models import Job as JobRow
-    from scheduler.live.store.models import JobState as S
-
-    with store.session() as s:
-        rows = q.nodes_with_gpus(s)
-        nodes = [LiveNode(n.name, n.preset, tuple(g.index for g in sorted(n.gpus, key=lambda g: g.local_index)),
-                          n.rack) for n in rows if n.alive]
-        closed = closed_in_store(rows, time.time())  # (down nodes' GPUs are left out of the model instead)
-        running_rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
-        allocs = q.current_allocations(s, running_rows)
-        # A held job starts only once released: what-if leaves it out, as the controller leaves it waiting.
-        pending_rows = s.scalars(select(JobRow).where(JobRow.state == S.PENDING, JobRow.held_at.is_(None))
-                                 .order_by(JobRow.submitted_at, JobRow.id)).all()
-        names = q.user_names(s, [r.user_id for r in [*running_rows, *pending_rows]])
-        running = []
-        pending = []
-        for r in running_rows:
-            if r.cancel_requested:
-                continue  # its workers are being stopped: its GPUs are as good as free
-            held = allocs.get(r.id, [])
-            work = max(r.duration_s * (1.0 - min(max(r.progress, 0.0), 1.0)), MIN_WORK_S)
-            running.append(LiveJob(
-                r.id, r.name, r.model, r.num_gpus, work, names.get(r.user_id, ""), r.priority, r.slo_ms,
-                r.attained_gpu_s, tuple(sorted(a.gpu for a in held)), held[0].share if held else 1.0,
-                r.preemptible, _limit_left(r.time_limit_s, r.started_at)))
-        for r in pending_rows:
-            if r.cancel_requested:
-                continue
-            pending.append(LiveJob(r.id, r.name, r.model, r.num_gpus, max(r.duration_s - r.work_done_s, MIN_WORK_S),
-                                   names.get(r.user_id, ""), r.priority, r.slo_ms, r.attained_gpu_s,
-                                   preemptible=r.preemptible, time_limit_s=r.time_limit_s))
-        return Snapshot(nodes, running, pending, q.active_policy(s), closed=closed,
-                        fabric=fabric_in_store(s)[0])
-
-
 # ---- the model of the cluster --------------------------------------------------------------------------------------
 
 
@@ -239,19 +167,7 @@ class _World:
     outages: list[Outage] = field(default_factory=list)  # the drained nodes' and faulty GPUs', for the whole run
 
 
-def _limit_left(limit: float | None, started_at: float | None) -> float | None:
-    """What is left of a running job's time limit now (at least a second: it is stopped at the next pass)."""
-    if limit is None:
-        return None
-    return max(1.0, limit - (time.time() - started_at)) if started_at is not None else limit
-
-
-def _spec(name: str, model: str, num_gpus: float, work: float, profiles: dict[str, ModelProfile], *,
-          submit_s: float = 0.0, user: str = "", priority: int = 0, slo_ms: float | None = None,
-          preemptible: bool = True, time_limit_s: float | None = None) -> JobSpec:
-    return JobSpec(name=name, submit_s=submit_s, num_gpus=num_gpus, duration_s=work, model=model,
-                   kind=profiles[model].kind, user=user, priority=priority, slo_ms=slo_ms, preemptible=preemptible,
-                   time_limit_s=time_limit_s)
+_spec = live_spec  # (its name before it moved to scheduler.live.snapshot)
 
 
 def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]) -> _World:
@@ -271,10 +187,7 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
         where = f" in rack {last.rack}" if last.rack else ""
         notes.append(f"{req.extra_nodes} extra {last.preset} node(s) of {len(last.gpus)} GPUs join{where} at t=0")
 
-    model_gpu: dict[int, int] = {}  # store GPU index -> model GPU index (dead nodes are left out, so they differ)
-    for k, n in enumerate(snap.nodes):
-        first = int(base_cluster.node_first_gpu[k])
-        model_gpu.update({g: first + i for i, g in enumerate(n.gpus)})
+    model_gpu = snap.model_gpus(base_cluster)  # store GPU index -> model GPU index (dead nodes are left out)
 
     # GPUs closed now (a drained node's, a faulty one) stay closed for the whole run, as far as anyone knows; their
     # runs keep going (the controller has already requeued those it would).
@@ -295,14 +208,16 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
                 requeued.append(j)  # placed on a node that is gone (or not yet placed): the controller requeues it
                 continue
             spec = _spec(f"{j.name}#{j.id}", j.model, j.num_gpus, j.work_left, profiles, user=j.user,
-                         priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s)
+                         priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s,
+                         elastic=j.elastic, constraints=j.constraints)
             initial.append((spec, Placement(tuple(sorted(gpus)), j.share), j.work_left))
         if requeued:
             notes.append(f"{len(requeued)} running job(s) hold GPUs of nodes that are down: they queue again at t=0")
         for j in [*requeued, *snap.pending]:
             attained[len(arrivals)] = j.attained_gpu_s
             arrivals.append(_spec(f"{j.name}#{j.id}", j.model, j.num_gpus, j.work_left, profiles, user=j.user,
-                                  priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s))
+                                  priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible,
+                                  time_limit_s=j.time_limit_s, elastic=j.elastic, constraints=j.constraints))
         notes.append(f"{len(initial)} running job(s) keep their GPUs at t=0; {len(arrivals)} pending job(s) arrive "
                      "at t=0 in submission order")
     else:
@@ -320,14 +235,25 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
 
     hypothetical = []
     for i, h in enumerate(req.jobs):
-        refusal = admission(h.model, h.num_gpus, gpus=cluster.num_gpus, largest_gpu_gb=float(cluster.gpu_mem.max()),
-                            profiles=profiles)
+        try:
+            constraints = Constraints.from_json(h.constraints)
+        except ConstraintError as exc:
+            raise WhatIfError(f"jobs.{i}.constraints.{exc.field}", exc.why) from None
+        refusal = cluster_refusal(cluster, h.model, h.num_gpus, constraints, profiles)
         if refusal is not None:
             extra = " with the extra nodes" if refusal.code == "gang" and req.extra_nodes else ""
             raise WhatIfError(f"jobs.{i}.{refusal.field}", (f"{h.model} " if refusal.field == "model" else "")
                               + refusal.why + extra)
-        hypothetical.append(_spec(h.name or f"what-if-{i}", h.model, h.num_gpus, h.duration_s, profiles,
-                                  submit_s=h.submit_in_s, user="what-if"))
+        try:
+            hypothetical.append(_spec(h.name or f"what-if-{i}", h.model, h.num_gpus, h.duration_s, profiles,
+                                      submit_s=h.submit_in_s, user="what-if",
+                                      elastic=Elastic(h.min_gpus, h.max_gpus, h.sizes, h.resize_pause_s),
+                                      constraints=constraints))
+        except ValueError as exc:  # the elastic fields' rules (`JobSpec._check_elastic`): each message names its field
+            why = str(exc)
+            field = next((f for f in ("min_gpus", "max_gpus", "sizes", "resize_pause_s") if why.startswith(f)),
+                         "min_gpus")
+            raise WhatIfError(f"jobs.{i}.{field}", why) from None
     if len(initial) + len(arrivals) + len(hypothetical) > MAX_JOBS:
         raise WhatIfError(None, f"more than {MAX_JOBS} jobs to simulate")
     return _World(cluster, base_cluster, initial, arrivals, hypothetical, attained, notes, outages)
@@ -480,7 +406,7 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
     runs. With `queue_cap`, only the first `queue_cap` pending jobs are simulated (the answer's `bounds` says how many
     were left out); None: all of them."""
     wall0 = time.perf_counter()
-    profiles = profiles if profiles is not None else catalog()
+    profiles = profiles if profiles is not None else known_profiles()
     active = snap.active_policy or default_policy
     name = req.policy.strip() if req.policy is not None else active
 
@@ -548,3 +474,8 @@ def what_if(store: Any, request: WhatIfRequest | dict[str, Any], make_policy: Ca
     req = request if isinstance(request, WhatIfRequest) else WhatIfRequest.parse(request)
     return evaluate(snapshot(store), req, make_policy, default_policy=default_policy, budget=budget,
                     queue_cap=queue_cap, reservations=reservations, mps_one_user=mps_one_user)
+
+
+# What callers reach here, also the live state's reader (`scheduler.live.snapshot`, shared with the start estimates).
+__all__ = ["DEFAULT_BUDGET", "DEFAULT_POLICY", "DEFAULT_QUEUE_CAP", "MIN_WORK_S", "Elastic", "HypotheticalJob",
+           "LiveJob", "LiveNode", "Snapshot", "WhatIfError", "WhatIfRequest", "evaluate", "snapshot", "what_if"]

@@ -14,6 +14,7 @@ import logging
 import os
 import pwd
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.live.job_accounts import AccountError, ensure_os_account
+from scheduler.live.node import environments as node_environments
 from scheduler.live.node.mps import MpsError, MpsManager
+from scheduler.live.node.usage import UsageSampler
 from scheduler.live.runs import Launch, actor_name
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,7 @@ class Worker:
         self.rate = launch.rate
         self.done_s = 0.0
         self.error = ""
+        self.usage: dict[str, Any] | None = None  # what NVML measured of a command's use of its GPUs (`node.usage`)
         self._stop = threading.Event()
         self._grace_s = 0.0  # the grace of the stop under way: how long its log is still read after the shell ends
         self._ended = threading.Event()
@@ -89,6 +93,8 @@ class Worker:
         self._lock = threading.Lock()
         self._mps: MpsManager | None = None  # the node's MPS daemon, while this rank holds a lease on it
         self._log_path = Path(launch.log_dir) / f"rank-{rank}.log"
+        # Ray started this worker in the job's working directory, unpacked from the archive it was uploaded with.
+        self._env_cwd = os.getcwd() if launch.runtime_env and "working_dir" in launch.runtime_env else None
         Path(launch.log_dir).mkdir(parents=True, exist_ok=True)
         Path(launch.checkpoint_dir).mkdir(parents=True, exist_ok=True)
         # A run that cannot start here (no account for its user, one that cannot be made) is not a lost worker to
@@ -102,6 +108,8 @@ class Worker:
                 # The job's own folder: its account's alone (logs stay the server's).
                 os.chown(launch.checkpoint_dir, self._account.pw_uid, self._account.pw_gid)
                 os.chmod(launch.checkpoint_dir, 0o700)
+                if self._env_cwd is not None:
+                    self._env_cwd = _own_copy(Path(self._env_cwd), Path(launch.checkpoint_dir), self._account)
             except KeyError:
                 self._setup_error = f"no OS account {launch.run_as!r} on this node"
             except (AccountError, OSError) as exc:
@@ -150,7 +158,7 @@ class Worker:
 
     def status(self) -> dict[str, Any]:
         return {"phase": self.phase, "started_at": self.started_at, "ended_at": self.ended_at,
-                "exit_code": self.exit_code, "done_s": self.done_s, "error": self.error}
+                "exit_code": self.exit_code, "done_s": self.done_s, "error": self.error, "usage": self.usage}
 
     def finished(self, timeout_s: float = FINISHED_WAIT_S) -> dict[str, Any]:
         """Return once this rank's work has ended, with its final status, or after `timeout_s` with its status then
@@ -273,18 +281,30 @@ class Worker:
             out.write(f"[corral] could not start: {why}\n")
         self._finish(127, f"could not start: {why}")
 
+    def _log_preparation(self) -> None:
+        """Rank 0's log begins with its environment's preparation: what was built, when, and pip's output."""
+        text = node_environments.preparation_log() if self.rank == 0 else ""
+        if text:
+            with self._log_path.open("a") as out:
+                out.write(text)
+
     def _command(self, env: dict[str, str]) -> None:
         """Run the entrypoint as the job's account, its output through a pipe into the rank's log (capped: see
         `copy_capped`). Whatever stops it from starting (a missing folder, an environment the OS refuses) ends the
         run as failed with the reason; the thread never dies leaving the job running."""
-        workdir = self.launch.workdir or self.launch.checkpoint_dir
+        workdir = self._env_cwd or self.launch.workdir or self.launch.checkpoint_dir
         as_user: dict[str, Any] = {}
         if self._account is not None:  # drop to the job's account: no store, no other job's files or processes
             as_user = {"user": self._account.pw_uid, "group": self._account.pw_gid, "extra_groups": []}
         try:
-            full_env = command_env(env, self.launch.run_as, workdir)
+            full_env = node_environments.job_vars(command_env(env, self.launch.run_as, workdir))
+            argv = ["/bin/sh", "-c", self.launch.entrypoint or "true"]
+            runtime, image = os.environ.get(node_environments.RUNTIME_VAR), os.environ.get(node_environments.IMAGE_VAR)
+            if runtime and image:  # the job's command inside its image
+                argv = node_environments.container_argv(runtime, image, argv[2], workdir, sorted(full_env))
+            self._log_preparation()
             self._proc = subprocess.Popen(
-                ["/bin/sh", "-c", self.launch.entrypoint or "true"], cwd=workdir, env=full_env,
+                argv, cwd=workdir, env=full_env,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: stop() signals the whole tree
                 **as_user,
@@ -292,6 +312,8 @@ class Worker:
         except (OSError, ValueError, UnicodeError, subprocess.SubprocessError) as exc:
             self._fail_to_start(str(exc))
             return
+        gpus = [int(g) for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.isdigit()]
+        sampler = UsageSampler.start_for(gpus, self._proc.pid) if gpus else None  # its own session: pgid = pid
         try:
             with self._log_path.open("ab") as out:
                 copy_capped(self._proc, out, self.launch.log_limit_bytes, self._drain_s)
@@ -299,8 +321,20 @@ class Worker:
             log.warning("job %s rank %s: writing its log: %s", self.launch.job_id, self.rank, exc)
             copy_capped(self._proc, None, 0)
         code = self._proc.wait()
+        measured = sampler.stop() if sampler is not None else None
+        self.usage = measured.as_dict() if measured is not None else None
         # A signal shows as a negative return code; report it the way a shell would.
         self._finish(code if code >= 0 else 128 - code)
+
+
+def _own_copy(working_dir: Path, folder: Path, account: pwd.struct_passwd) -> str:
+    """The job's working directory as its account's own, in its own folder: Ray unpacked it in its session folder,
+    which only the server's user may enter. Copied again at each run (the job's own files beside it stay)."""
+    target = folder / "working_dir"
+    shutil.copytree(working_dir, target, symlinks=True, dirs_exist_ok=True)
+    for path in (target, *target.rglob("*")):
+        os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
+    return str(target)
 
 
 LOG_CHUNK = 64 * 1024

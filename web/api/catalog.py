@@ -7,7 +7,7 @@ from typing import Any
 
 from flask_smorest import Blueprint
 
-from scheduler.core.workloads import catalog
+from scheduler.core.generic import known_profiles
 from web.auth import protect
 from web.schemas.catalog import ModelsSchema
 
@@ -21,8 +21,9 @@ def blueprint(prefix: str) -> Blueprint:
         """List the model catalog
 
         Every model a submission's `model` may name, with the profile the contention model uses for it (compute time,
-        SM and memory-bandwidth demand, memory, gradient size, communication overlap; inference models' latency and SLO).
+        SM and memory-bandwidth demand, memory, gradient size, communication overlap; inference models' latency and SLO). The last, `generic`, is what a command job that
+        names no model is given: its `source` says how it was made.
         """
-        return {"models": [asdict(p) | {"kind": p.kind.value} for p in catalog().values()]}
+        return {"models": [asdict(p) | {"kind": p.kind.value} for p in known_profiles().values()]}
 
     return blp

@@ -53,6 +53,7 @@ def cluster_json() -> dict[str, Any]:
                                  "mem_gb": gpu.mem_gb, "free_share": round(max(0.0, 1.0 - used), 6),
                                  "tenants": held, "closed": closed.get(gpu.index)})
             out_nodes.append({"name": node.name, "index": node.index, "preset": node.preset, "rack": node.rack,
+                              "labels": node.labels or {},
                               "alive": node.alive, "since": node.updated_at, "address": node.address, "gpus": out_gpus,
                               "health": health_view(node.health, node.health_at, now), "health_at": node.health_at,
                               "drain": drain_view(node)})

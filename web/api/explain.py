@@ -8,8 +8,10 @@ from typing import Any
 from flask_smorest import Blueprint, abort
 
 from scheduler.live.job_explanation import explain_job
+from scheduler.live.job_states import JobState
 from scheduler.live.store.models import Job
 from web.api.context import store
+from web.api.estimates import live_estimates
 from web.auth import protect, require_owner
 from web.schemas.explain import ExplainSchema
 
@@ -30,6 +32,6 @@ def blueprint(prefix: str) -> Blueprint:
             if job is None:
                 abort(404, message=f"job {job_id} not found")
             require_owner(job_id, job.user_id)
-            return explain_job(s, job)
+            return explain_job(s, job, live_estimates() if job.state == JobState.PENDING else None)
 
     return blp

@@ -12,25 +12,27 @@ from sqlalchemy.orm import Session
 
 from scheduler.core.dependencies import Condition, holds
 from scheduler.core.reasons import Code
-from scheduler.live.explain import Estimates, allocation_text, known_progress, queue_start_estimates
+from scheduler.live.estimates import NO_FIELDS, LiveEstimates
+from scheduler.live.explain import allocation_text, known_progress
 from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.slo import slo_status
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
-from scheduler.live.store.job_fields import SHOWN_COLUMNS
+from scheduler.live.store.job_fields import LISTED_COLUMNS, SHOWN_COLUMNS
 from scheduler.live.store.models import Allocation, Job, JobArray
+from web.api.estimates import live_estimates
 from web.auth import caller, require_owner
 
 
 def job_json(job: Job, user: str, allocations: Sequence[Allocation] = (), positions: dict[int, int] | None = None,
-             estimates: Estimates | None = None) -> dict[str, Any]:
-    body = {c: getattr(job, c) for c in SHOWN_COLUMNS}
+             estimates: LiveEstimates | None = None, *, listed: bool = False) -> dict[str, Any]:
+    """A job as the API shows it; `listed`: as a list shows it, without its large fields."""
+    body = {c: getattr(job, c) for c in (LISTED_COLUMNS if listed else SHOWN_COLUMNS)}
     body["progress"] = known_progress(job.kind, job.state, job.progress)
     body["user"] = user
     body["queue_position"] = (positions or {}).get(job.id)
-    pending = job.state == JobState.PENDING and estimates is not None
-    body["start_estimate_s"] = estimates.starts.get(job.id) if pending else None  # type: ignore[union-attr]
-    body["start_estimate_basis"] = estimates.basis if pending else None  # type: ignore[union-attr]
+    pending = job.state == JobState.PENDING and estimates is not None and job.held_at is None  # held: none
+    body.update(estimates.fields(job.id) if estimates is not None and pending else NO_FIELDS)
     if pending and job.pending_code == Code.RESERVATION:
         body["start_estimate_basis"] += f"; the job {job.pending_reason}"
     body["allocation"] = [
@@ -47,7 +49,7 @@ def full_json(s: Session, job: Job) -> dict[str, Any]:
     allocs = q.current_allocations(s, [job]).get(job.id, [])
     pending = job.state == JobState.PENDING
     return job_json(job, q.user_names(s, [job.user_id])[job.user_id], allocs,
-                    q.queue_positions(s) if pending else None, queue_start_estimates(s) if pending else None)
+                    q.queue_positions(s) if pending else None, live_estimates() if pending else None)
 
 
 def array_json(s: Session, array: JobArray, user: str) -> dict[str, Any]:

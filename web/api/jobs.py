@@ -9,12 +9,13 @@ from typing import Any
 from flask_smorest import Blueprint, abort
 from marshmallow import ValidationError
 
-from scheduler.live.explain import last_placement, queue_start_estimates
+from scheduler.live.explain import last_placement
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from scheduler.live.store.models import JobArray
 from scheduler.live.submissions import resubmitted
 from web.api.context import store, write_session
+from web.api.estimates import live_estimates
 from web.api.job_json import array_json, dependencies_json, full_json, job_json, job_or_404
 from web.api.submissions import submit_job
 from web.auth import caller, protect
@@ -99,8 +100,8 @@ def list_jobs(args: dict[str, Any]) -> Any:
         allocs = q.current_allocations(s, [j for j in jobs if j.state == JobState.RUNNING])
         pending = any(j.state == JobState.PENDING for j in jobs)
         positions = q.queue_positions(s) if pending else None
-        estimates = queue_start_estimates(s) if pending else None
-        rows = [job_json(j, names[j.user_id], allocs.get(j.id, []), positions, estimates) for j in jobs]
+        estimates = live_estimates() if pending else None
+        rows = [job_json(j, names[j.user_id], allocs.get(j.id, []), positions, estimates, listed=True) for j in jobs]
     return json_response({"jobs": [dump_summary(r) for r in rows], "total": total})
 
 

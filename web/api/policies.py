@@ -35,10 +35,11 @@ def zoo_agents() -> list[str]:
 
 def policy_names() -> list[str]:
     # available() lists prefixes as `rl:NAME` placeholders; the concrete agents replace them.
-    names = [n for n in available() if not n.endswith(":NAME")] + zoo_agents()
-    if "rl:default" not in names:
-        names.append("rl:default")
-    return names
+    learned = zoo_agents()
+    if "rl:default" not in learned:
+        learned.append("rl:default")
+    # A learned policy under the guard (docs/learned-policies.md) is the way to run one live.
+    return [n for n in available() if not n.endswith(":NAME")] + learned + [f"guarded:{n}" for n in learned]
 
 
 def blueprint(prefix: str) -> Blueprint:
@@ -49,11 +50,13 @@ def blueprint(prefix: str) -> Blueprint:
     def list_policies() -> Any:
         """List the policies
 
-        Every name `PUT /policies/active` accepts (heuristics and the trained agents found), and the active one.
+        Every name `PUT /policies/active` accepts (heuristics, the trained agents found and each under the guard), the
+        active one, and what its guard decided if it has one.
         """
         with store().session() as s:
             active = q.active_policy(s)
-        return {"available": policy_names(), "active": active}
+            guard = q.active_policy_info(s).get("guard")
+        return {"available": policy_names(), "active": active, "guard": guard}
 
     @blp.route("/policies/active", methods=["PUT"])
     @blp.arguments(ActivePolicyArgs())

@@ -31,6 +31,9 @@ class NodeSchema(Schema):
     name = fields.String()
     index = fields.Integer()
     preset = fields.String()
+    labels = fields.Dict(keys=fields.String(), values=fields.String(), metadata={
+        "description": "the labels its operator gave it (`corral node start --label`), which jobs' constraints select "
+                       "nodes by, besides its hardware's (gpu=h100, interconnect=nvlink)"})
     rack = fields.String(allow_none=True, metadata={
         "description": "the rack the node names (`corral node start --rack`): nodes naming one rack share it in the "
                        "cluster model; null: it names none, and fills racks in order"})

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields
 
+from web.schemas.estimates import start_estimate_fields
 from web.schemas.job_details import LastPlacementSchema
+
+_ESTIMATE = start_estimate_fields()  # (`web.schemas.estimates`: defined once)
 
 
 class CandidateSchema(Schema):
@@ -52,6 +55,13 @@ class NeighbourSchema(Schema):
     predicted_slowdown = fields.Float(allow_none=True)
 
 
+class ProfileSchema(Schema):
+    name = fields.String(metadata={"description": "generic, or generic~FIGURES for one refined from measured runs"})
+    refined = fields.Boolean()
+    source = fields.String(metadata={"description": "what each figure was made from"})
+    words = fields.String()
+
+
 class ExplainSchema(Schema):
     job_id = fields.Integer()
     name = fields.String()
@@ -61,10 +71,12 @@ class ExplainSchema(Schema):
     pending_until = fields.Float(allow_none=True, metadata={
         "description": "the latest time the policy holds the job for its pending reason (seconds since the epoch; "
                        "topology, for compact room), null if not bounded so"})
-    start_estimate_s = fields.Float(allow_none=True, metadata={
-        "description": "about how long until enough usable GPUs free up (see start_estimate_basis)"})
-    start_estimate_basis = fields.String(allow_none=True, metadata={
-        "description": "how the start estimate was made, in words"})
+    start_estimate_s = _ESTIMATE["start_estimate_s"]
+    start_estimate_outlook = _ESTIMATE["start_estimate_outlook"]
+    start_estimate_code = _ESTIMATE["start_estimate_code"]
+    start_estimate_params = _ESTIMATE["start_estimate_params"]
+    start_estimate_text = _ESTIMATE["start_estimate_text"]
+    start_estimate_basis = _ESTIMATE["start_estimate_basis"]
     progress = fields.Float(allow_none=True, metadata={"description": "fraction done, where it is known"})
     placement = fields.Nested(ExplainPlacementSchema, allow_none=True)
     last_placement = fields.Nested(LastPlacementSchema, allow_none=True, metadata={
@@ -74,4 +86,7 @@ class ExplainSchema(Schema):
     decision = fields.Nested(ExplainDecisionSchema, allow_none=True, metadata={
         "description": "the latest placement decision, with the candidates the policy weighed"})
     neighbours = fields.List(fields.Nested(NeighbourSchema))
+    profile = fields.Nested(ProfileSchema, allow_none=True, metadata={
+        "description": "a job that named no model: the generic profile its contention figures use (null: the "
+                       "catalog's profile of its model)"})
     summary = fields.String()

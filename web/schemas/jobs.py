@@ -3,18 +3,26 @@ or in a list)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from marshmallow import INCLUDE, Schema, ValidationError, fields, pre_load, validate, validates_schema
+from marshmallow import INCLUDE, Schema, ValidationError, fields, post_load, pre_load, validate, validates_schema
 
 import web.limits as lim
 from scheduler.core.dependencies import Condition
-from scheduler.core.workloads import catalog
+from scheduler.core.generic import GENERIC_MODEL, known_profiles
+from scheduler.core.model import JobSpec
 from scheduler.live.job_states import DEFAULT_JOB_KIND
 from scheduler.live.store.job_fields import UNLISTED_FIELDS
 from scheduler.live.store.models import JobState, JobType, RestartPolicy
 from web.schemas.arrays import ArraySchema
 from web.schemas.base import GpuCount, RequestSchema, RetryOn, bounded, db_int
+from web.schemas.constraints import shown_field as shown_constraints
+from web.schemas.constraints import submitted_field as submitted_constraints
+from web.schemas.environments import EnvironmentSchema, EnvironmentShown, environment_rules
+from web.schemas.estimates import start_estimate_fields
+
+_ESTIMATE = start_estimate_fields("pending jobs: ")  # (`web.schemas.estimates`: defined once)
 
 
 class DependencyArgs(RequestSchema):
@@ -32,6 +40,11 @@ class ArrayArgs(RequestSchema):
                                  metadata={"description": "tasks running at once, at most (null: no bound)"})
 
 
+def _gpu_bound(description: str) -> fields.Integer:
+    return fields.Integer(strict=True, load_default=None, allow_none=True,
+                          validate=validate.Range(min=1, max=lim.MAX_JOB_GPUS), metadata={"description": description})
+
+
 class JobSubmitSchema(RequestSchema):
     """A submission. Unknown fields are refused (marshmallow's default), so a misspelt field is an error, not
     silently ignored."""
@@ -41,8 +54,23 @@ class JobSubmitSchema(RequestSchema):
                          metadata={"description": "emulated: runs for the time the contention model predicts (no "
                                                   "GPU work); command: runs `entrypoint`"})
     # The error lists the choices, so a typo is fixed without a second request to /models.
-    model = fields.String(required=True, validate=validate.OneOf(list(catalog())))
-    num_gpus = GpuCount(required=True)
+    model = fields.String(load_default=None, validate=validate.OneOf(list(known_profiles())), metadata={
+        "description": f"a model of the catalog (GET /models); command jobs may leave it out: then the "
+                       f"{GENERIC_MODEL!r} profile, refined from measured runs of jobs alike"})
+    num_gpus = GpuCount(required=True, metadata={
+        "description": "GPUs: a whole number, or a share of one (below 1); an elastic job's is the size its "
+                       "duration_s is measured at, from min_gpus to max_gpus"})
+    min_gpus = _gpu_bound(f"elastic: the fewest whole GPUs it runs on (1 to {lim.MAX_JOB_GPUS}); give max_gpus too, "
+                          "or neither for a job of one size")
+    max_gpus = _gpu_bound(f"elastic: the most whole GPUs it runs on (up to {lim.MAX_JOB_GPUS}); give min_gpus too")
+    sizes = fields.List(fields.Integer(strict=True, validate=validate.Range(min=1, max=lim.MAX_JOB_GPUS)),
+                        load_default=None, allow_none=True, validate=validate.Length(max=lim.MAX_ELASTIC_SIZES),
+                        metadata={"description": (
+                            f"elastic: the only sizes it runs at (at most {lim.MAX_ELASTIC_SIZES}), increasing, "
+                            "from min_gpus to max_gpus and including num_gpus; null or []: any size in between")})
+    resize_pause_s = bounded(0.0, lim.MAX_RESIZE_PAUSE_S, load_default=None, allow_none=True, metadata={
+        "description": "elastic: seconds a resize stops it for (a checkpoint and a restart); null: the model's "
+                       "default"})
     duration_s = bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, load_default=None, metadata={
         "description": "emulated: required run time in isolation; command: optional estimate (default 3600)"})
     entrypoint = fields.String(load_default=None, validate=validate.Length(max=lim.MAX_ENTRYPOINT),
@@ -53,6 +81,9 @@ class JobSubmitSchema(RequestSchema):
                           f"variables for command jobs: at most {lim.MAX_ENV_VARS}; names of letters, digits and _ "
                           f"(at most {lim.MAX_ENV_NAME}), values of at most {lim.MAX_ENV_VALUE} characters, "
                           f"{lim.MAX_ENV_TOTAL} in all")})
+    environment = fields.Nested(EnvironmentSchema, load_default=None, allow_none=True, metadata={
+        "description": "command jobs: pip packages, a node's named virtual environment, a container image or a "
+                       "working directory uploaded with it (docs/environments.md)"})
     priority = db_int(-lim.MAX_PRIORITY, lim.MAX_PRIORITY, strict=True, load_default=None, metadata={
         "description": f"higher first, from -{lim.MAX_PRIORITY:,} to {lim.MAX_PRIORITY:,} (default 0, or the priority "
                        "class's value); a job preempts only jobs of lower priority"})
@@ -86,8 +117,13 @@ class JobSubmitSchema(RequestSchema):
         "description": "an http(s) URL called (a signed POST) on each of this job's state changes, among the "
                        "destinations the server allows (docs/webhooks.md); its secret is in the answer, only then"})
 
-    @validates_schema
-    def _kind_rules(self, data: dict[str, Any], **kwargs: Any) -> None:
+    constraints = submitted_constraints()  # (web.schemas.constraints: all of it there)
+
+    # Run even when fields failed, so a submission missing several hears of all at once; "missing" is read from what
+    # was sent (a field given but refused is not also "required").
+    @validates_schema(skip_on_field_errors=False, pass_original=True)
+    def _kind_rules(self, data: dict[str, Any], original_data: Any, **kwargs: Any) -> None:
+        sent = original_data if isinstance(original_data, dict) else {}
         kind = data.get("kind")
         errors: dict[str, list[str]] = {}
         if data.get("priority_class") is not None:
@@ -95,14 +131,56 @@ class JobSubmitSchema(RequestSchema):
                 if data.get(name) is not None:
                     errors[name] = [f"Give priority_class or {name}, not both: the class sets it."]
         if kind == JobType.EMULATED:
-            if data.get("duration_s") is None:
+            if sent.get("duration_s") is None:
                 errors["duration_s"] = ["Required for emulated jobs (their run time in isolation)."]
-            if data.get("entrypoint") is not None:
+            if sent.get("entrypoint") is not None:
                 errors["entrypoint"] = ["Not allowed for emulated jobs: they run no command."]
-        elif kind == JobType.COMMAND and not (data.get("entrypoint") or "").strip():
+            if sent.get("model") is None:
+                errors["model"] = ["Required for emulated jobs (they run at the rate their model's profile predicts)."]
+        elif kind == JobType.COMMAND and not (isinstance(sent.get("entrypoint"), str) and sent["entrypoint"].strip()):
             errors["entrypoint"] = ["Required (non-empty) for command jobs."]
+        errors.update(environment_rules(data))
         if errors:
             raise ValidationError(errors)
+
+    @validates_schema
+    def _elastic_rules(self, data: dict[str, Any], **kwargs: Any) -> None:
+        """The core's rules for an elastic job (`JobSpec._check_elastic`), each refusal naming its field."""
+        given = [name for name in ELASTIC_FIELDS if data.get(name) not in (None, [])]
+        if not given:
+            return
+        try:
+            JobSpec(name="-", submit_s=0.0, num_gpus=data["num_gpus"], duration_s=1.0,
+                    model=data.get("model") or GENERIC_MODEL,
+                    min_gpus=data.get("min_gpus"), max_gpus=data.get("max_gpus"), sizes=tuple(data.get("sizes") or ()),
+                    resize_pause_s=data.get("resize_pause_s"))
+        except ValueError as exc:
+            why = str(exc)
+            raise ValidationError({name: [f"{why.removeprefix(f'{name}: ')}."]
+                                   for name in elastic_culprits(why, data)}) from None
+
+    @post_load
+    def _defaults(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if data.get("sizes") == []:
+            data["sizes"] = None  # stored and shown as "any size", as null is
+        if data.get("model") is None:
+            data["model"] = GENERIC_MODEL  # a command job running the user's own code (emulated ones must name one)
+        return data
+
+
+ELASTIC_FIELDS = ("min_gpus", "max_gpus", "sizes", "resize_pause_s")
+_FIRST_WORD = re.compile(r"[a-z_]+")
+
+
+def elastic_culprits(why: str, data: dict[str, Any]) -> list[str]:
+    """The fields a refusal of the core's elastic rules names: the bound missing from a pair, else the field its
+    message starts with (each of the core's messages does), else every elastic field given."""
+    if why.startswith("min_gpus and max_gpus go together"):
+        return [name for name in ("min_gpus", "max_gpus") if data.get(name) is None]
+    first = _FIRST_WORD.match(why)
+    if first is not None and first.group() in (*ELASTIC_FIELDS, "num_gpus"):
+        return [first.group()]
+    return [name for name in ELASTIC_FIELDS if data.get(name) is not None]
 
 
 class JobListArgs(RequestSchema):
@@ -186,17 +264,37 @@ class JobSchema(Schema):
     team = fields.String(metadata={"description": "the submitter's team when it was submitted: whose quota it uses"})
     kind = fields.String()
     model = fields.String()
-    num_gpus = GpuCount()
+    num_gpus = GpuCount(metadata={"description": "an elastic job's: the size duration_s is measured at"})
+    min_gpus = fields.Integer(allow_none=True, metadata={
+        "description": "elastic: the fewest GPUs it runs on (null: a job of one size, num_gpus)"})
+    max_gpus = fields.Integer(allow_none=True, metadata={"description": "elastic: the most GPUs it runs on"})
+    sizes = fields.List(fields.Integer(), allow_none=True, metadata={
+        "description": "elastic: the only sizes it runs at (null: any from min_gpus to max_gpus)"})
+    resize_pause_s = fields.Float(allow_none=True, metadata={
+        "description": "elastic: seconds a resize stops it for (null: the model's default)"})
     duration_s = fields.Float()
+    duration_estimate = fields.Dict(allow_none=True, metadata={
+        "description": "a command job that gave no duration_s: what it was estimated from, the run times of similar "
+                       "jobs that ended (text, n, basis: the traits they share, quantiles_s at p10/p25/p50/p75/p90), "
+                       "or the default when none has; null: the user gave it"})
+    measured_usage = fields.Dict(allow_none=True, metadata={
+        "description": "what NVML measured of its runs on their GPUs (samples, util_samples, sm and membw: mean "
+                       "busy fractions, mem_gb: the peak on one GPU, runs); null: nothing measured (no NVML there)"})
+    profile_usage = fields.Dict(allow_none=True, metadata={
+        "description": "a job that named no model: the measured runs of jobs alike its generic profile is refined "
+                       "from (usage, jobs, whose); null: none had been measured"})
     entrypoint = fields.String(allow_none=True)
     workdir = fields.String(allow_none=True)
     env = fields.Dict(keys=fields.String(), values=fields.String())
+    environment = EnvironmentShown(allow_none=True, metadata={
+        "description": "pip, venv, image and working_dir (its archive's bytes and sha256), as given; null: none"})
     priority = fields.Integer()
     preemptible = fields.Boolean()
     priority_class = fields.String(allow_none=True, metadata={"description": "the class it named, if any"})
     time_limit_s = fields.Float(allow_none=True, metadata={"description": "wall seconds a run may last (null: none)"})
     depends_on = fields.List(fields.Dict(), allow_none=True, metadata={
         "description": "[{job, condition}] it runs after (null: none)"})
+    constraints = shown_constraints()
     array_id = fields.Integer(allow_none=True, metadata={"description": "its array, if it is a task of one"})
     array_index = fields.Integer(allow_none=True, metadata={"description": "its index in the array"})
     array_max_running = fields.Integer(allow_none=True)
@@ -251,12 +349,12 @@ class JobSchema(Schema):
                        "null once the controller has done it"})
     queue_position = fields.Integer(allow_none=True, metadata={
         "description": "pending jobs not held: place in the queue, 1 first, in submission order"})
-    start_estimate_s = fields.Float(allow_none=True, metadata={
-        "description": "pending jobs: about how many seconds until enough usable GPUs free up (the running jobs' "
-                       "predicted ends replayed with the queue in order; a rough estimate, never 0 for a job that "
-                       "does not fit now), null if unknown or it can never fit"})
-    start_estimate_basis = fields.String(allow_none=True, metadata={
-        "description": "pending jobs: how the start estimate was made, in words"})
+    start_estimate_s = _ESTIMATE["start_estimate_s"]
+    start_estimate_outlook = _ESTIMATE["start_estimate_outlook"]
+    start_estimate_code = _ESTIMATE["start_estimate_code"]
+    start_estimate_params = _ESTIMATE["start_estimate_params"]
+    start_estimate_text = _ESTIMATE["start_estimate_text"]
+    start_estimate_basis = _ESTIMATE["start_estimate_basis"]
     exit_code = fields.Integer(allow_none=True)
     error = fields.String(allow_none=True)
     end_code = fields.String(allow_none=True, metadata={

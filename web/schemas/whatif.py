@@ -9,20 +9,33 @@ from typing import Any
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 import web.limits as lim
-from scheduler.core.workloads import catalog
+from scheduler.core.generic import known_profiles
 from web.schemas.base import GpuCount, RequestSchema, bounded, positive
+from web.schemas.constraints import submitted_field as submitted_constraints
 
 
 class WhatIfJobArgs(RequestSchema):
     """A hypothetical job: it does not exist, the simulation adds it."""
 
     name = fields.String(load_default=None, validate=validate.Length(min=1, max=200))
-    model = fields.String(required=True, validate=validate.OneOf(list(catalog())))
+    model = fields.String(required=True, validate=validate.OneOf(list(known_profiles())))
     num_gpus = GpuCount(required=True)
     duration_s = bounded(lim.MIN_JOB_SECONDS, lim.MAX_JOB_SECONDS, required=True,
                           metadata={"description": "isolated run time (an estimate)"})
     submit_in_s = fields.Float(load_default=0.0, validate=validate.Range(min=0, max=lim.MAX_SECONDS), allow_nan=False,
                                metadata={"description": "arrival, seconds from now"})
+    min_gpus = fields.Integer(strict=True, load_default=None, allow_none=True,
+                              validate=validate.Range(min=1, max=lim.MAX_JOB_GPUS),
+                              metadata={"description": "elastic: the fewest whole GPUs it runs on (with max_gpus)"})
+    max_gpus = fields.Integer(strict=True, load_default=None, allow_none=True,
+                              validate=validate.Range(min=1, max=lim.MAX_JOB_GPUS),
+                              metadata={"description": "elastic: the most whole GPUs it runs on (with min_gpus)"})
+    sizes = fields.List(fields.Integer(strict=True, validate=validate.Range(min=1, max=lim.MAX_JOB_GPUS)),
+                        load_default=list, validate=validate.Length(max=lim.MAX_ELASTIC_SIZES),
+                        metadata={"description": "elastic: the only sizes it runs at"})
+    resize_pause_s = bounded(0.0, lim.MAX_RESIZE_PAUSE_S, load_default=None, allow_none=True,
+                             metadata={"description": "elastic: seconds a resize stops it for"})
+    constraints = submitted_constraints()  # where it may run, as a submission's (web.schemas.constraints)
 
 
 class WhatIfArgs(RequestSchema):

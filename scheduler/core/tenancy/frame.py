@@ -3,22 +3,25 @@ it wraps any policy and is one."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from types import MappingProxyType
 
-from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Wait, WakeAt, acted
+from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Resize, Wait, WakeAt, acted
+from scheduler.core.elastic import sizes_within
 from scheduler.core.model import (
     DEFAULT_TEAM,
     Job,
     JobSpec,
+    Placement,
 )
 from scheduler.core.priorities import may_preempt, run_start, with_priorities
+from scheduler.core.resizing import gives_back, kept_gpus, shrinks, too_soon
 from scheduler.core.room import has_room, room_model
 from scheduler.core.runner import PolicyFrame, deliberation
-from scheduler.core.standing import TeamStanding, TenancyStanding
+from scheduler.core.standing import TeamStanding, TenancyStanding, growth_room
 from scheduler.core.state import ClusterView
 from scheduler.core.tenancy.teams import EPS, Team, Teams
 from scheduler.core.tenancy.usage import FairShare
@@ -54,6 +57,7 @@ class Frame:
     waits: dict[int, str]
     swaps: list[Job] = field(default_factory=list)  # beyond their quota, no idle GPUs: may start only by a swap
     lendable: float = 0.0  # free GPUs no job within its quota needs and no eligible borrower was counted on
+    queued_within: dict[str, float] = field(default_factory=dict)  # per team, its queued jobs within its quota
 
 
 _PRIORITY = attrgetter("spec.priority")
@@ -228,13 +232,14 @@ class TenancyFrame(PolicyFrame):
         # A swap can free at most what the team runs, and the rest must be lendable: offer only jobs that could fit.
         cap = {st.team.name: min(st.in_use + lendable, st.team.ceiling) + EPS for st in order}
         swaps = [j for j, d, name in offered if d <= cap[name]]
-        return Frame(eligible, within, waits, swaps, lendable)
+        return Frame(eligible, within, waits, swaps, lendable, wanted_within)
 
     # ---- reclaim -------------------------------------------------------------------------------------------------
 
     def reclaim(self, view: ClusterView, standings: Mapping[str, Standing], frame: Frame) -> list[Decision]:
-        """Preempt borrowed jobs for the first team (in fair-share order) with a pending job within its quota that
-        the free GPUs cannot hold, if borrowers hold enough to make room."""
+        """Take borrowed GPUs back for the first team (in fair-share order) with a pending job within its quota that
+        the free GPUs cannot hold, if borrowers hold enough to make room: by shrinking elastic borrowers where that
+        makes room (`_shrinks`: they give back what they borrow and keep running), else by preempting borrowers."""
         # Borrowers' jobs, furthest over their fair share first; within a team, youngest first. A team with a job
         # within its quota borrows nothing, so these are never the owner's.
         candidates = sorted(
@@ -250,6 +255,14 @@ class TenancyFrame(PolicyFrame):
                     frame.waits.setdefault(job.id, f"waiting for GPUs within team {st.team.name}'s quota; those "
                                                    "reclaimed for it went to other jobs, it reclaims again later")
                     continue
+                shrunk = self._shrinks(view, job, standings, candidates)
+                if shrunk:
+                    self._reclaimed_for.add(job.id)
+                    self._focus = job.id
+                    self.reclaims += len(shrunk)
+                    return [Resize(d.job_id, d.placement, f"shrunk to {len(d.placement.gpus)} GPUs: reclaimed for team "
+                                   f"{st.team.name} (job {job.spec.name}); team {team} was borrowing them",
+                                   for_job=job.id) for d, team in shrunk]
                 victims = self._victims(view, job.spec, standings, candidates)
                 if victims:
                     self._reclaimed_for.add(job.id)
@@ -261,6 +274,36 @@ class TenancyFrame(PolicyFrame):
                 # The borrowers cannot make room for it (fragmentation, or too little borrowed): it waits.
                 frame.waits.setdefault(job.id, f"waiting for GPUs within team {st.team.name}'s quota; borrowers "
                                                "hold too little to reclaim")
+        return []
+
+    def _shrinks(self, view: ClusterView, job: Job, standings: Mapping[str, Standing],
+                 candidates: list[Job]) -> list[tuple[Resize, str]]:
+        """The shrinks of elastic borrowers' jobs, in the reclaim's order, that give a whole-GPU `job` the GPUs it
+        lacks, each giving back no more than its team borrows (nor its job's GPUs above its minimum), to the nearest
+        size it accepts; [] if they cannot (a GPU share, or too little to give). The resize rules hold for them: not
+        within the resize interval, not of a higher priority or a non-preemptible job (`scheduler.core.resizing`)."""
+        spec = job.spec
+        lacking = spec.workers - view.free_whole if spec.num_gpus >= 1 else 0
+        if lacking <= 0:
+            return []
+        left = {name: st.borrowed for name, st in standings.items()}
+        out: list[tuple[Resize, str]] = []
+        for j in candidates:
+            if (j.id not in view.elastic or too_soon(view, j, self._instant or 0.0)
+                    or not may_preempt(j.spec, spec, equals=True)):
+                continue
+            team = self.team_of(j.spec)
+            give = min(lacking, int(left[team] + EPS))
+            within = sizes_within(j.submitted or j.spec, j.spec.workers - give, j.spec.workers)
+            size = within[0] if within else j.spec.workers
+            if size >= j.spec.workers:
+                continue
+            kept = kept_gpus(view, view.placement(j.id).gpus)[:size]
+            out.append((Resize(j.id, Placement(tuple(sorted(kept)))), team))
+            lacking -= j.spec.workers - size
+            left[team] -= j.spec.workers - size
+            if lacking <= 0:
+                return out
         return []
 
     def _victims(self, view: ClusterView, spec: JobSpec, standings: Mapping[str, Standing],
@@ -311,7 +354,8 @@ class TenancyFrame(PolicyFrame):
         last = max(len(demand) - 1, 1)
         rank = {name: i / last for i, name in enumerate(demand)}
         teams = {name: TeamStanding(name, st.team.quota_gpus, st.in_use, st.borrowed, rank.get(name, 0.0),
-                                    name in rank) for name, st in standings.items()}
+                                    name in rank, st.team.ceiling, frame.queued_within.get(name, 0.0))
+                 for name, st in standings.items()}
         # Borrowers take the GPUs in no team's quota first; only beyond those do they hold others' idle quota.
         unowned = max(0.0, view.cluster.num_gpus - sum(t.quota_gpus for t in self.teams.teams.values()))
         lent = max(0.0, sum(st.borrowed for st in standings.values()) - unowned)
@@ -388,12 +432,12 @@ class TenancyFrame(PolicyFrame):
         lendable = frame.lendable
         in_use = {name: st.in_use for name, st in standings.items()}
         kept: list[Decision] = []
-        victims: list[Preempt] = []
+        victims: list[Preempt | Resize] = []
         blocked: set[int] = set()  # GPUs of victims whose preemption was dropped: still held
         with self._telling(view, self.told(view, standings, frame, swaps=True)):
             asked = yield from deliberation(self.inner, view, frame.swaps, now)
         for d in asked:
-            if isinstance(d, Preempt):
+            if isinstance(d, Preempt) or (isinstance(d, Resize) and shrinks(view, d)):
                 victims.append(d)
                 continue
             if isinstance(d, WakeAt):  # e.g. Tiresias' next demotion, when a running job may become a victim
@@ -403,7 +447,7 @@ class TenancyFrame(PolicyFrame):
             group, victims = victims, []
             job = by_id.get(d.job_id)
             ran = [view.running[v.job_id] for v in group if v.job_id in view.running]
-            growth = self._growth(job, ran, group, lendable, in_use, standings)
+            growth = self._growth(view, job, ran, group, lendable, in_use, standings)
             if growth is None or blocked.intersection(d.placement.gpus):
                 for v in ran:
                     blocked.update(view.placement(v.id).gpus)
@@ -417,23 +461,24 @@ class TenancyFrame(PolicyFrame):
             frame.waits.pop(job.id, None)
             self.share.placed(job, team, now)
         # Preemptions the priority rule made for a job it will place at the next round (`for_job`): a swap too.
+        victims = [v for v in victims if isinstance(v, Preempt)]  # (a shrink for no start makes room for none)
         owner = by_id.get(victims[0].for_job) if victims and victims[0].for_job is not None else None
         ran = [view.running[v.job_id] for v in victims if v.job_id in view.running]
         if (owner is not None and all(v.for_job == owner.id for v in victims)
-                and self._growth(owner, ran, victims, lendable, in_use, standings) is not None):
+                and self._growth(view, owner, ran, victims, lendable, in_use, standings) is not None):
             self.swaps += len(victims)
             kept += victims
             self._swapped_for = owner.id
         return kept
 
-    def _growth(self, job: Job | None, ran: list[Job], group: list[Preempt], lendable: float,
-                in_use: Mapping[str, float], standings: Mapping[str, Standing]) -> float | None:
+    def _growth(self, view: ClusterView, job: Job | None, ran: list[Job], group: Sequence[Preempt | Resize],
+                lendable: float, in_use: Mapping[str, float], standings: Mapping[str, Standing]) -> float | None:
         """The GPUs `job`'s swap takes beyond those its victims free, or None if the swap leaves the frame: a victim
         not running or of another team, or growth past what may be lent or the team's borrowing limit."""
         if job is None or len(ran) < len(group):
             return None
         team = self.team_of(job.spec)
-        growth = job.spec.gpu_demand - sum(v.spec.gpu_demand for v in ran)
+        growth = job.spec.gpu_demand - sum(gives_back(view, v) for v in group)
         if (any(self.team_of(v.spec) != team for v in ran)
                 or (growth > EPS and (growth > lendable + EPS
                                       or in_use[team] + growth > standings[team].team.ceiling + EPS))):
@@ -443,28 +488,36 @@ class TenancyFrame(PolicyFrame):
     def _ask(self, view: ClusterView, frame: Frame, standings: Mapping[str, Standing], now: float) -> Deliberation:
         held: set[int] = set()
         team_of = {j.id: self.team_of(j.spec) for j in frame.eligible}
+        by_id = {j.id: j for j in frame.eligible}
         for _ in range(MAX_ASKS):
             eligible = [j for j in frame.eligible if j.id not in held]
-            if not eligible:
+            if not eligible and not view.growable:  # (with none, only running elastic jobs may still grow)
                 return []
-            with self._telling(view, self.told(view, standings, frame)):
+            told = self.told(view, standings, frame)
+            with self._telling(view, told):
                 decisions = yield from deliberation(self.inner, view, eligible, now)
-            kept, bad = self._inside(view, decisions, team_of, frame.within_quota, standings)
+            kept, bad = self._inside(view, decisions, team_of, by_id, frame, standings, told)
             if bad is None:
                 return kept
-            held.add(bad)
-            frame.waits[bad] = "its policy would preempt another team's jobs within their quota to start it"
+            held.add(bad[0])
+            frame.waits[bad[0]] = bad[1]
         return []
 
-    def _inside(self, view: ClusterView, decisions: list[Decision], team_of: Mapping[int, str], within: set[int],
-                standings: Mapping[str, Standing]) -> tuple[list[Decision], int | None]:
-        """The decisions if every preemption stays inside the frame, else the job whose start needed one that did
-        not. A preemption belongs to the placement that follows it (how policies emit them)."""
+    def _inside(self, view: ClusterView, decisions: list[Decision], team_of: Mapping[int, str],
+                by_id: Mapping[int, Job], frame: Frame, standings: Mapping[str, Standing],
+                told: TenancyStanding) -> tuple[list[Decision], tuple[int, str] | None]:
+        """The decisions if every preemption and shrink stays inside the frame and every start beyond a job's
+        submitted size fits its team's room to grow, else the job whose start broke that and why; less the grows the
+        frame does not allow (`_grown`). A preemption or a shrink belongs to the placement that follows it (how
+        policies emit them)."""
         kept: list[Decision] = []
-        victims: list[Preempt] = []
+        victims: list[Preempt | Resize] = []
+        grows: list[Resize] = []
         for d in decisions:
-            if isinstance(d, Preempt):
+            if isinstance(d, Preempt) or (isinstance(d, Resize) and shrinks(view, d)):
                 victims.append(d)
+            elif isinstance(d, Resize):
+                grows.append(d)
             elif isinstance(d, Place):
                 mine = team_of.get(d.job_id)
                 for v in victims:
@@ -472,8 +525,18 @@ class TenancyFrame(PolicyFrame):
                     if job is None:
                         continue
                     theirs = self.team_of(job.spec)
-                    if theirs != mine and not (d.job_id in within and standings[theirs].borrowed > EPS):
-                        return kept, d.job_id
+                    if theirs != mine and not (d.job_id in frame.within_quota and standings[theirs].borrowed > EPS):
+                        return kept, (d.job_id, "its policy would preempt another team's jobs within their quota to "
+                                                "start it")
+                placed = by_id.get(d.job_id)
+                extra = len(d.placement.gpus) - placed.spec.workers if placed is not None and placed.spec.elastic else 0
+                if extra > 0 and mine is not None and placed is not None:  # beyond its submitted size: a grow
+                    room = growth_room(told.teams[mine], told.lendable_gpus, placed.spec.preemptible)
+                    if extra > room + EPS:
+                        return kept, (d.job_id, f"its policy would start it at {len(d.placement.gpus)} GPUs, "
+                                                f"{extra} more than it asks for, and team {mine} may take {room:g} "
+                                                "more now")
+                    told = told.grown(mine, extra)
                 kept += [*victims, d]
                 victims = []
             else:
@@ -482,6 +545,22 @@ class TenancyFrame(PolicyFrame):
         # priority rule's name that job (`for_job`): kept when the victim is of its team.
         for v in victims:
             job = view.running.get(v.job_id)
-            if job is not None and v.for_job is not None and team_of.get(v.for_job) == self.team_of(job.spec):
+            if (isinstance(v, Preempt) and job is not None and v.for_job is not None
+                    and team_of.get(v.for_job) == self.team_of(job.spec)):
                 kept.append(v)
-        return kept, None
+        return kept + self._grown(view, grows, told), None
+
+    def _grown(self, view: ClusterView, grows: list[Resize], told: TenancyStanding) -> list[Decision]:
+        """The grows a team may make (`standing.growth_room`: `scheduler.core.resizing`, rule 4), in order."""
+        kept: list[Decision] = []
+        for d in grows:
+            job = view.running.get(d.job_id)
+            if job is None:
+                kept.append(d)  # (not running: the book refuses it as the policy's bug)
+                continue
+            team = self.team_of(job.spec)
+            growth = len(d.placement.gpus) - job.spec.gpu_demand
+            if growth <= growth_room(told.teams[team], told.lendable_gpus, job.spec.preemptible) + EPS:
+                told = told.grown(team, growth)
+                kept.append(d)
+        return kept

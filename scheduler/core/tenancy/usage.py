@@ -50,8 +50,8 @@ class FairShare:
             self._add(team, gpus, since, end, now)
             if gone:
                 del self._holding[job_id]
-            else:
-                self._holding[job_id] = (job, team, gpus, now)
+            else:  # (counted at its size now from here: an elastic job's may have changed)
+                self._holding[job_id] = (job, team, job.spec.gpu_demand, now)
 
     def inherit(self, old: FairShare) -> None:
         """Carry usage over from the fair share of a previous set of teams (a quota changed): teams that remain keep

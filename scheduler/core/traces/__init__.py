@@ -17,6 +17,7 @@ from scheduler.core.traces.generator import SYNTH_KEYS, SYNTH_SHARES, SYNTH_SIZE
 from scheduler.core.traces.models import HEAVY_GRAD_MB, HEAVY_WEIGHT, draw_models, inference_fits
 from scheduler.core.traces.tables import (
     ALIBABA_COLUMNS,
+    ALIBABA_FEATURES,
     ALIBABA_USED,
     CORRAL_OPTIONAL,
     CORRAL_REQUIRED,
@@ -39,6 +40,7 @@ from scheduler.core.traces.windows import (
 
 __all__ = [
     "ALIBABA_COLUMNS",
+    "ALIBABA_FEATURES",
     "ALIBABA_USED",
     "CORRAL_OPTIONAL",
     "CORRAL_REQUIRED",

@@ -4,7 +4,8 @@ Formats (`load_trace(path, format="auto")` tells them apart from the header line
 
 * **Corral CSV** (our own). A header line is required; lines starting with `#` are comments. Columns
   `job_id,submit_s,num_gpus,duration_s,kind,model`, optionally followed by
-  `user,priority,slo_ms,compression,team,preemptible,depends_on,array,array_max_running,min_gpus,max_gpus` (in any
+  `user,priority,slo_ms,compression,team,preemptible,depends_on,array,array_max_running,min_gpus,max_gpus,constraint,
+  nodelist,exclude` (in any
   order; an unknown column is an error, so a typo never silently drops a field). `num_gpus` is an integer >= 1 or a
   fraction in (0, 1) (a share of one GPU, served through MPS); `duration_s` is the isolated run time (> 0); `kind` is
   `training` or `inference`; `model` names a profile of `scheduler/core/workloads.py` of that kind, or is empty to have one
@@ -15,7 +16,9 @@ Formats (`load_trace(path, format="auto")` tells them apart from the header line
   jobs of the file by `job_id` in Slurm's form (`afterok:a:b,afterany:c`), and `array` names an array the job is a
   task of, with at most `array_max_running` of its tasks running at once (`scheduler.core.dependencies`); `min_gpus`
   and `max_gpus` (both or neither) make a whole-GPU job elastic between them, `num_gpus` the size its `duration_s`
-  is measured at (`scheduler.core.elastic`). Example::
+  is measured at (`scheduler.core.elastic`); `constraint` (Slurm's `--constraint`: `gpu=h100&zone=a`, labels joined by
+  `&`, or a GPU type such as `h100`), `nodelist` and `exclude` (node names, comma- or space-separated) say where it
+  may run (`scheduler.core.constraints`). Example::
 
       job_id,submit_s,num_gpus,duration_s,kind,model
       a,0,8,3600,training,FSDP
@@ -40,12 +43,14 @@ from pathlib import Path
 
 import numpy as np
 
+from scheduler.core.constraints import ConstraintError, from_text
 from scheduler.core.dependencies import Dependency, parse_dependency
 from scheduler.core.model import DEFAULT_TEAM, JobKind, JobSpec
 from scheduler.core.traces.generator import parse_synthetic_spec, synthetic
 from scheduler.core.traces.models import draw_models, inference_fits
 from scheduler.core.traces.tables import (
     ALIBABA_COLUMNS,
+    ALIBABA_FEATURES,
     ALIBABA_USED,
     CORRAL_OPTIONAL,
     CORRAL_REQUIRED,
@@ -149,10 +154,15 @@ def _parse_corral(t: _Table) -> _Rows:
         if (sizes[0] is None) != (sizes[1] is None):
             raise t.error(line, "min_gpus" if sizes[0] is None else "max_gpus",
                           "empty; an elastic job gives min_gpus and max_gpus both (a job of one size, neither)")
+        try:
+            constraints = from_text(opt(row, "constraint"), opt(row, "nodelist"), opt(row, "exclude"))
+        except ConstraintError as exc:
+            column = {"gpu_type": "constraint", "labels": "constraint", "nodes": "nodelist"}.get(exc.field, exc.field)
+            raise t.error(line, column, exc.why) from None
         rows.add(line, name, submit, num_gpus, duration, inference=kind is JobKind.INFERENCE, model=model,
                  user=opt(row, "user"), priority=priority, slo_ms=slo, compression=compression, team=team,
                  preemptible=preemptible, depends_on=depends, array=(opt(row, "array") or None, array_max),
-                 elastic=(sizes[0], sizes[1]))
+                 elastic=(sizes[0], sizes[1]), constraints=constraints)
     return rows
 
 
@@ -182,6 +192,7 @@ def _parse_alibaba(t: _Table) -> _Rows:
     """Alibaba's pod list: GPU pods that ran, whole or a share of one GPU; LS shares become inference services."""
     t.require(ALIBABA_USED, ALIBABA_COLUMNS)
     i_name, i_gpu, i_milli, i_qos, i_create, i_delete, i_sched = (t.index[c] for c in ALIBABA_USED)
+    i_features = [(c, t.index[c]) for c in ALIBABA_FEATURES if c in t.index]
     rows = _Rows()
     for line, row in t.records:
         num_gpu = t.integer(line, "num_gpu", row[i_gpu])
@@ -212,7 +223,7 @@ def _parse_alibaba(t: _Table) -> _Rows:
         num_gpus = milli / 1000.0 if milli < 1000 else float(num_gpu)
         inference = row[i_qos].strip() == "LS" and num_gpus < 1 and inference_fits(num_gpus)
         rows.add(line, row[i_name].strip(), t.number(line, "creation_time", row[i_create]), num_gpus, run,
-                 inference=inference)
+                 inference=inference, features={c: row[i].strip() for c, i in i_features})
     return rows
 
 
@@ -270,10 +281,12 @@ def _finish(rows: _Rows, *, name: str, fmt: str, source: str, label: str, limit:
                 array_max_running=rows.array[i][1] if rows.array else None,
                 min_gpus=rows.elastic[i][0] if rows.elastic else None,
                 max_gpus=rows.elastic[i][1] if rows.elastic else None,
+                constraints=rows.constraints[i] if rows.constraints else None,
             ))
         except ValueError as exc:
             raise TraceError(f"{label} line {rows.lines[i]}: {exc}") from None
-    return Trace(name=name, format=fmt, jobs=jobs, skipped=dict(rows.skipped), source=source)
+    features = tuple(rows.features[i] for i in order.tolist()) if any(rows.features) else ()
+    return Trace(name=name, format=fmt, jobs=jobs, skipped=dict(rows.skipped), source=source, features=features)
 
 
 def load_trace(path: str, format: str = "auto", limit: int | None = None, seed: int = 0) -> Trace:

@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduler.core.constraints import Constraints
 from scheduler.core.dependencies import Dependency
 from scheduler.core.model import DEFAULT_TEAM
 from scheduler.core.traces.trace import TraceError
 
 CORRAL_REQUIRED = ("job_id", "submit_s", "num_gpus", "duration_s", "kind", "model")
 CORRAL_OPTIONAL = ("user", "priority", "slo_ms", "compression", "team", "preemptible", "depends_on", "array",
-                   "array_max_running", "min_gpus", "max_gpus")
+                   "array_max_running", "min_gpus", "max_gpus", "constraint", "nodelist", "exclude")
 PHILLY_COLUMNS = ("#job id", "arrival time (sec)", "topology", "shape", "size", "duration (sec)")
 PHILLY_USED = ("#job id", "arrival time (sec)", "size", "duration (sec)")
 ALIBABA_COLUMNS = (
@@ -26,6 +27,10 @@ ALIBABA_COLUMNS = (
     "creation_time", "deletion_time", "scheduled_time",
 )
 ALIBABA_USED = ("name", "num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time", "scheduled_time")
+# What a pod asked for at creation, kept as text beside its job (`Trace.features`) for readers that learn from a trace's
+# own columns (`scheduler.core.durations`); read where present, never required. `pod_phase` is not among them: it is
+# the pod's fate, known only after it ran.
+ALIBABA_FEATURES = ("qos", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
 
 
 @dataclass
@@ -48,13 +53,16 @@ class _Rows:
     depends_on: list[tuple[Dependency, ...]] = field(default_factory=list)
     array: list[tuple[str | None, int | None]] = field(default_factory=list)
     elastic: list[tuple[int | None, int | None]] = field(default_factory=list)  # (min_gpus, max_gpus)
+    features: list[dict[str, str]] = field(default_factory=list)  # a format's own columns, as text ({}: none)
+    constraints: list[Constraints | None] = field(default_factory=list)  # empty: none in the file
     skipped: dict[str, int] = field(default_factory=dict)
 
     def add(self, line: int, name: str, submit: float, num_gpus: float, duration: float, *, inference: bool = False,
             model: str = "", user: str = "", priority: int = 0, slo_ms: float | None = None,
             compression: float = 1.0, team: str = DEFAULT_TEAM, preemptible: bool = True,
             depends_on: tuple[Dependency, ...] = (), array: tuple[str | None, int | None] = (None, None),
-            elastic: tuple[int | None, int | None] = (None, None)) -> None:
+            elastic: tuple[int | None, int | None] = (None, None), features: dict[str, str] | None = None,
+            constraints: Constraints | None = None) -> None:
         self.lines.append(line)
         self.names.append(name)
         self.submit.append(submit)
@@ -71,6 +79,8 @@ class _Rows:
         self.depends_on.append(depends_on)
         self.array.append(array)
         self.elastic.append(elastic)
+        self.features.append(features or {})
+        self.constraints.append(constraints)
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1

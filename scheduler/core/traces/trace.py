@@ -24,13 +24,19 @@ class TraceError(SpecError):
 
 @dataclass(frozen=True)
 class Trace:
-    """Jobs to replay, sorted by submit time, the first at 0.0, and what the loader left out (reason -> count)."""
+    """Jobs to replay, sorted by submit time, the first at 0.0, and what the loader left out (reason -> count).
+
+    `features`: a format's own columns of each job, as text, in the order of `jobs` (Alibaba's `ALIBABA_FEATURES`);
+    empty when the format has none beyond what a `JobSpec` holds. They stay beside the jobs, not in them: no rule
+    reads them, only learners of a trace (`scheduler.core.durations`).
+    """
 
     name: str
     format: str
     jobs: list[JobSpec]
     skipped: dict[str, int] = field(default_factory=dict)
     source: str = ""
+    features: tuple[dict[str, str], ...] = ()
 
     def __len__(self) -> int:
         return len(self.jobs)

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 
 from scheduler.core.model import Cluster
-from scheduler.live.cluster import ModelNode, model_cluster, node_preset, node_rack, racks_of
+from scheduler.live.cluster import ModelNode, labels_of, model_cluster, node_labels, node_preset, node_rack, racks_of
 from scheduler.live.runs import NodeInfo
 from scheduler.live.store import queries
 from scheduler.live.store.db import Store
@@ -49,8 +49,8 @@ class Membership:
         return rack
 
     def nodes(self) -> list[ModelNode]:
-        racks = racks_of(self.cluster)
-        return [ModelNode(name, int(self.cluster.node_num_gpus[i]), self.node_presets[i], racks[i])
+        racks, labels = racks_of(self.cluster), labels_of(self.cluster)
+        return [ModelNode(name, int(self.cluster.node_num_gpus[i]), self.node_presets[i], racks[i], labels[i])
                 for i, name in enumerate(self.node_names)]
 
     def renumber(self, nodes: list[ModelNode]) -> None:
@@ -63,40 +63,44 @@ class Membership:
         """Ray nodes with Corral's resources that joined since the model was built: appended to it (the nodes it has
         keep their GPU numbering, which allocations record). The caller rebuilds its state from the store."""
         joined = sorted(joined, key=lambda n: n.name)
-        added = [ModelNode(n.name, n.gpus, self.preset_of(n.name, n.preset, n.gpus), self.rack_of(n.name, n.rack))
-                 for n in joined]
+        added = [ModelNode(n.name, n.gpus, self.preset_of(n.name, n.preset, n.gpus), self.rack_of(n.name, n.rack),
+                           node_labels(n.labels)) for n in joined]
         self.renumber([*self.nodes(), *added])
         log.info("node(s) joined: %s; the cluster has %d nodes and %d GPUs now",
                  ", ".join(f"{n.name} ({n.gpus} GPUs, {n.preset})" for n in added), self.cluster.num_nodes,
                  self.cluster.num_gpus)
 
-    def moved(self, nodes: Sequence[NodeInfo]) -> dict[str, str | None]:
-        """The alive nodes of the model that name another rack than the one they are modelled in (name -> rack):
-        a server moved, or its agent was restarted with another --rack."""
-        racks = racks_of(self.cluster)
-        moved: dict[str, str | None] = {}
+    def moved(self, nodes: Sequence[NodeInfo]) -> dict[str, tuple[str | None, tuple[tuple[str, str], ...]]]:
+        """The alive nodes of the model that name another rack, or carry other labels, than they are modelled with
+        (name -> (rack, labels)): a server moved, or its agent was restarted with another --rack or --label."""
+        racks, labels = racks_of(self.cluster), labels_of(self.cluster)
+        moved: dict[str, tuple[str | None, tuple[tuple[str, str], ...]]] = {}
         for n in nodes:
             i = self.node_index.get(n.name)
-            if n.alive and i is not None and node_rack(n.rack)[0] != racks[i]:
-                moved[n.name] = self.rack_of(n.name, n.rack)
+            if n.alive and i is not None and (node_rack(n.rack)[0], node_labels(n.labels)) != (racks[i], labels[i]):
+                moved[n.name] = (self.rack_of(n.name, n.rack), node_labels(n.labels))
         return moved
 
-    def move(self, moved: dict[str, str | None]) -> None:
-        """Nodes that name another rack now: the model takes their racks (no GPU is renumbered: a rack is not part
-        of the numbering). The caller rebuilds its state as after a join. Rare: a server moves racks."""
-        self.renumber([n._replace(rack=moved[n.name]) if n.name in moved else n for n in self.nodes()])
-        log.info("node(s) moved: %s", ", ".join(f"{name} to {rack or 'no named rack'}"
-                                                for name, rack in sorted(moved.items())))
+    def move(self, moved: dict[str, tuple[str | None, tuple[tuple[str, str], ...]]]) -> None:
+        """Nodes that name another rack or carry other labels now: the model takes them (no GPU is renumbered:
+        neither is part of the numbering). The caller rebuilds its state as after a join. Rare: a server moves
+        racks, or its operator relabels it."""
+        self.renumber([n._replace(rack=moved[n.name][0], labels=moved[n.name][1]) if n.name in moved else n
+                       for n in self.nodes()])
+        log.info("node(s) moved: %s", ", ".join(
+            f"{name} to {rack or 'no named rack'}" + (f" ({', '.join(f'{k}={v}' for k, v in labels)})" if labels else "")
+            for name, (rack, labels) in sorted(moved.items())))
 
     def take_store_numbering(self, store: Store) -> None:
         """Another replica may have led while nodes joined, and numbered them in the order they came: take the
         store's numbering (the one allocations were written in) with the presets it recorded, then the nodes only
         this replica knows of. A node's rack is the model's if it has the node (what the node names now: `move`),
         else the store's."""
-        mine = {n.name: n.rack for n in self.nodes()}
+        mine = {n.name: n for n in self.nodes()}
         with store.session() as s:
             known = [ModelNode(n.name, len(n.gpus), self.preset_of(n.name, n.preset, len(n.gpus)),
-                               mine[n.name] if n.name in mine else self.rack_of(n.name, n.rack))
+                               mine[n.name].rack if n.name in mine else self.rack_of(n.name, n.rack),
+                               mine[n.name].labels if n.name in mine else node_labels(n.labels))
                      for n in queries.nodes_with_gpus(s)]
         names = {n.name for n in known}
         nodes = [*known, *(n for n in self.nodes() if n.name not in names)]

@@ -140,6 +140,31 @@ class Memory:
 
     def end_run(self, s: Session, row: JobRow, now: float) -> Job:
         """Take a run off its GPUs: close its allocations, account its service, and re-rate its neighbours."""
+        ended = self._close_workers(s, row, now)
+        job = self.running[row.id]
+        job.end_s = now  # the fair share counts its GPUs up to here, even if the frame looks later
+        self.attempt.pop(row.id)
+        affected = self.book.stop(job, now)
+        row.attained_gpu_s = job.attained_gpu_s  # (the job's was the row's: `job_of` read it, nothing else adds)
+        for j in affected:
+            if j in self.running:
+                self.set_rate(self.running[j], s, since=ended)
+        return job
+
+    def resize(self, s: Session, row: JobRow, placement: Placement, attempt: int, now: float) -> set[int]:
+        """An elastic run to `placement` (`Book.resize`), as its next attempt: the present workers' allocations and run
+        time are closed as at the end of a run, the job stays running (its run, service and time limit go on), and
+        the runs whose rates changed are returned (the job's own included)."""
+        job = self.running[row.id]
+        affected = self.book.resize(job, placement, now)  # (first: a refused resize changes nothing)
+        row.attained_gpu_s = job.attained_gpu_s  # its service up to now: a restarted controller goes on from here
+        self._close_workers(s, row, now)
+        self.attempt[row.id] = attempt
+        return affected
+
+    def _close_workers(self, s: Session, row: JobRow, now: float) -> float:
+        """The end of a run's present workers: their allocations released, their run time and what the model expected
+        of it accounted on the row. Returns when they ended."""
         # The run's workers stopped when they said so (every rank's end, as they report it), not when this pass read
         # it: a busy controller would otherwise count its own delay as the job's run time and observed slowdown.
         last = self.reported.pop(row.id, None)
@@ -147,24 +172,16 @@ class Memory:
         ended = min(now, max(ends)) if last is not None and ends and len(ends) == len(last.ended_at) else now
         slow_integral = self.slowdowns.close(row.id, ended, self.ran_from(row.id))
         self.started.pop(row.id, None)
-        job = self.running[row.id]
-        job.end_s = now  # the fair share counts its GPUs up to here, even if the frame looks later
-        attempt = self.attempt.pop(row.id)
-        affected = self.book.stop(job, now)
-        row.attained_gpu_s = job.attained_gpu_s  # (the job's was the row's: `job_of` read it, nothing else adds)
         if row.started_at is not None:  # the workers ran: account the run and what the model expected of it
             ran = max(0.0, ended - row.started_at)
             before = (row.predicted_slowdown_avg or 0.0) * row.run_s
             row.run_s += ran
             if row.run_s > 0:
                 row.predicted_slowdown_avg = (before + slow_integral) / row.run_s
-        s.execute(update(Allocation).where(Allocation.job_id == row.id, Allocation.attempt == attempt,
+        s.execute(update(Allocation).where(Allocation.job_id == row.id, Allocation.attempt == self.attempt[row.id],
                                            Allocation.released_at.is_(None)).values(released_at=now))
         row.started_at = None
-        for j in affected:
-            if j in self.running:
-                self.set_rate(self.running[j], s, since=ended)
-        return job
+        return ended
 
     def queued(self, job_id: int, reason: Reason | None) -> None:
         if reason is None:

@@ -11,14 +11,17 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from scheduler.core.decisions import Decision, Place, Policy, Preempt, Wait, WakeAt
+from scheduler.core.constraints import Constraints
+from scheduler.core.decisions import Decision, Place, Policy, Preempt, Resize, Wait, WakeAt
 from scheduler.core.dependencies import array_waits
-from scheduler.core.model import Job
+from scheduler.core.model import Job, Placement
 from scheduler.core.reasons import Reason
 from scheduler.core.reservations import ReservationRule, frame_policy
+from scheduler.core.resizing import shrinks
 from scheduler.core.runner import settle
 from scheduler.core.tenancy import Team, Teams, TenancyFrame
 from scheduler.live import lifecycle, metrics
+from scheduler.live.control.guard_watch import GuardWatch
 from scheduler.live.control.membership import Membership
 from scheduler.live.control.memory import Memory
 from scheduler.live.control.workers import Workers
@@ -26,7 +29,7 @@ from scheduler.live.explain import capacity_reason
 from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.lifecycle import LifeCycle
 from scheduler.live.rows import launch_of, rank_specs
-from scheduler.live.runs import Launch
+from scheduler.live.runs import Launch, RankSpec
 from scheduler.live.store import queries
 from scheduler.live.store.models import Allocation
 from scheduler.live.store.models import Decision as DecisionRow
@@ -51,7 +54,9 @@ class Placing:
     def forget(self) -> None:
         """A new view (memory rebuilt): what the policy was last asked about is gone."""
         self.policy: Policy | None = None  # what the loop asks: the active policy, inside the tenancy frame if any
-        self.inner: Policy | None = None  # the active policy itself
+        self.inner: Policy | None = None  # the active policy inside the scheduling rules' frames
+        self.made: Policy | None = None  # the active policy itself
+        self.guard = GuardWatch()
         self.policy_name = ""
         self.teams_key: TeamsKey | None = None
         self.wake_at = float("inf")
@@ -85,7 +90,9 @@ class Placing:
         switched = name != self.policy_name
         if switched:
             # The scheduling rules every caller applies (priorities; reservations if configured), as the simulator does.
-            self.inner = frame_policy(self.make_policy(name), self.reservations)
+            self.made = self.make_policy(name)
+            self.guard = GuardWatch()
+            self.inner = frame_policy(self.made, self.reservations)
             self.policy_name = name
             log.info("active policy: %s", name)
         teams = queries.team_quotas(s)
@@ -161,6 +168,7 @@ class Placing:
 
         settle(self.policy, ctx.memory.view, lambda: self.ready(ctx.memory, ctx.now, ctx.arrays_pending), ctx.now,
                apply, self.policy_name)
+        self.guard.report(s, self.made, self.policy_name)  # (a guarded policy's verdicts: `guard_watch`)
 
     def _apply(self, s: Session, ctx: PassContext, decisions: list[Decision], latency: float) -> bool:
         m, now = ctx.memory, ctx.now
@@ -193,18 +201,66 @@ class Placing:
             self.policy_said.update(d.job_id for d in waits)
             if waits:
                 metrics.DECISIONS.labels("wait").inc(len(waits))
+        # Shrinks before the starts they make room for, grows after: the order the simulator applies them in.
+        shrunk = [d for d in others if isinstance(d, Resize) and shrinks(m.view, d)]
+        for d in shrunk:
+            acted = self._resize(s, ctx, d, ms) or acted
         for d in others:
             if isinstance(d, Place):
                 if self._place(s, ctx, d, ms):
                     metrics.DECISIONS.labels("place").inc()
                     ctx.stats.placed += 1
                     acted = True
+            elif isinstance(d, Resize) and d not in shrunk:
+                acted = self._resize(s, ctx, d, ms) or acted
             elif isinstance(d, WakeAt):
                 self.wake_at = min(self.wake_at, d.time)
         return acted
 
+    def _resize(self, s: Session, ctx: PassContext, d: Resize, ms: float) -> bool:
+        """Run an elastic job at another size (`scheduler.core.resizing`): its workers get SIGTERM and their grace
+        period to checkpoint, and its next attempt starts on the new placement once they have ended (the backend waits
+        for them), resuming from `CORRAL_CHECKPOINT_DIR` with the new gang's `WORLD_SIZE`, ranks and GPUs. No restart
+        is spent and nothing is preempted: the run goes on, with an event saying the size change and why."""
+        m, now = ctx.memory, ctx.now
+        job = m.running.get(d.job_id)
+        row = s.get(JobRow, d.job_id)
+        if job is None or row is None or job.placement is None:
+            return False
+        before = len(job.placement.gpus)
+        attempt = row.attempt + 1
+        affected = m.resize(s, row, d.placement, attempt, now)
+        ctx.workers.stop(d.job_id)
+        ctx.launches.pop(d.job_id, None)
+        row.attempt = attempt
+        ranks = self._allocate(s, ctx, row, d.placement, attempt)
+        s.add(DecisionRow(job_id=row.id, at=now, policy=self.policy_name, action="resize", reason=d.reason,
+                          gpus=list(d.placement.gpus), share=d.placement.share,
+                          predicted_slowdown=m.contention.slowdown(row.id), latency_ms=ms))
+        queries.add_event(s, row.id, "resized", f"{before} -> {len(d.placement.gpus)} GPUs: "
+                          f"{d.reason or 'by the policy'} (checkpointed; no restart spent)", at=now,
+                          gpus=list(d.placement.gpus), from_gpus=before, attempt=attempt)
+        for j in affected:
+            if j in m.running:
+                m.set_rate(m.running[j], s)
+        ctx.launches[row.id] = launch_of(row, job, attempt, ranks, ctx.accounts, ctx.store_id, ctx.log_limit_bytes)
+        metrics.DECISIONS.labels("resize").inc()
+        ctx.stats.placed += 1
+        return True
+
+    def _allocate(self, s: Session, ctx: PassContext, row: JobRow, placement: Placement, attempt: int) -> list[RankSpec]:
+        """The allocation rows of a run's `attempt` on `placement`, one per GPU of each rank; its ranks."""
+        nodes = ctx.nodes
+        ranks = rank_specs(nodes.cluster, nodes.node_names, placement)
+        for rank in ranks:
+            first = int(nodes.cluster.node_first_gpu[nodes.node_index[rank.node]])
+            for local in rank.local_gpus:
+                s.add(Allocation(job_id=row.id, attempt=attempt, rank=rank.rank, node=rank.node, gpu=first + local,
+                                 local_gpu=local, share=placement.share, allocated_at=ctx.now, epoch=ctx.epoch))
+        return ranks
+
     def _place(self, s: Session, ctx: PassContext, d: Place, ms: float) -> bool:
-        m, now, nodes = ctx.memory, ctx.now, ctx.nodes
+        m, now = ctx.memory, ctx.now
         job = m.pending.get(d.job_id)
         if job is None:
             raise RuntimeError(f"{self.policy_name} placed job {d.job_id}, which is not pending")
@@ -219,12 +275,7 @@ class Placing:
             return False
         s.refresh(row)
         affected = m.start(job, d.placement, attempt, now)
-        ranks = rank_specs(nodes.cluster, nodes.node_names, d.placement)
-        for rank in ranks:
-            first = int(nodes.cluster.node_first_gpu[nodes.node_index[rank.node]])
-            for local in rank.local_gpus:
-                s.add(Allocation(job_id=row.id, attempt=attempt, rank=rank.rank, node=rank.node, gpu=first + local,
-                                 local_gpu=local, share=d.placement.share, allocated_at=now, epoch=ctx.epoch))
+        ranks = self._allocate(s, ctx, row, d.placement, attempt)
         s.add(DecisionRow(
             job_id=row.id, at=now, policy=self.policy_name, action="place", reason=d.reason,
             gpus=list(d.placement.gpus), share=d.placement.share, predicted_slowdown=predicted.slowdown,
@@ -264,10 +315,11 @@ class Placing:
             self.capacity_key = capacity
             self.capacity_said.clear()
         todo = (m.pending.keys() - self.policy_said - self.capacity_said).difference(*m.gates.all())  # gates' words
-        said: dict[tuple[float, str], Reason] = {}  # a thousand queued jobs come in a few sizes and models
+        # A thousand queued jobs come in a few sizes, models and constraints.
+        said: dict[tuple[float, str, Constraints | None], Reason] = {}
         for job_id in todo:
             spec = m.pending[job_id].spec
-            kind = (spec.num_gpus, spec.model)
+            kind = (spec.num_gpus, spec.model, spec.constraints)
             why = said.get(kind)
             if why is None:
                 why = said[kind] = capacity_reason(m.view, spec, self.policy_name)

@@ -17,6 +17,7 @@ from scheduler.live.rows import job_of
 from scheduler.live.runs import Launch, actor_name
 from scheduler.live.store import queries
 from scheduler.live.store.models import Job as JobRow
+from scheduler.live.store.models import JobEvent
 from scheduler.live.store.models import JobState as S
 
 
@@ -46,6 +47,8 @@ def adopt_runs(s: Session, m: Memory, workers: Workers, num_gpus: int, profiles:
             m.started[row.id] = True
             # What ran before the crash is counted at the slowdown last recorded.
             m.slowdowns.resume(row.id, row.predicted_slowdown or 1.0, row.started_at)
+        if row.attempt > 1 and row.min_gpus is not None:  # an elastic job's later attempt: maybe a resize's
+            _resume_resizes(s, row, job)
         launch = launch_of(row, job, row.attempt)
         if workers.adopt(launch):
             keep.update(actor_name(row.id, row.attempt, r.rank) for r in launch.ranks)
@@ -54,3 +57,23 @@ def adopt_runs(s: Session, m: Memory, workers: Workers, num_gpus: int, profiles:
         else:
             lost.append(row.id)
     return keep, lost
+
+
+def _resume_resizes(s: Session, row: JobRow, job: Job) -> None:
+    """A run resized before the restart goes on as one run (`Book.resize`): its time limit counts from its first
+    workers, and the resize interval and its attained service from its last resize. Its attempts are the chain of
+    `resized` events back to the attempt that started the run; the row's `attained_gpu_s` holds the service up to the
+    last resize (`Memory.resize` wrote it)."""
+    events = s.scalars(select(JobEvent).where(JobEvent.job_id == row.id, JobEvent.kind.in_(("resized", "started")))
+                       .order_by(JobEvent.id)).all()
+    resized = {int((e.data or {}).get("attempt", 0)): e.at for e in events if e.kind == "resized"}
+    if row.attempt not in resized:
+        return
+    first = row.attempt
+    while first in resized:
+        first -= 1
+    started = [e.at for e in events if e.kind == "started" and int((e.data or {}).get("attempt", 0)) == first]
+    job.resized_s = resized[row.attempt]
+    job.resizes = row.attempt - first
+    if started:
+        job.start_s = started[0]

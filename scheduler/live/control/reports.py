@@ -8,11 +8,13 @@ import logging
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
+from scheduler.core.generic import MeasuredUsage, merged
 from scheduler.core.reasons import Code, Reason
 from scheduler.live import metrics
 from scheduler.live.control.health import SUSPECT_S, NodeHealth
 from scheduler.live.control.memory import Memory
 from scheduler.live.control.workers import Workers
+from scheduler.live.environments import PREPARE_TIMEOUT_S
 from scheduler.live.lifecycle import LifeCycle
 from scheduler.live.retries import retry_delay, retry_reason
 from scheduler.live.runs import JobStatus
@@ -56,12 +58,20 @@ class Reports:
                 row.started_at = min(started) if started else now
                 if row.first_started_at is None:
                     row.first_started_at = row.started_at
-                job.start_s = row.started_at
+                if job.resized_s is None:  # (a resized run goes on: its time limit counts from its first workers)
+                    job.start_s = row.started_at
                 m.started[row.id] = True
                 m.slowdowns.started(row.id, row.started_at)
+                if st.prepared_s is not None:  # its environment's preparation: before its start, not run time
+                    queries.add_event(s, row.id, "prepared", f"environment prepared in {st.prepared_s:.1f} s "
+                                      "(not run time; its log opens the job's)", at=row.started_at,
+                                      attempt=st.attempt, preparing_s=round(st.prepared_s, 3))
                 queries.add_event(s, row.id, "started", f"{len(started)} worker(s) started", at=row.started_at,
                                   attempt=st.attempt, ranks_started_at=st.started_at)
             m.reported[st.job_id] = st
+            if st.usage is not None:  # an ended command run NVML measured: the job's own runs, merged
+                own = merged([MeasuredUsage.from_dict(row.measured_usage), MeasuredUsage.from_dict(st.usage)])
+                row.measured_usage = own.as_dict() if own is not None else None
             if st.phase == "succeeded":
                 self.finish(s, row, S.SUCCEEDED, 0, None, now, st.ended_at)
                 ended += 1
@@ -135,10 +145,13 @@ class Reports:
         place without spending a restart: it never ran, and the fault is not the job's."""
         timeout = self.health.start_timeout_s
         for job_id, job in list(self.m.running.items()):
-            if self.m.started.get(job_id) or job.start_s is None or now < job.start_s + timeout:
+            placed = job.sized_since  # (a resized run's workers were placed at its resize)
+            if self.m.started.get(job_id) or placed is None or now < placed + timeout:
                 continue
             row = s.get(JobRow, job_id)
             assert row is not None
+            if row.environment and now < placed + timeout + PREPARE_TIMEOUT_S:  # its environment is being built
+                continue
             assert job.placement is not None
             nodes = ", ".join(self.health.nodes.node_names[i] for i in job.placement.nodes(self.health.nodes.cluster))
             why = Reason(Code.NOT_STARTED, {"timeout_s": timeout, "nodes": nodes})

@@ -28,13 +28,13 @@ from typing import IO, Any
 
 from scheduler.core.errors import SpecError
 from scheduler.core.paths import corral_home
-from scheduler.live import ray_auth
+from scheduler.live import environments, ray_auth
 from scheduler.live.node.hardware import NodeHardware, discovered, virtual
 from scheduler.live.node.health import readings, write_health
 from scheduler.live.node.mps import NODE_DIR_ENV, MpsConfig, MpsError, MpsManager, write_config
 from scheduler.live.node.nvml import Nvml, NvmlUnavailable
 from scheduler.live.node.report import HealthPusher
-from scheduler.live.runs import check_rack, node_resources
+from scheduler.live.runs import check_node_labels, check_rack, node_resources
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
 TOKEN_ENV = "CORRAL_TOKEN"  # the admin token health is pushed with: the agent's alone, never passed on to Ray
@@ -55,6 +55,7 @@ class AgentOptions:
     gpus: int | None  # None: --gpus auto (NVML)
     preset: str | None = None
     rack: str | None = None  # the rack the node sits in (None: none named; it fills racks in order)
+    labels: tuple[tuple[str, str], ...] = ()  # its operator's labels (`--label k=v`): constraints select nodes by them
     node_dir: Path | None = None  # default CORRAL_HOME/nodes/NAME
     mps_control: str | None = None  # None: nvidia-cuda-mps-control on PATH, if any
     ray_args: tuple[str, ...] = ()
@@ -161,22 +162,28 @@ class NodeAgent:
                 check_rack(opts.rack)
             except SpecError as exc:
                 raise AgentError(str(exc)) from None
+        try:
+            check_node_labels(dict(opts.labels))
+        except SpecError as exc:
+            raise AgentError(str(exc)) from None
         self.hardware, self._nvml = discover(opts, self._nvml_module)
         hw = self.hardware
         folder = opts.folder
         if write:
             folder.mkdir(parents=True, exist_ok=True)
             self._hold_folder(folder)
-            (folder / "node.json").write_text(json.dumps({"name": opts.name, "rack": opts.rack, **hw.as_json()},
+            (folder / "node.json").write_text(json.dumps({"name": opts.name, "rack": opts.rack,
+                                                                     "labels": dict(opts.labels), **hw.as_json()},
                                                          indent=1))
         self._out(f"corral node {opts.name}: {hw.summary}" + (f", preset {hw.preset}" if hw.preset else "")
-                  + (f", rack {opts.rack}" if opts.rack else ""))
+                  + (f", rack {opts.rack}" if opts.rack else "")
+                  + (f", labels {', '.join(f'{k}={v}' for k, v in opts.labels)}" if opts.labels else ""))
         for note in hw.notes:
             self._out(f"  note: {note}")
         self._setup_mps(folder, write)
         # The preset and the rack travel with the node: the controller models it as this server (no preset: as
         # `corral serve --preset`, the service's fallback) in this rack (none: it fills racks in order).
-        resources = node_resources(opts.name, hw.gpus, hw.preset, opts.rack)
+        resources = node_resources(opts.name, hw.gpus, hw.preset, opts.rack, dict(opts.labels))
         self._out(f"  resources: {json.dumps(resources)}")
         self._out(f"  node folder: {folder} (health in {folder / 'health.json'})")
         self._setup_push()
@@ -264,7 +271,8 @@ class NodeAgent:
     def _ray_env(self) -> dict[str, str]:
         """What `ray start` needs to join safely: the cluster's token (Ray checks it on every call, so a job on this
         node cannot drive Ray as Ray's user), and a private folder for Ray's sockets and logs."""
-        env = {"RAY_TMPDIR": str(ray_auth.private_temp_dir())}
+        # Ray's private folder, and the plugin that prepares jobs' environments (`scheduler.live.environments`)
+        env = {"RAY_TMPDIR": str(ray_auth.private_temp_dir()), **environments.plugin_env()}
         try:
             source = ray_auth.existing_token()
             if source is None and not self.opts.allow_unauthenticated_ray:

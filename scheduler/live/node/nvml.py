@@ -44,7 +44,7 @@ class GpuReading:
 class Nvml:
     """An initialised NVML session. `module` is `pynvml` unless a test gives a stand-in with the same functions."""
 
-    def __init__(self, module: ModuleType | Any | None = None) -> None:
+    def __init__(self, module: ModuleType | Any | None = None, *, xid_events: bool = True) -> None:
         if module is None:
             try:
                 module = importlib.import_module("pynvml")
@@ -57,7 +57,7 @@ class Nvml:
             raise NvmlUnavailable(f"NVML did not start ({exc}): is the NVIDIA driver installed and loaded?") from None
         self._handles = [module.nvmlDeviceGetHandleByIndex(i) for i in range(module.nvmlDeviceGetCount())]
         self._xids: dict[int, list[int]] = {i: [] for i in range(len(self._handles))}
-        self._events = self._register_xid_events()
+        self._events = self._register_xid_events() if xid_events else None
 
     def _register_xid_events(self) -> Any | None:
         # Critical XIDs (e.g. 79, fallen off the bus; 48, double-bit ECC) only arrive as events. Not every GPU or
@@ -117,6 +117,19 @@ class Nvml:
             status = "degraded" if (ecc or 0) > 0 or xids else "ok"
             out.append(GpuReading(i, status, temp, ecc, xids))
         return out
+
+    def process_memory(self, index: int) -> dict[int, float]:
+        """MiB each compute process holds on GPU `index`, by pid (a process NVML gives no figure for is left out;
+        an error reads as none: a measurement is advice)."""
+        got = self._optional("nvmlDeviceGetComputeRunningProcesses", self._handles[index]) or []
+        return {int(p.pid): int(p.usedGpuMemory) / _MIB for p in got if getattr(p, "usedGpuMemory", None) is not None}
+
+    def process_utilization(self, index: int, since_us: int) -> list[tuple[int, int, float, float]]:
+        """(pid, timestamp in us, SM busy %, memory-controller busy %) for each sample NVML took of a process on GPU
+        `index` after `since_us`; none where it keeps no per-process samples (MPS clients, some boards) or took none
+        since (NVML then answers NOT_FOUND)."""
+        got = self._optional("nvmlDeviceGetProcessUtilization", self._handles[index], since_us) or []
+        return [(int(u.pid), int(u.timeStamp), float(u.smUtil), float(u.memUtil)) for u in got]
 
     def _drain_xid_events(self) -> None:
         nv = self._nv

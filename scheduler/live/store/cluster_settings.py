@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -27,6 +28,11 @@ _ACTIVE_POLICY = select(PolicyVersion.name).where(PolicyVersion.active.is_(True)
 
 def active_policy(s: Session) -> str | None:
     return s.scalars(_ACTIVE_POLICY).first()
+
+
+def active_policy_info(s: Session) -> dict[str, Any]:
+    """The active policy's `info` (a trained agent's metadata, a guard's verdicts: `control.guard_watch`); {}: none."""
+    return s.scalars(select(PolicyVersion.info).where(PolicyVersion.active.is_(True))).first() or {}
 
 
 def activate_policy(s: Session, name: str, *, by: str) -> PolicyVersion:

@@ -40,16 +40,25 @@ FIELDS = (
     JobField("team", ROW),  # the submitter's team at submission
     JobField("kind", GIVEN),
     JobField("model", GIVEN),
-    JobField("num_gpus", GIVEN),
+    JobField("num_gpus", GIVEN),  # an elastic job's: the size its duration is measured at
+    JobField("min_gpus", GIVEN),  # elastic (`scheduler.core.elastic`): the sizes it may run at, and a resize's pause
+    JobField("max_gpus", GIVEN),
+    JobField("sizes", GIVEN),
+    JobField("resize_pause_s", GIVEN),
     JobField("duration_s", GIVEN),
+    JobField("duration_estimate", ROW),  # not given: what duration_s was estimated from (`scheduler.live.durations`)
+    JobField("measured_usage", ROW),  # what NVML measured of its runs' GPU use (`scheduler.live.node.usage`)
+    JobField("profile_usage", ROW),  # no model named: the runs of jobs alike its profile is refined from
     JobField("entrypoint", LARGE),
     JobField("workdir", LARGE),
     JobField("env", LARGE),
+    JobField("environment", LARGE),  # a command job's packages, venv, image, working dir (`scheduler.live.environments`)
     JobField("priority", GIVEN),
     JobField("preemptible", GIVEN),
     JobField("priority_class", GIVEN),
     JobField("time_limit_s", GIVEN),
     JobField("depends_on", GIVEN),
+    JobField("constraints", GIVEN),  # where it may run (`scheduler.core.constraints`)
     JobField("array_id", ROW),
     JobField("array_index", ROW),
     JobField("array_max_running", ROW),
@@ -89,7 +98,11 @@ FIELDS = (
     JobField("changed_at", Use.STORED),  # the controller's cue to take a change in
     JobField("requeue_by", ROW),
     JobField("queue_position", SEEN),
-    JobField("start_estimate_s", SEEN),
+    JobField("start_estimate_s", SEEN),  # the live replay's (`scheduler.live.estimates`): a time, or why none
+    JobField("start_estimate_outlook", SEEN),
+    JobField("start_estimate_code", SEEN),
+    JobField("start_estimate_params", SEEN),
+    JobField("start_estimate_text", SEEN),
     JobField("start_estimate_basis", SEEN),
     JobField("exit_code", ROW),
     JobField("error", ROW),
@@ -118,6 +131,8 @@ LISTED_FIELDS = names(Use.LISTED)
 SHOWN_COLUMNS = names(Use.STORED | Use.SHOWN)
 # What the list leaves out of a job: its large fields.
 UNLISTED_FIELDS = tuple(n for n in SHOWN_FIELDS if n not in LISTED_FIELDS)
+# The columns a job's JSON in a list copies: never the large ones (a deferred column read would be a query per job).
+LISTED_COLUMNS = names(Use.STORED | Use.LISTED)
 
 
 def disagreement(where: str, fields: Iterable[str], use: Use) -> list[str]:

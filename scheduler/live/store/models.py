@@ -97,11 +97,29 @@ class Job(Base):
     name: Mapped[str] = mapped_column(String(200))
     kind: Mapped[str] = mapped_column(String(16))  # JobType
     model: Mapped[str] = mapped_column(String(100))
-    num_gpus: Mapped[float]
+    num_gpus: Mapped[float]  # an elastic job's: the size its duration is measured at
+    # Elastic (`scheduler.core.elastic`): runs on any whole number of GPUs from min_gpus to max_gpus (only the sizes
+    # listed, when a list is given), and a resize pauses it for resize_pause_s (None: the model's default). None and
+    # None: a job of one size.
+    min_gpus: Mapped[int | None] = mapped_column(Integer)
+    max_gpus: Mapped[int | None] = mapped_column(Integer)
+    sizes: Mapped[list[int] | None] = mapped_column(JSON, default=None)
+    resize_pause_s: Mapped[float | None]
     duration_s: Mapped[float]  # emulated: isolated run time; command: the user's estimate (only oracle policies read it)
+    # A command job that gave no duration: what its duration_s was estimated from (`scheduler.live.durations`: the
+    # figures, with their words); None when the user gave it.
+    duration_estimate: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    # A job that named no model (`scheduler.core.generic`): what NVML measured of its own runs, and of the jobs alike
+    # its generic profile is refined from (`scheduler.live.generic_profiles`).
+    measured_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    profile_usage: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     entrypoint: Mapped[str | None] = mapped_column(Text)
     workdir: Mapped[str | None] = mapped_column(Text)
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # pip packages, a node's venv, an image, a working dir's archive (`scheduler.live.environments`); None: the node's.
+    # Deferred: an archive may be hundreds of KB, read only where a run is launched or the job shown, never by the
+    # controller's passes over the queue.
+    environment: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), deferred=True)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     # Never preempted when false (`scheduler.core.priorities`); set by the job or by the priority class it named (a
     # copy of the class's figures when submitted: changing a class changes only later jobs).
@@ -111,6 +129,9 @@ class Job(Base):
     # Run only once these hold: [{"job": id, "condition": "afterok" | "afterany" | "afternotok"}]
     # (`scheduler.core.dependencies`); None: none.
     depends_on: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    # Where it may run (`scheduler.core.constraints`: {"gpu_type", "labels", "nodes", "exclude"}, each optional);
+    # None: anywhere.
+    constraints: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
     array_id: Mapped[int | None] = mapped_column(ForeignKey("job_arrays.id"), index=True)  # its array, if a task
     array_index: Mapped[int | None]  # its index in the array (CORRAL_ARRAY_INDEX)
     array_max_running: Mapped[int | None]  # its array's (a copy: the controller reads it with the job)
@@ -136,7 +157,7 @@ class Job(Base):
     retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # failed runs run again
     not_before: Mapped[float | None]  # a retry's backoff: the job is not placed before this time
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
-    attained_gpu_s: Mapped[float] = mapped_column(default=0.0)  # GPU-seconds of service in finished runs
+    attained_gpu_s: Mapped[float] = mapped_column(default=0.0)  # GPU-seconds of service in finished runs and resized sizes
     work_done_s: Mapped[float] = mapped_column(default=0.0)  # emulated: isolated seconds done in finished runs
     progress: Mapped[float] = mapped_column(default=0.0)  # fraction done, as the workers last reported
     predicted_slowdown: Mapped[float | None]
@@ -262,6 +283,9 @@ class Node(Base):
     # The rack the node is modelled in, as it names it (`corral node start --rack`); None: it names none, and fills
     # racks in order. The controller writes it at every registration: a node that moved says so when it comes back.
     rack: Mapped[str | None] = mapped_column(String(64))
+    # The labels its operator gave it (`corral node start --label k=v`; None: none), as the model has them: jobs'
+    # constraints select nodes by them and by its hardware's (`scheduler.core.constraints`). Written with the rack.
+    labels: Mapped[dict[str, str] | None] = mapped_column(JSON(none_as_null=True), default=None)
     alive: Mapped[bool] = mapped_column(Boolean, default=True)
     ray_node_id: Mapped[str | None] = mapped_column(String(64))
     address: Mapped[str | None] = mapped_column(String(64))

@@ -74,6 +74,16 @@ Object.assign(Views, (() => {
           ${field("priority_class", "Priority class", html`<select id="f-priority_class" name="priority_class">
             <option value="">none</option></select>`, "a class gives its priority and preemptibility")}
         </details>
+        <details id="f-elastic"><summary>Elastic: a range of sizes the job may grow and shrink within</summary>
+          ${field("min_gpus", "Fewest GPUs", html`<input id="f-min_gpus" name="min_gpus" type="number" step="1"
+            min="1">`, "with the most: the policy sizes the job within them and may resize it while it runs")}
+          ${field("max_gpus", "Most GPUs", html`<input id="f-max_gpus" name="max_gpus" type="number" step="1"
+            min="1">`, "GPUs above stands for the size the duration is measured at, inside this range")}
+          ${field("sizes", "Only these sizes", html`<input id="f-sizes" name="sizes" placeholder="2, 4, 8">`,
+            "optional: e.g. powers of two; empty: any size in the range")}
+          ${field("resize_pause_s", "Resize pause (s)", html`<input id="f-resize_pause_s" name="resize_pause_s"
+            type="number" step="any" min="0">`, "checkpoint and restart time; empty: the model's default")}
+        </details>
         <p class="field-error" data-error-for="_schema"></p>
         <button type="submit">Submit</button> <span id="submit-message"></span>
       </form></section>`);
@@ -120,6 +130,16 @@ Object.assign(Views, (() => {
         const codes = v("retry_on").split(/[\s,]+/).filter(Boolean);
         if (!codes.every((c) => /^\d+$/.test(c))) local.retry_on = 'write "any", or exit codes such as 1, 137';
         body.retry_on = codes.map(Number);
+      }
+      if (v("min_gpus") || v("max_gpus")) {
+        body.min_gpus = number("min_gpus");
+        body.max_gpus = number("max_gpus");
+      }
+      if (v("resize_pause_s")) body.resize_pause_s = number("resize_pause_s");
+      if (v("sizes")) {
+        const sizes = v("sizes").split(/[\s,]+/).filter(Boolean);
+        if (!sizes.every((n) => /^\d+$/.test(n))) local.sizes = "write whole GPU counts, such as 2, 4, 8";
+        body.sizes = sizes.map(Number);
       }
       if (v("array") || v("array_max_running")) {
         body.array = { count: number("array") ?? 1 };

@@ -60,13 +60,34 @@ const ViewHelpers = (() => {
     return parts.map((x, i) => html`${i ? html`<br>` : ""}${x}`);
   }
 
-  // A pending job's start estimate in words: the server never says 0 for a job that does not fit now.
-  const startWords = (est) => (est === null || est === undefined ? "unknown" : est < 1 ? "now" :
-    `in ≈ ${C.duration(est)}`);
+  // A pending job's start estimate in words, from a job or an explanation (its `start_estimate_*` fields): a job the
+  // rules never start says so, with why, in the server's words (`start_estimate_text`); not a time.
+  const startWords = (j) => {
+    if (j.start_estimate_outlook === "never") return j.start_estimate_text || "never starts under the current rules";
+    if (j.start_estimate_outlook === "beyond") return "not estimated (past the replay's bounds)";
+    const est = j.start_estimate_s;
+    return est === null || est === undefined ? "unknown" : est < 1 ? "now" : `in ≈ ${C.duration(est)}`;
+  };
+
+  // A job's GPUs as it asked for them: its one size, or an elastic job's bounds ("2-8"), as `corral jobs` writes them
+  // (scheduler/cli/client_text.py `job_gpus_text`).
+  const isElastic = (j) => j.min_gpus !== null && j.min_gpus !== undefined && j.max_gpus !== null &&
+    j.max_gpus !== undefined && j.min_gpus !== j.max_gpus;
+  const jobGpus = (j) => (isElastic(j) ? `${j.min_gpus}-${j.max_gpus}` : `${j.num_gpus}`);
+
+  // An elastic job's sizes in words ("elastic: 2-8 GPUs (sizes 2, 4, 8); ..."); "" for a job of one size.
+  function elasticWords(j) {
+    if (!isElastic(j)) return "";
+    const sizes = j.sizes && j.sizes.length ? ` (sizes ${j.sizes.join(", ")})` : "";
+    const pause = j.resize_pause_s === null || j.resize_pause_s === undefined ? "the model's estimate" :
+      `${j.resize_pause_s} s`;
+    return `elastic: ${j.min_gpus}-${j.max_gpus} GPUs${sizes}; duration measured at ${C.gpus(j.num_gpus)}; ` +
+      `resize pause ${pause}`;
+  }
 
   return {
     errorBox, jobLink, sloText, sloBadge, knowTeams, teamsKnown, teamsInUse, teamColour, teamKey, reasonCell,
-    startWords,
+    startWords, isElastic, jobGpus, elasticWords,
   };
 })();
 

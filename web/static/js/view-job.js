@@ -5,7 +5,7 @@
 Object.assign(Views, (() => {
   const C = Corral;
   const { html, mount } = C;
-  const { jobLink, sloText, startWords } = ViewHelpers;
+  const { elasticWords, isElastic, jobLink, sloText, startWords } = ViewHelpers;
 
   // ---- job page ----------------------------------------------------------------------------------------------------
   // The explanation: from GET /jobs/{id}/explain, or, where the server has no such endpoint, the job's decisions.
@@ -30,6 +30,17 @@ Object.assign(Views, (() => {
     if (!Array.isArray(v)) return null;
     return v.map((n) => (n !== null && typeof n === "object" ? n.job_id ?? n.id : n))
       .filter((n) => n !== null && n !== undefined);
+  }
+
+  // The sizes an elastic job ran at, oldest first: each start ("placed") and each resize, with the policy's reason
+  // for a resize (its event's words: "2 -> 4 GPUs: grown to 4 GPUs: ...").
+  function sizeHistory(j) {
+    const rows = (j.events || []).filter((e) => (e.kind === "placed" || e.kind === "resized") && e.data &&
+      Array.isArray(e.data.gpus));
+    if (!rows.length) return "";
+    return html`<table class="table" id="job-sizes"><thead><tr><th>When</th><th>GPUs</th><th>Why</th></tr></thead>
+      <tbody>${rows.map((e) => html`<tr><td><time title="${C.stamp(e.at)}">${C.clock(e.at)}</time></td>
+        <td>${e.data.gpus.length}</td><td>${e.kind === "placed" ? "started" : e.message}</td></tr>`)}</tbody></table>`;
   }
 
   // Progress where the job reports it (the API gives null for a command job, which reports none): a bar; otherwise,
@@ -91,8 +102,8 @@ Object.assign(Views, (() => {
     return html`<h2>Why here</h2>
       <p class="summary-text">${ex.summary}</p>
       ${timingLine(ex, j)}
-      ${j.state === "pending" && ex.start_estimate_s !== undefined ? html`<p id="start-estimate">Approximate start:
-        <b>${startWords(ex.start_estimate_s)}</b>${ex.start_estimate_basis ? html` <span class="muted">(${
+      ${j.state === "pending" && ex.start_estimate_s !== undefined ? html`<p id="start-estimate">Start:
+        <b>${startWords(ex)}</b>${ex.start_estimate_basis ? html` <span class="muted">(${
         ex.start_estimate_basis})</span>` : ""}.</p>` : ""}
       ${d ? html`<p class="muted">Decision by <b>${d.policy}</b> at ${C.stamp(d.at)}: ${d.action}${d.reason ?
         ` — ${d.reason}` : ""}.</p>` : ""}
@@ -165,6 +176,8 @@ Object.assign(Views, (() => {
         ex = ex || explanationFromJob(j);
         const pos = j.queue_position ?? ex.queue_position;
         const slo = j.slo;  // the server's verdict (scheduler/live/slo.py); null without an SLO
+        // An elastic job's bounds go under its facts (#job-elastic), and right under them the sizes it ran at over
+        // time (#job-sizes): its starts and resizes, from its events.
         mount(el.querySelector("#job-head"), html`<div class="row between"><h1>#${j.id} ${j.name}
             ${C.stateBadge(j.state)}</h1>
           <div class="row">${j.state === "pending" ? html`<button id="hold" type="button"
@@ -174,13 +187,18 @@ Object.assign(Views, (() => {
           ${j.terminal ? "" : html`<button id="cancel" type="button" class="danger">Cancel job</button>`}
           </div></div>
           <p class="facts"><span>${j.user}</span><span>${j.kind}</span><span>${j.model}</span>
-            <span>${C.gpus(j.num_gpus)}</span><span>${C.duration(j.duration_s)} isolated</span>
+            <span>${C.gpus(j.num_gpus)}</span>${isElastic(j) && j.allocation.length ? html`<span
+              id="job-gpus-now">on ${j.allocation.length} GPUs now</span>` : ""}
+            <span>${j.duration_estimate ? "~" : ""}${C.duration(j.duration_s)} isolated</span>
             <span>submitted ${C.ago(j.submitted_at)}</span>
             ${j.started_at ? html`<span>started ${C.ago(j.started_at)}</span>` : ""}
             ${j.finished_at ? html`<span>finished ${C.ago(j.finished_at)}</span>` : ""}
             ${j.state === "pending" && pos ? html`<span>queue position <b>${pos}</b></span>` : ""}
             ${j.held_at ? html`<span id="job-held">held by ${j.held_by} ${C.ago(j.held_at)}</span>` : ""}
             <span>attempt ${j.attempt}</span></p>
+          ${j.duration_estimate ? html`<p id="job-duration-estimate" class="muted">No duration given;
+            ${j.duration_estimate.text}.</p>` : ""}
+          ${isElastic(j) ? html`<p id="job-elastic">${elasticWords(j)}</p>${sizeHistory(j)}` : ""}
           ${progressLine(j)}
           ${j.entrypoint ? html`<pre class="cmd" id="job-command">${j.entrypoint}</pre>` : ""}
           ${j.env && Object.keys(j.env).length ? html`<pre class="cmd" id="job-env" title="environment">${

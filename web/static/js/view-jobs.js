@@ -4,13 +4,13 @@
 Object.assign(Views, (() => {
   const C = Corral;
   const { html, mount } = C;
-  const { errorBox, jobLink, sloBadge, reasonCell, startWords } = ViewHelpers;
+  const { errorBox, jobGpus, jobLink, sloBadge, reasonCell, startWords } = ViewHelpers;
 
   // ---- queue -------------------------------------------------------------------------------------------------------
   function queue(el) {
     mount(el, html`<section><h1>Queue</h1><div id="queue-body"><p class="muted">Loading…</p></div>
-      <p class="muted small" id="queue-basis">Start estimates are approximate: the server replays the running jobs'
-        predicted ends on the usable GPUs, then the queue in order, at every refresh.</p></section>`);
+      <p class="muted small" id="queue-basis">Start estimates are approximate: the server replays the cluster as it is
+        under the active policy, if nothing new arrives.</p></section>`);
     return {
       async refresh() {
         const data = await C.request("/jobs?state=pending&limit=1000");
@@ -28,12 +28,12 @@ Object.assign(Views, (() => {
           <tbody>${jobs.map((j, i) => html`<tr data-job-id="${j.id}">
             <td data-label="#">${hasPos ? j.queue_position : i + 1}</td>
             <td data-label="Job">${jobLink(j.id, `#${j.id} ${j.name}`)}</td>
-            <td data-label="User">${j.user}</td><td data-label="GPUs">${j.num_gpus}</td>
+            <td data-label="User">${j.user}</td><td data-label="GPUs">${jobGpus(j)}</td>
             <td data-label="Model">${j.model}</td>
             <td data-label="Waiting">${C.duration(Date.now() / 1000 - j.queued_since)}</td>
             <td class="reason" data-label="Pending reason">${reasonCell(j)}</td>
             <td class="starts" data-label="Starts in" title="${j.start_estimate_basis || ""}">${
-              startWords(j.start_estimate_s)}</td>
+              startWords(j)}</td>
             </tr>`)}</tbody></table>
           ${hasPos ? "" : html`<p class="muted small">Positions by arrival order (the API gives none).</p>`}`);
       },
@@ -107,7 +107,7 @@ Object.assign(Views, (() => {
           <tbody>${data.jobs.map((j) => html`<tr data-job-id="${j.id}" data-state="${j.state}">
             <td data-label="Job">${jobLink(j.id, `#${j.id} ${j.name}`)}</td>
             <td data-label="State">${C.stateBadge(j.state)}</td><td data-label="User">${j.user}</td>
-            <td data-label="GPUs">${j.num_gpus}${j.allocation && j.allocation.length ? html`<br><span
+            <td data-label="GPUs">${jobGpus(j)}${j.allocation && j.allocation.length ? html`<br><span
               class="muted small where" title="${C.allocationWords(j.allocation, true)}">${
               C.allocationWords(j.allocation)}</span>` : ""}</td>
             <td data-label="Model">${j.model} ${sloBadge(j.slo)}</td>

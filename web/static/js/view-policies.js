@@ -55,6 +55,21 @@ Object.assign(Views, (() => {
     }
   }
 
+  const kind = (n) => (n.startsWith("guarded:") ? `${kind(n.slice(8))}, under the guard (a heuristic decides while
+    it loses)` : n.startsWith("rl:") ? "learned (Corral RL agent)" : n.startsWith("deepshare:") ?
+    "learned (DeepShare baseline)" : "heuristic");
+
+  // What the active policy's guard decided (GET /policies' guard): who acts now, the evidence, the switches so far.
+  function guardCard(g) {
+    return html`<div class="card" id="policy-guard"><h2>Guard</h2>
+      <p class="facts"><span>acting now: <b id="guard-acting">${g.acting}</b></span>
+        <span>${g.learned} ran ${C.num(g.ratio, 3)}x the JCT of ${g.best} in replays
+          [${C.num(g.low, 3)}, ${C.num(g.high, 3)}]</span><span>${g.windows} windows</span></p>
+      <p id="guard-text">${g.text}</p>
+      ${g.switches.length ? html`<h3>Switches</h3><ol id="guard-switches">${g.switches.map((w) => html`<li>
+        ${C.ago(w.at)}: to <b>${w.to}</b></li>`)}</ol>` : html`<p class="muted">No switch so far.</p>`}</div>`;
+  }
+
   function policies(el, params) {
     mount(el, html`<section><h1>Policies</h1><div id="policy-list"></div><p id="policy-message"></p>
       <div class="card" id="report"><p class="muted">Pick a trained agent (rl:…, deepshare:…) to see its evaluation
@@ -83,11 +98,10 @@ Object.assign(Views, (() => {
         mount(list, html`<table class="table" id="policies"><thead><tr><th>Policy</th><th>Kind</th><th></th><th></th>
           </tr></thead><tbody>${p.available.map((n) => html`<tr class="${n === p.active ? "active" : ""}"
             data-policy="${n}"><td><b>${n}</b> ${n === p.active ? html`<span class="badge state-running">active
-            </span>` : ""}</td><td>${n.startsWith("rl:") ? "learned (Corral RL agent)" : n.startsWith("deepshare:") ?
-              "learned (DeepShare baseline)" : "heuristic"}</td>
+            </span>` : ""}</td><td>${kind(n)}</td>
             <td>${hasReport(n) ? html`<button type="button" class="link" data-report="${n}">report</button>` : ""}</td>
             <td>${n === p.active ? "" : html`<button type="button" data-activate="${n}">Activate</button>`}</td>
-          </tr>`)}</tbody></table>`);
+          </tr>`)}</tbody></table>${p.guard ? guardCard(p.guard) : ""}`);
       },
     };
     if (params.name) showReport(el.querySelector("#report"), params.name);
