@@ -17,7 +17,8 @@ from click.testing import CliRunner, Result
 from conftest import new_store, served
 from sqlalchemy import select
 
-from scheduler.cli.client import ClientError, CorralClient
+import corral.models as m
+from corral import Client, CorralError
 from scheduler.cli.commands import main
 from scheduler.live.job_files import log_path
 from scheduler.live.store import JobState, Store, database_url
@@ -82,10 +83,10 @@ def test_token_create_prints_only_a_token_that_authenticates(server: Server) -> 
     assert result.exit_code == 0, result.output
     token = result.stdout.strip()
     assert result.stdout == token + "\n" and " " not in token and token.startswith("corral_")
-    jobs = CorralClient(server.url, token).jobs()  # carol is an admin: she sees alice's job too
-    assert jobs["total"] == 0
+    jobs = Client(server.url, token).jobs()  # carol is an admin: she sees alice's job too
+    assert jobs.total == 0
     submit(server)
-    assert CorralClient(server.url, token).jobs()["total"] == 1
+    assert Client(server.url, token).jobs().total == 1
     out = ok(server, "jobs", token=token)
     assert "alice" in out
 
@@ -325,15 +326,15 @@ def test_unreachable_server_and_missing_or_bad_token(server: Server) -> None:
 
 
 def test_client_error_carries_status_and_field_errors(server: Server) -> None:
-    client = CorralClient(server.url, server.token)
-    with pytest.raises(ClientError) as info:
+    client = Client(server.url, server.token)
+    with pytest.raises(CorralError) as info:
         client.submit({"name": "", "kind": "emulated", "model": "MoE", "num_gpus": 1.5, "duration_s": 1})
     assert info.value.status == 422 and set(info.value.errors) == {"name", "num_gpus"}
-    job, created = client.submit({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1, "duration_s": 1,
-                                  "client_token": "k"})
-    again, created_again = client.submit({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1,
-                                          "duration_s": 1, "client_token": "k"})
-    assert (created, created_again, again["id"]) == (True, False, job["id"])
+    job, created = client.submit_once({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1,
+                                       "duration_s": 1, "client_token": "k"})
+    again, created_again = client.submit_once({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1,
+                                               "duration_s": 1, "client_token": "k"})
+    assert (created, created_again, again.id) == (True, False, job.id)
 
 
 @pytest.mark.parametrize("argv", [
@@ -353,7 +354,7 @@ def test_token_create_refuses_bad_user_names(server: Server, argv: list[str]) ->
 def test_token_list_revoke_and_expiry(server: Server) -> None:
     runner = CliRunner()
     carol = runner.invoke(main, ["token", "create", "--user", "carol.k_1", "--expires", "1h"]).stdout.strip()
-    assert CorralClient(server.url, carol).jobs()["total"] == 0  # authenticates, and is now in the server's cache
+    assert Client(server.url, carol).jobs().total == 0  # authenticates, and is now in the server's cache
     listing = runner.invoke(main, ["token", "list"])
     assert listing.exit_code == 0 and "carol.k_1" in listing.stdout and "active" in listing.stdout
     assert carol not in listing.stdout and server.token not in listing.stdout  # prefixes only
@@ -363,8 +364,8 @@ def test_token_list_revoke_and_expiry(server: Server) -> None:
 
     revoked = runner.invoke(main, ["token", "revoke", mine["prefix"]])
     assert revoked.exit_code == 0 and f"revoked token {mine['id']}" in revoked.stdout
-    with pytest.raises(ClientError) as info:  # at once, although the server had cached it
-        CorralClient(server.url, carol).jobs()
+    with pytest.raises(CorralError) as info:  # at once, although the server had cached it
+        Client(server.url, carol).jobs()
     assert info.value.status == 401 and "token revoked" in str(info.value)
     assert "revoked" in runner.invoke(main, ["token", "list"]).stdout
     assert "no token 'corral_nope'" in failure(runner.invoke(main, ["token", "revoke", "corral_nope"]))
@@ -372,8 +373,8 @@ def test_token_list_revoke_and_expiry(server: Server) -> None:
 
     expired = runner.invoke(main, ["token", "create", "--user", "dan", "--expires", "1s"]).stdout.strip()
     time.sleep(1.2)
-    with pytest.raises(ClientError) as info:
-        CorralClient(server.url, expired).jobs()
+    with pytest.raises(CorralError) as info:
+        Client(server.url, expired).jobs()
     assert info.value.status == 401 and "token expired at " in str(info.value)
 
 
@@ -581,8 +582,8 @@ def test_token_create_puts_the_user_in_a_team(server: Server) -> None:
     result = runner.invoke(main, ["token", "create", "--user", "vic", "--team", "vision"])
     assert result.exit_code == 0, result.output
     vic = result.stdout.strip()
-    assert CorralClient(server.url, vic).submit({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1,
-                                                 "duration_s": 1})[0]["team"] == "vision"
+    assert Client(server.url, vic).submit({"name": "a", "kind": "emulated", "model": "MoE", "num_gpus": 1,
+                                           "duration_s": 1}).team == "vision"
 
     def state() -> tuple[dict[str, str], int]:
         with server.store.session() as s:
@@ -600,10 +601,10 @@ def test_token_create_puts_the_user_in_a_team(server: Server) -> None:
 
 def test_a_servers_message_over_several_lines_prints_as_one(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever the server (or a proxy before it) answers, the CLI prints one line: the message folded."""
-    def refuse(self: CorralClient, **kwargs: object) -> None:
-        raise ClientError("HTTP 400: bad request\n  from a proxy\n", status=400)
+    def refuse(self: Client, **kwargs: object) -> None:
+        raise CorralError("HTTP 400: bad request\n  from a proxy\n", status=400)
 
-    monkeypatch.setattr(CorralClient, "jobs", refuse)
+    monkeypatch.setattr(Client, "jobs", refuse)
     assert failure(corral(server, "jobs")) == "corral: HTTP 400: bad request from a proxy\n"
 
 
@@ -638,7 +639,7 @@ def test_jobs_table_is_readable_at_80_columns(monkeypatch: pytest.MonkeyPatch) -
         a_job(10415, "succeeded", "x", progress=1.0),
         a_job(10416, "cancelled", "y"),
     ]
-    monkeypatch.setattr(CorralClient, "jobs", lambda self, **kw: {"jobs": jobs, "total": len(jobs)})
+    monkeypatch.setattr(Client, "jobs", lambda self, **kw: m.JobList.from_json({"jobs": jobs, "total": len(jobs)}))
     monkeypatch.setattr(commands, "console", lambda: Console(width=80, highlight=False))
     result = CliRunner().invoke(main, ["jobs"], env={"CORRAL_TOKEN": "t"})
     assert result.exit_code == 0, result.output
@@ -660,7 +661,7 @@ def test_jobs_table_shows_every_column_when_there_is_room() -> None:
 
     jobs = [a_job(1, "pending", "resnet", queue_position=1, start_estimate_s=30, pending_reason="quota",
                   preemptions=1, allocation=[{"node": "n", "local_gpu": 0, "share": 0.5}])]
-    table, hidden = jobs_table(jobs, 200)
+    table, hidden = jobs_table([m.JobSummary.from_json(j) for j in jobs], 200)
     assert hidden == [] and [c.header for c in table.columns] == list(JOB_COLUMNS)
     out = Console(width=200, record=True)
     out.print(table)

@@ -18,6 +18,8 @@ from conftest import StartingBackend
 from test_api import EMULATED, Env, field_errors, make_env
 from test_client_cli import Server, corral, failure, ok, server  # noqa: F401 (server: the fixture)
 
+import corral.models as m
+from corral import Client, Submitted
 from policies.heuristics import Fifo
 from scheduler.cli.client_text import job_gpus_text, show_gpus_text
 from scheduler.cli.commands import main
@@ -241,11 +243,11 @@ def recorded_submissions(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]
     """The bodies `corral submit` sends, kept instead of sent (each answered as a new pending job)."""
     bodies: list[dict[str, Any]] = []
 
-    def submit(self: Any, spec: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    def submit_once(self: Any, spec: dict[str, Any]) -> Submitted:
         bodies.append(dict(spec))
-        return {"id": 1, "state": "pending"}, True
+        return Submitted(m.Job(id=1, state="pending"), True)
 
-    monkeypatch.setattr("scheduler.cli.client.CorralClient.submit", submit)
+    monkeypatch.setattr(Client, "submit_once", submit_once)
     return bodies
 
 
@@ -320,11 +322,12 @@ def test_corral_submit_jobs_and_show_an_elastic_job(server: Server) -> None:  # 
 
 
 def test_the_gpu_words_of_every_kind_of_job() -> None:
-    rigid = {"num_gpus": 0.5, "min_gpus": None, "max_gpus": None, "sizes": None, "resize_pause_s": None}
+    rigid = m.JobDetail(num_gpus=0.5)
     assert (job_gpus_text(rigid), show_gpus_text(rigid)) == ("0.5", "0.5")
-    ranged = {"num_gpus": 3.0, "min_gpus": 2, "max_gpus": 5, "sizes": None, "resize_pause_s": None}
+    ranged = m.JobDetail(num_gpus=3.0, min_gpus=2, max_gpus=5)
     assert job_gpus_text(ranged) == "2-5"
     assert show_gpus_text(ranged) == ("2-5, elastic: any size between; duration measured at 3 GPUs; resize pause "
                                       "the model's estimate")
-    one_size = {"num_gpus": 4, "min_gpus": 4, "max_gpus": 4, "sizes": None, "resize_pause_s": None}
+    one_size = m.JobDetail.from_json({"num_gpus": 4, "min_gpus": 4, "max_gpus": 4, "sizes": None,
+                                      "resize_pause_s": None})
     assert job_gpus_text(one_size) == "4"

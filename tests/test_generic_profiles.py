@@ -233,10 +233,13 @@ def test_emulated_jobs_still_name_a_model_and_arrays_of_generic_jobs_are_refined
 
 
 def test_corral_show_says_what_refined_a_jobs_profile() -> None:
+    from corral.models import JobDetail
+
     job = {"id": 5, "model": GENERIC_MODEL, "profile_usage": None, "measured_usage": None}
-    assert model_text(job) == GENERIC_MODEL
+    assert model_text(JobDetail.from_json(job)) == GENERIC_MODEL
     alike = {"usage": MeasuredUsage(9, 9, 0.5, 0.5, 4.0, 3).as_dict(), "jobs": [1, 2, 3], "whose": "3 jobs"}
     own = MeasuredUsage(2, 2, 0.5, 0.5, 4.0, 1).as_dict()
-    assert "refined from 4 measured runs" in model_text(job | {"profile_usage": alike, "measured_usage": own})
-    assert model_text({"id": 6, "model": "BERT-large"}) == "BERT-large"
+    refined = JobDetail.from_json(job | {"profile_usage": alike, "measured_usage": own})
+    assert "refined from 4 measured runs" in model_text(refined)
+    assert model_text(JobDetail(id=6, model="BERT-large")) == "BERT-large"
 

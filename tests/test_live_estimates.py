@@ -188,14 +188,17 @@ def test_the_estimate_counts_down_between_replays(env: Env) -> None:
 
 
 def test_the_cli_says_never_instead_of_a_time() -> None:
+    from corral.models import JobSummary
     from scheduler.cli.client_text import start_text
 
+    def text(**fields: object) -> str:
+        return start_text(JobSummary.from_json(fields))
+
     never = "never starts under the current rules and cluster (a reason)"
-    assert start_text({"start_estimate_outlook": "never", "start_estimate_text": never,
-                       "start_estimate_s": None}) == never
-    assert start_text({"start_estimate_outlook": "beyond", "start_estimate_s": None}).startswith("not estimated")
-    assert start_text({"start_estimate_outlook": "starts", "start_estimate_s": 30.0}) == "in ~30 s"
-    assert start_text({"start_estimate_outlook": None, "start_estimate_s": None}) == "unknown"
+    assert text(start_estimate_outlook="never", start_estimate_text=never, start_estimate_s=None) == never
+    assert text(start_estimate_outlook="beyond", start_estimate_s=None).startswith("not estimated")
+    assert text(start_estimate_outlook="starts", start_estimate_s=30.0) == "in ~30 s"
+    assert text(start_estimate_outlook=None, start_estimate_s=None) == "unknown"
 
 
 def test_a_present_the_simulator_refuses_gives_no_estimates_and_says_why(env: Env) -> None:

@@ -1,4 +1,4 @@
-"""Following a job's logs (`GET /jobs/ID/logs?rank=R&offset=N[&wait_s=S]`, `CorralClient.follow_logs`, `corral logs
+"""Following a job's logs (`GET /jobs/ID/logs?rank=R&offset=N[&wait_s=S]`, `Client.follow_logs`, `corral logs
 --follow`): what a log gains comes once and in order, a wait ends at the first news or when the run ends, the
 follower moves on to the job's next run, and it stops when the job ends. Without Ray: the test writes the workers'
 log files and moves the job's state itself, from threads, as the controller would."""
@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from conftest import served, wait_until
 from sqlalchemy import update
 
-from scheduler.cli.client import CorralClient, LogText
+from corral import Client, LogText
+from corral.models import JobDetail
 from scheduler.cli.commands import main
 from scheduler.live.job_files import log_path
 from scheduler.live.store import Store
@@ -27,7 +28,7 @@ from web import create_app
 class Env:
     def __init__(self, store: Store, url: str, token: str, job_id: int) -> None:
         self.store, self.url, self.token, self.job_id = store, url, token, job_id
-        self.api = CorralClient(url, token)
+        self.api = Client(url, token)
 
     def set(self, **values: object) -> None:
         with self.store.session(write=True) as s:
@@ -59,13 +60,13 @@ def env(corral_home: Path) -> Iterator[Env]:
 def test_a_read_from_an_offset_gives_what_the_log_gained_and_where_it_ends(env: Env) -> None:
     env.write(1, 0, "one\ntwo\n")
     first = env.api.logs(env.job_id, tail=1)
-    assert first["logs"][0]["text"] == "two\n" and first["logs"][0]["end"] == 8
-    assert (first["state"], first["current_attempt"]) == ("running", 1)
+    assert first.logs and first.logs[0].text == "two\n" and first.logs[0].end == 8
+    assert (first.state, first.current_attempt) == ("running", 1)
     env.write(1, 0, "three\nfour")  # a line still being written comes too: the next read starts after it
-    again = env.api.logs(env.job_id, rank=0, offset=8)["logs"][0]
-    assert again["text"] == "three\nfour" and again["end"] == 18
-    assert env.api.logs(env.job_id, rank=0, offset=18)["logs"][0] == {
-        "rank": 0, "path": f"job-{env.job_id}/attempt-1/rank-0.log", "text": "", "end": 18}
+    (again,) = env.api.logs(env.job_id, rank=0, offset=8).logs or []
+    assert again.text == "three\nfour" and again.end == 18
+    assert env.api.logs(env.job_id, rank=0, offset=18).to_json()["logs"] == [{
+        "rank": 0, "path": f"job-{env.job_id}/attempt-1/rank-0.log", "text": "", "end": 18}]
 
 
 def test_bad_follow_requests_name_the_field() -> None:
@@ -88,12 +89,12 @@ def test_a_wait_ends_at_the_first_news_and_at_once_when_the_run_is_over(env: Env
     env.write(1, 0, "start\n")
     threading.Timer(0.5, env.write, (1, 0, "news\n")).start()
     t0 = time.monotonic()
-    got = env.api.logs(env.job_id, rank=0, offset=6, wait_s=15)["logs"][0]
-    assert got["text"] == "news\n" and time.monotonic() - t0 < 10  # not the whole 15 s
+    (got,) = env.api.logs(env.job_id, rank=0, offset=6, wait_s=15).logs or []
+    assert got.text == "news\n" and time.monotonic() - t0 < 10  # not the whole 15 s
     env.set(state="succeeded", exit_code=0)
     t0 = time.monotonic()
-    done = env.api.logs(env.job_id, rank=0, offset=got["end"], wait_s=15)
-    assert done["logs"][0]["text"] == "" and done["state"] == "succeeded" and time.monotonic() - t0 < 5
+    done = env.api.logs(env.job_id, rank=0, offset=got.end, wait_s=15)
+    assert done.logs and done.logs[0].text == "" and done.state == "succeeded" and time.monotonic() - t0 < 5
 
 
 def test_follow_logs_reads_every_rank_moves_to_the_next_run_and_stops_when_the_job_ends(env: Env) -> None:
@@ -149,14 +150,14 @@ def test_corral_logs_follow_on_a_pending_job_says_it_waits_then_follows_its_run(
         env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     env.set(state="pending", attempt=0, pending_reason="waits for 2 GPUs (0 free)")
     asked = threading.Event()
-    job = CorralClient.job
+    job = Client.job
 
-    def job_then_tell(self: CorralClient, job_id: int) -> dict[str, object]:
+    def job_then_tell(self: Client, job_id: int) -> JobDetail:
         answer = job(self, job_id)
         asked.set()
         return answer
 
-    monkeypatch.setattr(CorralClient, "job", job_then_tell)
+    monkeypatch.setattr(Client, "job", job_then_tell)
 
     def run() -> None:  # the controller starts it once the follower has seen it pending, then it ends
         asked.wait(30)  # (bounded: a follower that never asks still ends, and the assertions say what it missed)

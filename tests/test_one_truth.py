@@ -259,11 +259,12 @@ def test_progress_is_null_where_unknown(env: Env) -> None:
 
 
 def test_the_cli_writes_placements_and_progress_in_the_same_words() -> None:
+    from corral.models import Allocation
     from scheduler.cli.client_text import placement, progress_text
 
-    alloc = [{"rank": 0, "node": "node2", "gpu": 16 + g, "local_gpu": g, "share": 1.0} for g in range(8)]
+    alloc = [Allocation(rank=0, node="node2", gpu=16 + g, local_gpu=g, share=1.0) for g in range(8)]
     assert placement(alloc) == "node2: GPU 0-7"  # was node2[0,1,2,3,4,5,6,7]
     assert placement(alloc, cluster_ids=True) == "node2: GPU 0-7 (cluster GPUs 16-23)"
-    assert placement([{"rank": 0, "node": "n", "gpu": 3, "local_gpu": 1, "share": 0.5}]) == "n: GPU 1 ×0.5"
+    assert placement([Allocation(rank=0, node="n", gpu=3, local_gpu=1, share=0.5)]) == "n: GPU 1 ×0.5"
     assert placement([]) == ""
     assert progress_text(None) == "" and progress_text(0.42) == "42%" and progress_text(0.425, 1) == "42.5%"

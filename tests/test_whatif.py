@@ -513,7 +513,7 @@ def test_corral_whatif_prints_the_scenario_beside_the_active_policy(env: Env) ->
     from click.testing import CliRunner
     from conftest import served
 
-    from scheduler.cli.client import CorralClient
+    from corral import Client
     from scheduler.cli.commands import main
 
     env.running("hog", list(range(16)), duration=3600.0, progress=0.5)
@@ -527,7 +527,8 @@ def test_corral_whatif_prints_the_scenario_beside_the_active_policy(env: Env) ->
         out = result.stdout
         assert "2 more node(s), 1 more job(s) (2 seeds)" in out and "average queueing" in out and "now:" in out
         assert "1 GPU of ResNet-50-bs64, done" in out
-        res = CorralClient(url, env.tokens["alice"]).whatif(extra_nodes=2, seeds=2)
-        assert res["cluster"]["extra_nodes"] == 2 and res["delta"]["avg_queue_s"]["mean"] < 0
+        res = Client(url, env.tokens["alice"]).whatif(extra_nodes=2, seeds=2)
+        assert res.cluster is not None and res.cluster.extra_nodes == 2
+        assert res.delta is not None and res.delta["avg_queue_s"]["mean"] < 0
         bad = CliRunner().invoke(main, ["whatif", "--job", "ResNet-50-bs64:two:600"], env=cli_env)
         assert bad.exit_code == 2 and "--job" in bad.output and "MODEL:GPUS:SECONDS" in bad.output

@@ -3,7 +3,7 @@ cannot drift (tests/test_sdk.py regenerates it and compares):
 
     python docs/tools/sdk_models.py          # rewrites scheduler/sdk/corral/models.py
 
-One frozen dataclass per response schema the client returns (`ROOTS`) and every schema they refer to. Every field
+One frozen dataclass per schema of a successful answer of any endpoint (`roots`) and every schema they refer to. Every field
 may be absent from an answer (older servers, fields a role does not see), so each is `T | None = None`; nested
 schemas become their classes, lists `list[...]`, free-form objects `dict[str, Any]`.
 """
@@ -19,9 +19,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 OUT = Path(__file__).resolve().parents[2] / "scheduler" / "sdk" / "corral" / "models.py"
-# The answers `corral.Client` types (each a component schema of the API's document).
-ROOTS = ("Job", "JobDetail", "JobList", "JobSummary", "Explain", "Cluster", "Models", "Policies", "Accounting",
-         "Array", "Logs", "TeamList", "Team", "TimeLimits", "WhatIf", "Health")
 SCALARS = {"integer": "int", "number": "float", "string": "str", "boolean": "bool"}
 
 
@@ -68,9 +65,21 @@ def _field_name(name: str) -> str:
     return f"{name}_" if keyword.iskeyword(name) else name
 
 
+def roots(spec: dict[str, Any]) -> list[str]:
+    """The schema of every endpoint's successful answers, in the document's order: the client types them all."""
+    out: list[str] = []
+    for ops in spec["paths"].values():
+        for op in ops.values():
+            for status, answer in (op.get("responses", {}) if isinstance(op, dict) else {}).items():
+                name = _ref(answer.get("content", {}).get("application/json", {}).get("schema", {}))
+                if str(status).startswith("2") and name and name not in out:
+                    out.append(name)
+    return out
+
+
 def render(spec: dict[str, Any]) -> str:
     comps = spec["components"]["schemas"]
-    todo, done, classes = list(ROOTS), set(), []
+    todo, done, classes = roots(spec), set(), []
     while todo:
         name = todo.pop(0)
         if name in done:

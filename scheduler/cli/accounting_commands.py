@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import click
 from rich.table import Table
 
+import corral.models as m
 from scheduler.cli.client_io import api_errors, client, connection, console, print_json
 from scheduler.cli.tables import duration_unit, format_duration
 from scheduler.live.accounting_table import GROUPS, as_csv
@@ -24,8 +25,8 @@ def when(text: str | None, option: str, now: float) -> float | None:
     a usage error naming the option otherwise."""
     if text is None:
         return None
-    if m := AGO.fullmatch(text.strip()):
-        return now - float(m.group(1)) * UNIT_S[m.group(2)]
+    if ago := AGO.fullmatch(text.strip()):
+        return now - float(ago.group(1)) * UNIT_S[ago.group(2)]
     for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H:%M"):
         try:
             return datetime.strptime(text.strip(), fmt).replace(tzinfo=UTC).timestamp()
@@ -56,26 +57,27 @@ def accounting(since: str | None, until: str | None, by: str, as_csv_: bool, as_
         print_json(report)
         return
     if as_csv_:
-        sys.stdout.write(as_csv(report))
+        sys.stdout.write(as_csv(report.to_json()))  # the server's own CSV columns (GET /accounting.csv)
         return
-    rows = [*report["rows"], report["total"]]
+    total = report.total or m.AccountingRow(key="total")
+    rows = [*(report.rows or []), total]
 
     def day(t: float) -> str:
         return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
 
-    table = Table(title=f"{day(report['since'])} to {day(report['until'])} UTC, by {by}", box=None,
+    table = Table(title=f"{day(report.since or 0)} to {day(report.until or now)} UTC, by {by}", box=None,
                   header_style="bold", title_justify="left")
     for col in (by, "GPU-h", "idle GPU-h", "ended", "ok", "failed", "cancelled", "timed out", "started",
                 "wait p50", "wait p95", "JCT p50", "JCT p95", "preempted"):
         table.add_column(col, justify="left" if col == by else "right")
-    units = {k: duration_unit(r[k] for r in rows if r[k] is not None) for k in ("wait_p50_s", "wait_p95_s",
-                                                                               "jct_p50_s", "jct_p95_s")}
-    for r in rows:
+    times = {k: [getattr(r, k) for r in rows] for k in ("wait_p50_s", "wait_p95_s", "jct_p50_s", "jct_p95_s")}
+    units = {k: duration_unit(v for v in values if v is not None) for k, values in times.items()}
+    for i, r in enumerate(rows):
         table.add_row(
-            r["key"], f"{r['gpu_hours']:.2f}", f"{r['idle_gpu_hours']:.2f}", str(r["jobs_ended"]),
-            str(r["jobs_succeeded"]), str(r["jobs_failed"]), str(r["jobs_cancelled"]), str(r["jobs_timed_out"]),
-            str(r["jobs_started"]), *(format_duration(r[k], units[k]) if r[k] is not None else "-" for k in units),
-            str(r["preemptions"]), style="bold" if r is report["total"] else None)
+            r.key, f"{r.gpu_hours or 0:.2f}", f"{r.idle_gpu_hours or 0:.2f}", str(r.jobs_ended), str(r.jobs_succeeded),
+            str(r.jobs_failed), str(r.jobs_cancelled), str(r.jobs_timed_out), str(r.jobs_started),
+            *(format_duration(v[i], units[k]) if v[i] is not None else "-" for k, v in times.items()),
+            str(r.preemptions), style="bold" if r is total else None)
     console().print(table)
 
 

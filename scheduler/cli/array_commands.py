@@ -27,10 +27,10 @@ def array_show(array_id: int, as_json: bool, url: str, token: str | None) -> Non
         print_json(a)
         return
     out = console()
-    out.print(f"[bold]array {a['id']}[/] {escape(a['name'])}: {array_states_text(a)}")
-    for t in a["tasks"]:
-        held = f" (held by {escape(t['held_by'])})" if t.get("held_by") else ""
-        out.print(f"  task {t['index']:<5} job {t['id']:<8} {state_text(t['state'])}{held}")
+    out.print(f"[bold]array {a.id}[/] {escape(a.name or '')}: {array_states_text(a)}")
+    for t in a.tasks or []:
+        held = f" (held by {escape(t.held_by)})" if t.held_by else ""
+        out.print(f"  task {t.index!s:<5} job {t.id!s:<8} {state_text(t.state)}{held}")
 
 
 @array_group.command("cancel")
@@ -40,7 +40,7 @@ def array_cancel(array_id: int, url: str, token: str | None) -> None:
     """Cancel every task of the array not yet finished."""
     with api_errors():
         a = client(url, token).cancel_array(array_id)
-    click.echo(f"array {a['id']}: {array_states_text(a)}")
+    click.echo(f"array {a.id}: {array_states_text(a)}")
 
 
 @array_group.command("hold")
@@ -50,7 +50,7 @@ def array_hold(array_id: int, url: str, token: str | None) -> None:
     """Hold every pending task of the array: they keep their places but do not start until released."""
     with api_errors():
         a = client(url, token).hold_array(array_id)
-    click.echo(f"array {a['id']}: {array_states_text(a)}")
+    click.echo(f"array {a.id}: {array_states_text(a)}")
 
 
 @array_group.command("release")
@@ -60,6 +60,6 @@ def array_release(array_id: int, url: str, token: str | None) -> None:
     """Release every held task of the array you may release (an admin's holds only an admin releases)."""
     with api_errors():
         a = client(url, token).release_array(array_id)
-    click.echo(f"array {a['id']}: {array_states_text(a)}")
+    click.echo(f"array {a.id}: {array_states_text(a)}")
 
 ARRAY_COMMANDS = [array_group]

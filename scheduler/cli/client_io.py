@@ -1,5 +1,6 @@
-"""What every command that talks to a running server shares: the --url/--token options, the client they make, its
-errors as click's one-line error, and the console and JSON it prints to.
+"""What every command that talks to a running server shares: the --url/--token options, the typed client they make
+(`corral.Client`: the commands read its answers' fields), its errors as click's one-line error, and the console and
+JSON it prints to.
 
 CORRAL_URL (default http://127.0.0.1:8080) and CORRAL_TOKEN say where and who. A failure prints one line on stderr
 and exits 1 (2 for usage errors, as click does).
@@ -16,7 +17,9 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from scheduler.cli.client import DEFAULT_URL, ClientError, CorralClient
+from corral import Client, CorralError
+from corral.model_base import Answer
+from corral.transport import DEFAULT_URL
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,24 +37,29 @@ def connection(f: F) -> F:
     return f
 
 
-def client(url: str, token: str | None) -> CorralClient:
+def client(url: str, token: str | None) -> Client:
     if not token:
         raise click.ClickException("no API token: set CORRAL_TOKEN (or --token); an admin creates one with "
                                    "`corral token create --user NAME`")
     try:
-        return CorralClient(url, token)
-    except ClientError as exc:
+        return Client(url, token)
+    except CorralError as exc:
         raise click.ClickException(str(exc)) from None
 
 
 @contextmanager
 def api_errors() -> Iterator[None]:
-    """ClientError as click's one-line error and exit status 1."""
+    """A failed call as click's one-line error and exit status 1."""
     try:
         yield
-    except ClientError as exc:
+    except CorralError as exc:
         raise click.ClickException(str(exc)) from None
 
 
 def print_json(data: Any) -> None:
+    """`data` as the server sent it (an answer: its JSON, fields this client does not know included)."""
+    if isinstance(data, Answer):
+        data = data.to_json()
+    elif isinstance(data, list):
+        data = [d.to_json() if isinstance(d, Answer) else d for d in data]
     click.echo(json.dumps(data, indent=2))

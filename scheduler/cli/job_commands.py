@@ -7,7 +7,8 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from scheduler.cli.client import CorralClient
+import corral.models as m
+from corral import Client
 from scheduler.cli.client_io import api_errors, client, connection, console, print_json
 from scheduler.cli.client_text import (
     array_states_text,
@@ -28,25 +29,27 @@ from scheduler.live.job_states import JobState
 RECENT_EVENTS = 20
 
 
-def retry_on_text(retry_on: str | list[int]) -> str:
+def retry_on_text(retry_on: str | list[int] | None) -> str:
+    if retry_on is None:
+        return "-"
     return "any" if retry_on == "any" else ", ".join(map(str, retry_on))
 
 
-def dependencies_text(deps: list[dict[str, Any]]) -> str | None:
+def dependencies_text(deps: list[m.DependencyState]) -> str | None:
     """ "afterok 12 (prep, succeeded: met); afterany 13 (running)" """
     parts = []
     for d in deps:
-        met = {True: ": met", False: ": never met"}.get(d["met"], "")
-        parts.append(f"{d['condition']} {d['job']}" + (f" ({d['name']}, {d['state']}{met})" if d["name"] else ""))
+        met = {True: ": met", False: ": never met"}.get(d.met, "") if d.met is not None else ""
+        parts.append(f"{d.condition} {d.job}" + (f" ({d.name}, {d.state}{met})" if d.name else ""))
     return "; ".join(parts) or None
 
 
-def priority_text(j: dict[str, Any]) -> str:
+def priority_text(j: m.JobDetail) -> str:
     """ "5 (class batch-high, not preemptible)", "0"."""
-    notes = [f"class {j['priority_class']}"] if j.get("priority_class") else []
-    if not j.get("preemptible", True):
+    notes = [f"class {j.priority_class}"] if j.priority_class else []
+    if j.preemptible is False:
         notes.append("not preemptible")
-    return f"{j['priority']}" + (f" ({', '.join(notes)})" if notes else "")
+    return f"{j.priority}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 @click.command()
@@ -66,28 +69,28 @@ def jobs(state: str | None, user: str | None, team: str | None, limit: int, offs
         print_json(page)
         return
     out = console()
-    table, hidden = jobs_table(page["jobs"], out.width)
+    table, hidden = jobs_table(page.jobs or [], out.width)
     out.print(table)
-    shown = len(page["jobs"])
-    out.print(f"{offset + 1 if shown else 0}-{offset + shown} of {page['total']} jobs", style="dim")
+    shown = len(page.jobs or [])
+    out.print(f"{offset + 1 if shown else 0}-{offset + shown} of {page.total} jobs", style="dim")
     if hidden:
         out.print(f"left out at this width: {', '.join(hidden)} (`corral show ID` or --json has them)", style="dim")
 
 
-def duration_text(j: dict[str, Any]) -> str:
+def duration_text(j: m.JobDetail) -> str:
     """The job's duration, and where none was given, what it was estimated from."""
-    estimate = j.get("duration_estimate")
-    return f"{j['duration_s']:g}s" + (f" (estimated: {estimate['text']})" if estimate else "")
+    estimate = j.duration_estimate
+    return f"{j.duration_s or 0:g}s" + (f" (estimated: {estimate['text']})" if estimate else "")
 
 
-def model_text(j: dict[str, Any]) -> str:
+def model_text(j: m.JobDetail) -> str:
     """The job's model, and for one that named none (the generic profile) the measured runs that refine it."""
-    alike = (j.get("profile_usage") or {}).get("usage") or {}
-    own = j.get("measured_usage") or {}
+    alike: dict[str, Any] = (j.profile_usage or {}).get("usage") or {}
+    own = j.measured_usage or {}
     runs = int(alike.get("runs", 0)) + int(own.get("runs", 0))
     if not runs:
-        return j["model"]
-    return f"{j['model']} (refined from {runs} measured run{'s' if runs > 1 else ''}; `GET /jobs/{j['id']}/explain`)"
+        return j.model or ""
+    return f"{j.model} (refined from {runs} measured run{'s' if runs > 1 else ''}; `GET /jobs/{j.id}/explain`)"
 
 
 @click.command()
@@ -102,49 +105,49 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
         print_json(j)
         return
     out = console()
-    out.print(f"[bold]job {j['id']}[/] {escape(j['name'])}  {state_text(j['state'])}"
-              + ("  [red](cancel requested)[/]" if j["cancel_requested"] and j["state"] == JobState.RUNNING else ""))
+    out.print(f"[bold]job {j.id}[/] {escape(j.name or '')}  {state_text(j.state)}"
+              + ("  [red](cancel requested)[/]" if j.cancel_requested and j.state == JobState.RUNNING else ""))
     rows = [
-        ("user", j["user"]), ("team", j["team"]), ("kind", j["kind"]), ("model", model_text(j)), ("gpus", show_gpus_text(j)),
-        ("duration", duration_text(j)), ("entrypoint", j["entrypoint"]), ("workdir", j["workdir"]),
-        ("env", " ".join(f"{k}={v}" for k, v in j["env"].items()) or None),
-        ("environment", environment_text(j.get("environment"))), ("priority", priority_text(j)),
-        ("time limit", f"{j['time_limit_s']:g} s" if j.get("time_limit_s") else None),
-        ("constraints", constraints_text(j.get("constraints"))),
-        ("depends on", dependencies_text(j.get("dependencies") or [])),
-        ("array", f"task {j['array_index']} of array {j['array']['id']} ({array_states_text(j['array'])})"
-                  if j.get("array") else None),
-        ("slo", f"{j['slo_ms']:g} ms" if j["slo_ms"] else None),
-        ("queue position", f"#{j['queue_position']}" if j.get("queue_position") else None),
-        ("start estimate", start_text(j) if j["state"] == JobState.PENDING else None),
-        ("restarts", f"{j['restarts']}/{j['max_restarts']} ({j['restart_policy']}), preemptions {j['preemptions']}"),
-        ("retries", f"{j['retries']}/{j['max_retries']} on exit code {retry_on_text(j['retry_on'])}, backoff "
-                    f"{j['retry_backoff_s']:g} s" if j["max_retries"] else None),
-        ("attempt", j["attempt"]), ("progress", progress_text(j["progress"], 1) or None),
-        ("submitted", when(j["submitted_at"])),
-        ("started", when(j["started_at"]) if j["started_at"] else "not yet: preparing its environment"
-                    if j["state"] == JobState.RUNNING and j.get("environment") else None),
-        ("finished", j["finished_at"] and when(j["finished_at"])),
-        ("placement", placement(j["allocation"], cluster_ids=True) or None),
-        ("predicted slowdown", f"{j['predicted_slowdown']:.3f}" if j["predicted_slowdown"] is not None else None),
-        ("held", f"by {j['held_by']} since {when(j['held_at'])}" if j.get("held_at") is not None else None),
-        ("pending reason", j["pending_reason"] if j["state"] == JobState.PENDING else None),
-        ("exit code", j["exit_code"]), ("failure reason", reason_text(j) if j["state"] in (JobState.FAILED, JobState.TIMED_OUT) else None),
+        ("user", j.user), ("team", j.team), ("kind", j.kind), ("model", model_text(j)), ("gpus", show_gpus_text(j)),
+        ("duration", duration_text(j)), ("entrypoint", j.entrypoint), ("workdir", j.workdir),
+        ("env", " ".join(f"{k}={v}" for k, v in (j.env or {}).items()) or None),
+        ("environment", environment_text(j.environment)), ("priority", priority_text(j)),
+        ("time limit", f"{j.time_limit_s:g} s" if j.time_limit_s else None),
+        ("constraints", constraints_text(j.constraints)),
+        ("depends on", dependencies_text(j.dependencies or [])),
+        ("array", f"task {j.array_index} of array {j.array.id} ({array_states_text(j.array)})" if j.array else None),
+        ("slo", f"{j.slo_ms:g} ms" if j.slo_ms else None),
+        ("queue position", f"#{j.queue_position}" if j.queue_position else None),
+        ("start estimate", start_text(j) if j.state == JobState.PENDING else None),
+        ("restarts", f"{j.restarts}/{j.max_restarts} ({j.restart_policy}), preemptions {j.preemptions}"),
+        ("retries", f"{j.retries}/{j.max_retries} on exit code {retry_on_text(j.retry_on)}, backoff "
+                    f"{j.retry_backoff_s or 0:g} s" if j.max_retries else None),
+        ("attempt", j.attempt), ("progress", progress_text(j.progress, 1) or None),
+        ("submitted", when(j.submitted_at)),
+        ("started", when(j.started_at) if j.started_at else "not yet: preparing its environment"
+                    if j.state == JobState.RUNNING and j.environment else None),
+        ("finished", j.finished_at and when(j.finished_at)),
+        ("placement", placement(j.allocation, cluster_ids=True) or None),
+        ("predicted slowdown", f"{j.predicted_slowdown:.3f}" if j.predicted_slowdown is not None else None),
+        ("held", f"by {j.held_by} since {when(j.held_at)}" if j.held_at is not None else None),
+        ("pending reason", j.pending_reason if j.state == JobState.PENDING else None),
+        ("exit code", j.exit_code),
+        ("failure reason", reason_text(j) if j.state in (JobState.FAILED, JobState.TIMED_OUT) else None),
     ]
     for key, value in rows:
         if value is not None and value != "":
             out.print(f"  {key:<19}{escape(str(value))}")
-    if j["decisions"]:
+    if j.decisions:
         out.print("[bold]decisions[/]")
-        for d in j["decisions"]:
-            slow = f", predicted slowdown {d['predicted_slowdown']:.3f}" if d["predicted_slowdown"] is not None else ""
-            out.print(f"  {when(d['at'])}  {escape(d['policy'])}: {d['action']} {escape(str(d['gpus']))}{slow}"
-                      + (f" - {escape(d['reason'])}" if d["reason"] else ""))
+        for d in j.decisions:
+            slow = f", predicted slowdown {d.predicted_slowdown:.3f}" if d.predicted_slowdown is not None else ""
+            out.print(f"  {when(d.at)}  {escape(d.policy or '')}: {d.action} {escape(str(d.gpus))}{slow}"
+                      + (f" - {escape(d.reason)}" if d.reason else ""))
     out.print("[bold]events[/]")
-    events = j["events"][-RECENT_EVENTS:]
-    width = max((len(e["kind"]) for e in events), default=0) + 2  # a kind as long as the column never glues on
+    events = (j.events or [])[-RECENT_EVENTS:]
+    width = max((len(e.kind or "") for e in events), default=0) + 2  # a kind as long as the column never glues on
     for e in events:
-        out.print(f"  {when(e['at'])}  {e['kind']:<{width}}{escape(e['message'])}")
+        out.print(f"  {when(e.at)}  {e.kind or '':<{width}}{escape(e.message or '')}")
 
 
 @click.command()
@@ -155,14 +158,14 @@ def cancel(job_id: int, url: str, token: str | None) -> None:
     with api_errors():
         api = client(url, token)
         before = api.job(job_id)
-        if JobState(before["state"]).terminal:  # nothing to cancel: say so, and fail, so scripts notice
-            raise click.ClickException(f"job {job_id} already {before['state']} at {when(before['finished_at'])}; "
+        if before.state and JobState(before.state).terminal:  # nothing to cancel: say so, and fail, so scripts
+            raise click.ClickException(f"job {job_id} already {before.state} at {when(before.finished_at)}; "  # notice
                                        "nothing to cancel")
         j = api.cancel(job_id)
-    if j["state"] == JobState.RUNNING:
+    if j.state == JobState.RUNNING:
         click.echo(f"job {job_id}: cancel requested; the controller is stopping its workers")
     else:
-        click.echo(f"job {job_id}: {j['state']}")
+        click.echo(f"job {job_id}: {j.state}")
 
 
 @click.command()
@@ -184,24 +187,25 @@ def logs(job_id: int, rank: int | None, attempt: int | None, tail: int | None, f
         return
     with api_errors():
         res = client(url, token).logs(job_id, attempt=attempt, rank=rank, tail=200 if tail is None else tail)
-    if not res["logs"]:
-        click.echo(f"job {job_id} has no logs for attempt {res['attempt']}", err=True)
+    if not res.logs:
+        click.echo(f"job {job_id} has no logs for attempt {res.attempt}", err=True)
         return
-    many = len(res["logs"]) > 1
-    for entry in res["logs"]:
+    many = len(res.logs) > 1
+    for entry in res.logs:
         if many:  # like tail(1): headers only when they are needed to tell the files apart
-            click.echo(f"==> rank {entry['rank']} ({entry['path']}) <==")
-        click.echo(entry["text"], nl=not entry["text"].endswith("\n") and bool(entry["text"]))
+            click.echo(f"==> rank {entry.rank} ({entry.path}) <==")
+        text = entry.text or ""
+        click.echo(text, nl=not text.endswith("\n") and bool(text))
 
 
-def _follow(api: CorralClient, job_id: int, rank: int | None, tail: int) -> None:
+def _follow(api: Client, job_id: int, rank: int | None, tail: int) -> None:
     """`corral logs --follow`: each chunk as it comes, under a header naming its rank when the ranks take turns; at
     the end, on stderr, how the job ended."""
     last: int | None = None
     with api_errors():
         j = api.job(job_id)
-        if j["state"] == JobState.PENDING:  # nothing to print for a while: say why, not silence
-            click.echo(f"job {job_id} is pending ({j.get('pending_reason') or 'waiting to start'}); its logs follow "
+        if j.state == JobState.PENDING:  # nothing to print for a while: say why, not silence
+            click.echo(f"job {job_id} is pending ({j.pending_reason or 'waiting to start'}); its logs follow "
                        "once it starts (Ctrl-C to stop)", err=True)
         for chunk in api.follow_logs(job_id, rank=rank, tail=tail):
             if chunk.rank is None:
@@ -212,7 +216,7 @@ def _follow(api: CorralClient, job_id: int, rank: int | None, tail: int) -> None
             last = chunk.rank
             click.echo(chunk.text, nl=False)
         j = api.job(job_id)
-    click.echo(f"job {job_id}: {j['state']}" + (f" (exit code {j['exit_code']})" if j.get("exit_code") is not None
-                                                  else ""), err=True)
+    click.echo(f"job {job_id}: {j.state}" + (f" (exit code {j.exit_code})" if j.exit_code is not None else ""),
+               err=True)
 
 JOB_COMMANDS = [jobs, show, cancel, logs]

@@ -20,7 +20,7 @@ def hold(job_id: int, url: str, token: str | None) -> None:
     `scontrol hold`). A running job cannot be held."""
     with api_errors():
         j = client(url, token).hold(job_id)
-    click.echo(f"job {job_id}: {j['pending_reason']}")
+    click.echo(f"job {job_id}: {j.pending_reason}")
 
 
 @click.command()
@@ -43,7 +43,7 @@ def release(job_id: int, url: str, token: str | None) -> None:
     """Release a held job: it may start again, in its place in the queue. An admin's hold only an admin releases."""
     with api_errors():
         j = client(url, token).release(job_id)
-    click.echo(f"job {job_id}: released; " + ("it may start" if j["state"] == JobState.PENDING else j["state"]))
+    click.echo(f"job {job_id}: released; " + ("it may start" if j.state == JobState.PENDING else str(j.state)))
 
 
 # ---- time limits ---------------------------------------------------------------------------------------------------
@@ -87,7 +87,7 @@ def time_limits(default_s: float | None | str, max_s: float | None | str, as_jso
     if as_json:
         print_json(res)
         return
-    click.echo(f"default time limit {time_limit_text(res['default_s'])}, maximum {time_limit_text(res['max_s'])}")
+    click.echo(f"default time limit {time_limit_text(res.default_s)}, maximum {time_limit_text(res.max_s)}")
 
 
 @click.command("update")
@@ -108,12 +108,12 @@ def update_job(job_id: int, limit: float | None | str, priority: int | None, url
     with api_errors():
         c = client(url, token)
         before = c.job(job_id)
-        j = c.update_job(job_id, changes)
+        j = c.update(job_id, **changes)
     said = []
     if "time_limit_s" in changes:
-        said.append(f"time limit {time_limit_text(j['time_limit_s'])} (was {time_limit_text(before['time_limit_s'])})")
+        said.append(f"time limit {time_limit_text(j.time_limit_s)} (was {time_limit_text(before.time_limit_s)})")
     if "priority" in changes:
-        said.append(f"priority {j['priority']} (was {before['priority']})")
+        said.append(f"priority {j.priority} (was {before.priority})")
     click.echo(f"job {job_id}: {', '.join(said)}")
 
 JOB_CONTROL_COMMANDS = [hold, release, requeue, update_job, time_limits]

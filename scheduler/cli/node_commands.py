@@ -264,13 +264,14 @@ def _parse_gpus(ctx: click.Context, param: click.Parameter, value: str) -> int |
 
 
 def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from scheduler.cli.client import ClientError, check_url
+    from corral.errors import CorralError
+    from corral.transport import check_url
 
     if value is None:
         return None
     try:
         return check_url(value)
-    except ClientError as exc:
+    except CorralError as exc:
         raise click.BadParameter(str(exc).replace("(CORRAL_URL or --url) ", ""), ctx, param) from None
 
 
@@ -343,8 +344,9 @@ def node_health_cmd(name: str | None, state_dir: Path | None) -> None:
 def node_drain_cmd(name: str, reason: str, now: bool, url: str, token: str | None) -> None:
     """Take node NAME out of service for maintenance (admins): no new job starts there until `corral node resume`."""
     with api_errors():
-        node = client(url, token).drain_node(name, reason, now)
-    what = "its jobs are being checkpointed and requeued" if node["drain"]["now"] else "its running jobs may finish"
+        node = client(url, token).drain_node(name, reason=reason, now=now)
+    what = "its jobs are being checkpointed and requeued" if node.drain and node.drain.now else \
+        "its running jobs may finish"
     click.echo(f"node {name} drained: nothing new starts there; {what}")
 
 

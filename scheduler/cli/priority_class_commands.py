@@ -27,8 +27,8 @@ def priority_class_create(name: str, value: int, preemptible: bool, description:
     """Create priority class NAME."""
     with api_errors():
         c = client(url, token).create_priority_class(name, value, preemptible=preemptible, description=description)
-    click.echo(f"created priority class {c['name']}: value {c['value']}, "
-               f"{'preemptible' if c['preemptible'] else 'not preemptible'}")
+    click.echo(f"created priority class {c.name}: value {c.value}, "
+               f"{'preemptible' if c.preemptible else 'not preemptible'}")
 
 
 @priority_class.command("list")
@@ -48,8 +48,8 @@ def priority_class_list(as_json: bool, url: str, token: str | None) -> None:
     for col in ("name", "value", "preemptible", "description"):
         table.add_column(col, justify="right" if col == "value" else "left")
     for c in classes:
-        table.add_row(escape(c["name"]), str(c["value"]), "yes" if c["preemptible"] else "no",
-                      escape(c["description"] or ""))
+        table.add_row(escape(c.name or ""), str(c.value), "yes" if c.preemptible else "no",
+                      escape(c.description or ""))
     console().print(table)
 
 
@@ -60,6 +60,6 @@ def priority_class_delete(name: str, url: str, token: str | None) -> None:
     """Delete priority class NAME (jobs that named it keep its figures)."""
     with api_errors():
         c = client(url, token).delete_priority_class(name)
-    click.echo(f"deleted priority class {c['name']}")
+    click.echo(f"deleted priority class {c.name}")
 
 PRIORITY_CLASS_COMMANDS = [priority_class]

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+import corral.models as m
 from scheduler.cli.client_io import api_errors, client, connection, print_json
 from scheduler.cli.client_text import array_states_text
 from scheduler.cli.params import COUNT, JOB_ID, NATURAL, NON_NEGATIVE, POSITIVE, Number
@@ -247,11 +248,11 @@ def submit(spec_file: Path | None, as_json: bool, url: str, token: str | None, *
     # Not a flag default: that would override the kind in --file. The server has the same default.
     spec.setdefault("kind", DEFAULT_JOB_KIND.value)
     with api_errors():
-        job, created = client(url, token).submit(spec)
+        job, created = client(url, token).submit_once(spec)
     _submitted(job, created, as_json, "submitted job")
-    if job.get("webhook") and not as_json:
-        click.echo(f"webhook {job['webhook']['id']}, secret {job['webhook']['secret']} (shown only now: keep it to "
-                   "verify the requests' signatures)")
+    if job.webhook and not as_json:
+        click.echo(f"webhook {job.webhook.id}, secret {job.webhook.secret} (shown only now: keep it to verify the "
+                   "requests' signatures)")
 
 
 def _environment(spec: dict[str, Any], flags: dict[str, Any]) -> None:
@@ -283,20 +284,20 @@ def resubmit(job_id: int, changes: str | None, as_json: bool, url: str, token: s
     if not isinstance(fields, dict):
         raise click.BadParameter("give a JSON object of job fields", param_hint="--with-changes")
     with api_errors():
-        job, created = client(url, token).resubmit(job_id, fields)
+        job, created = client(url, token).resubmit_once(job_id, fields)
     _submitted(job, created, as_json, f"resubmitted job {job_id} as job")
 
 
-def _submitted(job: dict[str, Any], created: bool, as_json: bool, what: str) -> None:
+def _submitted(job: m.Job, created: bool, as_json: bool, what: str) -> None:
     if as_json:
         print_json(job)
-    elif created and job.get("array"):
-        a = job["array"]
-        click.echo(f"{what.replace('job', 'array')} {a['id']}: jobs {a['tasks'][0]['id']} to {a['tasks'][-1]['id']} "
+    elif created and job.array and job.array.tasks:
+        a, tasks = job.array, job.array.tasks
+        click.echo(f"{what.replace('job', 'array')} {a.id}: jobs {tasks[0].id} to {tasks[-1].id} "
                    f"({array_states_text(a)})")
     elif created:
-        click.echo(f"{what} {job['id']} ({job['state']})")
+        click.echo(f"{what} {job.id} ({job.state})")
     else:
-        click.echo(f"job {job['id']} was already submitted with this client token ({job['state']})")
+        click.echo(f"job {job.id} was already submitted with this client token ({job.state})")
 
 SUBMIT_COMMANDS = [submit, resubmit]

@@ -10,6 +10,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+import corral.models as m
 from scheduler.cli.client_io import F, api_errors, client, connection, console, print_json
 from scheduler.cli.client_text import gpus_text
 from scheduler.cli.params import COUNT, NON_NEGATIVE, POSITIVE, Number
@@ -42,13 +43,15 @@ def ceiling_options(f: F) -> F:
     return f
 
 
-def ceiling_text(c: dict[str, Any]) -> str:
+def ceiling_text(c: m.Ceiling | None) -> str:
     """A ceiling in a few words: `<= 0`, `<= 100; non-preemptible; classes serving, batch`."""
-    parts = [f"<= {c['max_priority']}"]
-    if c["allow_nonpreemptible"]:
+    if c is None:
+        return "-"
+    parts = [f"<= {c.max_priority}"]
+    if c.allow_nonpreemptible:
         parts.append("non-preemptible")
-    if c["priority_classes"]:
-        parts.append("classes " + ", ".join(c["priority_classes"]))
+    if c.priority_classes:
+        parts.append("classes " + ", ".join(c.priority_classes))
     return "; ".join(parts)
 
 
@@ -67,8 +70,8 @@ def team_create(name: str, quota: float, borrow_limit: float | None, url: str, t
     """Create team NAME."""
     with api_errors():
         t = client(url, token).create_team(name, quota, borrow_limit)
-    click.echo(f"created team {t['name']}: quota {gpus_text(t['quota_gpus'])} GPUs, borrow limit "
-               f"{limit_text(t['borrow_limit_gpus'])}")
+    click.echo(f"created team {t.name}: quota {gpus_text(t.quota_gpus or 0)} GPUs, borrow limit "
+               f"{limit_text(t.borrow_limit_gpus)}")
 
 
 @team.command("list")
@@ -85,14 +88,15 @@ def team_list(as_json: bool, url: str, token: str | None) -> None:
     for col in ("name", "quota", "borrow limit", "in use", "borrowed", "lent", "pending", "running",
                 "priority ceiling"):
         table.add_column(col, justify="left" if col in ("name", "priority ceiling") else "right")
-    for t in res["teams"]:
-        table.add_row(escape(t["name"]), gpus_text(t["quota_gpus"]), limit_text(t["borrow_limit_gpus"]),
-                      gpus_text(t["in_use_gpus"]), gpus_text(t["borrowed_gpus"]), gpus_text(t["lent_gpus"]),
-                      str(t["pending_jobs"]), str(t["running_jobs"]), escape(ceiling_text(t["priority_ceiling"])))
+    teams = res.teams or []
+    for t in teams:
+        table.add_row(escape(t.name or ""), gpus_text(t.quota_gpus or 0), limit_text(t.borrow_limit_gpus),
+                      gpus_text(t.in_use_gpus or 0), gpus_text(t.borrowed_gpus or 0), gpus_text(t.lent_gpus or 0),
+                      str(t.pending_jobs), str(t.running_jobs), escape(ceiling_text(t.priority_ceiling)))
     out = console()
     out.print(table)
-    quotas = sum(t["quota_gpus"] for t in res["teams"])
-    cluster = res["cluster_gpus"]
+    quotas = sum(t.quota_gpus or 0 for t in teams)
+    cluster = res.cluster_gpus
     out.print(f"quotas add up to {gpus_text(quotas)} of {cluster} GPUs" if cluster else
               f"quotas add up to {gpus_text(quotas)} GPUs; the controller has not registered the cluster yet",
               style="dim")
@@ -124,8 +128,8 @@ def team_set(name: str, quota: float | None, borrow_limit: float | None, no_borr
                                "--[no-]allow-nonpreemptible, --priority-classes or --clear")
     with api_errors():
         t = client(url, token).update_team(name, changes)
-    click.echo(f"team {t['name']}: quota {gpus_text(t['quota_gpus'])} GPUs, borrow limit "
-               f"{limit_text(t['borrow_limit_gpus'])}, priority ceiling {ceiling_text(t['priority_ceiling'])}")
+    click.echo(f"team {t.name}: quota {gpus_text(t.quota_gpus or 0)} GPUs, borrow limit "
+               f"{limit_text(t.borrow_limit_gpus)}, priority ceiling {ceiling_text(t.priority_ceiling)}")
 
 
 @team.command("delete")
@@ -135,7 +139,7 @@ def team_delete(name: str, url: str, token: str | None) -> None:
     """Delete team NAME (refused while it has jobs pending or running); its users move to 'default'."""
     with api_errors():
         res = client(url, token).delete_team(name)
-    click.echo(res["message"])
+    click.echo(res.message)
 
 
 @click.group()
@@ -157,7 +161,7 @@ def user_list(as_json: bool, url: str, token: str | None) -> None:
     for col in ("name", "team", "admin", "active jobs"):
         table.add_column(col, justify="right" if col == "active jobs" else "left")
     for u in users:
-        table.add_row(escape(u["name"]), escape(u["team"]), "yes" if u["admin"] else "", str(u["active_jobs"]))
+        table.add_row(escape(u.name or ""), escape(u.team or ""), "yes" if u.admin else "", str(u.active_jobs))
     console().print(table)
 
 
@@ -169,7 +173,7 @@ def user_set_team(name: str, team_name: str, url: str, token: str | None) -> Non
     """Move user NAME to TEAM (refused while they have jobs pending or running)."""
     with api_errors():
         u = client(url, token).set_user_team(name, team_name)
-    click.echo(f"user {u['name']} is in team {u['team']}")
+    click.echo(f"user {u.name} is in team {u.team}")
 
 
 # ---- fair use: per-user limits (admins) ----------------------------------------------------------------------------
@@ -201,24 +205,25 @@ def _limit_changes(given: dict[str, Any], clear: tuple[str, ...]) -> dict[str, A
     return {n: v for n, v in given.items() if v is not None} | dict.fromkeys(cleared)
 
 
-def print_limits(res: dict[str, Any], as_json: bool) -> None:
+def print_limits(res: m.Limits, as_json: bool) -> None:
     if as_json:
         print_json(res)
         return
-    who = f"user {res['user']}" if res["user"] else "cluster-wide defaults"
-    if res["exempt"]:
+    who = f"user {res.user}" if res.user else "cluster-wide defaults"
+    if res.exempt:
         who += " (an admin: exempt from every limit)"
     table = Table(box=None, header_style="bold", title=escape(who), title_justify="left")
     for col in ("limit", "value", "from"):
         table.add_column(col, justify="right" if col == "value" else "left")
+    sources = res.sources or {}
     for name, label in LIMIT_OPTIONS:
-        table.add_row(label, f"{res[name]:g}", res["sources"][name])
-    if "max_priority" in res:  # a user's: their priority ceiling
-        table.add_row("highest priority", str(res["max_priority"]), res["sources"]["max_priority"])
-        table.add_row("non-preemptible", "allowed" if res["allow_nonpreemptible"] else "no",
-                      res["sources"]["allow_nonpreemptible"])
-        table.add_row("priority classes", escape(", ".join(res["priority_classes"]) or "none"),
-                      res["sources"]["priority_classes"])
+        table.add_row(label, f"{getattr(res, name):g}", sources.get(name, ""))
+    if res.max_priority is not None:  # a user's: their priority ceiling
+        table.add_row("highest priority", str(res.max_priority), sources.get("max_priority", ""))
+        table.add_row("non-preemptible", "allowed" if res.allow_nonpreemptible else "no",
+                      sources.get("allow_nonpreemptible", ""))
+        table.add_row("priority classes", escape(", ".join(res.priority_classes or []) or "none"),
+                      sources.get("priority_classes", ""))
     console().print(table)
 
 

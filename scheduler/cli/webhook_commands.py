@@ -3,12 +3,11 @@ REST API. A job's own webhook is given at submission: `corral submit --webhook U
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 from rich.markup import escape
 from rich.table import Table
 
+import corral.models as m
 from scheduler.cli.client_io import api_errors, client, connection, console, print_json
 from scheduler.cli.client_text import when
 from scheduler.cli.params import JOB_ID, NATURAL, Number
@@ -34,10 +33,10 @@ def webhook_add(hook_url: str, description: str, as_json: bool, url: str, token:
     if as_json:
         print_json(hook)
         return
-    click.echo(f"webhook {hook['id']} -> {hook['url']}")
-    click.echo(f"secret: {hook['secret']}")
+    click.echo(f"webhook {hook.id} -> {hook.url}")
+    click.echo(f"secret: {hook.secret}")
     click.echo("(shown only now: keep it to verify the requests' X-Corral-Signature; `corral webhook rotate "
-               f"{hook['id']}` makes a new one)")
+               f"{hook.id}` makes a new one)")
 
 
 @webhook.command("list")
@@ -52,15 +51,15 @@ def webhook_list(user: str | None, job_id: int | None, as_json: bool, url: str, 
     if as_json:
         print_json(res)
         return
-    if not res["webhooks"]:
+    if not res.webhooks:
         click.echo("no webhooks")
         return
     table = Table(box=None, header_style="bold")
     for col in ("id", "user", "for", "url", "description", "created"):
         table.add_column(col, justify="right" if col == "id" else "left", overflow="fold")
-    for h in res["webhooks"]:
-        table.add_row(str(h["id"]), escape(h["user"]), f"job {h['job_id']}" if h["job_id"] else "all jobs",
-                      escape(h["url"]), escape(h["description"]), when(h["created_at"]))
+    for h in res.webhooks:
+        table.add_row(str(h.id), escape(h.user or ""), f"job {h.job_id}" if h.job_id else "all jobs",
+                      escape(h.url or ""), escape(h.description or ""), when(h.created_at))
     console().print(table)
 
 
@@ -71,7 +70,7 @@ def webhook_rm(webhook_id: int, url: str, token: str | None) -> None:
     """Delete webhook ID: nothing more is sent to it (its pending deliveries fail)."""
     with api_errors():
         hook = client(url, token).delete_webhook(webhook_id)
-    click.echo(f"deleted webhook {hook['id']} ({hook['url']})")
+    click.echo(f"deleted webhook {hook.id} ({hook.url})")
 
 
 @webhook.command("rotate")
@@ -81,15 +80,15 @@ def webhook_rotate(webhook_id: int, url: str, token: str | None) -> None:
     """Give webhook ID a new secret (prints it, once); the old one signs nothing from now on."""
     with api_errors():
         hook = client(url, token).rotate_webhook_secret(webhook_id)
-    click.echo(f"webhook {hook['id']}: new secret {hook['secret']} (shown only now)")
+    click.echo(f"webhook {hook.id}: new secret {hook.secret} (shown only now)")
 
 
-def outcome_text(d: dict[str, Any]) -> str:
-    if d["status"] == "delivered":
-        return f"HTTP {d['last_status_code']}"
-    if d["status"] == "pending" and d["attempts"]:
-        return f"{d['last_error']}; next try {when(d['next_attempt_at'])}"
-    return d["last_error"] or ""
+def outcome_text(d: m.Delivery) -> str:
+    if d.status == "delivered":
+        return f"HTTP {d.last_status_code}"
+    if d.status == "pending" and d.attempts:
+        return f"{d.last_error}; next try {when(d.next_attempt_at)}"
+    return d.last_error or ""
 
 
 @webhook.command("deliveries")
@@ -110,19 +109,20 @@ def webhook_deliveries(webhook_id: int | None, job_id: int | None, status: str |
     if as_json:
         print_json(res)
         return
-    if not res["deliveries"]:
+    deliveries = res.deliveries or []
+    if not deliveries:
         click.echo("no deliveries")
         return
     table = Table(box=None, header_style="bold")
     for col in ("id", "webhook", "job", "event", "status", "tries", "last try", "outcome"):
         table.add_column(col, justify="right" if col in ("id", "webhook", "job", "tries") else "left",
                          overflow="fold")
-    for d in res["deliveries"]:
-        table.add_row(str(d["id"]), str(d["webhook_id"]), str(d["job_id"]), d["event"], d["status"],
-                      str(d["attempts"]), when(d["last_attempt_at"]), escape(outcome_text(d)))
+    for d in deliveries:
+        table.add_row(str(d.id), str(d.webhook_id), str(d.job_id), d.event or "", d.status or "",
+                      str(d.attempts), when(d.last_attempt_at), escape(outcome_text(d)))
     console().print(table)
-    if res["total"] > offset + len(res["deliveries"]):
-        click.echo(f"({res['total']} in all: --offset {offset + len(res['deliveries'])} for more)")
+    if (res.total or 0) > offset + len(deliveries):
+        click.echo(f"({res.total} in all: --offset {offset + len(deliveries)} for more)")
 
 
 @webhook.command("delivery")
@@ -136,11 +136,11 @@ def webhook_delivery(delivery_id: int, as_json: bool, url: str, token: str | Non
     if as_json:
         print_json(d)
         return
-    click.echo(f"delivery {d['id']} to webhook {d['webhook_id']}: job {d['job_id']} {d['event']} (event "
-               f"{d['event_id']}), {d['status']} after {d['attempts']} attempt(s)")
-    for a in d["attempt_log"]:
-        what = f"HTTP {a['status_code']}" if a["status_code"] is not None and not a["error"] else a["error"]
-        click.echo(f"  {a['number']}. {when(a['at'])} ({a['duration_ms']:.0f} ms): {what}")
-    if d["status"] == "failed" and d["last_error"]:
-        click.echo(f"  gave up: {d['last_error']}")
-    click.echo(d["body"])
+    click.echo(f"delivery {d.id} to webhook {d.webhook_id}: job {d.job_id} {d.event} (event "
+               f"{d.event_id}), {d.status} after {d.attempts} attempt(s)")
+    for a in d.attempt_log or []:
+        what = f"HTTP {a.status_code}" if a.status_code is not None and not a.error else a.error
+        click.echo(f"  {a.number}. {when(a.at)} ({a.duration_ms or 0:.0f} ms): {what}")
+    if d.status == "failed" and d.last_error:
+        click.echo(f"  gave up: {d.last_error}")
+    click.echo(d.body)

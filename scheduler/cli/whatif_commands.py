@@ -8,6 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+import corral.models as m
 from scheduler.cli.client_io import api_errors, client, connection, console, print_json
 from scheduler.cli.client_text import gpus_text
 from scheduler.cli.params import POSITIVE, Number
@@ -54,39 +55,40 @@ def whatif(policy: str | None, extra_nodes: int, jobs: list[dict[str, Any]], see
     if as_json:
         print_json(res)
         return
-    base = res.get("baseline")
-    table = Table(title=f"what if: {res['policy']}" + (f", {extra_nodes} more node(s)" if extra_nodes else "")
-                  + (f", {len(jobs)} more job(s)" if jobs else "") + f" ({len(res['seeds'])} seeds)")
+    base = res.baseline
+    table = Table(title=f"what if: {res.policy}" + (f", {extra_nodes} more node(s)" if extra_nodes else "")
+                  + (f", {len(jobs)} more job(s)" if jobs else "") + f" ({len(res.seeds or [])} seeds)")
     table.add_column("")
-    table.add_column(res["policy"], justify="right")
+    table.add_column(res.policy or "", justify="right")
     if base is not None:
-        table.add_column(f"now: {base['policy']}", justify="right")
+        table.add_column(f"now: {base.policy}", justify="right")
         table.add_column("difference", justify="right")
 
-    def cell(key: str, d: dict[str, Any] | None) -> str:
-        if d is None:
+    def cell(key: str, metrics: m.WhatIfMetrics | None) -> str:
+        d: m.Distribution | None = getattr(metrics, key) if metrics is not None else None
+        if d is None or d.mean is None or d.min is None or d.max is None:
             return ""
         if key == "gpu_util":
-            return f"{d['mean']:.0%} ({d['min']:.0%}-{d['max']:.0%})"
-        return f"{duration_words(d['mean'])} ({duration_words(d['min'])}-{duration_words(d['max'])})"
+            return f"{d.mean:.0%} ({d.min:.0%}-{d.max:.0%})"
+        return f"{duration_words(d.mean)} ({duration_words(d.min)}-{duration_words(d.max)})"
 
     for key, label in WHATIF_ROWS:
-        row = [label, cell(key, res["metrics"][key])]
+        row = [label, cell(key, res.metrics)]
         if base is not None:
-            delta = (res.get("delta") or {}).get(key)
+            delta = (res.delta or {}).get(key)
             sign = "" if delta is None else ("+" if delta["mean"] >= 0 else "-")
             diff = "" if delta is None else (f"{sign}{abs(delta['mean']):.0%}" if key == "gpu_util"
                                              else f"{sign}{duration_words(abs(delta['mean']))}")
-            row += [cell(key, base["metrics"][key]), diff]
+            row += [cell(key, base.metrics), diff]
         table.add_row(*row)
     console().print(table)
-    for job in res.get("hypothetical") or []:
-        jct = duration_words(job["jct_s"]) if job["jct_s"] is not None else "does not finish"
-        n = job["num_gpus"]
+    for job in res.hypothetical or []:
+        jct = duration_words(job.jct_s) if job.jct_s is not None else "does not finish"
+        n = job.num_gpus or 0
         size = f"{n:g} of a GPU" if n < 1 else f"{gpus_text(n)} GPU{'s' if n > 1 else ''}"
-        click.echo(f"{job['name']}: {size} of {job['model']}, done {jct} after it arrives "
-                   f"(waits {duration_words(job['queue_s'] or 0.0)})")
-    for note in res.get("notes") or []:
+        click.echo(f"{job.name}: {size} of {job.model}, done {jct} after it arrives "
+                   f"(waits {duration_words(job.queue_s or 0.0)})")
+    for note in res.notes or []:
         click.echo(f"note: {note}", err=True)
 
 WHATIF_COMMANDS = [whatif]

@@ -1,14 +1,25 @@
-"""The client's errors, one class per kind of refusal, so a script catches what it can handle (`except NotFound`)
-rather than comparing status codes. Each is a `scheduler.cli.client.ClientError` too (the CLI's error), carrying the
-server's message, status and per-field errors."""
+"""The client's errors, one class per kind of refusal, so that a script catches what it can handle (`except NotFound`)
+rather than comparing status codes. Each carries the server's message, the status and the per-field errors; the
+`corral` command prints them as its one-line error."""
 
 from __future__ import annotations
 
-from scheduler.cli.client import ClientError
 
+class CorralError(Exception):
+    """Any failed call: `status` is None when no answer came back; `errors` maps each refused field to its messages."""
 
-class CorralError(ClientError):
-    """Any failed call."""
+    def __init__(self, message: str, *, status: int | None = None, errors: dict[str, list[str]] | None = None,
+                 url: str | None = None) -> None:
+        self.message = message
+        self.status = status
+        self.errors = errors or {}
+        self.url = url
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if self.status == 422 and self.errors:  # name every bad field: the point of a validation error
+            return f"{self.message}: " + "; ".join(f"{f}: {' '.join(m)}" for f, m in self.errors.items())
+        return self.message
 
 
 class Unreachable(CorralError):
@@ -47,10 +58,8 @@ _BY_STATUS: dict[int, type[CorralError]] = {400: InvalidRequest, 401: Unauthoriz
                                             409: Conflict, 413: InvalidRequest, 422: InvalidRequest, 429: RateLimited}
 
 
-def typed(exc: ClientError) -> CorralError:
-    """`exc` as the class of its kind (same message, status and field errors)."""
-    status = exc.status
-    kind = Unreachable if status is None else _BY_STATUS.get(status, ServerError if status >= 500 else CorralError)
-    out = kind(exc.message, status=status, errors=exc.errors, url=exc.url)
-    out.__cause__ = exc
-    return out
+def kind_of(status: int | None) -> type[CorralError]:
+    """The class of a failure with this status (None: no answer)."""
+    if status is None:
+        return Unreachable
+    return _BY_STATUS.get(status, ServerError if status >= 500 else CorralError)

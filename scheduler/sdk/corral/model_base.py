@@ -23,10 +23,16 @@ class Answer:
         dc: Any = cls  # (a generated dataclass: `Answer` itself declares no fields)
         hints = _hints(dc)
         known = {f.name: f.name.rstrip("_") for f in dataclasses.fields(dc)}  # (a keyword field: `from_`)
-        return cls(**{attr: _build(hints[attr], data[key]) for attr, key in known.items() if key in data})
+        made = cls(**{attr: _build(hints[attr], data[key]) for attr, key in known.items() if key in data})
+        object.__setattr__(made, "_sent", data)  # (frozen: set past the dataclass's guard)
+        return made
 
     def to_json(self) -> dict[str, Any]:
-        """The fields the server gave, as JSON again (absent ones left out)."""
+        """The JSON the server sent, as it sent it (fields this client does not know included: `corral ... --json`
+        prints this); for an answer built in code, its fields that are set."""
+        sent = getattr(self, "_sent", None)
+        if sent is not None:
+            return dict(sent)
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)

@@ -10,6 +10,21 @@ from corral.model_base import Answer
 
 
 @dataclass(frozen=True, slots=True)
+class Health(Answer):
+    """The API's `Health` schema."""
+
+    status: str | None = None
+    database: str | None = None
+    version: str | None = None
+    time: float | None = None
+    controller: str | None = None
+    replica: str | None = None
+    epoch: int | None = None
+    leader: str | None = None
+    lease: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Job(Answer):
     """The API's `Job` schema."""
 
@@ -89,6 +104,14 @@ class Job(Answer):
     webhook: JobWebhook | None = None
     terminal: bool | None = None
     slo: JobSlo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobList(Answer):
+    """The API's `JobList` schema."""
+
+    jobs: list[JobSummary] | None = None
+    total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,11 +201,409 @@ class JobDetail(Answer):
 
 
 @dataclass(frozen=True, slots=True)
-class JobList(Answer):
-    """The API's `JobList` schema."""
+class Array(Answer):
+    """The API's `Array` schema."""
 
-    jobs: list[JobSummary] | None = None
+    id: int | None = None
+    name: str | None = None
+    user: str | None = None
+    count: int | None = None
+    max_running: int | None = None
+    submitted_at: float | None = None
+    states: dict[str, Any] | None = None
+    held: int | None = None
+    tasks: list[ArrayTask] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Logs(Answer):
+    """The API's `Logs` schema."""
+
+    job_id: int | None = None
+    attempt: int | None = None
+    state: str | None = None
+    current_attempt: int | None = None
+    logs: list[RankLog] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Explain(Answer):
+    """The API's `Explain` schema."""
+
+    job_id: int | None = None
+    name: str | None = None
+    state: str | None = None
+    queue_position: int | None = None
+    pending_reason: str | None = None
+    pending_until: float | None = None
+    start_estimate_s: float | None = None
+    start_estimate_outlook: str | None = None
+    start_estimate_code: str | None = None
+    start_estimate_params: dict[str, Any] | None = None
+    start_estimate_text: str | None = None
+    start_estimate_basis: str | None = None
+    progress: float | None = None
+    placement: ExplainPlacement | None = None
+    last_placement: LastPlacement | None = None
+    observed_slowdown: float | None = None
+    predicted_slowdown_avg: float | None = None
+    decision: ExplainDecision | None = None
+    neighbours: list[Neighbour] | None = None
+    profile: Profile | None = None
+    summary: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster(Answer):
+    """The API's `Cluster` schema."""
+
+    nodes: list[Node] | None = None
+    totals: Totals | None = None
+    queue: Queue | None = None
+    active_policy: str | None = None
+    fabric: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth(Answer):
+    """The API's `NodeHealth` schema."""
+
+    status: str | None = None
+    stale: bool | None = None
+    age_s: float | None = None
+    agent: str | None = None
+    updated_at: float | None = None
+    interval_s: float | None = None
+    gpus: list[GpuHealth] | None = None
+    mps: MpsHealth | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDrain(Answer):
+    """The API's `NodeDrain` schema."""
+
+    name: str | None = None
+    drain: Drain | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Models(Answer):
+    """The API's `Models` schema."""
+
+    models: list[Model] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Policies(Answer):
+    """The API's `Policies` schema."""
+
+    available: list[str] | None = None
+    active: str | None = None
+    guard: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ActivePolicy(Answer):
+    """The API's `ActivePolicy` schema."""
+
+    active: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stats(Answer):
+    """The API's `Stats` schema."""
+
+    now: float | None = None
+    window_s: float | None = None
+    bucket_s: float | None = None
+    gpus: int | None = None
+    buckets: list[Bucket] | None = None
+    summary: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Network(Answer):
+    """The API's `Network` schema."""
+
+    approximate: bool | None = None
+    method: str | None = None
+    nodes: list[NodeNet] | None = None
+    uplinks: list[Uplink] | None = None
+    fabric: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TeamStats(Answer):
+    """The API's `TeamStats` schema."""
+
+    now: float | None = None
+    window_s: float | None = None
+    step_s: float | None = None
+    half_life_s: float | None = None
+    gpus: int | None = None
+    times: list[float] | None = None
+    teams: list[TeamStat] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenList(Answer):
+    """The API's `TokenList` schema."""
+
+    tokens: list[Token] | None = None
     total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Token(Answer):
+    """The API's `Token` schema."""
+
+    id: int | None = None
+    prefix: str | None = None
+    user: str | None = None
+    admin: bool | None = None
+    created_at: float | None = None
+    expires_at: float | None = None
+    revoked: bool | None = None
+    revoked_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TeamList(Answer):
+    """The API's `TeamList` schema."""
+
+    teams: list[Team] | None = None
+    total: int | None = None
+    cluster_gpus: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Team(Answer):
+    """The API's `Team` schema."""
+
+    name: str | None = None
+    quota_gpus: float | None = None
+    borrow_limit_gpus: float | None = None
+    created_at: float | None = None
+    updated_at: float | None = None
+    in_use_gpus: float | None = None
+    borrowed_gpus: float | None = None
+    lent_gpus: float | None = None
+    pending_jobs: int | None = None
+    running_jobs: int | None = None
+    priority_ceiling: Ceiling | None = None
+    ceiling_sources: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TeamDeleted(Answer):
+    """The API's `TeamDeleted` schema."""
+
+    name: str | None = None
+    moved_users: list[str] | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UserList(Answer):
+    """The API's `UserList` schema."""
+
+    users: list[User] | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class User(Answer):
+    """The API's `User` schema."""
+
+    name: str | None = None
+    team: str | None = None
+    admin: bool | None = None
+    created_at: float | None = None
+    active_jobs: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits(Answer):
+    """The API's `Limits` schema."""
+
+    user: str | None = None
+    exempt: bool | None = None
+    max_pending: int | None = None
+    submit_rate: float | None = None
+    submit_burst: int | None = None
+    whatif_per_min: int | None = None
+    request_rate: float | None = None
+    request_burst: int | None = None
+    max_priority: int | None = None
+    allow_nonpreemptible: bool | None = None
+    priority_classes: list[str] | None = None
+    sources: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf(Answer):
+    """The API's `WhatIf` schema."""
+
+    policy: str | None = None
+    active_policy: str | None = None
+    seeds: list[int] | None = None
+    sigma: float | None = None
+    time_origin: str | None = None
+    snapshot_at: float | None = None
+    cluster: WhatIfCluster | None = None
+    jobs: WhatIfJobCounts | None = None
+    metrics: WhatIfMetrics | None = None
+    hypothetical: list[WhatIfJobResult] | None = None
+    baseline: WhatIfBaseline | None = None
+    delta: dict[str, Any] | None = None
+    bounds: WhatIfBounds | None = None
+    notes: list[str] | None = None
+    wall_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClassList(Answer):
+    """The API's `PriorityClassList` schema."""
+
+    priority_classes: list[PriorityClass] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass(Answer):
+    """The API's `PriorityClass` schema."""
+
+    name: str | None = None
+    value: int | None = None
+    preemptible: bool | None = None
+    description: str | None = None
+    created_at: float | None = None
+    created_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimeLimits(Answer):
+    """The API's `TimeLimits` schema."""
+
+    default_s: float | None = None
+    max_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookCreated(Answer):
+    """The API's `WebhookCreated` schema."""
+
+    id: int | None = None
+    url: str | None = None
+    description: str | None = None
+    user: str | None = None
+    job_id: int | None = None
+    created_at: float | None = None
+    deleted_at: float | None = None
+    secret: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookList(Answer):
+    """The API's `WebhookList` schema."""
+
+    webhooks: list[Webhook] | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook(Answer):
+    """The API's `Webhook` schema."""
+
+    id: int | None = None
+    url: str | None = None
+    description: str | None = None
+    user: str | None = None
+    job_id: int | None = None
+    created_at: float | None = None
+    deleted_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryList(Answer):
+    """The API's `DeliveryList` schema."""
+
+    deliveries: list[Delivery] | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryDetail(Answer):
+    """The API's `DeliveryDetail` schema."""
+
+    id: int | None = None
+    webhook_id: int | None = None
+    user: str | None = None
+    event_id: int | None = None
+    job_id: int | None = None
+    event: str | None = None
+    status: str | None = None
+    attempts: int | None = None
+    created_at: float | None = None
+    next_attempt_at: float | None = None
+    last_attempt_at: float | None = None
+    last_status_code: int | None = None
+    last_error: str | None = None
+    finished_at: float | None = None
+    body: str | None = None
+    attempt_log: list[Attempt] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting(Answer):
+    """The API's `Accounting` schema."""
+
+    since: float | None = None
+    until: float | None = None
+    by: str | None = None
+    rows: list[AccountingRow] | None = None
+    total: AccountingRow | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation(Answer):
+    """The API's `Allocation` schema."""
+
+    rank: int | None = None
+    node: str | None = None
+    gpu: int | None = None
+    local_gpu: int | None = None
+    share: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints(Answer):
+    """The API's `Constraints` schema."""
+
+    gpu_type: str | None = None
+    labels: dict[str, Any] | None = None
+    nodes: list[str] | None = None
+    exclude: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSlo(Answer):
+    """The API's `JobSlo` schema."""
+
+    slo_ms: float | None = None
+    alone_ms: float | None = None
+    slowdown: float | None = None
+    predicted_ms: float | None = None
+    basis: str | None = None
+    at_risk: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobWebhook(Answer):
+    """The API's `JobWebhook` schema."""
+
+    id: int | None = None
+    url: str | None = None
+    secret: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,210 +685,6 @@ class JobSummary(Answer):
 
 
 @dataclass(frozen=True, slots=True)
-class Explain(Answer):
-    """The API's `Explain` schema."""
-
-    job_id: int | None = None
-    name: str | None = None
-    state: str | None = None
-    queue_position: int | None = None
-    pending_reason: str | None = None
-    pending_until: float | None = None
-    start_estimate_s: float | None = None
-    start_estimate_outlook: str | None = None
-    start_estimate_code: str | None = None
-    start_estimate_params: dict[str, Any] | None = None
-    start_estimate_text: str | None = None
-    start_estimate_basis: str | None = None
-    progress: float | None = None
-    placement: ExplainPlacement | None = None
-    last_placement: LastPlacement | None = None
-    observed_slowdown: float | None = None
-    predicted_slowdown_avg: float | None = None
-    decision: ExplainDecision | None = None
-    neighbours: list[Neighbour] | None = None
-    profile: Profile | None = None
-    summary: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Cluster(Answer):
-    """The API's `Cluster` schema."""
-
-    nodes: list[Node] | None = None
-    totals: Totals | None = None
-    queue: Queue | None = None
-    active_policy: str | None = None
-    fabric: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Models(Answer):
-    """The API's `Models` schema."""
-
-    models: list[Model] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Policies(Answer):
-    """The API's `Policies` schema."""
-
-    available: list[str] | None = None
-    active: str | None = None
-    guard: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Accounting(Answer):
-    """The API's `Accounting` schema."""
-
-    since: float | None = None
-    until: float | None = None
-    by: str | None = None
-    rows: list[AccountingRow] | None = None
-    total: AccountingRow | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Array(Answer):
-    """The API's `Array` schema."""
-
-    id: int | None = None
-    name: str | None = None
-    user: str | None = None
-    count: int | None = None
-    max_running: int | None = None
-    submitted_at: float | None = None
-    states: dict[str, Any] | None = None
-    held: int | None = None
-    tasks: list[ArrayTask] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Logs(Answer):
-    """The API's `Logs` schema."""
-
-    job_id: int | None = None
-    attempt: int | None = None
-    state: str | None = None
-    current_attempt: int | None = None
-    logs: list[RankLog] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TeamList(Answer):
-    """The API's `TeamList` schema."""
-
-    teams: list[Team] | None = None
-    total: int | None = None
-    cluster_gpus: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Team(Answer):
-    """The API's `Team` schema."""
-
-    name: str | None = None
-    quota_gpus: float | None = None
-    borrow_limit_gpus: float | None = None
-    created_at: float | None = None
-    updated_at: float | None = None
-    in_use_gpus: float | None = None
-    borrowed_gpus: float | None = None
-    lent_gpus: float | None = None
-    pending_jobs: int | None = None
-    running_jobs: int | None = None
-    priority_ceiling: Ceiling | None = None
-    ceiling_sources: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TimeLimits(Answer):
-    """The API's `TimeLimits` schema."""
-
-    default_s: float | None = None
-    max_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class WhatIf(Answer):
-    """The API's `WhatIf` schema."""
-
-    policy: str | None = None
-    active_policy: str | None = None
-    seeds: list[int] | None = None
-    sigma: float | None = None
-    time_origin: str | None = None
-    snapshot_at: float | None = None
-    cluster: WhatIfCluster | None = None
-    jobs: WhatIfJobCounts | None = None
-    metrics: WhatIfMetrics | None = None
-    hypothetical: list[WhatIfJobResult] | None = None
-    baseline: WhatIfBaseline | None = None
-    delta: dict[str, Any] | None = None
-    bounds: WhatIfBounds | None = None
-    notes: list[str] | None = None
-    wall_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Health(Answer):
-    """The API's `Health` schema."""
-
-    status: str | None = None
-    database: str | None = None
-    version: str | None = None
-    time: float | None = None
-    controller: str | None = None
-    replica: str | None = None
-    epoch: int | None = None
-    leader: str | None = None
-    lease: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation(Answer):
-    """The API's `Allocation` schema."""
-
-    rank: int | None = None
-    node: str | None = None
-    gpu: int | None = None
-    local_gpu: int | None = None
-    share: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Constraints(Answer):
-    """The API's `Constraints` schema."""
-
-    gpu_type: str | None = None
-    labels: dict[str, Any] | None = None
-    nodes: list[str] | None = None
-    exclude: list[str] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class JobSlo(Answer):
-    """The API's `JobSlo` schema."""
-
-    slo_ms: float | None = None
-    alone_ms: float | None = None
-    slowdown: float | None = None
-    predicted_ms: float | None = None
-    basis: str | None = None
-    at_risk: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class JobWebhook(Answer):
-    """The API's `JobWebhook` schema."""
-
-    id: int | None = None
-    url: str | None = None
-    secret: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Decision(Answer):
     """The API's `Decision` schema."""
 
@@ -515,6 +732,26 @@ class LastPlacement(Answer):
     released_at: float | None = None
     where: str | None = None
     ended_by: EndedBy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayTask(Answer):
+    """The API's `ArrayTask` schema."""
+
+    id: int | None = None
+    index: int | None = None
+    state: str | None = None
+    held_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RankLog(Answer):
+    """The API's `RankLog` schema."""
+
+    rank: int | None = None
+    path: str | None = None
+    text: str | None = None
+    end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -606,6 +843,37 @@ class Totals(Answer):
 
 
 @dataclass(frozen=True, slots=True)
+class GpuHealth(Answer):
+    """The API's `GpuHealth` schema."""
+
+    index: int | None = None
+    status: str | None = None
+    temperature_c: int | None = None
+    ecc_uncorrected: int | None = None
+    xid_errors: list[int] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MpsHealth(Answer):
+    """The API's `MpsHealth` schema."""
+
+    enabled: bool | None = None
+    daemon_running: bool | None = None
+    clients: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Drain(Answer):
+    """The API's `Drain` schema."""
+
+    at: float | None = None
+    by: str | None = None
+    reason: str | None = None
+    now: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Model(Answer):
     """The API's `Model` schema."""
 
@@ -623,43 +891,61 @@ class Model(Answer):
 
 
 @dataclass(frozen=True, slots=True)
-class AccountingRow(Answer):
-    """The API's `AccountingRow` schema."""
+class Bucket(Answer):
+    """The API's `Bucket` schema."""
 
-    key: str | None = None
-    gpu_hours: float | None = None
-    idle_gpu_hours: float | None = None
-    jobs_ended: int | None = None
-    jobs_succeeded: int | None = None
-    jobs_failed: int | None = None
-    jobs_cancelled: int | None = None
-    jobs_timed_out: int | None = None
-    jobs_started: int | None = None
-    wait_p50_s: float | None = None
-    wait_p95_s: float | None = None
-    jct_p50_s: float | None = None
-    jct_p95_s: float | None = None
-    preemptions: int | None = None
+    start: float | None = None
+    end: float | None = None
+    finished: int | None = None
+    succeeded: int | None = None
+    avg_jct_s: float | None = None
+    max_jct_s: float | None = None
+    started: int | None = None
+    avg_queue_s: float | None = None
+    pending: int | None = None
+    running: int | None = None
+    share_allocated: float | None = None
+    utilisation: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ArrayTask(Answer):
-    """The API's `ArrayTask` schema."""
+class NodeNet(Answer):
+    """The API's `NodeNet` schema."""
 
-    id: int | None = None
-    index: int | None = None
-    state: str | None = None
-    held_by: str | None = None
+    node: str | None = None
+    preset: str | None = None
+    nic_gbps: float | None = None
+    demand_gbps: float | None = None
+    load: float | None = None
+    jobs: list[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class RankLog(Answer):
-    """The API's `RankLog` schema."""
+class Uplink(Answer):
+    """The API's `Uplink` schema."""
 
-    rank: int | None = None
-    path: str | None = None
-    text: str | None = None
-    end: int | None = None
+    rack: int | None = None
+    name: str | None = None
+    load: float | None = None
+    jobs: list[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TeamStat(Answer):
+    """The API's `TeamStat` schema."""
+
+    name: str | None = None
+    quota_gpus: float | None = None
+    borrow_limit_gpus: float | None = None
+    in_use_gpus: float | None = None
+    borrowed_gpus: float | None = None
+    lent_gpus: float | None = None
+    pending_jobs: int | None = None
+    running_jobs: int | None = None
+    priority_ceiling: Ceiling | None = None
+    usage_gpu_s: float | None = None
+    usage_ratio: float | None = None
+    series: TeamSeries | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -745,6 +1031,57 @@ class WhatIfMetrics(Answer):
 
 
 @dataclass(frozen=True, slots=True)
+class Delivery(Answer):
+    """The API's `Delivery` schema."""
+
+    id: int | None = None
+    webhook_id: int | None = None
+    user: str | None = None
+    event_id: int | None = None
+    job_id: int | None = None
+    event: str | None = None
+    status: str | None = None
+    attempts: int | None = None
+    created_at: float | None = None
+    next_attempt_at: float | None = None
+    last_attempt_at: float | None = None
+    last_status_code: int | None = None
+    last_error: str | None = None
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt(Answer):
+    """The API's `Attempt` schema."""
+
+    number: int | None = None
+    at: float | None = None
+    status_code: int | None = None
+    error: str | None = None
+    duration_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AccountingRow(Answer):
+    """The API's `AccountingRow` schema."""
+
+    key: str | None = None
+    gpu_hours: float | None = None
+    idle_gpu_hours: float | None = None
+    jobs_ended: int | None = None
+    jobs_succeeded: int | None = None
+    jobs_failed: int | None = None
+    jobs_cancelled: int | None = None
+    jobs_timed_out: int | None = None
+    jobs_started: int | None = None
+    wait_p50_s: float | None = None
+    wait_p95_s: float | None = None
+    jct_p50_s: float | None = None
+    jct_p95_s: float | None = None
+    preemptions: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class EndedBy(Answer):
     """The API's `EndedBy` schema."""
 
@@ -768,16 +1105,6 @@ class Candidate(Answer):
 
 
 @dataclass(frozen=True, slots=True)
-class Drain(Answer):
-    """The API's `Drain` schema."""
-
-    at: float | None = None
-    by: str | None = None
-    reason: str | None = None
-    now: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Gpu(Answer):
     """The API's `Gpu` schema."""
 
@@ -791,17 +1118,11 @@ class Gpu(Answer):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeHealth(Answer):
-    """The API's `NodeHealth` schema."""
+class TeamSeries(Answer):
+    """The API's `TeamSeries` schema."""
 
-    status: str | None = None
-    stale: bool | None = None
-    age_s: float | None = None
-    agent: str | None = None
-    updated_at: float | None = None
-    interval_s: float | None = None
-    gpus: list[GpuHealth] | None = None
-    mps: MpsHealth | None = None
+    gpus_in_use: list[float] | None = None
+    usage_ratio: list[float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -823,24 +1144,3 @@ class Tenant(Answer):
     share: float | None = None
     user: str | None = None
     team: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GpuHealth(Answer):
-    """The API's `GpuHealth` schema."""
-
-    index: int | None = None
-    status: str | None = None
-    temperature_c: int | None = None
-    ecc_uncorrected: int | None = None
-    xid_errors: list[int] | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class MpsHealth(Answer):
-    """The API's `MpsHealth` schema."""
-
-    enabled: bool | None = None
-    daemon_running: bool | None = None
-    clients: int | None = None
