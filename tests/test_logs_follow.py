@@ -172,3 +172,18 @@ def test_corral_logs_follow_on_a_pending_job_says_it_waits_then_follows_its_run(
     assert result.stderr.startswith(f"job {env.job_id} is pending (waits for 2 GPUs (0 free)); its logs follow once "
                                     "it starts")
     assert "started" in result.stdout.splitlines() and f"job {env.job_id}: succeeded" in result.stderr
+
+
+def test_corral_logs_says_when_there_is_nothing_to_print(env: Env) -> None:
+    """Issue 51: `corral logs ID --rank R` printed nothing and exited 0 where the log was empty; it now says so."""
+    def logs(*args: str) -> tuple[str, str]:
+        result = CliRunner().invoke(main, ["logs", str(env.job_id), *args],
+                                    env={"CORRAL_URL": env.url, "CORRAL_TOKEN": env.token})
+        assert result.exit_code == 0, result.output
+        return result.stdout, result.stderr
+
+    assert logs("--rank", "1") == ("", f"job {env.job_id} (running): rank 1's log is empty for attempt 1\n")
+    env.write(1, 0, "hello\n")
+    assert logs("--rank", "0") == ("hello\n", "")
+    env.set(state="pending", attempt=0)
+    assert logs() == ("", f"job {env.job_id} (pending): no logs for attempt 0\n")

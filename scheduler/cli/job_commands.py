@@ -124,8 +124,8 @@ def show(job_id: int, as_json: bool, url: str, token: str | None) -> None:
                     f"{j.retry_backoff_s or 0:g} s" if j.max_retries else None),
         ("attempt", j.attempt), ("progress", progress_text(j.progress, 1) or None),
         ("submitted", when(j.submitted_at)),
-        ("started", when(j.started_at) if j.started_at else "not yet: preparing its environment"
-                    if j.state == JobState.RUNNING and j.environment else None),
+        ("started", when(j.started_at or j.first_started_at) if j.started_at or j.first_started_at else
+                    "not yet: preparing its environment" if j.state == JobState.RUNNING and j.environment else None),
         ("finished", j.finished_at and when(j.finished_at)),
         ("placement", placement(j.allocation, cluster_ids=True) or None),
         ("predicted slowdown", f"{j.predicted_slowdown:.3f}" if j.predicted_slowdown is not None else None),
@@ -187,8 +187,10 @@ def logs(job_id: int, rank: int | None, attempt: int | None, tail: int | None, f
         return
     with api_errors():
         res = client(url, token).logs(job_id, attempt=attempt, rank=rank, tail=200 if tail is None else tail)
-    if not res.logs:
-        click.echo(f"job {job_id} has no logs for attempt {res.attempt}", err=True)
+    if not any(entry.text for entry in res.logs or []):  # say so: silence and exit 0 read as "it printed nothing"
+        what = "no logs" if not res.logs else f"rank {rank}'s log is empty" if rank is not None else \
+            "its logs are empty"
+        click.echo(f"job {job_id} ({res.state}): {what} for attempt {res.attempt}", err=True)
         return
     many = len(res.logs) > 1
     for entry in res.logs:
