@@ -243,3 +243,29 @@ def test_corral_show_says_what_refined_a_jobs_profile() -> None:
     assert "refined from 4 measured runs" in model_text(refined)
     assert model_text(JobDetail(id=6, model="BERT-large")) == "BERT-large"
 
+
+
+def test_jobs_alike_are_found_past_thousands_of_other_jobs_of_the_user(store: Store) -> None:
+    """The lookup walks the (user, name) index: a measured job stays found behind more of the user's other jobs than
+    the search reads (it read the user's latest `SCANNED_JOBS` jobs of any name, and missed it), and a name with no
+    measured job finds nothing."""
+    from sqlalchemy import insert
+
+    from scheduler.live.generic_profiles import SCANNED_JOBS, alike_usage
+
+    measured = MeasuredUsage(samples=4, util_samples=4, sm=0.6, membw=0.3, mem_gb=9.0, runs=1)
+    with store.session(write=True) as s:
+        alice = q.ensure_user(s, "alice")
+        spec = {"kind": "command", "model": GENERIC_MODEL, "num_gpus": 1, "duration_s": 60.0, "entrypoint": "true"}
+        first, _ = q.submit(s, alice, spec | {"name": "train"})
+        first.measured_usage = measured.as_dict()
+        s.flush()
+        row = {c: getattr(first, c) for c in ("user_id", "team", "kind", "model", "num_gpus", "duration_s",
+                                               "state", "submitted_at", "queued_since")}
+        s.execute(insert(Job), [row | {"name": f"other-{i}"} for i in range(SCANNED_JOBS + 100)])
+        uid, first_id = alice.id, first.id
+    with store.session() as s:
+        found = alike_usage(s, uid, "train")
+        assert found is not None and found["jobs"] == [first_id]
+        assert MeasuredUsage.from_dict(found["usage"]) == measured
+        assert alike_usage(s, uid, "other-7") is None

@@ -2,8 +2,8 @@
 alike that its generic profile is refined from; for the controller, the profile a stored job is scheduled with.
 
 Jobs alike are the submitter's earlier jobs of the same name (how people resubmit the same training script), the
-latest `ALIKE_JOBS` of them that NVML measured. The search reads at most `SCANNED_JOBS` of the user's latest jobs, so
-a submission's cost stays bounded whatever the history.
+latest `ALIKE_JOBS` of them that NVML measured. The search walks the (user, name) index and reads at most
+`SCANNED_JOBS` of the user's latest jobs of that name, so a submission's cost stays bounded whatever the history.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from scheduler.core.generic import GENERIC_MODEL, MeasuredUsage, ProfileBook, merged, refined_profile
@@ -22,14 +22,18 @@ ALIKE_JOBS = 20
 SCANNED_JOBS = 2000
 
 
+# Built once: it runs on every submission that names no model (a hot path, like the submission's own statements).
+_LATEST = (select(Job.id, Job.measured_usage)
+           .where(Job.user_id == bindparam("user_id"), Job.name == bindparam("name"))
+           .order_by(Job.id.desc()).limit(SCANNED_JOBS).subquery())
+_ALIKE = (select(_LATEST.c.id, _LATEST.c.measured_usage).where(_LATEST.c.measured_usage.is_not(None))
+          .order_by(_LATEST.c.id.desc()).limit(ALIKE_JOBS))
+
+
 def alike_usage(s: Session, user_id: int, name: str) -> dict[str, Any] | None:
     """What the runs of the user's latest measured jobs named `name` used, as stored in a new job's `profile_usage`
     ({usage, jobs, whose}), or None if none was measured."""
-    latest = (select(Job.id, Job.name, Job.measured_usage).where(Job.user_id == user_id)
-              .order_by(Job.id.desc()).limit(SCANNED_JOBS).subquery())
-    found = s.execute(select(latest.c.id, latest.c.measured_usage)
-                      .where(latest.c.name == name, latest.c.measured_usage.is_not(None))
-                      .order_by(latest.c.id.desc()).limit(ALIKE_JOBS)).all()
+    found = s.execute(_ALIKE, {"user_id": user_id, "name": name}).all()
     usage = merged(MeasuredUsage.from_dict(u) for _, u in found)
     if usage is None:
         return None

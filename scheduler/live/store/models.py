@@ -87,6 +87,9 @@ class Job(Base):
         # would be scanned over the whole queue (~0.2 ms a pass with 1,000 queued, on SQLite).
         Index("ix_jobs_state_held", "state", "held_at"),
         Index("ix_jobs_changed_at", "changed_at"),  # and the jobs changed since its last pass
+        # A submission that names no model looks up the user's latest jobs of its name (`generic_profiles`): an
+        # index walk over those alone, not over every job of the user (2.6 ms a submission for 3,000 of them).
+        Index("ix_jobs_user_name", "user_id", "name", "id"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
