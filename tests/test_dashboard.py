@@ -905,3 +905,36 @@ def test_the_policies_page_shows_what_the_guard_decided(page: Any, service: Serv
         with store.session(write=True) as s:
             s.scalars(select(PolicyVersion).where(PolicyVersion.name == active)).one().info = kept
         store.close()
+
+
+def test_the_submit_form_takes_constraints_and_an_environment(page: Any, service: Service) -> None:
+    """Issue 51: where a job may run and its environment, from the form: a malformed label is refused next to its
+    field and nothing is sent; the server's refusal of an environment for an emulated job shows next to the
+    environment; a valid submission stores the constraints as given."""
+    sign_in(page, service)
+    before = service.get("/jobs?limit=1")["total"]
+    page.goto(f"{service.base}/#/submit")
+    page.wait_for_selector("#f-model option[value='ResNet-50-bs64']", state="attached")
+    page.fill("#f-name", "ui-constrained")
+    page.select_option("#f-model", "ResNet-50-bs64")
+    page.fill("#f-num_gpus", "1")
+    page.click("#f-where summary")
+    page.fill("#f-gpu_type", "a100")
+    page.fill("#f-labels", "gpu=a100, zone")
+    page.fill("#f-exclude", "node1")
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_function("document.querySelector('[data-error-for=labels]').textContent.length > 0")
+    assert "key=value" in page.inner_text("[data-error-for=labels]")
+    assert service.get("/jobs?limit=1")["total"] == before  # refused in the page: nothing sent
+    page.fill("#f-labels", "gpu=a100")
+    page.fill("#f-venv", "torch")  # an emulated job runs no command: the server refuses it an environment
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_function("document.querySelector('[data-error-for=environment]').textContent.length > 0")
+    assert service.get("/jobs?limit=1")["total"] == before
+    page.fill("#f-venv", "")
+    page.click("#submit-form button[type=submit]")
+    page.wait_for_url(re.compile(r".*#/job/\d+$"))
+    job = service.get(f"/jobs/{int(page.url.rsplit('/', 1)[1])}")
+    assert job["name"] == "ui-constrained" and job["environment"] is None
+    assert job["constraints"] == {"gpu_type": "a100", "labels": {"gpu": "a100"}, "exclude": ["node1"]}
+    service.cancel_all()

@@ -84,6 +84,22 @@ Object.assign(Views, (() => {
           ${field("resize_pause_s", "Resize pause (s)", html`<input id="f-resize_pause_s" name="resize_pause_s"
             type="number" step="any" min="0">`, "checkpoint and restart time; empty: the model's default")}
         </details>
+        <details id="f-where"><summary>Where it may run, and its environment (command jobs)</summary>
+          ${field("gpu_type", "GPU type", html`<input id="f-gpu_type" name="gpu_type" placeholder="h100 or A100-80GB">`,
+            "only nodes of this GPU type or family (Slurm's --constraint)")}
+          ${field("labels", "Node labels", html`<input id="f-labels" name="labels" placeholder="zone=a, gpu=a100">`,
+            "only nodes carrying every label: the operator's and the hardware's (the Cluster page lists them)")}
+          ${field("nodes", "Only these nodes", html`<input id="f-nodes" name="nodes" placeholder="node0, node1">`,
+            "Slurm's --nodelist")}
+          ${field("exclude", "Not these nodes", html`<input id="f-exclude" name="exclude" placeholder="node3">`,
+            "Slurm's --exclude")}
+          <div class="field-error" data-error-for="constraints"></div>
+          ${field("pip", "pip packages", html`<textarea id="f-pip" name="pip" rows="2"
+            placeholder="numpy>=1.26"></textarea>`, "one requirement a line, installed on the node for this job")}
+          ${field("venv", "Named venv", html`<input id="f-venv" name="venv" placeholder="torch">`,
+            "a virtual environment the nodes' operator named (CORRAL_VENVS)")}
+          <div class="field-error" data-error-for="environment"></div>
+        </details>
         <p class="field-error" data-error-for="_schema"></p>
         <button type="submit">Submit</button> <span id="submit-message"></span>
       </form></section>`);
@@ -140,6 +156,26 @@ Object.assign(Views, (() => {
         const sizes = v("sizes").split(/[\s,]+/).filter(Boolean);
         if (!sizes.every((n) => /^\d+$/.test(n))) local.sizes = "write whole GPU counts, such as 2, 4, 8";
         body.sizes = sizes.map(Number);
+      }
+      const names = (n) => v(n).split(/[\s,]+/).filter(Boolean);
+      const where = { gpu_type: v("gpu_type") || undefined, nodes: names("nodes"), exclude: names("exclude") };
+      if (v("labels")) {
+        where.labels = {};
+        for (const pair of names("labels")) {
+          const m = /^([^=]+)=(.+)$/.exec(pair);
+          if (!m) local.labels = `"${pair}": write labels as key=value, e.g. zone=a`;
+          else where.labels[m[1]] = m[2];
+        }
+      }
+      if (!where.nodes.length) delete where.nodes;
+      if (!where.exclude.length) delete where.exclude;
+      if (!where.gpu_type) delete where.gpu_type;
+      if (Object.keys(where).length) body.constraints = where;
+      const pip = form.elements.pip.value.split("\n").map((line) => line.trim()).filter(Boolean);
+      if (pip.length || v("venv")) {
+        body.environment = {};
+        if (pip.length) body.environment.pip = pip;
+        if (v("venv")) body.environment.venv = v("venv");
       }
       if (v("array") || v("array_max_running")) {
         body.array = { count: number("array") ?? 1 };
