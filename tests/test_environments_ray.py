@@ -15,6 +15,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import zipfile
@@ -54,12 +55,15 @@ def write_wheel(folder: Path, name: str, version: str, body: str) -> Path:
 def home() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="corral-envs-"))
     os.chmod(path, 0o755)  # a job's own account passes through to its folder (pytest's tmp_path is closed to it)
-    saved = {k: os.environ.get(k) for k in ("CORRAL_HOME", "CORRAL_WHEELS")}
+    saved = {k: os.environ.get(k) for k in ("CORRAL_HOME", "CORRAL_WHEELS", "CORRAL_VENVS")}
     wheels = path / "wheels"
     wheels.mkdir()
     write_wheel(wheels, "corral_probe", "1.2.3", "ANSWER = 42\n")
+    venv = path / "venvs" / "plain"  # an operator's virtual environment: the node's Python, nothing added
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     os.environ["CORRAL_HOME"] = str(path / "home")
     os.environ["CORRAL_WHEELS"] = str(wheels)  # the operator's folder: read by the node's agent when it starts
+    os.environ["CORRAL_VENVS"] = f"plain={venv}"  # and its venvs: the node advertises their names
     secure_home(path / "home")
     secure_store_files(STORE, legacy=False, home=path / "home")
     yield path / "home"
@@ -171,6 +175,13 @@ def test_an_image_on_a_node_without_a_container_runtime_is_refused_naming_what_i
     assert "no container runtime" in status.error and "podman" in status.error and "apptainer" in status.error
     assert status.error.startswith("preparing its environment: image docker.io"), status.error
     assert "raise" not in status.error and "Traceback" not in status.error  # the reason, not Ray's quoted source
+
+
+def test_the_node_advertises_its_venvs_and_a_job_naming_one_runs_in_it(backend: object, home: Path) -> None:
+    assert [(n.name, n.venvs) for n in backend.nodes()] == [("node0", ("plain",))]  # type: ignore[attr-defined]
+    status, log = run(backend, 9, 'python -c "import sys; print(\'prefix\', sys.prefix)"', {"venv": "plain"})
+    assert status.phase == "succeeded", (status, log)
+    assert f"prefix {home.parent / 'venvs' / 'plain'}" in log, log
 
 
 def test_a_venv_the_node_does_not_have_fails_with_the_plugins_words_alone(backend: object) -> None:

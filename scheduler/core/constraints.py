@@ -50,6 +50,13 @@ def hardware_labels(gpu_type: str, interconnect: str) -> dict[str, str]:
     return {"gpu": gpu_family(gpu_type), "interconnect": interconnect}
 
 
+def carried_labels(gpu_type: str, interconnect: str, own: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every label a node carries, which a constraint's `labels` match: its hardware's (`hardware_labels`) and its
+    operator's (`own`), the operator's winning on a key both give. The cluster model's nodes are labelled by this;
+    the cluster map lists it."""
+    return {**hardware_labels(gpu_type, interconnect), **(own or {})}
+
+
 def check_labels(labels: Mapping[str, str], field: str = "labels") -> dict[str, str]:
     """`labels` checked (ConstraintError naming `field` otherwise): at most MAX_LABELS, keys and values of label
     characters."""

@@ -25,7 +25,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from scheduler.core.constraints import ConstraintError, Constraints, check_labels, hardware_labels
+from scheduler.core.constraints import ConstraintError, Constraints, carried_labels, check_labels
 from scheduler.core.errors import SpecError
 from scheduler.core.fabric import FABRICS, Fabric, FabricPreset, FabricSpec, build_fabric
 
@@ -348,7 +348,7 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         if gt.name not in type_index:
             type_index[gt.name] = len(gpu_types)
             gpu_types.append(gt)
-        labels = MappingProxyType({**hardware_labels(gt.name, nt.interconnect), **group.labels})
+        labels = MappingProxyType(carried_labels(gt.name, nt.interconnect, group.labels))
         for i in range(group.count):
             n_names.append(group.names[i] if group.names is not None else f"node{node}")
             n_labels.append(labels)

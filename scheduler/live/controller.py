@@ -294,9 +294,10 @@ class Controller:
         log.info("recovered: %d running (%d lost), %d pending", len(m.running), len(lost), len(m.pending))
 
     def _register_nodes(self, now: float) -> None:
+        reported = self.workers.nodes()
         with self.store.session(write=True) as s:
-            self.health.down |= register_nodes(s, self.workers.nodes(), self.cluster, self.node_names,
-                                               self.node_presets, now)
+            self.health.down |= register_nodes(s, reported, self.cluster, self.node_names, self.node_presets, now)
+        self.health.seen_venvs(reported)
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 

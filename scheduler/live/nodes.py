@@ -10,12 +10,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from scheduler.core.admission import Refusal, admission, cluster_refusal, unknown_nodes
-from scheduler.core.constraints import Constraints
+from scheduler.core.constraints import Constraints, carried_labels, listed
 from scheduler.core.errors import SpecError
 from scheduler.core.generic import known_profiles
-from scheduler.core.model import Cluster
+from scheduler.core.model import PRESETS, Cluster
 from scheduler.core.outages import Drain, NodeSpan, closed_gpus
 from scheduler.live.cluster import ModelNode, labels_of, model_cluster, node_labels, racks_of
+from scheduler.live.node.environments import VENVS_VAR
 from scheduler.live.runs import NodeInfo
 from scheduler.live.store import queries
 from scheduler.live.store.models import Gpu, Node
@@ -47,6 +48,8 @@ def register_nodes(s: Session, reported: Iterable[NodeInfo], cluster: Cluster, n
             node.updated_at = now
         node.alive = alive
         node.ray_node_id = info.ray_node_id if info else None
+        if info is not None:  # (one not reported keeps what it last declared: it is down, and checked as such)
+            node.venvs = list(info.venvs) or None
         node.address = info.address if info else None
         if not node.alive:
             down.add(i)
@@ -163,11 +166,53 @@ def _constraint_refusal(s: Session, model: str, num_gpus: float, constraints: Co
     alive = [n for n in nodes if n.alive]
     if refusal is not None or not alive:
         return refusal
+    cluster = _modelled(alive)
+    return cluster_refusal(cluster, model, num_gpus, constraints, known_profiles(), unknown=False) if cluster else None
+
+
+def _modelled(nodes: Sequence[Node]) -> Cluster | None:
+    """The controller's model of the store's `nodes` (with their GPU rows); None if one is recorded as a preset this
+    version cannot model (the controller then decides)."""
     try:
-        cluster = model_cluster([ModelNode(n.name, len(n.gpus), n.preset, None, node_labels(n.labels)) for n in alive])
+        return model_cluster([ModelNode(n.name, len(n.gpus), n.preset, None, node_labels(n.labels)) for n in nodes])
     except (SpecError, ValueError):
-        return None  # a node recorded as a preset this version cannot model: the controller decides
-    return cluster_refusal(cluster, model, num_gpus, constraints, known_profiles(), unknown=False)
+        return None
+
+
+def venv_refusal(s: Session, model: str, num_gpus: float, constraints: Constraints | None,
+                 venv: str) -> Refusal | None:
+    """The refusal of a job whose environment names the virtual environment `venv` (`environment.venv`): no alive
+    node declares it (`CORRAL_VENVS`, advertised by each node's agent), or those that do cannot run the job (too few
+    GPUs, or none its constraints allow: `cluster_refusal` on them alone, since each of its workers runs in it); the
+    words list the names the alive nodes declare. None when they can, or when no alive node is recorded yet (the
+    controller decides). The placement does not seek out these nodes: a job whose workers could land elsewhere should
+    be constrained to them (docs/environments.md)."""
+    alive = [n for n in queries.nodes_with_gpus(s) if n.gpus and n.alive]
+    if not alive:
+        return None
+    having = [n for n in alive if venv in (n.venvs or ())]
+    declared = sorted({v for n in alive for v in n.venvs or ()})
+    names = f"those declared: {', '.join(declared)}" if declared else "no alive node declares any"
+    if not having:
+        return Refusal("environment.venv", f"no alive node declares a virtual environment {venv!r} "
+                                           f"({VENVS_VAR}); {names}", "venv")
+    cluster = _modelled(having)
+    refusal = cluster_refusal(cluster, model, num_gpus, constraints, known_profiles(), unknown=False) if cluster \
+        else None
+    if refusal is None:
+        return None
+    return Refusal("environment.venv", f"only {listed([n.name for n in having], 'and')} of the alive nodes "
+                                       f"declare{'s' if len(having) == 1 else ''} a virtual environment {venv!r}, and "
+                                       f"there the job {refusal.why}", "venv")
+
+
+def constraint_labels(node: Node) -> dict[str, str]:
+    """Every label a constraint's `labels` match on a store's node, as the controller's model labels it
+    (`scheduler.core.constraints.carried_labels`): its hardware's, by the preset it is modelled with, and its
+    operator's. Only the operator's for a preset this version does not know (the controller models no such node)."""
+    spec = PRESETS.get(node.preset)
+    own = dict(node.labels or {})
+    return carried_labels(spec.gpu, spec.interconnect, own) if spec is not None else own
 
 
 def closed_in_store(nodes: Sequence[Node], now: float) -> dict[int, str]:
@@ -203,19 +248,22 @@ _ALIVE_GPUS = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).wher
 ALIVE_CAPACITY = select(func.count(_ALIVE_GPUS.c.id), func.max(_ALIVE_GPUS.c.mem_gb))
 
 
-def capacity_refusal(s: Session, model: str, num_gpus: float,
-                     constraints: Constraints | None = None) -> tuple[str, str] | None:
+def capacity_refusal(s: Session, model: str, num_gpus: float, constraints: Constraints | None = None,
+                     venv: str | None = None) -> tuple[str, str] | None:
     """(field, why) when a job of `num_gpus` GPUs of `model` can never run on the cluster the controller recorded
     (`core.admission`, on the alive nodes' GPUs, with its constraints); None when it could, or when no alive node is
     recorded yet (the controller then decides). Only alive nodes count because the controller's model drops dead
     ones: it would reject the job at once, so the API's 422 says the same thing before anything is stored. A node
-    its constraints name must be one the store records, alive or not."""
+    its constraints name must be one the store records, alive or not. A virtual environment it names (`venv`) must
+    be declared on alive nodes that can run it (`venv_refusal`)."""
     total, largest = s.execute(ALIVE_CAPACITY).one()
     if not total:
         return None
     refusal = admission(model, num_gpus, gpus=int(total), largest_gpu_gb=float(largest), profiles=known_profiles())
     if refusal is None and constraints is not None:
         refusal = _constraint_refusal(s, model, num_gpus, constraints)
+    if refusal is None and venv:
+        refusal = venv_refusal(s, model, num_gpus, constraints, venv)
     if refusal is None:
         return None
     if refusal.code == "gang":

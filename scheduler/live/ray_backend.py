@@ -43,6 +43,7 @@ from scheduler.live.runs import (
     NAMESPACE,
     PRESET_PREFIX,
     RACK_PREFIX,
+    VENV_PREFIX,
     JobStatus,
     Launch,
     NodeInfo,
@@ -99,6 +100,11 @@ def advertised_labels(resources: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     """The labels a node's marker resources name (`corral_label_KEY=VALUE`), unchecked, sorted."""
     pairs = (key[len(LABEL_PREFIX):].partition("=") for key in resources if key.startswith(LABEL_PREFIX))
     return tuple(sorted((k, v) for k, eq, v in pairs if eq))
+
+
+def advertised_venvs(resources: dict[str, Any]) -> tuple[str, ...]:
+    """The virtual environments a node's marker resources say its operator declared (`corral_venv_NAME`), sorted."""
+    return tuple(sorted(key[len(VENV_PREFIX):] for key in resources if key.startswith(VENV_PREFIX)))
 
 
 def _share_resource(share: float) -> float:
@@ -229,8 +235,10 @@ class RayBackend:
         names = names or [f"node{i}" for i in range(nodes)]
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
                                                                  "node_ip_address": LOOPBACK})
+        venvs = node_environments.declared_venvs()[0]  # (its nodes' agents read this process's CORRAL_VENVS)
         for name in names:
-            cluster.add_node(num_cpus=1, num_gpus=gpus_per_node, resources=node_resources(name, gpus_per_node),
+            cluster.add_node(num_cpus=1, num_gpus=gpus_per_node, resources=node_resources(name, gpus_per_node,
+                                                                                         venvs=venvs),
                              node_ip_address=LOOPBACK)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
@@ -289,7 +297,8 @@ class RayBackend:
                 name = m.group(1)
                 gpus = sum(1 for k in res if k.startswith(f"corral_gpu_{name}_"))
                 info = NodeInfo(name, gpus, bool(n.get("Alive")), n.get("NodeID", ""), n.get("NodeManagerAddress", ""),
-                                advertised_preset(res), advertised_rack(res), advertised_labels(res))
+                                advertised_preset(res), advertised_rack(res), advertised_labels(res),
+                                advertised_venvs(res))
                 if info.alive or name not in found:  # a restarted node replaces its dead record
                     found[name] = info
         return list(found.values())

@@ -7,7 +7,7 @@ stays in one module.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,6 +27,10 @@ RACK_PREFIX = "corral_rack_"
 # The marker resources that give a node its labels (`corral node start --label zone=a`): `corral_label_zone=a`, one
 # per label, carried like the rack's. Jobs' constraints select nodes by them (`scheduler.core.constraints`).
 LABEL_PREFIX = "corral_label_"
+# The marker resources that say which virtual environments a node's operator declared (`CORRAL_VENVS=torch=/path`,
+# `scheduler.live.node.environments`): `corral_venv_torch`, one per name. A submission naming a venv no alive node
+# declares is refused (`scheduler.live.nodes.venv_refusal`) rather than failing at its launch.
+VENV_PREFIX = "corral_venv_"
 # NodeGroupSpec.rack's rule (scheduler.core.model), checked here too so that a bad name is refused where it is given
 # (`corral node start --rack`), not when the controller builds its model.
 RACK_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -41,11 +45,12 @@ def check_rack(rack: str, where: str = "--rack") -> str:
 
 
 def node_resources(name: str, gpus: int, preset: str | None = None, rack: str | None = None,
-                   labels: Mapping[str, str] | None = None) -> dict[str, float]:
+                   labels: Mapping[str, str] | None = None, venvs: Iterable[str] = ()) -> dict[str, float]:
     """The custom resources a Ray node must carry to be Corral node `name` with `gpus` GPUs (for `ray start
     --resources`), with its preset's marker when it has one (None: the controller models it as `corral serve
-    --preset`), its rack's when it has one (SpecError for a bad rack name; None: in no named rack) and one per label
-    (SpecError for a bad label)."""
+    --preset`), its rack's when it has one (SpecError for a bad rack name; None: in no named rack), one per label
+    (SpecError for a bad label) and one per virtual environment its operator declared (names checked by the caller:
+    `scheduler.live.environments.check_venv`)."""
     res = {f"corral_node_{name}": 1.0}
     res.update({f"corral_gpu_{name}_{i}": 1.0 for i in range(gpus)})
     if preset is not None:
@@ -54,6 +59,8 @@ def node_resources(name: str, gpus: int, preset: str | None = None, rack: str | 
         res[RACK_PREFIX + check_rack(rack)] = 1.0
     for key, value in check_node_labels(labels or {}).items():
         res[f"{LABEL_PREFIX}{key}={value}"] = 1.0
+    for venv in venvs:
+        res[VENV_PREFIX + venv] = 1.0
     return res
 
 
@@ -90,6 +97,7 @@ class NodeInfo:
     preset: str | None = None  # the preset the node advertises (None: none, or several markers)
     rack: str | None = None  # the rack the node advertises, unchecked (None: none, or several markers)
     labels: tuple[tuple[str, str], ...] = ()  # the labels it advertises, unchecked
+    venvs: tuple[str, ...] = ()  # the virtual environments its operator declared (`CORRAL_VENVS`), sorted
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,8 @@ def submit(s: Session, who: User, submission: Submission, *, max_pending: int | 
     as they may). A retry with a known client token returns what the first stored, and stores nothing. `who` may be
     a detached stand-in: only its id, name and admin flag are read."""
     fields = dict(submission.job)
-    problem = capacity_refusal(s, fields["model"], fields["num_gpus"], Constraints.from_json(fields.get("constraints")))
+    problem = capacity_refusal(s, fields["model"], fields["num_gpus"], Constraints.from_json(fields.get("constraints")),
+                               (fields.get("environment") or {}).get("venv"))
     if problem is not None:
         raise InvalidField(*problem)
     if fields["model"] == GENERIC_MODEL:  # no model named: the measured runs of jobs alike refine its profile

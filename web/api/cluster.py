@@ -11,7 +11,7 @@ from flask import current_app
 from flask_smorest import Blueprint
 
 from scheduler.live.cluster import fabric_in_store
-from scheduler.live.nodes import closed_in_store, drain_view, health_view
+from scheduler.live.nodes import closed_in_store, constraint_labels, drain_view, health_view
 from scheduler.live.store import JobState
 from scheduler.live.store import queries as q
 from web.api.context import store
@@ -53,7 +53,7 @@ def cluster_json() -> dict[str, Any]:
                                  "mem_gb": gpu.mem_gb, "free_share": round(max(0.0, 1.0 - used), 6),
                                  "tenants": held, "closed": closed.get(gpu.index)})
             out_nodes.append({"name": node.name, "index": node.index, "preset": node.preset, "rack": node.rack,
-                              "labels": node.labels or {},
+                              "labels": node.labels or {}, "constraint_labels": constraint_labels(node),
                               "alive": node.alive, "since": node.updated_at, "address": node.address, "gpus": out_gpus,
                               "health": health_view(node.health, node.health_at, now), "health_at": node.health_at,
                               "drain": drain_view(node)})

@@ -33,7 +33,11 @@ class NodeSchema(Schema):
     preset = fields.String()
     labels = fields.Dict(keys=fields.String(), values=fields.String(), metadata={
         "description": "the labels its operator gave it (`corral node start --label`), which jobs' constraints select "
-                       "nodes by, besides its hardware's (gpu=h100, interconnect=nvlink)"})
+                       "nodes by, besides its hardware's (see `constraint_labels`)"})
+    constraint_labels = fields.Dict(keys=fields.String(), values=fields.String(), metadata={
+        "description": "every label a job's `constraints.labels` matches on this node: its hardware's (`gpu`: its GPU "
+                       "type's family, e.g. h100; `interconnect`: nvlink or pcie) with its operator's `labels` over "
+                       "them (the operator's win on a key both give). The keys not in `labels` are the hardware's"})
     rack = fields.String(allow_none=True, metadata={
         "description": "the rack the node names (`corral node start --rack`): nodes naming one rack share it in the "
                        "cluster model; null: it names none, and fills racks in order"})

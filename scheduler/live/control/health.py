@@ -62,6 +62,9 @@ class NodeHealth:
         self.last_conditions = 0.0  # when the drains and the agents' reports were last read
         self.last_nodes = 0.0  # when Ray's node table was last read
         self.reading: Future[list[NodeInfo]] | None = None  # a read of the node table under way (`read_nodes`)
+        # node name -> the virtual environments it advertised when the store last heard (`seen_venvs`): an agent
+        # restarted with another CORRAL_VENVS is written to the store (`check_nodes`), which submissions are checked by
+        self.venvs: dict[str, tuple[str, ...]] = {}
 
     def scene(self) -> tuple[object, ...]:
         return (frozenset(self.down),)
@@ -96,8 +99,18 @@ class NodeHealth:
         self.last_nodes, self.reading = now, None
         return self.workers.nodes()
 
+    def seen_venvs(self, nodes: list[NodeInfo]) -> None:
+        """What the nodes advertised when they were registered (`register_nodes` wrote it)."""
+        self.venvs = {n.name: n.venvs for n in nodes}
+
     def check_nodes(self, s: Session, m: Memory, lifecycle: LifeCycle, nodes: list[NodeInfo], now: float) -> bool:
-        """A Ray node that died takes its GPUs out of the model until it comes back. True if the nodes down changed."""
+        """A Ray node that died takes its GPUs out of the model until it comes back. True if the nodes down changed.
+        A node that advertises other virtual environments than the store has (its agent restarted with another
+        CORRAL_VENVS) has them written: nothing of the model changes."""
+        for n in nodes:
+            if n.alive and self.venvs.get(n.name) != n.venvs:
+                s.execute(update(Node).where(Node.name == n.name).values(venvs=list(n.venvs) or None))
+                self.venvs[n.name] = n.venvs
         before = set(self.down)
         alive = {n.name: n.alive for n in nodes}
         advertised = {n.name: n.preset for n in nodes}

@@ -29,6 +29,7 @@ from typing import IO, Any
 from scheduler.core.errors import SpecError
 from scheduler.core.paths import corral_home
 from scheduler.live import environments, ray_auth
+from scheduler.live.node.environments import VENVS_VAR, declared_venvs
 from scheduler.live.node.hardware import NodeHardware, discovered, virtual
 from scheduler.live.node.health import readings, write_health
 from scheduler.live.node.mps import NODE_DIR_ENV, MpsConfig, MpsError, MpsManager, write_config
@@ -178,12 +179,17 @@ class NodeAgent:
         self._out(f"corral node {opts.name}: {hw.summary}" + (f", preset {hw.preset}" if hw.preset else "")
                   + (f", rack {opts.rack}" if opts.rack else "")
                   + (f", labels {', '.join(f'{k}={v}' for k, v in opts.labels)}" if opts.labels else ""))
-        for note in hw.notes:
+        venvs, venv_notes = declared_venvs()
+        for note in [*hw.notes, *venv_notes]:
             self._out(f"  note: {note}")
+        if venvs:
+            self._out(f"  virtual environments ({VENVS_VAR}): {', '.join(venvs)}")
         self._setup_mps(folder, write)
         # The preset and the rack travel with the node: the controller models it as this server (no preset: as
         # `corral serve --preset`, the service's fallback) in this rack (none: it fills racks in order).
-        resources = node_resources(opts.name, hw.gpus, hw.preset, opts.rack, dict(opts.labels))
+        # So do the names of the virtual environments its operator declared: a job naming one no node has is refused
+        # at submission.
+        resources = node_resources(opts.name, hw.gpus, hw.preset, opts.rack, dict(opts.labels), venvs)
         self._out(f"  resources: {json.dumps(resources)}")
         self._out(f"  node folder: {folder} (health in {folder / 'health.json'})")
         self._setup_push()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.paths import corral_home
+from scheduler.live.environments import EnvRefused, check_venv
 
 WHEELS_VAR = "CORRAL_WHEELS"
 VENVS_VAR = "CORRAL_VENVS"
@@ -62,6 +63,19 @@ def named_venvs() -> dict[str, Path]:
         if sep and name and path:
             out[name.strip()] = Path(path.strip()).expanduser()
     return out
+
+
+def declared_venvs() -> tuple[tuple[str, ...], list[str]]:
+    """The names of the virtual environments declared on this node (`named_venvs`) that a job may name, sorted, which
+    the node advertises (`scheduler.live.runs.node_resources`); and a note for each declared name no job could name
+    (`scheduler.live.environments.check_venv`), which is left out."""
+    names, notes = [], []
+    for name in sorted(named_venvs()):
+        try:
+            names.append(check_venv(name))
+        except EnvRefused as exc:
+            notes.append(f"{VENVS_VAR}: {exc}; not advertised")
+    return tuple(names), notes
 
 
 def container_runtime() -> str | None:

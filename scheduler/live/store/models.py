@@ -289,6 +289,9 @@ class Node(Base):
     # The labels its operator gave it (`corral node start --label k=v`; None: none), as the model has them: jobs'
     # constraints select nodes by them and by its hardware's (`scheduler.core.constraints`). Written with the rack.
     labels: Mapped[dict[str, str] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    # The virtual environments its operator declared (`CORRAL_VENVS`), by name, sorted (None: none), as its agent
+    # advertises them: a submission naming one no alive node declares is refused (`live.nodes.venv_refusal`).
+    venvs: Mapped[list[str] | None] = mapped_column(JSON(none_as_null=True), default=None)
     alive: Mapped[bool] = mapped_column(Boolean, default=True)
     ray_node_id: Mapped[str | None] = mapped_column(String(64))
     address: Mapped[str | None] = mapped_column(String(64))

@@ -811,6 +811,7 @@ class Node(Answer):
     index: int | None = None
     preset: str | None = None
     labels: dict[str, Any] | None = None
+    constraint_labels: dict[str, Any] | None = None
     rack: str | None = None
     alive: bool | None = None
     since: float | None = None

@@ -203,6 +203,7 @@ Object.assign(Views, (() => {
           ${j.entrypoint ? html`<pre class="cmd" id="job-command">${j.entrypoint}</pre>` : ""}
           ${j.env && Object.keys(j.env).length ? html`<pre class="cmd" id="job-env" title="environment">${
             Object.entries(j.env).map(([k, v]) => `${k}=${v}\n`)}</pre>` : ""}
+          ${setupSection(j)}
           ${slo ? html`<p id="job-slo" class="slo-line ${slo.at_risk ? "at-risk" : ""}">${sloText(slo)}</p>` : ""}
           ${j.pending_reason ? html`<p class="reason">Pending: ${j.pending_reason}</p>` : ""}
           ${dependencyList(j)}${arrayTable(j)}
@@ -271,6 +272,42 @@ Object.assign(Views, (() => {
         }
       },
     };
+  }
+
+  // Where a job may run (its `constraints`) and what it runs in (its `environment`, and the node folder `workdir`),
+  // each part a labelled line; nothing for a job with neither. Every value is the user's: escaped by `html`.
+  // (spaces between the chips: a copy, or a screen reader, reads them apart; the flex layout spaces them anyway)
+  const list = (xs) => html`<span class="chips">${xs.map((x, i) => html`${i ? " " : ""}<code class="chip">${x}</code>`)
+    }</span>`;
+  const line = (id, label, value) => html`<dt>${label}</dt><dd data-part="${id}">${value}</dd>`;
+  function archiveWords(w) {
+    const kib = w.bytes / 1024;
+    return html`a folder uploaded with the job, ${kib < 1 ? `${w.bytes} B` : `${C.num(kib, 1)} KiB`} zipped
+      <code class="hash" title="sha256 ${w.sha256}">sha256 ${String(w.sha256).slice(0, 12)}…</code>`;
+  }
+  function setupSection(j) {
+    const c = j.constraints || {};
+    const env = j.environment || {};
+    const labels = Object.entries(c.labels || {}).map(([k, v]) => `${k}=${v}`);
+    const where = [
+      c.gpu_type ? line("gpu_type", "GPU type", html`<code class="chip">${c.gpu_type}</code>`) : "",
+      labels.length ? line("labels", "Node labels", list(labels)) : "",
+      (c.nodes || []).length ? line("nodes", "Only on", list(c.nodes)) : "",
+      (c.exclude || []).length ? line("exclude", "Never on", list(c.exclude)) : "",
+    ].filter(Boolean);
+    const how = [
+      (env.pip || []).length ? line("pip", "pip packages", list(env.pip)) : "",
+      env.venv ? line("venv", "Virtual env", html`<code class="chip">${env.venv}</code> <span class="muted">(the
+        node's own)</span>`) : "",
+      env.image ? line("image", "Container image", html`<code class="chip">${env.image}</code>`) : "",
+      env.working_dir ? line("working_dir", "Working dir", archiveWords(env.working_dir)) : "",
+      j.workdir ? line("workdir", "Working dir", html`<code>${j.workdir}</code> <span class="muted">(on the
+        node)</span>`) : "",
+    ].filter(Boolean);
+    if (!where.length && !how.length) return "";
+    return html`<div class="job-setup">${where.length ? html`<div id="job-constraints"><h2>Runs only where</h2>
+      <dl class="kv">${where}</dl></div>` : ""}${how.length ? html`<div id="job-environment"><h2>Environment</h2>
+      <dl class="kv">${how}</dl></div>` : ""}</div>`;
   }
 
   // What a job waits for (GET /jobs/{id}'s `dependencies`), each with its state and whether its condition holds.
