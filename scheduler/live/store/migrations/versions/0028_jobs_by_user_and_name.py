@@ -1,8 +1,8 @@
 """jobs by user and name: the index a submission that names no model reads its jobs alike through
 (`scheduler.live.generic_profiles`)
 
-Revision ID: 0027
-Revises: 0026
+Revision ID: 0028
+Revises: 0027
 Create Date: 2026-11-29 21:30:00.000000
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = '0027'
-down_revision = '0026'
+revision = '0028'
+down_revision = '0027'
 branch_labels = None
 depends_on = None
 
