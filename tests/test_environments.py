@@ -162,6 +162,42 @@ def test_the_node_builds_an_environment_from_its_wheel_folder_once(tmp_path: Pat
     assert "Successfully installed corral_probe-0.1" in node.preparation_log()
 
 
+def test_rays_cache_deletes_the_least_recently_used_environment_no_worker_uses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built environments live in Ray's own cache of the plugin's URIs (`CorralEnvPlugin.get_uris`, `delete_uri`):
+    over its size, it deletes the least recently used one that no worker uses; an operator's venv has no URI; a URI
+    that is not an environment's hash deletes nothing."""
+    from ray._private.runtime_env.uri_cache import URICache
+
+    from scheduler.live.ray_backend import CorralEnvPlugin
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    write_wheel(wheels, "corral_probe", "0.1", "ANSWER = 7\n")
+    monkeypatch.setenv(node.WHEELS_VAR, str(wheels))
+    monkeypatch.setenv(node.ENVS_VAR, str(tmp_path / "envs"))
+    plugin = CorralEnvPlugin()
+    configs = [{"pip": ["corral_probe"]}, {"pip": ["corral_probe==0.1"]}]
+    uris = [plugin.get_uris({envs.PLUGIN_FIELD: c})[0] for c in configs]
+    assert all(u.startswith(node.URI_SCHEME) for u in uris) and uris[0] != uris[1]
+    assert plugin.get_uris({envs.PLUGIN_FIELD: {"venv": "torch"}}) == []
+    assert plugin.get_uris({"working_dir": "/tmp/x.zip"}) == []  # Ray asks every plugin of every environment
+    folders = [node.env_dir(c) for c in configs]
+    sizes = []
+    for config in configs:
+        node.prepare(config)
+        sizes.append(node.folder_bytes(node.env_dir(config)))
+    assert all(size > 0 for size in sizes)
+    cache = URICache(plugin.delete_uri, max_total_size_bytes=sizes[0] + sizes[1] // 2)
+    cache.add(uris[0], sizes[0])  # used by a worker: kept even when the cache is over its size
+    cache.add(uris[1], sizes[1])
+    assert folders[0].exists() and folders[1].exists()
+    cache.mark_unused(uris[0])  # its worker ended: the least recently used unused one goes
+    assert not folders[0].exists() and folders[1].exists() and uris[0] not in cache
+    assert node.remove(node.URI_SCHEME + "../../wheels") == 0 and wheels.exists()
+    assert node.remove(uris[1]) == sizes[1] and not folders[1].exists()
+
+
 def test_a_failed_build_is_not_cached_and_says_what_pip_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "wheels").mkdir()
     monkeypatch.setenv(node.WHEELS_VAR, str(tmp_path / "wheels"))

@@ -153,14 +153,31 @@ class CorralEnvPlugin(RuntimeEnvPlugin):
 
     name = environments.PLUGIN_FIELD
 
+    def get_uris(self, runtime_env: Any) -> list[str]:
+        """The built environment's URI: Ray's agent caches it, counts the workers using it, and deletes the least
+        recently used one no worker uses once the cache is over its size (`node_environments.remove`). Ray asks every
+        plugin of every runtime environment, this plugin's or not."""
+        config = runtime_env.get(self.name)
+        uri = node_environments.env_uri(config) if config else None
+        return [uri] if uri is not None else []
+
     async def create(self, uri: str | None, runtime_env: Any, context: Any, logger: logging.Logger) -> float:
         config = runtime_env[self.name]
         logger.info("corral: preparing %s", config)
+        loop = asyncio.get_running_loop()
         try:  # off the agent's event loop: a pip install takes seconds to minutes
-            await asyncio.get_running_loop().run_in_executor(None, node_environments.prepare, config)
+            await loop.run_in_executor(None, node_environments.prepare, config)
         except (node_environments.PrepareError, OSError) as exc:  # (the job's reason: Ray's traceback says no more)
             raise RuntimeError(f"corral: {exc}") from None
-        return 0
+        if uri is None:
+            return 0
+        return float(await loop.run_in_executor(None, node_environments.folder_bytes,
+                                                node_environments.env_dir(config)))
+
+    def delete_uri(self, uri: str, logger: logging.Logger) -> float:
+        freed = node_environments.remove(uri)
+        logger.info("corral: deleted environment %s (%d bytes)", uri, freed)
+        return float(freed)
 
     def modify_context(self, uris: list[str], runtime_env: Any, context: Any, logger: logging.Logger) -> None:
         context.env_vars.update(node_environments.context_vars(runtime_env[self.name]))

@@ -18,6 +18,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -99,6 +100,43 @@ def envs_root() -> Path:
 
 def env_dir(config: dict[str, Any], root: Path | None = None) -> Path:
     return (root or envs_root()) / env_hash(config)
+
+
+# Ray's agent keeps built environments under these URIs in its cache of the plugin's (`ray_backend.CorralEnvPlugin`):
+# it counts the workers using each, and once the cache holds more than its size (RAY_RUNTIME_ENV_CORRAL_ENV_CACHE_
+# SIZE_GB, 10 by default) it deletes the least recently used one no worker uses (`remove`).
+URI_SCHEME = "corral-env://"
+HASH_RE = re.compile(r"[0-9a-f]{32}")
+
+
+def env_uri(config: dict[str, Any]) -> str | None:
+    """The URI of the environment `config` builds; None for an operator's venv, which nothing builds or deletes."""
+    return None if "venv" in config else URI_SCHEME + env_hash(config)
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of the files under `folder` (links not followed): what its environment takes of the node's disk."""
+    total = 0
+    for parent, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(parent, name)).st_size
+    return total
+
+
+def remove(uri: str, root: Path | None = None) -> int:
+    """Delete the environment `uri` names, under its build lock (never while it is being built): the bytes freed. A URI
+    of anything but an environment's hash deletes nothing, so no other path can be reached through it. (A podman
+    image stays in podman's own storage, for its `podman image prune`.)"""
+    name = uri.removeprefix(URI_SCHEME)
+    if not uri.startswith(URI_SCHEME) or not HASH_RE.fullmatch(name):
+        return 0
+    folder = (root or envs_root()) / name
+    with _locked(folder.with_suffix(".lock")):
+        freed = folder_bytes(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.with_suffix(".lock").unlink(missing_ok=True)
+    return freed
 
 
 @contextlib.contextmanager
