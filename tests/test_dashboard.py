@@ -831,14 +831,20 @@ def test_an_elastic_jobs_page_shows_the_sizes_it_ran_at_and_why(page: Any, servi
     service.cancel_all()
 
 
+def open_submit_form(page: Any, service: Service, name: str) -> int:
+    """The submit form, signed in, its models loaded and `name` filled in; how many jobs the store held before."""
+    sign_in(page, service)
+    before: int = service.get("/jobs?limit=1")["total"]
+    page.goto(f"{service.base}/#/submit")
+    page.wait_for_selector("#f-model option[value='ResNet-50-bs64']", state="attached")
+    page.fill("#f-name", name)
+    return before
+
+
 def test_the_submit_form_takes_an_elastic_range(page: Any, service: Service) -> None:
     """Issue 49: the form submits an elastic job's range, its accepted sizes and its resize pause; sizes it cannot
     read are marked next to their field and nothing is sent, and so is a range the API refuses."""
-    sign_in(page, service)
-    before = service.get("/jobs?limit=1")["total"]
-    page.goto(f"{service.base}/#/submit")
-    page.wait_for_selector("#f-model option[value='ResNet-50-bs64']", state="attached")
-    page.fill("#f-name", "form-elastic")
+    before = open_submit_form(page, service, "form-elastic")
     page.fill("#f-num_gpus", "2")
     page.fill("#f-duration_s", "600")
     page.click("#f-elastic summary")
@@ -911,11 +917,7 @@ def test_the_submit_form_takes_constraints_and_an_environment(page: Any, service
     """Issue 51: where a job may run and its environment, from the form: a malformed label is refused next to its
     field and nothing is sent; the server's refusal of an environment for an emulated job shows next to the
     environment; a valid submission stores the constraints as given."""
-    sign_in(page, service)
-    before = service.get("/jobs?limit=1")["total"]
-    page.goto(f"{service.base}/#/submit")
-    page.wait_for_selector("#f-model option[value='ResNet-50-bs64']", state="attached")
-    page.fill("#f-name", "ui-constrained")
+    before = open_submit_form(page, service, "ui-constrained")
     page.select_option("#f-model", "ResNet-50-bs64")
     page.fill("#f-num_gpus", "1")
     page.click("#f-where summary")
