@@ -173,13 +173,13 @@ class Tiresias:
         lists = self._by_level[lv]
         heads = [(-lst[-1][0], -lst[-1][1], len(lst) - 1, demand) for demand, lst in lists.items() if lst]
         heapq.heapify(heads)
-        skipped: list[float] = []
+        skipped: list[tuple[float, int]] = []  # demands the bound skipped, with the entry it stopped at
         running, levels = view.running, self._level
         while heads:
             _, _, i, demand = heapq.heappop(heads)
             lst = lists[demand]
             if bound is not None and bound.skips(demand):
-                skipped.append(demand)
+                skipped.append((demand, i))
                 continue
             # This list's entries while they come before every other list's head (the heap would pop this list
             # again: keys are distinct, ids being unique), then its next entry back in the heap.
@@ -199,11 +199,11 @@ class Tiresias:
                     heapq.heappush(heads, (*key, i, demand))
                     break
                 if bound is not None and bound.skips(demand):
-                    skipped.append(demand)
+                    skipped.append((demand, i))
                     break
-        for demand in skipped:
+        for demand, i in skipped:  # (past `i` the walk has read the list: what it left there is running, at `lv`)
             lst = lists[demand]
-            lst[:] = [e for e in lst if levels.get(e[1]) == lv and e[1] in running]
+            lst[:i + 1] = [e for e in lst[:i + 1] if levels.get(e[1]) == lv and e[1] in running]
 
     def _has_victims_below(self, level: int) -> bool:
         return any(lst for lv in range(level + 1, len(self._by_level)) for lst in self._by_level[lv].values())
