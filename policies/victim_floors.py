@@ -18,7 +18,7 @@ search reads, which it leaves unchanged):
   (used[g] - 1e-6) * fraction(p, g)`. Where `freed >= p.share * len(p.gpus)` (checked: a victim is passed over only
   then) and `used[g] >= r[n]`, the least `used` of n's occupied GPUs (`v`'s own GPUs are occupied: `p.share > 1e-6`,
   checked), `freed >= (r[n] - 1e-6) * gain_n(v)`. A cover gains at least `need[n] - 1e-6`, so it frees at least
-  `(r[n] - 1e-6) * (need[n] - 1e-6)`. With one GPU lacking (the common search: a 1-GPU job on a full node) that is the
+  `(r[n] - 1e-6) * (need[n] - 1e-6)` (where `r[n] > 1e-6`; else no floor). With one GPU lacking (the common search: a 1-GPU job on a full node) that is the
   least-used GPU of the node: a node whose GPUs are all whole-GPU jobs or full shares cannot beat a bound of 1.
 * A GPU bucket g (a GPU share): `v` gains `p.share` on each of its GPUs and frees at least their sum, so a cover
   frees at least `need[g] - 1e-6`.
