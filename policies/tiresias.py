@@ -35,6 +35,7 @@ from policies.heuristics import wait_reason
 from policies.placement import FitKey, Planner, fit_key
 from policies.queue_scan import NONE, Position, QueueIndex, queue_mapping
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
+from policies.victim_floors import RoomFloors
 from scheduler.core.constraints import eligible_gpus
 from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
@@ -172,26 +173,37 @@ class Tiresias:
         lists = self._by_level[lv]
         heads = [(-lst[-1][0], -lst[-1][1], len(lst) - 1, demand) for demand, lst in lists.items() if lst]
         heapq.heapify(heads)
-        skipped: list[float] = []
+        skipped: list[tuple[float, int]] = []  # demands the bound skipped, with the entry it stopped at
         running, levels = view.running, self._level
         while heads:
             _, _, i, demand = heapq.heappop(heads)
             lst = lists[demand]
             if bound is not None and bound.skips(demand):
-                skipped.append(demand)
+                skipped.append((demand, i))
                 continue
-            if i < len(lst):
-                job = running.get(lst[i][1])
-                if job is not None and levels.get(job.id) == lv:
-                    yield job
-                else:
-                    del lst[i]
-            i = min(i, len(lst)) - 1
-            if i >= 0:
-                heapq.heappush(heads, (-lst[i][0], -lst[i][1], i, demand))
-        for demand in skipped:
+            # This list's entries while they come before every other list's head (the heap would pop this list
+            # again: keys are distinct, ids being unique), then its next entry back in the heap.
+            upto = heads[0][:2] if heads else None
+            while True:
+                if i < len(lst):
+                    job = running.get(lst[i][1])
+                    if job is not None and levels.get(job.id) == lv:
+                        yield job
+                    else:
+                        del lst[i]
+                i = min(i, len(lst)) - 1
+                if i < 0:
+                    break
+                key = (-lst[i][0], -lst[i][1])
+                if upto is not None and key > upto:
+                    heapq.heappush(heads, (*key, i, demand))
+                    break
+                if bound is not None and bound.skips(demand):
+                    skipped.append((demand, i))
+                    break
+        for demand, i in skipped:  # (past `i` the walk has read the list: what it left there is running, at `lv`)
             lst = lists[demand]
-            lst[:] = [e for e in lst if levels.get(e[1]) == lv and e[1] in running]
+            lst[:i + 1] = [e for e in lst[:i + 1] if levels.get(e[1]) == lv and e[1] in running]
 
     def _has_victims_below(self, level: int) -> bool:
         return any(lst for lv in range(level + 1, len(self._by_level)) for lst in self._by_level[lv].values())
@@ -391,10 +403,29 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
     lacking, gains = _room_model(view, planner, spec)
     if not lacking:
         return []
-    offers = (Offer(v, _Gains(gains, view.placement(v.id)), v.spec.gpu_demand) for v in victims)
+    if bound is None:
+        offers: Iterable[Offer[Job, int]] = (
+            Offer(v, _Gains(gains, view.placement(v.id)), v.spec.gpu_demand) for v in victims)
+    else:
+        offers = _bounded_offers(view, victims, gains, bound, RoomFloors(view, planner, spec, lacking))
     pending = others if isinstance(others, PendingDemands) else queue_demands(others)
     takers = pending.takers(spec.gpu_demand)
     return choose_victims(offers, lacking, fits or planner.fit_test(spec), takers, bound)
+
+
+def _bounded_offers(view: ClusterView, victims: Iterable[Job], gains: Callable[[Placement], dict[int, float]],
+                    bound: Bound, floors: RoomFloors) -> Iterator[Offer[Job, int]]:
+    """`pick_victims`' offers, less those step 2 would weigh in vain: once it has a bound (`Bound`), a victim whose
+    every GPU lies in a bucket where no cover frees fewer GPUs than the bound (`RoomFloors`) is passed over. Their
+    gains are computed at once: step 1 reads every offer's, and step 2 every offer of `victims` it is given (its
+    source leaves out, by `Bound`, those it would pass over unread), so nothing is computed that `_Gains` spares."""
+    placement = view.placement
+    for v in victims:
+        p = placement(v.id)
+        freed = v.spec.gpu_demand
+        if bound.value < math.inf and floors.passes_over(p, freed, bound.value):
+            continue
+        yield Offer(v, gains(p), freed)
 
 
 class _Gains(Mapping[int, float]):
@@ -458,6 +489,9 @@ def _room_model(
         need = workers - planner.node_free[nodes]
 
         def node_gains(p: Placement) -> dict[int, float]:
+            if len(p.gpus) == 1:  # (0.0 + its fraction is its fraction: the loop's dict)
+                g = p.gpus[0]
+                return {int(gpu_node[g]): fraction(p, g)}
             out: dict[int, float] = {}
             for g in p.gpus:
                 node = int(gpu_node[g])
