@@ -235,3 +235,18 @@ def test_one_callers_queued_requests_do_not_delay_anothers(serve: Serve) -> None
     finally:
         server.stop()
         thread.join(WAIT_S)
+
+
+def test_stop_ends_the_loop_even_when_its_trigger_is_already_closed() -> None:
+    """CI once saw `stop()` fail with EBADF: the trigger's pipe was closed before it (cause not found). Stopping then
+    closes the server's connections and socket itself, and its loop still ends."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = make_server(small_app(), sock, FrontLimits(threads=1))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    assert get(server) == 200
+    server.trigger.close()
+    server.stop()
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
