@@ -713,3 +713,19 @@ def test_submit_without_kind_makes_an_emulated_job_and_file_kind_is_kept(server:
     spec.write_text(json.dumps({"name": "c", "kind": "command", "model": "MoE", "num_gpus": 1,
                                 "entrypoint": "true"}))
     assert json.loads(ok(server, "submit", "--file", str(spec), "--json"))["kind"] == "command"
+
+
+def test_show_gives_a_finished_jobs_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished job's `started_at` (the current run's) is cleared: `corral show` gives its first start instead of
+    leaving the line out."""
+    finished = m.JobDetail.from_json({"id": 9, "name": "done", "state": "succeeded", "kind": "command",
+                                      "model": "generic", "num_gpus": 1, "duration_s": 60, "submitted_at": 1000.0,
+                                      "started_at": None, "first_started_at": 1010.0, "finished_at": 1070.0,
+                                      "events": [], "decisions": [], "allocation": []})
+    monkeypatch.setattr(Client, "job", lambda self, job_id: finished)
+    result = CliRunner().invoke(main, ["show", "9"], env={"CORRAL_TOKEN": "t"})
+    assert result.exit_code == 0, result.output
+    from scheduler.cli.client_text import when
+
+    started = next(line for line in result.stdout.splitlines() if line.split()[:1] == ["started"])
+    assert started.split()[1:] == when(1010.0).split()
