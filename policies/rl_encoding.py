@@ -89,7 +89,7 @@ import numpy as np
 
 from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
-from policies.placement import Planner
+from policies.placement import FitKey, Planner, fit_key
 from policies.rl_rows import QueueRows
 from policies.rl_running import (
     RunningIndex,
@@ -432,6 +432,7 @@ class _Fitting:
 
 
 FITTING = _Fitting()
+_UNASKED = object()  # (`_Frame._passing`: a class not asked yet on this plan)
 
 
 class _Frame:
@@ -469,7 +470,7 @@ class _Frame:
         self._predicted: dict[tuple[int, Placement], Prediction] = {}  # `_scored`'s, by job id and placement
         # What `fits` without a prediction found for jobs alike (`_passing`), while the plan is unchanged: FITTING or
         # None. A deep queue holds many jobs alike, and the preemption orders ask each one they pass.
-        self._passed: dict[tuple[str, float, float, int, float, Constraints | None], _Fitting | None] = {}
+        self._passed: dict[FitKey, _Fitting | None] = {}
         self._passed_at = -1  # the plan's `changes` when `_passed` was filled
 
     def _waits_until(self, spec: JobSpec) -> float | None:
@@ -512,34 +513,25 @@ class _Frame:
         else:
             cands = self.planner.candidates(spec)
         # Predicted only if the job heads an order: the preemption orders ask whether each job they pass fits, and
-        # on a cluster with room for many, predicting all of their candidates was most of the slowest decisions. They
-        # do not ask for predictions at all, but what asking would have done to the model is done (`probe`), so that
-        # every later prediction is what it was.
+        # on a cluster with room for many, predicting all of their candidates was most of the slowest decisions.
         if not cands:
             return None
         if not predict:  # (held for compact room: its candidates are its own)
-            return self._probed(spec, cands)
+            return FITTING
         return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands])
 
     def _passing(self, spec: JobSpec) -> _Fitting | None:
-        """`fits` without a prediction for a job that does not wait for compact room: FITTING or None. Jobs alike in
-        all that its searches and the probes read (model, compression, GPUs, workers, share, constraints) get the same placements
-        from the same plan, and repeating a probe changes nothing (`ContentionModel.probe`), so a job alike to one
-        already asked gets that one's answer with nothing done again."""
+        """`fits` without a prediction for a job that does not wait for compact room: FITTING or None, from whether
+        the plan has room (`Planner.has_room`, no placement searched). Jobs alike in what that reads (`fit_key`) fit
+        or not together, so each class is asked once per plan."""
         if self._passed_at != self.planner.changes:
             self._passed.clear()
             self._passed_at = self.planner.changes
-        key = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share, spec.constraints)
-        if key in self._passed:
-            return self._passed[key]
-        found = self._passed[key] = self._probed(spec, self.planner.candidates(spec))
-        return found
-
-    def _probed(self, spec: JobSpec, cands: list[Placement]) -> _Fitting | None:
-        """FITTING if there are candidates, each probed (`fits` says why); None if none."""
-        for p in cands:
-            self.view.probe(spec, p)
-        return FITTING if cands else None
+        key = fit_key(self.view, spec)
+        found = self._passed.get(key, _UNASKED)
+        if found is _UNASKED:
+            found = self._passed[key] = FITTING if self.planner.has_room(spec) else None
+        return found  # type: ignore[return-value]
 
     @staticmethod
     def chosen(fit: Choice | _Unscored) -> Choice:

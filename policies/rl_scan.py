@@ -7,7 +7,8 @@ decision's time. What that question answers is the same for jobs alike while not
 asks it once per class of jobs alike and finds the next job to try with numpy.
 
 Jobs alike (`_Frame.fits`' class): equal in all that `Planner.may_fit` and `_Frame._passing` read (model, hence
-memory; compression, GPUs, workers, share, constraints; the user where the one-user MPS rule is on). Within one
+memory; GPUs, workers, share, constraints; the user where the one-user MPS rule is on; and compression, which
+the frame no longer reads: a finer class is still one of jobs alike). Within one
 decision point the frame's plan does not change (a preemption is weighed on a scratch plan), so their answer changes
 only when a search notes a misfit on the plan (`Planner.may_fit` then refuses more): the scan forgets every class's
 answer then. A whole-GPU job on a fabric may wait for compact room (`policies.compactness`), which depends on the job itself: it is asked
