@@ -588,13 +588,22 @@ class _Frame:
             self._by_ladder[ladder] = levels[order], order
         return self._by_ladder[ladder]
 
+    def top_level(self, ladder: tuple[float, ...] | str) -> int:
+        """The lowest-priority queue a running job is in under `ladder` (-1: only jobs started at this instant)."""
+        return int(self._ranked(ladder)[0][0])
+
     def preempting(self, job: Job, ladder: tuple[float, ...] | str) -> Choice | None:
         """Candidates once running jobs of strictly lower-priority queues (of attained service under the thresholds
         `ladder`, or of Gittins rank) are preempted, chosen by `pick_victims` (Tiresias' order, never freeing GPUs
         that neither the job nor the rest of the queue would take where fewer would do); None if no such set makes
         room."""
+        if not self.preempt or job.id in self.held:
+            return None
         view, planner, spec = self.view, self.planner, job.spec
         level = self.level(job, ladder)
+        levels, order = self._ranked(ladder)
+        if levels[0] <= level:  # (levels descending) no running job is in a lower-priority queue: no victims
+            return None
         may_take, whose = self._may_take(job)
         if self.protected:  # the priority rules: never a higher priority, never a non-preemptible job
             frame_take = may_take
@@ -602,9 +611,8 @@ class _Frame:
                 lambda v: may_preempt(v.spec, spec, equals=True) and frame_take(v))
         waits = self._waits_until(spec) is not None
         key = (ladder, level, whose, spec.priority, waits, spec.constraints)  # (constrained: fewer victims help)
-        if not self.preempt or job.id in self.held or spec.num_gpus >= self._no_victims_from.get(key, math.inf):
+        if spec.num_gpus >= self._no_victims_from.get(key, math.inf):
             return None
-        levels, order = self._ranked(ladder)
         count = int(np.count_nonzero(levels > level))
         running = self._running[0]  # type: ignore[index]
         # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands (it reads
@@ -631,9 +639,10 @@ _SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, QueueRows] = weakref.Wea
 
 
 def _orders(view: ClusterView, sizes: SizeDistribution,
-            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each order as indices into `jobs` (which are in arrival order, so a stable sort breaks ties by arrival), and
-    each job's GPUs (`num_gpus`), priority, and class (`policies.rl_scan`; columns without and with the user)."""
+    each job's GPUs (`num_gpus`), priority, class (`policies.rl_scan`; columns without and with the user) and
+    attained service."""
     n = len(jobs)
     rows = _SIZE_KEYS.get(sizes)
     if rows is None:
@@ -653,7 +662,7 @@ def _orders(view: ClusterView, sizes: SizeDistribution,
         "preempt-las": coarse,
         "preempt-fine": fine,
         "preempt-gittins": gittins,
-    }, num, priority, table[:, 6:].astype(np.intp)
+    }, num, priority, table[:, 6:].astype(np.intp), attained
 
 
 _QUEUES: weakref.WeakKeyDictionary[SizeDistribution, Gittins] = weakref.WeakKeyDictionary()
@@ -680,7 +689,7 @@ def decision_point(
     if not jobs:
         return None
     sizes = sizes or default_sizes()
-    orders, num, priority, classes = _orders(view, sizes, jobs)
+    orders, num, priority, classes, attained = _orders(view, sizes, jobs)
     frame = _Frame(view, preempt, _gittins_queues(sizes), jobs, num, float(priority.min()))
     planner = frame.planner
     # Jobs that fit nowhere, known without a search: `Planner.may_fit` refuses them (and nothing else about them is
@@ -727,7 +736,7 @@ def decision_point(
             for i, fit in fits.items():
                 known[i] = NONE if fit is None else FITS
             alone = (num >= 1) if view.cluster.fabric is not None else np.zeros(len(jobs), dtype=bool)
-            scan = Scan(frame, jobs, known, classes[:, 1 if planner.mps.one_user else 0], alone, swap_call)
+            scan = Scan(frame, jobs, known, classes[:, 1 if planner.mps.one_user else 0], alone, swap_call, attained)
         found = scan.head(orders[name], ladder, PREEMPT_SCAN)
         if found is not None:
             heads[name] = found
