@@ -10,7 +10,7 @@ Alibaba on pcie-t4 nodes (its windows ask for ~10 GPUs, so 8-GPU nodes cannot la
 lower bound no policy can beat: the mean isolated duration (every job started on arrival, alone, packed).
 
 Latency is the wall time of one `schedule()` call (each of these policies places at most one job per call, so a call
-is a decision), measured inside a replay of a synthetic workload on dgx-a100:256 whose arrivals outpace the cluster
+is a decision), and its CPU time (the calling thread's: what other processes on a shared machine move less), measured inside a replay of a synthetic workload on dgx-a100:256 whose arrivals outpace the cluster
 until the queue holds hundreds of jobs; only calls made with at least `--min-queue` jobs queued count. Every replay
 freezes the heap it starts with (`scheduler.core.heap`), as `corral serve` freezes its own once it has started.
 """
@@ -38,18 +38,18 @@ from scheduler.core.traces import synthetic
 
 
 class Timed:
-    """Wraps a policy and records (queue length, seconds) for every call."""
+    """Wraps a policy and records (queue length, wall seconds, CPU seconds) for every call."""
 
     def __init__(self, inner: Policy) -> None:
         self.inner = inner
         self.name = inner.name
         self.oracle = inner.oracle
-        self.calls: list[tuple[int, float]] = []
+        self.calls: list[tuple[int, float, float]] = []
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = self.inner.schedule(view, queue, now)
-        self.calls.append((len(queue), time.perf_counter() - t0))
+        self.calls.append((len(queue), time.perf_counter() - t0, time.thread_time() - c0))
         return out
 
 
@@ -60,12 +60,14 @@ def latency(name: str, jobs: int, min_queue: int, seed: int) -> dict[str, float]
     full = gc.get_stats()[2]["collections"]  # the replay freezes what is alive before it (`scheduler.core.heap`)
     Simulator(cluster, trace, timed).run()
     full = gc.get_stats()[2]["collections"] - full
-    deep = np.array([s for q, s in timed.calls if q >= min_queue]) * 1e3
-    queues = np.array([q for q, _ in timed.calls if q >= min_queue])
+    deep = np.array([s for q, s, _ in timed.calls if q >= min_queue]) * 1e3
+    cpu = np.array([c for q, _, c in timed.calls if q >= min_queue]) * 1e3
+    queues = np.array([q for q, _, _ in timed.calls if q >= min_queue])
     if not deep.size:
         raise SystemExit(f"{name}: the queue never reached {min_queue} jobs; raise --jobs")
     return {"calls": int(deep.size), "median_queue": float(np.median(queues)), "p50_ms": float(np.percentile(deep, 50)),
-            "p99_ms": float(np.percentile(deep, 99)), "max_ms": float(deep.max()), "full_gcs": full}
+            "p99_ms": float(np.percentile(deep, 99)), "max_ms": float(deep.max()), "full_gcs": full,
+            "cpu_p50_ms": float(np.percentile(cpu, 50)), "cpu_p99_ms": float(np.percentile(cpu, 99))}
 
 
 def env_throughput(steps: int, seed: int) -> dict[str, float]:
@@ -136,7 +138,7 @@ def main() -> None:
     for name in (args.policy, args.baseline):
         r = latency(name, args.jobs, args.min_queue, args.seed)
         print(f"  {name:>20}: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.1f} ms "
-              f"over {r['calls']:,} decisions (median queue {r['median_queue']:.0f}; {r['full_gcs']} full garbage "
+              f"(CPU p50 {r['cpu_p50_ms']:.2f} ms, p99 {r['cpu_p99_ms']:.2f} ms) over {r['calls']:,} decisions (median queue {r['median_queue']:.0f}; {r['full_gcs']} full garbage "
               f"collections in the replay)")
     r = env_throughput(args.env_steps, args.seed)
     print(f"environment: {r['steps_per_s']:,.0f} steps/s in one process ({r['steps']:,} steps, {r['episodes']} "

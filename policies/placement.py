@@ -539,6 +539,24 @@ class Planner:
             found = self._candidates[key] = self._search_candidates(spec)
         return list(found)
 
+    def has_room(self, spec: JobSpec) -> bool:
+        """Whether `candidates(spec)` finds any placement, without searching for them, noting the misfit its searches
+        would note where it finds none (`may_fit` then refuses alike). A whole-GPU gang is placed by `consolidated`
+        exactly when the nodes with memory enough (and that its constraints allow) hold as many whole free GPUs as it
+        has workers, and its other searches need the same; a share, where some GPU takes it (`_share_candidates`)."""
+        found = self._candidates.get(fit_key(self.view, spec))
+        if found is not None:
+            return bool(found)
+        if spec.num_gpus < 1:
+            return bool(self._share_candidates(spec).size)
+        w = spec.workers
+        if self.free_whole < w:
+            return False
+        if int(self.node_free[self.usable_nodes(spec)].sum()) >= w:
+            return True
+        self._record_misfit(spec)
+        return False
+
     def _search_candidates(self, spec: JobSpec) -> list[Placement]:
         if spec.num_gpus < 1:
             found = [self.packed_share(spec), self.empty_gpu_share(spec), *self.shared_gpus(spec)]

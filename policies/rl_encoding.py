@@ -89,7 +89,7 @@ import numpy as np
 
 from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
-from policies.placement import Planner
+from policies.placement import FitKey, Planner, fit_key
 from policies.rl_rows import QueueRows
 from policies.rl_running import (
     RunningIndex,
@@ -432,6 +432,7 @@ class _Fitting:
 
 
 FITTING = _Fitting()
+_UNASKED = object()  # (`_Frame._passing`: a class not asked yet on this plan)
 
 
 class _Frame:
@@ -469,7 +470,7 @@ class _Frame:
         self._predicted: dict[tuple[int, Placement], Prediction] = {}  # `_scored`'s, by job id and placement
         # What `fits` without a prediction found for jobs alike (`_passing`), while the plan is unchanged: FITTING or
         # None. A deep queue holds many jobs alike, and the preemption orders ask each one they pass.
-        self._passed: dict[tuple[str, float, float, int, float, Constraints | None], _Fitting | None] = {}
+        self._passed: dict[FitKey, _Fitting | None] = {}
         self._passed_at = -1  # the plan's `changes` when `_passed` was filled
 
     def _waits_until(self, spec: JobSpec) -> float | None:
@@ -512,34 +513,25 @@ class _Frame:
         else:
             cands = self.planner.candidates(spec)
         # Predicted only if the job heads an order: the preemption orders ask whether each job they pass fits, and
-        # on a cluster with room for many, predicting all of their candidates was most of the slowest decisions. They
-        # do not ask for predictions at all, but what asking would have done to the model is done (`probe`), so that
-        # every later prediction is what it was.
+        # on a cluster with room for many, predicting all of their candidates was most of the slowest decisions.
         if not cands:
             return None
         if not predict:  # (held for compact room: its candidates are its own)
-            return self._probed(spec, cands)
+            return FITTING
         return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands])
 
     def _passing(self, spec: JobSpec) -> _Fitting | None:
-        """`fits` without a prediction for a job that does not wait for compact room: FITTING or None. Jobs alike in
-        all that its searches and the probes read (model, compression, GPUs, workers, share, constraints) get the same placements
-        from the same plan, and repeating a probe changes nothing (`ContentionModel.probe`), so a job alike to one
-        already asked gets that one's answer with nothing done again."""
+        """`fits` without a prediction for a job that does not wait for compact room: FITTING or None, from whether
+        the plan has room (`Planner.has_room`, no placement searched). Jobs alike in what that reads (`fit_key`) fit
+        or not together, so each class is asked once per plan."""
         if self._passed_at != self.planner.changes:
             self._passed.clear()
             self._passed_at = self.planner.changes
-        key = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share, spec.constraints)
-        if key in self._passed:
-            return self._passed[key]
-        found = self._passed[key] = self._probed(spec, self.planner.candidates(spec))
-        return found
-
-    def _probed(self, spec: JobSpec, cands: list[Placement]) -> _Fitting | None:
-        """FITTING if there are candidates, each probed (`fits` says why); None if none."""
-        for p in cands:
-            self.view.probe(spec, p)
-        return FITTING if cands else None
+        key = fit_key(self.view, spec)
+        found = self._passed.get(key, _UNASKED)
+        if found is _UNASKED:
+            found = self._passed[key] = FITTING if self.planner.has_room(spec) else None
+        return found  # type: ignore[return-value]
 
     @staticmethod
     def chosen(fit: Choice | _Unscored) -> Choice:
@@ -596,13 +588,22 @@ class _Frame:
             self._by_ladder[ladder] = levels[order], order
         return self._by_ladder[ladder]
 
+    def top_level(self, ladder: tuple[float, ...] | str) -> int:
+        """The lowest-priority queue a running job is in under `ladder` (-1: only jobs started at this instant)."""
+        return int(self._ranked(ladder)[0][0])
+
     def preempting(self, job: Job, ladder: tuple[float, ...] | str) -> Choice | None:
         """Candidates once running jobs of strictly lower-priority queues (of attained service under the thresholds
         `ladder`, or of Gittins rank) are preempted, chosen by `pick_victims` (Tiresias' order, never freeing GPUs
         that neither the job nor the rest of the queue would take where fewer would do); None if no such set makes
         room."""
+        if not self.preempt or job.id in self.held:
+            return None
         view, planner, spec = self.view, self.planner, job.spec
         level = self.level(job, ladder)
+        levels, order = self._ranked(ladder)
+        if levels[0] <= level:  # (levels descending) no running job is in a lower-priority queue: no victims
+            return None
         may_take, whose = self._may_take(job)
         if self.protected:  # the priority rules: never a higher priority, never a non-preemptible job
             frame_take = may_take
@@ -610,9 +611,8 @@ class _Frame:
                 lambda v: may_preempt(v.spec, spec, equals=True) and frame_take(v))
         waits = self._waits_until(spec) is not None
         key = (ladder, level, whose, spec.priority, waits, spec.constraints)  # (constrained: fewer victims help)
-        if not self.preempt or job.id in self.held or spec.num_gpus >= self._no_victims_from.get(key, math.inf):
+        if spec.num_gpus >= self._no_victims_from.get(key, math.inf):
             return None
-        levels, order = self._ranked(ladder)
         count = int(np.count_nonzero(levels > level))
         running = self._running[0]  # type: ignore[index]
         # Lazily: Tiresias' rule stops at the first victims that make room, usually a handful of thousands (it reads
@@ -639,9 +639,10 @@ _SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, QueueRows] = weakref.Wea
 
 
 def _orders(view: ClusterView, sizes: SizeDistribution,
-            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Each order as indices into `jobs` (which are in arrival order, so a stable sort breaks ties by arrival), and
-    each job's GPUs (`num_gpus`), priority, and class (`policies.rl_scan`; columns without and with the user)."""
+    each job's GPUs (`num_gpus`), priority, class (`policies.rl_scan`; columns without and with the user) and
+    attained service."""
     n = len(jobs)
     rows = _SIZE_KEYS.get(sizes)
     if rows is None:
@@ -661,7 +662,7 @@ def _orders(view: ClusterView, sizes: SizeDistribution,
         "preempt-las": coarse,
         "preempt-fine": fine,
         "preempt-gittins": gittins,
-    }, num, priority, table[:, 6:].astype(np.intp)
+    }, num, priority, table[:, 6:].astype(np.intp), attained
 
 
 _QUEUES: weakref.WeakKeyDictionary[SizeDistribution, Gittins] = weakref.WeakKeyDictionary()
@@ -688,7 +689,7 @@ def decision_point(
     if not jobs:
         return None
     sizes = sizes or default_sizes()
-    orders, num, priority, classes = _orders(view, sizes, jobs)
+    orders, num, priority, classes, attained = _orders(view, sizes, jobs)
     frame = _Frame(view, preempt, _gittins_queues(sizes), jobs, num, float(priority.min()))
     planner = frame.planner
     # Jobs that fit nowhere, known without a search: `Planner.may_fit` refuses them (and nothing else about them is
@@ -735,7 +736,7 @@ def decision_point(
             for i, fit in fits.items():
                 known[i] = NONE if fit is None else FITS
             alone = (num >= 1) if view.cluster.fabric is not None else np.zeros(len(jobs), dtype=bool)
-            scan = Scan(frame, jobs, known, classes[:, 1 if planner.mps.one_user else 0], alone, swap_call)
+            scan = Scan(frame, jobs, known, classes[:, 1 if planner.mps.one_user else 0], alone, swap_call, attained)
         found = scan.head(orders[name], ladder, PREEMPT_SCAN)
         if found is not None:
             heads[name] = found

@@ -7,7 +7,8 @@ decision's time. What that question answers is the same for jobs alike while not
 asks it once per class of jobs alike and finds the next job to try with numpy.
 
 Jobs alike (`_Frame.fits`' class): equal in all that `Planner.may_fit` and `_Frame._passing` read (model, hence
-memory; compression, GPUs, workers, share, constraints; the user where the one-user MPS rule is on). Within one
+memory; GPUs, workers, share, constraints; the user where the one-user MPS rule is on; and compression, which
+the frame no longer reads: a finer class is still one of jobs alike). Within one
 decision point the frame's plan does not change (a preemption is weighed on a scratch plan), so their answer changes
 only when a search notes a misfit on the plan (`Planner.may_fit` then refuses more): the scan forgets every class's
 answer then. A whole-GPU job on a fabric may wait for compact room (`policies.compactness`), which depends on the job itself: it is asked
@@ -34,6 +35,8 @@ class Frame(Protocol):
 
     def preempting(self, job: Job, ladder: tuple[float, ...] | str) -> Any | None: ...
 
+    def top_level(self, ladder: tuple[float, ...] | str) -> int: ...
+
 UNKNOWN, FITS, NONE = 0, 1, 2  # a job's (or a class's) answer: not asked yet, fits on free capacity, fits nowhere
 _WINDOW = 64  # jobs of an order read at once at first (`Scan.head`)
 # Up to this many queued jobs the scan asks each job in turn, as the frame did before it: on a short queue the arrays'
@@ -46,11 +49,13 @@ class Scan:
     class's while the plan's misfits stay as they are."""
 
     def __init__(self, frame: Frame, jobs: list[Job], known: np.ndarray, classes: np.ndarray, alone: np.ndarray,
-                 swap_call: bool) -> None:
+                 swap_call: bool, attained: np.ndarray) -> None:
         """`known`: per job, UNKNOWN, FITS or NONE as the orders before found (the refused ones NONE); `classes`: per
-        job, its class (small ints); `alone`: per job, whether it is asked by itself (its class's answer is not its)."""
+        job, its class (small ints); `alone`: per job, whether it is asked by itself (its class's answer is not its);
+        `attained`: per job, its attained service (pending: frozen)."""
         self.frame, self.jobs, self.known, self.classes, self.alone = frame, jobs, known, classes, alone
-        self.swap_call = swap_call
+        self.swap_call, self.attained = swap_call, attained
+        self._hopeless_by: dict[tuple[float, ...] | str, list[bool]] = {}
         self._answers = np.zeros(int(classes.max()) + 1 if classes.size else 1, dtype=np.int8)
         self._each: list[int] | None = None  # `known` as `_head_each` keeps it (every order of a short queue)
 
@@ -60,9 +65,10 @@ class Scan:
         frame, jobs, known = self.frame, self.jobs, self.known
         if not self.swap_call and order.size <= _LOOP:
             return self._head_each(order, ladder, budget)
+        hopeless = self._hopeless(ladder) if self.swap_call else None  # (else read at the first job tried)
         if self.swap_call:  # free GPUs are held for others: every job is one only a swap may start
             for i in order[:budget].tolist():
-                choice = frame.preempting(jobs[i], ladder)
+                choice = None if hopeless and hopeless[i] else frame.preempting(jobs[i], ladder)
                 if choice is not None:
                     return i, choice
             return None
@@ -114,7 +120,9 @@ class Scan:
                         continue
                 known[i] = NONE
                 before = planner.misfits
-                choice = frame.preempting(jobs[i], ladder)
+                if hopeless is None:
+                    hopeless = self._hopeless(ladder)
+                choice = None if hopeless and hopeless[i] else frame.preempting(jobs[i], ladder)
                 if planner.misfits != before:
                     answers[:] = UNKNOWN
                     stale = True
@@ -137,6 +145,7 @@ class Scan:
         if self._each is None:
             self._each = self.known.tolist()
         known = self._each
+        hopeless = None  # (read at the first job tried)
         attempts = 0
         for i in order.tolist():
             status = known[i]
@@ -144,10 +153,31 @@ class Scan:
                 status = known[i] = FITS if frame.fits(jobs[i], predict=False) is not None else NONE
             if status == FITS:
                 continue
-            choice = frame.preempting(jobs[i], ladder)
+            if hopeless is None:
+                hopeless = self._hopeless(ladder)
+            choice = None if hopeless and hopeless[i] else frame.preempting(jobs[i], ladder)
             if choice is not None:
                 return i, choice
             attempts += 1
             if attempts >= budget:
                 return None
         return None
+
+    def _hopeless(self, ladder: tuple[float, ...] | str) -> list[bool]:
+        """Per job, whether `ladder` puts it in no higher-priority queue than every running job (its queue against the
+        running jobs' lowest-priority one, `_Frame.top_level`): `_Frame.preempting` finds no victims for such a job
+        and answers None, so it is not asked (it still counts as an attempt). On a deep queue most jobs are such, and
+        each question read the job's queue and the running jobs' ranking again. Under thresholds of attained service
+        the queue is `las_level`'s; Gittins' queues depend on each job's class, so there every job is known hopeless
+        only when no running job is past the first queue, and otherwise none is (empty: each is asked)."""
+        found = self._hopeless_by.get(ladder)
+        if found is None:
+            top = self.frame.top_level(ladder)
+            if isinstance(ladder, str):
+                found = [True] * len(self.jobs) if top <= 0 else []
+            else:
+                attained = self.attained
+                levels = np.where(attained != 0, np.searchsorted(np.asarray(ladder), attained, side="right"), 0)
+                found = (levels >= top).tolist()
+            self._hopeless_by[ladder] = found
+        return found

@@ -396,13 +396,11 @@ class ContentionModel:
         function that gives the very Prediction asked for now, as long as no job is added or removed in
         between (it raises otherwise). For callers that weigh many placements and need only a few predictions.
 
-        Bit for bit, including what comes after: a prediction leaves the model's numbers as they were, but not the
-        internal layout of the sets of jobs per link (adding the probe may grow a set's table; removing it leaves a
-        dummy slot), and that layout orders iteration over them, hence the order of the sum in `others_added` of later
-        predictions and the order in which the simulator reschedules affected jobs. So this does now, in the same
-        order, every set operation a prediction does (and builds the jobs touched and their slowdowns before, the only
-        other things read in an order); the deferred part adds and removes the probe again, which reuses the slot it
-        left (repeating an add-discard pair leaves a set exactly as the first pair did), so it changes nothing.
+        Asking leaves every number of the model as it was. It does not leave the internal layout of the sets of jobs
+        per link as it was (adding the probe may grow a set's table; removing it leaves a dummy slot), so nothing
+        reads those sets in their iteration order: the jobs a prediction touches are taken in id order (the order of
+        the sum in `others_added`), and the simulator reschedules the jobs a change affects in id order too. So a
+        prediction asked or not asked changes nothing that comes after it.
         """
         if not self.enabled:
             same = Prediction(1.0, {}, {})
@@ -417,15 +415,14 @@ class ContentionModel:
                 others |= jobs
         for g in fp.gpus:
             others.update(self._gpu_jobs.get(g, ()))
-        before = {j: self._slowdown[j] for j in others}
-        self._probe_sets(fp)
+        before = {j: self._slowdown[j] for j in sorted(others)}
         changes = self._changes
         key = (spec.model, spec.compression, spec.workers, fp.gpus, placement.share)
         if self._predicted_at != changes:
             self._predicted.clear()
             self._predicted_at = changes
         known = self._predicted.get(key)
-        if known is not None and list(known.others_before) == list(before) and known.others_before == before:
+        if known is not None and known.others_before == before:  # (both in id order)
             return lambda: self._repeated(known, changes)
         fabric_load = 0.0
         if self.cluster.fabric is not None and fp.links.size:
@@ -440,7 +437,7 @@ class ContentionModel:
             saved_hidden = others & self._hidden
             self._add(probe, fp)
             own = self._slowdown[probe]
-            after = {j: self._slowdown[j] for j in others}
+            after = {j: self._slowdown[j] for j in before}
             self._remove(probe)
             # Restore bit for bit: add-then-subtract in floating point need not give back the same numbers.
             self._load[fp.links] = saved_load
@@ -457,29 +454,12 @@ class ContentionModel:
 
     def _repeated(self, known: Prediction, changes: int) -> Prediction:
         """A prediction finished before with no job added or removed since, asked again: the same numbers (a
-        function of the model's state, unchanged), and, as `predict_later` checked, the same jobs touched in the same
-        order, so the very Prediction. What finishing it again would do changes nothing: the probe's set operations
-        were done again (`_probe_sets`), and the rest restores what it touches or empties caches (`_mps`, `_shared`)
-        that recompute the same values."""
+        function of the model's state, unchanged) and the same jobs touched, so the very Prediction. Finishing it
+        again would change nothing: it restores what it touches or empties caches (`_mps`, `_shared`) that recompute
+        the same values."""
         if self._changes != changes:
             raise RuntimeError("predict_later: the model changed since the prediction was asked for")
         return known
-
-    def probe(self, spec: JobSpec, placement: Placement) -> None:
-        """What asking `predict_later(spec, placement)` does to the model, without the prediction: for a caller that
-        needed to know only that the placement exists, so that later predictions and updates stay bit for bit what
-        they would have been had it asked (`predict_later` says why the sets' layout matters)."""
-        if self.enabled:
-            self._probe_sets(self.footprint(spec, placement))
-
-    def _probe_sets(self, fp: Footprint) -> None:
-        """`_add` then `_remove` of a probe on `fp`'s links, as far as any set is concerned. Repeating it changes
-        nothing until a job is added or removed."""
-        for link in fp.links.tolist():
-            jobs = self._link_jobs.get(link)
-            if jobs is not None:  # (a set created for the probe alone is deleted with it)
-                jobs.add(_PROBE)
-                jobs.discard(_PROBE)
 
     # ---- what the fabric costs ---------------------------------------------------------------------------------------
 

@@ -226,7 +226,7 @@ class Simulator:
         self._push(end, _FINISH, job.id, self._version[job.id])
 
     def _rates_changed(self, affected: set[int]) -> None:
-        for j in affected:
+        for j in sorted(affected):
             job = self.running.get(j)
             if job is not None:
                 self._set_rate(job)

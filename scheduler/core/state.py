@@ -345,10 +345,6 @@ class ClusterView:
         """`predict`'s result, computed when called (before anything changes; `ContentionModel.predict_later`)."""
         return self._contention.predict_later(spec, placement)
 
-    def probe(self, spec: JobSpec, placement: Placement) -> None:
-        """What asking `predict_later` does to the model, without the prediction (`ContentionModel.probe`)."""
-        self._contention.probe(spec, placement)
-
     def lowest_preemptible(self) -> float:
         """The lowest priority of a running, preemptible job (inf: none is); `scheduler.core.priorities` states
         the rule that reads it. O(distinct priorities) with the book's index, O(running jobs) without."""
