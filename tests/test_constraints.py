@@ -4,6 +4,7 @@ every policy, the cluster state, admission, the RL encoding's masks and the pend
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from collections import defaultdict
 
 import numpy as np
@@ -52,6 +53,17 @@ def test_nodes_carry_their_hardware_labels_and_their_groups() -> None:
     mixed = parse_cluster("dgx-a100:1,hgx-h100:1")  # presets mix on the command line too
     assert [dict(lab)["gpu"] for lab in mixed.node_labels] == ["a100", "h100"]
 
+
+
+def test_a_cluster_with_labels_travels_to_worker_processes() -> None:
+    # The benchmarks and the evaluation send clusters to process pools: a node's labels must pickle (they once were
+    # `MappingProxyType`s, and `benchmarks/estimates.py` failed at its first case), and stay read-only.
+    c = hetero()
+    back = pickle.loads(pickle.dumps(c))
+    assert [dict(lab) for lab in back.node_labels] == [dict(lab) for lab in c.node_labels]
+    assert back.node_labels[0]["zone"] == "a"
+    with pytest.raises(TypeError):
+        c.node_labels[0]["zone"] = "b"  # type: ignore[index]
 
 def test_eligible_nodes_follow_every_part_of_the_rule() -> None:
     c = hetero()

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from types import MappingProxyType
 from typing import Literal
 
 import numpy as np
@@ -189,6 +188,32 @@ class ClusterSpec(BaseModel):
 # --------------------------------------------------------------------------------------------------------------------
 
 
+class NodeLabels(Mapping[str, str]):
+    """A node's labels: read-only, since a cluster is shared by everything that reads it, and picklable, since
+    clusters travel to worker processes (the benchmarks' and the evaluation's process pools; a `MappingProxyType`
+    cannot be pickled)."""
+
+    __slots__ = ("_labels",)
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self._labels = dict(labels)
+
+    def __getitem__(self, key: str) -> str:
+        return self._labels[key]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._labels)
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def __repr__(self) -> str:
+        return f"NodeLabels({self._labels!r})"
+
+    def __reduce__(self) -> tuple[type[NodeLabels], tuple[dict[str, str]]]:
+        return NodeLabels, (self._labels,)
+
+
 @dataclass(eq=False)
 class Cluster:
     """A built topology. Immutable by convention once built; all arrays are read-only."""
@@ -348,7 +373,7 @@ def build_cluster(spec: ClusterSpec) -> Cluster:
         if gt.name not in type_index:
             type_index[gt.name] = len(gpu_types)
             gpu_types.append(gt)
-        labels = MappingProxyType(carried_labels(gt.name, nt.interconnect, group.labels))
+        labels = NodeLabels(carried_labels(gt.name, nt.interconnect, group.labels))
         for i in range(group.count):
             n_names.append(group.names[i] if group.names is not None else f"node{node}")
             n_labels.append(labels)
