@@ -96,7 +96,12 @@ def make_engine(url: str) -> Engine:
             # transaction that reads and then writes fails at once with "database is locked" (SQLITE_BUSY_SNAPSHOT,
             # which no busy timeout waits out) whenever another connection committed in between. Taking the write
             # lock first makes it wait its turn instead. Readers keep plain BEGIN and never block.
-            conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get(BEGIN_OPTION, 'DEFERRED')}")
+            # On the driver's connection itself: through exec_driver_sql, the BEGIN cost as much Python as a query.
+            # A connection for one read outside any transaction (`Store.reads`) begins none: SQLite runs the
+            # statement in autocommit, and the rollback at its end does nothing.
+            mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
+            if mode is not None:
+                conn.connection.driver_connection.execute(f"BEGIN {mode}")  # type: ignore[union-attr]
 
         return engine
     engine = create_engine(url, pool_size=10, max_overflow=20)
@@ -167,9 +172,9 @@ class Store:
         self._writer: AbstractContextManager[Any] = (
             SqliteWriters(engine.url.database) if engine.dialect.name == "sqlite" else nullcontext())
         # For one statement that reads and needs no transaction around it (the API's revocation check, on every
-        # request): on PostgreSQL in autocommit, which saves the BEGIN and the ROLLBACK, two round trips of three.
-        # SQLite's transactions cost no round trip, and its BEGIN is ours (`make_engine`): left as it is.
-        self.reads: Engine = (engine if engine.dialect.name == "sqlite"
+        # request): on PostgreSQL in autocommit, which saves the BEGIN and the ROLLBACK, two round trips of three;
+        # on SQLite with no BEGIN of ours (`make_engine`), so in SQLite's autocommit.
+        self.reads: Engine = (engine.execution_options(**{BEGIN_OPTION: None}) if engine.dialect.name == "sqlite"
                               else engine.execution_options(isolation_level="AUTOCOMMIT"))
 
     @classmethod
