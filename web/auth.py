@@ -79,7 +79,7 @@ class TokenCache:
         now = time.monotonic()
         if now - self._polled_at < self.poll_s:
             return
-        with store.engine.connect() as conn:
+        with store.reads.connect() as conn:  # (no transaction: one statement)
             newest = tuple(conn.execute(REVOCATIONS).one())
         with self._lock:
             self._polled_at = now

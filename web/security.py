@@ -50,6 +50,7 @@ def content_security_policy(html: bytes | None = None) -> str:
     return "; ".join(f"{k} {v}" for k, v in directives.items())
 
 
+_PLAIN_POLICY = content_security_policy()  # every answer's but Swagger UI's page: built once, not per response
 SWAGGER_PAGE = "/api/docs"  # the one page whose inline script is allowed (flask-smorest's template, nothing a user sent)
 
 
@@ -59,7 +60,7 @@ def _add_headers(response: Response) -> Response:
     if request.path.rstrip("/") == SWAGGER_PAGE and response.mimetype == "text/html" and \
             not response.direct_passthrough and (response.content_length or 0) <= MAX_HASHED_PAGE:
         html = response.get_data()
-    response.headers.setdefault("Content-Security-Policy", content_security_policy(html))
+    response.headers.setdefault("Content-Security-Policy", content_security_policy(html) if html else _PLAIN_POLICY)
     for name, value in HEADERS.items():
         response.headers.setdefault(name, value)
     return response

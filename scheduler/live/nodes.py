@@ -249,14 +249,15 @@ ALIVE_CAPACITY = select(func.count(_ALIVE_GPUS.c.id), func.max(_ALIVE_GPUS.c.mem
 
 
 def capacity_refusal(s: Session, model: str, num_gpus: float, constraints: Constraints | None = None,
-                     venv: str | None = None) -> tuple[str, str] | None:
+                     venv: str | None = None, alive: tuple[int, float] | None = None) -> tuple[str, str] | None:
     """(field, why) when a job of `num_gpus` GPUs of `model` can never run on the cluster the controller recorded
     (`core.admission`, on the alive nodes' GPUs, with its constraints); None when it could, or when no alive node is
     recorded yet (the controller then decides). Only alive nodes count because the controller's model drops dead
     ones: it would reject the job at once, so the API's 422 says the same thing before anything is stored. A node
     its constraints name must be one the store records, alive or not. A virtual environment it names (`venv`) must
-    be declared on alive nodes that can run it (`venv_refusal`)."""
-    total, largest = s.execute(ALIVE_CAPACITY).one()
+    be declared on alive nodes that can run it (`venv_refusal`). `alive`: (the alive GPUs, the largest's GB) where the
+    caller read them already (`store.submission_reads`)."""
+    total, largest = alive if alive is not None else s.execute(ALIVE_CAPACITY).one()
     if not total:
         return None
     refusal = admission(model, num_gpus, gpus=int(total), largest_gpu_gb=float(largest), profiles=known_profiles())

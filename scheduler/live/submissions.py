@@ -25,6 +25,7 @@ from scheduler.live.store import JobType
 from scheduler.live.store import queries as q
 from scheduler.live.store.job_fields import RESUBMITTED_FIELDS
 from scheduler.live.store.models import Job, JobArray, User, Webhook
+from scheduler.live.store.submission_reads import submission_reads
 from scheduler.live.webhook_dispatch import add_webhook, limit_refusal
 
 DEFAULT_COMMAND_DURATION_S = 3600.0  # a command job's run-time estimate when the user gives none
@@ -110,8 +111,10 @@ def submit(s: Session, who: User, submission: Submission, *, max_pending: int | 
     as they may). A retry with a known client token returns what the first stored, and stores nothing. `who` may be
     a detached stand-in: only its id, name and admin flag are read."""
     fields = dict(submission.job)
+    # The capacity, the time limits and the team in one statement (the user's row locked as `q.submit` would lock it)
+    reads = submission_reads(s, who.id, for_update=max_pending is not None)
     problem = capacity_refusal(s, fields["model"], fields["num_gpus"], Constraints.from_json(fields.get("constraints")),
-                               (fields.get("environment") or {}).get("venv"))
+                               (fields.get("environment") or {}).get("venv"), (reads.alive_gpus, reads.largest_gpu_gb))
     if problem is not None:
         raise InvalidField(*problem)
     if fields["model"] == GENERIC_MODEL:  # no model named: the measured runs of jobs alike refine its profile
@@ -126,7 +129,7 @@ def submit(s: Session, who: User, submission: Submission, *, max_pending: int | 
     except AboveCeiling as exc:
         raise NotAllowed(str(exc)) from None
     try:
-        q.apply_time_limit(s, fields)
+        q.apply_time_limit(s, fields, reads.time_limits)
     except ValueError as exc:
         raise InvalidField("time_limit_s", str(exc)) from None
     try:
@@ -136,7 +139,7 @@ def submit(s: Session, who: User, submission: Submission, *, max_pending: int | 
     array = submission.array
     parent = None
     if array is None:
-        job, created = q.submit(s, who, fields, max_pending=max_pending, note=note)
+        job, created = q.submit(s, who, fields, max_pending=max_pending, note=note, team=reads.team)
     else:
         job, parent, created = q.submit_array(s, who, fields, array["count"], array["max_running"],
                                               max_pending=max_pending, note=note)

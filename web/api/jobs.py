@@ -28,6 +28,8 @@ RECENT_DECISIONS = 10
 blp = protect(Blueprint("jobs", __name__, description="Submit, list and inspect jobs"))
 # What JobListSchema's dump gives, at a fraction of its cost (half of a 1,000-job page's time went there)
 dump_summary = dumper(JobSummarySchema())
+# What JobSchema's dump gives a submission's answer: marshmallow's dump was a tenth of a submission's time
+dump_job = dumper(JobSchema())
 
 
 @blp.route("/jobs", methods=["POST"])
@@ -43,7 +45,8 @@ def submit(fields: dict[str, Any]) -> Any:
     field, and nothing is stored. A priority, `preemptible: false` or a priority class beyond the caller's ceiling
     (an admin's: `PATCH /users/NAME/limits`, `PATCH /teams/NAME`) is refused with 403 naming the limit.
     """
-    return submit_job(fields)
+    body, status = submit_job(fields)
+    return json_response(dump_job(body)), status
 
 
 @blp.route("/jobs/<int:job_id>/resubmit", methods=["POST"])

@@ -22,7 +22,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import InvalidatePoolError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from scheduler.core.paths import corral_home
@@ -35,6 +35,9 @@ IDLE_IN_TRANSACTION_TIMEOUT_S = 30
 SQLITE_BUSY_TIMEOUT_S = 30.0  # how long a SQLite writer waits for its turn before failing ("database is locked")
 MIGRATION_LOCK_KEY = 0x636F7272616C  # "corral": the PostgreSQL advisory lock that serialises replicas' migrations
 BEGIN_OPTION = "corral_sqlite_begin"
+# A pooled connection idle longer than this is pinged before use (`_ping_idle_connections`); (PostgreSQL)
+PING_AFTER_IDLE_S = 1.0
+IDLE_SINCE = "corral_idle_since"  # in a pooled connection's `info`: when it was last given back
 
 
 def database_url() -> str:
@@ -93,10 +96,16 @@ def make_engine(url: str) -> Engine:
             # transaction that reads and then writes fails at once with "database is locked" (SQLITE_BUSY_SNAPSHOT,
             # which no busy timeout waits out) whenever another connection committed in between. Taking the write
             # lock first makes it wait its turn instead. Readers keep plain BEGIN and never block.
-            conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get(BEGIN_OPTION, 'DEFERRED')}")
+            # On the driver's connection itself: through exec_driver_sql, the BEGIN cost as much Python as a query.
+            # A connection for one read outside any transaction (`Store.reads`) begins none: SQLite runs the
+            # statement in autocommit, and the rollback at its end does nothing.
+            mode = conn.get_execution_options().get(BEGIN_OPTION, "DEFERRED")
+            if mode is not None:
+                conn.connection.driver_connection.execute(f"BEGIN {mode}")  # type: ignore[union-attr]
 
         return engine
-    engine = create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=10, max_overflow=20)
+    _ping_idle_connections(engine)
     if url.startswith("postgresql"):
 
         @event.listens_for(engine, "connect")
@@ -113,6 +122,31 @@ def make_engine(url: str) -> Engine:
             dbapi_conn.autocommit = autocommit
 
     return engine
+
+
+def _ping_idle_connections(engine: Engine, idle_s: float = PING_AFTER_IDLE_S) -> None:
+    """A pooled connection idle for more than `idle_s` is pinged at checkout and, found dead (the server restarted, a
+    firewall dropped it), replaced before the caller sees it: `pool_pre_ping`, without the round trip it costs every
+    checkout (two a request on the API's submission path, of seven). One used within `idle_s` is taken as alive; one
+    that died in that second fails its next statement, and SQLAlchemy then discards every connection of the pool
+    made before (its disconnect handling), so a restart costs at most a request a pooled connection, not more."""
+
+    @event.listens_for(engine, "checkin")
+    def _idle_since(_dbapi_conn: Any, record: Any) -> None:
+        record.info[IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get(IDLE_SINCE)
+        if since is None or time.monotonic() - since <= idle_s:
+            return  # new (just connected), or used a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            # As pre-ping does: the pool drops every connection made before (a restart took them all) and connects
+            # anew for this checkout.
+            raise InvalidatePoolError(f"pooled connection dead after {time.monotonic() - since:.1f} s idle: "
+                                      f"{exc}") from exc
 
 
 def alembic_config(url: str) -> Config:
@@ -137,6 +171,11 @@ class Store:
         # locks and needs none.
         self._writer: AbstractContextManager[Any] = (
             SqliteWriters(engine.url.database) if engine.dialect.name == "sqlite" else nullcontext())
+        # For one statement that reads and needs no transaction around it (the API's revocation check, on every
+        # request): on PostgreSQL in autocommit, which saves the BEGIN and the ROLLBACK, two round trips of three;
+        # on SQLite with no BEGIN of ours (`make_engine`), so in SQLite's autocommit.
+        self.reads: Engine = (engine.execution_options(**{BEGIN_OPTION: None}) if engine.dialect.name == "sqlite"
+                              else engine.execution_options(isolation_level="AUTOCOMMIT"))
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate: bool = True) -> Store:

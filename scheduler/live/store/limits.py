@@ -115,11 +115,12 @@ def set_time_limits(s: Session, changes: Mapping[str, float | None], *, by: str)
     return default, most
 
 
-def apply_time_limit(s: Session, fields: dict[str, Any]) -> None:
+def apply_time_limit(s: Session, fields: dict[str, Any],
+                     settings: tuple[float | None, float | None] | None = None) -> None:
     """A submission's time limit, in place: the cluster's default when it gives none, or its maximum when there is
     no default (with a maximum, every job is bounded); ValueError (naming `time_limit_s`) when it gives more than the
-    cluster's maximum."""
-    default, most = time_limit_settings(s)
+    cluster's maximum. `settings`: (default, maximum) where the caller read them already."""
+    default, most = settings if settings is not None else time_limit_settings(s)
     if fields.get("time_limit_s") is None:
         fields["time_limit_s"] = default if default is not None else most
     elif most is not None and fields["time_limit_s"] > most:
