@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents.evaluate import Case, held_out_cases
 from policies import make_policy
-from scheduler.core.estimates import Bounds, Outlook, estimate
+from scheduler.core.estimates import ARRIVALS_WINDOW_S, Bounds, Outlook, estimate, expected_arrivals
 from scheduler.core.replay import Present, present_of
 from scheduler.core.simulator import Simulator
 from scheduler.live.explain import Queued, Running, start_estimates
@@ -61,6 +61,28 @@ from scheduler.live.explain import Queued, Running, start_estimates
 LOADS = (1.0, 1.3, 1.7)
 TARGET = 0.80
 NEAR_S = 300.0  # within 5 minutes is a hit whatever the ratio
+
+
+def dev_cases(workload: str, load: float, seeds: int, window: int) -> list[Case]:
+    """`held_out_cases`' twins on what training and tuning may see: Philly's first three quarters, synthetic seeds
+    from 1,000 (training draws below 2**31)."""
+    from agents.evaluate import (
+        HELD_OUT_SYNTHETIC_CLUSTER,
+        PHILLY_PRESET,
+        PHILLY_TRACE,
+        build_cases,
+        build_synthetic_cases,
+    )
+
+    if workload == "philly":
+        path = ROOT / PHILLY_TRACE
+        if not path.is_file():
+            raise SystemExit(f"--workloads philly: {path} is absent (the shared traces are not here)")
+        return build_cases([str(path)], f"{PHILLY_PRESET}:8", seeds, window, part="train", load=load, first_seed=1000)
+    if workload == "synthetic":
+        return build_synthetic_cases(f"synthetic:{window}", HELD_OUT_SYNTHETIC_CLUSTER, seeds, load=load,
+                                     first_seed=1000)
+    raise SystemExit(f"--workloads: {workload!r} is neither philly nor synthetic")
 
 
 def guesses(case: Case, sigma: float) -> dict[str, float]:
@@ -108,8 +130,8 @@ def waiting_arrivals(case: Case, policy: str) -> tuple[list[int], list[float]]:
                                                                 and j.first_start_s <= j.spec.submit_s)], starts
 
 
-def run_case(args: tuple[Case, str, int, float, float, Bounds, bool]) -> dict[str, Any]:
-    case, policy, samples, eligible, sigma, bounds, full = args
+def run_case(args: tuple[Case, str, int, float, float, Bounds, bool, float]) -> dict[str, Any]:
+    case, policy, samples, eligible, sigma, bounds, full, window_s = args
     t0 = time.process_time()
     waited, first = waiting_arrivals(case, policy)
     limit = int(len(case.jobs) * eligible)
@@ -135,11 +157,14 @@ def run_case(args: tuple[Case, str, int, float, float, Bounds, bool]) -> dict[st
             present = present_of(sim)
             if sigma > 0:
                 present = guessed(present, guess)
-            new = estimate(present, make_policy(policy, seed=case.seed), bounds, track={i}).by_key[i]
+            # The arrivals of the last `window_s` seconds (what the service has seen by now), arriving again.
+            recent = [(j.submit_s, j) for j in case.jobs if sim.now - window_s < j.submit_s <= sim.now]
+            coming = expected_arrivals(recent, sim.now, window_s) if window_s > 0 else []
+            new = estimate(present, make_policy(policy, seed=case.seed), bounds, track={i}, arrivals=coming).by_key[i]
             c1 = time.process_time()
             replay_cpu += c1 - c0
             if full:  # every pending job's estimate, as a service would make them all at once
-                whole = estimate(present, make_policy(policy, seed=case.seed), bounds)
+                whole = estimate(present, make_policy(policy, seed=case.seed), bounds, arrivals=coming)
                 full_cpu.append(time.process_time() - c1)
                 full_jobs.append(len(present.pending))
                 assert whole.by_key[i] == new, "a tracked replay differs from the whole one"
@@ -193,6 +218,11 @@ def main() -> None:
     ap.add_argument("--max-events", type=int, default=200_000, help="the policy replay's instants, at most")
     ap.add_argument("--full", action="store_true",
                     help="also time the replay of every pending job's estimate at each sample (as a service would)")
+    ap.add_argument("--arrivals-h", type=float, default=ARRIVALS_WINDOW_S / 3600.0,
+                    help="the replay repeats the arrivals of the last this many hours (0: nothing arrives)")
+    ap.add_argument("--dev", action="store_true",
+                    help="development windows (Philly's first three quarters, synthetic seeds training draws) to "
+                         "choose settings on, instead of the held-out ones")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -204,8 +234,10 @@ def main() -> None:
     bounds = Bounds(horizon_s=a.horizon_h * 3600.0, max_events=a.max_events)
     loads = [float(x) for x in a.loads.split(",")]
     groups = [(p, w, load) for p in policies for w in a.workloads.split(",") for load in loads]
-    built = {(w, load): held_out_cases(w, load, a.seeds, a.window) for _p, w, load in groups}
-    work = [(c, p, a.samples, a.eligible, a.sigma, bounds, a.full) for p, w, load in groups for c in built[w, load]]
+    cases = dev_cases if a.dev else held_out_cases
+    built = {(w, load): cases(w, load, a.seeds, a.window) for _p, w, load in groups}
+    work = [(c, p, a.samples, a.eligible, a.sigma, bounds, a.full, a.arrivals_h * 3600.0)
+            for p, w, load in groups for c in built[w, load]]
     t0 = time.perf_counter()
     with ProcessPoolExecutor(a.jobs) as pool:
         results = list(pool.map(run_case, work))

@@ -14,7 +14,7 @@ import pytest
 from agents.evaluate import build_synthetic_cases
 from policies import make_policy
 from scheduler.core.dependencies import Dependency
-from scheduler.core.estimates import Bounds, Estimates, Outlook, estimate
+from scheduler.core.estimates import Bounds, Estimates, Outlook, estimate, expected_arrivals
 from scheduler.core.model import JobSpec, Placement, parse_cluster
 from scheduler.core.reasons import Code
 from scheduler.core.replay import Present, Waiting, present_of
@@ -190,9 +190,37 @@ def test_the_benchmark_scores_both_estimates_against_what_happened() -> None:
     assert bench.hit(100.0, 390.0) and bench.hit(700.0, 400.0)  # within 5 min; within 2x
     assert not bench.hit(1000.0, 400.0) and not bench.hit(None, 10.0)
     case = build_synthetic_cases("synthetic:60", "dgx-a100:2", 1, load=1.7)[0]
-    out = bench.run_case((case, "fifo-backfill", 5, 0.75, 0.0, Bounds(), True))
+    out = bench.run_case((case, "fifo-backfill", 5, 0.75, 0.0, Bounds(), True, 3600.0))
     assert out["samples"], "a loaded case has arrivals that wait"
     for row in out["samples"]:
         assert row["actual_s"] > 0 and row["replay_outlook"] == "starts"
     # Exact durations and fifo-backfill on a short window: the replay is right where nothing later overtakes.
     assert bench.score(out["samples"], "replay_s")["within"] >= bench.score(out["samples"], "today_s")["within"]
+
+
+def test_expected_arrivals_repeat_the_last_window_on_the_replays_clock() -> None:
+    # Jobs submitted in the last hour (and only those) arrive again an hour after they did, in submission order;
+    # nothing depends on them and they are in no array (they are stand-ins, not the jobs themselves).
+    now = 10_000.0
+    recent = [(now - 30.0, spec("late", 2, 60.0)), (now - 4_000.0, spec("old", 1, 60.0)),
+              (now - 3_000.0, spec("early", 1, 90.0, depends_on=(Dependency("old"),), array="a"))]
+    made = expected_arrivals(recent, now, window_s=3_600.0)
+    assert [(s.submit_s, s.num_gpus, s.duration_s) for s in made] == [(600.0, 1.0, 90.0), (3_570.0, 2.0, 60.0)]
+    assert all(s.depends_on == () and s.array is None for s in made)
+    assert len({s.name for s in made}) == 2
+
+
+def test_a_job_a_shortest_first_policy_would_pass_over_for_expected_arrivals_is_estimated_later() -> None:
+    # All 8 GPUs busy for 1,000 s; a 4-hour 8-GPU job waits. In the last hour, a 10-minute 8-GPU job arrived every
+    # 10 minutes. Under sjf the short ones that keep coming start first: an estimate assuming nothing arrives says
+    # 1,000 s, one assuming the last hour's arrivals come again says after all five of them, and says so.
+    present = Present(NODE, [running("busy", range(8), 1000.0)], [Waiting("long", spec("long", 8, 4 * 3600.0))],
+                      contention=False)
+    recent = [(t, spec(f"short{t:g}", 8, 600.0)) for t in (-3_000.0, -2_400.0, -1_800.0, -1_200.0, -600.0)]
+    coming = expected_arrivals(recent, 0.0, window_s=3_600.0)
+    alone = replay(present, "sjf")
+    expected = estimate(present, make_policy("sjf"), Bounds(), arrivals=coming)
+    assert start(alone, "long") == pytest.approx(1000.0)
+    assert start(expected, "long") == pytest.approx(1000.0 + 5 * 600.0)  # (each arrives before the last one ends)
+    assert "nothing new arriving" in alone.basis
+    assert "5 job(s) submitted in the last" in expected.basis and set(expected.by_key) == {"long"}

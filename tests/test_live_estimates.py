@@ -212,3 +212,27 @@ def test_a_present_the_simulator_refuses_gives_no_estimates_and_says_why(env: En
     body = env.get(f"/jobs/{waiting['id']}").json
     assert body["start_estimate_outlook"] is None and body["start_estimate_s"] is None
     assert body["start_estimate_basis"].startswith("no estimate: the present cannot be replayed"), body
+
+
+def test_the_estimate_repeats_the_last_hours_submissions(env: Env) -> None:
+    # All 4 GPUs busy for 1,000 s; a 4-hour job waits. In the last hour a 10-minute 4-GPU job was submitted every 10
+    # minutes (they ran and ended). Under sjf, short jobs like those that keep coming go first: the estimate repeats
+    # the last hour's submissions (`expected_arrivals`) and says the long job starts after five of them, and its
+    # basis says what it assumed. (The busy and long jobs are dated two hours back: outside the hour.)
+    activate(env.store, "sjf")
+    now = time.time()
+    busy = env.submit(num_gpus=4, duration_s=1000.0, name="busy")
+    run_at(env.store, busy["id"], [0, 1, 2, 3], now)
+    long = env.submit(num_gpus=4, duration_s=4 * 3600.0, name="long")
+    shorts = [env.submit(num_gpus=4, duration_s=600.0, name=f"short{k}") for k in range(5)]
+    with env.store.session() as s:
+        for row_id in (busy["id"], long["id"]):
+            s.get(Job, row_id).submitted_at = now - 7200.0  # type: ignore[union-attr]
+        for k, sub in enumerate(shorts):
+            row = s.get(Job, sub["id"])
+            assert row is not None
+            row.state, row.submitted_at = "succeeded", now - 3000.0 + 600.0 * k
+    shown = env.get(f"/jobs/{long['id']}").json
+    assert shown["start_estimate_outlook"] == "starts"
+    assert shown["start_estimate_s"] == pytest.approx(1000.0 + 5 * 600.0, abs=30.0)
+    assert "5 job(s) submitted in the last" in shown["start_estimate_basis"]

@@ -7,10 +7,12 @@ dependencies and arrays, known outages), starts it. So a backfilled job is estim
 policy's order is the estimates' order, and a job the rules never let run gets no time: the replay ends with it still
 pending and nothing left to happen, and its estimate says so, with the last reason the replay gave it (as data).
 
-What the replay assumes (the estimate's `basis` says it): **nothing new arrives** (a later job of higher priority, or
-one a shortest-first policy prefers, can still overtake: the estimate is "if nothing else comes"); **durations as
-estimated** (every job runs its `duration_s`, less the work done; no noise: a user's wrong estimate moves every start
-behind it); the contention model predicts rates as it does for the controller.
+What the replay assumes (the estimate's `basis` says it): **arrivals like the last hour's** (`expected_arrivals`: the
+jobs submitted in the last `ARRIVALS_WINDOW_S` arrive again, as submitted, over the next as many seconds, and nothing
+after; without them, nothing new arrives, and a later job a policy prefers, shorter or newer, overtakes every
+estimate it passes: under tiresias, gittins and sjf that was most of the misses); **durations as estimated** (every
+job runs its `duration_s`, less the work done; no noise: a user's wrong estimate moves every start behind it); the
+contention model predicts rates as it does for the controller.
 
 What comes along with the state, and what does not:
 
@@ -37,20 +39,25 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Collection, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 from scheduler.core.decisions import Decision, Policy, Wait
 from scheduler.core.dependencies import readiness
-from scheduler.core.model import Job, JobPhase
+from scheduler.core.model import Job, JobPhase, JobSpec
 from scheduler.core.reasons import Code, Reason, duration_words
 from scheduler.core.replay import Present, simulator
 from scheduler.core.simulator import Simulator
 
+# How far back the arrivals a replay repeats reach, and so how far ahead they arrive (`expected_arrivals`). Chosen on
+# the development windows (`benchmarks/estimates.py --dev`: Philly's first three quarters, synthetic seeds training
+# draws), among 0.5, 1, 2 and 4 hours.
+ARRIVALS_WINDOW_S = 3600.0
+
 
 class Outlook(StrEnum):
-    STARTS = "starts"  # at `start_s` seconds from now, if nothing new arrives
+    STARTS = "starts"  # at `start_s` seconds from now, if arrivals go as assumed
     NEVER = "never"  # the replay ended with it pending and nothing left to happen: the rules never start it
     BEYOND = "beyond"  # not started within the replay's bounds (`bound` says which)
 
@@ -124,16 +131,29 @@ class _Replay(Simulator):
         return readiness(job.spec.depends_on, self._outcome).reason
 
 
+def expected_arrivals(recent: Sequence[tuple[float, JobSpec]], now: float,
+                      window_s: float = ARRIVALS_WINDOW_S) -> list[JobSpec]:
+    """The arrivals a replay starting at `now` assumes: each job submitted in the last `window_s` seconds (`recent`:
+    (submitted at, spec), on the same clock as `now`) arrives again `window_s` after it did, on the replay's clock
+    (0 = now), in submission order. Only their size, model, duration, priority and team matter: they depend on
+    nothing, and nothing depends on them."""
+    lo = now - window_s
+    made = [replace(spec, name=f"expected-{k}", submit_s=at - lo, depends_on=(), array=None)
+            for k, (at, spec) in enumerate(sorted(recent, key=lambda r: r[0])) if lo < at <= now]
+    return made
+
+
 def estimate(present: Present, policy: Policy, bounds: Bounds | None = None,
-             track: Collection[Hashable] | None = None) -> Estimates:
+             track: Collection[Hashable] | None = None, arrivals: Sequence[JobSpec] = ()) -> Estimates:
     """Replay `present` under `policy` (a fresh instance: the replay changes its state) and estimate each pending
     job's start (see the module docstring). `track`: only these keys' estimates are wanted; the replay stops once they
-    are settled (the others may then read BEYOND, bound "events"). ValueError for an inconsistent present (the
-    simulator's own checks: overlapping placements, a cycle of dependencies)."""
+    are settled (the others may then read BEYOND, bound "events"). `arrivals`: jobs arriving during the replay
+    (`expected_arrivals`; their `submit_s` on its clock), which take their turn but get no estimate. ValueError for an
+    inconsistent present (the simulator's own checks: overlapping placements, a cycle of dependencies)."""
     wall0 = time.perf_counter()
     bounds = bounds or Bounds()
     kept, left_out = present.pending[:bounds.max_jobs], present.pending[bounds.max_jobs:]
-    sim = simulator(present, kept, policy, cls=_Replay)
+    sim = simulator(present, kept, policy, arrivals, cls=_Replay)
     assert isinstance(sim, _Replay)
     jobs = sim.jobs[:len(kept)]
     watched = {i for i, w in enumerate(kept) if track is None or w.key in track}
@@ -160,7 +180,7 @@ def estimate(present: Present, policy: Policy, bounds: Bounds | None = None,
         out[w.key] = _outcome(sim, job, bound or "events", reached)
     for w in left_out:
         out[w.key] = Estimate(Outlook.BEYOND, bound="queue")
-    return Estimates(out, _basis(present, policy, bounds, len(left_out)), reached, steps,
+    return Estimates(out, _basis(present, policy, bounds, len(left_out), len(arrivals)), reached, steps,
                      time.perf_counter() - wall0)
 
 
@@ -182,16 +202,19 @@ def _outcome(sim: _Replay, job: Job, bound: str, reached: float) -> Estimate:
     return Estimate(Outlook.BEYOND, bound=bound, bound_s=reached)
 
 
-def _basis(present: Present, policy: Policy, bounds: Bounds, left_out: int) -> str:
+def _basis(present: Present, policy: Policy, bounds: Bounds, left_out: int, arriving: int) -> str:
+    window = duration_words(ARRIVALS_WINDOW_S)
+    coming = (f"the {arriving} job(s) submitted in the last {window} arriving again over the next {window}"
+              if arriving else "nothing new arriving")
     text = (f"replaying {len(present.running)} running and {len(present.pending) - left_out} pending job(s) under "
             f"{policy.name} in the simulator, as the rules decide (priorities"
             + (", teams" if present.teams is not None else "")
             + (", reservations" if present.reservations is not None else "")
-            + ", dependencies), with durations as estimated and nothing new arriving; "
+            + f", dependencies), with durations as estimated and {coming}; "
             f"bounded at {duration_words(bounds.horizon_s)} and {bounds.max_events} events")
     if left_out:
         text += f"; {left_out} pending job(s) past the first {bounds.max_jobs} in queue order are not estimated"
     return text
 
 
-__all__ = ["Bounds", "Estimate", "Estimates", "Outlook", "estimate"]
+__all__ = ["ARRIVALS_WINDOW_S", "Bounds", "Estimate", "Estimates", "Outlook", "estimate", "expected_arrivals"]

@@ -14,7 +14,9 @@ the active policy, one replay shared by every request.
   ended is dropped; one that can never be met is a `never` without a replay; a job waiting on a held job is not
   estimated, as a held job is not);
 * the teams' quotas and borrowing limits with their fair-share usage integrated from the allocation history (as a
-  freshly started controller does), the reservation rule and the MPS rule of `corral serve`.
+  freshly started controller does), the reservation rule and the MPS rule of `corral serve`;
+* the last hour's submissions (the latest `snapshot.MAX_RECENT`), arriving again over the next hour
+  (`arrivals_of`, `scheduler.core.estimates.expected_arrivals`).
 
 Not carried (the basis says so): a policy's private state (the replay asks a fresh instance), retry back-offs, the
 policy's topology holds beyond what the replayed policy decides again, an elastic run's history.
@@ -42,7 +44,7 @@ from sqlalchemy.orm import Session
 
 from scheduler.core.decisions import Policy
 from scheduler.core.dependencies import Condition, Dependency, holds
-from scheduler.core.estimates import Bounds, Estimate, Outlook, estimate
+from scheduler.core.estimates import Bounds, Estimate, Outlook, estimate, expected_arrivals
 from scheduler.core.generic import known_profiles
 from scheduler.core.model import JobSpec, Placement, SpecError
 from scheduler.core.outages import OnFault, Outage
@@ -178,6 +180,17 @@ def carry(snap: Snapshot, profiles: Mapping[str, ModelProfile], *, reservations:
     return _Carried(present, settled, notes)
 
 
+def arrivals_of(snap: Snapshot, profiles: Mapping[str, ModelProfile]) -> list[JobSpec]:
+    """The arrivals the replay assumes (`scheduler.core.estimates.expected_arrivals`): the last hour's submissions, as
+    submitted (size, model, estimated duration, priority, team, constraints), arriving again."""
+    prof = dict(profiles)
+    recent = [(at, live_spec(str(j.id), j.model, j.num_gpus, j.work_left, prof, user=j.user, priority=j.priority,
+                             slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s,
+                             elastic=j.elastic, team=j.team, constraints=j.constraints))
+              for at, j in snap.recent if j.model in prof]
+    return expected_arrivals(recent, snap.taken_at)
+
+
 def _dependency_status(snap: Snapshot, queue: list[LiveJob]) -> dict[int, Estimate | None]:
     """The queued jobs the replay does not take: those whose dependency can never be met (a `never` estimate, as the
     controller ends them) and those waiting on a job outside the replay that has not ended (None: a held job's
@@ -222,9 +235,9 @@ def live_estimates(snap: Snapshot, make_policy: MakePolicy, *, default_policy: s
     if not snap.nodes:
         return LiveEstimates(snap.taken_at, {}, "no estimate: no live nodes are registered", name)
     try:
-        carried = carry(snap, profiles if profiles is not None else known_profiles(), reservations=reservations,
-                        mps_one_user=mps_one_user, half_life_s=half_life_s)
-        est = estimate(carried.present, make_policy(name, 0), bounds)
+        prof = profiles if profiles is not None else known_profiles()
+        carried = carry(snap, prof, reservations=reservations, mps_one_user=mps_one_user, half_life_s=half_life_s)
+        est = estimate(carried.present, make_policy(name, 0), bounds, arrivals=arrivals_of(snap, prof))
     except (SimulationError, PlacementError, SpecError, ValueError) as exc:
         log.warning("start estimates: the present cannot be replayed: %s", exc)
         return LiveEstimates(snap.taken_at, {}, f"no estimate: the present cannot be replayed ({exc})", name)

@@ -21,12 +21,14 @@ from typing import Any
 
 from scheduler.core.constraints import Constraints
 from scheduler.core.dependencies import Condition, Dependency
+from scheduler.core.estimates import ARRIVALS_WINDOW_S
 from scheduler.core.model import DEFAULT_TEAM, Cluster, JobSpec
 from scheduler.core.workloads import ModelProfile
 from scheduler.live.cluster import build_live_cluster, fabric_in_store, node_labels
 from scheduler.live.explain import known_progress
 from scheduler.live.nodes import closed_in_store
 
+MAX_RECENT = 2_000  # the latest submissions a snapshot reads as the arrivals a replay repeats (a bound on its cost)
 MIN_WORK_S = 1.0  # a running job reported (almost) done still has this much left: it has not finished yet
 
 TeamsKey = tuple[tuple[str, float, float | None], ...]  # (name, quota, borrowing limit) of every team, by name
@@ -94,6 +96,9 @@ class Snapshot:
     usage: dict[str, float] | None = None  # the teams' decayed fair-share usage now (None: not read)
     ended: dict[int, str] = field(default_factory=dict)  # jobs depended on that are neither pending nor running: state
     held: frozenset[int] = frozenset()  # pending jobs left out: held by their owner or an admin, or being cancelled
+    # Jobs submitted in the last `ARRIVALS_WINDOW_S` (whatever became of them), with when: the arrivals a start
+    # estimate repeats (`scheduler.core.estimates.expected_arrivals`); the latest `MAX_RECENT` at most.
+    recent: list[tuple[float, LiveJob]] = field(default_factory=list)
 
     def cluster(self, extra_nodes: int = 0) -> Cluster:
         """The cluster model the controller has of the live nodes: each as its recorded preset, in the rack it names,
@@ -193,8 +198,17 @@ def snapshot(store: Any, *, half_life_s: float | None = None) -> Snapshot:
             if wanted else {}
         teams = q.team_quotas(s)
         usage = _usage(s, teams, half_life_s, now) if half_life_s is not None else None
+        recent_rows = s.scalars(select(JobRow).where(JobRow.submitted_at > now - ARRIVALS_WINDOW_S)
+                                .order_by(JobRow.submitted_at.desc()).limit(MAX_RECENT)).all()
+        who = q.user_names(s, [r.user_id for r in recent_rows])
+        recent = [(r.submitted_at, LiveJob(r.id, r.name, r.model, r.num_gpus, r.duration_s, who.get(r.user_id, ""),
+                                           r.priority, r.slo_ms, preemptible=r.preemptible,
+                                           time_limit_s=r.time_limit_s, elastic=Elastic.of(r), team=r.team,
+                                           constraints=Constraints.from_json(r.constraints)))
+                  for r in reversed(recent_rows)]
         return Snapshot(nodes, running, pending, q.active_policy(s), taken_at=now, closed=closed,
-                        fabric=fabric_in_store(s)[0], teams=teams, usage=usage, ended=ended, held=frozenset(held))
+                        fabric=fabric_in_store(s)[0], teams=teams, usage=usage, ended=ended, held=frozenset(held),
+                        recent=recent)
 
 
 def framed(teams: TeamsKey) -> bool:

@@ -11,7 +11,7 @@ def start_estimate_fields(who: str = "") -> dict[str, fields.Field]:
     return {
         "start_estimate_s": fields.Float(allow_none=True, metadata={
             "description": f"{who}about how many seconds until it starts, by a replay of the present under the "
-                           "active policy (if nothing new arrives); null when it never starts under the current "
+                           "active policy (assuming the last hour's submissions arrive again over the next hour); null when it never starts under the current "
                            "rules, is not started within the replay's bounds (`start_estimate_outlook`), or has no "
                            "estimate (held)"}),
         "start_estimate_outlook": fields.String(allow_none=True, metadata={

@@ -90,6 +90,8 @@ class Job(Base):
         # A submission that names no model looks up the user's latest jobs of its name (`generic_profiles`): an
         # index walk over those alone, not over every job of the user (2.6 ms a submission for 3,000 of them).
         Index("ix_jobs_user_name", "user_id", "name", "id"),
+        # The start estimates repeat the last hour's submissions (`scheduler.core.estimates.expected_arrivals`).
+        Index("ix_jobs_submitted_at", "submitted_at"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

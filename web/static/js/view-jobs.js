@@ -10,7 +10,7 @@ Object.assign(Views, (() => {
   function queue(el) {
     mount(el, html`<section><h1>Queue</h1><div id="queue-body"><p class="muted">Loading…</p></div>
       <p class="muted small" id="queue-basis">Start estimates are approximate: the server replays the cluster as it is
-        under the active policy, if nothing new arrives.</p></section>`);
+        under the active policy, assuming the last hour's submissions arrive again over the next hour.</p></section>`);
     return {
       async refresh() {
         const data = await C.request("/jobs?state=pending&limit=1000");
