@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -143,6 +144,32 @@ def drop_postgres_schema(schema: str) -> None:
     with engine.begin() as conn:
         conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
     engine.dispose()
+
+
+@pytest.fixture
+@tiered("postgres")
+def pg_store() -> Iterator[Store]:
+    """A store on a PostgreSQL schema of its own, dropped after the test (a skip where PostgreSQL is not reachable)."""
+    schema = f"corral_pg_{uuid.uuid4().hex[:8]}"
+    store = Store.open(postgres_schema_url(schema))
+    yield store
+    store.close()
+    drop_postgres_schema(schema)
+
+
+def in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """Run `fn` in a thread; its result or the exception it raised lands in the list."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception as exc:  # noqa: BLE001  # whatever it raised, the test reads it
+            out.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

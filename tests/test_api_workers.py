@@ -180,15 +180,6 @@ def test_writers_in_several_processes_wait_for_sqlite_rather_than_fail(tmp_path:
     assert (tmp_path / "corral.db-writers").stat().st_mode & 0o077 == 0
 
 
-@pytest.fixture
-@tiered("postgres")
-def pg_store() -> Iterator[Store]:
-    schema = f"corral_ringer_{os.getpid()}"
-    store = Store.open(postgres_schema_url(schema))
-    yield store
-    store.close()
-    drop_postgres_schema(schema)
-
 
 def test_the_doorbell_is_rung_off_the_request_and_coalesced(pg_store: Store) -> None:
     """`Ringer`: a burst of rings (a burst of submissions) reaches the listening replicas, as a few NOTIFYs."""

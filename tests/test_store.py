@@ -7,12 +7,12 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from conftest import in_thread
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 
@@ -182,21 +182,6 @@ def _team_with_member(store: Store) -> None:
         queries.ensure_user(s, "vera", team="vision")
 
 
-def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
-    """Run `fn` in a thread; its result or exception lands in the list."""
-    out: list[object] = []
-
-    def run() -> None:
-        try:
-            out.append(fn())
-        except Exception as exc:  # noqa: BLE001  # whatever it raised, the test reads it
-            out.append(exc)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
-
-
 def test_a_team_deleted_while_a_member_submits_counts_the_job_or_moves_it_to_default(store: Store) -> None:
     """Two orders of one race, each held open on purpose: a submission whose transaction is open when the team is
     deleted makes the deletion wait, then refuse (the team has a job); a deletion whose transaction is open makes the
@@ -217,9 +202,9 @@ def test_a_team_deleted_while_a_member_submits_counts_the_job_or_moves_it_to_def
             assert team is not None
             return queries.delete_team(s, team)
 
-    a, a_out = _in_thread(submit_and_hold)
+    a, a_out = in_thread(submit_and_hold)
     assert submitted.wait(10)
-    b, b_out = _in_thread(delete)
+    b, b_out = in_thread(delete)
     b.join(0.5)
     assert b.is_alive(), "the deletion did not wait for the open submission"
     go.set()
@@ -250,9 +235,9 @@ def test_a_team_deleted_while_a_member_submits_counts_the_job_or_moves_it_to_def
         with store.session(write=True) as s:
             return queries.submit(s, queries.ensure_user(s, "vera"), {**EMULATED, "name": "b"})[0].id
 
-    b, b_out = _in_thread(delete_and_hold)
+    b, b_out = in_thread(delete_and_hold)
     assert deleted.wait(10)
-    a, a_out = _in_thread(submit)
+    a, a_out = in_thread(submit)
     a.join(0.5)
     assert a.is_alive(), "the submission did not wait for the open deletion"
     go.set()

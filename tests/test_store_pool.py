@@ -5,25 +5,13 @@ moves a connection's "idle since" back instead."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
-from conftest import POSTGRES_URL, drop_postgres_schema, postgres_schema_url
+from conftest import POSTGRES_URL
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from scheduler.live.store import Store
 from scheduler.live.store.db import IDLE_SINCE, PING_AFTER_IDLE_S
-
-
-@pytest.fixture
-def pg_store() -> Iterator[Store]:
-    schema = f"pool_{uuid.uuid4().hex[:8]}"
-    store = Store.open(postgres_schema_url(schema))
-    yield store
-    store.close()
-    drop_postgres_schema(schema)
 
 
 def _one_connection(store: Store) -> None:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
-from conftest import InMemoryBackend
+from conftest import InMemoryBackend, in_thread
 from sqlalchemy import select, update
 
 from scheduler.live import submissions
@@ -97,20 +96,6 @@ def test_a_job_stored_through_the_reads_is_the_job_and_event_as_before(store: St
         raise AssertionError("a time limit above the maximum was accepted")
 
 
-def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
-    out: list[object] = []
-
-    def run() -> None:
-        try:
-            out.append(fn())
-        except Exception as exc:  # noqa: BLE001  # whatever it raised, the test reads it
-            out.append(exc)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t, out
-
-
 def test_a_move_waits_for_an_open_submission_and_then_sees_its_job(store: Store) -> None:
     """The user's row is locked by the one statement: a move of the user made while a submission's transaction is
     open waits for it (PostgreSQL's row lock; SQLite's one writer), then refuses, the job counted in the old team."""
@@ -132,9 +117,9 @@ def test_a_move_waits_for_an_open_submission_and_then_sees_its_job(store: Store)
         with store.session(write=True) as s:
             return queries.move_user(s, queries.ensure_user(s, "vera"), "default")
 
-    a, a_out = _in_thread(submit_and_hold)
+    a, a_out = in_thread(submit_and_hold)
     assert submitted.wait(10)
-    b, b_out = _in_thread(move)
+    b, b_out = in_thread(move)
     b.join(0.5)
     assert b.is_alive(), "the move did not wait for the open submission"
     go.set()
