@@ -172,6 +172,24 @@ def in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]
     return t, out
 
 
+def waits_for(holder: Callable[[threading.Event, threading.Event], object], waiter: Callable[[], object],
+              what: str) -> tuple[object, object]:
+    """A race held open on purpose: `holder(opened, go)` runs in a thread until it sets `opened` (its transaction holds
+    what it locked), then waits for `go`; `waiter` starts then, and must still be waiting half a second later (it is
+    blocked: there is no event to wait for); then the holder goes on. Returns both results (or what each raised)."""
+    opened, go = threading.Event(), threading.Event()
+    a, a_out = in_thread(lambda: holder(opened, go))
+    assert opened.wait(10)
+    b, b_out = in_thread(waiter)
+    b.join(0.5)
+    assert b.is_alive(), f"{what} did not wait"
+    go.set()
+    a.join(10)
+    b.join(10)
+    assert not a.is_alive() and not b.is_alive()
+    return a_out[0], b_out[0]
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 @tiered("postgres", param="postgresql")
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:

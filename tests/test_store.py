@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from conftest import in_thread
+from conftest import waits_for
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 
@@ -187,9 +187,8 @@ def test_a_team_deleted_while_a_member_submits_counts_the_job_or_moves_it_to_def
     deleted makes the deletion wait, then refuse (the team has a job); a deletion whose transaction is open makes the
     submission wait, and its job lands in `default`. Either way no job names a team that is gone."""
     _team_with_member(store)
-    submitted, go = threading.Event(), threading.Event()
 
-    def submit_and_hold() -> int:
+    def submit_and_hold(submitted: threading.Event, go: threading.Event) -> int:
         with store.session(write=True) as s:
             job, _ = queries.submit(s, queries.ensure_user(s, "vera"), EMULATED)
             submitted.set()
@@ -202,27 +201,18 @@ def test_a_team_deleted_while_a_member_submits_counts_the_job_or_moves_it_to_def
             assert team is not None
             return queries.delete_team(s, team)
 
-    a, a_out = in_thread(submit_and_hold)
-    assert submitted.wait(10)
-    b, b_out = in_thread(delete)
-    b.join(0.5)
-    assert b.is_alive(), "the deletion did not wait for the open submission"
-    go.set()
-    a.join(10)
-    b.join(10)
-    assert not a.is_alive() and not b.is_alive()
-    assert isinstance(b_out[0], queries.TeamConflict), b_out
+    job_id, refused = waits_for(submit_and_hold, delete, "the deletion")
+    assert isinstance(refused, queries.TeamConflict), refused
     with store.session() as s:
         assert queries.team_by_name(s, "vision") is not None
-        assert s.get(Job, a_out[0]).team == "vision"  # type: ignore[union-attr]
+        assert s.get(Job, job_id).team == "vision"  # type: ignore[union-attr]
 
     # The other order: the deletion's transaction is open first.
     with store.session(write=True) as s:
         for row in s.scalars(select(Job)):
             row.state = JobState.CANCELLED
-    deleted, go = threading.Event(), threading.Event()
 
-    def delete_and_hold() -> list[str]:
+    def delete_and_hold(deleted: threading.Event, go: threading.Event) -> list[str]:
         with store.session(write=True) as s:
             team = queries.team_by_name(s, "vision")
             assert team is not None
@@ -235,16 +225,8 @@ def test_a_team_deleted_while_a_member_submits_counts_the_job_or_moves_it_to_def
         with store.session(write=True) as s:
             return queries.submit(s, queries.ensure_user(s, "vera"), {**EMULATED, "name": "b"})[0].id
 
-    b, b_out = in_thread(delete_and_hold)
-    assert deleted.wait(10)
-    a, a_out = in_thread(submit)
-    a.join(0.5)
-    assert a.is_alive(), "the submission did not wait for the open deletion"
-    go.set()
-    b.join(10)
-    a.join(10)
-    assert not a.is_alive() and not b.is_alive()
-    assert b_out == [["vera"]]
+    moved, job_id = waits_for(delete_and_hold, submit, "the submission")
+    assert moved == ["vera"]
     with store.session() as s:
         assert queries.team_by_name(s, "vision") is None
-        assert s.get(Job, a_out[0]).team == queries.DEFAULT_TEAM  # type: ignore[union-attr]
+        assert s.get(Job, job_id).team == queries.DEFAULT_TEAM  # type: ignore[union-attr]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from conftest import InMemoryBackend, in_thread
+from conftest import InMemoryBackend, waits_for
 from sqlalchemy import select, update
 
 from scheduler.live import submissions
@@ -100,13 +100,11 @@ def test_a_move_waits_for_an_open_submission_and_then_sees_its_job(store: Store)
     """The user's row is locked by the one statement: a move of the user made while a submission's transaction is
     open waits for it (PostgreSQL's row lock; SQLite's one writer), then refuses, the job counted in the old team."""
     _cluster(store)
-    submitted, go = threading.Event(), threading.Event()
-
     with store.session() as s:
         vera = queries.ensure_user(s, "vera")
         user = User(id=vera.id, name=vera.name, admin=False)  # a detached stand-in, as the API passes: no lock of its own
 
-    def submit_and_hold() -> int:
+    def submit_and_hold(submitted: threading.Event, go: threading.Event) -> int:
         with store.session(write=True) as s:
             done = submissions.submit(s, user, submissions.check(dict(EMULATED), user, _rules()))
             submitted.set()
@@ -117,15 +115,7 @@ def test_a_move_waits_for_an_open_submission_and_then_sees_its_job(store: Store)
         with store.session(write=True) as s:
             return queries.move_user(s, queries.ensure_user(s, "vera"), "default")
 
-    a, a_out = in_thread(submit_and_hold)
-    assert submitted.wait(10)
-    b, b_out = in_thread(move)
-    b.join(0.5)
-    assert b.is_alive(), "the move did not wait for the open submission"
-    go.set()
-    a.join(10)
-    b.join(10)
-    assert not a.is_alive() and not b.is_alive()
-    assert isinstance(b_out[0], queries.TeamConflict), b_out
+    job_id, moved = waits_for(submit_and_hold, move, "the move")
+    assert isinstance(moved, queries.TeamConflict), moved
     with store.session() as s:
-        assert s.get(Job, a_out[0]).team == "vision"  # type: ignore[union-attr]
+        assert s.get(Job, job_id).team == "vision"  # type: ignore[union-attr]
