@@ -460,12 +460,12 @@ def test_the_fabric_features_see_racks_and_the_uplinks_a_placement_would_share()
 
 def test_jobs_alike_passed_over_by_a_preemption_order_are_asked_once(monkeypatch) -> None:
     """A deep queue of jobs alike that fit: the preemption orders pass over every one of them, and the frame asks
-    (searches and probes the model) once for all of them while the plan is unchanged. The decision point is the one
+    (whether the plan has room) once for all of them while the plan is unchanged. The decision point is the one
     asking each job gives, bit for bit."""
     from policies import rl_scan
+    from policies.placement import Planner
     from policies.rl_encoding import DecisionPoint, _Frame
     from policies.rl_scan import Scan
-    from scheduler.core.contention import ContentionModel
 
     def point_of(memo: bool) -> tuple[DecisionPoint, int]:
         specs = [JobSpec("long", 0.0, 4.0, 1e7, "ResNet-50-bs64")]
@@ -475,20 +475,20 @@ def test_jobs_alike_passed_over_by_a_preemption_order_are_asked_once(monkeypatch
         sim.advance()
         _start(sim, 0, (0, 1, 2, 3))  # something runs: the preemption orders scan the queue
         _arrive_all(sim)
-        probes = []
+        asked = []
         monkeypatch.setattr(rl_scan, "_LOOP", 0)  # a short queue: the arrays' scan even so
-        probe = ContentionModel.probe
-        monkeypatch.setattr(ContentionModel, "probe", lambda self, s, p: probes.append(s.name) or probe(self, s, p))
+        has_room = Planner.has_room
+        monkeypatch.setattr(Planner, "has_room", lambda self, s: asked.append(s.name) or has_room(self, s))
         if not memo:  # neither the scan's answer per class (`policies.rl_scan`) nor the frame's per plan
             passing = _Frame._passing
             monkeypatch.setattr(_Frame, "_passing", lambda self, s: self._passed.clear() or passing(self, s))
             init = Scan.__init__
-            monkeypatch.setattr(Scan, "__init__", lambda self, frame, jobs, known, classes, alone, swap: init(
-                self, frame, jobs, known, classes, np.ones_like(alone), swap))
+            monkeypatch.setattr(Scan, "__init__", lambda self, frame, jobs, known, classes, alone, *rest: init(
+                self, frame, jobs, known, classes, np.ones_like(alone), *rest))
         point = decision_point(sim.view, sim.pending.values(), sim.now)
         monkeypatch.undo()
         assert point is not None
-        return point, len(probes)
+        return point, len(asked)
 
     fast, asked_once = point_of(memo=True)
     slow, asked_each = point_of(memo=False)
