@@ -119,3 +119,16 @@ def test_a_move_waits_for_an_open_submission_and_then_sees_its_job(store: Store)
     assert isinstance(moved, queries.TeamConflict), moved
     with store.session() as s:
         assert s.get(Job, job_id).team == "vision"  # type: ignore[union-attr]
+
+
+def test_the_one_statement_inserts_kept_per_shape_stay_bounded() -> None:
+    """The job-and-event statements are kept per set of columns a submission gives; optional fields combine, so a
+    user varying them must not grow the server's memory without end (`_WITH_EVENT_KEPT`)."""
+    from scheduler.live.store import jobs as job_store
+
+    optional = sorted(col.name for col in job_store._JOB_TABLE.c if col.name not in ("id", "user_id", "name"))[:8]
+    shapes = [frozenset({"user_id", "name", *(c for k, c in enumerate(optional) if n >> k & 1)}) for n in range(200)]
+    for shape in shapes:
+        statement = job_store._job_with_event(shape)
+        assert job_store._job_with_event(shape) is statement  # kept while there is room
+        assert len(job_store._WITH_EVENT) <= job_store._WITH_EVENT_KEPT < len(shapes)

@@ -137,10 +137,7 @@ def carry(snap: Snapshot, profiles: Mapping[str, ModelProfile], *, reservations:
     prof = dict(profiles)
 
     def spec_of(j: LiveJob, work: float, deps: tuple[Dependency, ...] = ()) -> JobSpec:
-        return live_spec(str(j.id), j.model, j.num_gpus, work, prof, user=j.user, priority=j.priority,
-                         slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s, elastic=j.elastic,
-                         team=j.team, depends_on=deps, array=j.array, array_max_running=j.array_max_running,
-                         constraints=j.constraints)
+        return _spec(j, work, prof, deps)
 
     running: list[Placed] = []
     requeued: list[LiveJob] = []
@@ -180,14 +177,19 @@ def carry(snap: Snapshot, profiles: Mapping[str, ModelProfile], *, reservations:
     return _Carried(present, settled, notes)
 
 
+def _spec(j: LiveJob, work: float, profiles: dict[str, ModelProfile], deps: tuple[Dependency, ...] = ()) -> JobSpec:
+    """A live job as the replay takes it, with `work` seconds to run and the dependencies `deps`."""
+    return live_spec(str(j.id), j.model, j.num_gpus, work, profiles, user=j.user, priority=j.priority,
+                     slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s, elastic=j.elastic,
+                     team=j.team, depends_on=deps, array=j.array, array_max_running=j.array_max_running,
+                     constraints=j.constraints)
+
+
 def arrivals_of(snap: Snapshot, profiles: Mapping[str, ModelProfile]) -> list[JobSpec]:
     """The arrivals the replay assumes (`scheduler.core.estimates.expected_arrivals`): the last hour's submissions, as
     submitted (size, model, estimated duration, priority, team, constraints), arriving again."""
     prof = dict(profiles)
-    recent = [(at, live_spec(str(j.id), j.model, j.num_gpus, j.work_left, prof, user=j.user, priority=j.priority,
-                             slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s,
-                             elastic=j.elastic, team=j.team, constraints=j.constraints))
-              for at, j in snap.recent if j.model in prof]
+    recent = [(at, _spec(j, j.work_left, prof)) for at, j in snap.recent if j.model in prof]
     return expected_arrivals(recent, snap.taken_at)
 
 

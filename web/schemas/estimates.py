@@ -11,9 +11,9 @@ def start_estimate_fields(who: str = "") -> dict[str, fields.Field]:
     return {
         "start_estimate_s": fields.Float(allow_none=True, metadata={
             "description": f"{who}about how many seconds until it starts, by a replay of the present under the "
-                           "active policy (assuming the last hour's submissions arrive again over the next hour); null when it never starts under the current "
-                           "rules, is not started within the replay's bounds (`start_estimate_outlook`), or has no "
-                           "estimate (held)"}),
+                           "active policy (assuming the last hour's submissions arrive again over the next hour); "
+                           "null when it never starts under the current rules, is not started within the replay's "
+                           "bounds (`start_estimate_outlook`), or has no estimate (held)"}),
         "start_estimate_outlook": fields.String(allow_none=True, metadata={
             "description": f"{who}`starts` (in start_estimate_s), `never` (the rules never start it: "
                            "start_estimate_code says why), `beyond` (not within the replay's bounds); null: no "

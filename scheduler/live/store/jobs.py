@@ -62,7 +62,10 @@ _INSERT_EVENT = insert(_EVENT_TABLE).values(job_id=bindparam("ev_job_id"), at=bi
                                             kind=bindparam("ev_kind"), message=bindparam("ev_message"),
                                             data=bindparam("ev_data", type_=_EVENT_TABLE.c.data.type))
 _JOB_MANAGER = manager_of_class(Job)
-_WITH_EVENT: dict[frozenset[str], Select[Any]] = {}  # by the columns a submission gives: a few shapes in all
+# By the columns a submission gives: a few shapes in practice, but optional fields combine, so the statements kept are
+# bounded (all dropped past `_WITH_EVENT_KEPT`): nothing a user sends grows the server's memory without end.
+_WITH_EVENT: dict[frozenset[str], Select[Any]] = {}
+_WITH_EVENT_KEPT = 64
 
 
 def _job_with_event(columns: frozenset[str]) -> Select[Any]:
@@ -70,6 +73,8 @@ def _job_with_event(columns: frozenset[str]) -> Select[Any]:
     job's row; built once per set of columns given."""
     statement = _WITH_EVENT.get(columns)
     if statement is None:
+        if len(_WITH_EVENT) >= _WITH_EVENT_KEPT:
+            _WITH_EVENT.clear()
         job = (insert(_JOB_TABLE).values({c: bindparam(c, type_=_JOB_TABLE.c[c].type) for c in sorted(columns)})
                .returning(*_JOB_TABLE.c).cte("new_job"))
         event = insert(_EVENT_TABLE).from_select(
