@@ -38,19 +38,22 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     trained agent acts identically in the simulator and the live controller.
 
     ## Action Space
-    `Discrete(37)`: action `j * 4 + k` starts the job of slot `j` (0..8, one per queue order, the last three
-    preempting) on its placement `k` (0..3), preempting the slot's victims if it has any; 36 = wait (nothing more
-    starts until the next event). `action_masks()` gives the valid ones, for MaskablePPO; waiting is offered only when
-    every start would preempt (so it declines a preemption; it never idles GPUs a job could use). An invalid action is
+    `Discrete(45)`: action `j * 4 + k` starts the job of slot `j` (0..10: one per queue order, then three
+    preempting, then `grow` and `shrink`) on its placement `k` (0..3), preempting the slot's victims if it has any; the
+    `grow` slot resizes a running elastic job to its placement `k` instead, and the `shrink` slot starts its job on GPUs
+    elastic jobs give back (`policies.rl_elastic`); 44 = wait (nothing more starts until the next event).
+    `action_masks()` gives the valid ones, for MaskablePPO; waiting is offered only when every start would preempt or
+    resize (so it declines those; it never idles GPUs a job could start on). An invalid action is
     not an error: it is taken as wait (or, where wait is masked, as the first valid action) and reported in `info`.
 
     ## Observation Space
-    `Box(0, 8, (635,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
+    `Box(0, 8, (962,), float32)`: per job slot, which orders the job heads, its size, share, kind, gradient volume,
     wait, attained service, queue, Gittins index, expected remaining service, the preemption it needs, its team's
     standing (borrowing or within quota, swap, the team's borrowed GPUs and fair-share rank) and its priority (the
-    GPUs running at a lower one, whether it is pinned), and per placement slot its predicted slowdowns, spread, link
-    load, fragmentation, sharing, the racks it spans beyond the fewest and the load of the busiest fabric link it would
-    cross; cluster, queue, teams, priority and fabric summaries. Nothing depends on the cluster's or the queue's size,
+    GPUs running at a lower one, whether it is pinned) and its sizes (elastic or not, their span, its size now), and
+    per placement slot its predicted slowdowns, spread, link load, fragmentation, sharing, the racks it spans beyond
+    the fewest, the load of the busiest fabric link it would cross and its size against the job's (grown, shrunk, speed
+    per GPU); cluster, queue, teams, priority, fabric and elastic summaries. Nothing depends on the cluster's or the queue's size,
     or on the number of teams.
 
     ## Rewards
@@ -69,7 +72,8 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
     `window` jobs per episode; `load` the range of offered load; `part` the part of traces to draw windows from
     ("train", "test" or "all"); `scenarios` a fixed list to cycle through instead of drawing (for evaluation);
     `team_share` the probability that a drawn window is shared by teams (0: never, the default); `priority_share` the
-    probability that a drawn window's jobs carry priorities (`agents.scenarios.PRIORITY_DRAW`; 0: never, the default).
+    probability that a drawn window's jobs carry priorities (`agents.scenarios.PRIORITY_DRAW`; 0: never, the default);
+    `elastic_share` the probability that a drawn window is an elastic mix (`agents.scenarios.ELASTIC_DRAW`; 0: never).
     `reset(options=...)` may give a `scenario` (a `Scenario` or its dict), a `workload` or `window` to draw with, a
     fixed `cluster` spec, or `outages` (node drains and GPU faults, `scheduler.core.outages.Outage`; one that never
     ends must leave room for every job).
@@ -92,10 +96,11 @@ class PlacementEnv(gym.Env[np.ndarray, np.int64]):
         max_decisions: int = 50_000,
         team_share: float = 0.0,
         priority_share: float = 0.0,
+        elastic_share: float = 0.0,
     ) -> None:
         super().__init__()
         self.source = ScenarioSource(workloads, presets, nodes, window, load, part, scenarios, team_share,
-                                     priority_share)
+                                     priority_share, elastic_share)
         self.reward_scale_s = reward_scale_s
         self.slo_weight = slo_weight
         self.max_decisions = max_decisions

@@ -170,7 +170,8 @@ def _start_from(cfg: TrainConfig, model: Any, base: str | None, train_scenarios:
     teacher = base if heuristic and base else ("tiresias" if cfg.warm_start == "best" else cfg.warm_start)
     t0 = time.perf_counter()
     env = PlacementEnv(**(env_kwargs(cfg) | {"scenarios": train_scenarios}))
-    demos = collect(env, cfg.warm_start_samples, seed=cfg.seed + 1_000_000, teachers=Teachers(teacher))
+    demos = collect(env, cfg.warm_start_samples, seed=cfg.seed + 1_000_000,
+                    teachers=Teachers(teacher))
     stats = clone(model, demos, seed=cfg.seed)
     note = "" if base == teacher else (
         f" (the active policy {base or '(none)'} has no imitation teacher; cloned {teacher} instead)")

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.core.elastic import elastic_window
 from scheduler.core.model import PRESETS, Cluster, JobSpec, parse_cluster
 from scheduler.core.tenancy import Teams
 from scheduler.core.traces import (
@@ -79,6 +80,9 @@ TEAM_COUNTS = (2, 4)  # inclusive range of teams a training window with teams is
 # few hundred jobs matters (the 7-day default would make it the window's whole history).
 TEAM_HALF_LIFE_S = 3600.0
 PRIORITY_DRAW = (0.1, 0.05)  # a window with priorities: this share of jobs at HIGH_PRIORITY, this share not preemptible
+# An elastic window: this share of its whole-GPU training jobs elastic from half to twice their size, as issue 49's
+# elastic mix (`benchmarks/elastic.py`).
+ELASTIC_DRAW = 0.5
 
 
 def presets_for(workload: str, presets: Sequence[str]) -> Sequence[str]:
@@ -115,6 +119,7 @@ class Scenario:
     nodes: int = 0
     teams: int = 0  # shared by this many teams (`tenancy`), 0: no teams
     priorities: bool = False  # some jobs drawn at a high priority, some not preemptible (`PRIORITY_DRAW`)
+    elastic: bool = False  # `ELASTIC_DRAW` of the whole-GPU training jobs elastic (`scheduler.core.elastic`)
 
     @property
     def label(self) -> str:
@@ -122,7 +127,8 @@ class Scenario:
         where = f"seed {self.seed}" if is_synthetic(self.workload) else f"jobs {self.start}+{self.window}, seed {self.seed}"
         shared = f", {self.teams} teams" if self.teams else ""
         ranked = ", priorities" if self.priorities else ""
-        return f"{name} ({where}) on {self.preset}, target load {self.load:.2f}{shared}{ranked}"
+        elastic = ", elastic" if self.elastic else ""
+        return f"{name} ({where}) on {self.preset}, target load {self.load:.2f}{shared}{ranked}{elastic}"
 
     def build(self) -> tuple[Cluster, list[JobSpec]]:
         """The cluster and the jobs; with teams, each job's team is drawn with skewed demand (`team_draw`: team k
@@ -138,6 +144,8 @@ class Scenario:
             pinned = g.random(len(jobs)) < pinned_share
             jobs = [replace(j, priority=HIGH_PRIORITY if h else j.priority, preemptible=j.preemptible and not p)
                     for j, h, p in zip(jobs, high.tolist(), pinned.tolist(), strict=True)]
+        if self.elastic:  # as `corral simulate --elastic` and `benchmarks/elastic.py` draw them
+            jobs = elastic_window(jobs, ELASTIC_DRAW, self.seed + self.start)
         return cluster, jobs
 
     def tenancy(self, cluster: Cluster) -> Teams | None:
@@ -170,11 +178,11 @@ class Scenario:
 def draw(
     rng: np.random.Generator, workloads: Sequence[str], presets: Sequence[str], nodes: tuple[int, int],
     window_size: int, load: tuple[float, float], part: str = "train", team_share: float = 0.0,
-    priority_share: float = 0.0,
+    priority_share: float = 0.0, elastic_share: float = 0.0,
 ) -> Scenario:
     """A random scenario: a workload, a preset, a load in the range; trace windows from `part` of the trace; with
     probability `team_share`, shared by `TEAM_COUNTS` teams (none drawn when it is 0, so the draws are those of
-    before teams)."""
+    before teams); with probability `elastic_share`, an elastic mix (likewise drawn only when it is above 0)."""
     workload = workloads[int(rng.integers(len(workloads)))]
     own = presets_for(workload, presets)
     preset = own[int(rng.integers(len(own)))]
@@ -184,14 +192,16 @@ def draw(
         teams = int(rng.integers(TEAM_COUNTS[0], TEAM_COUNTS[1] + 1))
     # Drawn only when asked for: without it every draw is the one made before priorities existed.
     ranked = priority_share > 0 and bool(rng.random() < priority_share)
+    elastic = elastic_share > 0 and bool(rng.random() < elastic_share)
     if is_synthetic(workload):
         return Scenario(workload, preset, target, window_size, int(rng.integers(2**31)),
-                        nodes=int(rng.integers(nodes[0], nodes[1] + 1)), teams=teams, priorities=ranked)
+                        nodes=int(rng.integers(nodes[0], nodes[1] + 1)), teams=teams, priorities=ranked,
+                        elastic=elastic)
     seed = int(rng.integers(MODEL_SEEDS))
     n = len(trace_jobs(workload, seed))
     lo, hi = window_starts(n, window_size, part)
     return Scenario(workload, preset, target, min(window_size, n), seed, start=int(rng.integers(lo, hi)), teams=teams,
-                    priorities=ranked)
+                    priorities=ranked, elastic=elastic)
 
 
 class ScenarioSource:
@@ -203,8 +213,9 @@ class ScenarioSource:
 
     def __init__(self, workloads: Sequence[str], presets: Sequence[str], nodes: tuple[int, int], window: int,
                  load: tuple[float, float], part: str, scenarios: Sequence[Scenario] | None,
-                 team_share: float = 0.0, priority_share: float = 0.0) -> None:
+                 team_share: float = 0.0, priority_share: float = 0.0, elastic_share: float = 0.0) -> None:
         self.workloads = list(workloads)
+        self.elastic_share = elastic_share
         self.team_share = team_share
         self.priority_share = priority_share
         self.presets = list(presets)
@@ -230,7 +241,8 @@ class ScenarioSource:
         workloads = [options["workload"]] if "workload" in options else self.workloads
         return draw(rng, workloads, self.presets, self.nodes, int(options.get("window", self.window)), self.load,
                     self.part, float(options.get("team_share", self.team_share)),
-                    float(options.get("priority_share", self.priority_share)))
+                    float(options.get("priority_share", self.priority_share)),
+                    float(options.get("elastic_share", self.elastic_share)))
 
 
 def held_out(

@@ -78,6 +78,9 @@ class TrainConfig(BaseModel):
     # Probability that a training window's jobs carry priorities (10% at a high priority, 5% not preemptible): the
     # agent learns from states where the priority rules matter. Validation windows have none.
     priority_share: float = Field(0.3, ge=0.0, le=1.0)
+    # Probability that a training window is an elastic mix (`agents.scenarios.ELASTIC_DRAW`): the agent learns to size
+    # elastic jobs (start sizes, grows and shrinks) from the sizing teacher. Validation windows have none.
+    elastic_share: float = Field(0.3, ge=0.0, le=1.0)
     learning_rate: float = Field(1e-4, gt=0, le=1)
     n_steps: int = Field(1024, ge=16, le=65_536)  # per environment, per rollout
     batch_size: int = Field(256, ge=8)
@@ -140,6 +143,7 @@ class TrainConfig(BaseModel):
             self.warm_start = "none"  # DeepShare trains from scratch; its actions have no teacher in our frame
             self.team_share = 0.0  # its grid encodes no teams
             self.priority_share = 0.0  # nor priorities
+            self.elastic_share = 0.0  # nor sizes
         if self.batch_size > self.n_steps * self.n_envs:
             raise ValueError(f"batch_size {self.batch_size} exceeds a rollout of n_steps x n_envs = "
                              f"{self.n_steps * self.n_envs}")
@@ -157,7 +161,7 @@ FLAGS = {  # config field -> the flag users typed, so an error names what they c
     "eval_window": "--eval-window", "eval_load": "--eval-load", "algo": "--algo", "formulation": "--formulation",
     "learning_rate": "--learning-rate", "warm_start": "--warm-start", "warm_start_samples": "--warm-start-samples",
     "dagger_rounds": "--dagger-rounds", "n_steps": "--n-steps", "batch_size": "--batch-size",
-    "team_share": "--team-share", "priority_share": "--priority-share",
+    "team_share": "--team-share", "priority_share": "--priority-share", "elastic_share": "--elastic-share",
 }
 
 
@@ -219,6 +223,7 @@ def env_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.formulation == "corral":
         kwargs["team_share"] = cfg.team_share
         kwargs["priority_share"] = cfg.priority_share
+        kwargs["elastic_share"] = cfg.elastic_share
     return kwargs
 
 

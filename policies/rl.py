@@ -20,6 +20,7 @@ from policies.registry import register_prefix
 from policies.rl_encoding import (
     COMPACTNESS,
     ENCODING_VERSION,
+    GROW,
     MAX_CANDIDATES,
     N_ACTIONS,
     OBS_SIZE,
@@ -32,7 +33,8 @@ from policies.rl_encoding import (
 from policies.rl_numpy import NumpyActor, actor_of
 from policies.trained import AgentFormat, load, safe_objects
 from scheduler.core.decisions import Candidate, Decision, Deliberation, Place, Wait, WakeAt
-from scheduler.core.model import Job
+from scheduler.core.model import Job, Placement
+from scheduler.core.resizing import regrow_at
 from scheduler.core.runner import answered
 from scheduler.core.state import ClusterView
 
@@ -138,31 +140,42 @@ class RLPolicy:
                 action = yield point
                 chosen = point.choice(action)
                 if chosen is not None:
-                    slot, _ = chosen
-                    why = (f"rl:{self.label} chose {slot.job.spec.name} (heads {', '.join(slot.heads)}), candidate "
-                           f"{action % MAX_CANDIDATES + 1} of {len(slot.candidates)}"
-                           + (f", preempting {len(slot.victims)}" if slot.victims else ""))
+                    slot, placement = chosen
+                    why = self._why(slot, placement, action)
                     decisions = point.decisions(action, why)
                     if not self.explain:
                         return decisions
                     return self._with_candidates(view, slot, decisions)
                 self._waited = (now, len(view.running))
         # Someone waits: look again when a running job drops to a lower queue and may be preempted, or when a job's
-        # wait for compact room ends and it may start spread.
+        # wait for compact room ends and it may start spread; GPUs idle: when an elastic job may be resized again.
+        regrow = regrow_at(view, now) if view.free_whole > 0 else None
         if not queue:
-            return []
+            return [WakeAt(regrow)] if regrow is not None else []
         c = view.cluster
         specs = {j.id: j.spec for j in queue} if held else {}
         said: list[Decision] = [Wait(i, COMPACTNESS.words(c, specs[i], until, now), until)
                                 for i, until in held.items() if i in specs]
-        wakes = [t for t in (next_demotion(view, now, synced=synced), next_wait_end(view, queue, now)) if t is not None]
+        wakes = [t for t in (next_demotion(view, now, synced=synced), next_wait_end(view, queue, now), regrow)
+                 if t is not None]
         return said + [WakeAt(min(wakes))] if wakes else said
+
+    def _why(self, slot: JobSlot, placement: Placement, action: int) -> str:
+        n, k = len(placement.gpus), action % MAX_CANDIDATES + 1
+        if slot.kind == GROW:
+            return f"rl:{self.label} grew it to {n} GPUs (size {k} of {len(slot.candidates)} offered)"
+        sized = f" at {n} GPUs" if (slot.job.submitted or slot.job.spec).elastic else ""
+        return (f"rl:{self.label} chose {slot.job.spec.name}{sized} (heads {', '.join(slot.heads)}), candidate "
+                f"{k} of {len(slot.candidates)}" + (f", preempting {len(slot.victims)}" if slot.victims else "")
+                + (f", shrinking {len(slot.resizes)} elastic job(s)" if slot.resizes else ""))
 
     @staticmethod
     def _with_candidates(view: ClusterView, slot: JobSlot, decisions: list[Decision]) -> list[Decision]:
         """Attach what the agent chose between, with the contention model's predictions, to its placement (the
         controller stores them to explain the decision). The predictions are the decision point's own (nothing
         changed since: `Candidate.scored` would compute them again)."""
+        if slot.kind == GROW:  # a resize: no placement to explain
+            return decisions
         if len(slot.predictions) == len(slot.candidates):
             weighed = [Candidate(p, pred.slowdown, pred.others_added, tuple(sorted(pred.others_before)))
                        for p, pred in zip(slot.candidates, slot.predictions, strict=True)]

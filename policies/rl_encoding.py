@@ -90,6 +90,20 @@ import numpy as np
 from policies.compactness import CompactnessWait
 from policies.gittins import Gittins, SizeDistribution, default_sizes
 from policies.placement import FitKey, Planner, fit_key
+from policies.rl_elastic import (
+    ELASTIC_CLUSTER_FEATURES,
+    ELASTIC_JOB_FEATURES,
+    GROW,
+    SHRINK,
+    SIZE_CANDIDATE_FEATURES,
+    Filled,
+    job_size_features,
+    keep_per_size,
+    least,
+    resize_slots,
+    size_features,
+    start_sizes,
+)
 from policies.rl_rows import QueueRows
 from policies.rl_running import (
     RunningIndex,
@@ -103,31 +117,43 @@ from policies.rl_scan import FITS, NONE, UNKNOWN, Scan
 from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
 from scheduler.core.constraints import Constraints
 from scheduler.core.contention import Prediction
-from scheduler.core.decisions import Decision, Place, Preempt
+from scheduler.core.decisions import Decision, Place, Preempt, Resize
+from scheduler.core.elastic import sized
 from scheduler.core.model import Job, JobKind, JobSpec, Placement
 from scheduler.core.priorities import lowest_preemptible, may_preempt
 from scheduler.core.standing import TenancyStanding
 from scheduler.core.state import EPS, ClusterView
 from scheduler.core.victims import PendingDemands
 
-ENCODING_VERSION = 7
+ENCODING_VERSION = 8
 ORDERS = ("las", "las-fine", "gittins", "remaining", "fifo", "smallest", "preempt-las", "preempt-fine",
-          "preempt-gittins")
+          "preempt-gittins", GROW, SHRINK)
 MAX_JOBS = len(ORDERS)  # job slots: one per order
 MAX_CANDIDATES = 4  # placement slots per job
 WAIT = MAX_JOBS * MAX_CANDIDATES  # the last action
 N_ACTIONS = WAIT + 1
 FABRIC_CANDIDATE_FEATURES = 2  # racks beyond the fewest, the busiest fabric link it crosses
-CANDIDATE_FEATURES = 8 + FABRIC_CANDIDATE_FEATURES
+CANDIDATE_FEATURES = 8 + FABRIC_CANDIDATE_FEATURES + SIZE_CANDIDATE_FEATURES
 TEAM_JOB_FEATURES = 5  # the job's team's standing (`team_job_features`)
 PRIORITY_JOB_FEATURES = 2  # its priority against the running jobs', and whether it may be preempted (`Priorities`)
-JOB_FEATURES = 1 + len(ORDERS) + 12 + TEAM_JOB_FEATURES + PRIORITY_JOB_FEATURES
+JOB_FEATURES = 1 + len(ORDERS) + 12 + TEAM_JOB_FEATURES + PRIORITY_JOB_FEATURES + ELASTIC_JOB_FEATURES
 SLOT_SIZE = JOB_FEATURES + MAX_CANDIDATES * CANDIDATE_FEATURES
 TEAM_CLUSTER_FEATURES = 3  # the teams together (`team_cluster_features`)
 PRIORITY_CLUSTER_FEATURES = 2  # the running GPUs no start may take back (`Priorities`)
 FABRIC_CLUSTER_FEATURES = 1  # the fabric links' mean load
-CLUSTER_FEATURES = 8 + TEAM_CLUSTER_FEATURES + PRIORITY_CLUSTER_FEATURES + FABRIC_CLUSTER_FEATURES
+CLUSTER_FEATURES = (8 + TEAM_CLUSTER_FEATURES + PRIORITY_CLUSTER_FEATURES + FABRIC_CLUSTER_FEATURES
+                    + ELASTIC_CLUSTER_FEATURES)
 OBS_SIZE = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES
+# Where each group of features starts: in a job slot, in a placement slot (from its start), and in the observation.
+TEAM_JOB_AT = JOB_FEATURES - TEAM_JOB_FEATURES - PRIORITY_JOB_FEATURES - ELASTIC_JOB_FEATURES
+PRIORITY_JOB_AT = TEAM_JOB_AT + TEAM_JOB_FEATURES
+ELASTIC_JOB_AT = PRIORITY_JOB_AT + PRIORITY_JOB_FEATURES
+FABRIC_CANDIDATE_AT = CANDIDATE_FEATURES - FABRIC_CANDIDATE_FEATURES - SIZE_CANDIDATE_FEATURES
+SIZE_CANDIDATE_AT = FABRIC_CANDIDATE_AT + FABRIC_CANDIDATE_FEATURES
+ELASTIC_CLUSTER_AT = OBS_SIZE - ELASTIC_CLUSTER_FEATURES
+FABRIC_CLUSTER_AT = ELASTIC_CLUSTER_AT - FABRIC_CLUSTER_FEATURES
+PRIORITY_CLUSTER_AT = FABRIC_CLUSTER_AT - PRIORITY_CLUSTER_FEATURES
+TEAM_CLUSTER_AT = PRIORITY_CLUSTER_AT - TEAM_CLUSTER_FEATURES
 OBS_LOW, OBS_HIGH = 0.0, 8.0  # every feature is clipped into this range
 THRESHOLDS = DEFAULT_THRESHOLDS  # the `las` order's queues
 # Preemption queues: finer than Tiresias' and containing its thresholds, so every preemption Tiresias would make (a
@@ -155,6 +181,8 @@ class JobSlot:
     heads: tuple[str, ...]  # the orders this job heads
     # The contention model's prediction for each candidate, made at this decision point (the explanation reuses them)
     predictions: tuple[Prediction, ...] = ()
+    kind: str = "start"  # or GROW (a running job, `candidates` its larger placements) or SHRINK (`resizes` first)
+    resizes: tuple[Resize, ...] = ()  # a shrink slot's shrinks, for its job's start
 
 
 @dataclass(frozen=True)
@@ -172,13 +200,20 @@ class DecisionPoint:
         assert slot is not None, f"action {action} is masked"
         return slot, slot.candidates[action % MAX_CANDIDATES]
 
-    def action_of(self, job_id: int, gpus: tuple[int, ...] | None = None, preempts: bool = False) -> int | None:
-        """The action that starts `job_id` (on `gpus` if that is one of its candidates, else on its first), from a
-        slot that preempts or not as asked, or None if the job is not a candidate so."""
+    def action_of(self, job_id: int, gpus: tuple[int, ...] | None = None, preempts: bool = False,
+                  kind: str = "start") -> int | None:
+        """The action that starts `job_id` (on `gpus` if that is one of its candidates, else on its first of as many
+        GPUs, else on its first), from a slot that preempts or not as asked (a start) or of `kind` (GROW: resizes
+        it to `gpus`; SHRINK: starts it on GPUs elastic jobs give back), or None if the job is not a candidate so."""
         for j, slot in enumerate(self.slots):
-            if slot is not None and slot.job.id == job_id and bool(slot.victims) == preempts:
-                k = next((i for i, p in enumerate(slot.candidates) if p.gpus == gpus), 0)
-                return j * MAX_CANDIDATES + k
+            if slot is None or slot.job.id != job_id or slot.kind != kind:
+                continue
+            if kind == "start" and bool(slot.victims) != preempts:
+                continue
+            k = next((i for i, p in enumerate(slot.candidates) if p.gpus == gpus), None)
+            if k is None and gpus is not None:
+                k = next((i for i, p in enumerate(slot.candidates) if len(p.gpus) == len(gpus)), None)
+            return j * MAX_CANDIDATES + (k or 0)
         return None
 
     def quiet_action(self) -> int:
@@ -186,7 +221,7 @@ class DecisionPoint:
         if self.mask[WAIT]:
             return WAIT
         for j, slot in enumerate(self.slots):
-            if slot is not None and not slot.victims:
+            if slot is not None and not slot.victims and slot.kind == "start":
                 return j * MAX_CANDIDATES
         return int(np.flatnonzero(self.mask)[0])
 
@@ -196,6 +231,10 @@ class DecisionPoint:
         if chosen is None:
             return []
         slot, placement = chosen
+        if slot.kind == GROW:
+            return [Resize(slot.job.id, placement, reason)]
+        if slot.kind == SHRINK:
+            return [*slot.resizes, Place(slot.job.id, placement, reason)]
         why = f"preempted for {slot.job.spec.name} (queue {slot.level})"
         return [*(Preempt(v, why) for v in slot.victims), Place(slot.job.id, placement, reason)]
 
@@ -293,9 +332,11 @@ class Priorities:
         return self.pinned, self.above
 
 
-def cluster_features(view: ClusterView, queued: QueueSummary,
-                     priorities: Priorities | None = None) -> np.ndarray:
+def cluster_features(view: ClusterView, queued: QueueSummary, priorities: Priorities | None = None,
+                     elastic_share: float = 0.0) -> np.ndarray:
+    """`elastic_share`: the share of the queue's jobs that are elastic."""
     c = view.cluster
+    elastic = view.elastic
     free = np.asarray(view.free_share)
     shared = float(np.count_nonzero((free > EPS) & (free < 1.0 - EPS))) / c.num_gpus
     whole_nodes = float(np.count_nonzero(np.asarray(view.node_free) == c.node_num_gpus)) / c.num_nodes
@@ -312,6 +353,8 @@ def cluster_features(view: ClusterView, queued: QueueSummary,
         *(priorities.cluster() if priorities is not None else (0.0, 0.0)),
         # Summed duty cycles per link, averaged: 1.0 means every uplink and downlink carries a saturating job's worth.
         min(float(np.mean(np.asarray(view.link_load)[c.fabric_links])), OBS_HIGH) if c.fabric_links.size else 0.0,
+        sum(j.spec.gpu_demand for j in elastic.values()) / c.num_gpus if elastic else 0.0,
+        elastic_share,
     ], dtype=np.float32)
 
 
@@ -357,11 +400,13 @@ def team_job_features(tenancy: TenancyStanding | None, job: Job) -> tuple[float,
 
 
 def job_features(view: ClusterView, sizes: SizeDistribution, job: Job, now: float, level: int,
-                 heads: Sequence[str], victims: Sequence[Job], priorities: Priorities | None = None) -> np.ndarray:
-    spec = job.spec
+                 heads: Sequence[str], victims: Sequence[Job], priorities: Priorities | None = None,
+                 given: float | None = None) -> np.ndarray:
+    """`given`: the GPUs the victims give back, where they are shrunk instead of preempted (a SHRINK slot)."""
+    spec = job.submitted or job.spec
     prof = view.profile(spec)
     attained = view.attained_gpu_s(job)
-    victim_gpus = sum(v.spec.gpu_demand for v in victims)
+    victim_gpus = sum(v.spec.gpu_demand for v in victims) if given is None else given
     victim_service = sum(view.attained_gpu_s(v) for v in victims)
     return np.array([
         1.0,
@@ -381,13 +426,15 @@ def job_features(view: ClusterView, sizes: SizeDistribution, job: Job, now: floa
         1.0 if victims else 0.0,
         *team_job_features(view.tenancy, job),
         *(priorities.job(spec) if priorities is not None else (0.0, 0.0)),
+        *job_size_features(job),
     ], dtype=np.float32)
 
 
 def candidate_features(view: ClusterView, job: Job, placement: Placement, pred: Prediction,
-                       partial_fit: bool) -> np.ndarray:
-    """`partial_fit`: some partly used node could hold the whole gang (so breaking into a free node is a choice)."""
-    spec = job.spec
+                       partial_fit: bool, base: int | None = None) -> np.ndarray:
+    """`partial_fit`: some partly used node could hold the whole gang (so breaking into a free node is a choice).
+    `base`: the size the placement's is weighed against (`rl_elastic.size_features`), by default the job's own."""
+    spec = at_size(job.spec, placement)
     c = view.cluster
     nodes = placement.nodes(c)
     fewest = -(-spec.workers // c.max_gpus_per_node)
@@ -411,7 +458,14 @@ def candidate_features(view: ClusterView, job: Job, placement: Placement, pred: 
         tenants / 4.0,
         racks_beyond / 4.0,
         min(pred.fabric_load, 1e3),
+        *size_features(view, job.submitted or job.spec, job.spec.workers if base is None else base, spec.workers),
     ], dtype=np.float32)
+
+
+def at_size(spec: JobSpec, placement: Placement) -> JobSpec:
+    """`spec` at the size of `placement` (an elastic job's candidates come at several sizes)."""
+    k = len(placement.gpus)
+    return spec if k == spec.workers or spec.num_gpus < 1 else sized(spec, k)
 
 
 # ---- the decision point ---------------------------------------------------------------------------------------------
@@ -482,7 +536,7 @@ class _Frame:
             self._lowest = lowest_preemptible(self.view)
         return COMPACTNESS.until(self.view, spec, self._lowest)
 
-    def _scored(self, job: Job, cands: list[Placement], victims: list[Job]) -> Choice:
+    def scored(self, job: Job, cands: list[Placement], victims: list[Job]) -> Choice:
         # The prediction counts the victims' contention still (the view does not know they would leave), which
         # errs on the side of caution. So it depends on the job and the placement alone while the decision point
         # lasts (the model does not change in it), and the ladders' preemption slots, which often pick the same job
@@ -492,15 +546,16 @@ class _Frame:
         for p in cands:
             key = (job.id, p)
             if key not in self._predicted:
-                self._predicted[key] = self.view.predict(job.spec, p)
+                self._predicted[key] = self.view.predict(at_size(job.spec, p), p)
             preds.append(self._predicted[key])
-        keep = non_dominated(preds)[:MAX_CANDIDATES]
+        keep = keep_per_size(cands, preds, MAX_CANDIDATES, non_dominated)
         return [cands[i] for i in keep], [preds[i] for i in keep], victims
 
     def fits(self, job: Job, predict: bool = True) -> Choice | _Unscored | _Fitting | None:
         """The job's non-dominated candidate placements on free capacity (`chosen` makes them a Choice), or None if
-        it fits nowhere now; without `predict`, FITTING where it fits (for an order that only passes over it)."""
-        spec = job.spec
+        it fits nowhere now; without `predict`, FITTING where it fits (for an order that only passes over it). An
+        elastic job fits where its smallest size does, and is offered several sizes (`rl_elastic.start_sizes`)."""
+        spec = least(job.spec)
         if not self.planner.may_fit(spec):
             return None
         until = self._waits_until(spec)
@@ -510,6 +565,9 @@ class _Frame:
             cands = COMPACTNESS.candidates(self.planner, spec)
             if not cands and self.planner.fits_once_freed(spec, ()):
                 self.held[job.id] = until  # it could start spread: it waits for the fewest servers instead
+        elif spec is not job.spec and predict:
+            cands = [p for k in start_sizes(self.view, self.planner, job)
+                     for p in self.planner.candidates(sized(job.spec, k))]
         else:
             cands = self.planner.candidates(spec)
         # Predicted only if the job heads an order: the preemption orders ask whether each job they pass fits, and
@@ -518,7 +576,7 @@ class _Frame:
             return None
         if not predict:  # (held for compact room: its candidates are its own)
             return FITTING
-        return _Unscored(cands, [self.view.predict_later(spec, p) for p in cands])
+        return _Unscored(cands, [self.view.predict_later(at_size(job.spec, p), p) for p in cands])
 
     def _passing(self, spec: JobSpec) -> _Fitting | None:
         """`fits` without a prediction for a job that does not wait for compact room: FITTING or None, from whether
@@ -537,7 +595,7 @@ class _Frame:
     def chosen(fit: Choice | _Unscored) -> Choice:
         if isinstance(fit, _Unscored):
             preds = [later() for later in fit.predictions]
-            keep = non_dominated(preds)[:MAX_CANDIDATES]
+            keep = keep_per_size(fit.candidates, preds, MAX_CANDIDATES, non_dominated)
             return [fit.candidates[i] for i in keep], [preds[i] for i in keep], []
         return fit
 
@@ -599,7 +657,7 @@ class _Frame:
         room."""
         if not self.preempt or job.id in self.held:
             return None
-        view, planner, spec = self.view, self.planner, job.spec
+        view, planner, spec = self.view, self.planner, least(job.spec)  # (an elastic job: at its smallest size)
         level = self.level(job, ladder)
         levels, order = self._ranked(ladder)
         if levels[0] <= level:  # (levels descending) no running job is in a lower-priority queue: no victims
@@ -631,7 +689,7 @@ class _Frame:
         # for compact room, it is offered only the fewest servers, freed or not.
         freed = planner.without(victims)
         cands = COMPACTNESS.candidates(freed, spec) if waits else freed.candidates(spec)
-        return self._scored(job, cands, victims) if cands else None  # none: fragmentation, preempting won't help
+        return self.scored(job, cands, victims) if cands else None  # none: fragmentation, preempting won't help
 
 
 # The last queue's rows (`policies.rl_rows`), per size distribution.
@@ -639,10 +697,10 @@ _SIZE_KEYS: weakref.WeakKeyDictionary[SizeDistribution, QueueRows] = weakref.Wea
 
 
 def _orders(view: ClusterView, sizes: SizeDistribution,
-            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            jobs: list[Job]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
     """Each order as indices into `jobs` (which are in arrival order, so a stable sort breaks ties by arrival), and
-    each job's GPUs (`num_gpus`), priority, class (`policies.rl_scan`; columns without and with the user) and
-    attained service."""
+    each job's GPUs (`num_gpus`; an elastic job's smallest size), priority, class (`policies.rl_scan`; columns
+    without and with the user) and attained service; and the share of the jobs that are elastic."""
     n = len(jobs)
     rows = _SIZE_KEYS.get(sizes)
     if rows is None:
@@ -662,7 +720,7 @@ def _orders(view: ClusterView, sizes: SizeDistribution,
         "preempt-las": coarse,
         "preempt-fine": fine,
         "preempt-gittins": gittins,
-    }, num, priority, table[:, 6:].astype(np.intp), attained
+    }, num, priority, table[:, 6:8].astype(np.intp), attained, float(table[:, 8].mean())
 
 
 _QUEUES: weakref.WeakKeyDictionary[SizeDistribution, Gittins] = weakref.WeakKeyDictionary()
@@ -679,19 +737,88 @@ def decision_point(
     view: ClusterView, queue: Collection[Job], now: float, sizes: SizeDistribution | None = None,
     preempt: bool = True, held: dict[int, float] | None = None,
 ) -> DecisionPoint | None:
-    """The agent's choice at this instant, or None if no pending job can start (even by preempting).
+    """The agent's choice at this instant, or None if no pending job can start (even by preempting or shrinking) and
+    no running elastic job may grow.
 
     `queue` holds the pending jobs in arrival order. Waiting is not offered on an idle cluster: nothing would ever
     change. `held`, if given, receives the jobs the frame held for compact room (of those it looked at), each with
     when its wait ends.
     """
     jobs = list(queue)
-    if not jobs:
+    if not jobs and not view.growable:
         return None
     sizes = sizes or default_sizes()
-    orders, num, priority, classes, attained = _orders(view, sizes, jobs)
-    frame = _Frame(view, preempt, _gittins_queues(sizes), jobs, num, float(priority.min()))
-    planner = frame.planner
+    swap_call = view.tenancy is not None and view.tenancy.swap_call
+    if jobs:
+        orders, num, priority, classes, attained, elastic_share = _orders(view, sizes, jobs)
+        frame = _Frame(view, preempt, _gittins_queues(sizes), jobs, num, float(priority.min()))
+        heads, fits, refused = _start_heads(frame, jobs, orders, num, classes, attained, swap_call)
+        top: float | None = float(priority.max())
+    else:
+        frame = _Frame(view, False, _gittins_queues(sizes), jobs, np.zeros(0), 0.0)
+        heads, fits, refused, orders, num, elastic_share, top = {}, {}, np.zeros(0, bool), {}, np.zeros(0), 0.0, None
+    if held is not None:
+        held.update(frame.held)
+    slots_of: dict[str, Filled] = {name: Filled(jobs[i], *choice) for name, (i, choice) in heads.items()}
+    if view.elastic and not swap_call:
+        slots_of.update(resize_slots(frame, sizes, jobs, orders["gittins"] if jobs else None, fits, refused, now,
+                                     MAX_CANDIDATES))
+    if not slots_of:
+        return None
+    headed: dict[int, list[str]] = {}
+    for name, held_by in slots_of.items():
+        if held_by.kind != GROW:
+            headed.setdefault(held_by.job.id, []).append(name)
+    c = view.cluster
+    partial: dict[int, bool] = {}
+    # (The frame synced the running index at this instant where it may preempt, so there are running jobs.)
+    prio = Priorities(view, jobs, top=top, index=running_index(view) if frame.preempt else None)
+    obs = np.zeros(OBS_SIZE, dtype=np.float32)
+    mask = np.zeros(N_ACTIONS, dtype=bool)
+    slots: list[JobSlot | None] = []
+    for j, name in enumerate(ORDERS):
+        filled = slots_of.get(name)
+        if filled is None:
+            slots.append(None)
+            continue
+        job, cands, preds, victims = filled.job, filled.candidates, filled.predictions, filled.victims
+        level = las_level(view.attained_gpu_s(job), FINE_THRESHOLDS)
+        base = j * SLOT_SIZE
+        obs[base:base + JOB_FEATURES] = job_features(
+            view, sizes, job, now, level, headed.get(job.id, [name]), victims, prio,
+            given=sum(v.spec.workers - len(r.placement.gpus) for v, r in zip(victims, filled.resizes, strict=True))
+            if filled.resizes else None)
+        workers = least(job.spec).workers
+        if workers not in partial:
+            node_free = frame.planner.node_free
+            partial[workers] = job.spec.num_gpus >= 1 and bool(
+                np.any((node_free >= workers) & (node_free < c.node_num_gpus)))
+        for k, (p, pred) in enumerate(zip(cands, preds, strict=False)):
+            at = base + JOB_FEATURES + k * CANDIDATE_FEATURES
+            obs[at:at + CANDIDATE_FEATURES] = candidate_features(view, job, p, pred, partial[workers])
+            mask[j * MAX_CANDIDATES + k] = True
+        slots.append(JobSlot(job, cands, tuple(v.id for v in victims) if filled.kind == "start" else (), level,
+                             tuple(headed.get(job.id, [name])), tuple(preds), filled.kind, filled.resizes))
+    # The queue's summary from `_orders`' columns: the same sum, in the same order, as `queue_summary`'s.
+    summary = QueueSummary(len(jobs), float(sum(num.tolist())),
+                           float(np.count_nonzero(num < 1)) / len(jobs) if jobs else 0.0)
+    obs[MAX_JOBS * SLOT_SIZE:] = cluster_features(view, summary, prio, elastic_share)
+    np.nan_to_num(obs, copy=False, nan=OBS_LOW, posinf=OBS_HIGH, neginf=OBS_LOW)
+    np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
+    # Waiting declines preemption, a grow or a shrink; it is not offered while a job can start on free GPUs (holding
+    # GPUs idle for a better moment lengthened average JCT on both real traces, for contention-greedy and for version
+    # 2's agent, and an agent that may idle GPUs can starve the cluster), nor on an idle cluster, where nothing would
+    # ever change.
+    mask[WAIT] = bool(view.running) and all(slot is None or slot.victims or slot.kind != "start" for slot in slots)
+    return DecisionPoint(slots, obs, mask, jobs)
+
+
+def _start_heads(frame: _Frame, jobs: list[Job], orders: dict[str, np.ndarray], num: np.ndarray, classes: np.ndarray,
+                 attained: np.ndarray, swap_call: bool,
+                 ) -> tuple[dict[str, tuple[int, Choice]], dict[int, Choice | _Unscored | _Fitting | None], np.ndarray]:
+    """The head of each start and preemption order (as an index into `jobs`, with its choice); what the scans found of
+    each job they asked (`fits`), and which they passed over without asking (`refused`)."""
+    view, planner = frame.view, frame.planner
     # Jobs that fit nowhere, known without a search: `Planner.may_fit` refuses them (and nothing else about them is
     # computed). A whole-GPU job asking for more GPUs than are wholly free stays so for the whole decision point (a
     # preemption is weighed on a scratch plan; the exact test of a GPU share's victims gives them back and takes them
@@ -707,9 +834,10 @@ def decision_point(
     heads: dict[str, tuple[int, Choice]] = {}
     # Offered only as swaps (`scheduler.core.tenancy`), a job starts only by preempting its own team's jobs: the frame
     # would drop a start on free GPUs, so only the preemption slots are offered.
-    swap_call = view.tenancy is not None and view.tenancy.swap_call
     scan: Scan | None = None  # the preemption orders' (`policies.rl_scan`)
     for name in ORDERS:
+        if name in (GROW, SHRINK):
+            continue
         ladder = PREEMPT_LADDERS.get(name)
         if ladder is None:
             if swap_call:
@@ -740,49 +868,7 @@ def decision_point(
         found = scan.head(orders[name], ladder, PREEMPT_SCAN)
         if found is not None:
             heads[name] = found
-    if held is not None:
-        held.update(frame.held)
-    if not heads:
-        return None
-    headed: dict[int, list[str]] = {}
-    for name, (i, _) in heads.items():
-        headed.setdefault(i, []).append(name)
-    c = view.cluster
-    partial: dict[int, bool] = {}
-    # (The frame synced the running index at this instant where it may preempt, so there are running jobs.)
-    prio = Priorities(view, jobs, top=float(priority.max()), index=running_index(view) if frame.preempt else None)
-    obs = np.zeros(OBS_SIZE, dtype=np.float32)
-    mask = np.zeros(N_ACTIONS, dtype=bool)
-    slots: list[JobSlot | None] = []
-    for j, name in enumerate(ORDERS):
-        if name not in heads:
-            slots.append(None)
-            continue
-        i, (cands, preds, victims) = heads[name]
-        job = jobs[i]
-        level = las_level(view.attained_gpu_s(job), FINE_THRESHOLDS)
-        base = j * SLOT_SIZE
-        obs[base:base + JOB_FEATURES] = job_features(view, sizes, job, now, level, headed[i], victims, prio)
-        workers = job.spec.workers
-        if workers not in partial:
-            node_free = frame.planner.node_free
-            partial[workers] = job.spec.num_gpus >= 1 and bool(
-                np.any((node_free >= workers) & (node_free < c.node_num_gpus)))
-        for k, (p, pred) in enumerate(zip(cands, preds, strict=False)):
-            at = base + JOB_FEATURES + k * CANDIDATE_FEATURES
-            obs[at:at + CANDIDATE_FEATURES] = candidate_features(view, job, p, pred, partial[workers])
-            mask[j * MAX_CANDIDATES + k] = True
-        slots.append(JobSlot(job, cands, tuple(v.id for v in victims), level, tuple(headed[i]), tuple(preds)))
-    # The queue's summary from `_orders`' columns: the same sum, in the same order, as `queue_summary`'s.
-    summary = QueueSummary(len(jobs), float(sum(num.tolist())), float(np.count_nonzero(num < 1)) / len(jobs))
-    obs[MAX_JOBS * SLOT_SIZE:] = cluster_features(view, summary, prio)
-    np.nan_to_num(obs, copy=False, nan=OBS_LOW, posinf=OBS_HIGH, neginf=OBS_LOW)
-    np.clip(obs, OBS_LOW, OBS_HIGH, out=obs)
-    # Waiting declines preemption; it is not offered while a job can start on free GPUs (holding GPUs idle for a
-    # better moment lengthened average JCT on both real traces, for contention-greedy and for version 2's agent, and
-    # an agent that may idle GPUs can starve the cluster), nor on an idle cluster, where nothing would ever change.
-    mask[WAIT] = bool(view.running) and all(slot is None or slot.victims for slot in slots)
-    return DecisionPoint(slots, obs, mask, jobs)
+    return heads, fits, refused
 
 
 def next_wait_end(view: ClusterView, queue: Collection[Job], now: float) -> float | None:

@@ -2,8 +2,9 @@
 to the next.
 
 A row is what the orders read of a pending job, as floats: attained service, Gittins index and expected remaining
-GPU-seconds under a size distribution, GPU demand, GPUs, priority, and its classes (`policies.rl_scan`'s, without and
-with the user). It depends only on the job's spec and attained service (frozen while it is pending), so a job still
+GPU-seconds under a size distribution, GPU demand, GPUs, priority, its classes (`policies.rl_scan`'s, without and
+with the user), and whether it is elastic. An elastic job's demand, GPUs and classes are those of its smallest size,
+which the frame asks whether it fits at (`policies.rl_elastic.least`). It depends only on the job's spec and attained service (frozen while it is pending), so a job still
 queued with the same spec and service keeps its row. Between two decisions the queue usually loses the job just placed
 and gains the jobs just arrived: the rows are matched to the last queue's by the job objects themselves (their ids,
 held so that no other object takes them), over arrays, instead of a Python loop over ~1,500 jobs per decision; where
@@ -19,9 +20,10 @@ import operator
 import numpy as np
 
 from policies.gittins import SizeDistribution
+from policies.rl_elastic import least
 from scheduler.core.model import Job, JobSpec
 
-COLUMNS = 8
+COLUMNS = 9
 _CLASSES: dict[tuple[object, ...], int] = {}  # what `_Frame.fits` reads of a job -> its class (never renumbered)
 _SPEC = operator.attrgetter("spec")
 _ATTAINED = operator.attrgetter("attained_gpu_s")
@@ -35,9 +37,10 @@ def _class(key: tuple[object, ...]) -> float:
 
 
 def row(sizes: SizeDistribution, spec: JobSpec, attained: float) -> tuple[float, ...]:
-    alike = (spec.model, spec.compression, spec.num_gpus, spec.workers, spec.share, spec.constraints)
-    return (attained, sizes.index(attained, spec), sizes.expected_remaining(attained, spec), spec.gpu_demand,
-            spec.num_gpus, spec.priority, _class(alike), _class((*alike, spec.user)))
+    fit = least(spec)
+    alike = (fit.model, fit.compression, fit.num_gpus, fit.workers, fit.share, fit.constraints)
+    return (attained, sizes.index(attained, spec), sizes.expected_remaining(attained, spec), fit.gpu_demand,
+            fit.num_gpus, spec.priority, _class(alike), _class((*alike, spec.user)), 1.0 if fit is not spec else 0.0)
 
 
 class QueueRows:

@@ -342,9 +342,8 @@ def test_the_priority_features_and_victims_follow_the_priority_rules() -> None:
     """Encoding 6: a job's slot says what share of GPUs runs at a lower priority and whether it is pinned; the
     cluster part, what share runs pinned and above every pending job. All zero without priorities; a preemption slot
     never names a victim the rules protect."""
-    from policies.rl_encoding import CLUSTER_FEATURES, FABRIC_CLUSTER_FEATURES, JOB_FEATURES, MAX_JOBS, SLOT_SIZE
-
-    PRIO_AT = MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - FABRIC_CLUSTER_FEATURES - 2  # the priorities' two features
+    from policies.rl_encoding import PRIORITY_CLUSTER_AT as PRIO_AT
+    from policies.rl_encoding import PRIORITY_JOB_AT, SLOT_SIZE
 
     def point_for(long_priority: int, long_preemptible: bool, new_priority: int) -> tuple[np.ndarray, object]:
         long_run = JobSpec("long", 0.0, 4.0, 100_000.0, "ResNet-50-bs64", priority=long_priority,
@@ -361,8 +360,8 @@ def test_the_priority_features_and_victims_follow_the_priority_rules() -> None:
         return point.obs, dict(zip(ORDERS, point.slots, strict=False))
 
     def job_prio(obs: np.ndarray, slot: int) -> list[float]:
-        base = slot * SLOT_SIZE + JOB_FEATURES
-        return obs[base - 2:base].tolist()
+        base = slot * SLOT_SIZE + PRIORITY_JOB_AT
+        return obs[base:base + 2].tolist()
 
     preempt = ORDERS.index("preempt-las")
     obs, slots = point_for(0, True, 0)
@@ -403,11 +402,9 @@ def test_the_fabric_features_see_racks_and_the_uplinks_a_placement_would_share()
     (the other jobs' summed duty cycles there); for the cluster, the fabric links' mean load. All 0 without a fabric,
     where the NIC load is encoding 6's."""
     from policies.rl_encoding import (
-        CANDIDATE_FEATURES,
-        CLUSTER_FEATURES,
+        FABRIC_CANDIDATE_AT,
         FABRIC_CANDIDATE_FEATURES,
-        MAX_JOBS,
-        SLOT_SIZE,
+        FABRIC_CLUSTER_AT,
         candidate_features,
     )
 
@@ -425,10 +422,11 @@ def test_the_fabric_features_see_racks_and_the_uplinks_a_placement_would_share()
     _start(sim, 0, on(0, 6).gpus)  # across both racks: its ring climbs both leaves' uplinks
     _arrive_all(sim)
     job = sim.jobs[1]
-    fabric_at = CANDIDATE_FEATURES - FABRIC_CANDIDATE_FEATURES
+    fabric_at = FABRIC_CANDIDATE_AT
+    fabric = slice(fabric_at, fabric_at + FABRIC_CANDIDATE_FEATURES)
     inside = candidate_features(sim.view, job, on(1, 2), sim.view.predict(job.spec, on(1, 2)), False)
     across = candidate_features(sim.view, job, on(1, 7), sim.view.predict(job.spec, on(1, 7)), False)
-    assert inside[fabric_at:].tolist() == [0.0, 0.0]  # one rack: no uplink, no rack beyond the one it needs
+    assert inside[fabric].tolist() == [0.0, 0.0]  # one rack: no uplink, no rack beyond the one it needs
     assert across[fabric_at] == pytest.approx(0.25)  # one rack beyond the fewest, / 4
     shared = np.asarray(sim.view.link_load)[c.fabric_links].max()
     assert shared > 0 and across[fabric_at + 1] == pytest.approx(shared, rel=1e-6)  # the running job's load there
@@ -440,7 +438,7 @@ def test_the_fabric_features_see_racks_and_the_uplinks_a_placement_would_share()
     point = decision_point(sim.view, sim.pending.values(), sim.now)
     assert point is not None
     mean_load = float(np.mean(np.asarray(sim.view.link_load)[c.fabric_links]))
-    assert point.obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 1] == pytest.approx(mean_load, rel=1e-5) and mean_load > 0
+    assert point.obs[FABRIC_CLUSTER_AT] == pytest.approx(mean_load, rel=1e-5) and mean_load > 0
     # The NIC load is the busiest of a server's 8 NICs: server 0's carry the running job's traffic.
     nic_load = candidate_features(sim.view, job, on(0, 1), sim.view.predict(job.spec, on(0, 1)), False)[4]
     assert nic_load == pytest.approx(np.asarray(sim.view.link_load)[c.nics_of(np.array([0]))].max()) and nic_load > 0
@@ -453,9 +451,9 @@ def test_the_fabric_features_see_racks_and_the_uplinks_a_placement_would_share()
     _arrive_all(plain)
     pj = plain.jobs[1]
     feats = candidate_features(plain.view, pj, on(1, 7), plain.view.predict(pj.spec, on(1, 7)), False)
-    assert feats[fabric_at:].tolist() == [0.0, 0.0] and plain.cluster.fabric_links.size == 0
+    assert feats[fabric].tolist() == [0.0, 0.0] and plain.cluster.fabric_links.size == 0
     plain_point = decision_point(plain.view, plain.pending.values(), plain.now)
-    assert plain_point is not None and plain_point.obs[MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - 1] == 0.0
+    assert plain_point is not None and plain_point.obs[FABRIC_CLUSTER_AT] == 0.0
 
 
 def test_jobs_alike_passed_over_by_a_preemption_order_are_asked_once(monkeypatch) -> None:

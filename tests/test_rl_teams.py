@@ -19,17 +19,16 @@ from policies import make_policy
 from policies.rl_encoding import (
     CLUSTER_FEATURES,
     ENCODING_VERSION,
-    FABRIC_CLUSTER_FEATURES,
-    JOB_FEATURES,
     MAX_JOBS,
     OBS_HIGH,
     OBS_LOW,
     OBS_SIZE,
     ORDERS,
-    PRIORITY_CLUSTER_FEATURES,
-    PRIORITY_JOB_FEATURES,
+    PRIORITY_JOB_AT,
     SLOT_SIZE,
+    TEAM_CLUSTER_AT,
     TEAM_CLUSTER_FEATURES,
+    TEAM_JOB_AT,
     TEAM_JOB_FEATURES,
     DecisionPoint,
     decision_point,
@@ -44,9 +43,7 @@ from scheduler.core.tenancy import Teams, TenancyFrame
 
 ZOO = Path(__file__).resolve().parents[1] / "agents" / "zoo"
 # Where a job slot's team features start, and the cluster's (encoding 6's priority features follow each).
-TEAM_AT = JOB_FEATURES - TEAM_JOB_FEATURES - PRIORITY_JOB_FEATURES
-TEAM_CLUSTER_AT = (MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - TEAM_CLUSTER_FEATURES - PRIORITY_CLUSTER_FEATURES
-                   - FABRIC_CLUSTER_FEATURES)
+TEAM_AT = TEAM_JOB_AT
 
 
 def tjob(name: str, gpus: float, team: str, duration: float = 600.0, submit: float = 0.0) -> JobSpec:
@@ -120,7 +117,7 @@ def test_the_standing_features_of_a_job_within_quota_and_of_a_borrower() -> None
     cluster = point.obs[TEAM_CLUSTER_AT:TEAM_CLUSTER_AT + TEAM_CLUSTER_FEATURES]
     # borrowed share of the running GPUs, lent GPUs per cluster GPU, teams with demand beyond one (log2 / 4)
     np.testing.assert_allclose(cluster, [1 / 6, 1 / 8, 0.25], rtol=1e-6)
-    assert OBS_SIZE == MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES and ENCODING_VERSION == 7
+    assert OBS_SIZE == MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES and ENCODING_VERSION == 8
 
 
 def swap_scene() -> tuple[Simulator, Capture]:
@@ -168,7 +165,7 @@ def test_without_teams_the_team_features_are_neutral_as_for_one_team_owning_the_
     np.testing.assert_array_equal(alone.obs, framed.obs)
     for j, slot in enumerate(alone.slots):
         if slot is not None:
-            assert not alone.obs[j * SLOT_SIZE + TEAM_AT:j * SLOT_SIZE + JOB_FEATURES].any()
+            assert not alone.obs[j * SLOT_SIZE + TEAM_AT:j * SLOT_SIZE + PRIORITY_JOB_AT + 2].any()
     assert not alone.obs[TEAM_CLUSTER_AT:].any()
     assert len(ORDERS) == MAX_JOBS
 

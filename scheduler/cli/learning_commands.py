@@ -57,6 +57,9 @@ from scheduler.core.errors import SpecError
 @click.option("--priority-share", type=FRACTION, default=0.3, show_default=True,
               help="Probability that a training window's jobs carry priorities (10% high, 5% not preemptible; 0: "
                    "never).")
+@click.option("--elastic-share", type=FRACTION, default=0.3, show_default=True,
+              help="Probability that a training window is an elastic mix (half its whole-GPU training jobs elastic "
+                   "from half to twice their size), where the agent learns to size jobs (0: never).")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @click.option("--from-history", is_flag=True,
               help="Fine-tune the store's active policy on the jobs the live service recorded, replayed on the live "
@@ -67,7 +70,8 @@ from scheduler.core.errors import SpecError
 def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int, cluster: str,
           workloads: tuple[str, ...], window: int, load: str, n_envs: int, seed: int,
           tensorboard: Path | None, eval_freq: int, eval_scenarios: int, eval_window: int, warm_start: str,
-          warm_start_samples: int, dagger_rounds: int, team_share: float, priority_share: float, no_progress: bool,
+          warm_start_samples: int, dagger_rounds: int, team_share: float, priority_share: float,
+          elastic_share: float, no_progress: bool,
           from_history: bool, db_url: str | None, out: Path | None, force: bool) -> None:
     """Train a placement agent and evaluate it against tiresias and contention-greedy on held-out windows."""
     from agents.train import check_out, default_out, make_config, parse_cluster_range, parse_range
@@ -97,7 +101,7 @@ def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int
             load=parse_range("--load", load), n_envs=n_envs, seed=seed, out=out, tensorboard=tensorboard,
             eval_freq=eval_freq, eval_scenarios=eval_scenarios, eval_window=eval_window, warm_start=warm_start,
             warm_start_samples=warm_start_samples, dagger_rounds=dagger_rounds, team_share=team_share,
-            priority_share=priority_share,
+            priority_share=priority_share, elastic_share=elastic_share,
         )
     except SpecError as exc:
         raise click.UsageError(str(exc)) from None

@@ -85,6 +85,14 @@ def too_soon(view: ClusterView, job: Job, now: float) -> bool:
     return job.resized_s is not None and now - job.resized_s < view.resize_interval_s
 
 
+def regrow_at(view: ClusterView, now: float) -> float | None:
+    """When the first running elastic job below its largest size that rule 3 keeps from growing now may grow again
+    (a policy that leaves GPUs idle asks to be called then), or None."""
+    ends = [j.resized_s + view.resize_interval_s for j in view.elastic.values() if j.resized_s is not None
+            and too_soon(view, j, now) and j.spec.workers < (j.submitted or j.spec).size_choices()[-1]]
+    return min(ends, default=None)
+
+
 def gives_back(view: ClusterView, d: Preempt | Resize) -> float:
     """The GPU share a preemption or a shrink frees (0 for a job that is not running)."""
     job = view.running.get(d.job_id)
