@@ -85,4 +85,5 @@ def _warm_start(cfg: WarmStartConfig, model: Any, log: Callable[[str], None], en
 def teacher_words(teachers: Any) -> str:
     bands = "; ".join(f"{kind}: " + ", ".join(f"{name} up to load {upto:g}" for upto, name in rows)
                       for kind, rows in teachers.bands.items())
-    return f"{teachers.default}" + (f" (by regime: {bands}; else {teachers.default})" if bands else "")
+    sized = f"; on elastic windows each wrapped in {teachers.sizing}:" if getattr(teachers, "sizing", None) else ""
+    return f"{teachers.default}" + (f" (by regime: {bands}; else {teachers.default}{sized})" if bands else sized)

@@ -66,7 +66,9 @@ def start_sizes(view: ClusterView, planner: Planner, job: Job) -> list[int]:
     smallest, n = choices[0], spec.workers
     most = min(planner.free_whole, room(view.tenancy, job, True, 0))
     out = [k for k in (n, smallest) if k <= most]
-    for k in reversed(sizes_within(spec, max(smallest, n) + 1, most)[-START_SIZE_TRIES:]):
+    for k in reversed(sizes_within(spec, smallest + 1, most)[-START_SIZE_TRIES:]):
+        if k == n:  # the largest that may fit is the submitted size, offered already
+            break
         if planner.candidates(sized(spec, k)):
             out.append(k)
             break
@@ -140,7 +142,7 @@ def grow(view: ClusterView, planner: Planner, sizes: SizeDistribution, now: floa
     _, job, chosen = best
     k = job.spec.workers
     bigger = list(sizes_within(submitted(job), k + 1, k + min(free, room(view.tenancy, job, False, k))))
-    picks = sorted({chosen, *_spread(bigger, limit - 1)})[-limit:] if chosen in bigger else _spread(bigger, limit)
+    picks = bigger if len(bigger) <= limit else sorted({chosen, *_spread(bigger, limit - 1)})
     gpus = view.placement(job.id).gpus
     cands: list[Placement] = []
     for n in picks:
