@@ -25,6 +25,12 @@ waiting does not. So every choice of `tiresias`, of Tiresias with the fine queue
 warm start clones them). One job may head several orders; the slot count never depends on the queue's or the cluster's
 size.
 
+How large (encoding 8, `policies.rl_elastic`): an elastic job is asked whether it fits at its smallest size and is
+offered placements at up to three sizes (submitted, smallest, largest that fits); and two slots resize running
+elastic jobs: `grow` (one job's placements at larger sizes on idle GPUs, each one the resize rules allow) and `shrink`
+(the first job of Gittins' order that fits nowhere, started on GPUs elastic jobs give back). Either may be declined:
+waiting is offered beside them. A workload without elastic jobs encodes as encoding 7's with zeros inserted.
+
 Where: each slot's job comes with up to `MAX_CANDIDATES` placements (the generators of
 `policies.placement.Planner.candidates`), minus any placement another one beats on both the job's own predicted
 slowdown and the slowdown it adds to its neighbours (`non_dominated`): no learned policy may choose a placement no
@@ -32,26 +38,31 @@ user would accept. Wait: nothing more starts until the next event (an arrival, a
 crossing into a lower queue); it is offered only when every start would preempt, so waiting means declining to
 preempt, and the agent never holds GPUs idle while a job fits.
 
-Observation (`OBS_SIZE` floats in [`OBS_LOW`, `OBS_HIGH`], independent of the cluster's and the queue's size):
+Observation (`OBS_SIZE` floats in [`OBS_LOW`, `OBS_HIGH`], independent of the cluster's and the queue's size; each
+group's offset is named, e.g. `TEAM_JOB_AT`, `SIZE_CANDIDATE_AT`, `ELASTIC_CLUSTER_AT`):
 * per job slot (`JOB_FEATURES`): valid, which orders its job heads, gang size, GPU share, inference or not, gradient
   volume, time waited, attained service, fine queue, log Gittins index, log expected remaining GPU-seconds, GPUs it
-  would preempt (per GPU it asks for) and the service those victims attained; then per placement slot
-  (`CANDIDATE_FEATURES`): valid, log of its own predicted slowdown, slowdown it adds to the jobs it joins (per GPU of
-  the job), nodes beyond the fewest possible, busiest NIC load among its nodes' NICs, whether it breaks into a wholly
-  free node, the GPU share it strands, tenants already on its GPUs; then the fabric's tiers (`FABRIC_CANDIDATE_FEATURES`,
-  encoding 7): racks beyond the fewest that could hold the job, and the busiest fabric link (a leaf's or pod's uplink
-  or downlink) its traffic would cross, as the other jobs' summed duty cycles there (`Prediction.fabric_load`);
+  would preempt (per GPU it asks for; a shrink slot's: the GPUs given back) and the service those victims attained;
   then its team's standing (`TEAM_JOB_FEATURES`, `team_job_features`): whether it would borrow (start beyond its
   team's quota), whether it is offered only as a swap, its team's borrowed GPUs over its quota, the borrowed share
   of what its team holds, and its team's fair-share rank among the teams with demand (0 first, 1 last); then its
   priority (`PRIORITY_JOB_FEATURES`, `Priorities`): the share of GPUs running jobs of lower priority hold (what it
-  could take by the priority rule), and whether it is not preemptible;
+  could take by the priority rule), and whether it is not preemptible; then its sizes (`ELASTIC_JOB_FEATURES`,
+  encoding 8): elastic or not, the span of its sizes, its size now against its submitted one;
+* then per placement slot (`CANDIDATE_FEATURES`): valid, log of its own predicted slowdown, slowdown it adds to the
+  jobs it joins (per GPU of the job), nodes beyond the fewest possible, busiest NIC load among its nodes' NICs,
+  whether it breaks into a wholly free node, the GPU share it strands, tenants already on its GPUs; then the fabric's
+  tiers (`FABRIC_CANDIDATE_FEATURES`, encoding 7): racks beyond the fewest that could hold the job, and the busiest
+  fabric link (a leaf's or pod's uplink or downlink) its traffic would cross, as the other jobs' summed duty cycles
+  there (`Prediction.fabric_load`); then its size against the job's (`SIZE_CANDIDATE_FEATURES`, encoding 8: log2 of
+  the growth, of the shrink, and the change of speed per GPU);
 * the cluster and queue (`CLUSTER_FEATURES`): free whole GPUs, free capacity, wholly free nodes, queue length, GPUs
   the queue asks for, GPUs shared through MPS, running jobs per GPU, the queue's fraction of fractional jobs; then the
   teams (`TEAM_CLUSTER_FEATURES`): the borrowed share of the running GPUs, the idle quota lent to borrowers (per GPU),
   how many teams have demand beyond the first (log2 / 4); then the priorities (`PRIORITY_CLUSTER_FEATURES`): the share of
   GPUs held by non-preemptible runs and by runs of higher priority than any pending job (encoding 6); then the fabric
-  (`FABRIC_CLUSTER_FEATURES`): the mean load of its links (encoding 7).
+  (`FABRIC_CLUSTER_FEATURES`): the mean load of its links (encoding 7); then the elastic jobs
+  (`ELASTIC_CLUSTER_FEATURES`, encoding 8): the share of GPUs running elastic jobs hold, the queue's elastic share.
 
 Fabric: on a cluster without one (`Cluster.fabric` None: one aggregate uplink per rack) every fabric feature is 0, so
 such a cluster encodes as under encoding 6 with zeros inserted, and on a one-NIC server the NIC load is that NIC's.
@@ -106,7 +117,7 @@ from policies.rl_elastic import (
 )
 from policies.rl_rows import QueueRows
 from policies.rl_running import (
-    RunningIndex,
+    Priorities,
     gittins_levels,
     running_index,
     running_service,
@@ -277,59 +288,6 @@ def queue_summary(queue: Collection[Job]) -> QueueSummary:
     n = len(queue)
     frac = sum(1 for j in queue if j.spec.num_gpus < 1)
     return QueueSummary(n, float(sum(j.spec.gpu_demand for j in queue)), frac / n if n else 0.0)
-
-
-class Priorities:
-    """The running jobs' priorities and preemptibility, read once per decision point (`scheduler.core.priorities`).
-    With every job at one priority and preemptible, every feature it gives is 0: the observation is then encoding
-    5's with zeros appended where these features sit."""
-
-    def __init__(self, view: ClusterView, queue: Collection[Job], top: float | None = None,
-                 index: RunningIndex | None = None) -> None:
-        """`top`: the queue's highest priority, if the caller knows it (else read from `queue`); `index`: the view's
-        running index (`running_service`), if synced with it at this very instant."""
-        self.num_gpus = view.cluster.num_gpus
-        if top is None:
-            top = max((j.spec.priority for j in queue), default=0)
-        # Every running job at one priority and preemptible (the common case, known from `running_service`'s index
-        # without a loop over them): every sum below is over none of them or all of them, so only "all" is ever
-        # summed, and only when asked, in the running jobs' order as before.
-        self._one: float | None = None
-        if view.running and index is not None:
-            alive = index.alive
-            prios = index.priority[alive]
-            if prios.size and prios.min() == prios.max() and not index.pinned[alive].any():
-                self._one = float(prios[0])
-                self._view = view
-                self._all: float | None = None
-                self.pinned = 0.0
-                self.above = self._sum_all() / self.num_gpus if self._one > top else 0.0
-                return
-        running = list(view.running.values())
-        self.priority = np.array([j.spec.priority for j in running], dtype=np.float64)
-        self.gpus = np.array([j.spec.gpu_demand for j in running], dtype=np.float64)
-        self.pinned = float(sum(j.spec.gpu_demand for j in running if not j.spec.preemptible)) / self.num_gpus
-        self.above = float(self.gpus[self.priority > top].sum()) / self.num_gpus if running else 0.0
-
-    def _sum_all(self) -> float:
-        """The running jobs' GPUs summed as `self.gpus[...].sum()` sums them (in the view's order), once."""
-        if self._all is None:
-            self._all = float(np.array([j.spec.gpu_demand for j in self._view.running.values()],
-                                       dtype=np.float64).sum())
-        return self._all
-
-    def job(self, spec: JobSpec) -> tuple[float, float]:
-        """The share of the cluster's GPUs held by running jobs of lower priority than `spec` (what it could take by
-        rule 3), and 1 if `spec` is not preemptible."""
-        if self._one is not None:
-            lower = self._sum_all() / self.num_gpus if self._one < spec.priority else 0.0
-            return lower, 0.0 if spec.preemptible else 1.0
-        lower = float(self.gpus[self.priority < spec.priority].sum()) / self.num_gpus if len(self.gpus) else 0.0
-        return lower, 0.0 if spec.preemptible else 1.0
-
-    def cluster(self) -> tuple[float, float]:
-        """The share of GPUs held by non-preemptible runs, and by runs of higher priority than any pending job."""
-        return self.pinned, self.above
 
 
 def cluster_features(view: ClusterView, queued: QueueSummary, priorities: Priorities | None = None,

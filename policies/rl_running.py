@@ -1,4 +1,5 @@
-"""The running jobs as arrays, kept per cluster view and patched as jobs come and go between decisions.
+"""The running jobs as arrays, kept per cluster view and patched as jobs come and go between decisions; and their
+priorities as one decision point reads them (`Priorities`).
 
 The RL encoding (`policies.rl_encoding`) reads the running jobs at every decision: their attained service (the
 victims' queues), arrival, Gittins queue, priority and preemptibility. On 2,048 GPUs rebuilding these from the view's
@@ -15,13 +16,13 @@ from __future__ import annotations
 import math
 import operator
 import weakref
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from itertools import compress
 
 import numpy as np
 
 from policies.gittins import Gittins
-from scheduler.core.model import Job
+from scheduler.core.model import Job, JobSpec
 from scheduler.core.state import ClusterView
 
 _START = operator.attrgetter("start_s")
@@ -164,3 +165,56 @@ class _Rows(Sequence[Job]):
         if isinstance(i, slice):
             return [self._jobs[k] for k in self._rows[i]]
         return self._jobs[self._rows[i]]
+
+
+class Priorities:
+    """The running jobs' priorities and preemptibility, read once per decision point (`scheduler.core.priorities`).
+    With every job at one priority and preemptible, every feature it gives is 0: the observation is then encoding
+    5's with zeros appended where these features sit."""
+
+    def __init__(self, view: ClusterView, queue: Collection[Job], top: float | None = None,
+                 index: RunningIndex | None = None) -> None:
+        """`top`: the queue's highest priority, if the caller knows it (else read from `queue`); `index`: the view's
+        running index (`running_service`), if synced with it at this very instant."""
+        self.num_gpus = view.cluster.num_gpus
+        if top is None:
+            top = max((j.spec.priority for j in queue), default=0)
+        # Every running job at one priority and preemptible (the common case, known from `running_service`'s index
+        # without a loop over them): every sum below is over none of them or all of them, so only "all" is ever
+        # summed, and only when asked, in the running jobs' order as before.
+        self._one: float | None = None
+        if view.running and index is not None:
+            alive = index.alive
+            prios = index.priority[alive]
+            if prios.size and prios.min() == prios.max() and not index.pinned[alive].any():
+                self._one = float(prios[0])
+                self._view = view
+                self._all: float | None = None
+                self.pinned = 0.0
+                self.above = self._sum_all() / self.num_gpus if self._one > top else 0.0
+                return
+        running = list(view.running.values())
+        self.priority = np.array([j.spec.priority for j in running], dtype=np.float64)
+        self.gpus = np.array([j.spec.gpu_demand for j in running], dtype=np.float64)
+        self.pinned = float(sum(j.spec.gpu_demand for j in running if not j.spec.preemptible)) / self.num_gpus
+        self.above = float(self.gpus[self.priority > top].sum()) / self.num_gpus if running else 0.0
+
+    def _sum_all(self) -> float:
+        """The running jobs' GPUs summed as `self.gpus[...].sum()` sums them (in the view's order), once."""
+        if self._all is None:
+            self._all = float(np.array([j.spec.gpu_demand for j in self._view.running.values()],
+                                       dtype=np.float64).sum())
+        return self._all
+
+    def job(self, spec: JobSpec) -> tuple[float, float]:
+        """The share of the cluster's GPUs held by running jobs of lower priority than `spec` (what it could take by
+        rule 3), and 1 if `spec` is not preemptible."""
+        if self._one is not None:
+            lower = self._sum_all() / self.num_gpus if self._one < spec.priority else 0.0
+            return lower, 0.0 if spec.preemptible else 1.0
+        lower = float(self.gpus[self.priority < spec.priority].sum()) / self.num_gpus if len(self.gpus) else 0.0
+        return lower, 0.0 if spec.preemptible else 1.0
+
+    def cluster(self) -> tuple[float, float]:
+        """The share of GPUs held by non-preemptible runs, and by runs of higher priority than any pending job."""
+        return self.pinned, self.above

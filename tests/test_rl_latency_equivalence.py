@@ -11,7 +11,10 @@ Two halves, so that retraining the agent never invalidates the check:
   them from a checkout of that commit before trusting a mismatch to mean the encoding changed. Encoding 5 added the
   teams' standing (`TEAM_JOB_FEATURES` per job slot, `TEAM_CLUSTER_FEATURES` at the end); these runs have no teams,
   so those features must all be 0 (checked) and the observation is hashed without them: what remains is encoding 4's
-  observation, byte for byte, so the digests of 88f2dc5 still hold.
+  observation, byte for byte, so the digests of 88f2dc5 still hold. Encodings 6 to 8 added the priorities, the
+  fabric, and the sizes with the `grow` and `shrink` slots (2026-11-30, issue 49): none of these runs has elastic
+  jobs, so their features are 0 and their actions masked (checked), and the observation, the mask and the wait action
+  are hashed as encoding 4's: the digests held unchanged through encoding 8.
 * The forward pass: `RLPolicy.act` skips `predict()`'s wrappers; on the observations and masks of a simulation it
   picks the action `model.predict(..., deterministic=True)` picks.
 """
@@ -31,17 +34,16 @@ from policies import make_policy
 from policies.rl import RLPolicy
 from policies.rl_encoding import (
     CANDIDATE_FEATURES,
-    CLUSTER_FEATURES,
-    FABRIC_CANDIDATE_FEATURES,
-    FABRIC_CLUSTER_FEATURES,
+    FABRIC_CANDIDATE_AT,
     JOB_FEATURES,
     MAX_CANDIDATES,
     MAX_JOBS,
-    PRIORITY_CLUSTER_FEATURES,
-    PRIORITY_JOB_FEATURES,
+    OBS_SIZE,
+    ORDERS,
     SLOT_SIZE,
-    TEAM_CLUSTER_FEATURES,
-    TEAM_JOB_FEATURES,
+    TEAM_CLUSTER_AT,
+    TEAM_JOB_AT,
+    WAIT,
 )
 from scheduler.core.model import parse_cluster
 from scheduler.core.simulator import Simulator
@@ -84,24 +86,31 @@ def _simulate(policy: Any, cluster: str, mix: dict[str, Any], n_jobs: int, load:
     return sim
 
 
-# The features encodings 5 to 7 appended: the teams' standing, then the priorities', at the end of each job slot's
-# features and of the cluster's; then the fabric's, at the end of each candidate's features and of the cluster's.
-SLOT_ADDED = TEAM_JOB_FEATURES + PRIORITY_JOB_FEATURES
-CLUSTER_ADDED = TEAM_CLUSTER_FEATURES + PRIORITY_CLUSTER_FEATURES + FABRIC_CLUSTER_FEATURES
-TEAM_AT = JOB_FEATURES - SLOT_ADDED
-FABRIC_AT = CANDIDATE_FEATURES - FABRIC_CANDIDATE_FEATURES
-TEAM_COLUMNS = np.array(
-    [j * SLOT_SIZE + TEAM_AT + k for j in range(MAX_JOBS) for k in range(SLOT_ADDED)]
-    + [j * SLOT_SIZE + JOB_FEATURES + c * CANDIDATE_FEATURES + FABRIC_AT + k
-       for j in range(MAX_JOBS) for c in range(MAX_CANDIDATES) for k in range(FABRIC_CANDIDATE_FEATURES)]
-    + [MAX_JOBS * SLOT_SIZE + CLUSTER_FEATURES - CLUSTER_ADDED + k for k in range(CLUSTER_ADDED)])
+# What encodings 5 to 8 added: the teams' standing, the priorities' and the sizes, at the end of each job slot's
+# features and of the cluster's; the fabric's and the sizes', at the end of each candidate's features; and the
+# resize slots (encoding 8's `grow` and `shrink`: the last two job slots, and their orders in each job's heads).
+OLD_SLOTS = ORDERS.index("grow")  # the job slots of encoding 4
+ADDED_COLUMNS = np.array(sorted(
+    [j * SLOT_SIZE + 1 + o for j in range(OLD_SLOTS) for o in range(OLD_SLOTS, MAX_JOBS)]
+    + [j * SLOT_SIZE + k for j in range(OLD_SLOTS) for k in range(TEAM_JOB_AT, JOB_FEATURES)]
+    + [j * SLOT_SIZE + JOB_FEATURES + c * CANDIDATE_FEATURES + k
+       for j in range(OLD_SLOTS) for c in range(MAX_CANDIDATES) for k in range(FABRIC_CANDIDATE_AT, CANDIDATE_FEATURES)]
+    + list(range(OLD_SLOTS * SLOT_SIZE, MAX_JOBS * SLOT_SIZE))
+    + list(range(TEAM_CLUSTER_AT, OBS_SIZE))))
+OLD_WAIT = OLD_SLOTS * MAX_CANDIDATES  # encoding 4's wait action
 
 
 def without_teams(obs: np.ndarray) -> np.ndarray:
-    """Encoding 4's observation: encoding 7's without the team, priority and fabric features, which must be 0 (no
-    teams, every job at one priority and preemptible, no fabric)."""
-    assert not obs[TEAM_COLUMNS].any()
-    return np.delete(obs, TEAM_COLUMNS)
+    """Encoding 4's observation: encoding 8's without what encodings 5 to 8 added, which must be 0 (no teams, every
+    job at one priority and preemptible, no fabric, no elastic job)."""
+    assert not obs[ADDED_COLUMNS].any()
+    return np.delete(obs, ADDED_COLUMNS)
+
+
+def old_mask(mask: np.ndarray) -> np.ndarray:
+    """Encoding 4's action mask: without the resize slots' actions, which must be masked (no elastic job)."""
+    assert not mask[OLD_WAIT:WAIT].any()
+    return np.concatenate([mask[:OLD_WAIT], mask[WAIT:]])
 
 
 def decision_digest(cluster: str, mix: dict[str, Any], n_jobs: int, load: float, seed: int) -> tuple[str, int, int]:
@@ -116,8 +125,8 @@ def decision_digest(cluster: str, mix: dict[str, Any], n_jobs: int, load: float,
         valid = np.flatnonzero(mask)
         action = int(valid[(counts[0] * 7) % len(valid)])
         h.update(without_teams(obs).tobytes())
-        h.update(mask.tobytes())
-        h.update(str(action).encode())
+        h.update(old_mask(mask).tobytes())
+        h.update(str(OLD_WAIT if action == WAIT else action).encode())
         counts[0] += 1
         return action
 
