@@ -1,5 +1,6 @@
 """Admission is one rule (`scheduler.core.admission`): the simulator, the controller's intake (`live.rows`), the API's
-422 (`live.nodes.capacity_refusal`) and what-if refuse the same jobs for the same reason."""
+422 (`live.nodes.capacity_admission`) and what-if refuse the same jobs for the same reason (elastic jobs:
+test_elastic_admission.py)."""
 
 from __future__ import annotations
 
