@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import StartingBackend, small_cluster
-from sqlalchemy import select
+from sqlalchemy import select, update
 from test_api import EMULATED, Env, field_errors, make_env
 from test_whatif import Env as WhatIfEnv
 
@@ -263,3 +263,33 @@ def test_the_controller_starts_it_under_fifo_at_the_size_it_was_stored_at(store:
         assert row is not None and row.state == "running"
         held = s.scalars(select(Allocation).where(Allocation.job_id == job["id"])).all()
         assert len(held) == 8
+
+
+def test_the_controller_brings_down_one_the_api_could_not_check(store: Store, corral_home: Path) -> None:
+    """With no node recorded alive the API stores a job as submitted (the controller decides): the controller's intake
+    takes the same decision on its model, storing an elastic job at the size it brings it down to."""
+    names = ["n0", "n1"]
+    ctl = Controller(store, StartingBackend(names, 4), build_live_cluster("dgx-a100", [4, 4]), names,
+                     lambda name: make_policy("fifo"), default_policy="fifo", tick_s=0.1, preset="dgx-a100")
+    ctl.recover()
+    with store.session() as s:
+        s.execute(update(Node).values(alive=False))  # what the API reads: no alive node
+    e = make_env(store)
+    wide = e.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 2, "max_gpus": 16, "duration_s": 120}).json
+    never = e.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 12, "max_gpus": 16}).json
+    rigid = e.post("/jobs", EMULATED | {"num_gpus": 16}).json
+    assert (wide["num_gpus"], never["num_gpus"], rigid["num_gpus"]) == (16, 16, 16)
+    with store.session() as s:
+        s.execute(update(Node).values(alive=True))
+    ctl.step()
+    with store.session() as s:
+        row = s.get(JobRow, wide["id"])
+        assert row is not None and row.state == "running" and row.num_gpus == 8 and row.duration_s >= 240
+        [event] = [ev for ev in row.events if ev.kind == "sized_down"]
+        assert event.data["from"] == 16 and event.data["to"] == 8 and "brought down from 16 to 8" in event.message
+        assert len(s.scalars(select(Allocation).where(Allocation.job_id == wide["id"])).all()) == 8
+        refused = s.get(JobRow, never["id"])
+        assert refused is not None and refused.state == "failed"
+        assert refused.error is not None and "the smallest size it accepts, 12 GPUs" in refused.error
+        too_big = s.get(JobRow, rigid["id"])
+        assert too_big is not None and too_big.state == "failed" and too_big.error == "needs 16 GPUs, the cluster has 8"

@@ -12,11 +12,12 @@ the part of them that leaves too few). Whether it fits *now* is the policy's bus
 
 An elastic job (`scheduler.core.elastic`) is admitted when any size it accepts can run here (`elastic_admission`).
 When its submitted size cannot, it is submitted at the largest size that can (a `Fit`: the simulator on arrival,
-what-if for its hypothetical jobs, the API before it stores one, `scheduler.core.elastic.brought_down` its work in
-that size's seconds), so that every policy, those that start a job at its submitted size included, can start it.
-Refusals only grow with the size (a larger gang needs more GPUs, of the nodes its constraints allow), so the largest
-size is found by bisection. Refused only when its smallest size cannot run either; a refusal that has nothing to do
-with the size (its model, or a node its constraints name that does not exist) is the submitted size's.
+what-if for its hypothetical jobs, the API before it stores one and the controller's intake when it takes one in,
+`scheduler.core.elastic.brought_down` its work in that size's seconds), so that every policy, those that start a job
+at its submitted size included, can start it. Refusals only grow with the size (a larger gang needs more GPUs, of
+the nodes its constraints allow), so the largest size is found by bisection. Refused only when its smallest size
+cannot run either; a refusal that has nothing to do with the size (its model, or a node its constraints name that does
+not exist) is the submitted size's.
 """
 
 from __future__ import annotations
