@@ -1,5 +1,6 @@
 """Admission is one rule (`scheduler.core.admission`): the simulator, the controller's intake (`live.rows`), the API's
-422 (`live.nodes.capacity_refusal`) and what-if refuse the same jobs for the same reason."""
+422 (`live.nodes.capacity_admission`) and what-if refuse the same jobs for the same reason (elastic jobs:
+test_elastic_admission.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import pytest
 from conftest import job, small_cluster
 
 from policies import make_policy
-from scheduler.core.admission import admission
+from scheduler.core.admission import Refusal, admission
 from scheduler.core.model import JobPhase
 from scheduler.core.simulator import Simulator
 from scheduler.core.workloads import catalog
-from scheduler.live.rows import reject_reason
+from scheduler.live.rows import admission_of
 
 CASES = [("NoSuchNet", 1, "model", "unknown model 'NoSuchNet'"),
          ("ResNet-50-bs64", 16, "num_gpus", "needs 16 GPUs, the cluster has 8"),
@@ -29,8 +30,10 @@ def test_every_caller_takes_the_core_s_decision(model: str, gpus: float, field: 
                         profiles=profiles)
     assert ((refusal.field, refusal.why) if refusal else (None, None)) == (field, why)
     # The controller's intake, on a row.
-    row = SimpleNamespace(model=model, num_gpus=gpus, constraints=None)
-    assert reject_reason(row, cluster, profiles) == why  # type: ignore[arg-type]
+    row = SimpleNamespace(name="j", model=model, num_gpus=gpus, duration_s=10.0, min_gpus=None, max_gpus=None,
+                          sizes=None, constraints=None)
+    verdict = admission_of(row, cluster, profiles)  # type: ignore[arg-type]
+    assert (verdict.why if isinstance(verdict, Refusal) else verdict) == why
     # The simulator, on arrival (an unknown model cannot even be simulated: its profile is needed for the rest).
     if model in profiles:
         sim = Simulator(cluster, [job("j", 0, gpus, 10, model=model)], make_policy("fifo"))

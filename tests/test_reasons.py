@@ -74,6 +74,9 @@ WORDS = [
      "its policy would resize bert to 8 GPUs, which would save 20 s, no more than its 31 s pause"),
     (Reason(Code.RESIZE_REFUSED, {"job": "bert", "to": 2, "rule": "no_start"}),
      "its policy would resize bert to 2 GPUs to make room for no start"),
+    (Reason(Code.SIZED_DOWN, {"from": 16, "to": 8, "why": "needs 16 GPUs, the cluster has 8"}),
+     "brought down from 16 to 8 GPUs, the most it accepts that the cluster can ever hold (at 16 GPUs it can never "
+     "run: needs 16 GPUs, the cluster has 8)"),
     (Reason(Code.REJECTED, {"text": "model X does not fit"}), "model X does not fit"),
     (Reason(Code.EXIT_CODE, {"exit_code": 3, "error": None, "retries": 2}), "exit code 3 (after 2 retries)"),
     (Reason(Code.EXIT_CODE, {"exit_code": 1, "error": "rank 1 exited with code 1", "retries": 0}),

@@ -9,18 +9,29 @@ GPU, the memory CUDA MPS gives that share of the largest GPU holds the model (`s
 the live worker sets; a smaller GPU gives less, and placements skip those), and its constraints
 (`scheduler.core.constraints`: GPU type, labels, node list, exclusion) leave nodes that hold it (the refusal names
 the part of them that leaves too few). Whether it fits *now* is the policy's business, not admission's.
+
+An elastic job (`scheduler.core.elastic`) is admitted when any size it accepts can run here (`elastic_admission`).
+When its submitted size cannot, it is submitted at the largest size that can (a `Fit`: the simulator on arrival,
+what-if for its hypothetical jobs, the API before it stores one and the controller's intake when it takes one in,
+`scheduler.core.elastic.brought_down` its work in that size's seconds), so that every policy, those that start a job
+at its submitted size included, can start it. Refusals only grow with the size (a larger gang needs more GPUs, of
+the nodes its constraints allow), so the largest size is found by bisection. Refused only when its smallest size
+cannot run either; a refusal that has nothing to do with the size (its model, or a node its constraints name that does
+not exist) is the submitted size's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from scheduler.core.colocation import cap_words, holds, least_share
 from scheduler.core.constraints import Constraints, listed
-from scheduler.core.model import Cluster
+from scheduler.core.model import Cluster, JobSpec
+from scheduler.core.reasons import Code, Reason
 from scheduler.core.workloads import ModelProfile
 
 
@@ -52,6 +63,56 @@ def admission(model: str, num_gpus: float, *, gpus: int, largest_gpu_gb: float,
         return Refusal("num_gpus", f"{cap_words(num_gpus, largest_gpu_gb)}, but {model} needs {mem:g} GB; {ask}",
                        "share")
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """An elastic job whose submitted size (`num_gpus`) the cluster can never hold, admitted at `size`, the largest
+    size it accepts that it can; `refusal` says why its submitted size cannot."""
+
+    num_gpus: int
+    size: int
+    refusal: Refusal
+
+    @property
+    def reason(self) -> Reason:
+        """What was done and why, as data (its words: `Reason.text`)."""
+        return Reason(Code.SIZED_DOWN, {"from": self.num_gpus, "to": self.size, "why": self.refusal.why})
+
+
+def elastic_admission(spec: JobSpec, refusal_at: Callable[[float], Refusal | None]) -> Refusal | Fit | None:
+    """`spec`'s admission by `refusal_at` (the caller's refusal of a job of `spec`'s model and constraints at a size,
+    on its cluster): None when its submitted size may run; for an elastic job whose submitted size cannot, a `Fit` at
+    the largest size it accepts that can, else the refusal of its smallest size (naming `min_gpus`, or `sizes` when
+    that is where its smallest size comes from, for too large a gang); a rigid job's refusal as it is. See the module
+    docstring."""
+    refusal = refusal_at(spec.num_gpus)
+    if refusal is None or not spec.elastic:
+        return refusal
+    choices = spec.size_choices()
+    below = choices[:bisect_left(choices, spec.workers)]  # (it accepts its submitted size: `JobSpec` checks)
+    smallest = refusal_at(below[0]) if below else refusal
+    if smallest is not None:
+        if smallest.why == refusal.why:  # the same at every size: not the size's fault
+            return refusal
+        field = smallest.field if smallest.code != "gang" else "sizes" if below[0] != spec.min_gpus else "min_gpus"
+        return Refusal(field, f"the smallest size it accepts, {below[0]} GPUs, can never run here: {smallest.why}",
+                       smallest.code)
+    lo, hi = 1, len(below)  # below[lo - 1] may run, below[hi] (if any) may not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if refusal_at(below[mid]) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return Fit(spec.workers, below[lo - 1], refusal)
+
+
+def spec_admission(cluster: Cluster, spec: JobSpec, profiles: Mapping[str, ModelProfile], *,
+                   unknown: bool = True) -> Refusal | Fit | None:
+    """`elastic_admission` by `cluster_refusal` on a cluster model (the simulator's on arrival, what-if's)."""
+    return elastic_admission(spec, lambda k: cluster_refusal(cluster, spec.model, k, spec.constraints, profiles,
+                                                             unknown=unknown))
 
 
 # ---- constraints (`scheduler.core.constraints`) ----------------------------------------------------------------

@@ -69,6 +69,14 @@ def speedup(model: ContentionModel, spec: JobSpec, k: int) -> float:
     return (k / model.reference_iteration(sized(spec, k))) / (n / model.reference_iteration(spec))
 
 
+def brought_down(model: ContentionModel, spec: JobSpec, k: int) -> JobSpec:
+    """`spec` submitted at `k` GPUs, a size it accepts, instead of its `num_gpus`: the same work, its `duration_s` in
+    `k`'s seconds (over `speedup(k)`), so that every size it later runs at is priced from there. Admission's rule for an
+    elastic job larger than the cluster can ever hold (`scheduler.core.admission.Fit`); its reference size cannot be
+    placed here, so its iteration there is priced without the all-reduce (`ContentionModel.reference_iteration`)."""
+    return replace(sized(spec, k), duration_s=spec.duration_s / speedup(model, spec, k))
+
+
 def resize_pause_s(spec: JobSpec, profiles: Mapping[str, ModelProfile]) -> float:
     """Seconds a resize stops `spec` for: its own `resize_pause_s`, or the stated default (module docstring)."""
     if spec.resize_pause_s is not None:

@@ -12,7 +12,9 @@ jobs submitted in the last `ARRIVALS_WINDOW_S` arrive again, as submitted, over 
 after; without them, nothing new arrives, and a later job a policy prefers, shorter or newer, overtakes every
 estimate it passes: under tiresias, gittins and sjf that was most of the misses); **durations as estimated** (every
 job runs its `duration_s`, less the work done; no noise: a user's wrong estimate moves every start behind it); the
-contention model predicts rates as it does for the controller.
+contention model predicts rates as it does for the controller; admission is the simulator's on arrival (an elastic
+job whose submitted size the cluster cannot hold is replayed at the largest size it accepts that it can:
+`scheduler.core.admission.elastic_admission`).
 
 What comes along with the state, and what does not:
 

@@ -49,6 +49,10 @@ class Code(StrEnum):
     # pending reason of the job a refused shrink made room for. {"job", "to", "rule": one of RESIZE_RULES, and the
     # rule's figures: "ago_s", "interval_s" (interval); "gain_s", "pause_s" (gain)}
     RESIZE_REFUSED = "resize_refused"
+    # What admission did to a job (`scheduler.core.admission.Fit`): an elastic job whose submitted size the cluster can
+    # never hold, submitted at the largest size it accepts that it can. {"from", "to" (GPUs), "why" (the refusal of
+    # its submitted size, in words)}
+    SIZED_DOWN = "sized_down"
     # Why a job ended (other than by succeeding).
     REJECTED = "rejected"  # the cluster can never run it: {"text"}
     EXIT_CODE = "exit_code"  # its run exited non-zero: {"exit_code", "error" (the worker's words, or None), "retries"}
@@ -163,6 +167,8 @@ TEMPLATES: dict[Code, Callable[[Mapping[str, Any]], str]] = {
     Code.CHECKPOINTED: lambda p: f"{p['detail']}: checkpointed and requeued (no restart spent)",
     Code.REQUEUED: lambda p: f"requeued by {p['by']}: checkpointed, back in the queue (no restart spent)",
     Code.RESIZE_REFUSED: _resize_refused,
+    Code.SIZED_DOWN: lambda p: (f"brought down from {p['from']} to {p['to']} GPUs, the most it accepts that the "
+                                f"cluster can ever hold (at {p['from']} GPUs it can never run: {p['why']})"),
     Code.REJECTED: lambda p: p["text"],
     Code.EXIT_CODE: _exit_code,
     Code.TIME_LIMIT: lambda p: (f"time limit of {p['limit_s']:g} s reached (its run had lasted {p['ran_s']:.0f} s): "

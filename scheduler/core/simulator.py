@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.core.admission import cluster_refusal
+from scheduler.core.admission import Fit, spec_admission
 from scheduler.core.book import Book, BookError
 from scheduler.core.contention import ContentionModel, ContentionParams
 from scheduler.core.decisions import Decision, Place, Policy, Preempt, Resize, Wait, WakeAt
 from scheduler.core.dependencies import Outcome, array_throttle, check_acyclic, readiness
-from scheduler.core.elastic import RESIZE_INTERVAL_S, resize_pause_s
+from scheduler.core.elastic import RESIZE_INTERVAL_S, brought_down, resize_pause_s
 from scheduler.core.generic import known_profiles
 from scheduler.core.heap import heap_frozen
 from scheduler.core.model import Cluster, Job, JobKind, JobPhase, JobSpec, Placement
@@ -233,15 +233,15 @@ class Simulator:
 
     # ---- state changes ---------------------------------------------------------------------------------------------
 
-    def _reject_reason(self, spec: JobSpec) -> str | None:
-        refusal = cluster_refusal(self.cluster, spec.model, spec.num_gpus, spec.constraints, self.profiles)
-        return refusal.why if refusal is not None else None
-
     def _arrive(self, job: Job) -> None:
-        reason = self._reject_reason(job.spec)
-        if reason is not None:
+        verdict = spec_admission(self.cluster, job.spec, self.profiles)
+        if isinstance(verdict, Fit):  # an elastic job larger than the cluster can hold: submitted at a size it can
+            spec = brought_down(self.contention, job.spec, verdict.size)
+            job.work_left *= spec.duration_s / job.spec.duration_s
+            job.spec = spec
+        elif verdict is not None:
             job.state = JobPhase.REJECTED
-            job.reject_reason = reason
+            job.reject_reason = verdict.why
             self._finished += 1
             self._ended()
             return

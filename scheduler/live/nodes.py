@@ -9,13 +9,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from scheduler.core.admission import Refusal, admission, cluster_refusal, unknown_nodes
+from scheduler.core.admission import Fit, Refusal, admission, cluster_refusal, elastic_admission, unknown_nodes
 from scheduler.core.constraints import Constraints, carried_labels, listed
+from scheduler.core.contention import ContentionModel
+from scheduler.core.elastic import brought_down
 from scheduler.core.errors import SpecError
 from scheduler.core.generic import known_profiles
-from scheduler.core.model import PRESETS, Cluster
+from scheduler.core.model import PRESETS, Cluster, JobSpec
 from scheduler.core.outages import Drain, NodeSpan, closed_gpus
-from scheduler.live.cluster import ModelNode, labels_of, model_cluster, node_labels, racks_of
+from scheduler.live.cluster import ModelNode, fabric_in_store, labels_of, model_cluster, node_labels, racks_of
 from scheduler.live.node.environments import VENVS_VAR
 from scheduler.live.runs import NodeInfo
 from scheduler.live.store import queries
@@ -248,28 +250,50 @@ _ALIVE_GPUS = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).wher
 ALIVE_CAPACITY = select(func.count(_ALIVE_GPUS.c.id), func.max(_ALIVE_GPUS.c.mem_gb))
 
 
-def capacity_refusal(s: Session, model: str, num_gpus: float, constraints: Constraints | None = None,
-                     venv: str | None = None, alive: tuple[int, float] | None = None) -> tuple[str, str] | None:
-    """(field, why) when a job of `num_gpus` GPUs of `model` can never run on the cluster the controller recorded
-    (`core.admission`, on the alive nodes' GPUs, with its constraints); None when it could, or when no alive node is
-    recorded yet (the controller then decides). Only alive nodes count because the controller's model drops dead
-    ones: it would reject the job at once, so the API's 422 says the same thing before anything is stored. A node
-    its constraints name must be one the store records, alive or not. A virtual environment it names (`venv`) must
-    be declared on alive nodes that can run it (`venv_refusal`). `alive`: (the alive GPUs, the largest's GB) where the
-    caller read them already (`store.submission_reads`)."""
+def capacity_admission(s: Session, spec: JobSpec, venv: str | None = None,
+                       alive: tuple[int, float] | None = None) -> Refusal | Fit | None:
+    """The admission of a job (`spec`: its model, size, elastic sizes and constraints) on the cluster the controller
+    recorded (`core.admission`, on the alive nodes' GPUs, with its constraints): a Refusal in the API's words when it
+    can never run; for an elastic job whose submitted size cannot but a smaller size it accepts can, a Fit at the
+    largest such size (`core.admission.elastic_admission`: the caller stores it at that size, `brought_down_here`);
+    None when it could run as submitted, or when no alive node is recorded yet (the controller then decides). Only
+    alive nodes count because the controller's model drops dead ones: it would reject the job at once, so the API's
+    422 says the same thing before anything is stored. A node its constraints name must be one the store records,
+    alive or not. A virtual environment it names (`venv`) must be declared on alive nodes that can run it
+    (`venv_refusal`). `alive`: (the alive GPUs, the largest's GB) where the caller read them already
+    (`store.submission_reads`)."""
     total, largest = alive if alive is not None else s.execute(ALIVE_CAPACITY).one()
     if not total:
         return None
-    refusal = admission(model, num_gpus, gpus=int(total), largest_gpu_gb=float(largest), profiles=known_profiles())
-    if refusal is None and constraints is not None:
-        refusal = _constraint_refusal(s, model, num_gpus, constraints)
-    if refusal is None and venv:
-        refusal = venv_refusal(s, model, num_gpus, constraints, venv)
-    if refusal is None:
-        return None
-    if refusal.code == "gang":
+    model, constraints, profiles = spec.model, spec.constraints, known_profiles()
+
+    def refusal_at(num_gpus: float) -> Refusal | None:
+        refusal = admission(model, num_gpus, gpus=int(total), largest_gpu_gb=float(largest), profiles=profiles)
+        if refusal is None and constraints is not None:
+            refusal = _constraint_refusal(s, model, num_gpus, constraints)
+        if refusal is None and venv:
+            refusal = venv_refusal(s, model, num_gpus, constraints, venv)
+        return refusal
+
+    verdict = elastic_admission(spec, refusal_at)
+    if not isinstance(verdict, Refusal):
+        return verdict
+    if verdict.code == "gang":
         nodes = s.scalar(select(func.count(Node.id))) or 0
         up = s.scalar(select(func.count(Node.id)).where(Node.alive.is_(True))) or 0
         where = f"{up} nodes" if up == nodes else f"{up} of {nodes} nodes alive"
-        return "num_gpus", f"{refusal.why} ({where})"
-    return refusal.field, f"{model} {refusal.why}" if refusal.field == "model" else refusal.why
+        return Refusal(verdict.field, f"{verdict.why} ({where})", verdict.code)
+    return Refusal(verdict.field, f"{model} {verdict.why}" if verdict.field == "model" else verdict.why, verdict.code)
+
+
+def brought_down_here(s: Session, spec: JobSpec, size: int) -> JobSpec | None:
+    """`spec` submitted at `size` GPUs (a `Fit`'s), its work priced by `core.elastic.brought_down` on the controller's
+    model of the alive nodes (each as its recorded preset, in the rack it names, on the recorded fabric: what-if's
+    model); None when one is of a preset this version cannot model (the controller then decides)."""
+    alive = [n for n in queries.nodes_with_gpus(s) if n.gpus and n.alive]
+    try:
+        cluster = model_cluster([ModelNode(n.name, len(n.gpus), n.preset, n.rack, node_labels(n.labels))
+                                 for n in alive], fabric_in_store(s)[0])
+    except (SpecError, ValueError):
+        return None
+    return brought_down(ContentionModel(cluster, known_profiles()), spec, size)

@@ -6,15 +6,20 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from scheduler.core.admission import cluster_refusal
+from sqlalchemy.orm import Session
+
+from scheduler.core.admission import Fit, Refusal, spec_admission
 from scheduler.core.constraints import Constraints
+from scheduler.core.contention import ContentionModel
 from scheduler.core.dependencies import Condition, Dependency
+from scheduler.core.elastic import brought_down
 from scheduler.core.model import Cluster, Job, JobSpec, Placement
 from scheduler.core.workloads import ModelProfile
 from scheduler.live import environments, job_files
 from scheduler.live.generic_profiles import model_name
 from scheduler.live.job_accounts import AccountError, JobAccounts
 from scheduler.live.runs import DEFAULT_LOG_LIMIT_BYTES, Launch, RankSpec
+from scheduler.live.store.events import add_event
 from scheduler.live.store.models import Job as JobRow
 from scheduler.live.store.models import JobType
 
@@ -47,12 +52,30 @@ def job_of(row: JobRow, profiles: Mapping[str, ModelProfile]) -> Job:
     return job
 
 
-def reject_reason(row: JobRow, cluster: Cluster, profiles: Mapping[str, ModelProfile]) -> str | None:
-    """Why this cluster can never run the job (then it fails at once, saying so), or None (`core.admission`, with
-    its constraints on the alive nodes the model holds: a node its list names that is down now is no refusal)."""
-    refusal = cluster_refusal(cluster, row.model, row.num_gpus, Constraints.from_json(row.constraints), profiles,
-                              unknown=False)
-    return refusal.why if refusal is not None else None
+def admission_of(row: JobRow, cluster: Cluster, profiles: Mapping[str, ModelProfile]) -> Refusal | Fit | None:
+    """Whether this cluster can ever run the job (a Refusal: it fails at once, saying so), and an elastic one whose
+    stored size it cannot hold at which size (a Fit: `sized_down`); None: as stored (`core.admission.spec_admission`,
+    with its constraints on the alive nodes the model holds: a node its list names that is down now is no refusal)."""
+    return spec_admission(cluster, _admitted_spec(row), profiles, unknown=False)
+
+
+def _admitted_spec(row: JobRow) -> JobSpec:
+    """What admission reads of a row: its model as stored, size, elastic sizes and constraints."""
+    return JobSpec(name=row.name, submit_s=0.0, num_gpus=row.num_gpus, duration_s=row.duration_s, model=row.model,
+                   min_gpus=row.min_gpus, max_gpus=row.max_gpus, sizes=tuple(row.sizes or ()),
+                   constraints=Constraints.from_json(row.constraints))
+
+
+def sized_down(s: Session, row: JobRow, fit: Fit, contention: ContentionModel, now: float) -> None:
+    """A new elastic job whose stored size the controller's model cannot hold (no node was recorded alive when the API
+    took it, or one died since), stored at the size admission brought it down to, as the API stores one
+    (`live.submissions`): `num_gpus` that size, a given `duration_s` its work in that size's seconds
+    (`core.elastic.brought_down`); a `sized_down` event says so."""
+    spec = brought_down(contention, _admitted_spec(row), fit.size)
+    row.num_gpus = spec.num_gpus
+    if row.duration_estimate is None:
+        row.duration_s = spec.duration_s
+    add_event(s, row.id, "sized_down", fit.reason.text, at=now, **fit.reason.params)
 
 
 def rank_specs(cluster: Cluster, node_names: Sequence[str], placement: Placement) -> list[RankSpec]:

@@ -9,6 +9,9 @@ A request (`WhatIfRequest`, every field optional) is answered in three steps:
 2. `evaluate(snap, request, make_policy)` builds, per seed, a simulation that starts *now* (t=0): running jobs keep
    their placements at t=0 (`Simulator(initial=...)`), pending jobs arrive at t=0 in their order, hypothetical jobs
    at `submit_in_s`. With `trace`, the trace's jobs replace the live ones (on the live cluster plus extra nodes).
+   A hypothetical job the cluster can never run is refused naming its field; an elastic one whose submitted size it
+   cannot hold but a smaller size can is answered at the largest such size, as `POST /jobs` would store it
+   (`scheduler.core.admission.elastic_admission`), and a note says so.
 3. The per-seed metrics become distributions (mean, min, max and the per-seed values).
 
 **Times count from now.** A job's JCT and queueing delay are measured from the moment of the request: what pending
@@ -36,9 +39,11 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from scheduler.core.admission import cluster_refusal
+from scheduler.core.admission import Fit, spec_admission
 from scheduler.core.constraints import ConstraintError, Constraints
+from scheduler.core.contention import ContentionModel
 from scheduler.core.decisions import Policy
+from scheduler.core.elastic import brought_down
 from scheduler.core.generic import known_profiles
 from scheduler.core.model import PRESETS, Cluster, JobPhase, JobSpec, Placement, SpecError
 from scheduler.core.outages import OnFault, Outage
@@ -234,26 +239,31 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
                      "arrives at t=0")
 
     hypothetical = []
+    contention: ContentionModel | None = None  # (built for the first job brought down to a size that fits)
     for i, h in enumerate(req.jobs):
         try:
             constraints = Constraints.from_json(h.constraints)
         except ConstraintError as exc:
             raise WhatIfError(f"jobs.{i}.constraints.{exc.field}", exc.why) from None
-        refusal = cluster_refusal(cluster, h.model, h.num_gpus, constraints, profiles)
-        if refusal is not None:
-            extra = " with the extra nodes" if refusal.code == "gang" and req.extra_nodes else ""
-            raise WhatIfError(f"jobs.{i}.{refusal.field}", (f"{h.model} " if refusal.field == "model" else "")
-                              + refusal.why + extra)
         try:
-            hypothetical.append(_spec(h.name or f"what-if-{i}", h.model, h.num_gpus, h.duration_s, profiles,
-                                      submit_s=h.submit_in_s, user="what-if",
-                                      elastic=Elastic(h.min_gpus, h.max_gpus, h.sizes, h.resize_pause_s),
-                                      constraints=constraints))
+            spec = _spec(h.name or f"what-if-{i}", h.model, h.num_gpus, h.duration_s, profiles,
+                         submit_s=h.submit_in_s, user="what-if",
+                         elastic=Elastic(h.min_gpus, h.max_gpus, h.sizes, h.resize_pause_s), constraints=constraints)
         except ValueError as exc:  # the elastic fields' rules (`JobSpec._check_elastic`): each message names its field
             why = str(exc)
             field = next((f for f in ("min_gpus", "max_gpus", "sizes", "resize_pause_s") if why.startswith(f)),
                          "min_gpus")
             raise WhatIfError(f"jobs.{i}.{field}", why) from None
+        verdict = spec_admission(cluster, spec, profiles)  # the simulator's rule on arrival, told here
+        if isinstance(verdict, Fit):  # submitted at a size the cluster can hold, as the API would store it
+            contention = contention or ContentionModel(cluster, profiles)
+            spec = brought_down(contention, spec, verdict.size)
+            notes.append(f"jobs.{i} ({spec.name}): {verdict.reason.text}")
+        elif verdict is not None:
+            extra = " with the extra nodes" if verdict.code == "gang" and req.extra_nodes else ""
+            raise WhatIfError(f"jobs.{i}.{verdict.field}", (f"{h.model} " if verdict.field == "model" else "")
+                              + verdict.why + extra)
+        hypothetical.append(spec)
     if len(initial) + len(arrivals) + len(hypothetical) > MAX_JOBS:
         raise WhatIfError(None, f"more than {MAX_JOBS} jobs to simulate")
     return _World(cluster, base_cluster, initial, arrivals, hypothetical, attained, notes, outages)
@@ -438,7 +448,7 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
     for i, (h, spec) in enumerate(zip(req.jobs, world.hypothetical, strict=True)):
         jcts = [r.hypothetical_jct[i] for r in runs]
         hypothetical.append({
-            "name": spec.name, "model": h.model, "num_gpus": h.num_gpus, "duration_s": h.duration_s,
+            "name": spec.name, "model": h.model, "num_gpus": spec.num_gpus, "duration_s": spec.duration_s,
             "submit_in_s": h.submit_in_s, "jct_s": _mean_or_none(jcts),
             "queue_s": _mean_or_none([r.hypothetical_queue[i] for r in runs]),
             "jct_s_per_seed": jcts, "completed_in": sum(v is not None for v in jcts),

@@ -10,6 +10,7 @@ from dataclasses import replace
 from sqlalchemy import and_, bindparam, or_, select
 from sqlalchemy.orm import Session, joinedload
 
+from scheduler.core.admission import Refusal
 from scheduler.core.dependencies import Outcome, readiness
 from scheduler.core.model import Cluster, Job
 from scheduler.core.reasons import Code, Reason
@@ -18,7 +19,7 @@ from scheduler.live.control.memory import Memory
 from scheduler.live.control.workers import Workers
 from scheduler.live.job_states import outcome as job_outcome
 from scheduler.live.lifecycle import LifeCycle
-from scheduler.live.rows import job_of, reject_reason
+from scheduler.live.rows import admission_of, job_of, sized_down
 from scheduler.live.store import queries
 from scheduler.live.store.models import Job as JobRow
 from scheduler.live.store.models import JobState as S
@@ -87,11 +88,13 @@ class Intake:
         last = next(reversed(self.m.pending.values())).spec.submit_s if self.m.pending else float("-inf")
         for row in fresh:
             self.max_seen = max(self.max_seen, row.id)
-            problem = reject_reason(row, self.cluster, self.profiles)
-            if problem:
+            verdict = admission_of(row, self.cluster, self.profiles)
+            if isinstance(verdict, Refusal):
                 self.lifecycle.to_terminal(s, row, S.FAILED, now, event="rejected",
-                                           why=Reason(Code.REJECTED, {"text": problem}))
+                                           why=Reason(Code.REJECTED, {"text": verdict.why}))
                 continue
+            if verdict is not None:  # an elastic job larger than the model holds: at the largest size it can
+                sized_down(s, row, verdict, self.m.contention, now)
             job = job_of(row, self.profiles)
             in_order = in_order and job.spec.submit_s >= last
             last = job.spec.submit_s
