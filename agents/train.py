@@ -180,30 +180,6 @@ def make_config(**kwargs: Any) -> TrainConfig:
     return cfg
 
 
-def parse_cluster_range(text: str) -> tuple[list[str], tuple[int, int]]:
-    """`PRESET[:N|:LO-HI][,...]` -> presets and the node range they span (for training's drawn clusters)."""
-    presets, lows, highs = [], [], []
-    for part in text.split(","):
-        preset, _, rng = part.strip().partition(":")
-        presets.append(preset)
-        if rng:
-            lo, _, hi = rng.partition("-")
-            try:
-                lows.append(int(lo))
-                highs.append(int(hi or lo))
-            except ValueError:
-                raise SpecError(f"--cluster: {part!r}: expected PRESET, PRESET:N or PRESET:LO-HI") from None
-    return presets, ((min(lows), max(highs)) if lows else (2, 8))
-
-
-def parse_range(flag: str, text: str) -> tuple[float, float]:
-    lo, _, hi = text.partition("-")
-    try:
-        return float(lo), float(hi or lo)
-    except ValueError:
-        raise SpecError(f"{flag}: {text!r}: expected a number or LOW-HIGH") from None
-
-
 # ---- environments ---------------------------------------------------------------------------------------------------
 
 

@@ -152,29 +152,36 @@ def fmt(x: float | None) -> str:
 
 
 def plot(report: dict[str, Any], out: Path) -> None:
-    """Avg JCT over the best rigid heuristic's, per load, one line per (workload, elastic policy), with intervals."""
+    """Avg JCT over the best rigid heuristic's, per load: one panel per workload, one line per elastic policy (offset
+    a little along the load axis so that the intervals do not hide each other), with 95% intervals."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    lines: dict[tuple[str, str], list[tuple[float, dict[str, Any]]]] = {}
-    for g in report["groups"]:
-        for p, r in g["elastic"].items():
-            lines.setdefault((g["workload"], p), []).append((g["load"], r["avg_jct_ratio"]))
-    for (workload, p), pts in lines.items():
-        xs = [x for x, _ in pts]
-        ys = [r["estimate"] for _, r in pts]
-        lo = [r["estimate"] - (r["low"] if r["low"] is not None else r["estimate"]) for _, r in pts]
-        hi = [(r["high"] if r["high"] is not None else r["estimate"]) - r["estimate"] for _, r in pts]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"{p} ({workload})")
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.axhline(TARGET, color="red", lw=0.8, ls="--", label=f"target {TARGET}")
-    ax.set_xlabel("offered load")
-    ax.set_ylabel("avg JCT / best rigid heuristic's")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    workloads = list(dict.fromkeys(g["workload"] for g in report["groups"]))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 4), sharey=True, squeeze=False)
+    for ax, workload in zip(axes[0], workloads, strict=True):
+        lines: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+        for g in report["groups"]:
+            if g["workload"] == workload:
+                for p, r in g["elastic"].items():
+                    lines.setdefault(p, []).append((g["load"], r["avg_jct_ratio"]))
+        for k, (p, pts) in enumerate(lines.items()):
+            shift = (k - (len(lines) - 1) / 2) * 0.02
+            xs = [x + shift for x, _ in pts]
+            ys = [r["estimate"] for _, r in pts]
+            lo = [r["estimate"] - (r["low"] if r["low"] is not None else r["estimate"]) for _, r in pts]
+            hi = [(r["high"] if r["high"] is not None else r["estimate"]) - r["estimate"] for _, r in pts]
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=p)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axhline(TARGET, color="red", lw=0.8, ls="--", label=f"target {TARGET}")
+        ax.set_title(workload)
+        ax.set_xlabel("offered load")
+    axes[0][0].set_ylabel("avg JCT / best rigid heuristic's (rigid jobs)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(out, dpi=120)
 
 

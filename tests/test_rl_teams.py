@@ -235,7 +235,7 @@ def test_a_version_4_agent_is_refused_with_the_usual_message(tmp_path: Path) -> 
     shutil.copy(ZOO / "default.zip", tmp_path / "old.zip")
     meta = json.loads((ZOO / "default.json").read_text()) | {"encoding_version": 4}
     (tmp_path / "old.json").write_text(json.dumps(meta))
-    with pytest.raises(AgentLoadError, match=r"trained for encoding version 4, this Corral speaks version 7; "
+    with pytest.raises(AgentLoadError, match=rf"trained for encoding version 4, this Corral speaks version {ENCODING_VERSION}; "
                                              r"retrain it with `corral train"):
         make_policy(f"rl:{tmp_path / 'old.zip'}")
 

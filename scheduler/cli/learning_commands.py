@@ -74,7 +74,7 @@ def train(ctx: click.Context, algo: str | None, formulation: str, timesteps: int
           elastic_share: float, no_progress: bool,
           from_history: bool, db_url: str | None, out: Path | None, force: bool) -> None:
     """Train a placement agent and evaluate it against tiresias and contention-greedy on held-out windows."""
-    from agents.train import check_out, default_out, make_config, parse_cluster_range, parse_range
+    from agents.train import check_out, default_out, make_config
     from agents.train import train as run_training
 
     defaulted = out is None
@@ -113,7 +113,6 @@ def _train_from_history(ctx: click.Context, db_url: str | None, out: Path, no_pr
     from click.core import ParameterSource
 
     from agents.finetune import train_from_history
-    from agents.train import parse_range
 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
@@ -488,3 +487,30 @@ def tune_cmd(workloads: tuple[str, ...], scenarios: int, window: int, seed: int,
 
 
 LEARNING_COMMANDS = [train, calibrate, evaluate, tune_cmd]
+
+
+# ---- flags -----------------------------------------------------------------------------------------------------------
+
+
+def parse_cluster_range(text: str) -> tuple[list[str], tuple[int, int]]:
+    """`PRESET[:N|:LO-HI][,...]` -> presets and the node range they span (for training's drawn clusters)."""
+    presets, lows, highs = [], [], []
+    for part in text.split(","):
+        preset, _, rng = part.strip().partition(":")
+        presets.append(preset)
+        if rng:
+            lo, _, hi = rng.partition("-")
+            try:
+                lows.append(int(lo))
+                highs.append(int(hi or lo))
+            except ValueError:
+                raise SpecError(f"--cluster: {part!r}: expected PRESET, PRESET:N or PRESET:LO-HI") from None
+    return presets, ((min(lows), max(highs)) if lows else (2, 8))
+
+
+def parse_range(flag: str, text: str) -> tuple[float, float]:
+    lo, _, hi = text.partition("-")
+    try:
+        return float(lo), float(hi or lo)
+    except ValueError:
+        raise SpecError(f"{flag}: {text!r}: expected a number or LOW-HIGH") from None
