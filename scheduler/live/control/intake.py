@@ -102,8 +102,9 @@ class Intake:
         while no controller ran, or it was accepted while no node was recorded alive). Admitted on the model
         (`rows.admission_of`): one it can never run fails with a `rejected` event saying why (None is returned); an
         elastic one whose stored size it cannot hold is stored at the largest size it can (`rows.sized_down`). The
-        model holds every node the controller knows, down ones included (their GPUs are closed, not removed), so a node
-        that is down for a restart fails no job. Returns the job to queue."""
+        model holds every node of the cluster, down ones included (their GPUs are closed, not removed; on a shared Ray
+        cluster every node the store records), so a node that is down for a restart fails no job. Returns the job to
+        queue."""
         self.max_seen = max(self.max_seen, row.id)
         verdict = admission_of(row, self.cluster, self.profiles)
         if isinstance(verdict, Refusal):
