@@ -176,3 +176,17 @@ def test_a_recovered_job_brought_down_keeps_the_share_of_its_work_done(store: St
     duration, done = look(store, wide, lambda r: (r.duration_s, r.work_done_s))
     assert duration > 1200.0 and math.isclose(done / duration, 0.25)
     assert math.isclose(ctl.pending[wide].work_left, duration * 0.75)
+
+
+def test_a_recovery_in_the_running_process_fails_no_accepted_job(store: Store, corral_home: Path) -> None:
+    """After a node joined or was relabelled (`recover(after_failure=True)`: an operator's change, perhaps undone
+    soon), a pending job the cluster can no longer run stays queued, as it was: only a start or a takeover fails
+    one."""
+    controller(store, Nodes(["n0", "n1", "n2", "n3"]))._register_nodes(0.0)
+    rigid = submit(store, num_gpus=16)
+    ctl = controller(store, Nodes(["n0", "n1"]))
+    ctl.recover(after_failure=True)
+    assert look(store, rigid, lambda r: (r.state, kinds(r))) == ("pending", ["submitted"])
+    assert rigid in ctl.pending
+    ctl.recover()  # a start on the same cluster: now it is told
+    assert look(store, rigid, lambda r: (r.state, r.error)) == ("failed", "needs 16 GPUs, the cluster has 8")

@@ -254,7 +254,8 @@ class Controller:
         restarted: its workers are adopted) or, `after_failure`, in this same process after a pass failed half-way
         (nothing restarted: a job this controller was already running and still is gets no event). The pending jobs
         are admitted on the model as new submissions are (`Intake.admit`): one the cluster can never run any more fails
-        saying why, an elastic one is brought down to a size it holds; a node that is down fails none."""
+        saying why (at start and on taking over only: `after_failure`, after a node joined or was relabelled, it stays
+        queued), an elastic one is brought down to a size it holds; a node that is down fails none."""
         tracked = set(self.m.running) if after_failure else set()
         if self.nodes_from_store:
             self.nodes.take_store_numbering(self.store)
@@ -289,7 +290,7 @@ class Controller:
             rejected = 0
             for row in s.scalars(select(JobRow).where(JobRow.state == S.PENDING).options(joinedload(JobRow.user))
                                  .order_by(JobRow.id)).all():
-                job = self.intake.admit(s, row, now)
+                job = self.intake.admit(s, row, now, reject=not after_failure)
                 if job is None:
                     rejected += 1
                     continue
