@@ -61,7 +61,7 @@ from scheduler.live.job_accounts import JobAccounts
 from scheduler.live.leader import Leadership, NotLeader, SoleLeader
 from scheduler.live.lifecycle import LifeCycle
 from scheduler.live.nodes import register_nodes
-from scheduler.live.rows import job_of, launch_of, rank_specs
+from scheduler.live.rows import launch_of, rank_specs
 from scheduler.live.runs import (
     DEFAULT_LOG_LIMIT_BYTES,
     START_STRIKES,
@@ -252,7 +252,10 @@ class Controller:
     def recover(self, *, after_failure: bool = False) -> None:
         """Rebuild the state from the store and reconcile it with the workers Ray still runs: at start (`corral serve`
         restarted: its workers are adopted) or, `after_failure`, in this same process after a pass failed half-way
-        (nothing restarted: a job this controller was already running and still is gets no event)."""
+        (nothing restarted: a job this controller was already running and still is gets no event). The pending jobs
+        are admitted on the model as new submissions are (`Intake.admit`): one the cluster can never run any more fails
+        saying why (at start and on taking over only: `after_failure`, after a node joined or was relabelled, it stays
+        queued), an elastic one is brought down to a size it holds; a node that is down fails none."""
         tracked = set(self.m.running) if after_failure else set()
         if self.nodes_from_store:
             self.nodes.take_store_numbering(self.store)
@@ -282,16 +285,24 @@ class Controller:
                 self.health.lose_node(s, m, self.lifecycle, i, f"node {self.node_names[i]} is down", now)
             self.health.read_conditions(s, now)
             self.health.apply_outages(s, m, self.lifecycle, now)
+            # The queue, each job admitted as a new submission is (`Intake.admit`): the cluster may have shrunk while
+            # no controller ran, or a job was accepted while no node was recorded alive.
+            rejected = 0
             for row in s.scalars(select(JobRow).where(JobRow.state == S.PENDING).options(joinedload(JobRow.user))
-                                 .order_by(JobRow.id)):
-                m.book.append(job_of(row, self.profiles))
+                                 .order_by(JobRow.id)).all():
+                job = self.intake.admit(s, row, now, reject=not after_failure)
+                if job is None:
+                    rejected += 1
+                    continue
+                m.book.append(job)
                 if row.not_before is not None and row.not_before > now:
                     m.gates.backoff[row.id] = row.not_before
             self.leadership.fence(s)  # a replica that lost the lease meanwhile must not requeue what another adopted
         self.workers.reap_orphans(keep)
         for job in m.running.values():
             m.set_rate(job)
-        log.info("recovered: %d running (%d lost), %d pending", len(m.running), len(lost), len(m.pending))
+        log.info("recovered: %d running (%d lost), %d pending (%d rejected: the cluster can never run them)",
+                 len(m.running), len(lost), len(m.pending), rejected)
 
     def _register_nodes(self, now: float) -> None:
         reported = self.workers.nodes()

@@ -67,13 +67,16 @@ def _admitted_spec(row: JobRow) -> JobSpec:
 
 
 def sized_down(s: Session, row: JobRow, fit: Fit, contention: ContentionModel, now: float) -> None:
-    """A new elastic job whose stored size the controller's model cannot hold (no node was recorded alive when the API
-    took it, or one died since), stored at the size admission brought it down to, as the API stores one
-    (`live.submissions`): `num_gpus` that size, a given `duration_s` its work in that size's seconds
-    (`core.elastic.brought_down`); a `sized_down` event says so."""
+    """An elastic job whose stored size the controller's model cannot hold (no node was recorded alive when the API
+    took it, or the cluster shrank while no controller ran), stored at the size admission brought it down to, as the
+    API stores one (`live.submissions`): `num_gpus` that size, a given `duration_s` its work in that size's seconds
+    (`core.elastic.brought_down`); a `sized_down` event says so. A job recovered pending that ran before keeps the
+    share of its work it did (`work_done_s` is in its stored size's seconds too)."""
     spec = brought_down(contention, _admitted_spec(row), fit.size)
     row.num_gpus = spec.num_gpus
     if row.duration_estimate is None:
+        if row.work_done_s and row.duration_s:
+            row.work_done_s *= spec.duration_s / row.duration_s
         row.duration_s = spec.duration_s
     add_event(s, row.id, "sized_down", fit.reason.text, at=now, **fit.reason.params)
 

@@ -87,20 +87,36 @@ class Intake:
         in_order = True
         last = next(reversed(self.m.pending.values())).spec.submit_s if self.m.pending else float("-inf")
         for row in fresh:
-            self.max_seen = max(self.max_seen, row.id)
-            verdict = admission_of(row, self.cluster, self.profiles)
-            if isinstance(verdict, Refusal):
-                self.lifecycle.to_terminal(s, row, S.FAILED, now, event="rejected",
-                                           why=Reason(Code.REJECTED, {"text": verdict.why}))
+            job = self.admit(s, row, now)
+            if job is None:
                 continue
-            if verdict is not None:  # an elastic job larger than the model holds: at the largest size it can
-                sized_down(s, row, verdict, self.m.contention, now)
-            job = job_of(row, self.profiles)
             in_order = in_order and job.spec.submit_s >= last
             last = job.spec.submit_s
             self.m.book.append(job)
         if not in_order:  # the queue stays in submission order, as the simulator keeps it
             self.m.book.sort_queue()
+
+    def admit(self, s: Session, row: JobRow, now: float, reject: bool = True) -> Job | None:
+        """A pending job taken into the controller's queue: a new submission (`take_submissions`) or, when the
+        controller recovers, every job the store holds pending (`Controller.recover`: the cluster may have changed
+        while no controller ran, or it was accepted while no node was recorded alive). Admitted on the model
+        (`rows.admission_of`): one it can never run fails with a `rejected` event saying why (None is returned); an
+        elastic one whose stored size it cannot hold is stored at the largest size it can (`rows.sized_down`). The
+        model holds every node of the cluster, down ones included (their GPUs are closed, not removed; on a shared Ray
+        cluster every node the store records), so a node that is down for a restart fails no job. Without `reject`, one
+        it can never run stays queued as it was (a recovery in this process after a node joined or was relabelled: an
+        operator's change, perhaps undone soon, must not fail accepted jobs). Returns the job to queue."""
+        self.max_seen = max(self.max_seen, row.id)
+        verdict = admission_of(row, self.cluster, self.profiles)
+        if isinstance(verdict, Refusal):
+            if not reject:
+                return job_of(row, self.profiles)
+            self.lifecycle.to_terminal(s, row, S.FAILED, now, event="rejected",
+                                       why=Reason(Code.REJECTED, {"text": verdict.why}))
+            return None
+        if verdict is not None:  # an elastic job larger than the model holds: at the largest size it can
+            sized_down(s, row, verdict, self.m.contention, now)
+        return job_of(row, self.profiles)
 
     def take_cancels(self, s: Session, now: float) -> None:
         """Stop the runs the API was asked to cancel (a pending job's cancel is the API's own move)."""
