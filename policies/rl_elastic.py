@@ -5,14 +5,15 @@
   three sizes (`start_sizes`): the size it was submitted at, its smallest, and the largest that fits now within its
   team's room. Each size keeps its own non-dominated placements (`keep_per_size`: a larger size is not "dominated"
   by a smaller one's lower slowdown), the submitted size first, so a rigid job's candidates are encoding 7's.
-* **A grow** (the `grow` slot): the running elastic job whose next size speeds it up most per added GPU (then the
-  one with most expected work left), with placements at up to `MAX_CANDIDATES` larger sizes that the free GPUs hold,
-  each one the resize rules allow (`scheduler.core.resizing.refusal`: worth its pause, not within the interval).
-* **A shrink** (the `shrink` slot): the first job of the `remaining` order that fits nowhere, started at its smallest
-  size on GPUs running elastic jobs give back (`shrink_room`): jobs of its team, of no higher priority, above their
-  minimum, not resized within the interval and expected to run longer than it, those expected to lose least time per
-  GPU given back first, each by what is still lacking, as few as make room (the marginal-gain heuristic's rule, on
-  the size distribution's expected remaining work instead of the true one: the agent is not an oracle).
+* **A grow** (the `grow` slot): the running elastic job whose best step saves the largest share of its expected time
+  left per added GPU, net of its pause (`marginal-gain-expected`'s grow rule, `MarginalGain.step`), with placements
+  at up to `MAX_CANDIDATES` larger sizes that the free GPUs hold, that step's size among them, each one the resize
+  rules allow (`scheduler.core.resizing.refusal`: worth its pause, not within the interval).
+* **A shrink** (the `shrink` slot): the first job of Gittins' order that fits nowhere, started at its smallest size
+  on GPUs running elastic jobs give back (`shrink_room`, by `marginal-gain-expected`'s `make_room`): jobs of its
+  team, of no higher priority, above their minimum, not resized within the interval and expected to run longer than
+  it, those expected to lose least time per GPU given back first, each by what is still lacking, as few as make room.
+  Both read the size distribution's expected remaining work, not the true one: the agent is not an oracle.
 
 Choosing a grow or a shrink is never forced: waiting (declining it) is offered beside them, as beside a preemption.
 Every size feature is 0 for a rigid job at its size (`size_features`), so a workload without elastic jobs encodes as
@@ -91,8 +92,8 @@ def keep_per_size(cands: Sequence[Placement], preds: Sequence[Prediction], limit
 
 def size_features(view: ClusterView, spec: JobSpec, base: int, k: int) -> tuple[float, float, float]:
     """A placement at `k` GPUs of a job whose size is `base` now (a start: its submitted size): log2 of the growth,
-    of the shrink, and its speed per GPU over the base size's minus 1 (negative for a grow: sublinear scaling; 0 for
-    a rigid job, clipped at 0 by the observation's range, so what is kept is the shrink's gain per GPU)."""
+    of the shrink, and how far its speed per GPU is from the base size's (|ratio - 1|: the efficiency a grow loses to
+    sublinear scaling, or a shrink gains); all 0 at the base size, so for every rigid job."""
     if k == base:
         return 0.0, 0.0, 0.0
     ratio = math.log2(k / base)
