@@ -805,8 +805,14 @@ def test_an_elastic_job_shows_its_bounds_on_its_page_and_in_the_jobs_list(page: 
 
 def test_an_elastic_jobs_page_shows_the_sizes_it_ran_at_and_why(page: Any, service: Service) -> None:
     """Issue 49: under its bounds, the sizes an elastic job ran at: its start, then each resize with the policy's
-    reason, from its events (the controller writes them: tests/test_live_elastic.py sees it do so)."""
+    reason, from its events (the controller writes them: tests/test_live_elastic.py sees it do so). A rigid job holds
+    every GPU but 2 first, so that whatever the active policy (`rl:default` sizes jobs itself) the elastic one starts
+    on 2 and cannot grow: the sizes on the page are the ones written here."""
     sign_in(page, service)
+    blocker = service.submit(name="blocker", kind="emulated", model="ResNet-50-bs64", num_gpus=NODES * GPUS - 2,
+                             duration_s=3600)
+    wait_until("the blocker to start", lambda: service.get(f"/jobs/{blocker['id']}")["state"] == "running",
+               timeout=60)
     job = service.submit(name="sized", kind="emulated", model="ResNet-50-bs64", num_gpus=2, duration_s=600,
                          min_gpus=2, max_gpus=4)
     wait_until("the job to start", lambda: service.get(f"/jobs/{job['id']}")["state"] == "running", timeout=60)
