@@ -23,6 +23,7 @@ encoding 7 with zeros inserted.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -113,14 +114,7 @@ def job_size_features(job: Job) -> tuple[float, float, float]:
 # ---- running jobs ---------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Grow:
-    job: Job
-    candidates: list[Placement]
-    predictions: list[Prediction]
-
-
-def grow(view: ClusterView, planner: Planner, sizes: SizeDistribution, now: float, limit: int) -> Grow | None:
+def grow(view: ClusterView, planner: Planner, sizes: SizeDistribution, now: float, limit: int) -> Filled | None:
     """The grow slot's job and its placements at up to `limit` larger sizes the free GPUs hold, each one the resize
     rules allow; None if no running elastic job may grow. The job is the one whose best step saves the largest share
     of its expected time left per added GPU, net of its pause, that step's size among those offered (the sizing
@@ -158,17 +152,17 @@ def grow(view: ClusterView, planner: Planner, sizes: SizeDistribution, now: floa
     # Its own contention now for every size: a prediction at the new size would count its present run as another
     # job's traffic on its own GPUs (the size features say what the size changes).
     now_pred = Prediction(view.slowdown(job.id), {}, {})
-    return Grow(job, cands, [now_pred] * len(cands))
+    return Filled(job, cands, [now_pred] * len(cands), [], GROW)
 
 
-_SIZERS: dict[int, MarginalGainExpected] = {}
+# The sizing heuristic whose rules pick the slots' jobs, per size distribution (as `rl_encoding._gittins_queues`).
+_SIZERS: weakref.WeakKeyDictionary[SizeDistribution, MarginalGainExpected] = weakref.WeakKeyDictionary()
 
 
 def _sizer(sizes: SizeDistribution) -> MarginalGainExpected:
-    found = _SIZERS.get(id(sizes))
-    if found is None or found.sizes is not sizes:
-        found = _SIZERS[id(sizes)] = MarginalGainExpected(sizes=sizes)
-    return found
+    if sizes not in _SIZERS:
+        _SIZERS[sizes] = MarginalGainExpected(sizes=sizes)
+    return _SIZERS[sizes]
 
 
 def _spread(sizes: list[int], limit: int) -> list[int]:
@@ -239,7 +233,7 @@ def resize_slots(frame: Frame, sizes: SizeDistribution, jobs: list[Job], order: 
     out: dict[str, Filled] = {}
     grown = grow(view, planner, sizes, now, limit)
     if grown is not None:
-        out[GROW] = Filled(grown.job, grown.candidates, grown.predictions, [], GROW)
+        out[GROW] = grown
     if order is None or not any(j.spec.workers > submitted(j).size_choices()[0] for j in view.elastic.values()):
         return out
     for i in order[:SHRINK_LOOK].tolist():
