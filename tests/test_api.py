@@ -288,19 +288,25 @@ def test_a_job_the_cluster_can_never_hold_is_refused_at_submit(env: Env) -> None
     assert env.post("/jobs", EMULATED | {"num_gpus": 8}).status_code == 201  # the whole cluster is fine
 
 
-def test_a_gang_larger_than_the_alive_nodes_is_refused_at_submit(env: Env) -> None:
-    """The controller's model drops dead nodes and would reject such a job at once: the API says so first, counting
-    only the alive nodes' GPUs, and says how many nodes are down."""
+def test_a_node_that_is_down_still_counts_at_submit(env: Env) -> None:
+    """The controller's model keeps a node that is down (its GPUs closed: `control.intake`), so a gang only the whole
+    cluster holds waits for it to come back there: the API accepts it too (a node restarting must not turn such jobs
+    away), and refuses only what no recorded node set could hold, saying how many nodes are down."""
     with env.store.session() as s:
         for n, alive in enumerate([True, True, False]):
             node = Node(name=f"node{n}", index=n, preset="pcie-t4", alive=alive, updated_at=time.time())
             node.gpus = [Gpu(index=4 * n + i, local_index=i, gpu_type="A100-80GB", mem_gb=80.0) for i in range(4)]
             s.add(node)
-    resp = env.post("/jobs", EMULATED | {"num_gpus": 12})
+    resp = env.post("/jobs", EMULATED | {"num_gpus": 16})
     assert resp.status_code == 422
-    assert field_errors(resp)["num_gpus"] == ["needs 12 GPUs, the cluster has 8 (2 of 3 nodes alive)"]
+    assert field_errors(resp)["num_gpus"] == ["needs 16 GPUs, the cluster has 12 (3 nodes, 1 of them down)"]
     assert env.job_count() == 0
-    assert env.post("/jobs", EMULATED | {"num_gpus": 8}).status_code == 201
+    waits = env.post("/jobs", EMULATED | {"num_gpus": 12})
+    assert waits.status_code == 201 and waits.json["num_gpus"] == 12 and waits.json["state"] == "pending"
+    pinned = env.post("/jobs", EMULATED | {"num_gpus": 4, "constraints": {"nodes": ["node2"]}})
+    assert pinned.status_code == 201  # the down node's 4 GPUs: it waits for node2
+    too_big = env.post("/jobs", EMULATED | {"num_gpus": 5, "constraints": {"nodes": ["node2"]}})
+    assert too_big.status_code == 422 and "constraints.nodes" in field_errors(too_big), too_big.json
 
 
 @pytest.mark.parametrize("num_gpus", [1.5, 2.25, 0.0, -1])

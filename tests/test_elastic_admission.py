@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import StartingBackend, small_cluster
-from sqlalchemy import select, update
+from sqlalchemy import delete, select
 from test_api import EMULATED, Env, field_errors, make_env
 from test_whatif import Env as WhatIfEnv
 
@@ -186,7 +186,7 @@ def test_what_if_runs_a_hypothetical_elastic_job_at_the_size_it_is_brought_down_
 @pytest.fixture
 def env(store: Store, corral_home: Path) -> Env:
     e = make_env(store)
-    with store.session() as s:  # as the controller records 2 nodes x 4 GPUs (test_api's refusals)
+    with store.session() as s:  # as the controller records 3 nodes x 4 GPUs, one of them down (test_api's refusals)
         for n, alive in enumerate([True, True, False]):
             node = Node(name=f"node{n}", index=n, preset="dgx-a100", alive=alive, updated_at=time.time())
             node.gpus = [Gpu(index=4 * n + i, local_index=i, gpu_type="A100-80GB", mem_gb=80.0) for i in range(4)]
@@ -205,11 +205,12 @@ def test_the_api_stores_it_at_the_size_it_is_brought_down_to_and_says_why(env: E
     resp = env.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 2, "max_gpus": 16, "duration_s": 120})
     assert resp.status_code == 201, resp.json
     job = resp.json
-    assert (job["num_gpus"], job["min_gpus"], job["max_gpus"]) == (8, 2, 16)  # the alive nodes' 8 GPUs
-    assert job["duration_s"] >= 240  # its 16 GPUs' work, on 8
+    # The recorded nodes' 12 GPUs: the down node's too, as the controller models it (it waits for it to come back).
+    assert (job["num_gpus"], job["min_gpus"], job["max_gpus"]) == (12, 2, 16)
+    assert job["duration_s"] >= 160  # its 16 GPUs' work, on 12
     [(kind, message)] = events(env.store, job["id"])
-    assert kind == "submitted" and "brought down from 16 to 8 GPUs" in message
-    assert "needs 16 GPUs, the cluster has 8" in message
+    assert kind == "submitted" and "brought down from 16 to 12 GPUs" in message
+    assert "needs 16 GPUs, the cluster has 12" in message
     listed = env.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 2, "max_gpus": 16, "sizes": [2, 6, 16]})
     assert listed.status_code == 201 and listed.json["num_gpus"] == 6
     pinned = env.post("/jobs", EMULATED | {"num_gpus": 8, "min_gpus": 2, "max_gpus": 8,
@@ -221,16 +222,16 @@ def test_the_api_stores_it_at_the_size_it_is_brought_down_to_and_says_why(env: E
 
 
 def test_the_api_refuses_one_whose_smallest_size_cannot_fit_and_stores_nothing(env: Env) -> None:
-    resp = env.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 12, "max_gpus": 16})
+    resp = env.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 14, "max_gpus": 16})
     assert resp.status_code == 422
-    assert field_errors(resp) == {"min_gpus": ["the smallest size it accepts, 12 GPUs, can never run here: needs 12 "
-                                               "GPUs, the cluster has 8 (2 of 3 nodes alive)"]}
+    assert field_errors(resp) == {"min_gpus": ["the smallest size it accepts, 14 GPUs, can never run here: needs 14 "
+                                               "GPUs, the cluster has 12 (3 nodes, 1 of them down)"]}
     assert resp.json["message"].startswith("min_gpus: ")
-    listed = env.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 2, "max_gpus": 16, "sizes": [12, 16]})
+    listed = env.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 2, "max_gpus": 16, "sizes": [14, 16]})
     assert listed.status_code == 422 and "sizes" in field_errors(listed)
     rigid = env.post("/jobs", EMULATED | {"num_gpus": 16})
     assert rigid.status_code == 422
-    assert field_errors(rigid) == {"num_gpus": ["needs 16 GPUs, the cluster has 8 (2 of 3 nodes alive)"]}
+    assert field_errors(rigid) == {"num_gpus": ["needs 16 GPUs, the cluster has 12 (3 nodes, 1 of them down)"]}
     assert env.job_count() == 0
 
 
@@ -266,21 +267,21 @@ def test_the_controller_starts_it_under_fifo_at_the_size_it_was_stored_at(store:
 
 
 def test_the_controller_brings_down_one_the_api_could_not_check(store: Store, corral_home: Path) -> None:
-    """With no node recorded alive the API stores a job as submitted (the controller decides): the controller's intake
+    """With no node recorded yet the API stores a job as submitted (the controller decides): the controller's intake
     takes the same decision on its model, storing an elastic job at the size it brings it down to."""
     names = ["n0", "n1"]
     ctl = Controller(store, StartingBackend(names, 4), build_live_cluster("dgx-a100", [4, 4]), names,
                      lambda name: make_policy("fifo"), default_policy="fifo", tick_s=0.1, preset="dgx-a100")
     ctl.recover()
-    with store.session() as s:
-        s.execute(update(Node).values(alive=False))  # what the API reads: no alive node
+    with store.session() as s:  # what the API reads: no node recorded (the controller registers them again below)
+        s.execute(delete(Gpu))
+        s.execute(delete(Node))
     e = make_env(store)
     wide = e.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 2, "max_gpus": 16, "duration_s": 120}).json
     never = e.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 12, "max_gpus": 16}).json
     rigid = e.post("/jobs", EMULATED | {"num_gpus": 16}).json
     assert (wide["num_gpus"], never["num_gpus"], rigid["num_gpus"]) == (16, 16, 16)
-    with store.session() as s:
-        s.execute(update(Node).values(alive=True))
+    ctl._register_nodes(time.time())
     ctl.step()
     with store.session() as s:
         row = s.get(JobRow, wide["id"])

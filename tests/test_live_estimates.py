@@ -90,12 +90,17 @@ def test_a_job_the_team_rules_never_start_reads_never_with_its_reason(env: Env) 
     assert ex["start_estimate_outlook"] == "never" and "never starts under the current rules" in ex["summary"]
 
 
-def test_a_job_larger_than_the_live_nodes_never_starts(env: Env) -> None:
+def test_a_job_only_a_node_that_is_down_could_hold_waits_for_it(env: Env) -> None:
+    """As the controller keeps it (its model keeps the down node, GPUs closed): never in the replay while the node
+    stays down, not rejected, and the basis says why."""
     activate(env.store, "fifo")
     gang = env.submit(num_gpus=4, duration_s=60.0)
-    set_node(env.store, "node1", alive=False)  # 2 GPUs left: the 4-GPU job is refused by the replayed cluster
+    set_node(env.store, "node1", alive=False)  # 2 GPUs up: the 4-GPU job waits for node1
     body = env.get(f"/jobs/{gang['id']}").json
-    assert (body["start_estimate_outlook"], body["start_estimate_code"]) == ("never", "rejected")
+    assert (body["start_estimate_outlook"], body["start_estimate_code"]) == ("never", "policy")
+    assert "2 GPU(s) of 1 node(s) that are down stay closed" in body["start_estimate_basis"]
+    set_node(env.store, "node1", alive=True)
+    assert env.get(f"/jobs/{gang['id']}").json["start_estimate_s"] == pytest.approx(0.0, abs=2.0)
 
 
 def test_a_dependent_of_a_running_job_starts_when_it_ends(env: Env) -> None:

@@ -1,5 +1,5 @@
 """A submission's reads in one statement (`scheduler.live.store.submission_reads`, issue 48): what it reads (the
-alive capacity, the time limits, the team) is what the statements it replaced read, the user's row is locked as
+recorded capacity, the time limits, the team) is what the statements it replaced read, the user's row is locked as
 they locked it, and a job stored this way is the job and `submitted` event the store always stored; on SQLite and
 on PostgreSQL (the `store` fixture)."""
 
@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 from scheduler.live import submissions
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.job_accounts import JobAccounts
-from scheduler.live.nodes import ALIVE_CAPACITY, register_nodes
+from scheduler.live.nodes import RECORDED_CAPACITY, register_nodes
 from scheduler.live.store import JobState, Store, queries
 from scheduler.live.store.models import Job, JobEvent, Node, Team, User
 from scheduler.live.store.submission_reads import submission_reads
@@ -25,7 +25,7 @@ NODES = ["n0", "n1", "n2"]
 
 
 def _cluster(store: Store) -> None:
-    """Three nodes of 8 GPUs, n2 dead, and a team `vision` with vera in it."""
+    """Three nodes of 8 GPUs, n2 down, and a team `vision` with vera in it."""
     with store.session(write=True) as s:
         register_nodes(s, InMemoryBackend(NODES, 8).nodes(), build_live_cluster("dgx-a100", [8] * 3), NODES,
                        ["dgx-a100"] * 3, time.time())
@@ -41,7 +41,7 @@ def test_the_one_statement_reads_what_the_three_did(store: Store) -> None:
     with store.session(write=True) as s:  # nothing recorded yet: no capacity, no limits, the default team
         alice = queries.ensure_user(s, "alice")
         reads = submission_reads(s, alice.id)
-        assert (reads.alive_gpus, reads.time_limits, reads.team) == (0, (None, None), "default")
+        assert (reads.recorded_gpus, reads.time_limits, reads.team) == (0, (None, None), "default")
     _cluster(store)
     with store.session(write=True) as s:
         queries.set_time_limits(s, {"default_s": 600.0, "max_s": 7200.0}, by="root")
@@ -49,8 +49,8 @@ def test_the_one_statement_reads_what_the_three_did(store: Store) -> None:
         with store.session(write=True) as s:
             vera = queries.ensure_user(s, "vera")
             reads = submission_reads(s, vera.id, for_update=for_update)
-            total, largest = s.execute(ALIVE_CAPACITY).one()
-            assert (reads.alive_gpus, reads.largest_gpu_gb) == (total, largest) == (16, 80.0)  # n2's 8 left out
+            total, largest = s.execute(RECORDED_CAPACITY).one()
+            assert (reads.recorded_gpus, reads.largest_gpu_gb) == (total, largest) == (24, 80.0)  # n2's 8 counted
             assert reads.time_limits == queries.time_limit_settings(s) == (600.0, 7200.0)
             assert reads.team == queries.submitter_team(s, vera.id) == "vision"
 
@@ -82,12 +82,12 @@ def test_a_job_stored_through_the_reads_is_the_job_and_event_as_before(store: St
         columns = [c.key for c in Job.__table__.columns]
         assert {c: getattr(row, c) for c in columns} == {c: getattr(job, c) for c in columns}  # as RETURNING gave it
         assert s.query(Job).count() == 1
-    try:  # 17 GPUs: more than the 16 alive, although 24 are recorded
-        _submit(store, "alice", {**EMULATED, "num_gpus": 17})
+    try:  # 25 GPUs: more than the 24 recorded (n2's, down, count: the controller's model keeps it)
+        _submit(store, "alice", {**EMULATED, "num_gpus": 25})
     except submissions.InvalidField as exc:
         assert exc.field == "num_gpus"
     else:
-        raise AssertionError("17 GPUs on 16 alive were accepted")
+        raise AssertionError("25 GPUs on 24 were accepted")
     try:
         _submit(store, "alice", {**EMULATED, "time_limit_s": 9000.0})
     except submissions.InvalidField as exc:

@@ -220,7 +220,7 @@ def test_empty_body_simulates_the_present_under_the_active_policy(env: Env) -> N
     assert out["policy"] == out["active_policy"] == "tiresias"
     assert out["seeds"] == [0, 1, 2, 3, 4] and out["sigma"] == whatif.SIGMA and out["time_origin"] == "now"
     assert out["jobs"] == {"running": 2, "pending": 4, "trace": 0, "hypothetical": 0}
-    assert out["cluster"] == {"nodes": 2, "gpus": 16, "extra_nodes": 0, "name": "live-dgx-a100"}
+    assert out["cluster"] == {"nodes": 2, "gpus": 16, "down_nodes": 0, "extra_nodes": 0, "name": "live-dgx-a100"}
     assert out["baseline"] is None and out["delta"] is None and out["hypothetical"] == []
     m = out["metrics"]
     assert set(m) == set(whatif.METRICS)
@@ -311,6 +311,24 @@ def test_the_default_policy_is_rl_default_when_none_is_active(env: Env) -> None:
     assert out["metrics"]["jobs_completed"]["per_seed"] == [1]
 
 
+def test_a_job_only_a_node_that_is_down_could_hold_waits_and_is_not_rejected(store: Store, corral_home: Path) -> None:
+    """The controller keeps such a job waiting for the node (its model keeps it, GPUs closed): what-if does too, and
+    an elastic hypothetical job is brought down to what the whole recorded cluster holds, as `POST /jobs` would."""
+    env = Env(store)
+    env.register_nodes(alive=(True, False))
+    env.activate("fifo")
+    env.pending("whole", 16, 100)
+    out = env.ok({"seeds": 1, "horizon_s": 1000,
+                  "jobs": [{"name": "wide", "model": MODEL, "num_gpus": 32, "min_gpus": 8, "max_gpus": 32,
+                            "duration_s": 100}]})
+    assert out["metrics"]["jobs_rejected"]["per_seed"] == [0]
+    assert out["metrics"]["jobs_unfinished"]["per_seed"] == [2]  # both wait for node-1
+    assert any("brought down from 32 to 16 GPUs" in n for n in out["notes"]), out["notes"]
+    assert whatif.WAITING_FOR_CLOSED in out["notes"]
+    alone = env.ok({"seeds": 1})  # no horizon: the run ends when nothing more can happen
+    assert (alone["metrics"]["jobs_rejected"]["per_seed"], alone["metrics"]["jobs_unfinished"]["per_seed"]) == ([0], [1])
+
+
 def test_a_synthetic_trace_replaces_the_live_jobs(env: Env) -> None:
     env.activate("fifo")
     env.running("r", list(range(8)), duration=1000, progress=0.0)
@@ -335,7 +353,8 @@ def test_jobs_on_a_dead_node_queue_again(store: Store, corral_home: Path) -> Non
     env.activate("fifo")
     env.running("lost", list(range(8, 16)), duration=1000, progress=0.5)
     out = env.ok({"seeds": 1})
-    assert out["cluster"]["gpus"] == 8
+    # The down node stays in the model, its GPUs closed, as the controller keeps it: the lost job runs on node-0.
+    assert (out["cluster"]["gpus"], out["cluster"]["down_nodes"]) == (16, 1)
     assert out["jobs"] == {"running": 0, "pending": 1, "trace": 0, "hypothetical": 0}
     assert out["metrics"]["jobs_completed"]["per_seed"] == [1]
 

@@ -3,12 +3,13 @@ the active policy, one replay shared by every request.
 
 **The present** is read by what-if's reader (`scheduler.live.snapshot`) and carried as `scheduler.core.replay.Present`:
 
-* the cluster model the controller builds (the alive nodes, as recorded, on the recorded fabric); GPUs closed now
-  (a drained node's, a faulty one's) stay closed for the whole replay, their runs keep going;
+* the cluster model the controller builds (every node as recorded, on the recorded fabric); GPUs closed now (a down
+  node's, a drained node's, a faulty one's) stay closed for the whole replay, the runs on drained and faulty ones
+  keep going;
 * the running jobs on their GPUs, with their work left (an emulated job's by its reported progress; a command job's
   estimate less what its run has done), attained service, what is left of their time limits, their teams; a run past
   its predicted end counts as ending within `OVERDUE_FLOOR_S` (it ends some time: not at once, at every look); a run
-  on a node that is gone is queued again first, as the controller requeues it;
+  on a node that is down is queued again first, as the controller requeues it;
 * the pending jobs not held, in queue order, with their work left, attained service and time queued; priorities and
   preemptibility, teams, arrays' running limits and dependencies in their specs (a dependency met by a job that
   ended is dropped; one that can never be met is a `never` without a replay; a job waiting on a held job is not
@@ -129,8 +130,13 @@ def carry(snap: Snapshot, profiles: Mapping[str, ModelProfile], *, reservations:
     model_gpu = snap.model_gpus(cluster)
     notes: list[str] = []
     outages = [Outage(0.0, gpu=model_gpu[g], reason=why) for g, why in sorted(snap.closed.items()) if g in model_gpu]
-    if outages:
-        notes.append(f"{len(outages)} GPU(s) drained or faulty now stay closed")
+    down = snap.down_gpus()
+    if down:
+        nodes = sum(not n.alive for n in snap.nodes)
+        notes.append(f"the {len(down)} GPU(s) of {nodes} node(s) that are down stay closed (a job only they could hold "
+                     "never starts in the replay: it waits for them to come back)")
+    if len(outages) > len(down):
+        notes.append(f"{len(outages) - len(down)} GPU(s) drained or faulty now stay closed")
     unknown = sorted({j.model for j in [*snap.running, *snap.pending]} - set(profiles))
     if unknown:
         raise ValueError(f"live jobs use models the catalog does not know: {', '.join(unknown)}")
@@ -144,8 +150,8 @@ def carry(snap: Snapshot, profiles: Mapping[str, ModelProfile], *, reservations:
     overdue = 0
     for j in snap.running:
         gpus = tuple(model_gpu.get(g, -1) for g in j.gpus)
-        if not gpus or -1 in gpus:
-            requeued.append(j)  # on a node that is gone: the controller requeues it
+        if not gpus or -1 in gpus or not down.isdisjoint(j.gpus):
+            requeued.append(j)  # on a node that is down: the controller requeues it
             continue
         work = max(j.work_left, OVERDUE_FLOOR_S) if j.overdue else j.work_left
         overdue += j.overdue
@@ -153,7 +159,7 @@ def carry(snap: Snapshot, profiles: Mapping[str, ModelProfile], *, reservations:
     if overdue:
         notes.append(f"{overdue} run(s) past their predicted end counted as ending within {OVERDUE_FLOOR_S:.0f} s")
     if requeued:
-        notes.append(f"{len(requeued)} run(s) on nodes that are gone queued again first")
+        notes.append(f"{len(requeued)} run(s) on nodes that are down queued again first")
     queue = [*requeued, *snap.pending]
     status = _dependency_status(snap, queue)
     settled = {i: e for i, e in status.items() if e is not None}

@@ -194,11 +194,13 @@ def network_load(store: Store) -> dict[str, Any]:
     if not snap.nodes:
         return {"approximate": False, "method": NETWORK_METHOD, "nodes": [], "uplinks": [], "fabric": snap.fabric}
     cluster = snap.cluster()
-    # The store numbers GPUs cluster-wide over every node; the model numbers those of the live nodes, in order.
-    to_model = {g: int(cluster.node_first_gpu[i]) + k for i, n in enumerate(snap.nodes) for k, g in enumerate(n.gpus)}
+    # The store numbers GPUs cluster-wide over every node it recorded; the model numbers its nodes' GPUs in order.
+    to_model = snap.model_gpus(cluster)
+    down = snap.down_gpus()  # a run still recorded on a node that is down moves no traffic
     model = ContentionModel(cluster, known_profiles())
     for job in snap.running:
-        if job.model in model.profiles and job.gpus and all(g in to_model for g in job.gpus):
+        placed = job.gpus and all(g in to_model for g in job.gpus) and down.isdisjoint(job.gpus)
+        if job.model in model.profiles and placed:
             spec = JobSpec(job.name, 0.0, job.num_gpus, max(job.work_left, 1.0), job.model)
             model.add(job.id, spec, Placement(tuple(to_model[g] for g in job.gpus), job.share))
     load = model.link_load

@@ -160,15 +160,15 @@ def conditions(rows: Iterable[ConditionRow], nodes: Sequence[NodeSpan], now: flo
 
 
 def _constraint_refusal(s: Session, model: str, num_gpus: float, constraints: Constraints) -> Refusal | None:
-    """The refusal of `constraints` on the store's nodes: a name no node has, or too few GPUs on the alive nodes
-    they allow, by the controller's model of those nodes (`scheduler.core.admission.cluster_refusal`). Read only for
-    a constrained submission: the others cost nothing more."""
+    """The refusal of `constraints` on the store's nodes: a name no node has, or too few GPUs on the nodes they allow
+    (down ones included, as the controller models them), by the controller's model of those nodes
+    (`scheduler.core.admission.cluster_refusal`). Read only for a constrained submission: the others cost nothing
+    more."""
     nodes = [n for n in queries.nodes_with_gpus(s) if n.gpus]
     refusal = unknown_nodes(constraints, (n.name for n in nodes))
-    alive = [n for n in nodes if n.alive]
-    if refusal is not None or not alive:
+    if refusal is not None or not nodes:
         return refusal
-    cluster = _modelled(alive)
+    cluster = _modelled(nodes)
     return cluster_refusal(cluster, model, num_gpus, constraints, known_profiles(), unknown=False) if cluster else None
 
 
@@ -188,7 +188,8 @@ def venv_refusal(s: Session, model: str, num_gpus: float, constraints: Constrain
     GPUs, or none its constraints allow: `cluster_refusal` on them alone, since each of its workers runs in it); the
     words list the names the alive nodes declare. None when they can, or when no alive node is recorded yet (the
     controller decides). The placement does not seek out these nodes: a job whose workers could land elsewhere should
-    be constrained to them (docs/environments.md)."""
+    be constrained to them (docs/environments.md). Unlike the capacity check, a node that is down does not count
+    here: the controller does not hold such a job for it, and would place it on an alive node without the venv."""
     alive = [n for n in queries.nodes_with_gpus(s) if n.gpus and n.alive]
     if not alive:
         return None
@@ -246,23 +247,25 @@ def usable_gpus(nodes: Sequence[Node], now: float) -> set[int]:
 
 
 # Built once: this runs on every submission (a hot path), and building the statement cost more than running it.
-_ALIVE_GPUS = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).where(Node.alive.is_(True)).subquery()
-ALIVE_CAPACITY = select(func.count(_ALIVE_GPUS.c.id), func.max(_ALIVE_GPUS.c.mem_gb))
+_RECORDED_GPUS = select(Gpu.id, Gpu.mem_gb).join(Node, Gpu.node_id == Node.id).subquery()
+RECORDED_CAPACITY = select(func.count(_RECORDED_GPUS.c.id), func.max(_RECORDED_GPUS.c.mem_gb))
 
 
 def capacity_admission(s: Session, spec: JobSpec, venv: str | None = None,
-                       alive: tuple[int, float] | None = None) -> Refusal | Fit | None:
+                       recorded: tuple[int, float] | None = None) -> Refusal | Fit | None:
     """The admission of a job (`spec`: its model, size, elastic sizes and constraints) on the cluster the controller
-    recorded (`core.admission`, on the alive nodes' GPUs, with its constraints): a Refusal in the API's words when it
-    can never run; for an elastic job whose submitted size cannot but a smaller size it accepts can, a Fit at the
-    largest such size (`core.admission.elastic_admission`: the caller stores it at that size, `brought_down_here`);
-    None when it could run as submitted, or when no alive node is recorded yet (the controller then decides). Only
-    alive nodes count because the controller's model drops dead ones: it would reject the job at once, so the API's
-    422 says the same thing before anything is stored. A node its constraints name must be one the store records,
-    alive or not. A virtual environment it names (`venv`) must be declared on alive nodes that can run it
-    (`venv_refusal`). `alive`: (the alive GPUs, the largest's GB) where the caller read them already
+    recorded (`core.admission`, on every recorded node's GPUs, with its constraints): a Refusal in the API's words
+    when it can never run; for an elastic job whose submitted size cannot but a smaller size it accepts can, a Fit at
+    the largest such size (`core.admission.elastic_admission`: the caller stores it at that size,
+    `brought_down_here`); None when it could run as submitted, or when no node is recorded yet (the controller then
+    decides). Nodes that are down count: the controller's model keeps them with their GPUs closed
+    (`control.intake`), so a job only they can hold waits for them there, and a restarting node must not make the
+    API refuse what the controller would run once it is back. A node its constraints name must be one the store
+    records. A virtual environment it names (`venv`) must be declared on alive nodes that can run it
+    (`venv_refusal`).
+    `recorded`: (the recorded GPUs, the largest's GB) where the caller read them already
     (`store.submission_reads`)."""
-    total, largest = alive if alive is not None else s.execute(ALIVE_CAPACITY).one()
+    total, largest = recorded if recorded is not None else s.execute(RECORDED_CAPACITY).one()
     if not total:
         return None
     model, constraints, profiles = spec.model, spec.constraints, known_profiles()
@@ -280,20 +283,20 @@ def capacity_admission(s: Session, spec: JobSpec, venv: str | None = None,
         return verdict
     if verdict.code == "gang":
         nodes = s.scalar(select(func.count(Node.id))) or 0
-        up = s.scalar(select(func.count(Node.id)).where(Node.alive.is_(True))) or 0
-        where = f"{up} nodes" if up == nodes else f"{up} of {nodes} nodes alive"
+        down = s.scalar(select(func.count(Node.id)).where(Node.alive.is_(False))) or 0
+        where = f"{nodes} nodes" + (f", {down} of them down" if down else "")
         return Refusal(verdict.field, f"{verdict.why} ({where})", verdict.code)
     return Refusal(verdict.field, f"{model} {verdict.why}" if verdict.field == "model" else verdict.why, verdict.code)
 
 
 def brought_down_here(s: Session, spec: JobSpec, size: int) -> JobSpec | None:
     """`spec` submitted at `size` GPUs (a `Fit`'s), its work priced by `core.elastic.brought_down` on the controller's
-    model of the alive nodes (each as its recorded preset, in the rack it names, on the recorded fabric: what-if's
+    model of the recorded nodes (each as its recorded preset, in the rack it names, on the recorded fabric: what-if's
     model); None when one is of a preset this version cannot model (the controller then decides)."""
-    alive = [n for n in queries.nodes_with_gpus(s) if n.gpus and n.alive]
+    nodes = [n for n in queries.nodes_with_gpus(s) if n.gpus]
     try:
         cluster = model_cluster([ModelNode(n.name, len(n.gpus), n.preset, n.rack, node_labels(n.labels))
-                                 for n in alive], fabric_in_store(s)[0])
+                                 for n in nodes], fabric_in_store(s)[0])
     except (SpecError, ValueError):
         return None
     return brought_down(ContentionModel(cluster, known_profiles()), spec, size)

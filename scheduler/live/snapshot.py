@@ -1,8 +1,9 @@
 """The live present, read from the store once: what what-if (`scheduler.live.whatif`) and the live start estimates
 (`scheduler.live.estimates`) replay in the simulator.
 
-`snapshot(store)` reads, in one session: the alive nodes (their preset, GPUs and rack, for the same cluster model the
-controller builds) and the GPUs closed to new jobs (drained, faulty); the running jobs with their GPUs, share, work
+`snapshot(store)` reads, in one session: every node the store records (its preset, GPUs and rack, for the same cluster
+model the controller builds: a node that is down stays in it, its GPUs closed) and the GPUs closed to new jobs (down,
+drained, faulty); the running jobs with their GPUs, share, work
 left and what is left of their time limits; the pending jobs not held, in queue order (submission order, as
 `queries.queue_positions`), with their attained service and since when they queue; each job's team, dependencies and
 array; the teams' quotas and borrowing limits (and, when asked, their fair-share usage as the controller integrates it
@@ -41,6 +42,7 @@ class LiveNode:
     gpus: tuple[int, ...]  # the store's cluster-wide GPU indices, in local order
     rack: str | None = None  # the rack it names (None: none; it fills racks in order)
     labels: tuple[tuple[str, str], ...] = ()  # its operator's labels (`corral node start --label`)
+    alive: bool = True  # False: down (its GPUs are closed; a run the store still records there is lost)
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ class Snapshot:
     pending: list[LiveJob]
     active_policy: str | None
     taken_at: float = field(default_factory=time.time)
-    closed: dict[int, str] = field(default_factory=dict)  # store GPU index -> why it takes no new job (drain, fault)
+    closed: dict[int, str] = field(default_factory=dict)  # store GPU index -> why it takes no new job (down, drain, fault)
     fabric: str | None = None  # the fabric preset the controller models the cluster on (None: none)
     teams: TeamsKey = ()
     usage: dict[str, float] | None = None  # the teams' decayed fair-share usage now (None: not read)
@@ -111,13 +113,18 @@ class Snapshot:
                                   fabric=self.fabric, names=names, labels=labels + labels[-1:] * extra_nodes)
 
     def model_gpus(self, cluster: Cluster) -> dict[int, int]:
-        """Store GPU index -> the model's GPU index in `cluster` (built by `cluster()`: dead nodes are left out, so
-        the two numberings differ)."""
+        """Store GPU index -> the model's GPU index in `cluster` (built by `cluster()`; the store numbers GPUs over
+        every node it ever recorded, in the order it recorded them, so the two numberings may differ)."""
         out: dict[int, int] = {}
         for k, n in enumerate(self.nodes):
             first = int(cluster.node_first_gpu[k])
             out.update({g: first + i for i, g in enumerate(n.gpus)})
         return out
+
+    def down_gpus(self) -> set[int]:
+        """The store's GPU indices of the nodes that are down: closed to new jobs (`closed` says so), and a run the
+        store still records on one is lost (the controller requeues it)."""
+        return {g for n in self.nodes if not n.alive for g in n.gpus}
 
 
 def running_work(row: Any, now: float) -> tuple[float, bool]:
@@ -161,9 +168,11 @@ def snapshot(store: Any, *, half_life_s: float | None = None) -> Snapshot:
     now = time.time()
     with store.session() as s:
         rows = q.nodes_with_gpus(s)
+        # Down nodes too: the controller's model keeps them (their GPUs closed), so a job that only they could hold
+        # waits for them rather than being refused (`control.intake`).
         nodes = [LiveNode(n.name, n.preset, tuple(g.index for g in sorted(n.gpus, key=lambda g: g.local_index)),
-                          n.rack, node_labels(n.labels)) for n in rows if n.alive]
-        closed = closed_in_store(rows, now)  # (down nodes' GPUs are left out of the model instead)
+                          n.rack, node_labels(n.labels), n.alive) for n in rows]
+        closed = closed_in_store(rows, now)
         running_rows = s.scalars(select(JobRow).where(JobRow.state == S.RUNNING).order_by(JobRow.id)).all()
         allocs = q.current_allocations(s, running_rows)
         pending_rows = s.scalars(select(JobRow).where(JobRow.state == S.PENDING)

@@ -116,7 +116,7 @@ def submit(s: Session, who: User, submission: Submission, *, max_pending: int | 
     # The capacity, the time limits and the team in one statement (the user's row locked as `q.submit` would lock it)
     reads = submission_reads(s, who.id, for_update=max_pending is not None)
     verdict = capacity_admission(s, _spec(fields), (fields.get("environment") or {}).get("venv"),
-                                 (reads.alive_gpus, reads.largest_gpu_gb))
+                                 (reads.recorded_gpus, reads.largest_gpu_gb))
     if isinstance(verdict, Refusal):
         raise InvalidField(verdict.field, verdict.why)
     if verdict is not None:

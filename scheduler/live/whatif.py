@@ -3,7 +3,8 @@
 A request (`WhatIfRequest`, every field optional) is answered in three steps:
 
 1. `snapshot(store)` (`scheduler.live.snapshot`, shared with the live start estimates) reads the store once: the
-   alive nodes (their preset and GPUs, giving the same cluster model the controller builds), the running jobs with
+   nodes (their preset and GPUs, giving the same cluster model the controller builds: a node that is down stays in
+   it with its GPUs closed, so a job only it could hold waits instead of being refused), the running jobs with
    their GPUs, share and remaining isolated work (an emulated job's `duration_s * (1 - progress)`, a command job's
    estimate less what its run has done), the pending jobs in submission order and the active policy.
 2. `evaluate(snap, request, make_policy)` builds, per seed, a simulation that starts *now* (t=0): running jobs keep
@@ -45,6 +46,7 @@ from scheduler.core.contention import ContentionModel
 from scheduler.core.decisions import Policy
 from scheduler.core.elastic import brought_down
 from scheduler.core.generic import known_profiles
+from scheduler.core.heap import heap_frozen
 from scheduler.core.model import PRESETS, Cluster, JobPhase, JobSpec, Placement, SpecError
 from scheduler.core.outages import OnFault, Outage
 from scheduler.core.reservations import ReservationRule
@@ -71,6 +73,8 @@ DEFAULT_QUEUE_CAP = 100
 DEFAULT_POLICY = "rl:default"
 METRICS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s", "gpu_util", "makespan_s",
            "jobs_completed", "jobs_rejected", "jobs_unfinished")
+WAITING_FOR_CLOSED = ("the run ended with jobs queued that only closed GPUs could hold (a node down, drained or "
+                      "faulty): they count as unfinished, waiting for those GPUs to take jobs again")
 TIME_ORIGIN = ("t=0 is the moment of the request: JCT and queueing delay count from then, not from submission "
                "(a running job's JCT is its remaining time)")
 
@@ -192,13 +196,14 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
         where = f" in rack {last.rack}" if last.rack else ""
         notes.append(f"{req.extra_nodes} extra {last.preset} node(s) of {len(last.gpus)} GPUs join{where} at t=0")
 
-    model_gpu = snap.model_gpus(base_cluster)  # store GPU index -> model GPU index (dead nodes are left out)
+    model_gpu = snap.model_gpus(base_cluster)  # store GPU index -> model GPU index
 
-    # GPUs closed now (a drained node's, a faulty one) stay closed for the whole run, as far as anyone knows; their
-    # runs keep going (the controller has already requeued those it would).
+    # GPUs closed now (a down node's, a drained node's, a faulty one) stay closed for the whole run, as far as anyone
+    # knows; the runs on drained and faulty ones keep going (the controller has already requeued those it would).
     outages = [Outage(0.0, gpu=model_gpu[g], reason=why) for g, why in sorted(snap.closed.items()) if g in model_gpu]
     if outages:
-        notes.append(f"{len(outages)} GPU(s) take no new job for the whole run (drained or faulty now)")
+        notes.append(f"{len(outages)} GPU(s) take no new job for the whole run (down, drained or faulty now)")
+    down = snap.down_gpus()
     initial: list[tuple[JobSpec, Placement, float]] = []
     arrivals: list[JobSpec] = []
     attained: dict[int, float] = {}
@@ -209,8 +214,8 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
         requeued: list[LiveJob] = []
         for j in snap.running:
             gpus = tuple(model_gpu.get(g, -1) for g in j.gpus)
-            if not gpus or -1 in gpus:
-                requeued.append(j)  # placed on a node that is gone (or not yet placed): the controller requeues it
+            if not gpus or -1 in gpus or not down.isdisjoint(j.gpus):
+                requeued.append(j)  # placed on a node that is down (or not yet placed): the controller requeues it
                 continue
             spec = _spec(f"{j.name}#{j.id}", j.model, j.num_gpus, j.work_left, profiles, user=j.user,
                          priority=j.priority, slo_ms=j.slo_ms, preemptible=j.preemptible, time_limit_s=j.time_limit_s,
@@ -311,14 +316,19 @@ def _simulate(world: _World, cluster: Cluster, policy: Policy, seed: int, *, wit
     for i, gpu_s in world.attained.items():
         by_spec[id(arrivals[i])].attained_gpu_s = gpu_s
     try:
-        if horizon_s is None:
-            sim.run()
-        else:
-            while not sim.done and sim.next_event_time() <= horizon_s:
+        with heap_frozen():  # (as `Simulator.run`)
+            while not sim.done and (horizon_s is None or sim.next_event_time() <= horizon_s):
                 sim.advance()
                 sim.schedule()
                 if sim.idle_forever():
-                    raise SimulationError(f"{policy.name} left {len(sim.pending)} job(s) queued on an idle cluster")
+                    # GPUs closed for the whole run (a node down, drained or faulty) may be all some job could use:
+                    # it waits for them, as the controller keeps it waiting. With none closed, the policy failed.
+                    if not world.outages:
+                        raise SimulationError(f"{policy.name} left {len(sim.pending)} job(s) queued on an idle "
+                                              "cluster")
+                    if WAITING_FOR_CLOSED not in world.notes:
+                        world.notes.append(WAITING_FOR_CLOSED)
+                    break
     except SimulationError as exc:
         raise WhatIfError("policy", f"{policy.name} failed in the simulation: {exc}") from None
     jobs = [by_spec[id(s)] for s in extra]
@@ -463,7 +473,8 @@ def evaluate(snap: Snapshot, req: WhatIfRequest, make_policy: Callable[[str, int
         "time_origin": "now",
         "snapshot_at": snap.taken_at,
         "cluster": {"nodes": world.cluster.num_nodes, "gpus": world.cluster.num_gpus,
-                    "extra_nodes": req.extra_nodes, "name": world.cluster.name},
+                    "down_nodes": sum(not n.alive for n in snap.nodes), "extra_nodes": req.extra_nodes,
+                    "name": world.cluster.name},
         "jobs": {"running": len(world.initial), "pending": 0 if req.trace else len(world.arrivals),
                  "trace": len(world.arrivals) if req.trace else 0, "hypothetical": len(world.hypothetical)},
         "metrics": _distributions(runs),

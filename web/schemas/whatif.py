@@ -105,8 +105,9 @@ class WhatIfBaselineSchema(Schema):
 
 class WhatIfClusterSchema(Schema):
     name = fields.String()
-    nodes = fields.Integer()
+    nodes = fields.Integer(metadata={"description": "every node the controller models, those down included"})
     gpus = fields.Integer()
+    down_nodes = fields.Integer(metadata={"description": "nodes that are down now: their GPUs take no job in the run"})
     extra_nodes = fields.Integer()
 
 

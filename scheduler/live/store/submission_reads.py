@@ -1,6 +1,6 @@
-"""What a submission reads from the store before it stores its job, in one statement: the alive GPUs' count and the
-largest one's memory (the capacity check), the cluster's time limits, and the submitter's team, read under a lock on
-their row. Read one by one they were three statements a submission, each a round trip on PostgreSQL and the
+"""What a submission reads from the store before it stores its job, in one statement: the count of the GPUs the store
+records (on every node, down ones included, as the controller models them) and the largest one's memory (the capacity
+check), the cluster's time limits, and the submitter's team, read under a lock on their row. Read one by one they were three statements a submission, each a round trip on PostgreSQL and the
 SQLAlchemy execution around it everywhere (issue 48: submissions per second)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from scheduler.live.store.models import Gpu, LimitDefaults, Node, User
 
 @dataclass(frozen=True, slots=True)
 class SubmissionReads:
-    alive_gpus: int  # GPUs on alive nodes (0: no node recorded alive yet)
+    recorded_gpus: int  # GPUs of every node recorded, alive or down (0: no node recorded yet)
     largest_gpu_gb: float  # the largest of them, in GB (0.0 when there is none)
     default_time_limit_s: float | None  # the cluster's time limit for a job that gives none (None: not set)
     max_time_limit_s: float | None  # the most a job may give (None: not set)
@@ -32,8 +32,7 @@ def _statement(for_update: bool) -> Select[Any]:
     gpus, nodes = cast(Table, Gpu.__table__), cast(Table, Node.__table__)
     limits, users = cast(Table, LimitDefaults.__table__), cast(Table, User.__table__)
     capacity = (select(func.count(gpus.c.id).label("n"), func.max(gpus.c.mem_gb).label("largest"))
-                .select_from(gpus.join(nodes, gpus.c.node_id == nodes.c.id)).where(nodes.c.alive.is_(True))
-                .subquery())
+                .select_from(gpus.join(nodes, gpus.c.node_id == nodes.c.id)).subquery())
     # The user's row locked as `teams.submitter_team` and `limits.check_pending` lock it (PostgreSQL; SQLite's
     # submission holds the one write lock): a share lock, so that a move of the user waits for this submission to
     # commit, or, where the submission will count the user's pending jobs, the update lock that count takes (taken

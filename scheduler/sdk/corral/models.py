@@ -987,6 +987,7 @@ class WhatIfCluster(Answer):
     name: str | None = None
     nodes: int | None = None
     gpus: int | None = None
+    down_nodes: int | None = None
     extra_nodes: int | None = None
 
 
