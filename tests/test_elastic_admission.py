@@ -18,7 +18,7 @@ from test_api import EMULATED, Env, field_errors, make_env
 from test_whatif import Env as WhatIfEnv
 
 from policies import make_policy
-from scheduler.core.admission import Fit, Refusal, elastic_admission, spec_admission
+from scheduler.core.admission import ADMITTED_FIELDS, Fit, Refusal, admitted_spec, elastic_admission, spec_admission
 from scheduler.core.constraints import Constraints
 from scheduler.core.contention import ContentionModel
 from scheduler.core.elastic import brought_down, speedup
@@ -30,6 +30,7 @@ from scheduler.core.simulator import Placed, Simulator
 from scheduler.core.workloads import catalog
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
+from scheduler.live.rows import admission_of
 from scheduler.live.store import Store
 from scheduler.live.store.models import Allocation, Gpu, Node
 from scheduler.live.store.models import Job as JobRow
@@ -219,6 +220,25 @@ def test_the_api_stores_it_at_the_size_it_is_brought_down_to_and_says_why(env: E
     fits = env.post("/jobs", EMULATED | {"num_gpus": 4, "min_gpus": 2, "max_gpus": 16})
     assert fits.status_code == 201 and fits.json["num_gpus"] == 4 and fits.json["duration_s"] == 120
     assert "brought down" not in events(env.store, fits.json["id"])[0][1]
+
+
+def test_the_api_and_the_controller_admit_the_job_they_read_alike(env: Env) -> None:
+    """One reading of a job for admission (`admitted_spec`): of the submission's fields in the API, of the stored row
+    in the controller's intake. A job stored as submitted is admitted alike by both: the same verdict on one cluster."""
+    fields = {"name": "wide", "model": EMULATED["model"], "num_gpus": 4, "duration_s": 300.0, "min_gpus": 2,
+              "max_gpus": 16, "sizes": [2, 4, 16], "constraints": {"nodes": ["node0", "node1"]}}
+    resp = env.post("/jobs", EMULATED | fields)
+    assert resp.status_code == 201, resp.json
+    with env.store.session() as s:
+        row = s.get(JobRow, resp.json["id"])
+        assert row is not None
+        stored = {name: getattr(row, name) for name in ADMITTED_FIELDS}
+    assert admitted_spec(stored) == admitted_spec(fields)
+    cluster = small_cluster(2)  # 8 GPUs on node0, node1: at 16 it fits nowhere, at 4 it does
+    row.num_gpus = 16
+    verdict = admission_of(row, cluster, catalog())
+    assert verdict == spec_admission(cluster, admitted_spec({**fields, "num_gpus": 16}), catalog(), unknown=False)
+    assert isinstance(verdict, Fit) and verdict.size == 4
 
 
 def test_the_api_refuses_one_whose_smallest_size_cannot_fit_and_stores_nothing(env: Env) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -106,6 +107,21 @@ def elastic_admission(spec: JobSpec, refusal_at: Callable[[float], Refusal | Non
         else:
             hi = mid
     return Fit(spec.workers, below[lo - 1], refusal)
+
+
+# What admission reads of a job, by the names a submission's fields and a stored job's columns share.
+ADMITTED_FIELDS = ("name", "model", "num_gpus", "duration_s", "min_gpus", "max_gpus", "sizes", "constraints")
+
+
+def admitted_spec(fields: Mapping[str, Any]) -> JobSpec:
+    """The job admission weighs, from its `ADMITTED_FIELDS` as stored (constraints as JSON): a submission's fields
+    before the API stores them, or a stored job's columns when the controller takes it in. One reading for both, so
+    the API and the controller admit the same job. A duration not given yet (estimated after admission) reads as 1 s:
+    only an elastic job brought down reads it, to price its work at the smaller size."""
+    return JobSpec(name=fields.get("name") or "-", submit_s=0.0, num_gpus=fields["num_gpus"],
+                   duration_s=fields.get("duration_s") or 1.0, model=fields["model"], min_gpus=fields.get("min_gpus"),
+                   max_gpus=fields.get("max_gpus"), sizes=tuple(fields.get("sizes") or ()),
+                   constraints=Constraints.from_json(fields.get("constraints")))
 
 
 def spec_admission(cluster: Cluster, spec: JobSpec, profiles: Mapping[str, ModelProfile], *,

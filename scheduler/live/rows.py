@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy.orm import Session
 
-from scheduler.core.admission import Fit, Refusal, spec_admission
+from scheduler.core.admission import ADMITTED_FIELDS, Fit, Refusal, admitted_spec, spec_admission
 from scheduler.core.constraints import Constraints
 from scheduler.core.contention import ContentionModel
 from scheduler.core.dependencies import Condition, Dependency
@@ -60,10 +60,9 @@ def admission_of(row: JobRow, cluster: Cluster, profiles: Mapping[str, ModelProf
 
 
 def _admitted_spec(row: JobRow) -> JobSpec:
-    """What admission reads of a row: its model as stored, size, elastic sizes and constraints."""
-    return JobSpec(name=row.name, submit_s=0.0, num_gpus=row.num_gpus, duration_s=row.duration_s, model=row.model,
-                   min_gpus=row.min_gpus, max_gpus=row.max_gpus, sizes=tuple(row.sizes or ()),
-                   constraints=Constraints.from_json(row.constraints))
+    """What admission reads of a row (its model as stored, size, elastic sizes and constraints), as the API read it of
+    the submission (`core.admission.admitted_spec`)."""
+    return admitted_spec({name: getattr(row, name) for name in ADMITTED_FIELDS})
 
 
 def sized_down(s: Session, row: JobRow, fit: Fit, contention: ContentionModel, now: float) -> None:

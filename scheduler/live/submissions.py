@@ -13,10 +13,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from scheduler.core.admission import Fit, Refusal
-from scheduler.core.constraints import Constraints
+from scheduler.core.admission import Fit, Refusal, admitted_spec
 from scheduler.core.generic import GENERIC_MODEL
-from scheduler.core.model import JobSpec
 from scheduler.live import durations, job_accounts
 from scheduler.live import webhooks as wh
 from scheduler.live.generic_profiles import alike_usage
@@ -115,7 +113,7 @@ def submit(s: Session, who: User, submission: Submission, *, max_pending: int | 
     fields = dict(submission.job)
     # The capacity, the time limits and the team in one statement (the user's row locked as `q.submit` would lock it)
     reads = submission_reads(s, who.id, for_update=max_pending is not None)
-    verdict = capacity_admission(s, _spec(fields), (fields.get("environment") or {}).get("venv"),
+    verdict = capacity_admission(s, admitted_spec(fields), (fields.get("environment") or {}).get("venv"),
                                  (reads.recorded_gpus, reads.largest_gpu_gb))
     if isinstance(verdict, Refusal):
         raise InvalidField(verdict.field, verdict.why)
@@ -156,19 +154,11 @@ def submit(s: Session, who: User, submission: Submission, *, max_pending: int | 
     return Submitted(job, parent, created, hook)
 
 
-def _spec(fields: Mapping[str, Any]) -> JobSpec:
-    """What admission reads of a submission: its model, size, elastic sizes and constraints."""
-    return JobSpec(name=fields.get("name") or "-", submit_s=0.0, num_gpus=fields["num_gpus"],
-                   duration_s=fields.get("duration_s") or 1.0, model=fields["model"], min_gpus=fields.get("min_gpus"),
-                   max_gpus=fields.get("max_gpus"), sizes=tuple(fields.get("sizes") or ()),
-                   constraints=Constraints.from_json(fields.get("constraints")))
-
-
 def _brought_down(s: Session, fields: dict[str, Any], fit: Fit, note: str | None) -> str | None:
     """An elastic job whose submitted size the cluster can never hold, stored at the size admission brought it down to
     (`core.admission.Fit`): `num_gpus` that size and a given `duration_s` its work in that size's seconds (an
     estimated one is estimated at that size, after this). Returns the note its `submitted` event carries, saying so."""
-    spec = brought_down_here(s, _spec(fields), fit.size)
+    spec = brought_down_here(s, admitted_spec(fields), fit.size)
     if spec is None:  # the nodes cannot be modelled here: the controller decides, as for every job then
         return note
     fields["num_gpus"] = spec.num_gpus
