@@ -17,6 +17,7 @@ from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
 
 _SCALAR_GPUS = 64  # victims' GPUs up to which `fit_test` adds their shares in Python: numpy costs more per call below
+_SCALAR_TAKE = 8  # a placement's GPUs up to which `take` counts them in Python (a datacentre's 64-GPU gangs: numpy)
 
 
 FitKey = tuple[float, int, float, float, str | None, Constraints | None]
@@ -65,6 +66,9 @@ class Planner:
         self.mps = view.mps_users.copy()
         self._cap_ok: dict[tuple[float, float], np.ndarray] = {}  # (GB, share) -> GPUs whose MPS cap holds it
         self._cap_floors: dict[tuple[float, float], float] = {}  # (GB, share) -> `_cap_floor`
+        # (GB, constraints) -> the nodes `usable_nodes` allows (read-only), and whether that is all of them: it reads
+        # the nodes' memory and labels, which no plan changes, and a placement search asks it per job.
+        self._usable: dict[tuple[float, Constraints | None], tuple[np.ndarray, bool]] = {}
         # Smallest demands known not to fit now. Capacity only shrinks as a plan takes GPUs, so anything at least as
         # large does not fit either; `give_back` forgets them. This keeps a scan of a deep queue cheap.
         self._misfit_workers = float("inf")
@@ -83,6 +87,9 @@ class Planner:
         self._candidates.clear()
         self.changes += 1
         mem = self.view.mem_need(spec)
+        if len(placement.gpus) > _SCALAR_TAKE and placement.share >= 1.0:
+            self._take_many(placement, mem)
+            return
         for g in placement.gpus:
             if self.free_share[g] >= 1.0 - EPS:
                 self.node_free[self.cluster.gpu_node[g]] -= 1
@@ -91,6 +98,18 @@ class Planner:
             self.used_mem[g] += mem
             if placement.share < 1.0:
                 self.mps.add(int(self.cluster.gpu_node[g]), spec.user)
+        self.free_capacity -= placement.share * len(placement.gpus)
+        self._max_free_share = None
+
+    def _take_many(self, placement: Placement, mem: float) -> None:
+        """`take`'s loop for a large gang of whole GPUs, over arrays: the same counts and the same float operations
+        (each GPU's free share and memory changed once, its GPUs being distinct)."""
+        gpus = np.fromiter(placement.gpus, dtype=np.intp, count=len(placement.gpus))
+        whole = self.free_share[gpus] >= 1.0 - EPS
+        np.subtract.at(self.node_free, self.cluster.gpu_node[gpus[whole]], 1)
+        self.free_whole -= int(np.count_nonzero(whole))
+        self.free_share[gpus] -= placement.share
+        self.used_mem[gpus] += mem
         self.free_capacity -= placement.share * len(placement.gpus)
         self._max_free_share = None
 
@@ -254,7 +273,8 @@ class Planner:
         """`count` free GPUs of a node, under as few PCIe switches as possible (best fit per switch)."""
         c = self.cluster
         first = int(c.node_first_gpu[node])
-        free = [g for g in range(first, first + int(c.node_num_gpus[node])) if self.free_share[g] >= 1.0 - EPS]
+        shares = self.free_share[first:first + int(c.node_num_gpus[node])].tolist()  # (one read, not one per GPU)
+        free = [first + k for k, s in enumerate(shares) if s >= 1.0 - EPS]
         if c.node_nvlink[node] or count == len(free):
             return free[:count]
         by_switch: dict[int, list[int]] = {}
@@ -271,11 +291,27 @@ class Planner:
         return chosen
 
     def usable_nodes(self, spec: JobSpec) -> np.ndarray:
-        """The nodes whose GPUs have memory enough for `spec` and that its constraints allow."""
-        ok = self._node_mem >= self.view.mem_need(spec) - EPS
-        if spec.constraints is not None:
-            ok &= eligible_nodes(self.cluster, spec.constraints)
-        return ok
+        """The nodes whose GPUs have memory enough for `spec` and that its constraints allow (read-only)."""
+        return self._usable_nodes(spec)[0]
+
+    def _usable_nodes(self, spec: JobSpec) -> tuple[np.ndarray, bool]:
+        """`usable_nodes`, and whether it is every node."""
+        mem = self.view.mem_need(spec)
+        key = (mem, spec.constraints)
+        found = self._usable.get(key)
+        if found is None:
+            ok = self._node_mem >= mem - EPS
+            if spec.constraints is not None:
+                ok &= eligible_nodes(self.cluster, spec.constraints)
+            ok.flags.writeable = False
+            found = self._usable[key] = (ok, bool(ok.all()))
+        return found
+
+    def _usable_free(self, spec: JobSpec) -> np.ndarray:
+        """Whole free GPUs per node, 0 on the nodes `spec` cannot use (`usable_nodes`): the plan's own array where it
+        may use every node, which its caller reads but never writes."""
+        usable, everywhere = self._usable_nodes(spec)
+        return self.node_free if everywhere else np.where(usable, self.node_free, 0)
 
     def consolidated(self, spec: JobSpec, fit: str = "best") -> Placement | None:
         """Whole GPUs on as few nodes (and racks) as possible.
@@ -286,7 +322,7 @@ class Planner:
         w = spec.workers
         if self.free_whole < w:
             return None
-        free = np.where(self.usable_nodes(spec), self.node_free, 0)
+        free = self._usable_free(spec)
         single = np.flatnonzero(free >= w)
         if single.size:
             if fit == "first":
@@ -343,7 +379,7 @@ class Planner:
         if self.free_whole < w:
             return None
         c = self.cluster
-        free = np.where(self.usable_nodes(spec), self.node_free, 0)
+        free = self._usable_free(spec)
         single = np.flatnonzero(free >= w)
         if single.size:  # best fit at both levels: the fullest rack with a node that holds it, its tightest node
             rack_free = np.bincount(c.node_rack, weights=free, minlength=c.num_racks)
@@ -374,7 +410,7 @@ class Planner:
         w = spec.workers
         if self.free_whole < w:
             return None
-        counts = self._whole_servers(np.where(self.usable_nodes(spec), self.node_free, 0), w)
+        counts = self._whole_servers(self._usable_free(spec), w)
         return Placement(tuple(sorted(self._aligned(counts)))) if counts is not None else None
 
     def _whole_servers(self, free: np.ndarray, w: int) -> dict[int, int] | None:
@@ -428,7 +464,8 @@ class Planner:
         free_local: dict[int, list[int]] = {}
         for node in counts:
             first = int(c.node_first_gpu[node])
-            local = [g - first for g in c.node_gpus(node) if self.free_share[g] >= 1.0 - EPS]
+            shares = self.free_share[first:first + int(c.node_num_gpus[node])].tolist()
+            local = [k for k, s in enumerate(shares) if s >= 1.0 - EPS]
             free_local[node] = local
             for k in local:
                 votes[k] = votes.get(k, 0) + 1
@@ -447,9 +484,10 @@ class Planner:
         w = spec.workers
         if self.free_whole < w:
             return None
-        ok = (self.free_share >= 1.0 - EPS) & (self.cluster.gpu_mem >= self.view.mem_need(spec) - EPS)
-        if spec.constraints is not None:
-            ok &= eligible_gpus(self.cluster, spec.constraints)
+        usable, everywhere = self._usable_nodes(spec)  # (a node's GPUs are of one type: its memory is theirs)
+        ok = self.free_share >= 1.0 - EPS
+        if not everywhere:
+            ok &= usable[self.cluster.gpu_node]
         free = np.flatnonzero(ok)
         if free.size < w:
             return None

@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+from policies import placement as placement_module
 from policies.placement import Planner
 from scheduler.core.constraints import Constraints
 from scheduler.core.contention import ContentionModel
@@ -108,3 +109,29 @@ def test_has_room_is_what_the_searches_find(seed: int) -> None:
             searched.take(spec, placement)
     assert rooms or all(not asked.may_fit(s) for s in specs)  # (a case where nothing fits is a case too)
 
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_large_gangs_take_leaves_the_plan_as_the_loop_over_its_gpus(seed: int, monkeypatch: pytest.MonkeyPatch
+                                                                       ) -> None:
+    """`Planner.take` counts a gang of more than `_SCALAR_TAKE` whole GPUs over arrays: the free shares, memory, free
+    GPUs per node and in all, and the free capacity come out bit for bit as the per-GPU loop leaves them, and so do the
+    searches after it. Cases: the random partly busy clusters above, with 8-GPU nodes, gangs of 9 to 24 GPUs."""
+    rng = random.Random(seed)
+    view = _view(rng)
+    while view.cluster.max_gpus_per_node != 8 or view.free_whole <= placement_module._SCALAR_TAKE:
+        view = _view(rng)
+    by_arrays, by_loop = Planner(view), Planner(view)
+    gpus = [g for g in range(view.cluster.num_gpus) if by_arrays.free_share[g] >= 1.0]
+    size = rng.randint(placement_module._SCALAR_TAKE + 1, min(len(gpus), 24))
+    placement = Placement(tuple(sorted(rng.sample(gpus, size))))
+    spec = JobSpec(name="gang", submit_s=0.0, model=rng.choice(MODELS[:2]), duration_s=3600.0, num_gpus=float(size))
+    by_arrays.take(spec, placement)
+    monkeypatch.setattr(placement_module, "_SCALAR_TAKE", 10**9)  # every GPU by the loop
+    by_loop.take(spec, placement)
+    for name in ("free_share", "used_mem", "node_free"):
+        assert getattr(by_arrays, name).tobytes() == getattr(by_loop, name).tobytes(), name
+    assert (by_arrays.free_whole, by_arrays.free_capacity) == (by_loop.free_whole, by_loop.free_capacity)
+    assert by_arrays.free_whole == view.free_whole - size
+    probe = [_spec(rng, view, i) for i in range(20)]
+    assert [by_arrays.candidates(s) for s in probe] == [by_loop.candidates(s) for s in probe]
