@@ -17,7 +17,9 @@ the next poll and run until the benchmark ends them (as `benchmarks/live.py`'s "
   `--passes` passes of each.
 
 Every figure is the process's CPU time (`--clock wall` for the wall clock): on a machine shared with other work the
-wall clock measures the machine's load; on a dedicated controller host the two agree.
+wall clock measures the machine's load; on a dedicated controller host the two agree. The heap is frozen while a
+controller is measured, as `corral serve` freezes its own once its controller has started (`scheduler.core.heap`);
+each policy's line counts the full collections that still ran during its decisions.
 
 The two states are built once (by `fifo-backfill`: whole-GPU jobs of 1 to 64 GPUs, the last GPUs by 1-GPU jobs),
 each with the same 10,000 queued jobs (0.25 to 64 GPUs, a seeded draw). One controller, restarted on the partly full
@@ -30,6 +32,7 @@ its first passes, untimed, let it act on the queue as it would (a preempting pol
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sqlite3
 import sys
@@ -44,6 +47,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scheduler.core.heap import heap_frozen
 from scheduler.live.cluster import build_live_cluster
 from scheduler.live.controller import Controller
 from scheduler.live.runs import JobStatus, Launch, NodeInfo
@@ -130,6 +134,7 @@ class Figures:
     placed: int = 0  # jobs the placing passes placed
     queued: int = 0  # pending when the full-cluster decisions were timed
     busy: float = 0.0  # share of GPUs busy then
+    full_gcs: int = 0  # the collector's full collections during the timed decisions (`gc.get_stats`)
 
 
 def node_names(nodes: int) -> list[str]:
@@ -227,6 +232,10 @@ def start(state: Path, nodes: int, policy: str) -> tuple[Controller, Store, InPr
     return ctl, store, backend
 
 
+def full_collections() -> int:
+    return int(gc.get_stats()[2]["collections"])
+
+
 def decisions(ctl: Controller, count: int) -> list[float]:
     """`count` calls of the controller's policy on its view and ready queue, in ms (none applied)."""
     now = time.time()
@@ -253,7 +262,9 @@ def measure_partly(fig: Figures, ctl: Controller, n_decisions: int) -> None:
     with ctl.store.session(write=True) as s:
         ctl.placer.load_policy(s, ctl.m)
     decisions(ctl, 1)  # a first call builds what a policy caches for the cluster
+    before = full_collections()
     fig.partly = decisions(ctl, max(3, n_decisions // 3))
+    fig.full_gcs += full_collections() - before
 
 
 def measure_full(fig: Figures, ctl: Controller, backend: InProcessBackend, n_decisions: int, n_passes: int,
@@ -262,7 +273,9 @@ def measure_full(fig: Figures, ctl: Controller, backend: InProcessBackend, n_dec
     fig.queued = len(ctl.pending)
     fig.busy = 1.0 - ctl.view.free_capacity / ctl.cluster.num_gpus
     decisions(ctl, 1)
+    before = full_collections()
     fig.full = decisions(ctl, n_decisions)
+    fig.full_gcs += full_collections() - before
     for _ in range(n_passes):
         fig.idle.append(timed(lambda: step(ctl)))
     for _ in range(n_passes):
@@ -318,19 +331,25 @@ def run(nodes: int, queued: int, policies: list[str], n_decisions: int, n_passes
                 fig = Figures(name)
                 with partly.store.session(write=True) as s:
                     queries.activate_policy(s, name, by="benchmark")
-                measure_partly(fig, partly, n_decisions)
+                # The heap frozen while a controller is measured, as `corral serve` freezes its own once its controller
+                # has started (`scheduler.core.heap`): a full collection walking the recovered state (hundreds of
+                # milliseconds at this size) inside a decision is not what the service pays.
+                with heap_frozen():
+                    measure_partly(fig, partly, n_decisions)
                 copy_db(full, work / "run.db")  # each policy meets the same full cluster
                 ctl, store, backend = start(work / "run.db", nodes, name)
                 restart = time.perf_counter() - t0
                 try:
-                    measure_full(fig, ctl, backend, n_decisions, n_passes, rng)
+                    with heap_frozen():
+                        measure_full(fig, ctl, backend, n_decisions, n_passes, rng)
                 finally:
                     store.close()
                 figs.append(fig)
                 echo(f"{name}: {time.perf_counter() - t0:.0f} s ({time.process_time() - c0:.0f} s CPU; restart "
                      f"{restart:.0f} s); decision p99 partly full {pct(fig.partly, 99):.1f} ms, full "
                      f"{pct(fig.full, 99):.1f} ms ({fig.queued} queued, {fig.busy:.1%} busy); pass nothing changed "
-                     f"{pct(fig.idle, 50):.1f} ms, placing {pct(fig.placing, 50):.1f} ms ({fig.placed} placed)")
+                     f"{pct(fig.idle, 50):.1f} ms, placing {pct(fig.placing, 50):.1f} ms ({fig.placed} placed); "
+                     f"{fig.full_gcs} full collections during the decisions")
         finally:
             partly_store.close()
         return figs
