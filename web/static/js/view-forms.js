@@ -283,7 +283,8 @@ Object.assign(Views, (() => {
         msg.className = "ok";
         msg.textContent = `${r.seeds.length} seeds, ${r.jobs.running} running and ${r.jobs.pending} pending jobs.`;
         const base = r.baseline;
-        mount(out, html`<div class="card"><h2>${r.policy} on ${r.cluster.gpus} GPUs</h2>
+        const down = r.cluster.down_nodes ? ` (${r.cluster.down_nodes} node(s) down: their GPUs take no job)` : "";
+        mount(out, html`<div class="card"><h2>${r.policy} on ${r.cluster.gpus} GPUs${down}</h2>
           <table class="whatif"><thead><tr><th></th><th>this scenario: mean (min – max)</th>
             ${base ? html`<th>as it is (${base.policy}, no changes)</th>` : ""}</tr></thead><tbody>
           ${WHATIF_ROWS.map(([k, label, kind]) => html`<tr><td>${label}</td><td>${whatifCell(r.metrics[k], kind)}</td>
