@@ -207,8 +207,9 @@ def test_the_api_stores_it_at_the_size_it_is_brought_down_to_and_says_why(env: E
     assert resp.status_code == 201, resp.json
     job = resp.json
     # The recorded nodes' 12 GPUs: the down node's too, as the controller models it (it waits for it to come back).
-    assert (job["num_gpus"], job["min_gpus"], job["max_gpus"]) == (12, 2, 16)
+    assert (job["num_gpus"], job["min_gpus"], job["max_gpus"], job["requested_gpus"]) == (12, 2, 16, 16)
     assert job["duration_s"] >= 160  # its 16 GPUs' work, on 12
+    assert env.get(f"/jobs/{job['id']}").json["requested_gpus"] == 16  # kept: GET answers it too
     [(kind, message)] = events(env.store, job["id"])
     assert kind == "submitted" and "brought down from 16 to 12 GPUs" in message
     assert "needs 16 GPUs, the cluster has 12" in message
@@ -219,6 +220,7 @@ def test_the_api_stores_it_at_the_size_it_is_brought_down_to_and_says_why(env: E
     assert pinned.status_code == 201 and pinned.json["num_gpus"] == 4  # the GPUs its constraints allow
     fits = env.post("/jobs", EMULATED | {"num_gpus": 4, "min_gpus": 2, "max_gpus": 16})
     assert fits.status_code == 201 and fits.json["num_gpus"] == 4 and fits.json["duration_s"] == 120
+    assert fits.json["requested_gpus"] is None
     assert "brought down" not in events(env.store, fits.json["id"])[0][1]
 
 
@@ -306,6 +308,7 @@ def test_the_controller_brings_down_one_the_api_could_not_check(store: Store, co
     with store.session() as s:
         row = s.get(JobRow, wide["id"])
         assert row is not None and row.state == "running" and row.num_gpus == 8 and row.duration_s >= 240
+        assert row.requested_gpus == 16
         [event] = [ev for ev in row.events if ev.kind == "sized_down"]
         assert event.data["from"] == 16 and event.data["to"] == 8 and "brought down from 16 to 8" in event.message
         assert len(s.scalars(select(Allocation).where(Allocation.job_id == wide["id"])).all()) == 8

@@ -181,6 +181,23 @@ def test_migration_0022_adds_the_elastic_columns_and_takes_them_away(db_url: str
         engine.dispose()
 
 
+def test_migration_0030_adds_requested_gpus_and_takes_it_away(db_url: str) -> None:
+    Store.open(db_url).close()
+    engine = make_engine(db_url)
+
+    def columns() -> set[str]:
+        return {c["name"] for c in sa.inspect(engine).get_columns("jobs")}
+
+    try:
+        assert "requested_gpus" in columns()
+        command.downgrade(alembic_config(db_url), "0029")
+        assert "requested_gpus" not in columns() and "num_gpus" in columns()
+        command.upgrade(alembic_config(db_url), "head")
+        assert "requested_gpus" in columns()
+    finally:
+        engine.dispose()
+
+
 # ---- what the core sees ------------------------------------------------------------------------------------------
 
 
@@ -328,6 +345,9 @@ def test_the_gpu_words_of_every_kind_of_job() -> None:
     assert job_gpus_text(ranged) == "2-5"
     assert show_gpus_text(ranged) == ("2-5, elastic: any size between; duration measured at 3 GPUs; resize pause "
                                       "the model's estimate")
+    brought = m.JobDetail(num_gpus=12.0, min_gpus=2, max_gpus=16, requested_gpus=16)
+    assert show_gpus_text(brought).endswith("duration measured at 12 GPUs; resize pause the model's estimate; "
+                                            "submitted at 16 GPUs, which the cluster can never hold")
     one_size = m.JobDetail.from_json({"num_gpus": 4, "min_gpus": 4, "max_gpus": 4, "sizes": None,
                                       "resize_pause_s": None})
     assert job_gpus_text(one_size) == "4"

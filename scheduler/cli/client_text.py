@@ -28,15 +28,18 @@ def job_gpus_text(job: JobLike) -> str:
 
 def show_gpus_text(job: m.JobDetail) -> str:
     """A job's GPUs in full, as `corral show` writes them: "4", or an elastic job's "2-8, elastic: sizes 2, 4, 8;
-    duration measured at 2 GPUs; resize pause 60 s"."""
+    duration measured at 2 GPUs; resize pause 60 s", and, where admission brought it down, "; submitted at 16 GPUs,
+    which the cluster can never hold"."""
     low, high = job.min_gpus, job.max_gpus
     if low is None or high is None or low == high:
         return gpus_text(job.num_gpus or 0)
     sizes = f"sizes {', '.join(map(str, job.sizes))}" if job.sizes else "any size between"
     pause = job.resize_pause_s
     pause_text = f"{pause:g} s" if pause is not None else "the model's estimate"
+    asked = job.requested_gpus
+    brought = f"; submitted at {asked} GPUs, which the cluster can never hold" if asked is not None else ""
     return (f"{low}-{high}, elastic: {sizes}; duration measured at {gpus_text(job.num_gpus or 0)} GPUs; resize pause "
-            f"{pause_text}")
+            f"{pause_text}{brought}")
 
 
 def placement(allocation: list[m.Allocation] | None, *, cluster_ids: bool = False) -> str:

@@ -72,6 +72,8 @@ def sized_down(s: Session, row: JobRow, fit: Fit, contention: ContentionModel, n
     (`core.elastic.brought_down`); a `sized_down` event says so. A job recovered pending that ran before keeps the
     share of its work it did (`work_done_s` is in its stored size's seconds too)."""
     spec = brought_down(contention, _admitted_spec(row), fit.size)
+    if row.requested_gpus is None:  # (brought down again, after a shrink: what it asked for stays)
+        row.requested_gpus = int(row.num_gpus)
     row.num_gpus = spec.num_gpus
     if row.duration_estimate is None:
         if row.work_done_s and row.duration_s:

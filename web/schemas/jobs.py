@@ -272,6 +272,10 @@ class JobSchema(Schema):
         "description": "elastic: the only sizes it runs at (null: any from min_gpus to max_gpus)"})
     resize_pause_s = fields.Float(allow_none=True, metadata={
         "description": "elastic: seconds a resize stops it for (null: the model's default)"})
+    requested_gpus = fields.Integer(allow_none=True, metadata={
+        "description": "elastic: the size it was submitted at, where the cluster can never hold that size and it was "
+                       "stored at the largest it can (num_gpus, its duration_s the work at that size; its `submitted` "
+                       "or `sized_down` event says why); null: stored as submitted"})
     duration_s = fields.Float()
     duration_estimate = fields.Dict(allow_none=True, metadata={
         "description": "a command job that gave no duration_s: what it was estimated from, the run times of similar "

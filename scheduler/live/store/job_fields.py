@@ -45,6 +45,7 @@ FIELDS = (
     JobField("max_gpus", GIVEN),
     JobField("sizes", GIVEN),
     JobField("resize_pause_s", GIVEN),
+    JobField("requested_gpus", ROW),  # brought down by admission: the size it asked for (None: stored as asked)
     JobField("duration_s", GIVEN),
     JobField("duration_estimate", ROW),  # not given: what duration_s was estimated from (`scheduler.live.durations`)
     JobField("measured_usage", ROW),  # what NVML measured of its runs' GPU use (`scheduler.live.node.usage`)

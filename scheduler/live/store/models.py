@@ -110,6 +110,10 @@ class Job(Base):
     max_gpus: Mapped[int | None] = mapped_column(Integer)
     sizes: Mapped[list[int] | None] = mapped_column(JSON, default=None)
     resize_pause_s: Mapped[float | None]
+    # An elastic job admission brought down (the cluster cannot hold the size it was submitted at,
+    # `scheduler.core.admission.Fit`): the size it asked for; num_gpus and duration_s are the size it was stored at
+    # and its work there. None: stored as submitted.
+    requested_gpus: Mapped[int | None] = mapped_column(Integer)
     duration_s: Mapped[float]  # emulated: isolated run time; command: the user's estimate (only oracle policies read it)
     # A command job that gave no duration: what its duration_s was estimated from (`scheduler.live.durations`: the
     # figures, with their words); None when the user gave it.

@@ -39,6 +39,7 @@ class Job(Answer):
     max_gpus: int | None = None
     sizes: list[int] | None = None
     resize_pause_s: float | None = None
+    requested_gpus: int | None = None
     duration_s: float | None = None
     duration_estimate: dict[str, Any] | None = None
     measured_usage: dict[str, Any] | None = None
@@ -129,6 +130,7 @@ class JobDetail(Answer):
     max_gpus: int | None = None
     sizes: list[int] | None = None
     resize_pause_s: float | None = None
+    requested_gpus: int | None = None
     duration_s: float | None = None
     duration_estimate: dict[str, Any] | None = None
     measured_usage: dict[str, Any] | None = None
@@ -621,6 +623,7 @@ class JobSummary(Answer):
     max_gpus: int | None = None
     sizes: list[int] | None = None
     resize_pause_s: float | None = None
+    requested_gpus: int | None = None
     duration_s: float | None = None
     duration_estimate: dict[str, Any] | None = None
     measured_usage: dict[str, Any] | None = None
