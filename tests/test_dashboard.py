@@ -792,6 +792,14 @@ def test_an_elastic_job_shows_its_bounds_on_its_page_and_in_the_jobs_list(page: 
     page.wait_for_selector("#job-elastic")
     assert page.inner_text("#job-elastic") == ("elastic: 2-8 GPUs (sizes 2, 4, 8); duration measured at 2 GPUs; "
                                                "resize pause 45 s")
+    # Larger than the cluster: stored at the most it can hold, its page says the size it asked for.
+    wide = service.submit(name="wide", kind="emulated", model="ResNet-50-bs64", num_gpus=4 * NODES * GPUS,
+                          duration_s=600, min_gpus=1, max_gpus=4 * NODES * GPUS)
+    assert wide["requested_gpus"] == 4 * NODES * GPUS and wide["num_gpus"] == NODES * GPUS
+    page.goto(f"{service.base}/#/job/{wide['id']}")
+    page.wait_for_function(f"document.querySelector('#job-head h1')?.innerText.includes('#{wide['id']} wide')")
+    assert page.inner_text("#job-elastic").endswith(
+        f"; submitted at {4 * NODES * GPUS} GPUs, which the cluster can never hold")
     page.goto(f"{service.base}/#/job/{rigid['id']}")
     page.wait_for_function(f"document.querySelector('#job-head h1')?.innerText.includes('#{rigid['id']} fixed')")
     assert page.locator("#job-elastic").count() == 0

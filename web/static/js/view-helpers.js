@@ -81,8 +81,10 @@ const ViewHelpers = (() => {
     const sizes = j.sizes && j.sizes.length ? ` (sizes ${j.sizes.join(", ")})` : "";
     const pause = j.resize_pause_s === null || j.resize_pause_s === undefined ? "the model's estimate" :
       `${j.resize_pause_s} s`;
+    const asked = j.requested_gpus === null || j.requested_gpus === undefined ? "" :
+      `; submitted at ${j.requested_gpus} GPUs, which the cluster can never hold`;
     return `elastic: ${j.min_gpus}-${j.max_gpus} GPUs${sizes}; duration measured at ${C.gpus(j.num_gpus)}; ` +
-      `resize pause ${pause}`;
+      `resize pause ${pause}${asked}`;
   }
 
   return {
