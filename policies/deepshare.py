@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.placement import PassedOver, Planner
+from policies.placement import Planner
 from policies.registry import register_prefix
 from policies.trained import AgentFormat, load, safe_objects
 from scheduler.core.constraints import eligible_gpus, eligible_nodes
@@ -70,6 +70,25 @@ OBS_LOW, OBS_HIGH = 0.0, 8.0
 RETRAIN = "retrain it with `corral train --formulation deepshare --out PATH.zip`"
 
 _PAIR_INDEX = {pair: k for k, pair in enumerate(PAIRS)}
+
+
+class PassedOver:
+    """Jobs a policy passed over (could not or chose not to place) at the current instant.
+
+    Within one instant free capacity only shrinks as the policy places jobs, so a job passed over stays passed over;
+    the set empties when the clock moves or capacity frees up. Policies that place one job per call use it so the
+    caller's repeated calls do not rescan the queue.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[float, float] | None = None  # (now, free capacity) the set is valid for
+        self.ids: set[int] = set()
+
+    def refresh(self, view: ClusterView, now: float) -> set[int]:
+        if self._key is None or self._key[0] != now or view.free_capacity > self._key[1] + 1e-9:
+            self.ids = set()
+        self._key = (now, view.free_capacity)
+        return self.ids
 
 
 # ---- the grid's limits ----------------------------------------------------------------------------------------------

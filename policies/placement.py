@@ -31,25 +31,6 @@ def fit_key(view: ClusterView, spec: JobSpec) -> FitKey:
             spec.user if view.mps_users.one_user else None, spec.constraints)
 
 
-class PassedOver:
-    """Jobs a policy passed over (could not or chose not to place) at the current instant.
-
-    Within one instant free capacity only shrinks as the policy places jobs, so a job passed over stays passed over;
-    the set empties when the clock moves or capacity frees up. Policies that place one job per call use it so the
-    caller's repeated calls do not rescan the queue.
-    """
-
-    def __init__(self) -> None:
-        self._key: tuple[float, float] | None = None  # (now, free capacity) the set is valid for
-        self.ids: set[int] = set()
-
-    def refresh(self, view: ClusterView, now: float) -> set[int]:
-        if self._key is None or self._key[0] != now or view.free_capacity > self._key[1] + 1e-9:
-            self.ids = set()
-        self._key = (now, view.free_capacity)
-        return self.ids
-
-
 class Planner:
     def __init__(self, view: ClusterView) -> None:
         self.view = view

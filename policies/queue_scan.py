@@ -10,9 +10,9 @@ unnecessary, while every answer stays the one the full scan gives:
 * A group that fitted nowhere still fits nowhere while no GPU was freed or reopened (`ClusterView.frees`): placements
   only shrink free capacity. So it is not tried again, across instants, until something frees GPUs.
 
-Within an instant the scan keeps `PassedOver`'s semantics exactly: the jobs passed over at this instant (every job
-before the last one placed) are skipped until the clock moves or free capacity grows, and a call that places nothing
-names the first job it passed over as waiting.
+Within an instant the scan keeps `policies.deepshare.PassedOver`'s semantics exactly: the jobs passed over at this
+instant (every job before the last one placed) are skipped until the clock moves or free capacity grows, and a call
+that places nothing names the first job it passed over as waiting.
 
 The index follows the book's queue (`scheduler.core.book.Queued`): the book appends arrivals at the end of the same
 mapping and builds a new one whenever it puts a job anywhere else (`Book.sort_queue`), so while the mapping is the

@@ -312,7 +312,7 @@ def test_whatif_simulates_the_mixed_cluster_the_controller_models(mixed_store: S
     out = whatif.evaluate(snap, whatif.WhatIfRequest.parse({"seeds": 1, "extra_nodes": 1}),
                           lambda name, seed: make_policy(name), default_policy="fifo")
     # The extra node is like the last one: a pcie-t4 of 4 GPUs.
-    assert out["cluster"] == {"nodes": 4, "gpus": 20, "extra_nodes": 1, "name": "live-dgx-a100+pcie-t4"}
+    assert out["cluster"] == {"nodes": 4, "gpus": 20, "down_nodes": 0, "extra_nodes": 1, "name": "live-dgx-a100+pcie-t4"}
     world = whatif._world(snap, whatif.WhatIfRequest.parse({}), catalog())
     assert gpu_types(world.cluster) == ["A100-80GB"] * 8 + ["T4"] * 8
 
