@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import StartingBackend
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from policies import make_policy
 from scheduler.cli.commands import main
@@ -315,6 +315,17 @@ def test_whatif_simulates_the_mixed_cluster_the_controller_models(mixed_store: S
     assert out["cluster"] == {"nodes": 4, "gpus": 20, "down_nodes": 0, "extra_nodes": 1, "name": "live-dgx-a100+pcie-t4"}
     world = whatif._world(snap, whatif.WhatIfRequest.parse({}), catalog())
     assert gpu_types(world.cluster) == ["A100-80GB"] * 8 + ["T4"] * 8
+
+
+def test_whatif_adds_nodes_like_the_last_alive_one(mixed_store: Store) -> None:
+    """The t nodes down: they stay in the model (their GPUs closed), and an extra node is like a0, the last alive."""
+    with mixed_store.session() as s:
+        s.execute(update(Node).where(Node.name.in_(["t0", "t1"])).values(alive=False))
+    snap = whatif.snapshot(mixed_store)
+    world = whatif._world(snap, whatif.WhatIfRequest.parse({"extra_nodes": 1}), catalog())
+    assert gpu_types(world.cluster) == ["A100-80GB"] * 8 + ["T4"] * 8 + ["A100-80GB"] * 8
+    assert any("1 extra dgx-a100 node(s) of 8 GPUs join" in n for n in world.notes), world.notes
+    assert len(world.outages) == 8  # the down nodes' GPUs take no job
 
 
 def test_gpu_rows_tell_the_api_each_gpu_s_type(mixed_store: Store) -> None:

@@ -104,13 +104,19 @@ class Snapshot:
 
     def cluster(self, extra_nodes: int = 0) -> Cluster:
         """The cluster model the controller has of the live nodes: each as its recorded preset, in the rack it names,
-        on the recorded fabric; with `extra_nodes` more of the last node's kind, in its rack."""
+        on the recorded fabric; with `extra_nodes` more of the last alive node's kind (`like`), in its rack."""
+        like = self.like()
         shape = [(n.preset, len(n.gpus)) for n in self.nodes]
         racks = [n.rack for n in self.nodes]
-        names = [n.name for n in self.nodes] + [f"{self.nodes[-1].name}+{i + 1}" for i in range(extra_nodes)]
+        names = [n.name for n in self.nodes] + [f"{like.name}+{i + 1}" for i in range(extra_nodes)]
         labels = [n.labels for n in self.nodes]
-        return build_live_cluster(shape + shape[-1:] * extra_nodes, racks=racks + racks[-1:] * extra_nodes,
-                                  fabric=self.fabric, names=names, labels=labels + labels[-1:] * extra_nodes)
+        return build_live_cluster(shape + [(like.preset, len(like.gpus))] * extra_nodes,
+                                  racks=racks + [like.rack] * extra_nodes, fabric=self.fabric, names=names,
+                                  labels=labels + [like.labels] * extra_nodes)
+
+    def like(self) -> LiveNode:
+        """The node what-if's extra nodes are like: the last alive one (the last one if none is alive)."""
+        return next((n for n in reversed(self.nodes) if n.alive), self.nodes[-1])
 
     def model_gpus(self, cluster: Cluster) -> dict[int, int]:
         """Store GPU index -> the model's GPU index in `cluster` (built by `cluster()`; the store numbers GPUs over

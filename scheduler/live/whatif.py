@@ -192,7 +192,7 @@ def _world(snap: Snapshot, req: WhatIfRequest, profiles: dict[str, ModelProfile]
     if snap.fabric is not None:
         notes.append(f"on the {snap.fabric} fabric, as the controller models the cluster")
     if req.extra_nodes:
-        last = snap.nodes[-1]
+        last = snap.like()
         where = f" in rack {last.rack}" if last.rack else ""
         notes.append(f"{req.extra_nodes} extra {last.preset} node(s) of {len(last.gpus)} GPUs join{where} at t=0")
 
