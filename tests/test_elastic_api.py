@@ -6,6 +6,7 @@ sees an elastic job; `corral submit --gpus MIN-MAX` and its options, and `corral
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from scheduler.live.controller import Controller
 from scheduler.live.rows import job_of
 from scheduler.live.store import Store
 from scheduler.live.store.db import alembic_config, make_engine
+from scheduler.live.store.models import Gpu, Node
 from scheduler.live.store.models import Job as JobRow
 from scheduler.live.whatif import _spec, snapshot
 from web import limits
@@ -321,6 +323,20 @@ def test_corral_submit_jobs_and_show_an_elastic_job(server: Server) -> None:  # 
     assert "2-8, elastic: sizes 2, 4, 8; duration measured at 2 GPUs; resize pause 45 s" in " ".join(shown.split())
     err = failure(corral(server, *SUBMIT, "--gpus", "2-8", "--sizes", "4,8"))
     assert "HTTP 422" in err and "sizes:" in err  # the server's rule: the sizes include the size it is measured at
+
+
+def test_corral_submit_says_when_a_job_is_stored_smaller_than_it_asked(server: Server) -> None:  # noqa: F811
+    with server.store.session() as s:  # a node of 4 GPUs recorded: a job of 16 is brought down to 4
+        node = Node(name="node-a", index=0, preset="dgx-a100", alive=True, updated_at=time.time())
+        node.gpus = [Gpu(index=i, local_index=i, gpu_type="A100-80GB", mem_gb=80.0) for i in range(4)]
+        s.add(node)
+    out = ok(server, *SUBMIT, "--gpus", "2-16", "--ref-gpus", "16")
+    assert "stored at 4 GPUs: the cluster can never hold the 16 it asked for" in out, out
+    job_id = int(out.split()[2])
+    shown = " ".join(ok(server, "show", str(job_id)).split())
+    assert "duration measured at 4 GPUs" in shown and "submitted at 16 GPUs, which the cluster can never hold" in shown
+    fits = ok(server, *SUBMIT, "--gpus", "2-4")
+    assert "stored at" not in fits
 
 
 def test_the_gpu_words_of_every_kind_of_job() -> None:

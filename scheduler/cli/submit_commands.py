@@ -11,7 +11,7 @@ import click
 
 import corral.models as m
 from scheduler.cli.client_io import api_errors, client, connection, print_json
-from scheduler.cli.client_text import array_states_text
+from scheduler.cli.client_text import array_states_text, gpus_text
 from scheduler.cli.params import COUNT, JOB_ID, NATURAL, NON_NEGATIVE, POSITIVE, Number
 from scheduler.live import environments
 from scheduler.live.job_states import DEFAULT_JOB_KIND, JobType, RestartPolicy
@@ -297,6 +297,9 @@ def _submitted(job: m.Job, created: bool, as_json: bool, what: str) -> None:
                    f"({array_states_text(a)})")
     elif created:
         click.echo(f"{what} {job.id} ({job.state})")
+        if job.requested_gpus is not None:  # an elastic job admission brought down (`requested_gpus`)
+            click.echo(f"stored at {gpus_text(job.num_gpus or 0)} GPUs: the cluster can never hold the "
+                       f"{job.requested_gpus} it asked for (`corral show {job.id}`)")
     else:
         click.echo(f"job {job.id} was already submitted with this client token ({job.state})")
 
