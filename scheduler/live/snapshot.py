@@ -105,14 +105,17 @@ class Snapshot:
     def cluster(self, extra_nodes: int = 0) -> Cluster:
         """The cluster model the controller has of the live nodes: each as its recorded preset, in the rack it names,
         on the recorded fabric; with `extra_nodes` more of the last alive node's kind (`like`), in its rack."""
-        like = self.like()
         shape = [(n.preset, len(n.gpus)) for n in self.nodes]
         racks = [n.rack for n in self.nodes]
-        names = [n.name for n in self.nodes] + [f"{like.name}+{i + 1}" for i in range(extra_nodes)]
+        names = [n.name for n in self.nodes]
         labels = [n.labels for n in self.nodes]
-        return build_live_cluster(shape + [(like.preset, len(like.gpus))] * extra_nodes,
-                                  racks=racks + [like.rack] * extra_nodes, fabric=self.fabric, names=names,
-                                  labels=labels + [like.labels] * extra_nodes)
+        if extra_nodes:
+            like = self.like()
+            shape += [(like.preset, len(like.gpus))] * extra_nodes
+            racks += [like.rack] * extra_nodes
+            names += [f"{like.name}+{i + 1}" for i in range(extra_nodes)]
+            labels += [like.labels] * extra_nodes
+        return build_live_cluster(shape, racks=racks, fabric=self.fabric, names=names, labels=labels)
 
     def like(self) -> LiveNode:
         """The node what-if's extra nodes are like: the last alive one (the last one if none is alive)."""

@@ -161,7 +161,7 @@ def _brought_down(s: Session, fields: dict[str, Any], fit: Fit, note: str | None
     spec = brought_down_here(s, admitted_spec(fields), fit.size)
     if spec is None:  # the nodes cannot be modelled here: the controller decides, as for every job then
         return note
-    fields["requested_gpus"], fields["num_gpus"] = fields["num_gpus"], spec.num_gpus
+    fields["requested_gpus"], fields["num_gpus"] = int(fields["num_gpus"]), spec.num_gpus  # (elastic: whole GPUs)
     if fields.get("duration_estimate") is None:
         fields["duration_s"] = spec.duration_s
     return f"{note}; {fit.reason.text}" if note else fit.reason.text
