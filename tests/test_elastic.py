@@ -13,9 +13,9 @@ from scheduler.core.book import Book
 from scheduler.core.contention import ContentionModel
 from scheduler.core.decisions import Decision, Place
 from scheduler.core.elastic import (
-    CHECKPOINT_GBPS,
-    RESTART_S,
     make_elastic,
+    measured_pauses,
+    pause_fit,
     resize_pause_s,
     sized,
     sizes_within,
@@ -111,13 +111,32 @@ def test_a_sized_run_is_priced_by_the_contention_model_on_its_placement() -> Non
 # ---- the pause of a resize ---------------------------------------------------------------------------------------
 
 
-def test_a_resize_pauses_a_job_for_its_own_figure_or_the_stated_default() -> None:
+def test_a_resize_pauses_a_job_for_its_own_figure_or_the_measured_default() -> None:
     profiles = catalog()
     spec = job(min_gpus=2, max_gpus=8)
-    assert resize_pause_s(spec, profiles) == RESTART_S + 2 * profiles[spec.model].mem_gb / CHECKPOINT_GBPS
+    fit = pause_fit()
+    assert resize_pause_s(spec, profiles) == fit.restart_s + fit.checkpoint_s_per_gb * profiles[spec.model].mem_gb
     big = job(model="GPT-2.7B", min_gpus=2, max_gpus=8)
     assert resize_pause_s(big, profiles) > resize_pause_s(spec, profiles)  # more memory to write and read back
     assert resize_pause_s(job(min_gpus=2, max_gpus=8, resize_pause_s=5.0), profiles) == 5.0
+
+
+def test_the_default_pause_is_fitted_from_every_measured_resize_and_predicts_each_workload() -> None:
+    rows = measured_pauses()
+    fit = pause_fit()
+    assert fit.resizes == len(rows) >= 3 and not any(str(r["change"]).startswith("start->") for r in rows)
+    # The part no checkpoint sets lies among the measured ones (a median, not a constant someone typed).
+    fixed = sorted(float(r["pause_s"]) - float(r["save_s"]) - float(r["load_s"]) for r in rows)
+    assert fixed[0] <= fit.restart_s <= fixed[-1]
+    # Each workload's pause as the model gives it is within a third of its measured median: the fit describes
+    # the measurements it was made from, the small checkpoint's (ResNet-50) and the large ones' (BERT, GPT-2).
+    by_workload: dict[str, list[dict[str, float | str]]] = {}
+    for r in rows:
+        by_workload.setdefault(str(r["workload"]), []).append(r)
+    assert len(by_workload) >= 2
+    for name, rs in by_workload.items():
+        measured = sorted(float(r["pause_s"]) for r in rs)[len(rs) // 2]
+        assert fit.pause_s(float(rs[0]["footprint_gb"])) == pytest.approx(measured, rel=1 / 3), name
 
 
 # ---- in workloads ------------------------------------------------------------------------------------------------
@@ -249,3 +268,16 @@ def test_sizes_within_reads_only_the_sizes_asked_for() -> None:
     picky = job(min_gpus=2, max_gpus=8, sizes=(2, 4, 8))
     assert tuple(sizes_within(picky, 3, 8)) == (4, 8) and tuple(sizes_within(picky, 1, 2)) == (2,)
     assert not sizes_within(picky, 5, 7) and tuple(sizes_within(job(), 4, 4)) == (4,)
+
+
+def test_the_calibration_prints_the_fit_and_each_workloads_measured_and_modelled_pause(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from scheduler.core.calibrate import resize as calibrate_resize
+
+    assert calibrate_resize.main([]) == 0
+    out = capsys.readouterr().out
+    fit = pause_fit()
+    assert f"pause = {fit.restart_s:.2f} s + {fit.checkpoint_s_per_gb:.3f} s per GB" in out
+    for name, n, median, shortest, model in calibrate_resize.report():
+        assert shortest <= median and n >= 1
+        assert f"{name:12} {n:7d} {median:9.2f} {shortest:10.2f} {model:8.2f}" in out

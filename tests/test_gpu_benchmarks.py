@@ -232,3 +232,20 @@ def test_resize_benchmark_times_each_pause_of_a_resize_through_mps_leases_on_cpu
     assert meta["settings"]["plan"] == "1x100,2x50,1x100" and meta["torch"] == torch.__version__
     assert meta["mps"].endswith("started by the first fractional rank's lease")
     assert "Pauses of each resize" in proc.stdout
+    # The model's table is made from real runs only: this CPU run is refused, and the same run said to be a GPU's
+    # gives one row per resize (the first start left out), each with its workload's measured footprint.
+    from scheduler.core.calibrate import resize as calibrate_resize
+    from scheduler.core.calibrate.hopper import hopper_profiles
+    from scheduler.core.elastic import RESIZE_PAUSES_COLUMNS
+
+    with pytest.raises(ValueError, match="not a real measurement"):
+        calibrate_resize.ingest(out)
+    meta["settings"].update(size="full", device="cuda")
+    (out / "meta.json").write_text(json.dumps(meta))
+    text = calibrate_resize.ingest(out)
+    assert "do not edit by hand" in text and meta["command"] in text
+    table = list(csv.DictReader(ln for ln in text.splitlines() if not ln.startswith("#")))
+    assert [r["change"] for r in table] == ["1x100->2x50", "2x50->1x100"]
+    assert list(table[0]) == RESIZE_PAUSES_COLUMNS
+    assert {float(r["footprint_gb"]) for r in table} == {hopper_profiles()["resnet50"].mem_gb}
+    assert [r["pause_s"] for r in table] == [grow["pause_s"], shrink["pause_s"]]

@@ -13,17 +13,26 @@ scaling is sublinear, and a model whose gradients are large scales worse. On a p
 slowdown (its iteration there over `ref_iteration(k)`) divides it further. Statistical efficiency (a larger global
 batch needing more samples, Pollux's goodput) is not modelled: the speedup is an upper bound for such jobs.
 
-A resize stops the job at a checkpoint and restarts it at the new size: it makes no progress for `resize_pause_s`.
-Without a measurement (no GPU was lent to measure one: `benchmarks/gpu_resize.py` does, on a GPU), the default is a
-stated one: a restart (`RESTART_S`: processes, the collective's setup, the data loader's warm-up) plus writing and
-reading back each worker's memory footprint at `CHECKPOINT_GBPS`.
+A resize stops the job at a checkpoint and restarts it at the new size: it makes no progress for `resize_pause_s`,
+the job's own figure or the model's default, fitted (`pause_fit`) from real resizes timed on an NVIDIA H200
+(`benchmarks/gpu_resize.py`; the table `data/resize_pauses.csv`, with its provenance, from
+`python -m scheduler.core.calibrate.resize --ingest`): a part that does not depend on the model (the old processes'
+teardown, the new ones' interpreter, CUDA context and model build, the step in progress and the first step after the
+resume) and the checkpoint's save and load, in proportion to the job's memory footprint. What the measurement did not
+see adds to a real job's pause: the collective's rendezvous across nodes, a data loader's warm-up, checkpoints on
+shared storage rather than a local disk's page cache (docs/elastic.md).
 """
 
 from __future__ import annotations
 
+import csv
+import statistics
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,11 +43,13 @@ if TYPE_CHECKING:
     from scheduler.core.contention import ContentionModel
     from scheduler.core.workloads import ModelProfile
 
-RESTART_S = 30.0  # a stated default, not a measurement (module docstring)
+RESIZE_PAUSES_PATH = Path(str(resources.files("scheduler.core").joinpath("data/resize_pauses.csv")))
+RESIZE_PAUSES_COLUMNS = ["workload", "params", "ckpt_mb", "footprint_gb", "change", "steady_before_ms",
+                         "steady_after_ms", "signal_to_saved_s", "save_s", "stop_s", "mps_s", "restart_s", "python_s",
+                         "cuda_init_s", "build_s", "load_s", "first_step_s", "warmup_extra_s", "pause_s"]
 # The least time between two resizes of a job, unless its cluster says otherwise (`ClusterView.resize_interval_s`;
 # `scheduler.core.resizing`, rule 3, says why this much).
 RESIZE_INTERVAL_S = 600.0
-CHECKPOINT_GBPS = 1.0  # GB/s a worker writes its checkpoint at, and reads it back at (a stated default)
 
 
 def sized(spec: JobSpec, k: int) -> JobSpec:
@@ -77,11 +88,47 @@ def brought_down(model: ContentionModel, spec: JobSpec, k: int) -> JobSpec:
     return replace(sized(spec, k), duration_s=spec.duration_s / speedup(model, spec, k))
 
 
+@dataclass(frozen=True)
+class PauseFit:
+    """The model's pause of a resize: `restart_s` whatever the job, and `checkpoint_s_per_gb` for each GB of its
+    memory footprint (the checkpoint's save and load)."""
+
+    restart_s: float
+    checkpoint_s_per_gb: float
+    resizes: int  # how many measured resizes it was fitted from
+
+    def pause_s(self, footprint_gb: float) -> float:
+        return self.restart_s + self.checkpoint_s_per_gb * footprint_gb
+
+
+@cache
+def measured_pauses() -> list[dict[str, float | str]]:
+    """The rows of `data/resize_pauses.csv`: one per real resize (module docstring), numbers as floats."""
+    lines = [ln for ln in RESIZE_PAUSES_PATH.read_text().splitlines() if ln and not ln.startswith("#")]
+    return [{k: (v if k in ("workload", "change") else float(v)) for k, v in row.items()}
+            for row in csv.DictReader(lines)]
+
+
+@cache
+def pause_fit() -> PauseFit:
+    """The model's pause, fitted from the measured resizes by medians (a few slow first steps, cuDNN choosing its
+    kernels again, must not set every job's pause): the part that does not depend on the checkpoint is each resize's
+    pause less its save and load; the checkpoint's part is the save and load per GB of the workload's footprint."""
+    rows = measured_pauses()
+    if not rows:
+        raise ValueError(f"{RESIZE_PAUSES_PATH}: no measured resize to fit the pause from")
+    return PauseFit(
+        restart_s=statistics.median(float(r["pause_s"]) - float(r["save_s"]) - float(r["load_s"]) for r in rows),
+        checkpoint_s_per_gb=statistics.median((float(r["save_s"]) + float(r["load_s"])) / float(r["footprint_gb"])
+                                              for r in rows),
+        resizes=len(rows))
+
+
 def resize_pause_s(spec: JobSpec, profiles: Mapping[str, ModelProfile]) -> float:
-    """Seconds a resize stops `spec` for: its own `resize_pause_s`, or the stated default (module docstring)."""
+    """Seconds a resize stops `spec` for: its own `resize_pause_s`, or the measured model's (module docstring)."""
     if spec.resize_pause_s is not None:
         return spec.resize_pause_s
-    return RESTART_S + 2.0 * profiles[spec.model].mem_gb / CHECKPOINT_GBPS
+    return pause_fit().pause_s(profiles[spec.model].mem_gb)
 
 
 def elastic_window(jobs: list[JobSpec], share: float, seed: int) -> list[JobSpec]:

@@ -11,10 +11,11 @@ the live controller alike. `scheduler.core.priorities`' frame, which wraps every
    job time by design: its gain is the start it makes room for, which must follow it in the same decisions
    (`Resize.for_job`); a shrink for no start is dropped.
 3. **No thrashing.** A job resized less than the cluster's resize interval ago (`ClusterView.resize_interval_s`) is not
-   resized again. The default, `elastic.RESIZE_INTERVAL_S` (600 s), is a stated choice, not a measurement: ten times
-   the default pause of a small model (`elastic.RESTART_S` plus its checkpoint), so that a job spends at most about a
-   tenth of its time pausing however a policy behaves. `corral serve --resize-interval` and the simulator's
-   `resize_interval_s` set another.
+   resized again. The default, `elastic.RESIZE_INTERVAL_S` (600 s), is a stated choice, not a measurement: first
+   set at ten times the pause then assumed for a small model (30 s plus its checkpoint), so that a job spends at most
+   about a tenth of its time pausing however a policy behaves. The pause measured since (`elastic.pause_fit`, 10-14 s
+   on one GPU) leaves it at a fiftieth, with room for what that measurement did not see (a rendezvous across nodes,
+   shared storage). `corral serve --resize-interval` and the simulator's `resize_interval_s` set another.
 4. **Priorities and teams.** A shrink is a preemption of the GPUs it gives back: rule 2 of
    `scheduler.core.priorities` (only downwards; of equal priority only by a time-sharing policy; never a
    non-preemptible job) and the tenancy frame's (a victim of the job's own team, or a borrower's job when the start
