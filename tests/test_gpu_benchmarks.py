@@ -249,3 +249,32 @@ def test_resize_benchmark_times_each_pause_of_a_resize_through_mps_leases_on_cpu
     assert list(table[0]) == RESIZE_PAUSES_COLUMNS
     assert {float(r["footprint_gb"]) for r in table} == {hopper_profiles()["resnet50"].mem_gb}
     assert [r["pause_s"] for r in table] == [grow["pause_s"], shrink["pause_s"]]
+
+
+def test_example_resize_benchmark_stops_and_resumes_the_docs_example_as_corral_launches_it_on_cpu(
+        tmp_path: Path) -> None:
+    (tmp_path / "stand-ins").mkdir()
+    env, record = _stand_ins(tmp_path / "stand-ins")
+    env["PYTHONPATH"] = str(ROOT)  # the MPS control stand-in only: NVML is the real one (absent on CI: recorded so)
+    out = tmp_path / "example"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_example_resize.py"), "--device", "cpu", "--out", str(out), "--plan",
+         "1x100,2x50,1x100", "--min-prints", "3", "--steady-s", "0.3", "--batch", "8", "--work-dir", str(tmp_path)],
+        check=False, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    rows = list(csv.DictReader((out / "example_resize.csv").open()))
+    assert [r["change"] for r in rows] == ["start->1x100", "1x100->2x50", "2x50->1x100"]
+    assert all(not r["error"] for r in rows), [r["error"] for r in rows]
+    assert rows[0]["resumed_step"] == "0" and float(rows[0]["pause_s"]) >= float(rows[0]["resumed_s"]) > 0
+    for r in rows[1:]:
+        # Resumed at the step the SIGTERM saved: the ranks agreed on it, rank 0 wrote it, the next size read it.
+        assert int(r["resumed_step"]) == int(r["saved_step"]) > 0
+        assert 0 < float(r["signal_to_saved_s"]) <= float(r["stop_s"])
+        assert float(r["pause_s"]) >= float(r["stop_s"]) + float(r["resumed_s"])
+        assert float(r["steps_per_s_before"]) > 0 and float(r["steps_per_s_after"]) > 0
+    log = (out / "workers.log").read_text()
+    assert "rank 0: resumed at step" in log and "on 2 process(es)" in log  # one process group of two at 50%
+    # The node's daemon: started by the first 50% worker's lease, quit when the last one's was released.
+    assert record.read_text().splitlines() == ["-d", "stdin:quit"]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["settings"]["plan"] == "1x100,2x50,1x100" and meta["torch"] == torch.__version__

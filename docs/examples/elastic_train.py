@@ -34,14 +34,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=1000, help="training steps in all, over every size it runs at")
     ap.add_argument("--batch", type=int, default=32, help="samples per process per step")
+    ap.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
+                    help="the process group's: auto is nccl on GPUs, gloo on a CPU; gloo also where several ranks "
+                         "share one GPU (MPS shares), which NCCL refuses")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()
-    if world > 1:
-        dist.init_process_group("nccl" if cuda else "gloo")  # MASTER_ADDR/PORT from torchrun
+    if world > 1:  # MASTER_ADDR/PORT from torchrun
+        dist.init_process_group(args.backend if args.backend != "auto" else "nccl" if cuda else "gloo")
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
 
     torch.manual_seed(0)
