@@ -73,10 +73,14 @@ def test_a_short_run_leaves_a_loadable_agent_and_its_report(trained: tuple[Path,
     report = json.loads((out.parent / "tiny.eval.json").read_text())
     assert len(report["scenarios"]) == 1
     assert set(report["baselines"]) == {"tiresias", "contention-greedy", "gittins"}
-    # Without teams every choice of the teachers is an action (tests/test_rl_encoding.py); inside the tenancy frame
-    # (30% of windows by default) a teacher sometimes proposes a preemption the frame would not keep, which no slot
-    # offers.
-    assert sidecar["config"]["team_share"] == 0.3 and sidecar["warm_start"]["teacher_exact"] >= 0.95
+    # Without teams or elastic jobs every choice of the teachers is an action (tests/test_rl_encoding.py). Inside the
+    # tenancy frame (30% of windows by default) a teacher sometimes proposes a preemption the frame would not keep,
+    # which no slot offers (tests/test_rl_teams.py holds those windows to 85%); on an elastic mix (30% too) a sizing
+    # teacher waits for an elastic job's submitted size where the frame offers its start at a smaller one and so
+    # allows no wait. How many of the latter there are moves with the resize pause (the measured one, shorter than
+    # the stated default was, brought this tiny run from above 95% to 91%).
+    assert sidecar["config"]["team_share"] == 0.3 and sidecar["config"]["elastic_share"] == 0.3
+    assert sidecar["warm_start"]["teacher_exact"] >= 0.85
     rounds = sidecar["warm_start"]["dagger"]  # DAgger: the clone's own rollouts, labelled, then cloned again
     assert [r["round"] for r in rounds] == [1, 2] and [r["beta"] for r in rounds] == [0.5, 0.25]
     assert all(r["samples"] >= 150 and 0.0 <= r["agreement_before"] <= 1.0 for r in rounds)
