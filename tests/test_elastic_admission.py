@@ -213,6 +213,12 @@ def test_the_api_stores_it_at_the_size_it_is_brought_down_to_and_says_why(env: E
     [(kind, message)] = events(env.store, job["id"])
     assert kind == "submitted" and "brought down from 16 to 12 GPUs" in message
     assert "needs 16 GPUs, the cluster has 12" in message
+    # A resubmission submits it as stored: the same work at 12 GPUs, which fits, so nothing is brought down again.
+    again = env.post(f"/jobs/{job['id']}/resubmit", {})
+    assert again.status_code == 201, again.json
+    assert (again.json["num_gpus"], again.json["duration_s"], again.json["requested_gpus"]) == (
+        12, job["duration_s"], None)
+    assert (again.json["min_gpus"], again.json["max_gpus"]) == (2, 16)
     listed = env.post("/jobs", EMULATED | {"num_gpus": 16, "min_gpus": 2, "max_gpus": 16, "sizes": [2, 6, 16]})
     assert listed.status_code == 201 and listed.json["num_gpus"] == 6
     pinned = env.post("/jobs", EMULATED | {"num_gpus": 8, "min_gpus": 2, "max_gpus": 8,
