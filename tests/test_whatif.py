@@ -359,6 +359,39 @@ def test_jobs_on_a_dead_node_queue_again(store: Store, corral_home: Path) -> Non
     assert out["metrics"]["jobs_completed"]["per_seed"] == [1]
 
 
+class Stranding:
+    """A policy that never places anything: what-if must call that a failure, not a wait for closed GPUs."""
+
+    name, oracle = "stranding", False
+
+    def schedule(self, view: object, queue: object, now: float) -> list[Any]:
+        return []
+
+
+def test_a_policy_that_strands_jobs_the_open_gpus_hold_fails_even_with_a_node_down(store: Store,
+                                                                                     corral_home: Path) -> None:
+    """A node down excuses a run that ends with jobs queued only where some job needs its GPUs (the policy's order
+    may keep others behind that one, as fifo's does); jobs the alive node could all run, left queued, are a failure."""
+    env = Env(store)
+    env.register_nodes(alive=(True, False))
+    env.pending("small", 2, 100)  # node-0 holds it
+    fifo = whatif.WhatIfRequest.model_validate({"seeds": 1, "policy": "fifo"})
+    stranding = whatif.WhatIfRequest.model_validate({"seeds": 1, "policy": "stranding"})
+
+    def policies(name: str, seed: int) -> Any:
+        return Stranding() if name == "stranding" else make_policy(name, seed=seed)
+
+    with pytest.raises(whatif.WhatIfError, match=r"stranding left 1 job\(s\) queued on an idle cluster, first small"):
+        whatif.evaluate(whatif.snapshot(store), stranding, policies)
+    assert whatif.evaluate(whatif.snapshot(store), fifo, policies)["metrics"]["jobs_unfinished"]["per_seed"] == [0]
+    with store.session() as s:  # now one that only node-1 could hold, first in the queue
+        s.execute(update(JobRow).values(submitted_at=time.time() - 5, queued_since=time.time() - 5))
+    env.pending("whole", 16, 100, ago=60.0)
+    out = whatif.evaluate(whatif.snapshot(store), fifo, policies)  # "small" waits behind it, in fifo's order
+    assert out["metrics"]["jobs_unfinished"]["per_seed"] == [2] and whatif.WAITING_FOR_CLOSED in out["notes"]
+    assert whatif.WAITING_FOR_CLOSED in whatif.evaluate(whatif.snapshot(store), stranding, policies)["notes"]
+
+
 def test_a_drained_node_takes_no_job_in_the_what_if(env: Env) -> None:
     """What-if sees the cluster as the controller does: a drained node's GPUs take no new job, so an 8-GPU job
     waits for the running one on the other node instead of starting on the drained one at once."""

@@ -63,6 +63,23 @@ def has_room(view: ClusterView, spec: JobSpec, victims: Iterable[Job] = ()) -> b
                                                                 for g, s in freed.items())
 
 
+def fits_open(view: ClusterView, spec: JobSpec) -> bool:
+    """Whether `spec` could be placed now on the GPUs that take jobs (a closed GPU looks full,
+    `ClusterState.set_closed`): a gang on as many whole free GPUs with memory enough as its constraints allow; a share
+    on a GPU with that share and memory free where CUDA MPS could run it. A job a run leaves queued on an idle cluster
+    that fits so was stranded by its policy; one that does not waits for GPUs that are closed. An elastic job is asked
+    at its submitted size: a policy that does not size jobs starts it at that size or not at all."""
+    mem = view.mem_need(spec)
+    ok = view.cluster.gpu_mem - np.asarray(view.used_mem) >= mem - EPS
+    allowed = _allowed(view, spec)
+    if allowed is not None:
+        ok &= allowed
+    free = np.asarray(view.free_share)
+    if spec.num_gpus >= 1:
+        return int(np.count_nonzero(ok & (free >= 1.0 - EPS))) >= spec.workers
+    return bool((ok & view.share_mask(spec) & (free >= spec.share - EPS)).any())
+
+
 def _allowed(view: ClusterView, spec: JobSpec) -> np.ndarray | None:
     """Per GPU, whether `spec`'s constraints allow it (`scheduler.core.constraints`); None: every GPU."""
     return None if spec.constraints is None else eligible_gpus(view.cluster, spec.constraints)

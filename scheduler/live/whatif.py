@@ -50,6 +50,7 @@ from scheduler.core.heap import heap_frozen
 from scheduler.core.model import PRESETS, Cluster, JobPhase, JobSpec, Placement, SpecError
 from scheduler.core.outages import OnFault, Outage
 from scheduler.core.reservations import ReservationRule
+from scheduler.core.room import fits_open
 from scheduler.core.simulator import Placed, SimulationError, Simulator
 from scheduler.core.state import PlacementError
 from scheduler.core.workloads import ModelProfile
@@ -322,10 +323,12 @@ def _simulate(world: _World, cluster: Cluster, policy: Policy, seed: int, *, wit
                 sim.schedule()
                 if sim.idle_forever():
                     # GPUs closed for the whole run (a node down, drained or faulty) may be all some job could use:
-                    # it waits for them, as the controller keeps it waiting. With none closed, the policy failed.
-                    if not world.outages:
+                    # it waits for them, as the controller keeps it waiting, and the policy's order may keep others
+                    # behind it (fifo does). With none closed, or no queued job that needs them, the policy failed.
+                    if not world.outages or all(fits_open(sim.view, j.spec) for j in sim.pending.values()):
+                        stuck = next(iter(sim.pending.values()))
                         raise SimulationError(f"{policy.name} left {len(sim.pending)} job(s) queued on an idle "
-                                              "cluster")
+                                              f"cluster, first {stuck.spec.name}")
                     if WAITING_FOR_CLOSED not in world.notes:
                         world.notes.append(WAITING_FOR_CLOSED)
                     break
