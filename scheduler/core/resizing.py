@@ -13,7 +13,7 @@ the live controller alike. `scheduler.core.priorities`' frame, which wraps every
 3. **No thrashing.** A job resized less than the cluster's resize interval ago (`ClusterView.resize_interval_s`) is not
    resized again. The default, `elastic.RESIZE_INTERVAL_S` (600 s), is a stated choice, not a measurement: first
    set at ten times the pause then assumed for a small model (30 s plus its checkpoint), so that a job spends at most
-   about a tenth of its time pausing however a policy behaves. The pause measured since (`elastic.pause_fit`, 10-14 s
+   about a tenth of its time pausing however a policy behaves. The pause measured since (`elastic.pause_fit`, 11-13 s
    on one GPU) leaves it at a fiftieth, with room for what that measurement did not see (a rendezvous across nodes,
    shared storage). `corral serve --resize-interval` and the simulator's `resize_interval_s` set another.
 4. **Priorities and teams.** A shrink is a preemption of the GPUs it gives back: rule 2 of

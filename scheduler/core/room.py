@@ -66,9 +66,10 @@ def has_room(view: ClusterView, spec: JobSpec, victims: Iterable[Job] = ()) -> b
 def fits_open(view: ClusterView, spec: JobSpec) -> bool:
     """Whether `spec` could be placed now on the GPUs that take jobs (a closed GPU looks full,
     `ClusterState.set_closed`): a gang on as many whole free GPUs with memory enough as its constraints allow; a share
-    on a GPU with that share and memory free where CUDA MPS could run it. A job a run leaves queued on an idle cluster
-    that fits so was stranded by its policy; one that does not waits for GPUs that are closed. An elastic job is asked
-    at its submitted size: a policy that does not size jobs starts it at that size or not at all."""
+    on a GPU with that share and memory free where CUDA MPS could run it. A job that does not fit so waits for GPUs
+    that are closed (and a policy's order may keep others behind it); a run that ends on an idle cluster with every
+    queued job fitting so was stranded by its policy (`scheduler.live.whatif`). An elastic job is asked at its
+    submitted size: a policy that does not size jobs starts it at that size or not at all."""
     mem = view.mem_need(spec)
     ok = view.cluster.gpu_mem - np.asarray(view.used_mem) >= mem - EPS
     allowed = _allowed(view, spec)
