@@ -205,3 +205,33 @@ def test_tiresias_names_a_victim_again_when_its_preemption_was_not_carried_out()
         decisions = tiresias.schedule(sim.view, list(sim.pending.values()), now)
         assert [type(d).__name__ for d in decisions] == ["Preempt", "Place"]
         assert isinstance(decisions[0], Preempt) and decisions[0].job_id == 1  # the placed job: ids after the trace's
+
+
+def test_gandiva_keeps_its_affinity_as_jobs_start_end_and_are_resized() -> None:
+    """Gandiva reads only the placements that changed since its last call; at every call its map of job size to the
+    nodes running a job of that size is the one read from every running job, through starts, ends and resizes (a
+    running job's new placement under the same id)."""
+    from policies.heuristics import Gandiva
+
+    checked = 0
+
+    class Checked(Gandiva):
+        def schedule(self, view: ClusterView, queue, now: float):  # type: ignore[no-untyped-def]
+            nonlocal checked
+            out = super().schedule(view, queue, now)
+            if queue:
+                whole: dict[int, set[int]] = defaultdict(set)
+                for j in view.running.values():
+                    if j.placement is not None:
+                        whole[j.spec.workers].update(j.placement.nodes(view.cluster))
+                assert {k: set(v) for k, v in self._affinity.items() if v} == dict(whole)
+                checked += 1
+            return out
+
+    from policies.marginal_gain import GrowIdle
+
+    jobs = synthetic(300, seed=3, mean_interarrival_s=40, elastic_share=0.5).jobs
+    sim = Simulator(small_cluster(nodes=3, gpus=8), jobs, GrowIdle(Checked()))
+    result = sim.run()
+    assert result.metrics["jobs_completed"] + result.metrics["jobs_rejected"] == 300 and checked > 100
+    assert sum(j.resizes for j in sim.jobs) > 10  # running jobs placed anew
