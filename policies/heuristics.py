@@ -212,7 +212,8 @@ class Gandiva(QueuePolicy):
         # Job size -> node -> how many running jobs of that size it holds (a node is in the size's affinity while
         # one does), kept up to date from the running jobs' placements as they were read (`_sync`).
         self._affinity: dict[int, dict[int, int]] = {}
-        self._read: dict[int, tuple[Placement, int, list[int]]] = {}  # job id -> (placement, size, nodes) counted
+        self._read: dict[int, tuple[int, list[int]]] = {}  # job id -> (size, nodes) as counted
+        self._seen: tuple[ClusterView, int] | None = None  # the view read last, and its `moves` then
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         if queue:
@@ -220,22 +221,23 @@ class Gandiva(QueuePolicy):
         return super().schedule(view, queue, now)
 
     def _sync(self, view: ClusterView) -> None:
-        """Count the running jobs' nodes by size, reading only the placements that changed since the last call: the
-        nodes of every running job, read at every call, were most of a 100,000-job replay's time (thousands run)."""
-        read, running = self._read, view.running
-        for job_id in read.keys() - running.keys():
-            self._count(*read.pop(job_id)[1:], -1)
-        for job_id, job in running.items():
-            placement = job.placement
-            seen = read.get(job_id)
-            if seen is not None and seen[0] is placement:
-                continue
+        """Count the running jobs' nodes by size, reading again only the jobs allocated or released since the last
+        call (`ClusterView.moved_since`: starts, ends, resizes): the nodes of every running job, read at every call,
+        were most of a 100,000-job replay's time (thousands run). Another view, or one whose record no longer reaches
+        back, is read whole."""
+        moved = view.moved_since(self._seen[1]) if self._seen is not None and self._seen[0] is view else None
+        if moved is None:
+            self._affinity, self._read = {}, {}
+            moved = list(view.running)
+        for job_id in dict.fromkeys(moved):  # (a job once, in order)
+            seen = self._read.pop(job_id, None)
             if seen is not None:
-                self._count(seen[1], seen[2], -1)
-                del read[job_id]
-            if placement is not None:
-                read[job_id] = (placement, job.spec.workers, placement.nodes(view.cluster))
-                self._count(job.spec.workers, read[job_id][2], 1)
+                self._count(*seen, -1)
+            job = view.running.get(job_id)
+            if job is not None and job.placement is not None:
+                self._read[job_id] = (job.spec.workers, job.placement.nodes(view.cluster))
+                self._count(*self._read[job_id], 1)
+        self._seen = (view, view.moves)
 
     def _count(self, size: int, nodes: list[int], by: int) -> None:
         counts = self._affinity.setdefault(size, {})

@@ -235,3 +235,24 @@ def test_gandiva_keeps_its_affinity_as_jobs_start_end_and_are_resized() -> None:
     result = sim.run()
     assert result.metrics["jobs_completed"] + result.metrics["jobs_rejected"] == 300 and checked > 100
     assert sum(j.resizes for j in sim.jobs) > 10  # running jobs placed anew
+
+
+def test_moved_since_lists_the_allocations_and_releases_after_a_mark_or_none_when_out_of_reach(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import scheduler.core.state as state_module
+
+    monkeypatch.setattr(state_module, "MOVES_KEPT", 4)
+    cluster = small_cluster(nodes=1, gpus=8)
+    state = ClusterState(cluster, catalog())
+    view = ClusterView(state, ContentionModel(cluster, catalog()), {})
+    spec = job("a", 0, 1, 100)
+    mark = view.moves
+    state.allocate(1, spec, Placement((0,)))
+    state.allocate(2, spec, Placement((1,)))
+    state.release(1)
+    assert view.moved_since(mark) == [1, 2, 1] and view.moved_since(view.moves) == []
+    later = view.moves - 1
+    state.allocate(3, spec, Placement((2,)))
+    state.release(2)
+    assert view.moved_since(later) == [1, 3, 2]
+    assert view.moved_since(mark) is None  # five moves ago: the record keeps four

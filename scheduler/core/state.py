@@ -10,8 +10,10 @@ what a policy sees: the same arrays, read-only, plus the contention model's pred
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from itertools import islice
 from types import MappingProxyType
 
 import numpy as np
@@ -37,6 +39,9 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return v
 
 
+MOVES_KEPT = 65_536  # the latest allocations and releases `ClusterView.moved_since` can report
+
+
 class ClusterState:
     def __init__(self, cluster: Cluster, profiles: Mapping[str, ModelProfile], *, mps_one_user: bool = False) -> None:
         """`mps_one_user`: the shares of one node go to one user's jobs at a time (one MPS daemon per node serves one
@@ -58,6 +63,10 @@ class ClusterState:
         # Releases and reopenings so far: while it stands still, free capacity has only shrunk (per GPU: share,
         # memory, the MPS users' room), so a job that fitted nowhere still fits nowhere (`ClusterView.frees`).
         self.frees = 0
+        # Allocations and releases so far, and the latest ones' job ids (`ClusterView.moved_since`): what a policy
+        # keeps of the running jobs' placements is patched from them, not read again from each of thousands.
+        self.moves = 0
+        self._moved: deque[int] = deque(maxlen=MOVES_KEPT)
 
     def mem_need(self, spec: JobSpec) -> float:
         return self.profiles[spec.model].mem_gb
@@ -133,6 +142,8 @@ class ClusterState:
         self.allocated_share += placement.share * len(placement.gpus)
         self.placements[job_id] = placement
         self._mem[job_id] = mem
+        self.moves += 1
+        self._moved.append(job_id)
 
     def resize_check(self, job_id: int, spec: JobSpec, placement: Placement) -> str | None:
         """Why running job `job_id` (whole GPUs) cannot move to `placement` at `spec`'s size, or None if it can: each
@@ -160,6 +171,8 @@ class ClusterState:
     def release(self, job_id: int) -> Placement:
         placement = self.placements.pop(job_id)
         self.frees += 1
+        self.moves += 1
+        self._moved.append(job_id)
         mem = self._mem.pop(job_id)
         user = self._user.pop(job_id, None)
         if user is not None:
@@ -288,6 +301,20 @@ class ClusterView:
         """How many times GPUs were freed or reopened (`ClusterState.frees`): while it stands still nothing on the
         cluster gained free share, memory or room for a user's shares, so what fitted nowhere still fits nowhere."""
         return self._state.frees
+
+    @property
+    def moves(self) -> int:
+        """How many allocations and releases there were (`ClusterState.moves`): a mark for `moved_since`."""
+        return self._state.moves
+
+    def moved_since(self, mark: int) -> list[int] | None:
+        """The ids of the jobs allocated or released since `moves` read `mark` (a job may repeat: a resize is both),
+        oldest first; None when the record no longer reaches back that far (read every running job again then)."""
+        state = self._state
+        n = state.moves - mark
+        if n < 0 or n > len(state._moved):
+            return None
+        return list(islice(state._moved, len(state._moved) - n, None))
 
     @property
     def link_load(self) -> np.ndarray:
