@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from policies.compactness import GANG_WAIT_S, NODE_WAIT_S, CompactnessWait, fewest_servers, servers
-from policies.placement import Planner
+from policies.placement import FitKey, Planner, fit_key
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from scheduler.core.decisions import Decision, Place, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
@@ -146,9 +146,20 @@ class Topology(QueuePolicy):
         super().__init__(seed)
         self.waits = CompactnessWait(node_wait_s, gang_wait_s)
         self._lowest: tuple[Planner, float] | None = None  # this call's lowest priority a running job may be preempted at
+        # This plan's placements by what the searches read of a job (`fit_key`): a deep queue holds many jobs alike
+        # that wait for compact room, each asked again at every call (most of a 100,000-job replay's time).
+        self._found: tuple[Planner, int, dict[FitKey, Placement | None]] | None = None
 
     def place(self, planner: Planner, job: Job) -> Placement | None:
-        spec = job.spec
+        found = self._found
+        if found is None or found[0] is not planner or found[1] != planner.changes:
+            found = self._found = (planner, planner.changes, {})
+        key = fit_key(planner.view, job.spec)
+        if key not in found[2]:  # (a search that finds nothing notes the misfit; a repeat would note the same)
+            found[2][key] = self._search(planner, job.spec)
+        return found[2][key]
+
+    def _search(self, planner: Planner, spec: JobSpec) -> Placement | None:
         if spec.num_gpus < 1:
             return planner.empty_gpu_share(spec) or planner.packed_share(spec)
         placement = planner.topology_fit(spec)

@@ -12,7 +12,7 @@ from policies.placement import Planner
 from policies.registry import UnknownPolicyError
 from scheduler.core.contention import ContentionModel
 from scheduler.core.decisions import Place
-from scheduler.core.model import Cluster, ClusterSpec, JobPhase, NodeGroupSpec, Placement, build_cluster
+from scheduler.core.model import Cluster, ClusterSpec, Job, JobPhase, NodeGroupSpec, Placement, build_cluster
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.traces import synthetic
@@ -256,3 +256,33 @@ def test_moved_since_lists_the_allocations_and_releases_after_a_mark_or_none_whe
     state.release(2)
     assert view.moved_since(later) == [1, 3, 2]
     assert view.moved_since(mark) is None  # five moves ago: the record keeps four
+
+
+def test_topology_searches_once_per_plan_for_jobs_alike_and_again_once_the_plan_changes(monkeypatch) -> None:
+    cluster = small_cluster(nodes=2, gpus=8)
+    state = ClusterState(cluster, catalog())
+    view = ClusterView(state, ContentionModel(cluster, catalog()), {})
+    searches = 0
+    real = Planner.topology_fit
+
+    def counted(self: Planner, spec):  # type: ignore[no-untyped-def]
+        nonlocal searches
+        searches += 1
+        return real(self, spec)
+
+    monkeypatch.setattr(Planner, "topology_fit", counted)
+    queue = [Job(i, job(f"j{i}", 0, 4, 100), 100.0) for i in range(5)]
+    placed = [d for d in make_policy("topology").schedule(view, queue, 0.0) if isinstance(d, Place)]
+    gpus = [g for d in placed for g in d.placement.gpus]
+    assert len(placed) == 4 and len(set(gpus)) == 16  # every job its own GPUs: the plan changed after each start
+    assert searches == 4  # (the fifth meets a full plan)
+    # Six GPUs of each server busy: a 4-GPU job fits only across both, and waits for one server; the plan does not
+    # change, so the three jobs alike are one search.
+    busy = ClusterState(cluster, catalog())
+    wide = Job(100, job("wide", 0, 12, 1000), 1000.0)
+    busy.allocate(100, wide.spec, Placement((0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13)))
+    wide.placement, wide.start_s = busy.placements[100], 0.0
+    searches = 0
+    decisions = make_policy("topology").schedule(ClusterView(busy, ContentionModel(cluster, catalog()), {100: wide}),
+                                                  queue[:3], 0.0)
+    assert not any(isinstance(d, Place) for d in decisions) and searches == 1
