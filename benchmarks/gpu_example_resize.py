@@ -119,6 +119,7 @@ class Runner:
     def launch(self, workers: int, share: int, ckpt: Path) -> tuple[list[Worker], float]:
         """The size's workers, each with the environment Corral's worker gives a rank, running the docs' entrypoint;
         and the seconds the MPS leases took."""
+        from benchmarks.gpu_resize import take_lease
         from scheduler.live.runs import Launch, RankSpec, actor_name, rank_env
 
         self.attempt += 1
@@ -131,12 +132,8 @@ class Runner:
                    **rank_env(spec, workers, "127.0.0.1", port, launch)}
             if self.args.device == "cpu":
                 env["CUDA_VISIBLE_DEVICES"] = ""
-            lease = None
-            if spec.share < 1.0 and self.mps is not None:  # as `Worker._acquire_mps` does
-                lease = actor_name(1, self.attempt, spec.rank)
-                t0 = time.monotonic()
-                env.update(self.mps.acquire(lease))
-                mps_s += time.monotonic() - t0
+            lease, spent = take_lease(self.mps, actor_name(1, self.attempt, spec.rank), spec.share, env)
+            mps_s += spent
             cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={env['WORLD_SIZE']}",
                    f"--nproc-per-node={env['LOCAL_WORLD_SIZE']}", f"--node-rank={env['NODE_RANK']}",
                    "--rdzv-backend=c10d", f"--rdzv-endpoint={env['MASTER_ADDR']}:{env['MASTER_PORT']}",
@@ -150,12 +147,9 @@ class Runner:
         return started, mps_s
 
     def release(self, workers: list[Worker]) -> float:
-        t0 = time.monotonic()
-        for w in workers:
-            if w.lease is not None and self.mps is not None:
-                self.mps.release(w.lease)
-                w.lease = None
-        return time.monotonic() - t0
+        from benchmarks.gpu_resize import release_leases
+
+        return release_leases(self.mps, workers)
 
     def wait_prints(self, workers: list[Worker], after: float, count: int, timeout_s: float) -> str:
         """Until rank 0 printed `count` step lines after `after` (and `--steady-s` passed since its first)."""
@@ -230,8 +224,7 @@ class Runner:
 
 def run(args: argparse.Namespace) -> int:
     from benchmarks.gpu_colocation import gpu_facts
-    from benchmarks.gpu_resize import filesystem_of, parse_plan
-    from scheduler.live.node.mps import MpsConfig, MpsError, MpsManager
+    from benchmarks.gpu_resize import close_mps, filesystem_of, open_mps, parse_plan
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -243,12 +236,7 @@ def run(args: argparse.Namespace) -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]), "python": platform.python_version(), **facts,
         "settings": vars(args), "checkpoint_fs": filesystem_of(work),
     }
-    control = shutil.which(args.mps_control) if args.mps_control != "none" else None
-    mps_folder = Path(tempfile.mkdtemp(prefix="corral-mps-"))  # short: the daemon's socket path has a length limit
-    mps = MpsManager(mps_folder, MpsConfig(control, str(mps_folder / "pipe"), str(mps_folder / "log"))) \
-        if control else None
-    meta["mps"] = f"{control}, started by the first fractional worker's lease" if control else \
-        f"none: no {args.mps_control} (fractional workers run without MPS)"
+    mps, mps_folder, meta["mps"] = open_mps(args.mps_control, "worker")
     log = (out / "workers.log").open("w")
     runner = Runner(args, log, mps, facts.get("memory_mib", 0) / 1024 or 80.0)
     rows: list[dict[str, Any]] = []
@@ -274,12 +262,7 @@ def run(args: argparse.Namespace) -> int:
         if current:
             runner.stop(current)
             runner.release(current)
-        if mps is not None:
-            try:
-                mps.shutdown()
-            except MpsError as exc:
-                meta["mps_stop"] = str(exc)
-        shutil.rmtree(mps_folder, ignore_errors=True)
+        close_mps(mps, mps_folder, meta)
         shutil.rmtree(work, ignore_errors=True)
         log.close()
     import torch

@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -243,12 +244,8 @@ class Coordinator:
             if spec.rank > 0:
                 seed(ckpt_root / "rank0", ckpt)
                 env["CORRAL_CHECKPOINT_DIR"] = str(ckpt)
-            lease = None
-            if spec.share < 1.0 and self.mps is not None:  # as `Worker._acquire_mps`: a lease, the daemon's pipe
-                lease = actor_name(self.job_id, self.attempt, spec.rank)
-                t0 = time.monotonic()
-                env.update(self.mps.acquire(lease))
-                mps_s += time.monotonic() - t0
+            lease, spent = take_lease(self.mps, actor_name(self.job_id, self.attempt, spec.rank), spec.share, env)
+            mps_s += spent
             events = events_dir / f"a{self.attempt}-r{spec.rank}.jsonl"
             env[EVENTS_ENV] = str(events)
             self.log.write(f"=== {workload} attempt {self.attempt} rank {spec.rank} at {share}%\n")
@@ -260,13 +257,7 @@ class Coordinator:
         return started, mps_s
 
     def release(self, ranks: list[Rank]) -> float:
-        """Drop the ranks' MPS leases, as `Worker._finish` does (the last one out stops the daemon); the seconds."""
-        t0 = time.monotonic()
-        for r in ranks:
-            if r.lease is not None and self.mps is not None:
-                self.mps.release(r.lease)
-                r.lease = None
-        return time.monotonic() - t0
+        return release_leases(self.mps, ranks)
 
     @staticmethod
     def wait_steps(ranks: list[Rank], count: int, timeout_s: float, steady_s: float = 0.0) -> str:
@@ -418,6 +409,52 @@ class Coordinator:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def open_mps(program: str, who: str) -> tuple[Any, Path, str]:
+    """The node's MPS daemon as Corral's worker runs it (`MpsManager`: started by the first lease, stopped after the
+    last), its folder, and words for `meta.json`; no manager where `program` is 'none' or not found."""
+    from scheduler.live.node.mps import MpsConfig, MpsManager
+
+    control = shutil.which(program) if program != "none" else None
+    folder = Path(tempfile.mkdtemp(prefix="corral-mps-"))  # short: the daemon's socket path has a length limit
+    if control is None:
+        return None, folder, f"none: no {program} (fractional {who}s run without MPS)"
+    mps = MpsManager(folder, MpsConfig(control, str(folder / "pipe"), str(folder / "log")))
+    return mps, folder, f"{control}, started by the first fractional {who}'s lease"
+
+
+def close_mps(mps: Any, folder: Path, meta: dict[str, Any]) -> None:
+    """Stop the daemon if it still runs (a failure is recorded in `meta`), and remove its folder."""
+    from scheduler.live.node.mps import MpsError
+
+    if mps is not None:
+        try:
+            mps.shutdown()
+        except MpsError as exc:
+            meta["mps_stop"] = str(exc)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def take_lease(mps: Any, name: str, share: float, env: dict[str, str]) -> tuple[str | None, float]:
+    """For a rank below a whole GPU, an MPS lease as `Worker._acquire_mps` takes one (the first starts the node's
+    daemon), its variables added to `env`: the lease's name (None: no lease) and the seconds it took."""
+    if share >= 1.0 or mps is None:
+        return None, 0.0
+    t0 = time.monotonic()
+    env.update(mps.acquire(name))
+    return name, time.monotonic() - t0
+
+
+def release_leases(mps: Any, holders: Sequence[Any]) -> float:
+    """Drop the holders' MPS leases (each one's `lease`, then None), as `Worker._finish` does (the last one out stops
+    the daemon); the seconds it took."""
+    t0 = time.monotonic()
+    for h in holders:
+        if h.lease is not None and mps is not None:
+            mps.release(h.lease)
+            h.lease = None
+    return time.monotonic() - t0
+
+
 def seed(src: Path, dst: Path) -> None:
     """A rank above 0 resumes from rank 0's checkpoint: a hard link (the job replaces its file, never writes into it),
     a copy where links are refused."""
@@ -461,8 +498,6 @@ def print_table(rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from benchmarks.gpu_colocation import gpu_facts, sm_clock
-    from scheduler.live.node.mps import MpsConfig, MpsError, MpsManager
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plan = parse_plan(args.plan)
@@ -475,12 +510,7 @@ def run(args: argparse.Namespace) -> int:
     }
     mem_gb = facts.get("memory_mib", 0) / 1024 or 80.0
     meta["checkpoint_fs"] = filesystem_of(Path(args.work_dir or tempfile.gettempdir()))
-    control = shutil.which(args.mps_control) if args.mps_control != "none" else None
-    mps_folder = Path(tempfile.mkdtemp(prefix="corral-mps-"))  # short: the daemon's socket path has a length limit
-    mps = MpsManager(mps_folder, MpsConfig(control, str(mps_folder / "pipe"), str(mps_folder / "log"))) \
-        if control else None
-    meta["mps"] = f"{control}, started by the first fractional rank's lease" if control else \
-        f"none: no {args.mps_control} (fractional ranks run without MPS)"
+    mps, mps_folder, meta["mps"] = open_mps(args.mps_control, "rank")
     log = (out / "jobs.log").open("w")
     csv_file = (out / "resize.csv").open("w", newline="")
     writer = csv.DictWriter(csv_file, fieldnames=CSV_FIELDS)
@@ -495,12 +525,7 @@ def run(args: argparse.Namespace) -> int:
             coord.say(f"{name}: plan {args.plan}")
             coord.run_workload(name, plan)
     finally:
-        if mps is not None:
-            try:
-                mps.shutdown()
-            except MpsError as exc:
-                meta["mps_stop"] = str(exc)
-        shutil.rmtree(mps_folder, ignore_errors=True)
+        close_mps(mps, mps_folder, meta)
     meta.update(coord.software)
     meta["elapsed_s"] = round(time.monotonic() - coord.began, 1)
     meta["sm_clock_end_mhz"] = sm_clock(nvml)
