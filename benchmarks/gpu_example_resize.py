@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,6 +72,9 @@ class Worker:
     launched: float
     lease: str | None
     lines: list[tuple[float, str]] = field(default_factory=list)
+    # Its step prints as (when read, step), parsed as they are read: the coordinator polls them every 10 ms while a
+    # size runs, and reading every line again each time would take CPU from the run it times.
+    step_prints: list[tuple[float, int]] = field(default_factory=list)
     exited: float | None = None
 
     def read(self, log: TextIO, lock: threading.Lock) -> None:
@@ -78,6 +82,8 @@ class Worker:
         for line in self.proc.stdout:
             now = time.monotonic()
             self.lines.append((now, line.rstrip("\n")))
+            if m := STEP.search(line):
+                self.step_prints.append((now, int(m.group(1))))
             with lock:
                 log.write(f"[w{self.rank} {now:.3f}] {line}")
 
@@ -89,7 +95,8 @@ class Worker:
         return None
 
     def steps(self, after: float = 0.0) -> list[tuple[float, int]]:
-        return [(t, int(m.group(1))) for t, line in list(self.lines) if t >= after and (m := STEP.search(line))]
+        prints = list(self.step_prints)  # (a copy: the reader thread appends)
+        return prints[bisect_left(prints, (after, -1)):]
 
 
 def free_port() -> int:
