@@ -62,9 +62,11 @@ class CompactnessWait:
         return end
 
     @staticmethod
-    def compact(cluster: Cluster, spec: JobSpec, placement: Placement) -> bool:
-        """Whether `placement` is on the fewest servers `spec` fits on."""
-        return spec.num_gpus < 1 or servers(cluster, placement) <= fewest_servers(cluster, spec)
+    def compact(cluster: Cluster, spec: JobSpec, placement: Placement, spans: int | None = None) -> bool:
+        """Whether `placement` is on the fewest servers `spec` fits on (`spans`: its servers, where known)."""
+        if spec.num_gpus < 1:
+            return True
+        return (servers(cluster, placement) if spans is None else spans) <= fewest_servers(cluster, spec)
 
     @staticmethod
     def room(planner: Planner, spec: JobSpec, victims: Sequence[Job] = ()) -> bool:

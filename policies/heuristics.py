@@ -19,6 +19,8 @@ from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.priorities import lowest_preemptible
 from scheduler.core.state import ClusterView
 
+Found = tuple[Placement | None, int]  # a search's placement, and the servers it spans (0: none found)
+
 
 def wait_reason(planner: Planner, spec: JobSpec) -> str:
     if spec.constraints is not None:
@@ -146,18 +148,43 @@ class Topology(QueuePolicy):
         super().__init__(seed)
         self.waits = CompactnessWait(node_wait_s, gang_wait_s)
         self._lowest: tuple[Planner, float] | None = None  # this call's lowest priority a running job may be preempted at
-        # This plan's placements by what the searches read of a job (`fit_key`): a deep queue holds many jobs alike
-        # that wait for compact room, each asked again at every call (most of a 100,000-job replay's time).
-        self._found: tuple[Planner, int, dict[FitKey, Placement | None]] | None = None
+        # Placements by what the searches read of a job (`fit_key`), with the servers each spans: a deep queue holds
+        # many jobs alike that wait for compact room, each asked again at every call (most of a 100,000-job replay's
+        # time). Those found on a plan that has taken nothing hold while the view's free capacity stands still
+        # (`ClusterView.changes`), across calls: most calls come with an arrival or a wake-up, which frees nothing.
+        self._fresh: tuple[ClusterView, int, dict[FitKey, Found]] | None = None
+        self._found: tuple[Planner, int, dict[FitKey, Found]] | None = None  # this plan's, once it has taken GPUs
 
-    def place(self, planner: Planner, job: Job) -> Placement | None:
+    def _known(self, planner: Planner) -> dict[FitKey, Found]:
+        view = planner.view
+        if planner.changes == 0:  # the plan is the view's free capacity as it stands
+            fresh = self._fresh
+            if fresh is None or fresh[0] is not view or fresh[1] != view.changes:
+                fresh = self._fresh = (view, view.changes, {})
+            return fresh[2]
         found = self._found
         if found is None or found[0] is not planner or found[1] != planner.changes:
             found = self._found = (planner, planner.changes, {})
-        key = fit_key(planner.view, job.spec)
-        if key not in found[2]:  # (a search that finds nothing notes the misfit; a repeat would note the same)
-            found[2][key] = self._search(planner, job.spec)
-        return found[2][key]
+        return found[2]
+
+    @staticmethod
+    def _key(planner: Planner, spec: JobSpec) -> FitKey:
+        """`fit_key`, less a whole-GPU job's memory where every GPU holds it: this policy's whole-GPU searches
+        (`Planner.topology_fit`, `Planner.whole_servers_fit`) read memory only through the nodes a job may use, all of
+        them then. A deep queue's gangs of one size but many models are one search, not one each."""
+        key = fit_key(planner.view, spec)
+        if spec.num_gpus >= 1 and key[3] <= planner.min_gpu_mem:
+            return key[:3] + (0.0,) + key[4:]
+        return key
+
+    def place(self, planner: Planner, job: Job) -> Placement | None:
+        known = self._known(planner)
+        key = self._key(planner, job.spec)
+        found = known.get(key)
+        if found is None:  # (a search that finds nothing notes the misfit on its plan; a later plan may not know it)
+            placement = self._search(planner, job.spec)
+            found = known[key] = (placement, servers(planner.cluster, placement) if placement is not None else 0)
+        return found[0]
 
     def _search(self, planner: Planner, spec: JobSpec) -> Placement | None:
         if spec.num_gpus < 1:
@@ -173,12 +200,13 @@ class Topology(QueuePolicy):
 
     def hold(self, planner: Planner, job: Job, placement: Placement) -> tuple[str, float] | None:
         spec = job.spec
-        if self.waits.compact(planner.cluster, spec, placement):
+        found = self._known(planner).get(self._key(planner, spec))
+        spans = found[1] if found is not None and found[0] is placement else servers(planner.cluster, placement)
+        if self.waits.compact(planner.cluster, spec, placement, spans):
             return None
         until = self.waits.until(planner.view, spec, self._lowest_preemptible(planner))
         if until is None:
             return None
-        spans = servers(planner.cluster, placement)
         return self.waits.words(planner.cluster, spec, until, planner.view.now, spans), until
 
     def _lowest_preemptible(self, planner: Planner) -> float:

@@ -41,7 +41,7 @@ class Planner:
         self.free_whole = view.free_whole
         self.free_capacity = view.free_capacity
         self._node_mem = c.gpu_mem[c.node_first_gpu]
-        self._min_gpu_mem = float(c.gpu_mem.min())
+        self.min_gpu_mem = float(c.gpu_mem.min())  # GB: a job needing no more fits every GPU
         self._max_free_share: float | None = None  # cached max of free_share; None when stale
         # Whose shares each node holds, as the plan goes (the one-user MPS rule; `scheduler.core.colocation`).
         self.mps = view.mps_users.copy()
@@ -244,7 +244,7 @@ class Planner:
             self._misfit_shares.append((spec.num_gpus, mem, self._cap_floor(spec), self._mps_user(spec)))
             self.misfits += 1
         # only capacity, not memory, kept it out: larger gangs cannot fit
-        elif mem <= self._min_gpu_mem and spec.num_gpus < self._misfit_workers:
+        elif mem <= self.min_gpu_mem and spec.num_gpus < self._misfit_workers:
             self._misfit_workers = spec.num_gpus
             self.misfits += 1
 

@@ -11,7 +11,7 @@ from policies import available, make_policy
 from policies.placement import Planner
 from policies.registry import UnknownPolicyError
 from scheduler.core.contention import ContentionModel
-from scheduler.core.decisions import Place
+from scheduler.core.decisions import Place, Wait
 from scheduler.core.model import Cluster, ClusterSpec, Job, JobPhase, NodeGroupSpec, Placement, build_cluster
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterState, ClusterView
@@ -286,3 +286,62 @@ def test_topology_searches_once_per_plan_for_jobs_alike_and_again_once_the_plan_
     decisions = make_policy("topology").schedule(ClusterView(busy, ContentionModel(cluster, catalog()), {100: wide}),
                                                   queue[:3], 0.0)
     assert not any(isinstance(d, Place) for d in decisions) and searches == 1
+    # Models of different memory that every GPU holds: still one search.
+    models = [Job(10 + i, job(m, 0, 4, 100, model=m), 100.0) for i, m in enumerate(["MoE", "BERT-large", "DLRM"])]
+    searches = 0
+    decisions = make_policy("topology").schedule(ClusterView(busy, ContentionModel(cluster, catalog()), {100: wide}),
+                                                  models, 0.0)
+    assert sum(isinstance(d, Wait) for d in decisions) == 3 and searches == 1
+
+
+def test_topology_reuses_what_it_found_only_while_free_capacity_stands_still() -> None:
+    """What topology found on an untouched plan is kept across calls until free capacity changes; at every call each
+    job's placement is the one a new search on the view finds (a replay where gangs wait for compact room across
+    calls that free nothing)."""
+    from policies.heuristics import Topology
+    from scheduler.core.model import NodeTypeSpec
+
+    compared = reused = 0
+
+    class Checked(Topology):
+        def schedule(self, view: ClusterView, queue, now: float):  # type: ignore[no-untyped-def]
+            nonlocal reused
+            fresh = self._fresh
+            reused += fresh is not None and fresh[0] is view and fresh[1] == view.changes and bool(fresh[2])
+            return super().schedule(view, queue, now)
+
+        def place(self, planner: Planner, job: Job):  # type: ignore[no-untyped-def]
+            nonlocal compared
+            got = super().place(planner, job)
+            if planner.changes == 0:
+                assert got == self._search(Planner(planner.view), job.spec)
+                compared += 1
+            return got
+
+    # Gangs of 6 and 10 on 8-GPU servers: a fragmented cluster where they fit spread and wait for fewer servers. Jobs
+    # of one size share a search where every GPU holds their model; BERT-large (20 GB) fits only the 32 GB servers.
+    sizes = [1, 1, 2, 6, 6, 1, 3, 10]
+    models = ["ResNet-50-bs64", "MoE", "BERT-large"]
+    jobs = [job(f"j{i}", i * 120.0, sizes[i % len(sizes)], 300.0 + (i * 137) % 3000, model=models[i % 3])
+            for i in range(300)]
+    cluster = build_cluster(ClusterSpec(name="mixed", nodes_per_rack=16, groups=[
+        NodeGroupSpec(count=2, node=NodeTypeSpec(gpu=gpu, gpus_per_node=8, interconnect="nvlink", nic_gbps=100.0))
+        for gpu in ("V100-16GB", "V100-32GB")]))
+    result = Simulator(cluster, jobs, Checked()).run()
+    assert result.metrics["jobs_completed"] == 300
+    assert compared > 600 and reused > 50  # (812 and 84 when written)
+
+
+def test_topology_searches_again_once_gpus_close() -> None:
+    cluster = small_cluster(nodes=2, gpus=8)
+    state = ClusterState(cluster, catalog())
+    view = ClusterView(state, ContentionModel(cluster, catalog()), {})
+    policy = make_policy("topology")
+    queue = [Job(1, job("a", 0, 4, 100), 100.0)]
+    first = [d for d in policy.schedule(view, queue, 0.0) if isinstance(d, Place)]
+    assert len(first) == 1  # (not applied: the view is as it was)
+    changes = view.changes
+    state.set_closed({g: "drained" for g in first[0].placement.gpus})
+    assert view.changes > changes
+    again = [d for d in policy.schedule(view, queue, 1.0) if isinstance(d, Place)]
+    assert len(again) == 1 and not set(again[0].placement.gpus) & set(first[0].placement.gpus)

@@ -67,6 +67,9 @@ class ClusterState:
         # keeps of the running jobs' placements is patched from them, not read again from each of thousands.
         self.moves = 0
         self._moved: deque[int] = deque(maxlen=MOVES_KEPT)
+        # Every change to free capacity (allocations, releases, closings, reopenings): while it stands still a search
+        # of the free GPUs finds what it found before (`ClusterView.changes`).
+        self.changes = 0
 
     def mem_need(self, spec: JobSpec) -> float:
         return self.profiles[spec.model].mem_gb
@@ -143,6 +146,7 @@ class ClusterState:
         self.placements[job_id] = placement
         self._mem[job_id] = mem
         self.moves += 1
+        self.changes += 1
         self._moved.append(job_id)
 
     def resize_check(self, job_id: int, spec: JobSpec, placement: Placement) -> str | None:
@@ -172,6 +176,7 @@ class ClusterState:
         placement = self.placements.pop(job_id)
         self.frees += 1
         self.moves += 1
+        self.changes += 1
         self._moved.append(job_id)
         mem = self._mem.pop(job_id)
         user = self._user.pop(job_id, None)
@@ -217,12 +222,14 @@ class ClusterState:
             self.node_free[self.cluster.gpu_node[g]] -= 1
             self.free_whole -= 1
         self._hidden[g] = free
+        self.changes += 1
         self.free_share[g] = 0.0
         self.allocated_share += free
 
     def _show(self, g: int) -> None:
         free = self._hidden.pop(g)
         self.frees += 1
+        self.changes += 1
         self.free_share[g] = free
         self.allocated_share -= free
         if free >= 1.0 - EPS:
@@ -306,6 +313,12 @@ class ClusterView:
     def moves(self) -> int:
         """How many allocations and releases there were (`ClusterState.moves`): a mark for `moved_since`."""
         return self._state.moves
+
+    @property
+    def changes(self) -> int:
+        """How many times free capacity changed (`ClusterState.changes`): while it stands still, a placement search
+        on a plan of this view that has taken nothing yet finds what it found before."""
+        return self._state.changes
 
     def moved_since(self, mark: int) -> list[int] | None:
         """The ids of the jobs allocated or released since `moves` read `mark` (a job may repeat: a resize is both),
