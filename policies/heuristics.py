@@ -154,6 +154,7 @@ class Topology(QueuePolicy):
         # (`ClusterView.changes`), across calls: most calls come with an arrival or a wake-up, which frees nothing.
         self._fresh: tuple[ClusterView, int, dict[FitKey, Found]] | None = None
         self._found: tuple[Planner, int, dict[FitKey, Found]] | None = None  # this plan's, once it has taken GPUs
+        self._placed: tuple[Job, Found] | None = None  # the last job `place` answered, for `hold`, asked next
 
     def _known(self, planner: Planner) -> dict[FitKey, Found]:
         view = planner.view
@@ -184,6 +185,7 @@ class Topology(QueuePolicy):
         if found is None:  # (a search that finds nothing notes the misfit on its plan; a later plan may not know it)
             placement = self._search(planner, job.spec)
             found = known[key] = (placement, servers(planner.cluster, placement) if placement is not None else 0)
+        self._placed = (job, found)
         return found[0]
 
     def _search(self, planner: Planner, spec: JobSpec) -> Placement | None:
@@ -200,8 +202,11 @@ class Topology(QueuePolicy):
 
     def hold(self, planner: Planner, job: Job, placement: Placement) -> tuple[str, float] | None:
         spec = job.spec
-        found = self._known(planner).get(self._key(planner, spec))
-        spans = found[1] if found is not None and found[0] is placement else servers(planner.cluster, placement)
+        placed = self._placed
+        if placed is not None and placed[0] is job and placed[1][0] is placement:
+            spans = placed[1][1]
+        else:
+            spans = servers(planner.cluster, placement)
         if self.waits.compact(planner.cluster, spec, placement, spans):
             return None
         until = self.waits.until(planner.view, spec, self._lowest_preemptible(planner))
