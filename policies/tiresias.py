@@ -23,6 +23,7 @@ E.g. `tiresias:thresholds=60,600,6000,starvation=8`. Plain `tiresias` keeps the 
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import itertools
 import math
@@ -35,7 +36,7 @@ from policies.heuristics import wait_reason
 from policies.placement import FitKey, Planner, fit_key
 from policies.queue_scan import NONE, Position, QueueIndex, queue_mapping
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
-from policies.victim_floors import RoomFloors
+from policies.victim_floors import CoverFloors, RoomFloors
 from scheduler.core.constraints import eligible_gpus
 from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
@@ -80,6 +81,7 @@ class Tiresias:
         # tenancy frame drops those that leave it; the live controller, stale ones): one still running is indexed
         # again, or it could never be a victim again.
         self._named: list[int] = []
+        self._covers = CoverFloors()  # the victim search's floors per node, kept while the index tells them changes
 
     # ---- queue levels ----------------------------------------------------------------------------------------------
 
@@ -99,6 +101,7 @@ class Tiresias:
 
     def _unindex(self, job_id: int) -> None:
         level = self._level.pop(job_id, None)
+        self._covers.relevel(job_id)
         if level:
             lst = self._by_level[level].get(self._demand[job_id], [])
             i = bisect.bisect_left(lst, (self._submit[job_id], job_id))
@@ -116,6 +119,7 @@ class Tiresias:
         attained = self.attained(view, job)
         level, next_attained = self.level_and_next(job.spec, attained)
         self._level[job.id] = level
+        self._covers.relevel(job.id)
         self._submit[job.id] = job.spec.submit_s
         self._demand[job.id] = job.spec.gpu_demand
         if level:
@@ -340,7 +344,10 @@ class Tiresias:
         bound = Bound()
         victims = (v for v in self._victims_below(view, level, bound)
                    if v.id not in preempted and may_preempt(v.spec, spec, equals=True))
-        return pick_victims(view, planner, spec, victims, self._queue, bound=bound)
+        covers = None
+        if spec.num_gpus >= 1 and spec.workers <= view.cluster.max_gpus_per_node:  # node buckets: floors kept
+            covers = functools.partial(self._covers.floors, view, planner, spec, level, self._level)
+        return pick_victims(view, planner, spec, victims, self._queue, bound=bound, covers=covers)
 
 
 def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Hashable, int]
@@ -391,7 +398,8 @@ def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRES
 
 def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job],
                  others: Iterable[Job] | PendingDemands = (),
-                 fits: Callable[[list[Job]], bool] | None = None, bound: Bound | None = None) -> list[Job]:
+                 fits: Callable[[list[Job]], bool] | None = None, bound: Bound | None = None,
+                 covers: Callable[[], np.ndarray] | None = None) -> list[Job]:
     """Which of `victims` (the policy's order of preference, lowest priority first) to preempt so that `spec` fits,
     by the rule of `scheduler.core.victims`: the first ones in order that make room, unless they free more than the
     job lacks where it would start (a 16-GPU job for a 2-GPU one) and the `others` pending (read only then; `spec`'s
@@ -399,7 +407,8 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
     Room is counted on each node that can hold the whole gang when one can (so no GPUs are freed where they cannot
     help), else over the cluster; for a GPU share, on each GPU. Every set returned fits (`Planner.best_fit`); empty if
     none does; `fits` replaces that test where the job may start only on some placements (`policies.compactness`);
-    `bound` follows the search for the source of `victims` (`scheduler.core.victims.Bound`)."""
+    `bound` follows the search for the source of `victims` (`scheduler.core.victims.Bound`), with `covers` (the floors
+    of `policies.victim_floors.CoverFloors`, for these victims) for its floor."""
     lacking, gains = _room_model(view, planner, spec)
     if not lacking:
         return []
@@ -407,7 +416,7 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
         offers: Iterable[Offer[Job, int]] = (
             Offer(v, _Gains(gains, view.placement(v.id)), v.spec.gpu_demand) for v in victims)
     else:
-        offers = _bounded_offers(view, victims, gains, bound, RoomFloors(view, planner, spec, lacking))
+        offers = _bounded_offers(view, victims, gains, bound, RoomFloors(view, planner, spec, lacking, covers, bound))
     pending = others if isinstance(others, PendingDemands) else queue_demands(others)
     takers = pending.takers(spec.gpu_demand)
     return choose_victims(offers, lacking, fits or planner.fit_test(spec), takers, bound)

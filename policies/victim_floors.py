@@ -30,14 +30,17 @@ demands; rounding moves it by ~1e-15), and a GPU in no bucket has floor +inf (it
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from policies.placement import Planner
 from scheduler.core.model import Cluster, JobSpec, Placement
+from scheduler.core.priorities import may_preempt
 from scheduler.core.state import ClusterView
-from scheduler.core.victims import EPS
+from scheduler.core.victims import EPS, Bound
 
 SLACK = 1e-9
 OCCUPIED = 1e-9  # a GPU whose used share is above this holds a tenant (a victim's share is above 1e-6: checked)
@@ -65,10 +68,15 @@ class RoomFloors:
     """Floors under what a cover of each bucket frees (the module's proof), built on the first question (step 2 only
     starts for some searches) from the plan as the search reads it."""
 
-    __slots__ = ("_built", "_lacking", "_planner", "_spec", "_view", "by_gpu", "by_node", "node_of")
+    __slots__ = ("_bound", "_built", "_covers", "_lacking", "_planner", "_spec", "_view", "by_gpu", "by_node",
+                 "node_of")
 
-    def __init__(self, view: ClusterView, planner: Planner, spec: JobSpec, lacking: dict[int, float]) -> None:
+    def __init__(self, view: ClusterView, planner: Planner, spec: JobSpec, lacking: dict[int, float],
+                 covers: Callable[[], np.ndarray] | None = None, bound: Bound | None = None) -> None:
+        """`covers`: the nodes' exact floors (`CoverFloors.floors`), raised to where the floors above are lower; with
+        them, the least over the nodes the job lacks room on becomes `bound`'s floor (`Bound.floor`)."""
         self._view, self._planner, self._spec, self._lacking = view, planner, spec, lacking
+        self._covers, self._bound = covers, bound
         self.by_node: list[float] | None = None  # node buckets: per node
         self.by_gpu: list[float] | None = None  # GPU buckets: per GPU
         self.node_of: list[int] = []
@@ -99,6 +107,10 @@ class RoomFloors:
         least = least[nodes]
         # (inf where the node holds no tenant: no victim there, no cover; no floor where `least - EPS` is not positive)
         floors[nodes] = np.where(least > EPS, (least - EPS) * (need - EPS) - SLACK, -_INF)
+        if self._covers is not None and len(nodes):
+            floors[nodes] = np.maximum(floors[nodes], self._covers()[nodes])
+            if self._bound is not None:
+                self._bound.floor = float(floors[nodes].min())
         self.by_node = floors.tolist()
         return True
 
@@ -120,3 +132,162 @@ class RoomFloors:
             return all(by_node[node_of[g]] >= limit for g in gpus)
         by_gpu = self.by_gpu
         return all(by_gpu[g] >= limit for g in gpus)  # type: ignore[index]
+
+
+# ---- floors kept from one search to the next -------------------------------------------------------------------------
+
+MAX_COVER_FRONTIER = 256  # (gain, cost) pairs in a node's exact search; past it the node gets no floor (-inf)
+_EVENTS_KEPT = 1 << 16  # level changes kept for the tables to catch up on; past it every table starts again
+
+
+class CoverFloors:
+    """Per node, what the least set of a search's victims there that makes room for the job frees (less `SLACK`):
+    the exact floor under what a cover of that node bucket frees, found by a small exhaustive search over the node's
+    victims. With the floors of every node the job lacks room on, a victim search knows when its best set can no
+    longer be beaten (`scheduler.core.victims.Bound.floor`) and stops reading victims; a full cluster's late searches
+    read hundreds of victims after finding the set they return.
+
+    Computing a node's floor reads its tenants, so the floors are kept from one search to the next, per what they
+    depend on besides the node (the searching job's queue level, priority and workers: the table's key), and a node's
+    is computed again only when something it read may have changed: its GPUs' free share on the plan (allocations,
+    releases, closures, the plan's own changes within a call), the set of its tenants (`ClusterView.moved_since`: a
+    job allocated or released), or a tenant's queue level (`relevel`, told by the policy's index).
+
+    The victims counted on a node are its tenants at a level below the searching job's that it may preempt: a superset
+    of the search's victims (it also leaves out those already chosen in the call), so the floor stays a floor."""
+
+    __slots__ = ("_events", "_tables", "recomputed")
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[int, float, int], _CoverTable] = {}
+        self._events: list[int] = []  # ids of jobs whose queue level changed, oldest first
+        self.recomputed = 0  # node floors computed (tests: the tables do spare work)
+
+    def relevel(self, job_id: int) -> None:
+        """A running job's queue level changed (or it left the index): the floors of its nodes may have."""
+        self._events.append(job_id)
+        if len(self._events) > _EVENTS_KEPT:
+            self._events.clear()
+            self._tables.clear()
+
+    def floors(self, view: ClusterView, planner: Planner, spec: JobSpec, level: int,
+               levels: Mapping[int, int]) -> np.ndarray:
+        """Per node, the floor for `spec` (a gang that fits on one node) searching victims below `level`, on the plan
+        as `planner` has it now (read-only: kept by the table, copied). `levels`: the running jobs' queue levels."""
+        key = (level, spec.priority, spec.workers)
+        table = self._tables.get(key)
+        if table is None or table.view is not view:
+            table = self._tables[key] = _CoverTable(view)
+        running = view.running
+
+        def victim(job_id: int) -> bool:
+            job = running.get(job_id)
+            return job is not None and levels.get(job_id, 0) > level and may_preempt(job.spec, spec, equals=True)
+
+        dirty = table.stale(view, planner, self._events, victim)
+        for n in range(view.cluster.num_nodes) if dirty is None else dirty:
+            table.by_node[n] = table.compute(n, view, planner, spec.workers, victim)
+            self.recomputed += 1
+        table.seen(view, planner, len(self._events))
+        return table.by_node
+
+
+class _CoverTable:
+    """One key's floors (`CoverFloors`), with what they were computed on."""
+
+    __slots__ = ("by_node", "events", "free", "moves", "view", "where")
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+        self.by_node = np.full(view.cluster.num_nodes, -_INF)
+        self.free: np.ndarray | None = None  # the plan's free share the floors were computed on (None: never)
+        self.moves = 0
+        self.events = 0
+        self.where: dict[int, list[int]] = {}  # victim id -> the nodes whose floor counted it
+
+    def stale(self, view: ClusterView, planner: Planner, events: list[int],
+              victim: Callable[[int], bool]) -> set[int] | None:
+        """The nodes whose floors may no longer hold; None: all of them. A node's floor reads its victims (their
+        placements and levels) and its GPUs' free share: a job that moved or changed level matters where it was
+        counted and where it is a victim now; a tenant that is no victim, only through the free share it takes."""
+        moved = view.moved_since(self.moves) if self.free is not None else None
+        if moved is None or self.events > len(events) or len(self.where) > 2 * len(view.running) + 4096:
+            self.where = {}
+            return None
+        node_of = _node_of(view.cluster)[0]
+        dirty = {node_of[g] for g in np.flatnonzero(self.free != planner.free_share).tolist()}
+        placement, where = view.placement, self.where
+        for job_id in itertools.chain(moved, events[self.events:]):
+            counted = where.pop(job_id, None)
+            if counted is not None:
+                dirty.update(counted)
+            if victim(job_id):
+                dirty.update(node_of[g] for g in placement(job_id).gpus)
+        return dirty
+
+    def seen(self, view: ClusterView, planner: Planner, events: int) -> None:
+        self.free = planner.free_share.copy()
+        self.moves = view.moves
+        self.events = events
+
+    def compute(self, n: int, view: ClusterView, planner: Planner, workers: int,
+                victim: Callable[[int], bool]) -> float:
+        """Node `n`'s floor: the least GPUs a set of its victims frees whose gains there (`_room_model`'s, on this
+        plan) reach what the job lacks on it, less `SLACK`; inf where none does (or the node lacks nothing)."""
+        cluster = view.cluster
+        need = workers - float(planner.node_free[n])
+        if need <= 0:
+            return _INF
+        node_of = _node_of(cluster)[0]
+        first = int(cluster.node_first_gpu[n])
+        free = planner.free_share[first:first + int(cluster.node_num_gpus[n])].tolist()
+        running, where = view.running, self.where
+        items: list[tuple[float, float]] = []
+        read: set[int] = set()
+        for g in range(first, first + len(free)):
+            for t in view.tenants(g):
+                if t in read or not victim(t):
+                    continue
+                read.add(t)
+                counted = where.setdefault(t, [])
+                if n not in counted:
+                    counted.append(n)
+                p = view.placement(t)
+                gain = 0.0
+                for h in p.gpus:
+                    if node_of[h] == n:
+                        used = 1.0 - free[h - first]
+                        gain += 1.0 if used <= p.share + EPS else p.share / used
+                items.append((gain, running[t].spec.gpu_demand))
+        return _least_cover(items, need - EPS - SLACK) - SLACK
+
+
+def _least_cover(items: list[tuple[float, float]], target: float) -> float:
+    """The least total cost of items (gain, cost; costs positive) whose gains add up to `target` (inf: none do;
+    -inf: too many sets to weigh to be sure). Sets that do not yet cover are kept as a Pareto frontier of (gain,
+    cost), widened by each item; one that costs as much as the best cover so far is dropped (it only grows)."""
+    best = min((c for g, c in items if g >= target), default=_INF)
+    front: list[tuple[float, float]] = [(0.0, 0.0)]
+    for gain, cost in items:
+        if cost >= best or gain >= target:  # (a cover alone: `best` counts it)
+            continue
+        grown = []
+        for g, c in front:
+            c += cost
+            if c < best:
+                g += gain
+                if g >= target:
+                    best = c
+                else:
+                    grown.append((g, c))
+        if grown:
+            merged = sorted(front + grown, key=lambda e: (-e[0], e[1]))
+            front = []
+            cheapest = _INF
+            for g, c in merged:
+                if c < cheapest and c < best:
+                    front.append((g, c))
+                    cheapest = c
+            if len(front) > MAX_COVER_FRONTIER:
+                return -_INF
+    return best

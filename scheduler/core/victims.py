@@ -64,15 +64,21 @@ class Bound:
     """The GPUs the cheapest set step 2 has found so far frees (inf: step 2 has not started), for a caller whose offers
     come from an index: past this point an offer that alone frees as much (`skips`) is one step 2 passes over
     unread, so the index may leave it out rather than build it. Step 1 reads every offer (the bound is inf then), and
-    the bound only falls, so an offer skipped once is skipped for the rest of the search."""
+    the bound only falls, so an offer skipped once is skipped for the rest of the search.
 
-    __slots__ = ("value",)
+    `floor`, if the caller knows one (-inf: none), is what every set that makes room frees at least (within float
+    sums, which it allows for): once the bound is down to it, step 2 can find nothing cheaper and every offer is
+    skipped, for the rest of the search too (the floor is set once, the bound only falls)."""
+
+    __slots__ = ("floor", "value")
 
     def __init__(self) -> None:
         self.value = math.inf
+        self.floor = -math.inf
 
     def skips(self, freed: float) -> bool:
-        return freed >= self.value - EPS  # `_cheapest`'s own test, on the same numbers
+        # `_cheapest`'s own test on the same numbers, or no set at all could pass it
+        return freed >= self.value - EPS or self.floor >= self.value - EPS
 
 
 def choose_victims(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], fits: Fits[T] | None = None,

@@ -1,0 +1,140 @@
+"""The victim search's cover floors kept from one search to the next (`policies.victim_floors.CoverFloors`).
+
+* Kept floors are the floors computed afresh: a busy cluster changes step by step (jobs end, start, change queue
+  level, GPUs close, the plan takes and gives back GPUs) and at every step the kept table must equal a new one's,
+  node for node, while it recomputes far fewer nodes than a new one does.
+* A node's floor (`_least_cover`) is the least cost of a set of items that covers, against every subset.
+* With the floors (and the floor they give `Bound`), `pick_victims` returns what it returns without them.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+
+import numpy as np
+import pytest
+from test_victim_floors import _busy_view, _spec
+
+from policies.placement import Planner
+from policies.tiresias import pick_victims
+from policies.victim_floors import CoverFloors, _least_cover
+from scheduler.core.model import Job, JobPhase, Placement
+from scheduler.core.state import ClusterView
+from scheduler.core.victims import EPS, Bound
+
+
+def _step(rng: random.Random, view: ClusterView, jobs: dict[int, Job], levels: dict[int, int], covers: CoverFloors,
+          planner: Planner) -> Planner:
+    """One change to the cluster or the plan (`jobs`: the view's running map); returns the plan the next search
+    reads."""
+    state = view._state
+    kind = rng.random()
+    if kind < 0.3 and jobs:  # a job ends; another of its size may start where it was
+        victim = rng.choice(sorted(jobs))
+        p = state.release(victim)
+        view._contention.remove(victim)
+        del jobs[victim]
+        old = max(jobs, default=100) + 1000
+        s = _spec(f"n{old}", p.share if p.share < 1 else float(len(p.gpus)))
+        if rng.random() < 0.7 and state.check(s, p) is None:  # (not where a GPU closed)
+            j = Job(old, s, s.duration_s)
+            state.allocate(j.id, s, p)
+            view._contention.add(j.id, s, p)
+            j.state, j.placement, j.start_s = JobPhase.RUNNING, p, 0.0
+            jobs[j.id] = j
+            levels[j.id] = rng.choice([0, 1, 2])
+            covers.relevel(j.id)
+        return Planner(view)
+    if kind < 0.6 and jobs:  # a job changes level (or leaves the index)
+        job_id = rng.choice(sorted(jobs))
+        if rng.random() < 0.2:
+            levels.pop(job_id, None)
+        else:
+            levels[job_id] = rng.choice([0, 1, 2])
+        covers.relevel(job_id)
+        return planner
+    if kind < 0.7:  # a GPU closes or reopens
+        g = rng.randrange(view.cluster.num_gpus)
+        closed = dict(state.closed)
+        if g in closed:
+            del closed[g]
+        else:
+            closed[g] = "drain"
+        state.set_closed(closed)
+        return Planner(view)
+    if kind < 0.85 and jobs:  # the plan gives a victim back
+        planner.give_back(jobs[rng.choice(sorted(jobs))])
+        return planner
+    free = np.flatnonzero(planner.free_share >= 1.0 - EPS).tolist()
+    if free:  # the plan takes a free GPU
+        planner.take(_spec("placed", 1.0), Placement((rng.choice(free),), 1.0))
+    return planner
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_kept_floors_are_the_floors_computed_afresh(seed: int) -> None:
+    rng = random.Random(seed)
+    busy = _busy_view(rng, nodes=rng.choice([3, 4, 6]), gpus=8)
+    jobs = dict(busy.running)
+    view = ClusterView(busy._state, busy._contention, jobs)
+    levels = {j: rng.choice([0, 1, 2]) for j in view.running}
+    covers, planner = CoverFloors(), Planner(view)
+    fresh_work = 0
+    for _ in range(60):
+        planner = _step(rng, view, jobs, levels, covers, planner)
+        for workers, level in ((1, 0), (2, 0), (1, 1)):
+            spec = _spec("new", float(workers))
+            kept = covers.floors(view, planner, spec, level, levels).copy()
+            fresh = CoverFloors()
+            expected = fresh.floors(view, planner, spec, level, levels)
+            fresh_work += fresh.recomputed
+            assert kept.tolist() == expected.tolist(), (seed, workers, level)
+    assert covers.recomputed < fresh_work / 3  # kept: only what changed is computed again
+
+
+def _brute_least_cover(items: list[tuple[float, float]], target: float) -> float:
+    best = float("inf")
+    for r in range(1, len(items) + 1):
+        for subset in itertools.combinations(items, r):
+            if sum(g for g, _ in subset) >= target:
+                best = min(best, sum(c for _, c in subset))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_a_node_floor_is_the_least_cover(seed: int) -> None:
+    rng = random.Random(seed)
+    items = [(rng.choice([0.25, 1 / 3, 0.5, 2 / 3, 0.75, 1.0, 2.0]), rng.choice([0.25, 0.5, 0.75, 1.0, 2.0, 4.0]))
+             for _ in range(rng.randrange(0, 9))]
+    target = rng.choice([1.0, 2.0, 3.0]) - EPS
+    assert _least_cover(items, target) == pytest.approx(_brute_least_cover(items, target), abs=1e-12)
+
+
+def _with_and_without_covers(seed: int) -> int:
+    """Asserts the victims are the same; returns how many searches the floor stopped early."""
+    rng = random.Random(seed)
+    view = _busy_view(rng, nodes=rng.choice([2, 3, 4]), gpus=8)
+    levels = {j: 1 for j in view.running}
+    stopped = 0
+    for need in (1.0, 2.0, 4.0):
+        victims = list(view.running.values())
+        rng.shuffle(victims)
+        new = _spec("new", need)
+        without = pick_victims(view, Planner(view), new, victims, bound=Bound())
+        planner, bound = Planner(view), Bound()
+        covers = functools.partial(CoverFloors().floors, view, planner, new, 0, levels)
+        with_covers = pick_victims(view, planner, new, victims, bound=bound, covers=covers)
+        assert [v.id for v in with_covers] == [v.id for v in without], (seed, need)
+        stopped += bound.floor >= bound.value - EPS
+    return stopped
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_the_cover_floors_leave_the_chosen_victims_as_they_were(seed: int) -> None:
+    _with_and_without_covers(seed)
+
+
+def test_the_floor_stops_searches() -> None:
+    assert sum(_with_and_without_covers(1000 + seed) for seed in range(40)) > 0
