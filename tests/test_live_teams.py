@@ -1,6 +1,6 @@
 """Issue 13's acceptance, end to end: a real `corral serve` on a Ray cluster of two virtual 4-GPU nodes, teams A and
 B with a quota of 4 GPUs each. A fills the cluster by borrowing; B's jobs arrive and B gets its quota back by
-reclaim within one pass plus the workers' stop grace plus 2 s; A's reclaimed jobs wait with a reason naming the
+reclaim: placed within a pass, all started before any of A's runs ends; A's reclaimed jobs wait with a reason naming the
 team's standing, then resume from their checkpoints; every job succeeds exactly once. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from tiers import tiered
 from scheduler.live.job_files import store_dir
 from scheduler.live.store import Store, queries
 from scheduler.live.store.models import JobEvent, Team
-from scheduler.live.worker import STOP_GRACE_S
 
 ray = pytest.importorskip("ray")
 
@@ -115,10 +114,7 @@ def test_owner_reclaims_its_quota_and_every_job_succeeds_once(service: Service) 
     b_jobs = [b.job(i) for i in b_ids]
     placed = max(next(e["at"] for e in j["events"] if e["kind"] == "placed") for j in b_jobs) - submitted
     assert placed <= TICK_S + 3.0, f"B's 4 jobs were placed {placed:.2f} s after submitting"
-    b_running_after = max(j["first_started_at"] for j in b_jobs) - submitted
-    bound = STOP_GRACE_S + 10.0
-    assert bound < A_WORK_S - 2.0 - 5.0  # (the bound tells a reclaim from a wait for A's runs to end)
-    assert b_running_after <= bound, f"B ran all 4 jobs {b_running_after:.2f} s after submitting, bound {bound:.1f} s"
+    b_all_started = max(j["first_started_at"] for j in b_jobs)
 
     a_jobs = [a.job(i) for i in a_ids]
     running = [j for j in a_jobs if j["state"] == "running"]
@@ -146,6 +142,12 @@ def test_owner_reclaims_its_quota_and_every_job_succeeds_once(service: Service) 
     finally:
         store.close()
     assert done == dict.fromkeys(owner, 1)
+    # B ran by the reclaim, not by waiting for A: every one of B's jobs started before the first of A's unreclaimed
+    # runs ended (without the reclaim each would have waited for one). A wall-clock bound on B's starts failed on a
+    # loaded machine, where Ray took 21 s to start B's workers after the reclaim had placed them in time.
+    kept_ends = [next(e["at"] for e in a.job(i)["events"] if e["kind"] == "succeeded")
+                 for i in a_ids if i not in reclaimed]
+    assert b_all_started < min(kept_ends), (b_all_started - submitted, min(kept_ends) - submitted)
     # The reclaimed jobs' second runs resumed from the checkpoints their first runs wrote when stopped.
     for i in reclaimed:
         first = (logs / f"job-{i}" / "attempt-1" / "rank-0.log").read_text()
