@@ -236,8 +236,10 @@ class Tiresias:
             # preempting job takes), so once preempting for a demand failed, larger demands fail too.
             no_victims_from = float("inf")
             failed: dict[Hashable, int] = {}  # group -> the plan (`Planner.changes`) it failed on, at this level
+            # Once a job waits, one that can neither preempt nor pass `may_fit` fails as it would when reached.
+            hopeless = (lambda job: not planner.may_fit(job.spec)) if blocked and not can_preempt else None
             jobs = ((job, None) for job in buckets[level]) if buckets is not None else \
-                _untried(index, level, planner, failed)  # type: ignore[arg-type]
+                _untried(index, level, planner, failed, hopeless)  # type: ignore[arg-type]
             for job, group in jobs:
                 plan = planner.changes
                 placement, no_victims_from = self._fit_or_preempt(view, planner, job, level, can_preempt,
@@ -350,32 +352,39 @@ class Tiresias:
         return pick_victims(view, planner, spec, victims, self._queue, bound=bound, covers=covers)
 
 
-def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Hashable, int]
-             ) -> Iterator[tuple[Job, Hashable]]:
+def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Hashable, int],
+             hopeless: Callable[[Job], bool] | None = None) -> Iterator[tuple[Job, Hashable]]:
     """A level's jobs in queue order, with their groups, less those of a group that failed on the plan as it stands
     (`failed`: group -> `Planner.changes` then): a job alike in all a call reads of it, on the same plan, with no
     more victims to hope for (the call's bound on demands only falls), fails as it did, with nothing to say (the
     call named its first waiting job already). Each group is skipped until the plan changes, then read again from
     where the call is: the work is the jobs that may start, and a look per group when the plan changes, however
-    deep the level."""
+    deep the level. A group whose next job `hopeless` says fails on the plan as it stands (it stays so while the
+    plan does: `may_fit` only grows stricter between changes) is parked at once, without being handed out."""
     heads: list[tuple[Position, Hashable]] = []
+    parked: list[Hashable] = []  # groups that failed on the plan `plan`
+
+    def place(p: Position, group: Hashable) -> None:
+        if hopeless is not None and hopeless(index.at[p][0]):  # parked: read again only once the plan changes
+            parked.append(group)
+        else:
+            heapq.heappush(heads, (p, group))
+
     for group in index.groups:
         if group[0] == level:  # type: ignore[index]
             p = index.first(group, NONE)
             if p is not None:
-                heads.append((p, group))
-    heapq.heapify(heads)
-    parked: list[Hashable] = []  # groups that failed on the plan `plan`
+                place(p, group)
     plan = planner.changes
     at = NONE  # the position the call has reached
     while heads or parked:
         if planner.changes != plan:  # the plan changed: a parked group may fare otherwise now
             plan = planner.changes
-            for group in parked:
+            again, parked = parked, []
+            for group in again:
                 p = index.first(group, at, strict=True)
                 if p is not None:
-                    heapq.heappush(heads, (p, group))
-            parked = []
+                    place(p, group)
         if not heads:
             return
         at, group = heapq.heappop(heads)
@@ -388,7 +397,7 @@ def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Ha
             if failed.get(group) == planner.changes:
                 parked.append(group)
             else:
-                heapq.heappush(heads, (p, group))
+                place(p, group)
 
 
 def las_level(attained_gpu_s: float, thresholds: Sequence[float] = DEFAULT_THRESHOLDS) -> int:

@@ -147,21 +147,27 @@ class CoverFloors:
     longer be beaten (`scheduler.core.victims.Bound.floor`) and stops reading victims; a full cluster's late searches
     read hundreds of victims after finding the set they return.
 
-    Computing a node's floor reads its tenants, so the floors are kept from one search to the next, per what they
-    depend on besides the node (the searching job's queue level, priority and workers: the table's key), and a node's
-    is computed again only when something it read may have changed: its GPUs' free share on the plan (allocations,
-    releases, closures, the plan's own changes within a call), the set of its tenants (`ClusterView.moved_since`: a
-    job allocated or released), or a tenant's queue level (`relevel`, told by the policy's index).
+    Computing a node's floor reads its tenants, so what it reads is kept from one search to the next in two layers:
+    each node's tenants with what each gains there on the plan (`_NodeTenants`, one for all searches), and the floors
+    per what they depend on besides the node (the searching job's queue level, priority and workers: a table's key).
+    A node's tenants are read again only when something they depend on may have changed: its GPUs' free share on the
+    plan (allocations, releases, closures, the plan's own changes within a call), the set of its tenants
+    (`ClusterView.moved_since`: a job allocated or released), or a tenant's queue level (`relevel`, told by the
+    policy's index); each reading stamps the node anew, and a table computes again the nodes whose stamp it has not
+    seen. (One table per key used to find the changes itself: a key searched rarely, as most of Gittins' are, read
+    again every node that changed since, its tenants included, hundreds per search.)
 
     The victims counted on a node are its tenants at a level below the searching job's that it may preempt: a superset
     of the search's victims (it also leaves out those already chosen in the call), so the floor stays a floor."""
 
-    __slots__ = ("_events", "_tables", "recomputed")
+    __slots__ = ("_events", "_nodes", "_tables", "read", "recomputed")
 
     def __init__(self) -> None:
         self._tables: dict[tuple[int, float, int], _CoverTable] = {}
+        self._nodes: _NodeTenants | None = None
         self._events: list[int] = []  # ids of jobs whose queue level changed, oldest first
         self.recomputed = 0  # node floors computed (tests: the tables do spare work)
+        self.read = 0  # nodes' tenants read (tests: so do the nodes' tenants)
 
     def relevel(self, job_id: int) -> None:
         """A running job's queue level changed (or it left the index): the floors of its nodes may have."""
@@ -169,86 +175,119 @@ class CoverFloors:
         if len(self._events) > _EVENTS_KEPT:
             self._events.clear()
             self._tables.clear()
+            self._nodes = None
 
     def floors(self, view: ClusterView, planner: Planner, spec: JobSpec, level: int,
                levels: Mapping[int, int]) -> np.ndarray:
         """Per node, the floor for `spec` (a gang that fits on one node) searching victims below `level`, on the plan
         as `planner` has it now (read-only: kept by the table, copied). `levels`: the running jobs' queue levels."""
+        nodes = self._nodes
+        if nodes is None or nodes.view is not view:
+            nodes = self._nodes = _NodeTenants(view)
+        self.read += nodes.catch_up(view, planner, self._events)
         key = (level, spec.priority, spec.workers)
         table = self._tables.get(key)
         if table is None or table.view is not view:
             table = self._tables[key] = _CoverTable(view)
-        running = view.running
+        dirty = np.flatnonzero(table.stamp != nodes.stamp)
+        if not len(dirty):
+            return table.by_node
+        running, node_free, workers, by_node, tenants = view.running, planner.node_free, spec.workers, \
+            table.by_node, nodes.tenants
 
         def victim(job_id: int) -> bool:
             job = running.get(job_id)
             return job is not None and levels.get(job_id, 0) > level and may_preempt(job.spec, spec, equals=True)
 
-        dirty = table.stale(view, planner, self._events, victim)
-        for n in range(view.cluster.num_nodes) if dirty is None else dirty:
-            table.by_node[n] = table.compute(n, view, planner, spec.workers, victim)
-            self.recomputed += 1
-        table.seen(view, planner, len(self._events))
+        for n in dirty.tolist():
+            need = workers - float(node_free[n])
+            if need <= 0:
+                by_node[n] = _INF
+            else:
+                items = [(gain, cost) for t, gain, cost in tenants[n] if victim(t)]
+                by_node[n] = _least_cover(items, need - EPS - SLACK) - SLACK
+        table.stamp[dirty] = nodes.stamp[dirty]
+        self.recomputed += len(dirty)
         return table.by_node
 
 
 class _CoverTable:
-    """One key's floors (`CoverFloors`), with what they were computed on."""
+    """One key's floors (`CoverFloors`), with the stamps of the nodes' tenants they were computed on."""
 
-    __slots__ = ("by_node", "events", "free", "moves", "view", "where")
+    __slots__ = ("by_node", "stamp", "view")
 
     def __init__(self, view: ClusterView) -> None:
         self.view = view
         self.by_node = np.full(view.cluster.num_nodes, -_INF)
-        self.free: np.ndarray | None = None  # the plan's free share the floors were computed on (None: never)
+        self.stamp = np.zeros(view.cluster.num_nodes, dtype=np.int64)  # 0: never computed (`_NodeTenants` stamps > 0)
+
+
+class _NodeTenants:
+    """Per node, its tenants as a node floor reads them: (id, gain there on the plan, GPUs freed), in the order of
+    its GPUs (then each GPU's tenants), each tenant once; with a stamp that changes whenever they are read again."""
+
+    __slots__ = ("events", "free", "moves", "next_stamp", "stamp", "tenants", "view", "where")
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+        num_nodes = view.cluster.num_nodes
+        self.tenants: list[list[tuple[int, float, float]]] = [[] for _ in range(num_nodes)]
+        self.stamp = np.zeros(num_nodes, dtype=np.int64)
+        self.next_stamp = 1
+        self.free: np.ndarray | None = None  # the plan's free share the tenants were read on (None: never)
         self.moves = 0
         self.events = 0
-        self.where: dict[int, list[int]] = {}  # victim id -> the nodes whose floor counted it
+        self.where: dict[int, list[int]] = {}  # tenant id -> the nodes whose tenants hold it
 
-    def stale(self, view: ClusterView, planner: Planner, events: list[int],
-              victim: Callable[[int], bool]) -> set[int] | None:
-        """The nodes whose floors may no longer hold; None: all of them. A node's floor reads its victims (their
-        placements and levels) and its GPUs' free share: a job that moved or changed level matters where it was
-        counted and where it is a victim now; a tenant that is no victim, only through the free share it takes."""
+    def catch_up(self, view: ClusterView, planner: Planner, events: list[int]) -> int:
+        """Reads again the nodes whose tenants may have changed since the last call (every node the first time; the
+        module's `CoverFloors` says what they depend on), stamping them; returns how many."""
+        dirty = self._stale(view, planner, events)
+        for n in dirty:
+            self._read(n, view, planner)
+        if dirty:
+            self.stamp[dirty] = np.arange(self.next_stamp, self.next_stamp + len(dirty))
+            self.next_stamp += len(dirty)
+        self.free = planner.free_share.copy()
+        self.moves = view.moves
+        self.events = len(events)
+        return len(dirty)
+
+    def _stale(self, view: ClusterView, planner: Planner, events: list[int]) -> list[int]:
+        """The nodes to read again. A job that moved or changed level matters where it was read and where it runs
+        now; a node's free share, to the gains of its tenants (and what the job lacks there)."""
         moved = view.moved_since(self.moves) if self.free is not None else None
         if moved is None or self.events > len(events) or len(self.where) > 2 * len(view.running) + 4096:
             self.where = {}
-            return None
+            return list(range(view.cluster.num_nodes))
         node_of = _node_of(view.cluster)[0]
         dirty = {node_of[g] for g in np.flatnonzero(self.free != planner.free_share).tolist()}
-        placement, where = view.placement, self.where
+        running, placement, where = view.running, view.placement, self.where
         for job_id in itertools.chain(moved, events[self.events:]):
             counted = where.pop(job_id, None)
             if counted is not None:
                 dirty.update(counted)
-            if victim(job_id):
+            if job_id in running:
                 dirty.update(node_of[g] for g in placement(job_id).gpus)
-        return dirty
+        return sorted(dirty)
 
-    def seen(self, view: ClusterView, planner: Planner, events: int) -> None:
-        self.free = planner.free_share.copy()
-        self.moves = view.moves
-        self.events = events
-
-    def compute(self, n: int, view: ClusterView, planner: Planner, workers: int,
-                victim: Callable[[int], bool]) -> float:
-        """Node `n`'s floor: the least GPUs a set of its victims frees whose gains there (`_room_model`'s, on this
-        plan) reach what the job lacks on it, less `SLACK`; inf where none does (or the node lacks nothing)."""
+    def _read(self, n: int, view: ClusterView, planner: Planner) -> None:
+        """Node `n`'s tenants with their gains there (`_room_model`'s, on this plan) and the GPUs each frees."""
         cluster = view.cluster
-        need = workers - float(planner.node_free[n])
-        if need <= 0:
-            return _INF
         node_of = _node_of(cluster)[0]
         first = int(cluster.node_first_gpu[n])
         free = planner.free_share[first:first + int(cluster.node_num_gpus[n])].tolist()
         running, where = view.running, self.where
-        items: list[tuple[float, float]] = []
+        items: list[tuple[int, float, float]] = []
         read: set[int] = set()
         for g in range(first, first + len(free)):
             for t in view.tenants(g):
-                if t in read or not victim(t):
+                if t in read:
                     continue
                 read.add(t)
+                job = running.get(t)
+                if job is None:
+                    continue
                 counted = where.setdefault(t, [])
                 if n not in counted:
                     counted.append(n)
@@ -258,8 +297,8 @@ class _CoverTable:
                     if node_of[h] == n:
                         used = 1.0 - free[h - first]
                         gain += 1.0 if used <= p.share + EPS else p.share / used
-                items.append((gain, running[t].spec.gpu_demand))
-        return _least_cover(items, need - EPS - SLACK) - SLACK
+                items.append((t, gain, job.spec.gpu_demand))
+        self.tenants[n] = items
 
 
 def _least_cover(items: list[tuple[float, float]], target: float) -> float:

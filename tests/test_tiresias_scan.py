@@ -1,0 +1,61 @@
+"""Tiresias' queue scan (`policies.tiresias._untried`) sets aside, once a job of the call waits, a group that can
+neither preempt nor pass `Planner.may_fit` without handing it out (`hopeless`): the decisions are, call for call, those
+of the scan that hands every group out and lets `_fit_or_preempt` find that it fails."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+
+import pytest
+
+import policies.tiresias as tiresias
+from scheduler.core.decisions import Decision
+from scheduler.core.model import Job, parse_cluster
+from scheduler.core.simulator import Simulator
+from scheduler.core.state import ClusterView
+from scheduler.core.traces import load_trace
+
+
+def _decisions(shortcut: bool, seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[str]], int]:
+    """Each call's decisions on a small overloaded cluster with low thresholds (jobs reach the last queue, which
+    preempts no one), and how many groups were set aside."""
+    untried = tiresias._untried
+    asked = [0]
+
+    def wrapped(index, level, planner, failed, hopeless=None) -> Iterator[tuple[Job, object]]:
+        if not shortcut:
+            hopeless = None
+        elif hopeless is not None:
+            inner = hopeless
+
+            def hopeless(job: Job) -> bool:
+                out = inner(job)
+                asked[0] += out
+                return out
+        return untried(index, level, planner, failed, hopeless)
+
+    monkeypatch.setattr(tiresias, "_untried", wrapped)
+    policy = tiresias.Tiresias(thresholds=(60.0, 600.0))
+    calls: list[list[str]] = []
+    schedule: Callable[[ClusterView, Collection[Job], float], list[Decision]] = policy.schedule
+
+    def recorded(view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        out = schedule(view, queue, now)
+        calls.append([repr(d) for d in out])
+        return out
+
+    policy.schedule = recorded  # type: ignore[method-assign]
+    jobs = load_trace("synthetic:800,iat=4", seed=seed).jobs
+    Simulator(parse_cluster("dgx-a100:6"), jobs, policy).run()
+    monkeypatch.setattr(tiresias, "_untried", untried)
+    return calls, asked[0]
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_setting_hopeless_groups_aside_changes_no_decision(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    with_it, set_aside = _decisions(True, seed, monkeypatch)
+    without, _ = _decisions(False, seed, monkeypatch)
+    assert set_aside > 0  # the shortcut was taken
+    assert len(with_it) == len(without)
+    for i, (a, b) in enumerate(zip(with_it, without, strict=True)):
+        assert a == b, i
