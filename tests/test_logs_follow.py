@@ -126,11 +126,24 @@ def test_follow_logs_reads_every_rank_moves_to_the_next_run_and_stops_when_the_j
     assert "".join(c.text for c in seen if c.attempt == 2) == "r0 again\ndone\n"  # once each, in order
 
 
-def test_corral_logs_follow_prints_as_it_comes_and_says_how_the_job_ended(env: Env) -> None:
+def test_corral_logs_follow_prints_as_it_comes_and_says_how_the_job_ended(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     env.write(1, 0, "".join(f"line {i}\n" for i in range(30)))
+    read = threading.Event()  # the follower's first read (the last 10 lines) has come back
+    real = Client.logs
+
+    def logs(self: Client, *args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            read.set()
+
+    monkeypatch.setattr(Client, "logs", logs)
 
     def finish() -> None:
-        time.sleep(0.3)  # the follower is then reading or waiting: either way it must get what comes next
+        # After the first read, not after a fixed sleep: on a loaded machine the line came before the follower's
+        # first read, and was then part of the last 10.
+        wait_until("the follower read the last lines", read.is_set, timeout=30)
         env.write(1, 0, "the end\n")
         env.set(state="failed", exit_code=3)
 
