@@ -36,7 +36,7 @@ from policies.heuristics import wait_reason
 from policies.placement import FitKey, Planner, fit_key
 from policies.queue_scan import NONE, Position, QueueIndex, queue_mapping
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
-from policies.victim_floors import CoverFloors, RoomFloors
+from policies.victim_floors import CoverFloors, RoomFloors, share_freed
 from scheduler.core.constraints import eligible_gpus
 from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
@@ -499,8 +499,7 @@ def _room_model(
     workers = spec.workers
 
     def fraction(p: Placement, g: int) -> float:
-        used = 1.0 - float(free_share[g])
-        return 1.0 if used <= p.share + EPS else p.share / used
+        return share_freed(p.share, float(free_share[g]))
 
     if workers <= cluster.max_gpus_per_node:
         nodes = np.flatnonzero(eligible & (cluster.node_num_gpus >= workers) & (planner.node_free < workers))

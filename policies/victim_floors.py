@@ -50,6 +50,15 @@ _INF = math.inf
 _NODE_OF: dict[int, tuple[Cluster, list[int], bool]] = {}
 
 
+def share_freed(share: float, free: float) -> float:
+    """What a tenant holding `share` of a GPU whose free share is `free` counts toward that GPU's room: the whole GPU
+    when it is the only tenant (within EPS), else its part of what is used. Tiresias' room model
+    (`policies.tiresias._room_model`) and the cover floors below count it so: a floor computed otherwise could be
+    too high and skip a cheaper set."""
+    used = 1.0 - free
+    return 1.0 if used <= share + EPS else share / used
+
+
 def _node_of(cluster: Cluster) -> tuple[list[int], bool]:
     key = id(cluster)
     hit = _NODE_OF.get(key)
@@ -295,8 +304,7 @@ class _NodeTenants:
                 gain = 0.0
                 for h in p.gpus:
                     if node_of[h] == n:
-                        used = 1.0 - free[h - first]
-                        gain += 1.0 if used <= p.share + EPS else p.share / used
+                        gain += share_freed(p.share, free[h - first])
                 items.append((t, gain, job.spec.gpu_demand))
         self.tenants[n] = items
 
