@@ -17,6 +17,7 @@ from policies.registry import UnknownPolicyError, parse_options, register, regis
 from scheduler.core.decisions import Decision, Place, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.priorities import lowest_preemptible
+from scheduler.core.reasons import duration_words_floor
 from scheduler.core.state import ClusterView
 
 Found = tuple[Placement | None, int]  # a search's placement, and the servers it spans (0: none found)
@@ -55,9 +56,9 @@ class QueuePolicy:
         """Why this placement, for the job's explanation ('' : nothing beyond the policy's rule)."""
         return ""
 
-    def hold(self, planner: Planner, job: Job, placement: Placement) -> tuple[str, float] | None:
-        """Why `job` stays queued although `placement` fits it now, and until when at most (the policy asks to be
-        called again then); None: it starts. The jobs behind it go on."""
+    def hold(self, planner: Planner, job: Job, placement: Placement) -> Wait | None:
+        """Why `job` stays queued although `placement` fits it now, and until when at most (`Wait.until`: the policy
+        asks to be called again then); None: it starts. The jobs behind it go on."""
         return None
 
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
@@ -80,8 +81,9 @@ class QueuePolicy:
                 continue
             held = self.hold(planner, job, placement)
             if held is not None:
-                decisions.append(Wait(job.id, held[0], held[1]))
-                wake = min(wake, held[1])
+                decisions.append(held)
+                if held.until is not None and held.until < wake:
+                    wake = held.until
                 continue
             decisions.append(Place(job.id, placement, self.reason(planner, job, placement)))
             planner.take(job.spec, placement)
@@ -129,6 +131,20 @@ class Consolidate(QueuePolicy):
     name = "consolidate"
 
 
+class _Held:
+    """What `Topology` reads of a queued job, once per spec (`fit_key` as it searches, when its compactness wait ends,
+    the fewest servers it fits on), and the wait it last said for it (with the servers it spanned and the time left,
+    in the words)."""
+
+    __slots__ = ("spec", "key", "end", "fewest", "wait", "spans", "left", "floor")
+
+    def __init__(self, spec: JobSpec, key: FitKey, end: float | None, fewest: int) -> None:
+        self.spec, self.key, self.end, self.fewest = spec, key, end, fewest
+        self.wait: Wait | None = None
+        self.spans = 0
+        self.left = self.floor = 0.0  # the time left when it was said, and down to which its words stand
+
+
 @register
 class Topology(QueuePolicy):
     """Topology-aware best fit (Slurm's topology/block, Kueue's TAS, KAI's and Volcano's topology-aware scheduling):
@@ -154,7 +170,27 @@ class Topology(QueuePolicy):
         # (`ClusterView.changes`), across calls: most calls come with an arrival or a wake-up, which frees nothing.
         self._fresh: tuple[ClusterView, int, dict[FitKey, Found]] | None = None
         self._found: tuple[Planner, int, dict[FitKey, Found]] | None = None  # this plan's, once it has taken GPUs
-        self._placed: tuple[Job, Found] | None = None  # the last job `place` answered, for `hold`, asked next
+        self._placed: tuple[Job, Found, _Held] | None = None  # the last job `place` answered, for `hold`, asked next
+        # What each queued job's searches and hold read of it, by job id, and the wait last said for it: the same
+        # ~200 gangs wait for compact room call after call late in a long replay, each read again at every call.
+        self._held: dict[int, _Held] = {}
+        self._held_view: ClusterView | None = None  # the view those were read on (job ids are a run's own)
+
+    def order(self, queue: Collection[Job], view: ClusterView) -> Iterable[Job]:
+        if view is not self._held_view:
+            self._held, self._held_view = {}, view
+        elif len(self._held) > 2 * len(queue) + 1024:  # jobs that left the queue unplaced (cancelled): forgotten
+            held = self._held
+            self._held = {j.id: held[j.id] for j in queue if j.id in held}
+        return queue
+
+    def _read(self, planner: Planner, job: Job) -> _Held:
+        spec = job.spec
+        held = self._held.get(job.id)
+        if held is None or held.spec is not spec:  # (a job's spec is replaced, never changed, when it changes)
+            held = self._held[job.id] = _Held(spec, self._key(planner, spec), self.waits.end(planner.cluster, spec),
+                                              fewest_servers(planner.cluster, spec))
+        return held
 
     def _known(self, planner: Planner) -> dict[FitKey, Found]:
         view = planner.view
@@ -180,12 +216,12 @@ class Topology(QueuePolicy):
 
     def place(self, planner: Planner, job: Job) -> Placement | None:
         known = self._known(planner)
-        key = self._key(planner, job.spec)
-        found = known.get(key)
+        held = self._read(planner, job)
+        found = known.get(held.key)
         if found is None:  # (a search that finds nothing notes the misfit on its plan; a later plan may not know it)
             placement = self._search(planner, job.spec)
-            found = known[key] = (placement, servers(planner.cluster, placement) if placement is not None else 0)
-        self._placed = (job, found)
+            found = known[held.key] = (placement, servers(planner.cluster, placement) if placement is not None else 0)
+        self._placed = (job, found, held)
         return found[0]
 
     def _search(self, planner: Planner, spec: JobSpec) -> Placement | None:
@@ -200,19 +236,24 @@ class Topology(QueuePolicy):
             return planner.whole_servers_fit(spec) or placement
         return placement
 
-    def hold(self, planner: Planner, job: Job, placement: Placement) -> tuple[str, float] | None:
+    def hold(self, planner: Planner, job: Job, placement: Placement) -> Wait | None:
         spec = job.spec
         placed = self._placed
         if placed is not None and placed[0] is job and placed[1][0] is placement:
-            spans = placed[1][1]
+            spans, held = placed[1][1], placed[2]
         else:
-            spans = servers(planner.cluster, placement)
-        if self.waits.compact(planner.cluster, spec, placement, spans):
+            spans, held = servers(planner.cluster, placement), self._read(planner, job)
+        # `CompactnessWait.compact` and `.until`, on what was read of the job once
+        end, now = held.end, planner.view.now
+        if end is None or spans <= held.fewest or now >= end or spec.priority > self._lowest_preemptible(planner):
             return None
-        until = self.waits.until(planner.view, spec, self._lowest_preemptible(planner))
-        if until is None:
-            return None
-        return self.waits.words(planner.cluster, spec, until, planner.view.now, spans), until
+        # The words quote the time left, which reads the same for a second to 6 minutes: the wait said last is said
+        # again while it does (`duration_words_floor`).
+        left = end - now
+        if held.wait is None or held.spans != spans or not held.floor < left <= held.left:
+            held.wait = Wait(job.id, self.waits.words(planner.cluster, spec, end, now, spans), end)
+            held.spans, held.left, held.floor = spans, left, duration_words_floor(left)[1]
+        return held.wait
 
     def _lowest_preemptible(self, planner: Planner) -> float:
         if self._lowest is None or self._lowest[0] is not planner:  # one planner per scheduling call

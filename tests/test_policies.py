@@ -297,11 +297,16 @@ def test_topology_searches_once_per_plan_for_jobs_alike_and_again_once_the_plan_
 def test_topology_reuses_what_it_found_only_while_free_capacity_stands_still() -> None:
     """What topology found on an untouched plan is kept across calls until free capacity changes; at every call each
     job's placement is the one a new search on the view finds (a replay where gangs wait for compact room across
-    calls that free nothing)."""
+    calls that free nothing). Each hold is the compactness rule's, worded afresh, though the wait said at an earlier
+    call is said again while its words stand."""
+    from policies.compactness import CompactnessWait, servers
     from policies.heuristics import Topology
     from scheduler.core.model import NodeTypeSpec
+    from scheduler.core.priorities import lowest_preemptible
 
-    compared = reused = 0
+    compared = reused = holds = said_again = 0
+    rule = CompactnessWait()
+    said: dict[int, Wait] = {}
 
     class Checked(Topology):
         def schedule(self, view: ClusterView, queue, now: float):  # type: ignore[no-untyped-def]
@@ -318,6 +323,20 @@ def test_topology_reuses_what_it_found_only_while_free_capacity_stands_still() -
                 compared += 1
             return got
 
+        def hold(self, planner: Planner, job: Job, placement):  # type: ignore[no-untyped-def]
+            nonlocal holds, said_again
+            got = super().hold(planner, job, placement)
+            view, spans = planner.view, servers(planner.cluster, placement)
+            until = rule.until(view, job.spec, lowest_preemptible(view))
+            if rule.compact(planner.cluster, job.spec, placement) or until is None:
+                assert got is None
+                return got
+            assert got == Wait(job.id, rule.words(planner.cluster, job.spec, until, view.now, spans), until)
+            holds += 1
+            said_again += said.get(job.id) is got
+            said[job.id] = got
+            return got
+
     # Gangs of 6 and 10 on 8-GPU servers: a fragmented cluster where they fit spread and wait for fewer servers. Jobs
     # of one size share a search where every GPU holds their model; BERT-large (20 GB) fits only the 32 GB servers.
     sizes = [1, 1, 2, 6, 6, 1, 3, 10]
@@ -330,6 +349,7 @@ def test_topology_reuses_what_it_found_only_while_free_capacity_stands_still() -
     result = Simulator(cluster, jobs, Checked()).run()
     assert result.metrics["jobs_completed"] == 300
     assert compared > 600 and reused > 50  # (812 and 84 when written)
+    assert holds > 80 and 10 < said_again < holds  # (109 and 19 when written)
 
 
 def test_topology_searches_again_once_gpus_close() -> None:

@@ -15,7 +15,7 @@ from scheduler.core.decisions import Wait
 from scheduler.core.dependencies import Condition, Dependency, Outcome, array_throttle, array_waits, readiness
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.outages import Drain, NodeSpan, eviction_reasons, evictions
-from scheduler.core.reasons import TEMPLATES, Code, Reason
+from scheduler.core.reasons import TEMPLATES, Code, Reason, duration_words, duration_words_floor
 from scheduler.live.retries import retry_reason
 from scheduler.live.store import Store, queries, reason_columns
 from scheduler.live.store.db import alembic_config, make_engine
@@ -99,6 +99,22 @@ def test_a_reason_reads_as_it_did_and_survives_json(why: Reason, words: str) -> 
     assert why.text == words
     back = Reason.from_json(json.loads(json.dumps(why.to_json())))
     assert back == why and back.text == words and type(back.code) is Code
+
+
+def test_duration_words_read_the_same_down_to_their_floor_and_change_just_below_it() -> None:
+    """Each regime's words (seconds, minutes, tenths of hours) stand for every time left above the floor, down to a
+    microsecond of it, and change below it: a held wait quoted again until then says what a new rendering would."""
+    rng = __import__("random").Random(7)
+    edges = [0.4, 0.5, 1.5, 59.5, 119.4, 119.6, 120.0, 150.0, 7169.0, 7199.9, 7200.0, 7380.0, 9000.0, 86400.0]
+    lefts = [rng.uniform(0.0, 200_000.0) for _ in range(3000)] + [e + d for e in edges for d in (-1e-7, 0.0, 1e-7)]
+    for left in lefts:
+        words, floor = duration_words_floor(left)
+        assert words == duration_words(left)
+        for s in (floor + 2e-6, (floor + left) / 2, left, *(rng.uniform(max(floor, 0.0), left) for _ in range(4))):
+            if floor < s <= left:
+                assert duration_words(s) == words, (left, s)
+        if floor > 0:
+            assert duration_words(floor - 1e-3) != words, (left, floor)  # (the floor is the rounding's, not lower)
 
 
 def test_a_stored_reason_that_is_not_one_names_the_field() -> None:

@@ -251,3 +251,36 @@ def test_a_job_the_priority_rules_favour_is_not_held() -> None:
     assert isinstance(placed, Place) and len({int(c.gpu_node[g]) for g in placed.placement.gpus}) == 2
     decisions = make_policy("topology").schedule(view, [Job(1, small("low", 3), 100.0)], 0.0)
     assert isinstance(decisions[0], Wait), "a job of the running jobs' priority is held"
+
+
+def test_a_held_job_s_wait_is_said_again_while_its_words_stand_and_worded_again_when_they_change() -> None:
+    """The policy keeps the wait it said for a held job and says it again at later calls while its words would read
+    the same; a new time left in other words, another spread or another spec for the job words it afresh."""
+    c = fabric(nodes=3, per_rack=3)  # 3 servers of 4 GPUs
+    state, model = ClusterState(c, catalog()), ContentionModel(c)
+    busy = small("busy", 1)
+    for i, g in enumerate((0, 1, 4, 5, 8, 9, 10, 11)):  # 2 free GPUs on servers 0 and 1, none on server 2
+        state.allocate(1000 + i, busy, Placement((g,)))
+    view = ClusterView(state, model, {})
+    policy = make_policy("topology:node_wait=3600")
+    job = Job(1, small("three", 3), 100.0)
+
+    def said(now: float) -> Wait:
+        view.now = now
+        return next(d for d in policy.schedule(view, [job], now) if isinstance(d, Wait))
+
+    first = said(100.0)
+    assert "(now they would span 2 servers" in first.reason and "starts spread in 58 min" in first.reason
+    assert said(110.0) is first, "58 min still: the same wait"
+    later = said(160.0)
+    assert later is not first and "starts spread in 57 min" in later.reason
+    state.release(1001)
+    state.release(1003)
+    state.release(1004)
+    for i, g in enumerate((2, 3, 6, 7)):
+        state.allocate(2000 + i, busy, Placement((g,)))  # free: GPU 1 of server 0, 5 of server 1, 8 of server 2
+    spread = said(161.0)
+    assert "(now they would span 3 servers" in spread.reason and "starts spread in 57 min" in spread.reason
+    job.spec = small("three", 3, submit=100.0)  # (a spec replaced: submitted later, so its wait ends later)
+    resubmitted = said(162.0)
+    assert resubmitted.until == 3700.0 and "starts spread in 59 min" in resubmitted.reason

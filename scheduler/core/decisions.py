@@ -104,7 +104,13 @@ Decision = Place | Preempt | Resize | Wait | WakeAt
 def acted(decisions: Iterable[Decision]) -> bool:
     """Whether `decisions` change the cluster (a start, a preemption or a resize): the frames ask their policy again,
     on the state those leave, rather than ask it more at the same call on a state that no longer holds."""
-    return any(isinstance(d, Place | Preempt | Resize) for d in decisions)
+    return kinds_among(decisions, Place, Preempt, Resize)
+
+
+def kinds_among(decisions: Iterable[Decision], *kinds: type) -> bool:
+    """Whether any of `decisions` is one of `kinds` (or a subclass). Read by their few distinct types: a deep queue's
+    call returns hundreds of `Wait`s, and every frame asks this of each call's decisions."""
+    return any(issubclass(t, kinds) for t in {type(d) for d in decisions})
 
 
 @runtime_checkable

@@ -37,7 +37,7 @@ from collections.abc import Collection, Iterable
 from itertools import groupby
 
 from scheduler.core.book import Queued
-from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Resize, Wait, acted
+from scheduler.core.decisions import Decision, Deliberation, Place, Policy, Preempt, Resize, Wait, acted, kinds_among
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.resizing import refusal as resize_refusal
 from scheduler.core.resizing import shrinks
@@ -139,7 +139,7 @@ class PriorityFrame(PolicyFrame):
         each such job told why it waits, and less every grow the resize rules refuse (`scheduler.core.resizing`).
         One ask: the policy is asked again at the next round, on the state the kept decisions leave."""
         decisions = yield from deliberation(self.inner, view, jobs, now)
-        if not any(isinstance(d, Preempt | Resize) for d in decisions):
+        if not kinds_among(decisions, Preempt, Resize):
             return decisions
         by_id = {j.id: j for j in jobs}
         kept: list[Decision] = []

@@ -76,6 +76,22 @@ def duration_words(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
+def duration_words_floor(seconds: float) -> tuple[str, float]:
+    """`duration_words(seconds)`, and the time left above which it reads the same: for every `s` with floor < s <=
+    seconds, `duration_words(s)` is those words. A wait quoted at every pass says them again until the time left
+    falls to the floor, rather than render them (most of a deep queue's waits change their words every few minutes).
+    The bounds sit a microsecond inside the rounding's: a time left that near one is rendered again."""
+    words = duration_words(seconds)
+    value = float(words.split()[0])
+    if seconds < 120:
+        floor = value - 0.5 if value > 0 else -math.inf
+    elif seconds < 7200:
+        floor = max(60.0 * value - 30.0 + 1e-6, 120.0)
+    else:
+        floor = max(3600.0 * value - 180.0 + 1e-6, 7200.0)
+    return words, floor
+
+
 def _reservation(p: Mapping[str, Any]) -> str:
     text = (f"holds a reservation for {p['gpus']} GPUs on {p['nodes']} node(s) ({p['free_now']} free now, kept for "
             "it as the rest free)")

@@ -26,7 +26,7 @@ import numpy as np
 from scheduler.core.admission import Fit, spec_admission
 from scheduler.core.book import Book, BookError
 from scheduler.core.contention import ContentionModel, ContentionParams
-from scheduler.core.decisions import Decision, Place, Policy, Preempt, Resize, Wait, WakeAt
+from scheduler.core.decisions import Decision, Place, Policy, Preempt, Resize, Wait, WakeAt, kinds_among
 from scheduler.core.dependencies import Outcome, array_throttle, check_acyclic, readiness
 from scheduler.core.elastic import RESIZE_INTERVAL_S, brought_down, resize_pause_s
 from scheduler.core.generic import known_profiles
@@ -373,23 +373,27 @@ class Simulator:
         """Carry out decisions (preemptions and shrinks first: they free what placements and grows may use). True if
         anything changed."""
         acted = False
-        for d in decisions:
-            if isinstance(d, Preempt):
-                self._preempt(self.jobs[d.job_id])
-                acted = True
-        shrunk = [d for d in decisions if isinstance(d, Resize) and shrinks(self.view, d)]
+        # Most of a deep queue's decisions are waits: its kinds are read once, and each wait is one test.
+        if kinds_among(decisions, Preempt):
+            for d in decisions:
+                if isinstance(d, Preempt):
+                    self._preempt(self.jobs[d.job_id])
+                    acted = True
+        shrunk = [d for d in decisions if isinstance(d, Resize) and shrinks(self.view, d)] \
+            if kinds_among(decisions, Resize) else []
         for d in shrunk:  # shrinks next: they too free what placements may use
             self._resize(self.jobs[d.job_id], d)
             acted = True
+        reasons = self.pending_reasons
         for d in decisions:
-            if isinstance(d, Place):
+            if isinstance(d, Wait):
+                reasons[d.job_id] = d.reason
+            elif isinstance(d, Place):
                 self._start(self.jobs[d.job_id], d)
                 acted = True
             elif isinstance(d, Resize) and d not in shrunk:  # (a grow, on what the placements left)
                 self._resize(self.jobs[d.job_id], d)
                 acted = True
-            elif isinstance(d, Wait):
-                self.pending_reasons[d.job_id] = d.reason
             elif isinstance(d, WakeAt) and d.time > self.now and d.time not in self._wakes:
                 self._wakes.add(d.time)
                 self._push(d.time, _WAKE)
