@@ -75,6 +75,10 @@ class Tiresias:
         # Per level, one list per GPU demand: a victim search past its first victims (`Bound`) skips every demand
         # that frees too much at once, rather than pass over each such job (most of those running, on a busy cluster).
         self._by_level: list[dict[float, list[tuple[float, int]]]] = [{} for _ in range(len(self.thresholds) + 1)]
+        # Per level, the demands whose lists may hold jobs that stopped running (an entry stays until a walk passes
+        # it): what a walk the bound cut short tidies. Read from the view's `moves` up to `_moves`.
+        self._stale: list[set[float]] = [set() for _ in self._by_level]
+        self._moves = 0
         self._demote: list[tuple[float, int, int]] = []
         self._placed: list[int] = []
         # Victims this policy named (and took out of the index). The caller may not carry a preemption out (the
@@ -135,8 +139,11 @@ class Tiresias:
         if self._indexed_view is not view:  # first call (or a new view): index whatever already runs
             self._reset_index()
             self._indexed_view = view
+            self._moves = view.moves
             for run in view.running.values():
                 self._index(view, run, now)
+        else:
+            self._note_stopped(view)
         for job_id in self._placed:
             job = view.running.get(job_id)
             if job is not None:
@@ -154,13 +161,27 @@ class Tiresias:
                 self._index(view, job, now)
         running = len(view.running)
         if sum(len(lst) for lists in self._by_level for lst in lists.values()) > 2 * running + 1024:
-            for lists in self._by_level:  # drop finished jobs now and then
+            for lists, stale in zip(self._by_level, self._stale, strict=True):  # drop finished jobs now and then
                 for lst in lists.values():
                     lst[:] = [e for e in lst if e[1] in view.running]
+                stale.clear()
             self._level = {j: lv for j, lv in self._level.items() if j in view.running}
             # (what `_unindex` reads of a job is only read while it is in `_level`: the rest would grow with the run)
             self._submit = {j: t for j, t in self._submit.items() if j in self._level}
             self._demand = {j: d for j, d in self._demand.items() if j in self._level}
+
+    def _note_stopped(self, view: ClusterView) -> None:
+        """Mark the lists of the indexed jobs that stopped running since the last call (all, past the view's record)."""
+        moved = view.moved_since(self._moves)
+        self._moves = view.moves
+        if moved is None:
+            for lists, stale in zip(self._by_level, self._stale, strict=True):
+                stale.update(lists)
+            return
+        for job_id in moved:
+            level = self._level.get(job_id)
+            if level and job_id not in view.running:
+                self._stale[level].add(self._demand[job_id])
 
     def _victims_below(self, view: ClusterView, level: int, bound: Bound | None = None) -> Iterator[Job]:
         """Running jobs in queues lower than `level`, lowest priority (highest queue, latest arrival) first; of those
@@ -205,9 +226,12 @@ class Tiresias:
                 if bound is not None and bound.skips(demand):
                     skipped.append((demand, i))
                     break
+        stale = self._stale[lv]
         for demand, i in skipped:  # (past `i` the walk has read the list: what it left there is running, at `lv`)
-            lst = lists[demand]
-            lst[:i + 1] = [e for e in lst[:i + 1] if levels.get(e[1]) == lv and e[1] in running]
+            if demand in stale:
+                lst = lists[demand]
+                lst[:i + 1] = [e for e in lst[:i + 1] if levels.get(e[1]) == lv and e[1] in running]
+        stale.clear()  # (the walk dropped what it read of the other lists: the whole level is clean)
 
     def _has_victims_below(self, level: int) -> bool:
         return any(lst for lv in range(level + 1, len(self._by_level)) for lst in self._by_level[lv].values())

@@ -59,3 +59,23 @@ def test_setting_hopeless_groups_aside_changes_no_decision(seed: int, monkeypatc
     assert len(with_it) == len(without)
     for i, (a, b) in enumerate(zip(with_it, without, strict=True)):
         assert a == b, i
+
+
+def test_every_list_holding_a_stopped_job_is_marked_for_the_walk_to_tidy() -> None:
+    """A victim walk the bound cuts short tidies only the lists marked stale (`Tiresias._stale`): at every walk of a
+    replay with preemptions, each list that holds a job no longer running at that level is marked, so the tidies it
+    leaves out would have dropped nothing."""
+    checked = [0, 0]  # walks checked, and stale lists met
+
+    class Checked(tiresias.Tiresias):
+        def _walk(self, view, lv, bound):  # type: ignore[no-untyped-def]
+            for demand, lst in self._by_level[lv].items():
+                if any(view.running.get(j) is None or self._level.get(j) != lv for _, j in lst):
+                    assert demand in self._stale[lv], (lv, demand)
+                    checked[1] += 1
+            checked[0] += 1
+            return super()._walk(view, lv, bound)
+
+    jobs = load_trace("synthetic:800,iat=4", seed=0).jobs
+    Simulator(parse_cluster("dgx-a100:6"), jobs, Checked(thresholds=(60.0, 600.0))).run()
+    assert checked[0] > 100 and checked[1] > 10, checked
