@@ -12,7 +12,8 @@ from typing import ClassVar
 import numpy as np
 
 from policies.compactness import GANG_WAIT_S, NODE_WAIT_S, CompactnessWait, fewest_servers, servers
-from policies.placement import FitKey, Planner, fit_key
+from policies.placement import FitKey, Planner
+from policies.queue_scan import whole_fit_key
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from scheduler.core.decisions import Decision, Place, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
@@ -132,9 +133,9 @@ class Consolidate(QueuePolicy):
 
 
 class _Held:
-    """What `Topology` reads of a queued job, once per spec (`fit_key` as it searches, when its compactness wait ends,
-    the fewest servers it fits on), and the wait it last said for it (with the servers it spanned and the time left,
-    in the words)."""
+    """What `Topology` reads of a queued job, once per spec (what its searches read, `whole_fit_key`; when its
+    compactness wait ends; the fewest servers it fits on), and the wait it last said for it (with the servers it
+    spanned and the time left, in the words)."""
 
     __slots__ = ("spec", "key", "end", "fewest", "wait", "spans", "left", "floor")
 
@@ -164,7 +165,7 @@ class Topology(QueuePolicy):
         super().__init__(seed)
         self.waits = CompactnessWait(node_wait_s, gang_wait_s)
         self._lowest: tuple[Planner, float] | None = None  # this call's lowest priority a running job may be preempted at
-        # Placements by what the searches read of a job (`fit_key`), with the servers each spans: a deep queue holds
+        # Placements by what the searches read of a job (`whole_fit_key`), with the servers each spans: a deep queue holds
         # many jobs alike that wait for compact room, each asked again at every call (most of a 100,000-job replay's
         # time). Those found on a plan that has taken nothing hold while the view's free capacity stands still
         # (`ClusterView.changes`), across calls: most calls come with an arrival or a wake-up, which frees nothing.
@@ -188,8 +189,9 @@ class Topology(QueuePolicy):
         spec = job.spec
         held = self._held.get(job.id)
         if held is None or held.spec is not spec:  # (a job's spec is replaced, never changed, when it changes)
-            held = self._held[job.id] = _Held(spec, self._key(planner, spec), self.waits.end(planner.cluster, spec),
-                                              fewest_servers(planner.cluster, spec))
+            c = planner.cluster
+            held = self._held[job.id] = _Held(spec, whole_fit_key(planner.view, spec), self.waits.end(c, spec),
+                                              fewest_servers(c, spec))
         return held
 
     def _known(self, planner: Planner) -> dict[FitKey, Found]:
@@ -203,16 +205,6 @@ class Topology(QueuePolicy):
         if found is None or found[0] is not planner or found[1] != planner.changes:
             found = self._found = (planner, planner.changes, {})
         return found[2]
-
-    @staticmethod
-    def _key(planner: Planner, spec: JobSpec) -> FitKey:
-        """`fit_key`, less a whole-GPU job's memory where every GPU holds it: this policy's whole-GPU searches
-        (`Planner.topology_fit`, `Planner.whole_servers_fit`) read memory only through the nodes a job may use, all of
-        them then. A deep queue's gangs of one size but many models are one search, not one each."""
-        key = fit_key(planner.view, spec)
-        if spec.num_gpus >= 1 and key[3] <= planner.min_gpu_mem:
-            return key[:3] + (0.0,) + key[4:]
-        return key
 
     def place(self, planner: Planner, job: Job) -> Placement | None:
         known = self._known(planner)

@@ -41,7 +41,7 @@ class Planner:
         self.free_whole = view.free_whole
         self.free_capacity = view.free_capacity
         self._node_mem = c.gpu_mem[c.node_first_gpu]
-        self.min_gpu_mem = float(c.gpu_mem.min())  # GB: a job needing no more fits every GPU
+        self.min_gpu_mem = c.min_gpu_mem  # GB: a job needing no more fits every GPU
         self._max_free_share: float | None = None  # cached max of free_share; None when stale
         # Whose shares each node holds, as the plan goes (the one-user MPS rule; `scheduler.core.colocation`).
         self.mps = view.mps_users.copy()

@@ -7,6 +7,7 @@ unnecessary, while every answer stays the one the full scan gives:
 * Whether a job fits is decided by what the placement searches read of it (`placement.fit_key`: GPUs, workers,
   share, memory, and the user where CUDA MPS serves one user per node): jobs alike in it fit or do not together. The
   queue is kept grouped by that key, each group in queue order (`QueueIndex`), so a call weighs one job per group.
+  (`whole_fit_key` groups coarser, for policies whose every search of whole GPUs reads memory as the planner does.)
 * A group that fitted nowhere still fits nowhere while no GPU was freed or reopened (`ClusterView.frees`): placements
   only shrink free capacity. So it is not tried again, across instants, until something frees GPUs.
 
@@ -30,11 +31,23 @@ import bisect
 import math
 from collections.abc import Callable, Collection, Hashable, Mapping
 
+from policies.placement import FitKey, fit_key
 from scheduler.core.book import Queued
-from scheduler.core.model import Job
+from scheduler.core.model import Job, JobSpec
 from scheduler.core.state import ClusterView
 
 Key = Hashable
+
+
+def whole_fit_key(view: ClusterView, spec: JobSpec) -> FitKey:
+    """`fit_key`, less a whole-GPU job's memory where every GPU holds it. The planner's whole-GPU searches, and the
+    victim searches of `scheduler.core.victims` over its plans, read such a job's memory only through the nodes it may
+    use (`Planner.usable_nodes`: all of them then) and whether it fits every GPU: a deep queue's gangs of one size but
+    many models fit, or find victims, together. (Not what a plan records once it takes one: its GPUs' memory.)"""
+    key = fit_key(view, spec)
+    if spec.num_gpus >= 1 and key[3] <= view.cluster.min_gpu_mem:
+        return key[:3] + (0.0,) + key[4:]
+    return key
 Position = tuple[float, int]  # a job's place in the book's queue order: (submitted, id), `progress.in_queue_order`'s
 NONE: Position = (-math.inf, -1)  # before every job
 ALL: Position = (math.inf, 0)  # after every job

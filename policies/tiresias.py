@@ -33,8 +33,8 @@ from typing import ClassVar
 import numpy as np
 
 from policies.heuristics import wait_reason
-from policies.placement import FitKey, Planner, fit_key
-from policies.queue_scan import NONE, Position, QueueIndex, queue_mapping
+from policies.placement import FitKey, Planner
+from policies.queue_scan import NONE, Position, QueueIndex, queue_mapping, whole_fit_key
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from policies.victim_floors import CoverFloors, RoomFloors, share_freed
 from scheduler.core.constraints import eligible_gpus
@@ -319,9 +319,9 @@ class Tiresias:
 
     def _group(self, view: ClusterView, job: Job) -> tuple[int, int, FitKey]:
         """What a job's fate in a call depends on but the plan: its level (frozen while it waits), its priority (whom
-        it may preempt) and what the placement and victim searches read of it (`placement.fit_key`)."""
+        it may preempt) and what the placement and victim searches read of it (`queue_scan.whole_fit_key`)."""
         a = job.attained_gpu_s
-        return (bisect.bisect_right(self.thresholds, a) if a else 0), job.spec.priority, fit_key(view, job.spec)
+        return (bisect.bisect_right(self.thresholds, a) if a else 0), job.spec.priority, whole_fit_key(view, job.spec)
 
     def _fit_or_preempt(
         self, view: ClusterView, planner: Planner, job: Job, level: int, can_preempt: bool, no_victims_from: float,

@@ -9,8 +9,19 @@ from collections.abc import Callable, Collection, Iterator
 import pytest
 
 import policies.tiresias as tiresias
+from policies.placement import FitKey, fit_key
+from policies.queue_scan import whole_fit_key
 from scheduler.core.decisions import Decision
-from scheduler.core.model import Job, parse_cluster
+from scheduler.core.model import (
+    Cluster,
+    ClusterSpec,
+    Job,
+    JobSpec,
+    NodeGroupSpec,
+    NodeTypeSpec,
+    build_cluster,
+    parse_cluster,
+)
 from scheduler.core.simulator import Simulator
 from scheduler.core.state import ClusterView
 from scheduler.core.traces import load_trace
@@ -79,3 +90,48 @@ def test_every_list_holding_a_stopped_job_is_marked_for_the_walk_to_tidy() -> No
     jobs = load_trace("synthetic:800,iat=4", seed=0).jobs
     Simulator(parse_cluster("dgx-a100:6"), jobs, Checked(thresholds=(60.0, 600.0))).run()
     assert checked[0] > 100 and checked[1] > 10, checked
+
+
+def _calls_grouped_by(group_key: Callable[..., object], cluster: Cluster, jobs: list[JobSpec],
+                      monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[str]], int]:
+    """Each call's decisions of a tiresias replay whose queue groups use `group_key`, and how many groups it made."""
+    monkeypatch.setattr(tiresias, "whole_fit_key", group_key)
+    groups: set[object] = set()
+    policy = tiresias.Tiresias(thresholds=(60.0, 600.0))
+    calls: list[list[str]] = []
+    schedule, group = policy.schedule, policy._group
+
+    def recorded(view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        out = schedule(view, queue, now)
+        calls.append([repr(d) for d in out])
+        return out
+
+    def counted(view: ClusterView, job: Job) -> tuple[int, int, FitKey]:
+        key = group(view, job)
+        groups.add(key)
+        return key
+
+    policy.schedule, policy._group = recorded, counted  # type: ignore[method-assign]
+    Simulator(cluster, jobs, policy).run()
+    return calls, len(groups)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_grouping_gangs_of_every_model_a_gpu_holds_changes_no_decision(mixed: bool,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiresias groups the queue by `whole_fit_key` (a whole-GPU job's memory left out where every GPU holds it):
+    call for call, the decisions of the grouping by `fit_key`, with fewer groups. On a cluster of 16 and 32 GB GPUs
+    the models only the larger hold keep their memory in the key."""
+    cluster = build_cluster(ClusterSpec(name="mixed", nodes_per_rack=8, groups=[
+        NodeGroupSpec(count=2, node=NodeTypeSpec(gpu=gpu, gpus_per_node=8, interconnect="nvlink", nic_gbps=100.0))
+        for gpu in ("V100-16GB", "V100-32GB")])) if mixed else parse_cluster("dgx-a100:4")
+    # BERT-large (20 GB) fits only the 32 GB GPUs; MoE's (10 GB) half share only their MPS cap.
+    sizes, models = [1, 2, 0.5, 4, 1, 8, 0.25, 2, 16, 6, 1], ["ResNet-50-bs64", "MoE", "BERT-large", "ResNet-18-bs32"]
+    jobs = [JobSpec(name=f"j{i}", submit_s=i * 45.0, num_gpus=sizes[i % len(sizes)], model=models[i % len(models)],
+                    duration_s=120.0 + (i * 677) % 4000) for i in range(500)]
+    coarse, fewer = _calls_grouped_by(whole_fit_key, cluster, jobs, monkeypatch)
+    fine, more = _calls_grouped_by(fit_key, cluster, jobs, monkeypatch)
+    assert fewer < more, (fewer, more)
+    assert len(coarse) == len(fine)
+    for i, (a, b) in enumerate(zip(coarse, fine, strict=True)):
+        assert a == b, i

@@ -307,6 +307,11 @@ class Cluster:
     def max_gpus_per_node(self) -> int:
         return int(self.node_num_gpus.max())
 
+    @cached_property
+    def min_gpu_mem(self) -> float:
+        """GB of the smallest GPU: a job needing no more fits every GPU."""
+        return float(self.gpu_mem.min())
+
     def fewest_nodes(self, workers: int) -> int:
         """The fewest servers `workers` whole GPUs can be on (a placement on more is spread)."""
         return -(-workers // self.max_gpus_per_node)
