@@ -12,6 +12,7 @@ from policies import (  # noqa: F401  (importing registers them)
     rl,
     sizing,
     tiresias,
+    topology,
 )
 from policies.registry import available, make_policy
 

@@ -300,7 +300,7 @@ def test_topology_reuses_what_it_found_only_while_free_capacity_stands_still() -
     calls that free nothing). Each hold is the compactness rule's, worded afresh, though the wait said at an earlier
     call is said again while its words stand."""
     from policies.compactness import CompactnessWait, servers
-    from policies.heuristics import Topology
+    from policies.topology import Topology
     from scheduler.core.model import NodeTypeSpec
     from scheduler.core.priorities import lowest_preemptible
 
