@@ -11,7 +11,8 @@ jobs the policy placed that left it, and appends the jobs at its end it does not
 jobs) per call, no job read twice. Any other change shows in the count and the mirror is built again (O(queue)).
 
 Like `QueueIndex`, the mirror holds that a queued job's size does not change while it is queued in the same mapping
-(`Book.respec` changes a queued job's priority or time limit, never its GPUs). Any queue other than the book's (a
+(its one caller, the API, gives `Book.respec` a new priority or time limit, never new GPUs), and that a job that left
+the mapping comes back only in a new one (`Book.requeue`, `Book.enqueue`). Any queue other than the book's (a
 priority band's list, a frame's) is read whole at each call.
 """
 
