@@ -12,6 +12,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from policies.placement import Planner
+from policies.queue_mirror import QueueMirror, room
 from policies.registry import register
 from scheduler.core.decisions import Decision, Place, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
@@ -214,6 +215,10 @@ class RandomPolicy(QueuePolicy):
 
     name = "random"
 
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
+        self._mirror = QueueMirror()
+
     def order(self, queue: Collection[Job], view: ClusterView) -> Iterable[Job]:
         jobs = list(queue)
         self.rng.shuffle(jobs)
@@ -223,3 +228,56 @@ class RandomPolicy(QueuePolicy):
         if job.spec.num_gpus < 1:
             return planner.random_share(job.spec, self.rng)
         return planner.spread(job.spec, self.rng)
+
+    def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
+        """`QueuePolicy.schedule` over `order`, the same decisions from the same draws, without reading a deep
+        queue's jobs one by one: once a job is named as waiting, the walk visits only the jobs `room` says may fit
+        as the plan stood at its last `take` (it only shrinks); any other would be passed over, or, the plan full,
+        end the walk, as the next one visited does alike (nothing changes in between). The sizes come from the
+        mirror of the queue (`policies.queue_mirror`), not read again at each call."""
+        decisions: list[Decision] = []
+        if not queue:
+            return decisions
+        jobs, sizes = self._mirror.follow(queue)
+        order = self.rng.permutation(len(jobs))  # the very draws `rng.shuffle(list(queue))` makes (`order`)
+        need = sizes[order]
+        planner = Planner(view)
+        blocked = False
+        wake = math.inf
+        nxt = 0  # the next position in `order` to weigh
+        ahead: list[int] | None = None  # once blocked: the positions from `nxt` on that may fit, as the plan stands
+        k = 0
+        while True:
+            if not blocked:
+                if nxt == len(jobs):
+                    break
+                i = nxt
+            else:
+                if ahead is None:
+                    ahead, k = (np.flatnonzero(room(need[nxt:], planner)) + nxt).tolist(), 0
+                if k == len(ahead):
+                    break
+                i, k = ahead[k], k + 1
+            nxt = i + 1
+            job = jobs[order[i]]
+            if planner.full():
+                break
+            placement = self.place(planner, job) if planner.may_fit(job.spec) else None
+            if placement is None:
+                if not blocked:
+                    blocked = True
+                    decisions.append(Wait(job.id, wait_reason(planner, job.spec)))
+                continue
+            held = self.hold(planner, job, placement)
+            if held is not None:
+                decisions.append(held)
+                if held.until is not None and held.until < wake:
+                    wake = held.until
+                continue
+            decisions.append(Place(job.id, placement, self.reason(planner, job, placement)))
+            planner.take(job.spec, placement)
+            self._mirror.placed(job)
+            ahead = None
+        if wake < math.inf:
+            decisions.append(WakeAt(wake))
+        return decisions

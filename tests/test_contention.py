@@ -271,11 +271,12 @@ class Counted(ContentionModel):
 class EveryJobAgain(Counted):
     """The model as it was before it passed over jobs: every job sharing a link or a GPU with a change recomputed."""
 
-    def _raised(self, job_id: int, links: list[int]) -> bool:
-        return True
+    def _moved(self, affected: set[int], job_id: int, raised: dict[int, list[int]],
+               loads: dict[int, float]) -> list[int]:
+        return [j for j in affected if j != job_id]
 
-    def _kept(self, job_id: int, lowered: set[int]) -> bool:
-        return False
+    def _stale(self, affected: set[int], lowered: set[int]) -> list[int]:
+        return list(affected)
 
 
 def _racks_cluster() -> Cluster:

@@ -74,7 +74,7 @@ class Footprint:
     sm: float
     membw: float
     sm_demand: float  # SM demand on each of its GPUs: min(sm, share), the MPS thread percentage caps it
-    by_link: dict[int, tuple[float, float]]  # link -> (link_time, duty), as Python floats (`ContentionModel._raised`)
+    by_link: dict[int, tuple[float, float]]  # link -> (link_time, duty), as Python floats (`ContentionModel._moved`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +134,6 @@ class ContentionModel:
         # 1.0 on inter-server links (NICs, rack uplinks), 0.0 inside servers: where the ring-straggler term applies
         self._inter = np.array([k in INTER_SERVER for k in cluster.link_kind], dtype=np.float64)
         self._load = np.zeros(cluster.num_links)  # sum of duty cycles of the jobs crossing each link
-        self._load_at = self._load.item  # one link's load as a Python float (the array is only written in place)
         self._link_jobs: dict[int, set[int]] = {}
         self._gpu_jobs: dict[int, list[int]] = {}
         self._fp: dict[int, Footprint] = {}
@@ -147,7 +146,7 @@ class ContentionModel:
         # Per job, its communication time and the link that sets it (its bottleneck, -1 without links), and the jobs
         # whose communication hides under their compute (comm <= overlap * compute * mps: the iteration is their
         # compute alone), as last computed. With them a change of load passes over, exactly, the jobs it cannot slow
-        # or speed (`_raised`, `remove`): on a busy cluster ~90% of the jobs sharing a link with a start or an end.
+        # or speed (`_moved`, `_stale`): on a busy cluster ~90% of the jobs sharing a link with a start or an end.
         self._neck: dict[int, tuple[float, int]] = {}
         self._hidden: set[int] = set()
         # A GPU's tenants (in order) -> their slowdowns there: valid until the next add or remove. A gang probed on
@@ -283,7 +282,8 @@ class ContentionModel:
         self._load[fp.links] += fp.duty  # a footprint's links are distinct: each adds as alone
         link_jobs = self._link_jobs
         raised: dict[int, list[int]] = {}  # job -> the links it shares with this one (their loads just rose)
-        for link in fp.links.tolist():
+        links = fp.links.tolist()
+        for link in links:
             jobs = link_jobs.setdefault(link, set())
             affected |= jobs
             for j in jobs:
@@ -298,37 +298,52 @@ class ContentionModel:
             tenants.append(job_id)
         mps.pop(job_id, None)
         self._slowdown[job_id] = self._compute(job_id)
-        # A neighbour whose MPS term stands is recomputed only if a raised link may have moved its slowdown.
-        moved = (j for j in affected if j != job_id and (j not in mps or self._raised(j, raised[j])))
-        return self._rerated(moved, {job_id})
+        loads = dict(zip(links, self._load[fp.links].tolist(), strict=True))
+        return self._rerated(self._moved(affected, job_id, raised, loads), {job_id})
 
-    def _raised(self, job_id: int, links: list[int]) -> bool:
-        """Whether `job_id`'s slowdown may have changed when the loads on `links` (some of its own) rose, its MPS
-        term unchanged. Exactly: its bottleneck elsewhere and every raised link's time still no longer than the
-        bottleneck's, its communication time is what it was; so it is, under its compute, if no longer than that
-        (its bottleneck is moved to the raised link then, which `remove` reads)."""
-        comm, neck = self._neck[job_id]
-        if neck in links:
-            return True
-        fp = self._fp[job_id]
-        load_at = self._load_at
-        worst, at = comm, neck
-        for link in links:  # the same operations, in the same order, as `_compute`'s numpy line
-            link_time, duty = fp.by_link[link]
-            t = link_time * (1.0 + load_at(link) - duty)
-            if t > worst:
-                worst, at = t, link
-        if at == neck:
-            return False
-        if job_id in self._hidden and worst <= fp.overlap * (fp.compute_s * self._mps[job_id]):
-            self._neck[job_id] = (worst, at)
-            return False
-        return True
+    def _moved(self, affected: set[int], job_id: int, raised: dict[int, list[int]],
+               loads: dict[int, float]) -> list[int]:
+        """The jobs of `affected` (in its order) but `job_id` whose slowdown may have changed now that `job_id` joined
+        them, raising the loads on its links to `loads`: those whose MPS term it dropped, and those whose raised
+        links (`raised`) may have moved their communication time. Exactly: a job's bottleneck elsewhere and every
+        raised link's time still no longer than the bottleneck's, its communication time is what it was; so it is,
+        under its compute, if no longer than that (its bottleneck is moved to the raised link then, which `remove`
+        reads). One loop for all of them, not a call per job: a spread gang's start touches dozens."""
+        mps, necks, fps, hidden = self._mps, self._neck, self._fp, self._hidden
+        moved = []
+        for j in affected:
+            if j == job_id:
+                continue
+            if j not in mps:
+                moved.append(j)
+                continue
+            shared = raised[j]
+            comm, neck = necks[j]
+            if neck in shared:
+                moved.append(j)
+                continue
+            by_link = fps[j].by_link
+            worst, at = comm, neck
+            for link in shared:  # the same operations, in the same order, as `_compute`'s numpy line
+                link_time, duty = by_link[link]
+                t = link_time * (1.0 + loads[link] - duty)
+                if t > worst:
+                    worst, at = t, link
+            if at == neck:
+                continue
+            fp = fps[j]
+            if j in hidden and worst <= fp.overlap * (fp.compute_s * mps[j]):
+                necks[j] = (worst, at)
+                continue
+            moved.append(j)
+        return moved
 
-    def _kept(self, job_id: int, lowered: set[int]) -> bool:
-        """Whether `job_id`'s slowdown stands, exactly, now that the loads on `lowered` fell: its MPS term unchanged,
-        and its communication either hidden under its compute or set by a link whose load did not move."""
-        return job_id in self._mps and (job_id in self._hidden or self._neck[job_id][1] not in lowered)
+    def _stale(self, affected: set[int], lowered: set[int]) -> list[int]:
+        """The jobs of `affected` (in its order) whose slowdown may have changed now that the loads on `lowered`
+        fell: all but those whose MPS term stands and whose communication is either hidden under their compute or
+        set by a link whose load did not move (their slowdown stands, exactly)."""
+        mps, hidden, necks = self._mps, self._hidden, self._neck
+        return [j for j in affected if not (j in mps and (j in hidden or necks[j][1] not in lowered))]
 
     def remove(self, job_id: int) -> set[int]:
         """Take a job off the cluster; returns the ids of the remaining jobs whose slowdown changed."""
@@ -340,8 +355,7 @@ class ContentionModel:
         # Every load it leaves falls (a float minus a positive duty never grows): a job whose bottleneck is another
         # link keeps its communication time, and one whose communication hid under its compute stays hidden, at the
         # very slowdown it had; either is passed over, exactly, if its MPS term is unchanged.
-        left = set(fp.links.tolist())
-        return self._rerated((j for j in affected if not self._kept(j, left)), set())
+        return self._rerated(self._stale(affected, set(fp.links.tolist())), set())
 
     def _rerated(self, jobs: Iterable[int], changed: set[int]) -> set[int]:
         """Each of `jobs`' slowdown computed again; `changed` with those whose slowdown moved added."""
