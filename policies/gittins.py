@@ -378,6 +378,7 @@ class Gittins(Tiresias):
         self._queues: dict[str, _ClassQueues] = {}
         self._keys: dict[int, tuple[Any, ...]] = {}  # pending job id -> its sort key (`schedule`)
         self._keys_view: ClusterView | None = None  # the view the keys' groups were read on (`fit_key` reads it)
+        self._groups: dict[tuple[Any, ...], int] = {}  # group (`_group_of`) -> its number, for this view
 
     def _class_queues(self, spec: JobSpec) -> _ClassQueues:
         key = self.sizes.table_key(spec)
@@ -401,34 +402,41 @@ class Gittins(Tiresias):
         wall = self.sizes.expected_remaining(attained, job.spec) / job.spec.gpu_demand
         return job.queued_since + self.starve_factor * max(wall, 60.0)
 
+    def _group_number(self, view: ClusterView, spec: JobSpec, level: int) -> int:
+        """The number of the job's group (`_group_of`) on this view."""
+        groups = self._groups
+        return groups.setdefault(_group_of(view, spec, level), len(groups))
+
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         self._sync(view, now)
         if not queue:
             return []
         self._queue = queue_demands(queue)  # who else would take GPUs a preemption frees beyond its job's need
         if self._keys_view is not view:  # (a new view: the groups read the old one's memory needs)
-            self._keys, self._keys_view = {}, view
+            self._keys, self._keys_view, self._groups = {}, view, {}
         keys = self._keys
         if len(keys) > 2 * len(queue) + 1024:  # forget jobs that left the queue now and then
             ids = {job.id for job in queue}
             self._keys = keys = {i: k for i, k in keys.items() if i in ids}
         # One cached sort key per pending job, rebuilt only when its attained service or queueing changed (both are
         # frozen while it waits): (rank, arrival, id, queue, job, group, attained, queued since, promotion time). Ids
-        # are unique, so sorting the tuples never compares further than the id. The group (`_group_of`) is what the
-        # job's fate in a call depends on but the plan.
+        # are unique, so sorting the tuples never compares further than the id. The group (`_group_of`, by number:
+        # a tuple of tuples is hashed anew at every look-up) is what the job's fate in a call depends on but the plan.
         order = []
         promoted = []
         smallest = math.inf  # the smallest demand queued
         for job in queue:
-            smallest = min(smallest, job.spec.num_gpus)
+            if job.spec.num_gpus < smallest:
+                smallest = job.spec.num_gpus
             key = keys.get(job.id)
             if key is None or key[6] != job.attained_gpu_s or key[7] != job.queued_since:
                 a = job.attained_gpu_s
                 rank, lv = self.rank_level(job.spec, a)
-                key = keys[job.id] = (rank, job.spec.submit_s, job.id, lv, job, _group_of(view, job.spec, lv), a,
-                                      job.queued_since, self._promotion(job, a))
+                group = self._group_number(view, job.spec, lv)
+                key = keys[job.id] = (rank, job.spec.submit_s, job.id, lv, job, group, a, job.queued_since,
+                                      self._promotion(job, a))
             if now >= key[8]:  # starving: first in line, top queue
-                promoted.append((-1.0, *key[1:3], 0, key[4], _group_of(view, job.spec, 0)))
+                promoted.append((-1.0, *key[1:3], 0, key[4], self._group_number(view, job.spec, 0)))
             else:
                 order.append(key)
         order.sort()  # descending index = ascending rank; ties: arrival, then id
@@ -447,7 +455,7 @@ class Gittins(Tiresias):
         # the same plan, the same victims left (victims only leave while the plan stays: a preemption changes it) and
         # no more to hope for (`no_victims_from` only falls). Passed over unread: a call tries each group once per
         # plan, not each of tens of queued jobs (most of them fail, late in a busy run).
-        failed: dict[tuple[Any, ...], int] = {}
+        failed: dict[int, int] = {}
         for rank, _, _, job_level, job, group, *_ in order:
             if failed.get(group) == planner.changes:
                 continue
