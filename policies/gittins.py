@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from policies.heuristics import wait_reason
-from policies.placement import Planner
+from policies.placement import Planner, fit_key
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from policies.tiresias import Tiresias, check_thresholds, format_thresholds
 from scheduler.core.decisions import Decision, Wait, WakeAt
@@ -377,6 +377,8 @@ class Gittins(Tiresias):
         self.sizes = sizes if sizes is not None else SizeDistribution.default()
         self._queues: dict[str, _ClassQueues] = {}
         self._keys: dict[int, tuple[Any, ...]] = {}  # pending job id -> its sort key (`schedule`)
+        self._keys_view: ClusterView | None = None  # the view the keys' groups were read on (`fit_key` reads it)
+        self._groups: dict[tuple[Any, ...], int] = {}  # group (`_group_of`) -> its number, for this view
 
     def _class_queues(self, spec: JobSpec) -> _ClassQueues:
         key = self.sizes.table_key(spec)
@@ -400,31 +402,41 @@ class Gittins(Tiresias):
         wall = self.sizes.expected_remaining(attained, job.spec) / job.spec.gpu_demand
         return job.queued_since + self.starve_factor * max(wall, 60.0)
 
+    def _group_number(self, view: ClusterView, spec: JobSpec, level: int) -> int:
+        """The number of the job's group (`_group_of`) on this view."""
+        groups = self._groups
+        return groups.setdefault(_group_of(view, spec, level), len(groups))
+
     def schedule(self, view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
         self._sync(view, now)
         if not queue:
             return []
         self._queue = queue_demands(queue)  # who else would take GPUs a preemption frees beyond its job's need
+        if self._keys_view is not view:  # (a new view: the groups read the old one's memory needs)
+            self._keys, self._keys_view, self._groups = {}, view, {}
         keys = self._keys
         if len(keys) > 2 * len(queue) + 1024:  # forget jobs that left the queue now and then
             ids = {job.id for job in queue}
             self._keys = keys = {i: k for i, k in keys.items() if i in ids}
         # One cached sort key per pending job, rebuilt only when its attained service or queueing changed (both are
-        # frozen while it waits): (rank, arrival, id, queue, job, attained, queued since, promotion time). Ids are
-        # unique, so sorting the tuples never compares further than the id.
+        # frozen while it waits): (rank, arrival, id, queue, job, group, attained, queued since, promotion time). Ids
+        # are unique, so sorting the tuples never compares further than the id. The group (`_group_of`, by number:
+        # a tuple of tuples is hashed anew at every look-up) is what the job's fate in a call depends on but the plan.
         order = []
         promoted = []
         smallest = math.inf  # the smallest demand queued
         for job in queue:
-            smallest = min(smallest, job.spec.num_gpus)
+            if job.spec.num_gpus < smallest:
+                smallest = job.spec.num_gpus
             key = keys.get(job.id)
-            if key is None or key[5] != job.attained_gpu_s or key[6] != job.queued_since:
+            if key is None or key[6] != job.attained_gpu_s or key[7] != job.queued_since:
                 a = job.attained_gpu_s
                 rank, lv = self.rank_level(job.spec, a)
-                key = keys[job.id] = (rank, job.spec.submit_s, job.id, lv, job, a, job.queued_since,
+                group = self._group_number(view, job.spec, lv)
+                key = keys[job.id] = (rank, job.spec.submit_s, job.id, lv, job, group, a, job.queued_since,
                                       self._promotion(job, a))
-            if now >= key[7]:  # starving: first in line, top queue
-                promoted.append((-1.0, *key[1:3], 0, key[4]))
+            if now >= key[8]:  # starving: first in line, top queue
+                promoted.append((-1.0, *key[1:3], 0, key[4], self._group_number(view, job.spec, 0)))
             else:
                 order.append(key)
         order.sort()  # descending index = ascending rank; ties: arrival, then id
@@ -438,7 +450,15 @@ class Gittins(Tiresias):
         # strictly below its own), and free capacity only shrinks (what preemption frees, the preempting job takes):
         # once preempting for a demand failed, larger demands fail for the rest of the call.
         level, can_preempt, no_victims_from = -1, False, math.inf
-        for rank, _, _, job_level, job, *_ in order:
+        # A job whose group failed on the plan as it stands (group -> `Planner.changes` then) fails as that one did,
+        # with nothing to say (the call named its first waiting job already): alike in all the call reads of it, on
+        # the same plan, the same victims left (victims only leave while the plan stays: a preemption changes it) and
+        # no more to hope for (`no_victims_from` only falls). Passed over unread: a call tries each group once per
+        # plan, not each of tens of queued jobs (most of them fail, late in a busy run).
+        failed: dict[int, int] = {}
+        for rank, _, _, job_level, job, group, *_ in order:
+            if failed.get(group) == planner.changes:
+                continue
             if job_level != level:
                 level = job_level
                 can_preempt = self._has_victims_below(level)
@@ -450,17 +470,27 @@ class Gittins(Tiresias):
                     decisions.append(Wait(job.id, wait_reason(planner, spec)))
                 blocked = True
                 break
+            plan = planner.changes
             placement, no_victims_from = self._fit_or_preempt(view, planner, job, level, can_preempt,
                                                               no_victims_from, preempted, decisions)
             if placement is None:
                 if not blocked:
                     decisions.append(Wait(job.id, wait_reason(planner, spec)))
                 blocked = True
+                if planner.changes == plan:  # (a preemption undone changed the plan: its group is tried again)
+                    failed[group] = plan
                 continue
             self._start(planner, job, placement, f"queue {level}, Gittins rank {rank:.3g} GPU-s", decisions)
         if blocked and self._demote:
             decisions.append(WakeAt(self._demote[0][0] + 1e-6))
         return decisions
+
+
+def _group_of(view: ClusterView, spec: JobSpec, level: int) -> tuple[Any, ...]:
+    """What a pending job's fate in a call depends on but the plan (`Tiresias._group`'s, at its Gittins queue): the
+    queue it preempts from (victims strictly below it), its priority (whom it may preempt) and what the placement and
+    victim searches read of it (`placement.fit_key`, which fixes its demand, hence what the others would take)."""
+    return level, spec.priority, fit_key(view, spec)
 
 
 def make_gittins(arg: str, seed: int = 0) -> Gittins:

@@ -193,7 +193,7 @@ class CoverFloors:
         nodes = self._nodes
         if nodes is None or nodes.view is not view:
             nodes = self._nodes = _NodeTenants(view)
-        self.read += nodes.catch_up(view, planner, self._events)
+        self.read += nodes.catch_up(view, planner, self._events, levels)
         key = (level, spec.priority, spec.workers)
         table = self._tables.get(key)
         if table is None or table.view is not view:
@@ -201,19 +201,14 @@ class CoverFloors:
         dirty = np.flatnonzero(table.stamp != nodes.stamp)
         if not len(dirty):
             return table.by_node
-        running, node_free, workers, by_node, tenants = view.running, planner.node_free, spec.workers, \
-            table.by_node, nodes.tenants
-
-        def victim(job_id: int) -> bool:
-            job = running.get(job_id)
-            return job is not None and levels.get(job_id, 0) > level and may_preempt(job.spec, spec, equals=True)
-
+        node_free, workers, by_node, tenants = planner.node_free, spec.workers, table.by_node, nodes.tenants
         for n in dirty.tolist():
             need = workers - float(node_free[n])
             if need <= 0:
                 by_node[n] = _INF
             else:
-                items = [(gain, cost) for t, gain, cost in tenants[n] if victim(t)]
+                items = [(gain, cost) for gain, cost, lv, tenant in tenants[n]
+                         if lv > level and may_preempt(tenant, spec, equals=True)]
                 by_node[n] = _least_cover(items, need - EPS - SLACK) - SLACK
         table.stamp[dirty] = nodes.stamp[dirty]
         self.recomputed += len(dirty)
@@ -232,15 +227,17 @@ class _CoverTable:
 
 
 class _NodeTenants:
-    """Per node, its tenants as a node floor reads them: (id, gain there on the plan, GPUs freed), in the order of
-    its GPUs (then each GPU's tenants), each tenant once; with a stamp that changes whenever they are read again."""
+    """Per node, its running tenants as a node floor reads them: (gain there on the plan, GPUs freed, queue level,
+    spec), in the order of its GPUs (then each GPU's tenants), each tenant once; with a stamp that changes whenever
+    they are read again. (The level is the one read with them: a tenant that changes level, or stops running, has
+    its nodes read again before the next floor is computed, `_stale`.)"""
 
     __slots__ = ("events", "free", "moves", "next_stamp", "stamp", "tenants", "view", "where")
 
     def __init__(self, view: ClusterView) -> None:
         self.view = view
         num_nodes = view.cluster.num_nodes
-        self.tenants: list[list[tuple[int, float, float]]] = [[] for _ in range(num_nodes)]
+        self.tenants: list[list[tuple[float, float, int, JobSpec]]] = [[] for _ in range(num_nodes)]
         self.stamp = np.zeros(num_nodes, dtype=np.int64)
         self.next_stamp = 1
         self.free: np.ndarray | None = None  # the plan's free share the tenants were read on (None: never)
@@ -248,12 +245,13 @@ class _NodeTenants:
         self.events = 0
         self.where: dict[int, list[int]] = {}  # tenant id -> the nodes whose tenants hold it
 
-    def catch_up(self, view: ClusterView, planner: Planner, events: list[int]) -> int:
+    def catch_up(self, view: ClusterView, planner: Planner, events: list[int], levels: Mapping[int, int]) -> int:
         """Reads again the nodes whose tenants may have changed since the last call (every node the first time; the
-        module's `CoverFloors` says what they depend on), stamping them; returns how many."""
+        module's `CoverFloors` says what they depend on), stamping them; returns how many. `levels`: the running jobs'
+        queue levels (0 where none), as `events` has told every change to them."""
         dirty = self._stale(view, planner, events)
         for n in dirty:
-            self._read(n, view, planner)
+            self._read(n, view, planner, levels)
         if dirty:
             self.stamp[dirty] = np.arange(self.next_stamp, self.next_stamp + len(dirty))
             self.next_stamp += len(dirty)
@@ -280,14 +278,15 @@ class _NodeTenants:
                 dirty.update(node_of[g] for g in placement(job_id).gpus)
         return sorted(dirty)
 
-    def _read(self, n: int, view: ClusterView, planner: Planner) -> None:
-        """Node `n`'s tenants with their gains there (`_room_model`'s, on this plan) and the GPUs each frees."""
+    def _read(self, n: int, view: ClusterView, planner: Planner, levels: Mapping[int, int]) -> None:
+        """Node `n`'s running tenants with their gains there (`_room_model`'s, on this plan), the GPUs each frees,
+        its level and spec."""
         cluster = view.cluster
         node_of = _node_of(cluster)[0]
         first = int(cluster.node_first_gpu[n])
         free = planner.free_share[first:first + int(cluster.node_num_gpus[n])].tolist()
         running, where = view.running, self.where
-        items: list[tuple[int, float, float]] = []
+        items: list[tuple[float, float, int, JobSpec]] = []
         read: set[int] = set()
         for g in range(first, first + len(free)):
             for t in view.tenants(g):
@@ -305,7 +304,7 @@ class _NodeTenants:
                 for h in p.gpus:
                     if node_of[h] == n:
                         gain += share_freed(p.share, free[h - first])
-                items.append((t, gain, job.spec.gpu_demand))
+                items.append((gain, job.spec.gpu_demand, levels.get(t, 0), job.spec))
         self.tenants[n] = items
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,8 +21,9 @@ from test_victim_floors import _busy_view, _spec
 
 from policies.placement import Planner
 from policies.tiresias import pick_victims
-from policies.victim_floors import CoverFloors, _least_cover
-from scheduler.core.model import Job, JobPhase, Placement
+from policies.victim_floors import SLACK, CoverFloors, _least_cover, share_freed
+from scheduler.core.model import Job, JobPhase, JobSpec, Placement
+from scheduler.core.priorities import may_preempt
 from scheduler.core.state import ClusterView
 from scheduler.core.victims import EPS, Bound
 
@@ -156,3 +159,45 @@ def test_the_cover_floors_leave_the_chosen_victims_as_they_were(seed: int) -> No
 
 def test_the_floor_stops_searches() -> None:
     assert sum(_with_and_without_covers(1000 + seed) for seed in range(40)) > 0
+
+
+def _reference_floors(view: ClusterView, planner: Planner, spec: JobSpec, level: int,
+                      levels: dict[int, int]) -> list[float]:
+    """Per node, the least cover of its victims (running, at a level below `level`, that `spec` may preempt) with
+    their gains there on the plan, from the view's placements: what `CoverFloors.floors` must give, read afresh."""
+    cluster = view.cluster
+    out = []
+    for n in range(cluster.num_nodes):
+        need = spec.workers - float(planner.node_free[n])
+        if need <= 0:
+            out.append(math.inf)
+            continue
+        items = []
+        for job_id, job in view.running.items():
+            p = view.placement(job_id)
+            on_node = [g for g in p.gpus if int(cluster.gpu_node[g]) == n]
+            if on_node and levels.get(job_id, 0) > level and may_preempt(job.spec, spec, equals=True):
+                gain = sum(share_freed(p.share, float(planner.free_share[g])) for g in on_node)
+                items.append((gain, job.spec.gpu_demand))
+        out.append(_brute_least_cover(items, need - EPS - SLACK) - SLACK)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_kept_floors_count_the_victims_a_fresh_reading_counts(seed: int) -> None:
+    """Against floors found from the running jobs themselves (not through the nodes' tenants as kept): their levels
+    as they change, the searching job's level and priority (whom it may preempt)."""
+    rng = random.Random(seed)
+    busy = _busy_view(rng, nodes=rng.choice([2, 3]), gpus=8)
+    jobs = dict(busy.running)
+    view = ClusterView(busy._state, busy._contention, jobs)
+    levels = {j: rng.choice([0, 1, 2]) for j in view.running}
+    covers, planner = CoverFloors(), Planner(view)
+    taken: list[int] = []
+    for _ in range(25):
+        planner = _step(rng, view, jobs, levels, covers, planner, taken)
+        for workers, level, priority in ((1, 0, 0), (2, 1, 0), (1, 0, -1)):
+            spec = replace(_spec("new", float(workers)), priority=priority)
+            kept = covers.floors(view, planner, spec, level, levels).tolist()
+            assert kept == pytest.approx(_reference_floors(view, planner, spec, level, levels), abs=1e-12), \
+                (seed, workers, level, priority)
