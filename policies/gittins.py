@@ -60,7 +60,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from policies.heuristics import wait_reason
-from policies.placement import Planner, fit_key
+from policies.placement import Planner
+from policies.queue_scan import whole_fit_key
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from policies.tiresias import Tiresias, check_thresholds, format_thresholds
 from scheduler.core.decisions import Decision, Wait, WakeAt
@@ -377,7 +378,7 @@ class Gittins(Tiresias):
         self.sizes = sizes if sizes is not None else SizeDistribution.default()
         self._queues: dict[str, _ClassQueues] = {}
         self._keys: dict[int, tuple[Any, ...]] = {}  # pending job id -> its sort key (`schedule`)
-        self._keys_view: ClusterView | None = None  # the view the keys' groups were read on (`fit_key` reads it)
+        self._keys_view: ClusterView | None = None  # the view the keys' groups were read on (their keys read it)
         self._groups: dict[tuple[Any, ...], int] = {}  # group (`_group_of`) -> its number, for this view
 
     def _class_queues(self, spec: JobSpec) -> _ClassQueues:
@@ -489,8 +490,9 @@ class Gittins(Tiresias):
 def _group_of(view: ClusterView, spec: JobSpec, level: int) -> tuple[Any, ...]:
     """What a pending job's fate in a call depends on but the plan (`Tiresias._group`'s, at its Gittins queue): the
     queue it preempts from (victims strictly below it), its priority (whom it may preempt) and what the placement and
-    victim searches read of it (`placement.fit_key`, which fixes its demand, hence what the others would take)."""
-    return level, spec.priority, fit_key(view, spec)
+    victim searches read of it (`queue_scan.whole_fit_key`, which fixes its demand, hence what the others would
+    take)."""
+    return level, spec.priority, whole_fit_key(view, spec)
 
 
 def make_gittins(arg: str, seed: int = 0) -> Gittins:
