@@ -60,6 +60,21 @@ def job(name: str, submit: float, gpus: float, duration: float, model: str = "Re
     return JobSpec(name=name, submit_s=submit, num_gpus=gpus, duration_s=duration, model=model, kind=kind)
 
 
+def record_calls(policy: Any) -> list[list[Any]]:
+    """Keep each call's decisions of `policy`, in order (its `schedule` wrapped): the list returned fills as it is
+    asked. For tests that compare a policy's every call with another's."""
+    calls: list[list[Any]] = []
+    schedule = policy.schedule
+
+    def recorded(view: Any, queue: Any, now: float) -> list[Any]:
+        out = schedule(view, queue, now)
+        calls.append(list(out))
+        return out
+
+    policy.schedule = recorded
+    return calls
+
+
 @pytest.fixture
 def tiny_cluster() -> Cluster:
     """One node of four GPUs: small enough to compute schedules by hand."""

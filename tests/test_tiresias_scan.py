@@ -4,9 +4,10 @@ of the scan that hands every group out and lets `_fit_or_preempt` find that it f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+from conftest import record_calls
 
 import policies.tiresias as tiresias
 from policies.placement import FitKey, fit_key
@@ -27,7 +28,7 @@ from scheduler.core.state import ClusterView
 from scheduler.core.traces import load_trace
 
 
-def _decisions(shortcut: bool, seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[str]], int]:
+def _decisions(shortcut: bool, seed: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[Decision]], int]:
     """Each call's decisions on a small overloaded cluster with low thresholds (jobs reach the last queue, which
     preempts no one), and how many groups were set aside."""
     untried = tiresias._untried
@@ -47,15 +48,7 @@ def _decisions(shortcut: bool, seed: int, monkeypatch: pytest.MonkeyPatch) -> tu
 
     monkeypatch.setattr(tiresias, "_untried", wrapped)
     policy = tiresias.Tiresias(thresholds=(60.0, 600.0))
-    calls: list[list[str]] = []
-    schedule: Callable[[ClusterView, Collection[Job], float], list[Decision]] = policy.schedule
-
-    def recorded(view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        out = schedule(view, queue, now)
-        calls.append([repr(d) for d in out])
-        return out
-
-    policy.schedule = recorded  # type: ignore[method-assign]
+    calls = record_calls(policy)
     jobs = load_trace("synthetic:800,iat=4", seed=seed).jobs
     Simulator(parse_cluster("dgx-a100:6"), jobs, policy).run()
     monkeypatch.setattr(tiresias, "_untried", untried)
@@ -93,25 +86,20 @@ def test_every_list_holding_a_stopped_job_is_marked_for_the_walk_to_tidy() -> No
 
 
 def _calls_grouped_by(group_key: Callable[..., object], cluster: Cluster, jobs: list[JobSpec],
-                      monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[str]], int]:
+                      monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[Decision]], int]:
     """Each call's decisions of a tiresias replay whose queue groups use `group_key`, and how many groups it made."""
     monkeypatch.setattr(tiresias, "whole_fit_key", group_key)
     groups: set[object] = set()
     policy = tiresias.Tiresias(thresholds=(60.0, 600.0))
-    calls: list[list[str]] = []
-    schedule, group = policy.schedule, policy._group
-
-    def recorded(view: ClusterView, queue: Collection[Job], now: float) -> list[Decision]:
-        out = schedule(view, queue, now)
-        calls.append([repr(d) for d in out])
-        return out
+    calls = record_calls(policy)
+    group = policy._group
 
     def counted(view: ClusterView, job: Job) -> tuple[int, int, FitKey]:
         key = group(view, job)
         groups.add(key)
         return key
 
-    policy.schedule, policy._group = recorded, counted  # type: ignore[method-assign]
+    policy._group = counted  # type: ignore[method-assign]
     Simulator(cluster, jobs, policy).run()
     return calls, len(groups)
 

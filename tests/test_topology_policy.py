@@ -4,6 +4,7 @@ the same indices of each node (rails), on small inline fabrics."""
 from __future__ import annotations
 
 import pytest
+from conftest import record_calls
 
 from policies import make_policy
 from policies.placement import Planner
@@ -288,15 +289,7 @@ def test_a_held_job_s_wait_is_said_again_while_its_words_stand_and_worded_again_
 
 
 def _calls(policy: Topology, cluster: Cluster, jobs: list[JobSpec]) -> list[list[Decision]]:
-    calls: list[list[Decision]] = []
-    schedule = policy.schedule
-
-    def recorded(view: ClusterView, queue, now: float) -> list[Decision]:  # type: ignore[no-untyped-def]
-        out = schedule(view, queue, now)
-        calls.append(list(out))
-        return out
-
-    policy.schedule = recorded  # type: ignore[method-assign]
+    calls = record_calls(policy)
     Simulator(cluster, jobs, policy).run()
     return calls
 
