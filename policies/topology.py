@@ -1,10 +1,10 @@
 """`topology`: arrival order with backfill, each gang on as few racks, pods and nodes as it fits, rail-aligned, and
 compactness required for a bounded time (`policies.compactness`). A `policies.heuristics.QueuePolicy`.
 
-Late in a long replay most of its queue is gangs that wait for compact room, call after call, and most calls come with
-an arrival or a wake-up that frees nothing. So it keeps what it read of each job (`_Held`), what its searches found
-while free capacity stands still, and what its last call said (`_Said`): a call on the same free capacity, while every
-wait it said still reads the same, says those waits again and scans only the jobs that arrived since.
+Late in a long replay most of its queue is gangs that wait for compact room, call after call. So it keeps what it read
+of each job (`_Held`), what its searches found while free capacity stands still (calls that come with a wake-up, or an
+arrival that waits too, change none), and what its last call said (`_Said`): a call on the same free capacity, while
+every wait it said still reads the same, says those waits again and scans only the jobs that arrived since.
 """
 
 from __future__ import annotations

@@ -373,7 +373,7 @@ class Simulator:
         """Carry out decisions (preemptions and shrinks first: they free what placements and grows may use). True if
         anything changed."""
         acted = False
-        # Most of a deep queue's decisions are waits: its kinds are read once, and each wait is one test.
+        # Most of a deep queue's decisions are waits: their kinds are read once, and each wait is one test.
         if kinds_among(decisions, Preempt):
             for d in decisions:
                 if isinstance(d, Preempt):
