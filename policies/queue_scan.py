@@ -37,6 +37,9 @@ from scheduler.core.model import Job, JobSpec
 from scheduler.core.state import ClusterView
 
 Key = Hashable
+Position = tuple[float, int]  # a job's place in the book's queue order: (submitted, id), `progress.in_queue_order`'s
+NONE: Position = (-math.inf, -1)  # before every job
+ALL: Position = (math.inf, 0)  # after every job
 
 
 def whole_fit_key(view: ClusterView, spec: JobSpec) -> FitKey:
@@ -48,9 +51,6 @@ def whole_fit_key(view: ClusterView, spec: JobSpec) -> FitKey:
     if spec.num_gpus >= 1 and key[3] <= view.cluster.min_gpu_mem:
         return key[:3] + (0.0,) + key[4:]
     return key
-Position = tuple[float, int]  # a job's place in the book's queue order: (submitted, id), `progress.in_queue_order`'s
-NONE: Position = (-math.inf, -1)  # before every job
-ALL: Position = (math.inf, 0)  # after every job
 
 
 def queue_mapping(queue: Collection[Job]) -> Mapping[int, Job] | None:
