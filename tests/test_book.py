@@ -3,6 +3,8 @@ and the maps together, return the jobs whose slowdown changed, and accumulate at
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from conftest import job, small_cluster
 
@@ -142,3 +144,23 @@ def test_the_state_and_the_model_must_be_of_one_cluster() -> None:
     profiles = catalog()
     with pytest.raises(ValueError, match="contention"):
         Book(ClusterState(small_cluster(nodes=1), profiles), ContentionModel(small_cluster(nodes=2), profiles))
+
+
+def test_a_queue_drained_from_its_head_is_packed_again_in_queue_order(book: Book) -> None:
+    """A dict keeps a hole for each popped key, and reading its first value walks past them all: the book packs its
+    queue in place as holes pile up, so a queue drained from its head (no arrivals to make the dict pack itself) does
+    not make each look at its head cost every job started since. The order, the jobs and the counts stay as they
+    were."""
+    jobs = [whole(i, 1, submit=float(i)) for i in range(20_000)]
+    for j in jobs:
+        book.append(j)
+    full, mapping = sys.getsizeof(book.pending), book.pending
+    for j in jobs[:19_000]:
+        book.dequeue(j.id)
+        assert next(iter(book.pending.values())) is jobs[j.id + 1]
+    assert list(book.pending.values()) == jobs[19_000:]
+    assert sys.getsizeof(book.pending) < full / 4 and book.pending is mapping  # packed in place
+    queued = book.queue()
+    assert queued.priorities == 1 and list(queued) == jobs[19_000:]
+    book.dequeue(jobs[-1].id)
+    assert list(book.queue()) == jobs[19_000:-1]

@@ -94,6 +94,7 @@ class Book:
         self.running: dict[int, Job] = {}
         self.elastic: dict[int, Job] = {}  # the running jobs that may be resized (elastic as submitted)
         self.pending: dict[int, Job] = {}  # queue order (`in_queue_order`) but for `append`'s arrivals
+        self._taken = 0  # jobs taken out of `pending` since it was last packed (`dequeue`)
         self._running_priorities = PriorityCount()  # of the running preemptible jobs
         self._queued = PriorityCount()  # of the queued jobs
         self.view = ClusterView(state, contention, self.running, self.lowest_preemptible, self.elastic)
@@ -226,7 +227,19 @@ class Book:
 
     def dequeue(self, job_id: int) -> None:
         """Take a job from the queue (cancelled, or started), if it is there."""
-        self.pending.pop(job_id, None)
+        pending = self.pending
+        if pending.pop(job_id, None) is not None:
+            self._taken += 1
+            # A dict keeps a hole where a key was popped, and reading its first job walks past every hole before it:
+            # a queue drained from its head (a million-job replay's, with no arrivals to make the dict grow and pack
+            # itself) cost a walk over every job started since at each look at its head, most of an instant's work.
+            # Packed in place (the same object: the policies follow it, `Queued.mapping`) past ~sqrt(len) holes:
+            # O(sqrt(len)) per job taken, in copying and in walking alike.
+            if self._taken > 64 + 8 * math.isqrt(len(pending)):
+                packed = dict(pending)
+                pending.clear()
+                pending.update(packed)
+                self._taken = 0
         self._queued.remove(job_id)
 
     def requeue(self, job: Job, now: float) -> None:
@@ -240,7 +253,8 @@ class Book:
 
     def sort_queue(self) -> None:
         """Put the queue back in queue order (by submission time, then id)."""
-        self.pending = in_queue_order(self.pending)
+        self.pending = in_queue_order(self.pending)  # (a new dict: packed)
+        self._taken = 0
 
     def _queueable(self, job: Job) -> None:
         """Check that `job` may be queued, and count its priority (the callers queue it next)."""
