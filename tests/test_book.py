@@ -3,7 +3,9 @@ and the maps together, return the jobs whose slowdown changed, and accumulate at
 
 from __future__ import annotations
 
+import random
 import sys
+from dataclasses import replace
 
 import pytest
 from conftest import job, small_cluster
@@ -11,6 +13,7 @@ from conftest import job, small_cluster
 from scheduler.core.book import Book, BookError
 from scheduler.core.contention import ContentionModel
 from scheduler.core.model import Job, JobPhase, Placement
+from scheduler.core.progress import in_queue_order
 from scheduler.core.state import ClusterState, PlacementError
 from scheduler.core.workloads import catalog
 
@@ -164,3 +167,45 @@ def test_a_queue_drained_from_its_head_is_packed_again_in_queue_order(book: Book
     assert queued.priorities == 1 and list(queued) == jobs[19_000:]
     book.dequeue(jobs[-1].id)
     assert list(book.queue()) == jobs[19_000:-1]
+
+
+def test_a_job_put_back_in_the_queue_lands_where_a_sort_would_put_it(book: Book) -> None:
+    """The book inserts one requeued job among jobs in queue order instead of sorting them all: on random sequences of
+    arrivals (some out of order, which the book must then sort), requeues, enqueues, departures, sorts and specs that
+    move a queued job, its queue is, after every step, the one the book made when it sorted every queue (the
+    reference below)."""
+    rng = random.Random(7)
+    for _ in range(30):
+        book.pending.clear()
+        book.sort_queue()
+        ref: dict[int, Job] = {}
+        jobs = [whole(i, 1, submit=float(rng.randrange(40))) for i in range(60)]
+        out = list(jobs)
+        for step in range(150):
+            op = rng.random()
+            if out and op < 0.45:
+                j = out.pop(rng.randrange(len(out)) if rng.random() < 0.2 else 0)
+                if rng.random() < 0.5:
+                    book.append(j)
+                    ref[j.id] = j
+                else:
+                    (book.requeue(j, float(step)) if rng.random() < 0.5 else book.enqueue(j))
+                    ref[j.id] = j
+                    ref = in_queue_order(ref)
+            elif ref and op < 0.8:
+                j = ref[rng.choice(list(ref))]
+                book.dequeue(j.id)
+                del ref[j.id]
+                out.append(j)
+            elif op < 0.85:
+                book.sort_queue()
+                ref = in_queue_order(ref)
+            elif ref and op < 0.9:  # a queued job's spec moves it in queue order: it stays put until a sort
+                j = ref[rng.choice(list(ref))]
+                book.respec(j, replace(j.spec, submit_s=float(rng.randrange(40))))
+            elif ref:  # a queued job requeued where it is (the book sorts then, as it did)
+                j = ref[rng.choice(list(ref))]
+                book.requeue(j, float(step))
+                ref = in_queue_order(ref)
+            assert list(book.pending) == list(ref), step
+            assert list(book.queue()) == list(ref.values())

@@ -141,7 +141,8 @@ class PriorityFrame(PolicyFrame):
         decisions = yield from deliberation(self.inner, view, jobs, now)
         if not kinds_among(decisions, Preempt, Resize):
             return decisions
-        by_id = {j.id: j for j in jobs}
+        # (the book's queue is a mapping already: a deep queue's preempting call no longer copies it)
+        by_id = jobs.mapping if isinstance(jobs, Queued) else {j.id: j for j in jobs}
         kept: list[Decision] = []
         group: list[Preempt | Resize] = []
         blocked: set[int] = set()  # GPUs of victims whose preemption was refused: still held
