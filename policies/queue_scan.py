@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from collections.abc import Callable, Collection, Hashable, Mapping
 
 from policies.placement import FitKey, fit_key
@@ -172,21 +173,34 @@ class QueueIndex:
     def heads(self, start: Position, skip: Collection[Key] = ()) -> list[tuple[Position, Key]]:
         """Per group but those in `skip`, its first live position from `start` on, with the group's key: in queue
         order."""
-        out = []
-        for key in self.groups:
-            if key not in skip:
-                p = self.first(key, start)
-                if p is not None:
-                    out.append((p, key))
-        out.sort(key=lambda pk: pk[0])
+        lo = self._lo
+        # (`first`, inlined: a deep queue's every call asks it of each of its ~100 groups)
+        if start == NONE:  # every live position is after NONE: each group's first is its first live one
+            out = [(group[lo[key]], key) for key, group in self.groups.items() if key not in skip]
+        else:
+            out = []
+            for key, group in self.groups.items():
+                if key not in skip:
+                    i = bisect.bisect_left(group, start, lo[key])
+                    if i < len(group):
+                        out.append((group[i], key))
+        out.sort(key=operator.itemgetter(0))  # (positions are unique: the order is theirs alone)
         return out
 
-    def head(self, start: Position) -> Job | None:
-        """The first job from position `start` on (None: none)."""
+    def head(self, start: Position, found: list[tuple[Position, Key]] | None = None) -> Job | None:
+        """The first job from position `start` on (None: none). `found`: what `heads(start, skip)` returned, for some
+        `skip`: only the groups it does not hold are read again."""
         if start == NONE:
             return next(iter(self.mapping.values()), None)  # the mapping is in position order
-        heads = self.heads(start)
-        return self.at[heads[0][0]][0] if heads else None
+        best = found[0][0] if found else ALL
+        known = {key for _, key in found} if found else ()
+        lo = self._lo
+        for key, group in self.groups.items():
+            if key not in known:
+                i = bisect.bisect_left(group, start, lo[key])
+                if i < len(group) and group[i] < best:
+                    best = group[i]
+        return self.at[best][0] if best != ALL else None
 
 
 class FirstFit:
@@ -215,13 +229,14 @@ class FirstFit:
         if index is None:
             return self._scan(view, queue, fits)
         misfits = self._misfits
-        for p, key in index.heads(self._cursor, misfits):  # a group known to fit nowhere is not tried
+        heads = index.heads(self._cursor, misfits)
+        for p, key in heads:  # a group known to fit nowhere is not tried
             job = index.at[p][0]
             if fits(job):
                 self._cursor, self._placed = p, job
                 return job, None
             misfits.add(key)
-        waiting = index.head(self._cursor)  # every job from the cursor on was passed over: the first waits
+        waiting = index.head(self._cursor, heads)  # every job from the cursor on was passed over: the first waits
         self._cursor = ALL
         return None, waiting
 
