@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -173,13 +174,14 @@ def test_a_job_put_back_in_the_queue_lands_where_a_sort_would_put_it(book: Book)
     """The book inserts one requeued job among jobs in queue order instead of sorting them all: on random sequences of
     arrivals (some out of order, which the book must then sort), requeues, enqueues, departures, sorts and specs that
     move a queued job, its queue is, after every step, the one the book made when it sorted every queue (the
-    reference below)."""
+    reference below), and the demands it counts are those of its jobs."""
     rng = random.Random(7)
     for _ in range(30):
-        book.pending.clear()
+        for job_id in list(book.pending):
+            book.dequeue(job_id)
         book.sort_queue()
         ref: dict[int, Job] = {}
-        jobs = [whole(i, 1, submit=float(rng.randrange(40))) for i in range(60)]
+        jobs = [whole(i, rng.choice([1, 2, 4]), submit=float(rng.randrange(40))) for i in range(60)]
         out = list(jobs)
         for step in range(150):
             op = rng.random()
@@ -209,3 +211,4 @@ def test_a_job_put_back_in_the_queue_lands_where_a_sort_would_put_it(book: Book)
                 ref = in_queue_order(ref)
             assert list(book.pending) == list(ref), step
             assert list(book.queue()) == list(ref.values())
+            assert book.queue().demands == Counter(j.spec.gpu_demand for j in ref.values())  # (no zero counts kept)

@@ -178,33 +178,38 @@ def test_the_first_set_stands_when_other_pending_jobs_would_take_its_surplus() -
     assert choose_victims(rows, lacking, takers=_takers([2.0] * 7)) == ["big"]  # 14 GPUs taken: no waste
     assert choose_victims(rows, lacking, takers=_takers([2.0] * 6)) == ["x"]  # 2 of the 14 left idle
     assert choose_victims(rows, lacking, takers=_takers([16.0, 32.0])) == ["x"]  # too large for the surplus
-    assert _takers([4.0, 1.0, 2.0, 8.0])(5.0) == 7.0
+    assert _takers([4.0, 1.0, 2.0, 8.0])(5.0)  # 1 + 2 + 4 of the 5 (the 8 is too large)
+    assert not _takers([4.0, 8.0])(5.0)  # 4 of the 5: one GPU left idle
 
 
 def _takers(demands: list[float]) -> Takers:
     return PendingDemands(lambda: demands).takers()
 
 
-def test_the_queue_sorted_once_answers_what_sorting_the_others_answers() -> None:
-    """`PendingDemands` sorts the queue once for every starting job; leaving one copy of the starting job's demand
-    out must give the very floats that sorting and summing the other jobs' demands gives."""
+def test_the_queue_counted_once_answers_what_sorting_the_others_answers() -> None:
+    """`PendingDemands` counts the queue's demands once for every starting job (or takes the book's counts); leaving
+    one copy of the starting job's demand out must answer what sorting and summing the other jobs' demands answers,
+    on the very floats (0.1 and 0.3 make sums that depend on their order)."""
     import random
+    from collections import Counter
 
     rng = random.Random(3)
     for _ in range(40):
         demands = [rng.choice([0.1, 0.25, 0.3, 0.5, 1.0, 2.0, 3.0, 8.0, 64.0]) for _ in range(rng.randrange(0, 30))]
-        pending = PendingDemands(lambda demands=demands: demands)
+        read = PendingDemands(lambda demands=demands: demands)
+        counted = PendingDemands(counts=Counter(demands))
         for own_at in [*range(len(demands)), None]:
             own = demands[own_at] if own_at is not None else 0.7  # 0.7: a starting job that is not pending
             others = sorted(d for i, d in enumerate(demands) if i != own_at)
-            takers = pending.takers(own)
-            for surplus in [0.0, 0.3, 0.6, 1.0, 2.5, 7.9, 10.0, 100.0]:
+            for surplus in [0.0, 0.3, 0.6, 0.7, 0.9, 1.0, 1.6, 2.5, 7.9, 10.0, 100.0]:
                 expected = 0.0
                 for d in others:  # the others no larger than the surplus, summed smallest first
                     if d > surplus + 1e-6:
                         break
                     expected += d
-                assert takers(surplus) == expected, (demands, own, surplus)
+                want = expected >= surplus - 1e-6
+                assert read.takers(own)(surplus) is want, (demands, own, surplus)
+                assert counted.takers(own)(surplus) is want, (demands, own, surplus)
 
 
 def test_pick_victims_frees_the_fewest_gpus_on_the_node_that_lacks_fewest() -> None:

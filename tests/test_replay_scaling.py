@@ -269,7 +269,7 @@ def test_a_victim_source_that_follows_the_bound_builds_fewer_offers_and_the_same
     plain: list[int] = []
     bounded: list[int] = []
     bound = Bound()
-    want = choose_victims(offers(None, plain), lacking, takers=lambda s: 0.0)
-    got = choose_victims(offers(bound, bounded), lacking, takers=lambda s: 0.0, bound=bound)
+    want = choose_victims(offers(None, plain), lacking, takers=lambda s: False)
+    got = choose_victims(offers(bound, bounded), lacking, takers=lambda s: False, bound=bound)
     assert got == want and want != [0]  # the 16-GPU first victim was replaced by a cheaper set
     assert len(plain) == len(freed) and len(bounded) < len(freed) / 2

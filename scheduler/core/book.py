@@ -36,13 +36,16 @@ class BookError(RuntimeError):
 
 class Queued(Collection[Job]):
     """The pending jobs in queue order, as a policy is offered them, with how many distinct priorities they hold
-    (`priorities`; None: not known, read each job)."""
+    (`priorities`) and how many of them ask for each GPU demand (`demands`, read-only; None: not known, read each
+    job)."""
 
-    __slots__ = ("_jobs", "priorities")
+    __slots__ = ("_jobs", "demands", "priorities")
 
-    def __init__(self, jobs: Mapping[int, Job], priorities: int | None) -> None:
+    def __init__(self, jobs: Mapping[int, Job], priorities: int | None,
+                 demands: Mapping[float, int] | None = None) -> None:
         self._jobs = jobs
         self.priorities = priorities
+        self.demands = demands
 
     def __iter__(self) -> Iterator[Job]:
         return iter(self._jobs.values())
@@ -60,25 +63,25 @@ class Queued(Collection[Job]):
         return self._jobs
 
 
-class PriorityCount:
-    """Jobs' priorities, counted, with each job's counted priority: which priorities a set of jobs holds, kept as jobs
-    come and go rather than read from every job."""
+class Tally:
+    """Jobs' values (priorities, GPU demands), counted, with each job's counted value: which values a set of jobs
+    holds and how many hold each, kept as jobs come and go rather than read from every job."""
 
     def __init__(self) -> None:
-        self.counts: Counter[int] = Counter()  # priority -> jobs counted at it (no zero entries)
-        self.of: dict[int, int] = {}  # job id -> the priority it is counted at
+        self.counts: Counter[float] = Counter()  # value -> jobs counted at it (no zero entries)
+        self.of: dict[int, float] = {}  # job id -> the value it is counted at
 
-    def add(self, job_id: int, priority: int) -> None:
-        self.counts[priority] += 1
-        self.of[job_id] = priority
+    def add(self, job_id: int, value: float) -> None:
+        self.counts[value] += 1
+        self.of[job_id] = value
 
     def remove(self, job_id: int) -> None:
         """Uncount `job_id` if it is counted."""
-        priority = self.of.pop(job_id, None)
-        if priority is not None:
-            self.counts[priority] -= 1
-            if not self.counts[priority]:
-                del self.counts[priority]
+        value = self.of.pop(job_id, None)
+        if value is not None:
+            self.counts[value] -= 1
+            if not self.counts[value]:
+                del self.counts[value]
 
 
 class Book:
@@ -100,8 +103,9 @@ class Book:
         # id) no queued job's is above: what lets `_put_in_place` insert one job rather than sort them all.
         self._ordered = True
         self._last: tuple[float, int] = (-math.inf, -1)
-        self._running_priorities = PriorityCount()  # of the running preemptible jobs
-        self._queued = PriorityCount()  # of the queued jobs
+        self._running_priorities = Tally()  # of the running preemptible jobs
+        self._queued = Tally()  # of the queued jobs
+        self._demands = Tally()  # the queued jobs' GPU demands (the victim rule's `PendingDemands` reads them)
         self.view = ClusterView(state, contention, self.running, self.lowest_preemptible, self.elastic)
 
     def start(self, job: Job, placement: Placement, now: float, *, adopt: bool = False) -> set[int]:
@@ -201,6 +205,8 @@ class Book:
         if job.id in self._queued.of:
             self._queued.remove(job.id)
             self._queued.add(job.id, spec.priority)
+            self._demands.remove(job.id)
+            self._demands.add(job.id, spec.gpu_demand)
 
     def lowest_preemptible(self) -> float:
         """The lowest priority of a running, preemptible job (inf: none is), from the index: O(distinct priorities)."""
@@ -217,8 +223,9 @@ class Book:
     def queue(self) -> Queued:
         """The queue as a policy is offered it, with its count of distinct priorities (None if the queue was changed
         other than through the book, and the count may be stale)."""
-        known = len(self._queued.of) == len(self.pending)
-        return Queued(self.pending, len(self._queued.counts) if known else None)
+        if len(self._queued.of) != len(self.pending):
+            return Queued(self.pending, None)
+        return Queued(self.pending, len(self._queued.counts), self._demands.counts)
 
     def append(self, job: Job) -> None:
         """Queue `job` at the end: an arrival, which comes in submission order (a caller that cannot vouch for that
@@ -252,6 +259,7 @@ class Book:
                 pending.update(packed)
                 self._taken = 0
         self._queued.remove(job_id)
+        self._demands.remove(job_id)
 
     def requeue(self, job: Job, now: float) -> None:
         """Put back in the queue, in its old place, a job whose run was stopped (`stop`) at `now` and will run
@@ -290,6 +298,8 @@ class Book:
             raise BookError(f"job {job.spec.name} (id {job.id}) is running: stop its run before queueing it")
         self._queued.remove(job.id)  # (queued again while queued: counted once)
         self._queued.add(job.id, job.spec.priority)
+        self._demands.remove(job.id)
+        self._demands.add(job.id, job.spec.gpu_demand)
 
 
 def _position(job: Job) -> tuple[float, int]:

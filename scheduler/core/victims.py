@@ -30,13 +30,15 @@ order did.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 import operator
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
+
+from scheduler.core.book import Queued
 
 if TYPE_CHECKING:
     from scheduler.core.model import Job
@@ -47,8 +49,8 @@ EPS = 1e-6  # GPUs: float sums of shares (6.999999999999998 for 7) must count as
 MAX_FRONTIER = 64  # (gain, cost) pairs kept per bucket in step 2: a bound on its cost where shares make many sums
 
 Fits = Callable[[list[T]], bool]
-# Of `surplus` GPUs freed beyond what the starting job lacks, how many the other pending jobs would take.
-Takers = Callable[[float], float]
+# Whether the other pending jobs would take the `surplus` GPUs freed beyond what the starting job lacks.
+Takers = Callable[[float], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,45 +124,54 @@ def fewest_victims(first: Sequence[Offer[T, K]], bucket: K, offers: Iterable[Off
     chosen = _trim(first, bucket, lacking[bucket], fits)
     cost = _freed(chosen)
     surplus = cost - lacking[bucket]
-    if surplus <= EPS or (takers is not None and takers(surplus) >= surplus - EPS):
+    if surplus <= EPS or (takers is not None and takers(surplus)):
         return _victims(chosen)
     cheaper = _cheapest(offers, lacking, cost, fits, bound)
     return _victims(chosen if cheaper is None else cheaper)
 
 
 class PendingDemands:
-    """The pending jobs' GPU demands, sorted once: `takers` for each starting job. A pass weighs preemptions for many
-    jobs against one queue, and gathering and sorting the queue again for each was most of their cost on a deep
-    queue (a Python loop over ~1,500 jobs each time)."""
+    """The pending jobs' GPU demands (positive), counted per demand: `takers` for each starting job. A pass weighs
+    preemptions for many jobs against one queue; the book keeps the counts as jobs come and go (`Queued.demands`),
+    so a pass over its queue reads no job for them, and any other queue is read once, on the first question."""
 
-    def __init__(self, demands: Callable[[], Iterable[float]]) -> None:
-        self._demands = demands  # called on the first question
-        self._sorted: list[float] | None = None
+    def __init__(self, demands: Callable[[], Iterable[float]] | None = None,
+                 counts: Mapping[float, int] | None = None) -> None:
+        self._demands = demands  # called on the first question, where no `counts` are given
+        self._given = counts  # copied on the first question (the book's change as jobs come and go)
+        self._counts: dict[float, int] = {}
+        self._values: list[float] | None = None  # the distinct demands, ascending (None: not asked yet)
 
     def takers(self, own: float | None = None) -> Takers:
-        """`Takers` of the pending jobs but the starting one, whose demand is `own` (None: it is not pending): those
-        no larger than the surplus, all of them (whether they pack into it is left to the pass that places them).
-        Computed on the first question."""
-        table: list[tuple[list[float], list[float]]] = []
+        """`Takers` of the pending jobs but the starting one, whose demand is `own` (None: it is not pending): they
+        take the surplus if those no larger than it, all of them, add up to it (whether they pack into it is left to
+        the pass that places them), summed smallest first. The sum stops once it gets there: sums of positive floats
+        only grow, so the whole sum would get there too."""
 
-        def take(surplus: float) -> float:
-            if not table:
-                if self._sorted is None:
-                    self._sorted = sorted(self._demands())
-                ds = self._sorted
-                if own is not None:  # sorting the others gives this list with one copy of `own` out
-                    k = bisect.bisect_left(ds, own)
-                    if k < len(ds) and ds[k] == own:
-                        ds = ds[:k] + ds[k + 1:]
-                table.append((ds, list(itertools.accumulate(ds, initial=0.0))))
-            ds, sums = table[0]
-            return sums[bisect.bisect_right(ds, surplus + EPS)]
+        def take(surplus: float) -> bool:
+            if self._values is None:
+                given = self._given
+                self._counts = dict(given) if given is not None else \
+                    Counter(self._demands() if self._demands is not None else ())
+                self._values = sorted(self._counts)
+            counts, need, most, total = self._counts, surplus - EPS, surplus + EPS, 0.0
+            for d in self._values:
+                if d > most:
+                    break
+                for _ in range(counts[d] - (d == own)):  # (one copy of `own` left out: the starting job's)
+                    total += d
+                    if total >= need:
+                        return True
+            return total >= need
 
         return take
 
 
 def queue_demands(queue: Iterable[Job]) -> PendingDemands:
-    """The pending jobs' demands: built once per pass, read on its first question."""
+    """The pending jobs' demands: the book's counts where `queue` is its queue, else read on the first question."""
+    counts = queue.demands if isinstance(queue, Queued) else None
+    if counts is not None:
+        return PendingDemands(counts=counts)
     return PendingDemands(lambda: (j.spec.gpu_demand for j in queue))
 
 
