@@ -60,6 +60,22 @@ def job(name: str, submit: float, gpus: float, duration: float, model: str = "Re
     return JobSpec(name=name, submit_s=submit, num_gpus=gpus, duration_s=duration, model=model, kind=kind)
 
 
+def two_gpu_sizes() -> Cluster:
+    """Two DGX-like nodes of 16 GB V100s and two of 32 GB: a model only the larger hold keeps its memory in a fit key
+    (`policies.queue_scan.whole_fit_key`)."""
+    return build_cluster(ClusterSpec(name="mixed", nodes_per_rack=8, groups=[
+        NodeGroupSpec(count=2, node=NodeTypeSpec(gpu=gpu, gpus_per_node=8, interconnect="nvlink", nic_gbps=100.0))
+        for gpu in ("V100-16GB", "V100-32GB")]))
+
+
+def many_models(count: int, gap_s: float) -> list[JobSpec]:
+    """Jobs of 0.25 to 16 GPUs and four models, one every `gap_s`: BERT-large (20 GB) fits only 32 GB GPUs, MoE's
+    (10 GB) half share only their MPS cap."""
+    sizes, models = [1, 2, 0.5, 4, 1, 8, 0.25, 2, 16, 6, 1], ["ResNet-50-bs64", "MoE", "BERT-large", "ResNet-18-bs32"]
+    return [JobSpec(name=f"j{i}", submit_s=i * gap_s, num_gpus=sizes[i % len(sizes)], model=models[i % len(models)],
+                    duration_s=120.0 + (i * 677) % 4000) for i in range(count)]
+
+
 def record_calls(policy: Any) -> list[list[Any]]:
     """Keep each call's decisions of `policy`, in order (its `schedule` wrapped): the list returned fills as it is
     asked. For tests that compare a policy's every call with another's."""

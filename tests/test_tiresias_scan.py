@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from conftest import record_calls
+from conftest import many_models, record_calls, two_gpu_sizes
 
 import policies.tiresias as tiresias
 from policies.placement import FitKey, fit_key
@@ -15,12 +15,8 @@ from policies.queue_scan import whole_fit_key
 from scheduler.core.decisions import Decision
 from scheduler.core.model import (
     Cluster,
-    ClusterSpec,
     Job,
     JobSpec,
-    NodeGroupSpec,
-    NodeTypeSpec,
-    build_cluster,
     parse_cluster,
 )
 from scheduler.core.simulator import Simulator
@@ -110,13 +106,8 @@ def test_grouping_gangs_of_every_model_a_gpu_holds_changes_no_decision(mixed: bo
     """Tiresias groups the queue by `whole_fit_key` (a whole-GPU job's memory left out where every GPU holds it):
     call for call, the decisions of the grouping by `fit_key`, with fewer groups. On a cluster of 16 and 32 GB GPUs
     the models only the larger hold keep their memory in the key."""
-    cluster = build_cluster(ClusterSpec(name="mixed", nodes_per_rack=8, groups=[
-        NodeGroupSpec(count=2, node=NodeTypeSpec(gpu=gpu, gpus_per_node=8, interconnect="nvlink", nic_gbps=100.0))
-        for gpu in ("V100-16GB", "V100-32GB")])) if mixed else parse_cluster("dgx-a100:4")
-    # BERT-large (20 GB) fits only the 32 GB GPUs; MoE's (10 GB) half share only their MPS cap.
-    sizes, models = [1, 2, 0.5, 4, 1, 8, 0.25, 2, 16, 6, 1], ["ResNet-50-bs64", "MoE", "BERT-large", "ResNet-18-bs32"]
-    jobs = [JobSpec(name=f"j{i}", submit_s=i * 45.0, num_gpus=sizes[i % len(sizes)], model=models[i % len(models)],
-                    duration_s=120.0 + (i * 677) % 4000) for i in range(500)]
+    cluster = two_gpu_sizes() if mixed else parse_cluster("dgx-a100:4")
+    jobs = many_models(500, 45.0)
     coarse, fewer = _calls_grouped_by(whole_fit_key, cluster, jobs, monkeypatch)
     fine, more = _calls_grouped_by(fit_key, cluster, jobs, monkeypatch)
     assert fewer < more, (fewer, more)
