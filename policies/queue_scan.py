@@ -35,6 +35,7 @@ from collections.abc import Callable, Collection, Hashable, Mapping
 from policies.placement import FitKey, fit_key
 from scheduler.core.book import Queued
 from scheduler.core.model import Job, JobSpec
+from scheduler.core.progress import queue_position as position
 from scheduler.core.state import ClusterView
 
 Key = Hashable
@@ -58,10 +59,6 @@ def queue_mapping(queue: Collection[Job]) -> Mapping[int, Job] | None:
     """The book's queue as its mapping of job ids to jobs in queue order, the object the book appends arrivals to
     (None for any other collection). Read, never changed."""
     return queue.mapping if isinstance(queue, Queued) else None
-
-
-def position(job: Job) -> Position:
-    return (job.spec.submit_s, job.id)
 
 
 class QueueIndex:

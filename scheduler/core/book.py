@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterator, Mapping
 from scheduler.core.contention import ContentionModel
 from scheduler.core.elastic import sized, speedup
 from scheduler.core.model import Job, JobPhase, JobSpec, Placement
-from scheduler.core.progress import in_queue_order
+from scheduler.core.progress import in_queue_order, queue_position
 from scheduler.core.state import ClusterState, ClusterView, PlacementError
 
 
@@ -231,7 +231,7 @@ class Book:
         """Queue `job` at the end: an arrival, which comes in submission order (a caller that cannot vouch for that
         calls `sort_queue` after its arrivals)."""
         self._queueable(job)
-        p = _position(job)
+        p = queue_position(job)
         if p > self._last and job.id not in self.pending:
             self._last = p
         else:
@@ -274,7 +274,7 @@ class Book:
         self.pending = in_queue_order(self.pending)  # (a new dict: packed)
         self._taken = 0
         self._ordered = True
-        self._last = _position(next(reversed(self.pending.values()))) if self.pending else (-math.inf, -1)
+        self._last = queue_position(next(reversed(self.pending.values()))) if self.pending else (-math.inf, -1)
 
     def _put_in_place(self, job: Job) -> None:
         """Queue `job` where `sort_queue` would put it, in a new dict (as sorting makes one: the policies that follow
@@ -286,7 +286,7 @@ class Book:
             self.sort_queue()
             return
         items = list(self.pending.items())
-        p = _position(job)
+        p = queue_position(job)
         items.insert(bisect.bisect_left(items, p, key=_item_position), (job.id, job))
         self.pending = dict(items)
         self._taken = 0
@@ -300,11 +300,6 @@ class Book:
         self._queued.add(job.id, job.spec.priority)
         self._demands.remove(job.id)
         self._demands.add(job.id, job.spec.gpu_demand)
-
-
-def _position(job: Job) -> tuple[float, int]:
-    """A job's place in queue order (`in_queue_order`'s key)."""
-    return job.spec.submit_s, job.id
 
 
 def _item_position(item: tuple[int, Job]) -> tuple[float, int]:

@@ -23,6 +23,11 @@ def slo_missed(latency_ms: float, slowdown: float, slo_ms: float) -> bool:
     return latency_ms * slowdown > slo_ms
 
 
+def queue_position(job: Job) -> tuple[float, int]:
+    """A job's place in queue order (`in_queue_order`'s key): submitted, then id."""
+    return job.spec.submit_s, job.id
+
+
 def in_queue_order(pending: Mapping[int, Job]) -> dict[int, Job]:
     """The pending jobs in the order a policy sees them: by submission time, then id. A requeued job (preempted,
     lost, checkpointed) goes back to its place rather than to the end."""
