@@ -33,7 +33,7 @@ import operator
 from collections.abc import Callable, Collection, Hashable, Mapping
 
 from policies.placement import FitKey, fit_key
-from scheduler.core.book import Queued
+from scheduler.core.book import Mark, Queued
 from scheduler.core.model import Job, JobSpec
 from scheduler.core.progress import queue_position as position
 from scheduler.core.state import ClusterView
@@ -75,6 +75,7 @@ class QueueIndex:
         self.at: dict[Position, tuple[Job, Key]] = {}  # live position -> its job and key
         self.pos: dict[int, Position] = {}  # job id -> its live position
         self._last = NONE  # the last position appended
+        self.mark: Mark | None = None  # the book's `Queued.mark` when the index last described its queue
 
     @classmethod
     def build(cls, mapping: Mapping[int, Job], view: ClusterView,
@@ -148,6 +149,22 @@ class QueueIndex:
         if len(self.mapping) != len(pos) + len(new):
             return False
         return all(self._append(job) for job in reversed(new))
+
+    def catch_up(self, appended: list[Job] | None) -> bool:
+        """Index the jobs the book appended to the same mapping since `mark` (`Queued.appended_since`: arrivals, and
+        jobs put back, which go in their places); False if the mapping changed in any other way, or is a new one
+        (None): the index no longer describes it."""
+        if appended is None:
+            return False
+        pos = self.pos
+        for job in appended:
+            p = pos.get(job.id)
+            if p is not None:  # put back, its departure unseen: where the index holds it, or the index is stale
+                if p != position(job) or self.at[p][0] is not job:
+                    return False
+            elif not self._append(job):
+                self._insert(job)
+        return len(self.mapping) == len(pos)
 
     def follow(self, mapping: Mapping[int, Job], put_back: Collection[Job]) -> bool:
         """Follow the book's queue into a new mapping (`Book.sort_queue`, in queue order) that holds the jobs

@@ -34,9 +34,10 @@ import numpy as np
 
 from policies.heuristics import wait_reason
 from policies.placement import FitKey, Planner
-from policies.queue_scan import NONE, Position, QueueIndex, queue_mapping, whole_fit_key
+from policies.queue_scan import NONE, Position, QueueIndex, whole_fit_key
 from policies.registry import UnknownPolicyError, parse_options, register, register_prefix
 from policies.victim_floors import CoverFloors, RoomFloors, share_freed
+from scheduler.core.book import Queued
 from scheduler.core.constraints import eligible_gpus
 from scheduler.core.decisions import Decision, Place, Preempt, Wait, WakeAt
 from scheduler.core.model import Job, JobSpec, Placement
@@ -295,27 +296,34 @@ class Tiresias:
 
     def _indexed(self, view: ClusterView, queue: Collection[Job]) -> QueueIndex | None:
         """The book's queue grouped by level and by what decides a job's fate in a call (`_group`), brought up to
-        date (`policies.queue_scan.QueueIndex`): the jobs placed at the last call out once out of the queue, its
-        victims in where the book put them back, arrivals added. None where a call reads the queue job by job: a
-        queue that is not the book's, or levels that move while jobs wait (the starvation rule)."""
-        mapping = queue_mapping(queue) if self.starvation_factor is None else None
-        index, self._queue_index = self._queue_index, None
-        if mapping is None:
+        date (`policies.queue_scan.QueueIndex`): the jobs placed at the last call out once out of the queue, the jobs
+        the book appended since (arrivals, and victims put back, which the index puts in their places: the queue is
+        never sorted for it). None where a call reads the queue job by job: a queue that is not the book's, or levels
+        that move while jobs wait (the starvation rule)."""
+        if not isinstance(queue, Queued) or self.starvation_factor is not None:
+            self._queue_index = None
             return None
+        index, self._queue_index = self._queue_index, None
+        mapping = queue.unsorted
         if index is not None and index.view is view:
             for job_id in self._placed:  # placed at the last call: out of the index once out of the queue
                 p = index.pos.get(job_id)
                 if p is not None and mapping.get(job_id) is not index.at[p][0]:
                     index.remove(job_id)
             if index.mapping is mapping:
-                kept = index.sync()
-            else:  # the book put jobs back in the queue (`Book.requeue`): this policy's victims, if only those
+                kept = index.catch_up(queue.appended_since(index.mark))
+            else:  # sorted into a new mapping since (another reader wanted it in order): this policy's victims in it
+                mapping = queue.mapping
                 kept = index.follow(mapping, [mapping[j] for j in self._named if j in mapping])
             if kept:
+                index.mark = queue.mark
                 self._queue_index = index
                 return index
-        self._queue_index = QueueIndex.build(mapping, view, self._group)
-        return self._queue_index
+        index = QueueIndex.build(queue.mapping, view, self._group)
+        if index is not None:
+            index.mark = queue.mark
+        self._queue_index = index
+        return index
 
     def _group(self, view: ClusterView, job: Job) -> tuple[int, int, FitKey]:
         """What a job's fate in a call depends on but the plan: its level (frozen while it waits), its priority (whom

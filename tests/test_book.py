@@ -209,6 +209,32 @@ def test_a_job_put_back_in_the_queue_lands_where_a_sort_would_put_it(book: Book)
                 j = ref[rng.choice(list(ref))]
                 book.requeue(j, float(step))
                 ref = in_queue_order(ref)
-            assert list(book.pending) == list(ref), step
-            assert list(book.queue()) == list(ref.values())
+            if rng.random() < 0.4:  # (read in order now and then: several jobs put back are merged at once)
+                assert list(book.pending) == list(ref), step
+                assert list(book.queue()) == list(ref.values())
+            assert set(book.unsorted) == set(ref)
             assert book.queue().demands == Counter(j.spec.gpu_demand for j in ref.values())  # (no zero counts kept)
+
+
+def test_jobs_put_back_wait_at_the_end_until_the_queue_is_read_in_order(book: Book) -> None:
+    """A job put back is appended (the queue is not copied at each preemption) and merged into its place when the
+    queue is next read in order, in a new mapping; `appended_since` a mark gives what was appended after it and is
+    still queued, in the order appended, until the book sorts its queue into a new mapping."""
+    jobs = [whole(i, 1, submit=float(i)) for i in range(6)]
+    for j in jobs[1:4]:
+        book.append(j)
+    queue = book.queue()
+    mark, raw = queue.mark, book.unsorted
+    book.append(jobs[4])
+    book.requeue(jobs[0], 5.0)  # before every queued job
+    book.append(jobs[5])
+    book.dequeue(4)
+    assert book.unsorted is raw and list(raw) == [1, 2, 3, 0, 5] and book.has_put_back
+    later = book.queue()
+    assert later.appended_since(mark) == [jobs[0], jobs[5]]
+    assert list(later.unsorted) == [1, 2, 3, 0, 5]  # (not sorted by a lookup or a count)
+    assert list(later) == [jobs[0], jobs[1], jobs[2], jobs[3], jobs[5]]  # read in order: merged
+    assert book.unsorted is not raw and not book.has_put_back
+    assert later.appended_since(mark) is None  # a new mapping: the mark no longer counts
+    book.enqueue(jobs[4])
+    assert list(book.pending) == [0, 1, 2, 3, 4, 5]

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import random
 
-from conftest import job
+from conftest import job, small_cluster
 
 from policies.queue_scan import NONE, QueueIndex, position
+from scheduler.core.book import Book
+from scheduler.core.contention import ContentionModel
 from scheduler.core.model import Job
+from scheduler.core.state import ClusterState
+from scheduler.core.workloads import catalog
 
 
 def test_heads_are_each_groups_first_job_from_a_position_on_in_queue_order() -> None:
@@ -34,3 +38,51 @@ def test_heads_are_each_groups_first_job_from_a_position_on_in_queue_order() -> 
             first = next((j for j in live if position(j) >= start), None)
             assert index.head(start) is first
             assert index.head(start, index.heads(start, skip)) is first  # (the groups skipped read again)
+
+
+def test_an_index_that_catches_up_with_the_book_is_the_one_built_afresh() -> None:
+    """Followed through the book's appends (`Queued.appended_since`: arrivals, and jobs put back anywhere, which the
+    index puts in their places), over random arrivals, put-backs, departures and sorts, the index holds each group's
+    jobs as an index built from the queue in order does, and says so unless the book made a new mapping."""
+    rng = random.Random(11)
+    cluster = small_cluster()
+    for _ in range(20):
+        book = Book(ClusterState(cluster, catalog()), ContentionModel(cluster, catalog()))
+        jobs = [Job(i, job(f"j{i}", float(i // 3), 1.0, 10.0), 10.0) for i in range(120)]
+        group = {j.id: rng.randrange(5) for j in jobs}
+        key = lambda view, j, group=group: group[j.id]  # noqa: E731
+        out, arrived = list(jobs), 0
+        index = None
+        for step in range(200):
+            op = rng.random()
+            queued = list(book.unsorted.values())
+            if op < 0.4 and arrived < len(jobs):
+                book.append(jobs[arrived])
+                out.remove(jobs[arrived])
+                arrived += 1
+            elif op < 0.6 and queued:
+                j = rng.choice(queued)
+                book.dequeue(j.id)
+                out.append(j)
+                if index is not None and j.id in index.pos:
+                    index.remove(j.id)  # (a departure the policy sees: the job it placed)
+            elif op < 0.85:
+                back = [j for j in out if j.id < arrived]
+                if back:
+                    j = rng.choice(back)
+                    out.remove(j)
+                    book.requeue(j, float(step))
+            elif op < 0.9:
+                book.sort_queue()
+            queue = book.queue()
+            fresh = QueueIndex.build(dict(sorted(book.unsorted.items(), key=lambda kv: position(kv[1]))), None,
+                                     key)  # type: ignore[arg-type]
+            assert fresh is not None
+            if index is not None and index.mapping is queue.unsorted and index.catch_up(queue.appended_since(index.mark)):
+                live = {k: g[index._lo[k]:] for k, g in index.groups.items() if g[index._lo[k]:]}
+                assert live == {k: g for k, g in fresh.groups.items() if g}, step
+                assert index.pos == fresh.pos
+            else:
+                index = QueueIndex.build(queue.mapping, None, key)  # type: ignore[arg-type]
+                assert index is not None
+            index.mark = queue.mark

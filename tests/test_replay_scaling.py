@@ -156,7 +156,7 @@ class _CountingSim(Simulator):
         wrapped = getattr(self, "_wrapped", None)
         if wrapped is None or wrapped.jobs is not q._jobs:
             wrapped = self._wrapped = _CountingJobs(q._jobs)  # type: ignore[arg-type]
-        return Queued(wrapped, q.priorities)
+        return Queued(wrapped, q.priorities, q.demands, book=self.book)  # (the book's: followed as the book's own)
 
 
 def _reads_per_instant(depth: int, policy: str = "fifo", hog: int = 4, size: int = 1,

@@ -18,6 +18,7 @@ stops: the one place it grows.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import Counter
 from collections.abc import Collection, Iterator, Mapping
@@ -37,18 +38,20 @@ class BookError(RuntimeError):
 class Queued(Collection[Job]):
     """The pending jobs in queue order, as a policy is offered them, with how many distinct priorities they hold
     (`priorities`) and how many of them ask for each GPU demand (`demands`, read-only; None: not known, read each
-    job)."""
+    job). The book's own (`Book.queue`) also offers its mapping unsorted (`unsorted`) and what was appended to it
+    since a mark (`appended_since`), for a policy that follows the queue without having it sorted."""
 
-    __slots__ = ("_jobs", "demands", "priorities")
+    __slots__ = ("_book", "_jobs", "demands", "priorities")
 
     def __init__(self, jobs: Mapping[int, Job], priorities: int | None,
-                 demands: Mapping[float, int] | None = None) -> None:
+                 demands: Mapping[float, int] | None = None, book: Book | None = None) -> None:
         self._jobs = jobs
         self.priorities = priorities
         self.demands = demands
+        self._book = book
 
     def __iter__(self) -> Iterator[Job]:
-        return iter(self._jobs.values())
+        return iter(self.mapping.values())
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -58,9 +61,44 @@ class Queued(Collection[Job]):
 
     @property
     def mapping(self) -> Mapping[int, Job]:
-        """Job ids to jobs in queue order: the book's own mapping, which it appends arrivals to and replaces when it
-        puts a job anywhere else (`policies.queue_scan` follows it). Read it; never change it."""
+        """Job ids to jobs in queue order: the book's own mapping (sorted first if jobs were put back since it was
+        last sorted), which it appends arrivals to and replaces when it puts a job anywhere else (`policies.queue_scan`
+        follows it). Read it; never change it."""
+        if self._book is not None and self._book.has_put_back:
+            self._jobs = self._book.pending
         return self._jobs
+
+    @property
+    def unsorted(self) -> Mapping[int, Job]:
+        """The same jobs by id, not sorted first: in queue order but for the jobs the book put back since its last
+        sort, at its end with the arrivals (`appended_since`). For lookups, and for a policy that puts those jobs in
+        their places itself. Read it; never change it."""
+        return self._jobs
+
+    @property
+    def mark(self) -> Mark | None:
+        """A mark of what the book has appended to `unsorted` so far (`appended_since`; None: not the book's)."""
+        return (self._book.sorts, self._book.appended) if self._book is not None else None
+
+    def appended_since(self, mark: Mark | None) -> list[Job] | None:
+        """The jobs appended to `unsorted` (arrived, or put back) since `mark` that are still queued, in the order
+        appended: its last ones (appends go to the end; a dequeue, or a pack, keeps the order of the rest). None if
+        the book has sorted its queue into a new mapping since, or this queue is not the book's."""
+        book = self._book
+        if book is None or mark is None or mark[0] != book.sorts:
+            return None
+        out: list[Job] = []
+        stamp, since = book.stamps, mark[1]
+        for job in reversed(self._jobs.values()):  # type: ignore[call-overload]  # (the book's is a dict)
+            if stamp[job.id] <= since:
+                break
+            out.append(job)
+        out.reverse()
+        return out
+
+
+# (the book's sorts, its appends): what `Queued.appended_since` counts from
+Mark = tuple[int, int]
 
 
 class Tally:
@@ -88,7 +126,12 @@ class Book:
     """The cluster's allocations, the contention model, and the running and pending jobs, changed only together.
 
     `running` is one dict for the book's life (the view reads it); `pending` is rebuilt when the queue is put back in
-    order, so callers read it through the book each time rather than keep it."""
+    order, so callers read it through the book each time rather than keep it.
+
+    A job put back in the queue (`requeue`, `enqueue`) is appended to it, and merged into its place when the queue is
+    next read in order (`pending`): a deep queue under a preempting policy was copied whole at each preemption, most
+    of a million-job replay's time under Tiresias, though its policy reads the queue through an index that puts the
+    jobs back itself (`Queued.appended_since`)."""
 
     def __init__(self, state: ClusterState, contention: ContentionModel) -> None:
         if contention.cluster is not state.cluster:
@@ -97,10 +140,17 @@ class Book:
         self.contention = contention
         self.running: dict[int, Job] = {}
         self.elastic: dict[int, Job] = {}  # the running jobs that may be resized (elastic as submitted)
-        self.pending: dict[int, Job] = {}  # queue order (`in_queue_order`) but for `append`'s arrivals
-        self._taken = 0  # jobs taken out of `pending` since it was last packed (`dequeue`)
-        # Whether `pending` is in queue order (every change since the last sort kept it so), and a position (submitted,
-        # id) no queued job's is above: what lets `_put_in_place` insert one job rather than sort them all.
+        # The queue by id: in queue order (`in_queue_order`) but for the jobs in `_unplaced`, and for arrivals appended
+        # out of order (`_ordered`), each at the end in the order appended.
+        self._jobs: dict[int, Job] = {}
+        self._unplaced: dict[int, Job] = {}  # put back since the last sort (only while `_ordered`)
+        self.stamps: dict[int, int] = {}  # queued job id -> `appended` when it was appended (read-only outside)
+        self.appended = 0  # jobs appended to the queue so far, arrived or put back
+        self.sorts = 0  # times `_jobs` was replaced by a new dict in queue order
+        self._taken = 0  # jobs taken out of `_jobs` since it was last packed (`dequeue`)
+        # Whether `_jobs` less `_unplaced` is in queue order (every change since the last sort kept it so), and a
+        # position (submitted, id) no queued job's is above: what lets `_place` merge the jobs put back rather than
+        # sort them all.
         self._ordered = True
         self._last: tuple[float, int] = (-math.inf, -1)
         self._running_priorities = Tally()  # of the running preemptible jobs
@@ -195,8 +245,8 @@ class Book:
         elastic job running at another size keeps that size: `spec` becomes the one it was submitted with."""
         if job.submitted is not None:
             job.submitted, spec = spec, sized(spec, job.spec.workers)
-        if job.id in self.pending and spec.submit_s != job.spec.submit_s:  # (moved in queue order: sort it next time)
-            self._ordered = False
+        if job.id in self._jobs and spec.submit_s != job.spec.submit_s:  # (moved in queue order: sort it next time)
+            self._disordered()
         job.spec = spec
         if job.id in self.running:
             self._uncount(job.id)
@@ -223,35 +273,57 @@ class Book:
     def queue(self) -> Queued:
         """The queue as a policy is offered it, with its count of distinct priorities (None if the queue was changed
         other than through the book, and the count may be stale)."""
-        if len(self._queued.of) != len(self.pending):
-            return Queued(self.pending, None)
-        return Queued(self.pending, len(self._queued.counts), self._demands.counts)
+        if len(self._queued.of) != len(self._jobs):
+            return Queued(self._jobs, None, book=self)
+        return Queued(self._jobs, len(self._queued.counts), self._demands.counts, book=self)
+
+    @property
+    def pending(self) -> dict[int, Job]:
+        """The queue in queue order: the jobs put back since the last read merged into their places first (a new
+        dict then, as a sort makes one). Arrivals appended out of order stay at the end until `sort_queue`."""
+        if self._unplaced:
+            self._place()
+        return self._jobs
+
+    @property
+    def unsorted(self) -> Mapping[int, Job]:
+        """The queue by id, the jobs put back since the last sort not merged in (at its end, with the arrivals): for
+        lookups and counts, which need no order."""
+        return self._jobs
+
+    @property
+    def has_put_back(self) -> bool:
+        """Whether jobs put back wait to be merged into their places (`pending` makes a new mapping then)."""
+        return bool(self._unplaced)
 
     def append(self, job: Job) -> None:
         """Queue `job` at the end: an arrival, which comes in submission order (a caller that cannot vouch for that
         calls `sort_queue` after its arrivals)."""
         self._queueable(job)
         p = queue_position(job)
-        if p > self._last and job.id not in self.pending:
+        if p > self._last and job.id not in self._jobs:
             self._last = p
         else:
-            self._ordered = False
-        self.pending[job.id] = job
+            self._disordered()
+        self._add(job)
 
     def enqueue(self, job: Job) -> None:
         """Queue `job` in its place in queue order (`in_queue_order`), not at the end."""
         self._queueable(job)
-        self._put_in_place(job)
+        self._put_back(job)
 
     def dequeue(self, job_id: int) -> None:
         """Take a job from the queue (cancelled, or started), if it is there."""
-        pending = self.pending
+        pending = self._jobs
         if pending.pop(job_id, None) is not None:
+            del self.stamps[job_id]
+            self._unplaced.pop(job_id, None)
             self._taken += 1
             # A dict keeps a hole where a key was popped, and reading its first job walks past every hole before it:
             # a queue drained from its head (a million-job replay's, with no arrivals to make the dict grow and pack
             # itself) cost a walk over every job started since at each look at its head, most of an instant's work.
-            # Packed in place (the same object: the policies follow it, `Queued.mapping`) past ~sqrt(len) holes:
+            # Packed in place (the same object, in the same order: the policies follow it, `Queued.mapping`,
+            # `Queued.appended_since`) past ~sqrt(len) holes:
             # O(sqrt(len)) per job taken, in copying and in walking alike.
             if self._taken > 64 + 8 * math.isqrt(len(pending)):
                 packed = dict(pending)
@@ -267,30 +339,64 @@ class Book:
         self._queueable(job)
         job.state = JobPhase.PENDING
         job.queued_since = now
-        self._put_in_place(job)
+        self._put_back(job)
 
     def sort_queue(self) -> None:
         """Put the queue back in queue order (by submission time, then id)."""
-        self.pending = in_queue_order(self.pending)  # (a new dict: packed)
+        self._jobs = in_queue_order(self._jobs)  # (a new dict: packed)
+        self.sorts += 1
+        self._unplaced = {}
         self._taken = 0
         self._ordered = True
-        self._last = queue_position(next(reversed(self.pending.values()))) if self.pending else (-math.inf, -1)
+        self._last = queue_position(next(reversed(self._jobs.values()))) if self._jobs else (-math.inf, -1)
 
-    def _put_in_place(self, job: Job) -> None:
-        """Queue `job` where `sort_queue` would put it, in a new dict (as sorting makes one: the policies that follow
-        the queue see a job put anywhere but at the end so). Where the rest is in queue order, one job is inserted
-        among them: a sort read every queued job's position in Python, at each preemption, most of a deep-queue
-        replay's time under Tiresias; a bisection reads ~log2(len) of them, and the copy is C's."""
-        if not self._ordered or job.id in self.pending:
-            self.pending[job.id] = job
+    def _add(self, job: Job) -> None:
+        """Append `job` to `_jobs` (where it is if it is there), stamped."""
+        if job.id not in self._jobs:
+            self.appended += 1
+            self.stamps[job.id] = self.appended
+        self._jobs[job.id] = job
+
+    def _put_back(self, job: Job) -> None:
+        """Queue `job` where `sort_queue` would put it: appended now, merged into its place at the next read in
+        order (`pending`). Where the rest is not known to be in order (or `job` is queued already), sorted now, as
+        the book always did."""
+        if not self._ordered or job.id in self._jobs:
+            self._add(job)
             self.sort_queue()
             return
-        items = list(self.pending.items())
-        p = queue_position(job)
-        items.insert(bisect.bisect_left(items, p, key=_item_position), (job.id, job))
-        self.pending = dict(items)
+        self._add(job)
+        self._unplaced[job.id] = job
+        self._last = max(self._last, queue_position(job))  # (an arrival before it is out of order, as it was)
+
+    def _disordered(self) -> None:
+        """The queue less the jobs put back is no longer in queue order: merge those in first, while it is."""
+        if self._unplaced:
+            self._place()
+        self._ordered = False
+
+    def _place(self) -> None:
+        """Merge the jobs put back since the last sort into their places, in a new dict (as a sort makes one: the
+        policies that follow the queue see a job put anywhere but at the end so). The rest is in queue order: each is
+        found a place by bisection, reading ~log2(len) positions, and the rest is copied in slices, in C."""
+        unplaced = sorted(self._unplaced.values(), key=queue_position)
+        rest = dict(self._jobs)
+        for job in unplaced:
+            del rest[job.id]
+        values = list(rest.values())
+        items = iter(rest.items())
+        merged: dict[int, Job] = {}
+        done = 0
+        for job in unplaced:
+            i = bisect.bisect_left(values, queue_position(job), done, key=queue_position)
+            merged.update(itertools.islice(items, i - done))
+            merged[job.id] = job
+            done = i
+        merged.update(items)
+        self._jobs = merged
+        self.sorts += 1
+        self._unplaced = {}
         self._taken = 0
-        self._last = max(self._last, p)
 
     def _queueable(self, job: Job) -> None:
         """Check that `job` may be queued, and count its priority (the callers queue it next)."""
@@ -300,7 +406,3 @@ class Book:
         self._queued.add(job.id, job.spec.priority)
         self._demands.remove(job.id)
         self._demands.add(job.id, job.spec.gpu_demand)
-
-
-def _item_position(item: tuple[int, Job]) -> tuple[float, int]:
-    return item[1].spec.submit_s, item[0]

@@ -66,6 +66,11 @@ def bands(queue: Iterable[Job]) -> list[Collection[Job]]:
     return _bands(list(queue))
 
 
+def _priority_of(band: Collection[Job]) -> float:
+    """A band's priority: any of its jobs' (the book's queue is read unsorted: a sort would merge the jobs put back)."""
+    return next(iter(band.unsorted.values() if isinstance(band, Queued) else band)).spec.priority
+
+
 def _bands(jobs: list[Job]) -> list[Collection[Job]]:
     if not jobs:
         return []
@@ -125,7 +130,7 @@ class PriorityFrame(PolicyFrame):
             said += decisions
             if lowest is None:
                 lowest = lowest_preemptible(view)
-            if next(iter(band)).spec.priority > lowest:
+            if _priority_of(band) > lowest:
                 made = self._make_room(view, band, queue)
                 if made:
                     return said + made
@@ -141,8 +146,8 @@ class PriorityFrame(PolicyFrame):
         decisions = yield from deliberation(self.inner, view, jobs, now)
         if not kinds_among(decisions, Preempt, Resize):
             return decisions
-        # (the book's queue is a mapping already: a deep queue's preempting call no longer copies it)
-        by_id = jobs.mapping if isinstance(jobs, Queued) else {j.id: j for j in jobs}
+        # (the book's queue is a mapping already: a deep queue's preempting call no longer copies it, nor sorts it)
+        by_id = jobs.unsorted if isinstance(jobs, Queued) else {j.id: j for j in jobs}
         kept: list[Decision] = []
         group: list[Preempt | Resize] = []
         blocked: set[int] = set()  # GPUs of victims whose preemption was refused: still held

@@ -287,7 +287,7 @@ class Simulator:
             self._unblock()
 
     def _start(self, job: Job, decision: Place, adopt: bool = False) -> None:
-        if job.id not in self.pending:
+        if job.id not in self.book.unsorted:  # (a lookup: no need to put the queue in order)
             raise SimulationError(f"{self._who} placed job {job.spec.name}, which is not pending")
         affected = self.book.start(job, decision.placement, self.now, adopt=adopt)
         self.pending_reasons.pop(job.id, None)
@@ -467,7 +467,7 @@ class Simulator:
         return True
 
     def jobs_in_system(self) -> int:
-        return len(self.pending) + len(self.running)
+        return len(self.book.unsorted) + len(self.running)
 
     def slo_violations(self) -> int:
         """Running inference services whose predicted latency is over their SLO right now."""
@@ -478,7 +478,7 @@ class Simulator:
 
     def idle_forever(self) -> bool:
         """Jobs are queued, nothing runs and nothing will happen: only a placement can make progress."""
-        return self.done and bool(self.pending) and not self.running
+        return self.done and bool(self.book.unsorted) and not self.running
 
     def run(self) -> SimResult:
         # The modules, the policy (an agent's network) and the trace are there for the whole run: out of the way of
@@ -492,7 +492,7 @@ class Simulator:
         while self.advance():
             self.schedule()
             if self.ledger is not None:
-                self.ledger.observe(self.now, self.running.values(), self.pending.values())
+                self.ledger.observe(self.now, self.running.values(), self.book.unsorted.values())  # (sums: any order)
             if self.idle_forever():
                 stuck = next(iter(self.pending.values()))
                 raise SimulationError(
