@@ -125,7 +125,8 @@ from policies.rl_running import (
     synced_attained,
 )
 from policies.rl_scan import FITS, NONE, UNKNOWN, Scan
-from policies.tiresias import DEFAULT_THRESHOLDS, las_level, pick_victims
+from policies.tiresias import DEFAULT_THRESHOLDS, las_level
+from policies.victim_choice import pick_victims
 from scheduler.core.constraints import Constraints
 from scheduler.core.contention import Prediction
 from scheduler.core.decisions import Decision, Place, Preempt, Resize

@@ -1,5 +1,5 @@
 """Which victims step 2 of the victim rule (`scheduler.core.victims._cheapest`) would weigh in vain, for Tiresias'
-room model (`policies.tiresias._room_model`): a floor under what any cover of a bucket frees.
+room model (`policies.victim_choice._room_model`): a floor under what any cover of a bucket frees.
 
 Step 2 keeps, per bucket, a frontier of the sets it has built, and takes a set as the new best only when it covers
 its bucket's need and frees fewer GPUs than the best so far (`top_cost < bound - EPS`, with `bound` only falling).
@@ -53,7 +53,7 @@ _NODE_OF: dict[int, tuple[Cluster, list[int], bool]] = {}
 def share_freed(share: float, free: float) -> float:
     """What a tenant holding `share` of a GPU whose free share is `free` counts toward that GPU's room: the whole GPU
     when it is the only tenant (within EPS), else its part of what is used. Tiresias' room model
-    (`policies.tiresias._room_model`) and the cover floors below count it so: a floor computed otherwise could be
+    (`policies.victim_choice._room_model`) and the cover floors below count it so: a floor computed otherwise could be
     too high and skip a cheaper set."""
     used = 1.0 - free
     return 1.0 if used <= share + EPS else share / used

@@ -319,7 +319,7 @@ def test_a_gang_that_needs_the_last_gpu_of_a_float_sum_can_preempt() -> None:
     # Free capacity is a float sum of shares: 0.3 + 0.7 freed by two shares leaves 0.99999...; a gang spanning both
     # nodes must still find its last GPU among the victims.
     from policies.placement import Planner
-    from policies.tiresias import pick_victims
+    from policies.victim_choice import pick_victims
 
     cluster = small_cluster(nodes=2, gpus=2)  # a: 0.1 of a 32 GB GPU is 3.2 GB under MPS, a model that fits it
     view, running = view_of(cluster, [(job("a", 0, 0.1, 1e6, model="ResNet-18-bs64"), Placement((0,), 0.1), 0.0),

@@ -15,7 +15,7 @@ from conftest import small_cluster
 from policies import available, make_policy
 from policies.placement import Planner
 from policies.rl_encoding import ORDERS, decision_point
-from policies.tiresias import pick_victims
+from policies.victim_choice import pick_victims
 from scheduler.core.decisions import Decision, Place, Preempt
 from scheduler.core.model import Job, JobPhase, JobSpec, Placement, parse_cluster
 from scheduler.core.simulator import Placed, Simulator

@@ -20,7 +20,7 @@ import pytest
 from test_victim_floors import _busy_view, _spec
 
 from policies.placement import Planner
-from policies.tiresias import pick_victims
+from policies.victim_choice import pick_victims
 from policies.victim_floors import SLACK, CoverFloors, _least_cover, share_freed
 from scheduler.core.model import Job, JobPhase, JobSpec, Placement
 from scheduler.core.priorities import may_preempt

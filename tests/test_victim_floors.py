@@ -14,7 +14,7 @@ from conftest import small_cluster
 
 import policies.victim_floors as floors_module
 from policies.placement import Planner
-from policies.tiresias import _room_model, pick_victims
+from policies.victim_choice import _room_model, pick_victims
 from scheduler.core.contention import ContentionModel
 from scheduler.core.model import Job, JobPhase, JobSpec, Placement
 from scheduler.core.state import ClusterState, ClusterView

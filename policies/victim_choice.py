@@ -1,0 +1,156 @@
+"""Which running jobs a start of one job preempts, by the rule of `scheduler.core.victims`, counted in room on this
+cluster: Tiresias' `pick_victims`, which Gittins and the learned policy's preemption slots call too.
+
+The rule is the core's (the first victims in the policy's order that make room, unless they free GPUs nobody would
+take where fewer would do); what this module adds is the room model it counts in (`_room_model`: per node for a gang
+that fits on one, per cluster for a larger one, per GPU for a share) and the offers it reads lazily (`_Gains`,
+`_bounded_offers`), so that a search over a deep cluster reads only the victims it weighs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from policies.placement import Planner
+from policies.victim_floors import RoomFloors, share_freed
+from scheduler.core.constraints import eligible_gpus
+from scheduler.core.model import Job, JobSpec, Placement
+from scheduler.core.state import EPS, ClusterView
+from scheduler.core.victims import Bound, Offer, PendingDemands, choose_victims, queue_demands
+
+
+def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job],
+                 others: Iterable[Job] | PendingDemands = (),
+                 fits: Callable[[list[Job]], bool] | None = None, bound: Bound | None = None,
+                 covers: Callable[[], np.ndarray] | None = None) -> list[Job]:
+    """Which of `victims` (the policy's order of preference, lowest priority first) to preempt so that `spec` fits,
+    by the rule of `scheduler.core.victims`: the first ones in order that make room, unless they free more than the
+    job lacks where it would start (a 16-GPU job for a 2-GPU one) and the `others` pending (read only then; `spec`'s
+    own job among them, which is not counted) would not take the surplus; then the set that frees the fewest GPUs.
+    Room is counted on each node that can hold the whole gang when one can (so no GPUs are freed where they cannot
+    help), else over the cluster; for a GPU share, on each GPU. Every set returned fits (`Planner.best_fit`); empty if
+    none does; `fits` replaces that test where the job may start only on some placements (`policies.compactness`);
+    `bound` follows the search for the source of `victims` (`scheduler.core.victims.Bound`), with `covers` (the floors
+    of `policies.victim_floors.CoverFloors`, for these victims) for its floor."""
+    lacking, gains = _room_model(view, planner, spec)
+    if not lacking:
+        return []
+    if bound is None:
+        offers: Iterable[Offer[Job, int]] = (
+            Offer(v, _Gains(gains, view.placement(v.id)), v.spec.gpu_demand) for v in victims)
+    else:
+        offers = _bounded_offers(view, victims, gains, bound, RoomFloors(view, planner, spec, lacking, covers, bound))
+    pending = others if isinstance(others, PendingDemands) else queue_demands(others)
+    takers = pending.takers(spec.gpu_demand)
+    return choose_victims(offers, lacking, fits or planner.fit_test(spec), takers, bound)
+
+
+def _bounded_offers(view: ClusterView, victims: Iterable[Job], gains: Callable[[Placement], dict[int, float]],
+                    bound: Bound, floors: RoomFloors) -> Iterator[Offer[Job, int]]:
+    """`pick_victims`' offers, less those step 2 would weigh in vain: once it has a bound (`Bound`), a victim whose
+    every GPU lies in a bucket where no cover frees fewer GPUs than the bound (`RoomFloors`) is passed over. Their
+    gains are computed at once: step 1 reads every offer's, and step 2 every offer of `victims` it is given (its
+    source leaves out, by `Bound`, those it would pass over unread), so nothing is computed that `_Gains` spares."""
+    placement = view.placement
+    for v in victims:
+        p = placement(v.id)
+        freed = v.spec.gpu_demand
+        if bound.value < math.inf and floors.passes_over(p, freed, bound.value):
+            continue
+        yield Offer(v, gains(p), freed)
+
+
+class _Gains(Mapping[int, float]):
+    """A victim's gains (`_room_model`), computed when first read: the victim search reads them only of the victims
+    it weighs, and passes over (unread) every one that alone frees as much as the best set found. Nothing they read
+    changes while the search runs (`Planner.fit_test` leaves the plan as it is), so they are the gains computed
+    eagerly, bit for bit."""
+
+    __slots__ = ("_gains", "_of", "_placement")
+
+    def __init__(self, of: Callable[[Placement], dict[int, float]], placement: Placement) -> None:
+        self._of, self._placement = of, placement
+        self._gains: dict[int, float] | None = None
+
+    def _read(self) -> dict[int, float]:
+        if self._gains is None:
+            self._gains = self._of(self._placement)
+        return self._gains
+
+    def __getitem__(self, key: int) -> float:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def items(self) -> ItemsView[int, float]:
+        return self._read().items()
+
+
+def _room_model(
+    view: ClusterView, planner: Planner, spec: JobSpec
+) -> tuple[dict[int, float], Callable[[Placement], dict[int, float]]]:
+    """What `spec` lacks in each bucket (only buckets that could hold it), and what a victim's placement gains each.
+
+    Whole GPUs: a node (or, for a gang larger than any node, the cluster, bucket -1) gains from each GPU of the victim
+    the share of that GPU's tenants the victim is: 1 where it is the last, 1/2 where it is one of two halves. That
+    never under-counts whole GPUs freed (two victims sharing a GPU free it together); `Planner.fit_test` has the last
+    word."""
+    cluster = view.cluster
+    mem = view.mem_need(spec)
+    if spec.num_gpus < 1:  # a GPU share: on one GPU with enough memory (a victim frees memory too: lacking > 0)
+        tenanted = (planner.free_share < 1.0 - EPS) & (cluster.gpu_mem >= mem - EPS) & planner.cap_ok(spec)
+        if spec.constraints is not None:  # victims only help on GPUs its constraints allow
+            tenanted &= eligible_gpus(cluster, spec.constraints)
+        gpus = np.flatnonzero(tenanted)
+        need = np.maximum(spec.share - planner.free_share[gpus], 2 * _CAPACITY_EPS)
+        return dict(zip(gpus.tolist(), need.tolist(), strict=False)), lambda p: {g: p.share for g in p.gpus}
+    free_share, gpu_node = planner.free_share, cluster.gpu_node
+    eligible = planner.usable_nodes(spec)  # memory enough, and allowed by its constraints
+    workers = spec.workers
+
+    def fraction(p: Placement, g: int) -> float:
+        return share_freed(p.share, float(free_share[g]))
+
+    if workers <= cluster.max_gpus_per_node:
+        nodes = np.flatnonzero(eligible & (cluster.node_num_gpus >= workers) & (planner.node_free < workers))
+        need = workers - planner.node_free[nodes]
+
+        def node_gains(p: Placement) -> dict[int, float]:
+            if len(p.gpus) == 1:  # (0.0 + its fraction is its fraction: the loop's dict)
+                g = p.gpus[0]
+                return {int(gpu_node[g]): fraction(p, g)}
+            out: dict[int, float] = {}
+            for g in p.gpus:
+                node = int(gpu_node[g])
+                out[node] = out.get(node, 0.0) + fraction(p, g)
+            return dict(sorted(out.items()))
+
+        return dict(zip(nodes.tolist(), need.astype(float).tolist(), strict=False)), node_gains
+    have = float(planner.node_free[eligible].sum())
+    eligible_gpu = eligible[gpu_node]
+    used_all = 1.0 - free_share  # per GPU, as `fraction` computes it
+
+    def cluster_gains(p: Placement) -> dict[int, float]:
+        if len(p.gpus) < _VECTOR_GPUS:
+            return {_CLUSTER: sum(fraction(p, g) for g in p.gpus if eligible[gpu_node[g]])}
+        # A large gang: `fraction` per GPU over arrays (the same float operations), summed in the same order.
+        gpus = np.asarray(p.gpus)
+        gpus = gpus[eligible_gpu[gpus]]
+        used = used_all[gpus]
+        whole = used <= p.share + EPS
+        part = np.divide(p.share, used, out=np.ones_like(used), where=~whole)
+        return {_CLUSTER: sum(part.tolist())}
+
+    return ({_CLUSTER: workers - have} if workers > have else {}), cluster_gains
+
+
+_CAPACITY_EPS = 1e-6
+_VECTOR_GPUS = 32  # from this many GPUs a victim's gains are computed over arrays
+_CLUSTER = -1  # the bucket of a gang larger than any node: the whole cluster
