@@ -22,6 +22,8 @@ import heapq
 
 import numpy as np
 
+from scheduler.core.state import EPS
+
 
 class FreeIndex:
     def __init__(self, node_free: np.ndarray, free_share: np.ndarray, node_rack: np.ndarray, num_racks: int,
@@ -30,6 +32,9 @@ class FreeIndex:
         self.rack_of: list[int] = node_rack.tolist()
         self._node_rack = node_rack
         self._rack_nodes: dict[int, np.ndarray] = {}
+        # Where each rack's nodes start, where they are numbered rack by rack, every rack with some (else None).
+        contiguous = bool(np.all(np.diff(node_rack) >= 0)) and bool(np.all(np.bincount(node_rack, minlength=num_racks)))
+        self.rack_starts = np.searchsorted(node_rack, np.arange(num_racks)) if contiguous else None
         self.rack_free = np.bincount(node_rack, weights=node_free, minlength=num_racks).astype(np.int64)
         self.counts = [0] * (max_per_node + 1)  # nodes per count of whole free GPUs
         self._nodes: list[list[int]] = [[] for _ in range(max_per_node + 1)]  # (count 0 is never searched)
@@ -46,6 +51,11 @@ class FreeIndex:
             self._by_share.setdefault(s, []).append(g)  # ascending: a heap already
             self._share_count[s] = self._share_count.get(s, 0) + 1
         self.shares = sorted(self._share_count)
+        # The GPUs a rounding left above all of their share free, and the partly used ones counted whole free (a
+        # rounding left them a hair below it): with the whole free GPUs, the largest free share (`max_share`).
+        self.near_one = sum(count for s, count in self._share_count.items() if s >= 1.0 - EPS)
+        above = np.flatnonzero(free_share > 1.0)
+        self.above: dict[int, float] = dict(zip(above.tolist(), free_share[above].tolist(), strict=True))
 
     # ---- changes ---------------------------------------------------------------------------------------------------
 
@@ -62,10 +72,16 @@ class FreeIndex:
         self.rack_free[self.rack_of[node]] += free - old
 
     def share_changed(self, gpu: int, before: float, after: float) -> None:
-        """GPU `gpu`'s free share went from `before` to `after` (the plan's array holds `after` already)."""
+        """GPU `gpu`'s free share went from `before` to `after` (the plan's array holds `after` already). A caller
+        may skip a change between exactly 1 and at most 0, either way: nothing here counts those."""
         if before == after:
             return
+        if before > 1.0:
+            del self.above[gpu]
+        if after > 1.0:
+            self.above[gpu] = after
         if 0.0 < before < 1.0:
+            self.near_one -= before >= 1.0 - EPS
             left = self._share_count[before] - 1
             if left:
                 self._share_count[before] = left
@@ -73,6 +89,7 @@ class FreeIndex:
                 del self._share_count[before], self._by_share[before]
                 self.shares.pop(bisect.bisect_left(self.shares, before))
         if 0.0 < after < 1.0:
+            self.near_one += after >= 1.0 - EPS
             count = self._share_count.get(after, 0)
             self._share_count[after] = count + 1
             if count:
@@ -108,6 +125,15 @@ class FreeIndex:
         """The lowest-numbered node with at least `w` whole free GPUs; -1: none."""
         found = [self.lowest(k) for k in range(w, len(self.counts)) if self.counts[k]]
         return min(found) if found else -1
+
+    def max_share(self, free_whole: int) -> float | None:
+        """The largest free share of any GPU, exactly, given the plan's whole free GPUs (those above, exactly 1 and
+        partly used a hair below it); None where no GPU has any (at most 0: the scan answers)."""
+        if self.above:
+            return max(self.above.values())
+        if free_whole > self.near_one:
+            return 1.0
+        return self.shares[-1] if self.shares else None
 
     def rack_nodes(self, rack: int) -> np.ndarray:
         """A rack's nodes, in order."""

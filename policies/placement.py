@@ -78,31 +78,23 @@ class Planner:
         if len(placement.gpus) > _SCALAR_TAKE and placement.share >= 1.0:
             self._take_many(placement, mem)
             return
-        before = self.free_share[list(placement.gpus)].tolist() if self._index is not None else None
+        index, share = self._index, placement.share
+        free_share, node_free, gpu_node = self.free_share, self.node_free, self.cluster.gpu_node
         for g in placement.gpus:
-            if self.free_share[g] >= 1.0 - EPS:
-                self.node_free[self.cluster.gpu_node[g]] -= 1
+            before, node = free_share[g], gpu_node[g]
+            if before >= 1.0 - EPS:
+                node_free[node] -= 1
                 self.free_whole -= 1
-            self.free_share[g] -= placement.share
+                if index is not None:
+                    index.moved(int(node), int(node_free[node]))
+            free_share[g] = after = before - share  # (what `-=` stores)
             self.used_mem[g] += mem
-            if placement.share < 1.0:
-                self.mps.add(int(self.cluster.gpu_node[g]), spec.user)
-        self.free_capacity -= placement.share * len(placement.gpus)
+            if share < 1.0:
+                self.mps.add(int(node), spec.user)
+            if index is not None and (0.0 < before != 1.0 or 0.0 < after != 1.0):  # (what it keeps)
+                index.share_changed(g, float(before), float(after))
+        self.free_capacity -= share * len(placement.gpus)
         self._max_free_share = None
-        if before is not None:
-            self._reindex(placement.gpus, before)
-
-    def _reindex(self, gpus: Sequence[int], before: list[float]) -> None:
-        """Tell the index what a change did to `gpus`, whose free shares were `before`: their nodes' whole free GPUs,
-        and their free shares where partly used before or after."""
-        index = self._index
-        assert index is not None
-        after = self.free_share[list(gpus)].tolist()
-        for g, b, a in zip(gpus, before, after, strict=True):
-            if 0.0 < b < 1.0 or 0.0 < a < 1.0:
-                index.share_changed(g, b, a)
-        for node in set(self.cluster.gpu_node[list(gpus)].tolist()):
-            index.moved(node, int(self.node_free[node]))
 
     def _take_many(self, placement: Placement, mem: float) -> None:
         """`take`'s loop for a large gang of whole GPUs, over arrays: the same counts and the same float operations
@@ -111,10 +103,15 @@ class Planner:
         whole = self.free_share[gpus] >= 1.0 - EPS
         np.subtract.at(self.node_free, self.cluster.gpu_node[gpus[whole]], 1)
         self.free_whole -= int(np.count_nonzero(whole))
-        before = self.free_share[gpus].tolist() if self._index is not None else None
+        before = self.free_share[gpus]
         self.free_share[gpus] -= placement.share
-        if before is not None:
-            self._reindex(placement.gpus, before)
+        if (index := self._index) is not None:  # (the free shares it keeps: `share_changed`)
+            after = self.free_share[gpus]
+            for g, b, a in zip(placement.gpus, before.tolist(), after.tolist(), strict=True):
+                if 0.0 < b != 1.0 or 0.0 < a != 1.0:
+                    index.share_changed(g, b, a)
+            for node in np.unique(self.cluster.gpu_node[gpus[whole]]).tolist():
+                index.moved(node, int(self.node_free[node]))
         self.used_mem[gpus] += mem
         self.free_capacity -= placement.share * len(placement.gpus)
         self._max_free_share = None
@@ -125,19 +122,23 @@ class Planner:
         self.changes += 1
         placement = self.view.placement(job.id)
         mem = self.view.mem_need(job.spec)
-        before = self.free_share[list(placement.gpus)].tolist() if self._index is not None else None
+        index, share = self._index, placement.share
+        free_share, node_free, gpu_node = self.free_share, self.node_free, self.cluster.gpu_node
         for g in placement.gpus:
-            self.free_share[g] += placement.share
+            before, node = free_share[g], gpu_node[g]
+            free_share[g] = after = before + share  # (what `+=` stores)
             self.used_mem[g] -= mem
-            if placement.share < 1.0:
-                self.mps.remove(int(self.cluster.gpu_node[g]), job.spec.user)
-            if self.free_share[g] >= 1.0 - EPS:
-                self.node_free[self.cluster.gpu_node[g]] += 1
+            if share < 1.0:
+                self.mps.remove(int(node), job.spec.user)
+            if after >= 1.0 - EPS:
+                node_free[node] += 1
                 self.free_whole += 1
-        self.free_capacity += placement.share * len(placement.gpus)
+                if index is not None:
+                    index.moved(int(node), int(node_free[node]))
+            if index is not None and (0.0 < before != 1.0 or 0.0 < after != 1.0):  # (what it keeps)
+                index.share_changed(g, float(before), float(after))
+        self.free_capacity += share * len(placement.gpus)
         self._max_free_share = None
-        if before is not None:
-            self._reindex(placement.gpus, before)
         if self._misfit_shares or self._misfit_workers != float("inf"):
             self.misfits += 1
         self._misfit_workers = float("inf")
@@ -237,7 +238,8 @@ class Planner:
     @property
     def max_free_share(self) -> float:
         if self._max_free_share is None:
-            self._max_free_share = float(self.free_share.max())
+            found = self._index.max_share(self.free_whole) if self._index is not None else None
+            self._max_free_share = float(self.free_share.max()) if found is None else found
         return self._max_free_share
 
     def full(self) -> bool:
@@ -489,7 +491,7 @@ class Planner:
     def empty_gpu_share(self, spec: JobSpec) -> Placement | None:
         """A fractional job alone on a free GPU, in the node with the fewest free GPUs (keeps whole nodes free)."""
         if (found := placement_shares.empty_gpu(self, spec)) is not None:
-            return Placement((found,), spec.share)
+            return Placement((found,), spec.share) if found >= 0 else None
         cands = self._share_candidates(spec)
         cands = cands[self.free_share[cands] >= 1.0 - EPS]
         if not cands.size:

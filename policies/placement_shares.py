@@ -52,9 +52,12 @@ def packed_gpu(planner: Planner, spec: JobSpec) -> int | None:
 
 def empty_gpu(planner: Planner, spec: JobSpec) -> int | None:
     """`empty_gpu_share`'s GPU: the lowest-numbered one of the lowest-numbered node of those with fewest whole free
-    GPUs, if it takes the job. None: the scan answers."""
+    GPUs, if it takes the job; -1 where no GPU is whole free and a partly used one takes the job (none, and no misfit
+    to note). None: the scan answers."""
     room, index = share_room(planner, spec), planner.index
     if room is None or index is None:
         return None
     k = next((k for k in range(1, len(index.counts)) if index.counts[k]), 0)
-    return next((g for g in planner._free_in_node(index.lowest(k)) if room(g)), None) if k else None
+    if not k:
+        return -1 if packed_gpu(planner, spec) is not None else None
+    return next((g for g in planner._free_in_node(index.lowest(k)) if room(g)), None)

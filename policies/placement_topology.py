@@ -27,7 +27,14 @@ def topology_fit(planner: Planner, spec: JobSpec) -> Placement | None:
     c = planner.cluster
     free = planner._usable_free(spec)
     rack_free = planner.rack_free(free)
-    single = np.flatnonzero(free >= w)
+    index = planner.index if free is planner.node_free else None
+    if index is not None and index.rack_starts is not None:  # the racks first: those with a node that holds it
+        holds = np.flatnonzero(np.maximum.reduceat(free, index.rack_starts) >= w)
+        racks = holds[rack_free[holds] == rack_free[holds].min()] if holds.size else holds
+        single = np.concatenate([index.rack_nodes(r) for r in racks.tolist()]) if racks.size else racks
+        single = single[free[single] >= w]
+    else:
+        single = np.flatnonzero(free >= w)
     if single.size:  # best fit at both levels: the fullest rack with a node that holds it, its tightest node
         # (rack's free GPUs, node's, node) in order, as one integer: each part is below the next's factor
         key = (rack_free[c.node_rack[single]] * (int(c.max_gpus_per_node) + 1) + free[single]) * c.num_nodes + single
@@ -41,7 +48,11 @@ def topology_fit(planner: Planner, spec: JobSpec) -> Placement | None:
     counts = None if (rack_free >= w).any() else _whole_servers(planner, free, w)
     if counts is None:  # one rack holds it, or too few servers are wholly free: fewest racks, fullest first
         racks = _fewest_racks(planner, rack_free, w)
-        nodes = np.flatnonzero(np.isin(c.node_rack, racks) & (free > 0))
+        if index is not None:  # (the order below is the nodes' own: which way they come does not matter)
+            nodes = np.concatenate([index.rack_nodes(r) for r in racks.tolist()])
+            nodes = nodes[free[nodes] > 0]
+        else:
+            nodes = np.flatnonzero(np.isin(c.node_rack, racks) & (free > 0))
         nodes = nodes[np.lexsort((nodes, -free[nodes]))]
         counts = {}
         for node in nodes.tolist():

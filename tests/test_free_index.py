@@ -17,7 +17,7 @@ import pytest
 from policies.free_index import FreeIndex
 from policies.placement import Planner
 from scheduler.core.model import JobSpec, Placement
-from scheduler.core.state import ClusterView
+from scheduler.core.state import EPS, ClusterView
 from tests.test_planner_room import MODELS, _spec, _view
 
 ROUNDING = [0.1, 0.2, 0.3]  # shares whose sums are not exact in binary: free shares a hair off 0 or 1
@@ -33,6 +33,8 @@ def _same_index(kept: FreeIndex, fresh: FreeIndex) -> None:
     assert kept.counts == fresh.counts
     assert kept.rack_free.tolist() == fresh.rack_free.tolist()
     assert kept.shares == fresh.shares
+    assert (kept.near_one, kept.above) == (fresh.near_one, fresh.above)
+    assert kept.max_share(sum(kept.free)) == fresh.max_share(sum(fresh.free))
     for k in range(1, len(kept.counts)):
         if fresh.counts[k]:
             assert kept.lowest(k) == fresh.lowest(k), k
@@ -50,7 +52,7 @@ def _share_spec(rng: random.Random, i: int) -> JobSpec:
 def _answers(planner: Planner, spec: JobSpec, seed: int) -> tuple[object, ...]:
     """Every search that may read the index, for `spec`."""
     if spec.num_gpus < 1:
-        return (planner.packed_share(spec), planner.empty_gpu_share(spec), planner.best_fit(spec), planner.misfits)
+        return (planner.max_free_share, planner.may_fit(spec), planner.packed_share(spec), planner.empty_gpu_share(spec), planner.best_fit(spec), planner.misfits)
     return (planner.consolidated(spec, "best"), planner.consolidated(spec, "first"),
             planner.consolidated(spec, "worst"), planner.topology_fit(spec), planner.whole_servers_fit(spec),
             planner.spread(spec, np.random.default_rng(seed)), planner.misfits)
@@ -91,6 +93,8 @@ def test_the_kept_index_is_the_index_built_afresh(seed: int) -> None:
         assert planner._index is not None
         _same_index(planner._index, _afresh(planner))
         assert planner._index.free == planner.node_free.tolist()
+        top = planner._index.max_share(planner.free_whole)
+        assert top is None and planner.free_share.max() <= 0.0 or top == planner.free_share.max()
         partly = [g for g, s in enumerate(planner.free_share.tolist()) if 0.0 < s < 1.0]
         assert sorted(g for s in planner._index.shares for g in partly if planner.free_share[g] == s) == partly
 
@@ -123,3 +127,32 @@ def test_a_scratch_plan_scans_and_leaves_the_index_as_it_was() -> None:
     spec = _spec(rng, view, 0)
     scratch.best_fit(spec)
     _same_index(planner.index, _afresh(planner))
+
+
+NEAR = [0.0, -1e-17, 1e-17, 0.25, 0.5, 0.75, 0.3, 1.0 - 1e-16, 1.0 - 2e-10, 1.0, 1.0, 1.0, 1.0 + 2e-16, 1.0 + 1e-10]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_index_keeps_free_shares_a_rounding_left_a_hair_off(seed: int) -> None:
+    """Free shares a hair below 0 or 1 (counted whole free when within EPS of it) or above 1, changed one GPU at a time
+    as `Planner.take` and `give_back` tell the index (skipping the changes between exactly 1 and at most 0): the kept
+    index is the one built afresh, and its largest free share is the array's."""
+    rng = random.Random(seed)
+    nodes, per = rng.randint(2, 6), rng.choice([4, 8])
+    share = np.array([rng.choice(NEAR) for _ in range(nodes * per)])
+    node_rack = np.array([n // 2 for n in range(nodes)])
+
+    def node_free() -> np.ndarray:
+        return (share.reshape(nodes, per) >= 1.0 - EPS).sum(axis=1).astype(np.int64)
+
+    kept = FreeIndex(node_free(), share, node_rack, int(node_rack.max()) + 1, per)
+    for _ in range(60):
+        g, after = rng.randrange(len(share)), rng.choice(NEAR)
+        before, share[g] = float(share[g]), after
+        if 0.0 < before != 1.0 or 0.0 < after != 1.0:
+            kept.share_changed(g, before, after)
+        kept.moved(g // per, int(node_free()[g // per]))
+        fresh = FreeIndex(node_free(), share, node_rack, int(node_rack.max()) + 1, per)
+        _same_index(kept, fresh)
+        top = kept.max_share(int(node_free().sum()))
+        assert top == share.max() if share.max() > 0.0 else top is None
