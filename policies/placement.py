@@ -80,19 +80,24 @@ class Planner:
             return
         index, share = self._index, placement.share
         free_share, node_free, gpu_node = self.free_share, self.node_free, self.cluster.gpu_node
+        moved = -1  # the node whose whole free GPUs the index is yet to be told
         for g in placement.gpus:
             before, node = free_share[g], gpu_node[g]
             if before >= 1.0 - EPS:
                 node_free[node] -= 1
                 self.free_whole -= 1
-                if index is not None:
-                    index.moved(int(node), int(node_free[node]))
+                if index is not None and node != moved:
+                    if moved >= 0:
+                        index.moved(int(moved), int(node_free[moved]))
+                    moved = node
             free_share[g] = after = before - share  # (what `-=` stores)
             self.used_mem[g] += mem
             if share < 1.0:
                 self.mps.add(int(node), spec.user)
             if index is not None and (0.0 < before != 1.0 or 0.0 < after != 1.0):  # (what it keeps)
                 index.share_changed(g, float(before), float(after))
+        if index is not None and moved >= 0:
+            index.moved(int(moved), int(node_free[moved]))
         self.free_capacity -= share * len(placement.gpus)
         self._max_free_share = None
 
@@ -442,6 +447,9 @@ class Planner:
             picked = rng.choice(int(upto[-1]), size=w, replace=False)
             nodes = np.searchsorted(upto, picked, side="right")
             ranks = picked - (upto[nodes] - self.node_free[nodes])  # the rank-th whole free GPU of each node
+            if w <= 4:  # (a few: one node's GPUs at a time costs less than arrays of them)
+                return Placement(tuple(sorted(self._free_in_node(node)[rank]
+                                              for node, rank in zip(nodes.tolist(), ranks.tolist(), strict=True))))
             c = self.cluster
             first, local = c.node_first_gpu[nodes], np.arange(int(c.max_gpus_per_node))
             gpus = np.minimum(first[:, None] + local, c.num_gpus - 1)

@@ -118,22 +118,26 @@ def _fewest_racks(planner: Planner, rack_free: np.ndarray, w: int) -> np.ndarray
 
 def _aligned(planner: Planner, counts: dict[int, int]) -> list[int]:
     """`counts[node]` free GPUs of each node, preferring the GPU indices free on most of the nodes: channel k
-    of the ring then joins GPU k of every node, one rail."""
+    of the ring then joins GPU k of every node, one rail. (Which GPUs, in no particular order: its callers sort them.)"""
     c = planner.cluster
-    votes: dict[int, int] = {}
+    votes: dict[int, int] | None = None  # counted once a node gives only some of its free GPUs: only then they choose
     free_local: dict[int, list[int]] = {}
     for node in counts:
         first = int(c.node_first_gpu[node])
         shares = planner.free_share[first:first + int(c.node_num_gpus[node])].tolist()
-        local = [k for k, s in enumerate(shares) if s >= 1.0 - EPS]
-        free_local[node] = local
-        for k in local:
-            votes[k] = votes.get(k, 0) + 1
+        free_local[node] = [k for k, s in enumerate(shares) if s >= 1.0 - EPS]
     gpus: list[int] = []
     for node, m in counts.items():
         if c.node_nvlink[node]:
-            first = int(c.node_first_gpu[node])
-            best = sorted(free_local[node], key=lambda k: (-votes[k], k))[:m]
+            first, best = int(c.node_first_gpu[node]), free_local[node]
+            if m < len(best):
+                if votes is None:
+                    votes = {}
+                    for local in free_local.values():
+                        for k in local:
+                            votes[k] = votes.get(k, 0) + 1
+                ranked = votes
+                best = sorted(best, key=lambda k: (-ranked[k], k))[:m]
             gpus.extend(first + k for k in best)
         else:  # PCIe: keep the switch packing of gpus_in_node; rails matter on NVLink servers with NICs per GPU
             gpus.extend(planner.gpus_in_node(node, m))
