@@ -28,11 +28,11 @@ def topology_fit(planner: Planner, spec: JobSpec) -> Placement | None:
     free = planner._usable_free(spec)
     rack_free = planner.rack_free(free)
     index = planner.index if free is planner.node_free else None
-    if index is not None and index.rack_starts is not None:  # the racks first: those with a node that holds it
-        holds = np.flatnonzero(np.maximum.reduceat(free, index.rack_starts) >= w)
-        racks = holds[rack_free[holds] == rack_free[holds].min()] if holds.size else holds
-        single = np.concatenate([index.rack_nodes(r) for r in racks.tolist()]) if racks.size else racks
-        single = single[free[single] >= w]
+    if index is not None and index.rack_starts is not None:  # racks numbered in order: per rack first
+        node = _tightest_node(free, rack_free, index.rack_starts, w) if w <= int(c.max_gpus_per_node) else -1
+        if node >= 0:
+            return Placement(tuple(planner.gpus_in_node(node, w)))
+        single = np.empty(0, dtype=np.intp)
     else:
         single = np.flatnonzero(free >= w)
     if single.size:  # best fit at both levels: the fullest rack with a node that holds it, its tightest node
@@ -60,6 +60,23 @@ def topology_fit(planner: Planner, spec: JobSpec) -> Placement | None:
             if sum(counts.values()) == w:
                 break
     return Placement(tuple(sorted(_aligned(planner, counts))))
+
+
+def _tightest_node(free: np.ndarray, rack_free: np.ndarray, starts: np.ndarray, w: int) -> int:
+    """`topology_fit`'s node for a gang one node holds, where each rack's nodes are numbered together from
+    `starts[rack]`: of the nodes with at least `w` whole free GPUs, the one first by (its rack's free GPUs, its own,
+    its number); -1: none. Per rack first: its tightest node that holds the gang (a pass over the nodes), then the
+    fullest of the racks with one, the tightest of theirs, the lowest-numbered (racks in order: the lowest rack's)."""
+    none = int(free.max(initial=0)) + 1  # more than any node has
+    tightest = np.minimum.reduceat(np.where(free >= w, free, none), starts)  # per rack
+    holds = tightest < none
+    if not holds.any():
+        return -1
+    racks = holds & (rack_free == rack_free[holds].min())
+    k = tightest[racks].min()
+    rack = int(np.flatnonzero(racks & (tightest == k))[0])
+    first = int(starts[rack])
+    return first + int(np.argmax(free[first:] == k))  # (within the rack: it has such a node)
 
 
 def whole_servers_fit(planner: Planner, spec: JobSpec) -> Placement | None:
