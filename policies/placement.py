@@ -438,24 +438,6 @@ class Planner:
         if self.free_whole < w:
             return None
         usable, everywhere = self._usable_nodes(spec)  # (a node's GPUs are of one type: its memory is theirs)
-        if everywhere and self._indexable:
-            # The same draw from the free GPUs in order (`choice` of an array draws its positions as `choice` of its
-            # length does), each position found through the running count of free GPUs per node: no list of them.
-            upto = np.cumsum(self.node_free)
-            if int(upto[-1]) < w:
-                return None
-            picked = rng.choice(int(upto[-1]), size=w, replace=False)
-            nodes = np.searchsorted(upto, picked, side="right")
-            ranks = picked - (upto[nodes] - self.node_free[nodes])  # the rank-th whole free GPU of each node
-            if w <= 4:  # (a few: one node's GPUs at a time costs less than arrays of them)
-                return Placement(tuple(sorted(self._free_in_node(node)[rank]
-                                              for node, rank in zip(nodes.tolist(), ranks.tolist(), strict=True))))
-            c = self.cluster
-            first, local = c.node_first_gpu[nodes], np.arange(int(c.max_gpus_per_node))
-            gpus = np.minimum(first[:, None] + local, c.num_gpus - 1)
-            is_free = (local < c.node_num_gpus[nodes][:, None]) & (self.free_share[gpus] >= 1.0 - EPS)
-            at = np.argmax(np.cumsum(is_free, axis=1) > ranks[:, None], axis=1)
-            return Placement(tuple(sorted((first + at).tolist())))
         ok = self.free_share >= 1.0 - EPS
         if not everywhere:
             ok &= usable[self.cluster.gpu_node]
