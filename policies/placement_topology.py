@@ -29,7 +29,8 @@ def topology_fit(planner: Planner, spec: JobSpec) -> Placement | None:
     rack_free = planner.rack_free(free)
     index = planner.index if free is planner.node_free else None
     if index is not None and index.rack_starts is not None:  # racks numbered in order: per rack first
-        node = _tightest_node(free, rack_free, index.rack_starts, w) if w <= int(c.max_gpus_per_node) else -1
+        per = int(c.max_gpus_per_node)
+        node = _tightest_node(free, rack_free, index.rack_starts, w, per) if w <= per else -1
         if node >= 0:
             return Placement(tuple(planner.gpus_in_node(node, w)))
         single = np.empty(0, dtype=np.intp)
@@ -54,20 +55,21 @@ def topology_fit(planner: Planner, spec: JobSpec) -> Placement | None:
         else:
             nodes = np.flatnonzero(np.isin(c.node_rack, racks) & (free > 0))
         nodes = nodes[np.lexsort((nodes, -free[nodes]))]
-        counts = {}
-        for node in nodes.tolist():
-            counts[node] = min(int(free[node]), w - sum(counts.values()))
-            if sum(counts.values()) == w:
+        counts, taken = {}, 0
+        for node, has in zip(nodes.tolist(), free[nodes].tolist(), strict=True):
+            counts[node] = min(has, w - taken)
+            taken += counts[node]
+            if taken == w:
                 break
     return Placement(tuple(sorted(_aligned(planner, counts))))
 
 
-def _tightest_node(free: np.ndarray, rack_free: np.ndarray, starts: np.ndarray, w: int) -> int:
+def _tightest_node(free: np.ndarray, rack_free: np.ndarray, starts: np.ndarray, w: int, per: int) -> int:
     """`topology_fit`'s node for a gang one node holds, where each rack's nodes are numbered together from
     `starts[rack]`: of the nodes with at least `w` whole free GPUs, the one first by (its rack's free GPUs, its own,
-    its number); -1: none. Per rack first: its tightest node that holds the gang (a pass over the nodes), then the
+    its number); -1: none (no node has more than `per`). Per rack first: its tightest node that holds the gang (a pass over the nodes), then the
     fullest of the racks with one, the tightest of theirs, the lowest-numbered (racks in order: the lowest rack's)."""
-    none = int(free.max(initial=0)) + 1  # more than any node has
+    none = per + 1  # more than any node has
     tightest = np.minimum.reduceat(np.where(free >= w, free, none), starts)  # per rack
     holds = tightest < none
     if not holds.any():
