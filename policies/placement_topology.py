@@ -67,18 +67,18 @@ def topology_fit(planner: Planner, spec: JobSpec) -> Placement | None:
 def _tightest_node(free: np.ndarray, rack_free: np.ndarray, starts: np.ndarray, w: int, per: int) -> int:
     """`topology_fit`'s node for a gang one node holds, where each rack's nodes are numbered together from
     `starts[rack]`: of the nodes with at least `w` whole free GPUs, the one first by (its rack's free GPUs, its own,
-    its number); -1: none (no node has more than `per`). Per rack first: its tightest node that holds the gang (a pass over the nodes), then the
-    fullest of the racks with one, the tightest of theirs, the lowest-numbered (racks in order: the lowest rack's)."""
+    its number); -1: none. No node has more than `per`. Per rack first, its tightest node that holds the gang (one
+    pass over the nodes); then the rack first by (its free GPUs, that node's), the lowest-numbered of those alike,
+    and its lowest-numbered node that tight (racks in order: no other rack's node comes before it)."""
     none = per + 1  # more than any node has
     tightest = np.minimum.reduceat(np.where(free >= w, free, none), starts)  # per rack
-    holds = tightest < none
-    if not holds.any():
+    key = np.where(tightest < none, rack_free * (none + 1) + tightest, np.iinfo(np.int64).max)
+    rack = int(np.argmin(key))
+    k = int(tightest[rack])
+    if k == none:
         return -1
-    racks = holds & (rack_free == rack_free[holds].min())
-    k = tightest[racks].min()
-    rack = int(np.flatnonzero(racks & (tightest == k))[0])
-    first = int(starts[rack])
-    return first + int(np.argmax(free[first:] == k))  # (within the rack: it has such a node)
+    first, end = int(starts[rack]), (int(starts[rack + 1]) if rack + 1 < len(starts) else len(free))
+    return first + int(np.argmax(free[first:end] == k))
 
 
 def whole_servers_fit(planner: Planner, spec: JobSpec) -> Placement | None:

@@ -14,6 +14,7 @@ import random
 import numpy as np
 import pytest
 
+from policies import placement_topology
 from policies.free_index import FreeIndex
 from policies.placement import Planner
 from scheduler.core.model import JobSpec, Placement
@@ -156,3 +157,19 @@ def test_the_index_keeps_free_shares_a_rounding_left_a_hair_off(seed: int) -> No
         _same_index(kept, fresh)
         top = kept.max_share(int(node_free().sum()))
         assert top == share.max() if share.max() > 0.0 else top is None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_tightest_node_rack_by_rack_is_the_sorts_first(seed: int) -> None:
+    """`topology_fit`'s one-node search rack by rack picks the node the sort of every node that holds the gang by
+    (its rack's free GPUs, its own, its number) puts first: random racks of 1 to 5 nodes of up to 8 free GPUs."""
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, 5) for _ in range(rng.randint(1, 12))]
+    node_rack = np.repeat(np.arange(len(sizes)), sizes)
+    free = np.array([rng.choice([0, 0, 1, 2, 3, 4, 6, 8]) for _ in node_rack], dtype=np.int64)
+    rack_free = np.bincount(node_rack, weights=free, minlength=len(sizes)).astype(np.int64)
+    starts = np.searchsorted(node_rack, np.arange(len(sizes)))
+    for w in range(1, 9):
+        holding = [n for n in range(len(free)) if free[n] >= w]
+        want = min(holding, key=lambda n: (rack_free[node_rack[n]], free[n], n)) if holding else -1
+        assert placement_topology._tightest_node(free, rack_free, starts, w, 8) == want, w
