@@ -112,9 +112,9 @@ class Planner:
         self.free_share[gpus] -= placement.share
         if (index := self._index) is not None:  # (the free shares it keeps: `share_changed`)
             after = self.free_share[gpus]
-            for g, b, a in zip(placement.gpus, before.tolist(), after.tolist(), strict=True):
-                if 0.0 < b != 1.0 or 0.0 < a != 1.0:
-                    index.share_changed(g, b, a)
+            kept = ((before > 0.0) & (before != 1.0)) | ((after > 0.0) & (after != 1.0))
+            for at in np.flatnonzero(kept).tolist():
+                index.share_changed(int(gpus[at]), float(before[at]), float(after[at]))
             for node in np.unique(self.cluster.gpu_node[gpus[whole]]).tolist():
                 index.moved(node, int(self.node_free[node]))
         self.used_mem[gpus] += mem
