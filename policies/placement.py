@@ -1,7 +1,8 @@
 """Finding GPUs for a job: the placement generators every policy builds on.
 
 `Planner` holds a tentative copy of the free capacity, so a policy can plan a batch of placements (and preemptions) in
-one call without touching the real state. All searches are vectorised over nodes or GPUs.
+one call without touching the real state. The searches are vectorised over nodes or GPUs, or read an index of the free
+GPUs kept as the plan changes (`policies.free_index`) where that answers them alike.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from policies import placement_shares, placement_topology
+from policies.free_index import FreeIndex
 from scheduler.core.colocation import share_fits, share_mask
 from scheduler.core.constraints import Constraints, eligible_gpus, eligible_nodes
 from scheduler.core.model import Job, JobSpec, Placement
@@ -61,6 +64,10 @@ class Planner:
         # candidates of each one they pass.
         self._candidates: dict[FitKey, list[Placement]] = {}
         self.changes = 0  # how many times `take` or `give_back` changed the plan: what was found before may not hold
+        # Where the free GPUs are, kept as the plan changes: built on the first search that reads it (`index`); None
+        # until then, and on a scratch plan (`without`), whose few searches scan. (GPUs numbered node by node.)
+        self._index: FreeIndex | None = None
+        self._indexable = bool(np.all(np.diff(c.gpu_node) >= 0))
 
     # ---- bookkeeping -----------------------------------------------------------------------------------------------
 
@@ -71,15 +78,27 @@ class Planner:
         if len(placement.gpus) > _SCALAR_TAKE and placement.share >= 1.0:
             self._take_many(placement, mem)
             return
+        index, share = self._index, placement.share
+        free_share, node_free, gpu_node = self.free_share, self.node_free, self.cluster.gpu_node
+        moved = -1  # the node whose whole free GPUs the index is yet to be told
         for g in placement.gpus:
-            if self.free_share[g] >= 1.0 - EPS:
-                self.node_free[self.cluster.gpu_node[g]] -= 1
+            before, node = free_share[g], gpu_node[g]
+            if before >= 1.0 - EPS:
+                node_free[node] -= 1
                 self.free_whole -= 1
-            self.free_share[g] -= placement.share
+                if index is not None and node != moved:
+                    if moved >= 0:
+                        index.moved(int(moved), int(node_free[moved]))
+                    moved = node
+            free_share[g] = after = before - share  # (what `-=` stores)
             self.used_mem[g] += mem
-            if placement.share < 1.0:
-                self.mps.add(int(self.cluster.gpu_node[g]), spec.user)
-        self.free_capacity -= placement.share * len(placement.gpus)
+            if share < 1.0:
+                self.mps.add(int(node), spec.user)
+            if index is not None and (0.0 < before != 1.0 or 0.0 < after != 1.0):  # (what it keeps)
+                index.share_changed(g, float(before), float(after))
+        if index is not None and moved >= 0:
+            index.moved(int(moved), int(node_free[moved]))
+        self.free_capacity -= share * len(placement.gpus)
         self._max_free_share = None
 
     def _take_many(self, placement: Placement, mem: float) -> None:
@@ -89,7 +108,15 @@ class Planner:
         whole = self.free_share[gpus] >= 1.0 - EPS
         np.subtract.at(self.node_free, self.cluster.gpu_node[gpus[whole]], 1)
         self.free_whole -= int(np.count_nonzero(whole))
+        before = self.free_share[gpus]
         self.free_share[gpus] -= placement.share
+        if (index := self._index) is not None:  # (the free shares it keeps: `share_changed`)
+            after = self.free_share[gpus]
+            kept = ((before > 0.0) & (before != 1.0)) | ((after > 0.0) & (after != 1.0))
+            for at in np.flatnonzero(kept).tolist():
+                index.share_changed(int(gpus[at]), float(before[at]), float(after[at]))
+            for node in np.unique(self.cluster.gpu_node[gpus[whole]]).tolist():
+                index.moved(node, int(self.node_free[node]))
         self.used_mem[gpus] += mem
         self.free_capacity -= placement.share * len(placement.gpus)
         self._max_free_share = None
@@ -100,15 +127,22 @@ class Planner:
         self.changes += 1
         placement = self.view.placement(job.id)
         mem = self.view.mem_need(job.spec)
+        index, share = self._index, placement.share
+        free_share, node_free, gpu_node = self.free_share, self.node_free, self.cluster.gpu_node
         for g in placement.gpus:
-            self.free_share[g] += placement.share
+            before, node = free_share[g], gpu_node[g]
+            free_share[g] = after = before + share  # (what `+=` stores)
             self.used_mem[g] -= mem
-            if placement.share < 1.0:
-                self.mps.remove(int(self.cluster.gpu_node[g]), job.spec.user)
-            if self.free_share[g] >= 1.0 - EPS:
-                self.node_free[self.cluster.gpu_node[g]] += 1
+            if share < 1.0:
+                self.mps.remove(int(node), job.spec.user)
+            if after >= 1.0 - EPS:
+                node_free[node] += 1
                 self.free_whole += 1
-        self.free_capacity += placement.share * len(placement.gpus)
+                if index is not None:
+                    index.moved(int(node), int(node_free[node]))
+            if index is not None and (0.0 < before != 1.0 or 0.0 < after != 1.0):  # (what it keeps)
+                index.share_changed(g, float(before), float(after))
+        self.free_capacity += share * len(placement.gpus)
         self._max_free_share = None
         if self._misfit_shares or self._misfit_workers != float("inf"):
             self.misfits += 1
@@ -123,6 +157,7 @@ class Planner:
         scratch.free_share, scratch.used_mem, scratch.node_free = (
             self.free_share.copy(), self.used_mem.copy(), self.node_free.copy())
         scratch._candidates = {}
+        scratch._index, scratch._indexable = None, False
         scratch._misfit_shares = list(self._misfit_shares)  # its own: a search on it notes misfits there, not here
         scratch.mps = self.mps.copy()
         for v in victims:
@@ -189,9 +224,27 @@ class Planner:
         return touched[(before < 1.0 - EPS) & (after >= 1.0 - EPS)]
 
     @property
+    def index(self) -> FreeIndex | None:
+        """Where the free GPUs are (`policies.free_index`), built on first use; None on a scratch plan."""
+        if self._index is None and self._indexable:
+            c = self.cluster
+            self._index = FreeIndex(self.node_free, self.free_share, c.node_rack, c.num_racks,
+                                    int(c.max_gpus_per_node))
+        return self._index
+
+    def rack_free(self, free: np.ndarray) -> np.ndarray:
+        """Per rack, the sum of `free` (whole free GPUs per node), as integers: the index's count where `free` is the
+        plan's own `node_free`."""
+        if free is self.node_free and (index := self.index) is not None:
+            return index.rack_free
+        c = self.cluster
+        return np.bincount(c.node_rack, weights=free, minlength=c.num_racks).astype(np.int64)
+
+    @property
     def max_free_share(self) -> float:
         if self._max_free_share is None:
-            self._max_free_share = float(self.free_share.max())
+            found = self._index.max_share(self.free_whole) if self._index is not None else None
+            self._max_free_share = float(self.free_share.max()) if found is None else found
         return self._max_free_share
 
     def full(self) -> bool:
@@ -271,6 +324,12 @@ class Planner:
                 break
         return chosen
 
+    def _free_in_node(self, node: int) -> list[int]:
+        """A node's whole free GPUs, in order."""
+        first = int(self.cluster.node_first_gpu[node])
+        shares = self.free_share[first:first + int(self.cluster.node_num_gpus[node])].tolist()
+        return [first + k for k, s in enumerate(shares) if s >= 1.0 - EPS]
+
     def usable_nodes(self, spec: JobSpec) -> np.ndarray:
         """The nodes whose GPUs have memory enough for `spec` and that its constraints allow (read-only)."""
         return self._usable_nodes(spec)[0]
@@ -304,6 +363,11 @@ class Planner:
         if self.free_whole < w:
             return None
         free = self._usable_free(spec)
+        if free is self.node_free and (index := self.index) is not None:  # may use every node: ask the index
+            found = index.first(w) if fit == "first" else index.best(w) if fit == "best" else index.worst(w)
+            if found >= 0:
+                return Placement(tuple(self.gpus_in_node(found, w)))
+            return self._multi_node(spec, free, order_key=-free)
         single = np.flatnonzero(free >= w)
         if single.size:
             if fit == "first":
@@ -332,6 +396,13 @@ class Planner:
         """Take nodes in `order_key` order until the gang fits, inside the best-fitting rack when one can hold it."""
         w = spec.workers
         c = self.cluster
+        if free is self.node_free and (index := self.index) is not None:
+            fitting_racks = np.flatnonzero(index.rack_free >= w)
+            if fitting_racks.size:  # the best-fitting rack's nodes, as below, without a pass over every node
+                rack = fitting_racks[np.argmin(index.rack_free[fitting_racks])]
+                nodes = index.rack_nodes(int(rack))
+                nodes = nodes[free[nodes] > 0]
+                return self._take_nodes(nodes[np.argsort(order_key[nodes], kind="stable")], free, w)
         nodes = np.flatnonzero(free > 0)
         if int(free[nodes].sum()) < w:
             self._record_misfit(spec)
@@ -341,7 +412,10 @@ class Planner:
         if fitting_racks.size:
             rack = fitting_racks[np.argmin(rack_free[fitting_racks])]
             nodes = nodes[c.node_rack[nodes] == rack]
-        nodes = nodes[np.argsort(order_key[nodes], kind="stable")]
+        return self._take_nodes(nodes[np.argsort(order_key[nodes], kind="stable")], free, w)
+
+    def _take_nodes(self, nodes: np.ndarray, free: np.ndarray, w: int) -> Placement | None:
+        """`free[node]` GPUs of each of `nodes` in turn until `w` are taken (None if they hold fewer)."""
         gpus: list[int] = []
         for node in nodes.tolist():
             take = min(int(free[node]), w - len(gpus))
@@ -351,114 +425,12 @@ class Planner:
         return None
 
     def topology_fit(self, spec: JobSpec) -> Placement | None:
-        """A gang in as few racks as it fits, then as few pods, then as few nodes, on the same GPU indices of each
-        node where it can (rail-aligned rings stay on their rail's leaf): Slurm's `topology/block` and Kueue's
-        Topology Aware Scheduling. One node: best fit; one rack: the fullest that holds it (best fit, as consolidate);
-        else the pod that holds it with least to spare, and in it (or in the cluster) the racks with most free GPUs
-        first, so the fewest are spanned."""
-        w = spec.workers
-        if self.free_whole < w:
-            return None
-        c = self.cluster
-        free = self._usable_free(spec)
-        single = np.flatnonzero(free >= w)
-        if single.size:  # best fit at both levels: the fullest rack with a node that holds it, its tightest node
-            rack_free = np.bincount(c.node_rack, weights=free, minlength=c.num_racks)
-            node = single[np.lexsort((single, free[single], rack_free[c.node_rack[single]]))[0]]
-            return Placement(tuple(self.gpus_in_node(int(node), w)))
-        if int(free.sum()) < w:
-            self._record_misfit(spec)
-            return None
-        rack_free = np.bincount(c.node_rack, weights=free, minlength=c.num_racks)
-        # No rack holds it: whole servers, on the fewest racks they allow. A server the gang shares gives it only
-        # some of its NICs, which its other tenants' traffic also crosses, and fewer GPUs there give its ring fewer
-        # channels (each of its NICs carries more): a rack saved is worth less (benchmarks/decision_quality.py).
-        counts = None if (rack_free >= w).any() else self._whole_servers(free, w)
-        if counts is None:  # one rack holds it, or too few servers are wholly free: fewest racks, fullest first
-            racks = self._fewest_racks(free, w)
-            nodes = np.flatnonzero(np.isin(c.node_rack, racks) & (free > 0))
-            nodes = nodes[np.lexsort((nodes, -free[nodes]))]
-            counts = {}
-            for node in nodes.tolist():
-                counts[node] = min(int(free[node]), w - sum(counts.values()))
-                if sum(counts.values()) == w:
-                    break
-        return Placement(tuple(sorted(self._aligned(counts))))
+        """A gang in as few racks, pods and nodes as it fits, rail-aligned (`placement_topology.topology_fit`)."""
+        return placement_topology.topology_fit(self, spec)
 
     def whole_servers_fit(self, spec: JobSpec) -> Placement | None:
-        """A gang on the fewest servers: wholly free ones on the fewest racks they allow, the remainder on one more
-        (`_whole_servers`), rail-aligned; None if too few servers are wholly free."""
-        w = spec.workers
-        if self.free_whole < w:
-            return None
-        counts = self._whole_servers(self._usable_free(spec), w)
-        return Placement(tuple(sorted(self._aligned(counts)))) if counts is not None else None
-
-    def _whole_servers(self, free: np.ndarray, w: int) -> dict[int, int] | None:
-        """A gang as wholly free servers on the fewest racks they allow, plus the remainder on one more server (best
-        fit, in those racks if one there holds it): GPUs per server for each. None if too few servers are wholly
-        free."""
-        c = self.cluster
-        per = int(c.max_gpus_per_node)
-        whole = (free == c.node_num_gpus) & (c.node_num_gpus == per)
-        q, rest = divmod(w, per)
-        if int(whole.sum()) < q or q == 0:
-            return None
-        racks = self._fewest_racks(whole * per, q * per)
-        counts: dict[int, int] = {}
-        for rack in racks.tolist():
-            for node in np.flatnonzero(whole & (c.node_rack == rack)).tolist()[: q - len(counts)]:
-                counts[node] = per
-        if rest:
-            others = np.flatnonzero(free >= rest)
-            others = others[~np.isin(others, list(counts))]
-            if not others.size:
-                return None
-            outside = ~np.isin(c.node_rack[others], racks)
-            counts[int(others[np.lexsort((others, free[others], outside))[0]])] = rest
-        return counts
-
-    def _fewest_racks(self, free: np.ndarray, w: int) -> np.ndarray:
-        """The racks a gang of `w` GPUs takes: one (best fit) if one holds it; else within the best-fitting pod if
-        one holds it; else the racks with most free GPUs first."""
-        c = self.cluster
-        rack_free = np.bincount(c.node_rack, weights=free, minlength=c.num_racks)
-        fitting = np.flatnonzero(rack_free >= w)
-        if fitting.size:
-            return fitting[[np.argmin(rack_free[fitting])]]
-        pool = np.arange(c.num_racks)
-        per_pod = c.fabric.spec.racks_per_pod if c.fabric is not None else None
-        if per_pod:
-            pod_free = np.bincount(pool // per_pod, weights=rack_free)
-            pods = np.flatnonzero(pod_free >= w)
-            if pods.size:
-                pool = pool[pool // per_pod == pods[np.argmin(pod_free[pods])]]
-        pool = pool[np.lexsort((pool, -rack_free[pool]))]
-        taken = np.cumsum(rack_free[pool])
-        return pool[: int(np.searchsorted(taken, w)) + 1]
-
-    def _aligned(self, counts: dict[int, int]) -> list[int]:
-        """`counts[node]` free GPUs of each node, preferring the GPU indices free on most of the nodes: channel k
-        of the ring then joins GPU k of every node, one rail."""
-        c = self.cluster
-        votes: dict[int, int] = {}
-        free_local: dict[int, list[int]] = {}
-        for node in counts:
-            first = int(c.node_first_gpu[node])
-            shares = self.free_share[first:first + int(c.node_num_gpus[node])].tolist()
-            local = [k for k, s in enumerate(shares) if s >= 1.0 - EPS]
-            free_local[node] = local
-            for k in local:
-                votes[k] = votes.get(k, 0) + 1
-        gpus: list[int] = []
-        for node, m in counts.items():
-            if c.node_nvlink[node]:
-                first = int(c.node_first_gpu[node])
-                best = sorted(free_local[node], key=lambda k: (-votes[k], k))[:m]
-                gpus.extend(first + k for k in best)
-            else:  # PCIe: keep the switch packing of gpus_in_node; rails matter on NVLink servers with NICs per GPU
-                gpus.extend(self.gpus_in_node(node, m))
-        return gpus
+        """A gang on the fewest servers (`placement_topology.whole_servers_fit`)."""
+        return placement_topology.whole_servers_fit(self, spec)
 
     def spread(self, spec: JobSpec, rng: np.random.Generator) -> Placement | None:
         """Whole GPUs picked at random among the free ones (the `random` baseline)."""
@@ -498,6 +470,8 @@ class Planner:
 
     def packed_share(self, spec: JobSpec) -> Placement | None:
         """A fractional job on the GPU with the least free share that still fits it (best fit: packing)."""
+        if (found := placement_shares.packed_gpu(self, spec)) is not None:
+            return Placement((found,), spec.share)
         cands = self._share_candidates(spec)
         if not cands.size:
             return None
@@ -506,6 +480,8 @@ class Planner:
 
     def empty_gpu_share(self, spec: JobSpec) -> Placement | None:
         """A fractional job alone on a free GPU, in the node with the fewest free GPUs (keeps whole nodes free)."""
+        if (found := placement_shares.empty_gpu(self, spec)) is not None:
+            return Placement((found,), spec.share) if found >= 0 else None
         cands = self._share_candidates(spec)
         cands = cands[self.free_share[cands] >= 1.0 - EPS]
         if not cands.size:

@@ -111,6 +111,13 @@ class MpsUsers:
         users = [u for (n, u) in self._counts if n == node]
         self.owner[node] = users[0] if len(users) == 1 else (-1 if not users else -2)
 
+    def open_to(self, node: int, user: str) -> bool:
+        """Whether `node`'s daemon may serve `user`'s shares now: `closed_to`'s answer for one node, negated."""
+        if not self.one_user:
+            return True
+        owner = int(self.owner[node])
+        return owner == -1 or owner == self._ids.get(user, -3)
+
     def closed_to(self, user: str, leaving: Iterable[tuple[int, str]] = ()) -> np.ndarray | None:
         """Per node, whether its MPS daemon serves another user's shares now (once the fractional jobs `leaving`, as
         (node, user), have left); None when the rule is off."""
