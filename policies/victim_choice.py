@@ -19,7 +19,7 @@ from policies.victim_floors import RoomFloors, share_freed
 from scheduler.core.constraints import eligible_gpus
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
-from scheduler.core.victims import Bound, Offer, PendingDemands, choose_victims, queue_demands
+from scheduler.core.victims import Bound, Needs, Offer, PendingDemands, choose_victims, queue_demands
 
 
 def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterable[Job],
@@ -95,7 +95,7 @@ class _Gains(Mapping[int, float]):
 
 def _room_model(
     view: ClusterView, planner: Planner, spec: JobSpec
-) -> tuple[dict[int, float], Callable[[Placement], dict[int, float]]]:
+) -> tuple[Mapping[int, float], Callable[[Placement], dict[int, float]]]:
     """What `spec` lacks in each bucket (only buckets that could hold it), and what a victim's placement gains each.
 
     Whole GPUs: a node (or, for a gang larger than any node, the cluster, bucket -1) gains from each GPU of the victim
@@ -110,7 +110,7 @@ def _room_model(
             tenanted &= eligible_gpus(cluster, spec.constraints)
         gpus = np.flatnonzero(tenanted)
         need = np.maximum(spec.share - planner.free_share[gpus], 2 * _CAPACITY_EPS)
-        return dict(zip(gpus.tolist(), need.tolist(), strict=False)), lambda p: {g: p.share for g in p.gpus}
+        return Needs(gpus, need, len(tenanted)), lambda p: {g: p.share for g in p.gpus}
     free_share, gpu_node = planner.free_share, cluster.gpu_node
     eligible = planner.usable_nodes(spec)  # memory enough, and allowed by its constraints
     workers = spec.workers
@@ -132,7 +132,7 @@ def _room_model(
                 out[node] = out.get(node, 0.0) + fraction(p, g)
             return dict(sorted(out.items()))
 
-        return dict(zip(nodes.tolist(), need.astype(float).tolist(), strict=False)), node_gains
+        return Needs(nodes, need, len(eligible)), node_gains
     have = float(planner.node_free[eligible].sum())
     eligible_gpu = eligible[gpu_node]
     used_all = 1.0 - free_share  # per GPU, as `fraction` computes it

@@ -40,7 +40,7 @@ from policies.placement import Planner
 from scheduler.core.model import Cluster, JobSpec, Placement
 from scheduler.core.priorities import may_preempt
 from scheduler.core.state import ClusterView
-from scheduler.core.victims import EPS, Bound
+from scheduler.core.victims import EPS, Bound, Needs
 
 SLACK = 1e-9
 OCCUPIED = 1e-9  # a GPU whose used share is above this holds a tenant (a victim's share is above 1e-6: checked)
@@ -57,6 +57,14 @@ def share_freed(share: float, free: float) -> float:
     too high and skip a cheaper set."""
     used = 1.0 - free
     return 1.0 if used <= share + EPS else share / used
+
+
+def _arrays(lacking: Mapping[int, float]) -> tuple[np.ndarray, np.ndarray]:
+    """The buckets a job lacks room in and what it lacks in each, as arrays (`Needs` holds them so already)."""
+    if isinstance(lacking, Needs):
+        return lacking.buckets, lacking.needs
+    return (np.fromiter(lacking.keys(), dtype=np.int64, count=len(lacking)),
+            np.fromiter(lacking.values(), dtype=np.float64, count=len(lacking)))
 
 
 def _node_of(cluster: Cluster) -> tuple[list[int], bool]:
@@ -80,7 +88,7 @@ class RoomFloors:
     __slots__ = ("_bound", "_built", "_covers", "_lacking", "_planner", "_spec", "_view", "by_gpu", "by_node",
                  "node_of")
 
-    def __init__(self, view: ClusterView, planner: Planner, spec: JobSpec, lacking: dict[int, float],
+    def __init__(self, view: ClusterView, planner: Planner, spec: JobSpec, lacking: Mapping[int, float],
                  covers: Callable[[], np.ndarray] | None = None, bound: Bound | None = None) -> None:
         """`covers`: the nodes' exact floors (`CoverFloors.floors`), raised to where the floors above are lower; with
         them, the least over the nodes the job lacks room on becomes `bound`'s floor (`Bound.floor`)."""
@@ -98,8 +106,7 @@ class RoomFloors:
         lacking = self._lacking
         if self._spec.num_gpus < 1:  # GPU buckets
             floors = np.full(len(free_share), _INF)
-            gpus = np.fromiter(lacking.keys(), dtype=np.int64, count=len(lacking))
-            need = np.fromiter(lacking.values(), dtype=np.float64, count=len(lacking))
+            gpus, need = _arrays(lacking)
             floors[gpus] = need - EPS - SLACK
             self.by_gpu = floors.tolist()
             return True
@@ -110,8 +117,7 @@ class RoomFloors:
             return False
         used = 1.0 - free_share
         least = np.minimum.reduceat(np.where(used > OCCUPIED, used, _INF), cluster.node_first_gpu)
-        nodes = np.fromiter(lacking.keys(), dtype=np.int64, count=len(lacking))
-        need = np.fromiter(lacking.values(), dtype=np.float64, count=len(lacking))
+        nodes, need = _arrays(lacking)
         floors = np.full(len(least), _INF)
         least = least[nodes]
         # (inf where the node holds no tenant: no victim there, no cover; no floor where `least - EPS` is not positive)

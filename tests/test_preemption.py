@@ -348,3 +348,30 @@ def test_a_scratch_plan_frees_the_victims_and_leaves_the_plan_bit_for_bit() -> N
     planner.give_back(jobs[0])
     planner.take(jobs[0].spec, jobs[0].placement)
     assert planner.free_share.tolist() != before[0]  # why the scratch plan: the round trip does not restore it
+
+
+def test_needs_read_one_bucket_at_a_time_answer_as_the_dict_of_them_all() -> None:
+    """`Needs` (what a job lacks per node or GPU, kept as arrays) gives what the dict the victim searches used to build
+    gives, bucket by bucket: the same floats, None or KeyError outside its buckets (out of range too), the buckets
+    in ascending order; and a search on either chooses the same victims."""
+    import random
+
+    import numpy as np
+
+    from scheduler.core.victims import Needs
+
+    rng = random.Random(5)
+    for _ in range(50):
+        size = rng.randrange(1, 40)
+        buckets = np.array(sorted(rng.sample(range(size), rng.randrange(size + 1))), dtype=np.int64)
+        needs = np.array([rng.choice([1, 2, 3, 0.25, 1e-6]) for _ in buckets])
+        lazy, eager = Needs(buckets, needs, size), dict(zip(buckets.tolist(), needs.tolist(), strict=True))
+        assert len(lazy) == len(eager) and list(lazy) == list(eager) and dict(lazy.items()) == eager
+        for b in range(-2, size + 2):
+            assert lazy.get(b) == eager.get(b) and (b in lazy) == (b in eager)
+            if b not in eager:
+                with pytest.raises(KeyError):
+                    lazy[b]
+        offers = [Offer(i, {rng.randrange(size): rng.choice([0.5, 1.0, 2.0])}, rng.choice([1.0, 2.0, 4.0]))
+                  for i in range(30)]
+        assert choose_victims(offers, lazy) == choose_victims(offers, eager)

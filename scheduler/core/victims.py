@@ -38,6 +38,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+import numpy as np
+
 from scheduler.core.book import Queued
 
 if TYPE_CHECKING:
@@ -51,6 +53,39 @@ MAX_FRONTIER = 64  # (gain, cost) pairs kept per bucket in step 2: a bound on it
 Fits = Callable[[list[T]], bool]
 # Whether the other pending jobs would take the `surplus` GPUs freed beyond what the starting job lacks.
 Takers = Callable[[float], bool]
+
+
+class Needs(Mapping[int, float]):
+    """What a job lacks in each of many buckets numbered from 0 (a datacentre's nodes, or its GPUs), kept as arrays:
+    a search reads the buckets of the victims it weighs, a few hundred of thousands, so only those become Python
+    floats (a dict of them all was most of a search's set-up on 1,024 nodes, and its garbage)."""
+
+    __slots__ = ("_by", "buckets", "needs")
+
+    def __init__(self, buckets: np.ndarray, needs: np.ndarray, size: int) -> None:
+        self.buckets = buckets  # ascending
+        self.needs = needs.astype(np.float64)  # what each lacks
+        self._by = np.full(size, np.nan)  # per bucket number, its need (nan: not a bucket)
+        self._by[buckets] = self.needs
+
+    def get(self, bucket: int, default: float | None = None) -> float | None:  # type: ignore[override]
+        if 0 <= bucket < len(self._by):
+            need = self._by[bucket]
+            if need == need:  # (not nan)
+                return float(need)
+        return default
+
+    def __getitem__(self, bucket: int) -> float:
+        need = self.get(bucket)
+        if need is None:
+            raise KeyError(bucket)
+        return need
+
+    def __len__(self) -> int:
+        return len(self.buckets)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.buckets.tolist())
 
 
 @dataclass(frozen=True, slots=True)
