@@ -29,6 +29,12 @@ def _afresh(planner: Planner) -> FreeIndex:
     return FreeIndex(planner.node_free, planner.free_share, c.node_rack, c.num_racks, int(c.max_gpus_per_node))
 
 
+@pytest.fixture(autouse=True)
+def _index_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans build their index at the first search that may read it (they wait `_INDEX_AFTER` searches otherwise)."""
+    monkeypatch.setattr("policies.placement._INDEX_AFTER", 0)
+
+
 def _same_index(kept: FreeIndex, fresh: FreeIndex) -> None:
     assert kept.free == fresh.free
     assert kept.counts == fresh.counts
@@ -173,3 +179,16 @@ def test_the_tightest_node_rack_by_rack_is_the_sorts_first(seed: int) -> None:
         holding = [n for n in range(len(free)) if free[n] >= w]
         want = min(holding, key=lambda n: (rack_free[node_rack[n]], free[n], n)) if holding else -1
         assert placement_topology._tightest_node(free, rack_free, starts, w, 8) == want, w
+
+
+def test_a_plan_searched_a_few_times_scans_then_builds_its_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building the index costs several scans: a plan answers its first `_INDEX_AFTER` searches by scanning, and
+    the same searches afterwards from the index, alike."""
+    monkeypatch.setattr("policies.placement._INDEX_AFTER", 3)
+    view = _view(random.Random(1))
+    planner = Planner(view)
+    spec = JobSpec(name="q", submit_s=0.0, model=MODELS[0], duration_s=3600.0, num_gpus=2.0, user="ann")
+    first = [planner.consolidated(spec) for _ in range(3)]
+    assert planner._index is None
+    later = [planner.consolidated(spec) for _ in range(3)]
+    assert planner._index is not None and later == first
