@@ -44,7 +44,7 @@ class Planner:
         self.node_free = np.array(view.node_free)
         self.free_whole = view.free_whole
         self.free_capacity = view.free_capacity
-        self._node_mem = c.gpu_mem[c.node_first_gpu]
+        self._node_mem = c.node_gpu_mem
         self.min_gpu_mem = c.min_gpu_mem  # GB: a job needing no more fits every GPU
         self._max_free_share: float | None = None  # cached max of free_share; None when stale
         # Whose shares each node holds, as the plan goes (the one-user MPS rule; `scheduler.core.colocation`).
@@ -68,7 +68,7 @@ class Planner:
         # Where the free GPUs are, kept as the plan changes: built on the first search that reads it (`index`); None
         # until then, and on a scratch plan (`without`), whose few searches scan. (GPUs numbered node by node.)
         self._index: FreeIndex | None = None
-        self._indexable = bool(np.all(np.diff(c.gpu_node) >= 0))
+        self._indexable = c.gpus_by_node
         self._asked = 0  # searches that could have read the index before it was built
 
     # ---- bookkeeping -----------------------------------------------------------------------------------------------

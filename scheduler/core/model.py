@@ -308,6 +308,17 @@ class Cluster:
         return int(self.node_num_gpus.max())
 
     @cached_property
+    def gpus_by_node(self) -> bool:
+        """The GPUs are numbered node by node (each node's a range, in node order): what the planner's index of free
+        GPUs needs (`policies.free_index`). Every preset builds them so."""
+        return bool(np.all(np.diff(self.gpu_node) >= 0))
+
+    @cached_property
+    def node_gpu_mem(self) -> np.ndarray:
+        """[N] GB of each node's first GPU: a node's memory, as the planner reads it."""
+        return self.gpu_mem[self.node_first_gpu]
+
+    @cached_property
     def min_gpu_mem(self) -> float:
         """GB of the smallest GPU: a job needing no more fits every GPU."""
         return float(self.gpu_mem.min())
