@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from policies import placement_shares, placement_topology
+import policies.placement_shares as placement_shares
+import policies.placement_topology as placement_topology
 from policies.free_index import FreeIndex
 from scheduler.core.colocation import share_fits, share_mask
 from scheduler.core.constraints import Constraints, eligible_gpus, eligible_nodes

@@ -10,16 +10,34 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from scheduler.core.model import JobSpec
-from scheduler.core.state import EPS
+import numpy as np
 
-if TYPE_CHECKING:
-    from policies.placement import Planner
+from policies.free_index import FreeIndex
+from scheduler.core.colocation import MpsUsers
+from scheduler.core.model import Cluster, JobSpec
+from scheduler.core.state import EPS, ClusterView
 
 
-def share_room(planner: Planner, spec: JobSpec) -> Callable[[int], bool] | None:
+class Plan(Protocol):
+    """What these searches read of a plan: `policies.placement.Planner`'s (which calls them, so they do not import it)."""
+
+    view: ClusterView
+    cluster: Cluster
+    free_share: np.ndarray
+    used_mem: np.ndarray
+    mps: MpsUsers
+
+    @property
+    def index(self) -> FreeIndex | None: ...
+
+    def cap_ok(self, spec: JobSpec) -> np.ndarray: ...
+
+    def _free_in_node(self, node: int) -> list[int]: ...
+
+
+def share_room(planner: Plan, spec: JobSpec) -> Callable[[int], bool] | None:
     """Whether a GPU takes a share of `spec` by all but its free share (memory, what CUDA MPS allows: the rest of
     `Planner._share_candidates`' test, for one GPU), where the index may answer for it: None where it may not (a share
     too small to tell a full GPU from one with room, constraints, a scratch plan)."""
@@ -31,7 +49,7 @@ def share_room(planner: Planner, spec: JobSpec) -> Callable[[int], bool] | None:
     return lambda g: bool(gpu_mem[g] - used[g] >= mem - EPS and cap[g] and mps.open_to(int(gpu_node[g]), user))
 
 
-def packed_gpu(planner: Planner, spec: JobSpec) -> int | None:
+def packed_gpu(planner: Plan, spec: JobSpec) -> int | None:
     """`packed_share`'s GPU: a partly used GPU with room has less free than any other, so the lowest-numbered of the
     least free share that holds the job; else the lowest-numbered GPU with exactly all of it free (a whole free GPU's
     share may have been rounded above 1: more, so it comes after). None: the scan answers."""
@@ -50,7 +68,7 @@ def packed_gpu(planner: Planner, spec: JobSpec) -> int | None:
     return next((first + k for k, s in enumerate(shares) if s == 1.0 and room(first + k)), None)
 
 
-def empty_gpu(planner: Planner, spec: JobSpec) -> int | None:
+def empty_gpu(planner: Plan, spec: JobSpec) -> int | None:
     """`empty_gpu_share`'s GPU: the lowest-numbered one of the lowest-numbered node of those with fewest whole free
     GPUs, if it takes the job; -1 where no GPU is whole free and a partly used one takes the job (none, and no misfit
     to note). None: the scan answers."""

@@ -4,18 +4,36 @@ GPUs per node and per rack (`Planner.rack_free`, kept as the plan changes where 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from scheduler.core.model import JobSpec, Placement
+from policies.free_index import FreeIndex
+from scheduler.core.model import Cluster, JobSpec, Placement
 from scheduler.core.state import EPS
 
-if TYPE_CHECKING:
-    from policies.placement import Planner
+
+class Plan(Protocol):
+    """What these searches read of a plan: `policies.placement.Planner`'s (which calls them, so they do not import it)."""
+
+    cluster: Cluster
+    free_share: np.ndarray
+    node_free: np.ndarray
+    free_whole: int
+
+    @property
+    def index(self) -> FreeIndex | None: ...
+
+    def rack_free(self, free: np.ndarray) -> np.ndarray: ...
+
+    def gpus_in_node(self, node: int, count: int) -> list[int]: ...
+
+    def _usable_free(self, spec: JobSpec) -> np.ndarray: ...
+
+    def _record_misfit(self, spec: JobSpec) -> None: ...
 
 
-def topology_fit(planner: Planner, spec: JobSpec) -> Placement | None:
+def topology_fit(planner: Plan, spec: JobSpec) -> Placement | None:
     """A gang in as few racks as it fits, then as few pods, then as few nodes, on the same GPU indices of each
     node where it can (rail-aligned rings stay on their rail's leaf): Slurm's `topology/block` and Kueue's
     Topology Aware Scheduling. One node: best fit; one rack: the fullest that holds it (best fit, as consolidate);
@@ -81,7 +99,7 @@ def _tightest_node(free: np.ndarray, rack_free: np.ndarray, starts: np.ndarray, 
     return first + int(np.argmax(free[first:end] == k))
 
 
-def whole_servers_fit(planner: Planner, spec: JobSpec) -> Placement | None:
+def whole_servers_fit(planner: Plan, spec: JobSpec) -> Placement | None:
     """A gang on the fewest servers: wholly free ones on the fewest racks they allow, the remainder on one more
     (`_whole_servers`), rail-aligned; None if too few servers are wholly free."""
     w = spec.workers
@@ -91,7 +109,7 @@ def whole_servers_fit(planner: Planner, spec: JobSpec) -> Placement | None:
     return Placement(tuple(sorted(_aligned(planner, counts)))) if counts is not None else None
 
 
-def _whole_servers(planner: Planner, free: np.ndarray, w: int) -> dict[int, int] | None:
+def _whole_servers(planner: Plan, free: np.ndarray, w: int) -> dict[int, int] | None:
     """A gang as wholly free servers on the fewest racks they allow, plus the remainder on one more server (best
     fit, in those racks if one there holds it): GPUs per server for each. None if too few servers are wholly
     free."""
@@ -116,7 +134,7 @@ def _whole_servers(planner: Planner, free: np.ndarray, w: int) -> dict[int, int]
     return counts
 
 
-def _fewest_racks(planner: Planner, rack_free: np.ndarray, w: int) -> np.ndarray:
+def _fewest_racks(planner: Plan, rack_free: np.ndarray, w: int) -> np.ndarray:
     """The racks a gang of `w` GPUs takes, given each rack's free GPUs: one (best fit) if one holds it; else within
     the best-fitting pod if one holds it; else the racks with most free GPUs first."""
     c = planner.cluster
@@ -135,7 +153,7 @@ def _fewest_racks(planner: Planner, rack_free: np.ndarray, w: int) -> np.ndarray
     return pool[: int(np.searchsorted(taken, w)) + 1]
 
 
-def _aligned(planner: Planner, counts: dict[int, int]) -> list[int]:
+def _aligned(planner: Plan, counts: dict[int, int]) -> list[int]:
     """`counts[node]` free GPUs of each node, preferring the GPU indices free on most of the nodes: channel k
     of the ring then joins GPU k of every node, one rail. (Which GPUs, in no particular order: its callers sort them.)"""
     c = planner.cluster
