@@ -19,9 +19,11 @@ The index follows the book's queue (`scheduler.core.book.Queued`): the book appe
 mapping and builds a new one whenever it puts a job anywhere else (`Book.sort_queue`), so while the mapping is the
 same object the jobs it holds that the index does not are at its end, found walking it backwards: O(new jobs) per
 call. A job the policy placed leaves the index when it has left the queue; any other departure shows in the count and
-the index is built again (O(queue), rare). Positions are the book's queue order, (submitted, id): a policy whose
-victims the book puts back in their places (`Book.requeue`, a new mapping in that order) puts them back in the index
-too (`QueueIndex.follow`, tiresias). Any other queue (a priority band's list, the live controller's) is scanned job
+the index is built again (O(queue), rare). Positions are the book's queue order, (submitted, id). A policy that
+preempts may follow the book's mapping unsorted instead (tiresias): the book appends the jobs it puts back too, and
+merges them into their places only when the queue is read in order, so the index takes what was appended since its
+mark and puts them in their places itself (`QueueIndex.catch_up`, `Queued.appended_since`); after a sort it follows
+the new mapping (`QueueIndex.follow`). Any other queue (a priority band's list, the live controller's) is scanned job
 by job as before, the known misfits still skipped without a search.
 """
 
