@@ -33,7 +33,7 @@ holds for every policy that preempts (they time-share) and rule 3 finds no lower
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from itertools import groupby
 
 from scheduler.core.book import Queued
@@ -146,8 +146,9 @@ class PriorityFrame(PolicyFrame):
         decisions = yield from deliberation(self.inner, view, jobs, now)
         if not kinds_among(decisions, Preempt, Resize):
             return decisions
-        # (the book's queue is a mapping already: a deep queue's preempting call no longer copies it, nor sorts it)
-        by_id = jobs.unsorted if isinstance(jobs, Queued) else {j.id: j for j in jobs}
+        # (the book's queue is a mapping already: a deep queue's preempting call no longer copies it, nor sorts it;
+        # any other is read into one only if a start follows victims)
+        by_id: Mapping[int, Job] | None = jobs.unsorted if isinstance(jobs, Queued) else None
         kept: list[Decision] = []
         group: list[Preempt | Resize] = []
         blocked: set[int] = set()  # GPUs of victims whose preemption was refused: still held
@@ -165,6 +166,11 @@ class PriorityFrame(PolicyFrame):
             if not isinstance(d, Place):
                 kept.append(d)
                 continue
+            if not group and not blocked:  # no victim before it, none refused: nothing below can refuse it (a deep
+                kept.append(d)  # queue's call places thousands of jobs this way, each read in a few operations)
+                continue
+            if by_id is None:
+                by_id = {j.id: j for j in jobs}
             job = by_id.get(d.job_id)
             victims = [view.running[v.job_id] for v in group if v.job_id in view.running]
             bad = next((v for v in victims if job is not None and not may_preempt(v.spec, job.spec, self.equals)),
