@@ -82,25 +82,27 @@ class Planner:
             self._take_many(placement, mem)
             return
         index, share = self._index, placement.share
-        free_share, node_free, gpu_node = self.free_share, self.node_free, self.cluster.gpu_node
+        free_share, used_mem, node_free = self.free_share, self.used_mem, self.node_free
+        gpu_node = self.cluster.gpu_node_list
         moved = -1  # the node whose whole free GPUs the index is yet to be told
+        # (Python floats read by `item`: the same doubles and the same arithmetic as the arrays' scalars, faster.)
         for g in placement.gpus:
-            before, node = free_share[g], gpu_node[g]
+            before, node = free_share.item(g), gpu_node[g]
             if before >= 1.0 - EPS:
                 node_free[node] -= 1
                 self.free_whole -= 1
                 if index is not None and node != moved:
                     if moved >= 0:
-                        index.moved(int(moved), int(node_free[moved]))
+                        index.moved(moved, node_free.item(moved))
                     moved = node
             free_share[g] = after = before - share  # (what `-=` stores)
-            self.used_mem[g] += mem
+            used_mem[g] = used_mem.item(g) + mem  # (what `+=` stores)
             if share < 1.0:
-                self.mps.add(int(node), spec.user)
+                self.mps.add(node, spec.user)
             if index is not None and (0.0 < before != 1.0 or 0.0 < after != 1.0):  # (what it keeps)
-                index.share_changed(g, float(before), float(after))
+                index.share_changed(g, before, after)
         if index is not None and moved >= 0:
-            index.moved(int(moved), int(node_free[moved]))
+            index.moved(moved, node_free.item(moved))
         self.free_capacity -= share * len(placement.gpus)
         self._max_free_share = None
 
@@ -314,10 +316,11 @@ class Planner:
     def gpus_in_node(self, node: int, count: int) -> list[int]:
         """`count` free GPUs of a node, under as few PCIe switches as possible (best fit per switch)."""
         c = self.cluster
-        first = int(c.node_first_gpu[node])
-        shares = self.free_share[first:first + int(c.node_num_gpus[node])].tolist()  # (one read, not one per GPU)
-        free = [first + k for k, s in enumerate(shares) if s >= 1.0 - EPS]
-        if c.node_nvlink[node] or count == len(free):
+        first, n, nvlink = c.node_spans[node]
+        shares = self.free_share[first:first + n].tolist()  # (one read, not one per GPU)
+        whole = 1.0 - EPS
+        free = [first + k for k, s in enumerate(shares) if s >= whole]
+        if nvlink or count == len(free):
             return free[:count]
         by_switch: dict[int, list[int]] = {}
         for g in free:

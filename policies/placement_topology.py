@@ -12,6 +12,8 @@ from policies.free_index import FreeIndex
 from scheduler.core.model import Cluster, JobSpec, Placement
 from scheduler.core.state import EPS
 
+_NO_RACK = np.iinfo(np.int64).max  # `_tightest_node`'s key of a rack with no node that holds the gang
+
 
 class Plan(Protocol):
     """What these searches read of a plan: `policies.placement.Planner`'s (which calls them, so they do not import it)."""
@@ -90,7 +92,7 @@ def _tightest_node(free: np.ndarray, rack_free: np.ndarray, starts: np.ndarray, 
     and its lowest-numbered node that tight (racks in order: no other rack's node comes before it)."""
     none = per + 1  # more than any node has
     tightest = np.minimum.reduceat(np.where(free >= w, free, none), starts)  # per rack
-    key = np.where(tightest < none, rack_free * (none + 1) + tightest, np.iinfo(np.int64).max)
+    key = np.where(tightest < none, rack_free * (none + 1) + tightest, _NO_RACK)
     rack = int(np.argmin(key))
     k = int(tightest[rack])
     if k == none:
