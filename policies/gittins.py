@@ -437,7 +437,7 @@ class Gittins(Tiresias):
                 key = keys[job.id] = (rank, job.spec.submit_s, job.id, lv, job, group, a, job.queued_since,
                                       self._promotion(job, a))
             if now >= key[8]:  # starving: first in line, top queue
-                promoted.append((-1.0, *key[1:3], 0, key[4], self._group_number(view, job.spec, 0)))
+                promoted.append((-1.0, *key[1:3], 0, key[4], self._group_number(view, job.spec, 0), *key[6:]))
             else:
                 order.append(key)
         order.sort()  # descending index = ascending rank; ties: arrival, then id
@@ -457,7 +457,8 @@ class Gittins(Tiresias):
         # no more to hope for (`no_victims_from` only falls). Passed over unread: a call tries each group once per
         # plan, not each of tens of queued jobs (most of them fail, late in a busy run).
         failed: dict[int, int] = {}
-        for rank, _, _, job_level, job, group, *_ in order:
+        reasons: dict[tuple[int, float], str] = {}  # (queue, rank) -> the reason's text: made once, not per start
+        for rank, _, _, job_level, job, group, _, _, _ in order:
             if failed.get(group) == planner.changes:
                 continue
             if job_level != level:
@@ -481,7 +482,10 @@ class Gittins(Tiresias):
                 if planner.changes == plan:  # (a preemption undone changed the plan: its group is tried again)
                     failed[group] = plan
                 continue
-            self._start(planner, job, placement, f"queue {level}, Gittins rank {rank:.3g} GPU-s", decisions)
+            reason = reasons.get((level, rank))
+            if reason is None:
+                reason = reasons[(level, rank)] = f"queue {level}, Gittins rank {rank:.3g} GPU-s"
+            self._start(planner, job, placement, reason, decisions)
         if blocked and self._demote:
             decisions.append(WakeAt(self._demote[0][0] + 1e-6))
         return decisions
