@@ -136,7 +136,9 @@ class Placing:
             for job_id, until in list(gates.backoff.items()):
                 if until <= now or job_id not in m.pending:
                     del gates.backoff[job_id]
-        ready: Collection[Job] = m.pending.values()
+        # The book's queue as the simulator offers it (`Book.queue`): in order, with its count of priorities and of
+        # GPU demands, which the priority bands and the victim rule read instead of every queued job at each pass.
+        ready: Collection[Job] = m.book.queue()
         if gates.backoff:
             self.wake_at = min(self.wake_at, *gates.backoff.values())
         if gates.backoff or gates.dependencies or gates.holds:
