@@ -115,7 +115,7 @@ def latency(url: str, token: str, n: int) -> None:
           f"{np.percentile(w, 95) * 1000:6.0f} ms")
 
 
-def _client(args: tuple[str, str, float, int]) -> tuple[int, int]:
+def _client(args: tuple[str, str, float, int]) -> tuple[int, int, float]:
     """One client: a keep-alive connection posting jobs back to back. It uses http.client rather than requests: the
     clients share the server's two cores here, and a lighter client leaves more of them to the server."""
     url, token, seconds, k = args
@@ -123,6 +123,7 @@ def _client(args: tuple[str, str, float, int]) -> tuple[int, int]:
     conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     n = failed = 0
+    cpu0 = time.process_time()
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         body = json.dumps({"name": f"tp-{k}-{n}", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 32,
@@ -135,7 +136,7 @@ def _client(args: tuple[str, str, float, int]) -> tuple[int, int]:
         else:
             failed += 1
     conn.close()
-    return n, failed
+    return n, failed, time.process_time() - cpu0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -173,7 +174,8 @@ def throughput(url: str, token: str, clients: int, seconds: float, database: str
         counts = pool.map(_client, [(url, token, seconds, k) for k in range(clients)])
         wall = time.perf_counter() - t0
         cpu = {p: cpu_seconds(p) - c for p, c in cpu0.items()}
-    total, failed = sum(n for n, _ in counts), sum(f for _, f in counts)
+    total, failed = sum(n for n, _, _ in counts), sum(f for _, f, _ in counts)
+    client_cpu = sum(c for _, _, c in counts)
     print(f"accepted submissions, {clients} clients, {database}, {api_workers} API process(es): {total / wall:6.0f} /s "
           f"({total} in {wall:.1f} s, {failed} not accepted; target >= 500/s)")
     if server_pid and total:
@@ -181,6 +183,8 @@ def throughput(url: str, token: str, clients: int, seconds: float, database: str
         print(f"  server CPU per accepted submission: {sum(per.values()):.2f} ms (controller's process "
               f"{per[server_pid]:.2f} ms" + (f", API processes {' + '.join(f'{per[p]:.2f}' for p in api)} ms" if api
                                               else ", which answers the API too") + ")")
+    if total:
+        print(f"  the clients' CPU per accepted submission: {1000 * client_cpu / total:.2f} ms (on the same cores)")
 
 
 def decision_time(queued: int, policies: list[str]) -> None:
