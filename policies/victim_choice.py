@@ -43,13 +43,19 @@ def pick_victims(view: ClusterView, planner: Planner, spec: JobSpec, victims: It
         return []
     pending = others if isinstance(others, PendingDemands) else queue_demands(others)
     takers = pending.takers(spec.gpu_demand)
-    fits = fits or planner.fit_test(spec)
-    if not (isinstance(lacking, Needs) and spec.num_gpus >= 1):  # the cluster bucket, or GPU buckets: few victims read
-        return choose_victims(_offers(view, planner, spec, victims, gains, lacking, bound, covers), lacking, fits,
-                              takers, bound)
     rest = iter(victims)
     read: list[Job] = []
-    first = _first_on_nodes(view, planner.free_share, rest, lacking, gains, fits, read)
+    first: tuple[list[Job], int] | None
+    if spec.num_gpus >= 1 and isinstance(lacking, Needs):
+        fits = fits or planner.fit_test(spec)
+        first = _first_on_nodes(view, planner.free_share, rest, lacking, gains, fits, read)
+    elif spec.num_gpus >= 1 and fits is None:  # the cluster bucket, counted as `Planner.fit_test` counts
+        first = _first_in_cluster(view, planner, spec, rest, lacking[_CLUSTER], gains, read)
+        fits = planner.fit_test(spec)
+    else:  # GPU buckets (a share), or the caller's own test: the core's rule on offers
+        fits = fits or planner.fit_test(spec)
+        return choose_victims(_offers(view, planner, spec, rest, gains, lacking, bound, covers), lacking, fits,
+                              takers, bound)
     if first is None:
         return []
     chosen, node = first
@@ -123,6 +129,42 @@ def _bounded_offers(view: ClusterView, victims: Iterable[Job], gains: Callable[[
         if bound.value < math.inf and floors.passes_over(p, freed, bound.value):
             continue
         yield Offer(v, gains(p), freed)
+
+
+def _first_in_cluster(view: ClusterView, planner: Planner, spec: JobSpec, victims: Iterator[Job], need: float,
+                      gains: Callable[[Placement], dict[int, float]],
+                      read: list[Job]) -> tuple[list[Job], int] | None:
+    """`_first_on_nodes` for a gang larger than a node (one bucket, the cluster), with the plan's own test
+    (`Planner.fit_test`) counted as the victims come: each time their gains cover the need, that test asks whether
+    they leave as many whole GPUs free (on nodes with memory enough) as the job lacks, and where shares over-count
+    it refuses prefix after prefix, each read whole (a search read ~50 of ~90 victims so). The count here adds each
+    victim's shares to its GPUs' free shares in the test's order, the same floats, once: a GPU once wholly free stays
+    so as victims are added."""
+    eligible = planner.usable_nodes(spec)
+    lacks = spec.workers - int(planner.node_free[eligible].sum())  # (the test's need: whole GPUs)
+    free_share, gpu_node, placement = planner.free_share, view.cluster.gpu_node, view.placement
+    after: dict[int, float] = {}  # per GPU the taken victims hold, its free share plus theirs
+    wholly = 0  # GPUs they leave wholly free, not free before, on nodes with memory enough
+    got = 0.0
+    taken: list[Job] = []
+    for v in victims:
+        read.append(v)
+        p = placement(v.id)
+        gain = gains(p)[_CLUSTER]
+        if gain <= 0.0:
+            continue
+        got += gain  # (the first: 0.0 + gain, as `first_victims` adds)
+        taken.append(v)
+        share = p.share
+        for g in p.gpus:
+            before = after.get(g)
+            now = after[g] = (float(free_share[g]) if before is None else before) + share
+            if now >= 1.0 - EPS and (before is None or before < 1.0 - EPS) and free_share[g] < 1.0 - EPS \
+                    and eligible[gpu_node[g]]:
+                wholly += 1
+        if got >= need - VICTIM_EPS and (lacks <= 0 or wholly >= lacks):
+            return taken, _CLUSTER
+    return None
 
 
 class _Gains(Mapping[int, float]):
