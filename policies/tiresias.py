@@ -203,7 +203,7 @@ class Tiresias:
         while heads:
             _, _, i, demand = heapq.heappop(heads)
             lst = lists[demand]
-            if bound is not None and bound.skips(demand):
+            if bound is not None and bound.value < math.inf and bound.skips(demand):  # (inf: step 1, none skipped)
                 skipped.append((demand, i))
                 continue
             # This list's entries while they come before every other list's head (the heap would pop this list
@@ -223,7 +223,7 @@ class Tiresias:
                 if upto is not None and key > upto:
                     heapq.heappush(heads, (*key, i, demand))
                     break
-                if bound is not None and bound.skips(demand):
+                if bound is not None and bound.value < math.inf and bound.skips(demand):
                     skipped.append((demand, i))
                     break
         stale = self._stale[lv]
