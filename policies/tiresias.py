@@ -85,6 +85,7 @@ class Tiresias:
         # again, or it could never be a victim again.
         self._named: list[int] = []
         self._covers = CoverFloors()  # the victim search's floors per node, kept while the index tells them changes
+        self._given_back = 0  # how many times a call's plan was given victims' GPUs back (`_untried`'s `grown`)
 
     # ---- queue levels ----------------------------------------------------------------------------------------------
 
@@ -202,7 +203,7 @@ class Tiresias:
         while heads:
             _, _, i, demand = heapq.heappop(heads)
             lst = lists[demand]
-            if bound is not None and bound.skips(demand):
+            if bound is not None and bound.value < math.inf and bound.skips(demand):  # (inf: step 1, none skipped)
                 skipped.append((demand, i))
                 continue
             # This list's entries while they come before every other list's head (the heap would pop this list
@@ -222,7 +223,7 @@ class Tiresias:
                 if upto is not None and key > upto:
                     heapq.heappush(heads, (*key, i, demand))
                     break
-                if bound is not None and bound.skips(demand):
+                if bound is not None and bound.value < math.inf and bound.skips(demand):
                     skipped.append((demand, i))
                     break
         stale = self._stale[lv]
@@ -259,18 +260,22 @@ class Tiresias:
             # preempting job takes), so once preempting for a demand failed, larger demands fail too.
             no_victims_from = float("inf")
             failed: dict[Hashable, int] = {}  # group -> the plan (`Planner.changes`) it failed on, at this level
-            # Once a job waits, one that can neither preempt nor pass `may_fit` fails as it would when reached.
-            hopeless = (lambda job: not planner.may_fit(job.spec)) if blocked and not can_preempt else None
+            # Once a job waits, one that neither passes `may_fit` nor may look for victims (none below, or a demand
+            # that found none) fails as it would when reached, with nothing to say. Read as the level goes: a job
+            # waits, the demand that finds no victims falls (`_Hope`).
+            hope = _Hope(planner, can_preempt, blocked)
             jobs = ((job, None) for job in buckets[level]) if buckets is not None else \
-                _untried(index, level, planner, failed, hopeless)  # type: ignore[arg-type]
+                _untried(index, level, planner, failed, hope.hopeless,  # type: ignore[arg-type]
+                         lambda: self._given_back)
             for job, group in jobs:
                 plan = planner.changes
                 placement, no_victims_from = self._fit_or_preempt(view, planner, job, level, can_preempt,
                                                                   no_victims_from, preempted, decisions)
+                hope.no_victims_from = no_victims_from
                 if placement is None:
                     if not blocked:
                         decisions.append(Wait(job.id, wait_reason(planner, job.spec)))
-                    blocked = True
+                    blocked = hope.blocked = True
                     if group is not None and planner.changes == plan:
                         failed[group] = plan
                     continue
@@ -358,6 +363,7 @@ class Tiresias:
             return None
         for v in chosen:
             planner.give_back(v)
+        self._given_back += 1
         placement = planner.best_fit(spec)
         if placement is None:  # fragmentation: preempting would not help; undo
             for v in chosen:
@@ -382,21 +388,45 @@ class Tiresias:
         return pick_victims(view, planner, spec, victims, self._queue, bound=bound, covers=covers)
 
 
+class _Hope:
+    """Whether a job of a level fails on the plan as it stands with nothing to say (`_untried`'s `hopeless`): a job of
+    the call waits already (no `Wait` to give), it does not pass `Planner.may_fit` (only stricter until the plan
+    changes) and it may not look for victims (none below its level, or its demand is at least one that found none at
+    this level, which only falls). Each holds until the plan changes, so `_untried` may set its group aside."""
+
+    __slots__ = ("blocked", "can_preempt", "no_victims_from", "planner")
+
+    def __init__(self, planner: Planner, can_preempt: bool, blocked: bool) -> None:
+        self.planner, self.can_preempt, self.blocked = planner, can_preempt, blocked
+        self.no_victims_from = math.inf
+
+    def hopeless(self, job: Job) -> bool:
+        spec = job.spec
+        return self.blocked and (not self.can_preempt or spec.num_gpus >= self.no_victims_from) and \
+            not self.planner.may_fit(spec)
+
+
 def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Hashable, int],
-             hopeless: Callable[[Job], bool] | None = None) -> Iterator[tuple[Job, Hashable]]:
+             hopeless: Callable[[Job], bool] | None = None,
+             grown: Callable[[], int] | None = None) -> Iterator[tuple[Job, Hashable]]:
     """A level's jobs in queue order, with their groups, less those of a group that failed on the plan as it stands
     (`failed`: group -> `Planner.changes` then): a job alike in all a call reads of it, on the same plan, with no
     more victims to hope for (the call's bound on demands only falls), fails as it did, with nothing to say (the
     call named its first waiting job already). Each group is skipped until the plan changes, then read again from
     where the call is: the work is the jobs that may start, and a look per group when the plan changes, however
     deep the level. A group whose next job `hopeless` says fails on the plan as it stands (it stays so while the
-    plan does: `may_fit` only grows stricter between changes) is parked at once, without being handed out."""
+    plan does: `may_fit` only grows stricter between changes) is parked at once, without being handed out, and so is
+    one whose job the call reaches once `hopeless` says so of it (it may say so only as the level goes: `_Hope`).
+    With `grown` (a count that moves whenever the plan gets GPUs back: victims given back), such a group is read again
+    only once it moves: a plan that only took GPUs since passes `may_fit` for no job it refused before."""
     heads: list[tuple[Position, Hashable]] = []
     parked: list[Hashable] = []  # groups that failed on the plan `plan`
+    asleep: list[Hashable] = []  # groups `hopeless` parked, where `grown` is given: read again once it moves
+    grew = grown() if grown is not None else 0
 
     def place(p: Position, group: Hashable) -> None:
         if hopeless is not None and hopeless(index.at[p][0]):  # parked: read again only once the plan changes
-            parked.append(group)
+            (asleep if grown is not None else parked).append(group)
         else:
             heapq.heappush(heads, (p, group))
 
@@ -407,10 +437,14 @@ def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Ha
                 place(p, group)
     plan = planner.changes
     at = NONE  # the position the call has reached
-    while heads or parked:
+    while heads or parked or asleep:
         if planner.changes != plan:  # the plan changed: a parked group may fare otherwise now
             plan = planner.changes
             again, parked = parked, []
+            if grown is not None and grown() != grew:  # (GPUs came back: a hopeless group may fit now)
+                grew = grown()
+                again += asleep
+                asleep = []
             for group in again:
                 p = index.first(group, at, strict=True)
                 if p is not None:
@@ -420,6 +454,9 @@ def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Ha
         at, group = heapq.heappop(heads)
         if failed.get(group) == plan:
             parked.append(group)
+            continue
+        if hopeless is not None and hopeless(index.at[at][0]):  # (it fails on this plan: the call passes it)
+            (asleep if grown is not None else parked).append(group)
             continue
         yield index.at[at][0], group
         p = index.first(group, at, strict=True)

@@ -67,6 +67,11 @@ def _arrays(lacking: Mapping[int, float]) -> tuple[np.ndarray, np.ndarray]:
             np.fromiter(lacking.values(), dtype=np.float64, count=len(lacking)))
 
 
+def node_list(cluster: Cluster) -> list[int]:
+    """Each GPU's node, as a list (kept per cluster): for loops that read it GPU by GPU."""
+    return _node_of(cluster)[0]
+
+
 def _node_of(cluster: Cluster) -> tuple[list[int], bool]:
     key = id(cluster)
     hit = _NODE_OF.get(key)

@@ -30,9 +30,9 @@ def _decisions(shortcut: bool, seed: int, monkeypatch: pytest.MonkeyPatch) -> tu
     untried = tiresias._untried
     asked = [0]
 
-    def wrapped(index, level, planner, failed, hopeless=None) -> Iterator[tuple[Job, object]]:
+    def wrapped(index, level, planner, failed, hopeless=None, grown=None) -> Iterator[tuple[Job, object]]:
         if not shortcut:
-            hopeless = None
+            hopeless = grown = None
         elif hopeless is not None:
             inner = hopeless
 
@@ -40,7 +40,7 @@ def _decisions(shortcut: bool, seed: int, monkeypatch: pytest.MonkeyPatch) -> tu
                 out = inner(job)
                 asked[0] += out
                 return out
-        return untried(index, level, planner, failed, hopeless)
+        return untried(index, level, planner, failed, hopeless, grown)
 
     monkeypatch.setattr(tiresias, "_untried", wrapped)
     policy = tiresias.Tiresias(thresholds=(60.0, 600.0))

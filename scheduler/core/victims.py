@@ -60,13 +60,21 @@ class Needs(Mapping[int, float]):
     a search reads the buckets of the victims it weighs, a few hundred of thousands, so only those become Python
     floats (a dict of them all was most of a search's set-up on 1,024 nodes, and its garbage)."""
 
-    __slots__ = ("_by", "buckets", "needs")
+    __slots__ = ("_by", "_listed", "buckets", "needs")
 
     def __init__(self, buckets: np.ndarray, needs: np.ndarray, size: int) -> None:
         self.buckets = buckets  # ascending
         self.needs = needs.astype(np.float64)  # what each lacks
         self._by = np.full(size, np.nan)  # per bucket number, its need (nan: not a bucket)
         self._by[buckets] = self.needs
+        self._listed: list[float] | None = None
+
+    def listed(self) -> list[float]:
+        """Per bucket number, its need as `get` returns it, nan where it is not a bucket: for a loop that asks it of
+        each victim it reads (one list read, not a call and an array read)."""
+        if self._listed is None:
+            self._listed = self._by.tolist()
+        return self._listed
 
     def get(self, bucket: int, default: float | None = None) -> float | None:  # type: ignore[override]
         if 0 <= bucket < len(self._by):
@@ -150,17 +158,22 @@ def first_victims(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float],
     return None
 
 
-def fewest_victims(first: Sequence[Offer[T, K]], bucket: K, offers: Iterable[Offer[T, K]],
+def fewest_victims(first: Sequence[Offer[T, K]], bucket: K,
+                   offers: Iterable[Offer[T, K]] | Callable[[], Iterable[Offer[T, K]]],
                    lacking: Mapping[K, float], fits: Fits[T] | None = None,
                    takers: Takers | None = None, bound: Bound | None = None) -> list[T]:
     """Steps 1 and 2 from `first_victims`' set: trimmed, and replaced by the cheapest set among `offers` (which may
     repeat `first`) if it frees more than the job lacks in its bucket and `takers` would not take the surplus.
-    `bound`: step 2's bound, kept up to date for the source of `offers` (`Bound`)."""
+    `bound`: step 2's bound, kept up to date for the source of `offers` (`Bound`). `offers` may be a callable that
+    returns them, called only if step 2 runs, before the bound is set (a caller that builds the offers step 1 read
+    only for step 2)."""
     chosen = _trim(first, bucket, lacking[bucket], fits)
     cost = _freed(chosen)
     surplus = cost - lacking[bucket]
     if surplus <= EPS or (takers is not None and takers(surplus)):
         return _victims(chosen)
+    if callable(offers):
+        offers = offers()
     cheaper = _cheapest(offers, lacking, cost, fits, bound)
     return _victims(chosen if cheaper is None else cheaper)
 
