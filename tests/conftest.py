@@ -22,7 +22,10 @@ import tiers
 from sqlalchemy import update
 from tiers import tiered
 
+from scheduler.core.contention import ContentionModel
+from scheduler.core.jobs import Job, JobPhase, Placement
 from scheduler.core.model import Cluster, ClusterSpec, JobKind, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
+from scheduler.core.state import ClusterState
 from scheduler.live.runs import JobStatus, Launch, NodeInfo
 from scheduler.live.store import Store
 from scheduler.live.store.models import Job as JobRow
@@ -66,6 +69,21 @@ def two_gpu_sizes() -> Cluster:
     return build_cluster(ClusterSpec(name="mixed", nodes_per_rack=8, groups=[
         NodeGroupSpec(count=2, node=NodeTypeSpec(gpu=gpu, gpus_per_node=8, interconnect="nvlink", nic_gbps=100.0))
         for gpu in ("V100-16GB", "V100-32GB")]))
+
+
+def start_run(state: ClusterState, model: ContentionModel, jobs: dict[int, Job], gpus: tuple[int, ...],
+              share: float) -> Job:
+    """A ResNet-50 job (ids from 100) running on `gpus` at `share` of each, allocated in `state` and `model` and kept
+    in `jobs`: the busy clusters the victim-search tests build."""
+    s = JobSpec(name=f"j{len(jobs)}", submit_s=0.0, num_gpus=share if share < 1 else float(len(gpus)), duration_s=1e6,
+                model="ResNet-50-bs64")
+    p = Placement(gpus, share)
+    j = Job(100 + len(jobs), s, s.duration_s)
+    state.allocate(j.id, s, p)
+    model.add(j.id, s, p)
+    j.state, j.placement, j.start_s = JobPhase.RUNNING, p, 0.0
+    jobs[j.id] = j
+    return j
 
 
 def many_models(count: int, gap_s: float) -> list[JobSpec]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import small_cluster
+from conftest import small_cluster, start_run
 
 import policies.victim_floors as floors_module
 from policies.placement import Planner
 from policies.victim_choice import _room_model, pick_victims
 from scheduler.core.contention import ContentionModel
-from scheduler.core.model import Job, JobPhase, JobSpec, Placement
+from scheduler.core.model import JobSpec, Placement
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.victims import Bound
 from scheduler.core.workloads import catalog
@@ -35,13 +35,7 @@ def _busy_view(rng: random.Random, nodes: int, gpus: int) -> ClusterView:
     state, model, jobs = ClusterState(cluster, catalog()), ContentionModel(cluster), {}
 
     def run(gpu_list: tuple[int, ...], share: float) -> None:
-        s = _spec(f"j{len(jobs)}", share if share < 1 else float(len(gpu_list)))
-        p = Placement(gpu_list, share)
-        j = Job(100 + len(jobs), s, s.duration_s)
-        state.allocate(j.id, s, p)
-        model.add(j.id, s, p)
-        j.state, j.placement, j.start_s = JobPhase.RUNNING, p, 0.0
-        jobs[j.id] = j
+        start_run(state, model, jobs, gpu_list, share)
 
     for node in range(nodes):
         g, end = node * gpus, (node + 1) * gpus

@@ -14,22 +14,14 @@ import random
 from collections.abc import Callable, Iterable, Iterator
 
 import pytest
-from conftest import small_cluster
+from conftest import small_cluster, start_run
 
 from policies.placement import Planner
 from policies.victim_choice import _bounded_offers, _Gains, _room_model, pick_victims
 from policies.victim_floors import RoomFloors
 from scheduler.core.contention import ContentionModel
-from scheduler.core.model import (
-    ClusterSpec,
-    Job,
-    JobPhase,
-    JobSpec,
-    NodeGroupSpec,
-    NodeTypeSpec,
-    Placement,
-    build_cluster,
-)
+from scheduler.core.jobs import Job, JobPhase, Placement
+from scheduler.core.model import ClusterSpec, JobSpec, NodeGroupSpec, NodeTypeSpec, build_cluster
 from scheduler.core.state import ClusterState, ClusterView
 from scheduler.core.victims import Bound, Offer, PendingDemands, choose_victims
 from scheduler.core.workloads import catalog
@@ -52,13 +44,7 @@ def _view(rng: random.Random, nodes: int, gpus: int, mixed: bool) -> ClusterView
     jobs: dict[int, Job] = {}
 
     def run(gpu_list: tuple[int, ...], share: float) -> None:
-        s = _spec(f"j{len(jobs)}", share if share < 1 else float(len(gpu_list)))
-        p = Placement(gpu_list, share)
-        j = Job(100 + len(jobs), s, s.duration_s)
-        state.allocate(j.id, s, p)
-        model.add(j.id, s, p)
-        j.state, j.placement, j.start_s = JobPhase.RUNNING, p, 0.0
-        jobs[j.id] = j
+        start_run(state, model, jobs, gpu_list, share)
 
     g, end = 0, nodes * gpus
     while g < end:
