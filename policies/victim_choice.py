@@ -16,7 +16,7 @@ from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping
 import numpy as np
 
 from policies.placement import Planner
-from policies.victim_floors import RoomFloors, node_list, share_freed
+from policies.victim_floors import RoomFloors, share_freed
 from scheduler.core.constraints import eligible_gpus
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
@@ -89,7 +89,7 @@ def _first_on_nodes(view: ClusterView, free_share: np.ndarray, victims: Iterator
     mapping each, read through three generators) was most of Tiresias' time on a million jobs. Each victim read is
     appended to `read` (step 2 weighs them again), and `victims` is read no further than the victim returned."""
     needs = lacking.listed()
-    node_of = node_list(view.cluster)
+    node_of = view.cluster.gpu_node_list
     placement = view.placement
     got: dict[int, float] = {}
     taken: dict[int, list[Job]] = {}

@@ -67,11 +67,6 @@ def _arrays(lacking: Mapping[int, float]) -> tuple[np.ndarray, np.ndarray]:
             np.fromiter(lacking.values(), dtype=np.float64, count=len(lacking)))
 
 
-def node_list(cluster: Cluster) -> list[int]:
-    """Each GPU's node, as a list (kept per cluster): for loops that read it GPU by GPU."""
-    return _node_of(cluster)[0]
-
-
 def _node_of(cluster: Cluster) -> tuple[list[int], bool]:
     key = id(cluster)
     hit = _NODE_OF.get(key)
@@ -79,7 +74,7 @@ def _node_of(cluster: Cluster) -> tuple[list[int], bool]:
         first, count = cluster.node_first_gpu, cluster.node_num_gpus
         contiguous = bool(len(first) > 0 and (count >= 1).all() and first[0] == 0
                           and (first[1:] == first[:-1] + count[:-1]).all())
-        hit = (cluster, cluster.gpu_node.tolist(), contiguous)
+        hit = (cluster, cluster.gpu_node_list, contiguous)  # (the cluster's own list)
         if len(_NODE_OF) > 8:
             _NODE_OF.clear()
         _NODE_OF[key] = hit
@@ -278,7 +273,7 @@ class _NodeTenants:
         if moved is None or self.events > len(events) or len(self.where) > 2 * len(view.running) + 4096:
             self.where = {}
             return list(range(view.cluster.num_nodes))
-        node_of = _node_of(view.cluster)[0]
+        node_of = view.cluster.gpu_node_list
         dirty = {node_of[g] for g in np.flatnonzero(self.free != planner.free_share).tolist()}
         running, placement, where = view.running, view.placement, self.where
         for job_id in itertools.chain(moved, events[self.events:]):
@@ -293,7 +288,7 @@ class _NodeTenants:
         """Node `n`'s running tenants with their gains there (`_room_model`'s, on this plan), the GPUs each frees,
         its level and spec."""
         cluster = view.cluster
-        node_of = _node_of(cluster)[0]
+        node_of = cluster.gpu_node_list
         first = int(cluster.node_first_gpu[n])
         free = planner.free_share[first:first + int(cluster.node_num_gpus[n])].tolist()
         running, where = view.running, self.where
