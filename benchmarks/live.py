@@ -51,6 +51,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listening(port: int) -> int:
+    """How many sockets listen on TCP `port` (Linux): `corral serve --api-workers N` has N once every API process
+    has bound its own."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            count += state == "0A" and int(local.rsplit(":", 1)[1], 16) == port  # 0A: LISTEN
+    return count
+
+
 def start_server(home: Path, database_url: str | None = None,
                  api_workers: int = 1) -> tuple[subprocess.Popen[bytes], str, str]:
     """`corral serve` on 4 virtual nodes x 8 GPUs, on SQLite under `home` or on `database_url`, with `api_workers`
@@ -75,6 +86,12 @@ def start_server(home: Path, database_url: str | None = None,
                     break
             except requests.RequestException:  # refused, or (API processes still starting) not yet answered
                 time.sleep(0.3)
+        # /health is answered by the first API process to listen; a client that connects before the others do keeps
+        # its keep-alive connection on that one, so a busy machine measured one process where it meant N.
+        while listening(port) < api_workers and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        if listening(port) < api_workers:
+            raise SystemExit(f"only {listening(port)} of {api_workers} API processes listen on port {port}")
         store = Store.open(database_url or f"sqlite:///{home / 'corral.db'}")
         with store.session(write=True) as s:  # (a deferred transaction would fail on the server's commits)
             token = queries.create_token(s, "bench", admin=True)
