@@ -14,10 +14,10 @@ import random
 import numpy as np
 import pytest
 
-from policies import placement_topology
+from policies import placement, placement_topology
 from policies.free_index import FreeIndex
 from policies.placement import Planner
-from scheduler.core.model import JobSpec, Placement
+from scheduler.core.model import Job, JobPhase, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
 from tests.test_planner_room import MODELS, _spec, _view
 
@@ -134,6 +134,57 @@ def test_a_scratch_plan_scans_and_leaves_the_index_as_it_was() -> None:
     spec = _spec(rng, view, 0)
     scratch.best_fit(spec)
     _same_index(planner.index, _afresh(planner))
+
+
+def _gang_view(rng: random.Random) -> ClusterView:
+    """Four to six nodes of 8 GPUs, some of them shared, and gangs of 9 to 24 whole GPUs over several nodes: victims
+    that `Planner.give_back` counts over arrays (more than `_SCALAR_TAKE` GPUs)."""
+    view = _view(rng)
+    while view.cluster.num_nodes < 4 or view.cluster.max_gpus_per_node != 8 or view.free_whole < 9:
+        view = _view(rng)
+    state, model, jobs = view._state, view._contention, dict(view.running)
+    free = [g for g, s in enumerate(view.free_share.tolist()) if s >= 1.0]
+    rng.shuffle(free)
+    while len(free) >= 9:
+        gpus = tuple(sorted(free[:rng.randint(9, min(24, len(free)))]))
+        del free[:len(gpus)]
+        spec = JobSpec(name=f"g{len(jobs)}", submit_s=0.0, model=MODELS[0], duration_s=1e6, num_gpus=float(len(gpus)))
+        job = Job(1000 + len(jobs), spec, spec.duration_s)
+        state.allocate(job.id, spec, Placement(gpus))
+        model.add(job.id, spec, Placement(gpus))
+        job.state, job.placement, job.start_s = JobPhase.RUNNING, Placement(gpus), 0.0
+        jobs[job.id] = job
+    return ClusterView(state, model, jobs)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_large_gang_given_back_leaves_the_plan_as_one_gpu_at_a_time(seed: int,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`give_back` of a gang over `_SCALAR_TAKE` GPUs (over arrays) leaves the plan as giving back each GPU in turn
+    does, bit for bit, and its index as one built afresh; among jobs taken and given back in a random order."""
+    rng = random.Random(seed)
+    view = _gang_view(rng)
+    arrays, each = Planner(view), Planner(view)
+    assert arrays.index is not None and each.index is not None
+    victims = [view.running[j] for j in sorted(view.running)]
+    rng.shuffle(victims)
+    assert any(len(view.placement(v.id).gpus) > placement._SCALAR_TAKE for v in victims)
+    for i, victim in enumerate(victims):
+        arrays.give_back(victim)
+        with monkeypatch.context() as m:
+            m.setattr(placement, "_SCALAR_TAKE", 10**9)  # (the loop over each GPU)
+            each.give_back(victim)
+        for name in ("free_share", "used_mem", "node_free"):
+            assert getattr(arrays, name).tobytes() == getattr(each, name).tobytes(), name
+        assert (arrays.free_whole, arrays.free_capacity) == (each.free_whole, each.free_capacity)
+        assert arrays._index is not None
+        _same_index(arrays._index, _afresh(arrays))
+        spec = _spec(rng, view, i)
+        found = arrays.best_fit(spec)
+        assert found == each.best_fit(spec), spec
+        if found is not None and rng.random() < 0.5:
+            arrays.take(spec, found)
+            each.take(spec, found)
 
 
 NEAR = [0.0, -1e-17, 1e-17, 0.25, 0.5, 0.75, 0.3, 1.0 - 1e-16, 1.0 - 2e-10, 1.0, 1.0, 1.0, 1.0 + 2e-16, 1.0 + 1e-10]
