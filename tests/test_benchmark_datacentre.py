@@ -56,3 +56,26 @@ def test_rl_default_gets_figures(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     figs = dc.run(nodes=6, queued=150, policies=["fifo", "rl:default"], n_decisions=6, n_passes=3,
                   echo=lambda line: None)
     check(figs, ["fifo", "rl:default"], 150)
+
+
+def test_every_policy_is_asked_at_the_same_age(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each policy's calls come `age_s` after the states were built, whichever policy the run measures first (at the
+    wall clock's time, Tiresias met states as old as the policies before it had made them)."""
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    asked: list[float] = []
+    real = dc.decisions
+
+    def recording(ctl, count: int, now: float) -> list[float]:
+        asked.append(now)
+        return real(ctl, count, now)
+
+    monkeypatch.setattr(dc, "decisions", recording)
+    t0 = dc.time.time()
+    dc.run(nodes=6, queued=60, policies=["fifo", "tiresias"], n_decisions=3, n_passes=1, echo=lambda line: None,
+           age_s=1800.0)
+    t1 = dc.time.time()
+    assert len(asked) == 2 * 4  # per policy: a first call and the timed ones, partly full, then full
+    moments = set(asked)
+    assert len(moments) == 1, asked
+    (at,) = moments
+    assert t0 + 1800.0 <= at <= t1 + 1800.0
