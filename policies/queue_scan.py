@@ -178,12 +178,6 @@ class QueueIndex:
         self.mapping = mapping
         return self.sync()
 
-    def firsts(self) -> list[tuple[Key, Position]]:
-        """Each group's first live position, with the group's key, in the groups' order (`first` from NONE of each:
-        every group holds a live position)."""
-        lo = self._lo
-        return [(key, group[lo[key]]) for key, group in self.groups.items()]
-
     def first(self, key: Key, start: Position, strict: bool = False) -> Position | None:
         """The group's first live position from `start` on (after it if `strict`; None: none)."""
         group = self.groups.get(key)

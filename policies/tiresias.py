@@ -251,11 +251,6 @@ class Tiresias:
         decisions: list[Decision] = []
         preempted: set[int] = set()
         blocked = False
-        # Each level's groups with their first jobs: read once per call (the call places jobs, but they leave the
-        # index only once out of the queue, at the next call).
-        starts: dict[int, list[tuple[Hashable, Position]]] = {}
-        for group, first in index.firsts() if index is not None else ():
-            starts.setdefault(group[0], []).append((group, first))  # type: ignore[index]
         for level in range(len(self.thresholds) + 1):
             can_preempt = self._has_victims_below(level)
             if not can_preempt and planner.full():
@@ -272,7 +267,7 @@ class Tiresias:
             # waits, the demand that finds no victims falls (`_Hope`).
             hope = _Hope(planner, can_preempt, blocked)
             jobs = ((job, None) for job in buckets[level]) if buckets is not None else \
-                _untried(index, starts.get(level, []), planner, failed, hope.hopeless,  # type: ignore[arg-type]
+                _untried(index, level, planner, failed, hope.hopeless,  # type: ignore[arg-type]
                          lambda: self._given_back)
             for job, group in jobs:
                 plan = planner.changes
@@ -413,12 +408,10 @@ class _Hope:
             not self.planner.may_fit(spec)
 
 
-def _untried(index: QueueIndex, starts: list[tuple[Hashable, Position]], planner: Planner,
-             failed: Mapping[Hashable, int],
+def _untried(index: QueueIndex, level: int, planner: Planner, failed: Mapping[Hashable, int],
              hopeless: Callable[[Job], bool] | None = None,
              grown: Callable[[], int] | None = None) -> Iterator[tuple[Job, Hashable]]:
-    """A level's jobs in queue order, with their groups (`starts`: the level's groups and their first positions, as
-    `QueueIndex.firsts` gives them), less those of a group that failed on the plan as it stands
+    """A level's jobs in queue order, with their groups, less those of a group that failed on the plan as it stands
     (`failed`: group -> `Planner.changes` then): a job alike in all a call reads of it, on the same plan, with no
     more victims to hope for (the call's bound on demands only falls), fails as it did, with nothing to say (the
     call named its first waiting job already). Each group is skipped until the plan changes, then read again from
@@ -439,8 +432,11 @@ def _untried(index: QueueIndex, starts: list[tuple[Hashable, Position]], planner
         else:
             heapq.heappush(heads, (p, group))
 
-    for group, first in starts:
-        place(first, group)
+    for group in index.groups:
+        if group[0] == level:  # type: ignore[index]
+            p = index.first(group, NONE)
+            if p is not None:
+                place(p, group)
     plan = planner.changes
     at = NONE  # the position the call has reached
     while heads or parked or asleep:
