@@ -48,6 +48,7 @@ class Planner:
         self._node_mem = c.node_gpu_mem
         self.min_gpu_mem = c.min_gpu_mem  # GB: a job needing no more fits every GPU
         self._max_free_share: float | None = None  # cached max of free_share; None when stale
+        self._view_changes = view.changes  # the view's free capacity as copied: its max is the plan's while they hold
         # Whose shares each node holds, as the plan goes (the one-user MPS rule; `scheduler.core.colocation`).
         self.mps = view.mps_users.copy()
         self._cap_ok: dict[tuple[float, float], np.ndarray] = {}  # (GB, share) -> GPUs whose MPS cap holds it
@@ -274,7 +275,10 @@ class Planner:
     def max_free_share(self) -> float:
         if self._max_free_share is None:
             found = self._index.max_share(self.free_whole) if self._index is not None else None
-            self._max_free_share = float(self.free_share.max()) if found is None else found
+            if found is None:  # (unchanged plan of an unchanged view: the view's own, kept across calls)
+                found = self.view.max_free_share if self.changes == 0 and self.view.changes == self._view_changes \
+                    else float(self.free_share.max())
+            self._max_free_share = found
         return self._max_free_share
 
     def full(self) -> bool:

@@ -183,7 +183,10 @@ class QueueIndex:
         group = self.groups.get(key)
         if group is None:
             return None
-        i = (bisect.bisect_right if strict else bisect.bisect_left)(group, start, self._lo[key])
+        if start == NONE and not strict:  # its first live one (no search: Tiresias asks it of each group per level)
+            i = self._lo[key]
+        else:
+            i = (bisect.bisect_right if strict else bisect.bisect_left)(group, start, self._lo[key])
         return group[i] if i < len(group) else None
 
     def heads(self, start: Position, skip: Collection[Key] = ()) -> list[tuple[Position, Key]]:

@@ -208,20 +208,22 @@ class Tiresias:
                 continue
             # This list's entries while they come before every other list's head (the heap would pop this list
             # again: keys are distinct, ids being unique), then its next entry back in the heap.
-            upto = heads[0][:2] if heads else None
+            # (The head's key compared field by field, as tuples compare: no key built per entry. No other list: inf.)
+            up_submit, up_id = heads[0][:2] if heads else (math.inf, math.inf)
             while True:
                 if i < len(lst):
-                    job = running.get(lst[i][1])
-                    if job is not None and levels.get(job.id) == lv:
+                    job_id = lst[i][1]
+                    job = running.get(job_id)
+                    if job is not None and levels.get(job_id) == lv:
                         yield job
                     else:
                         del lst[i]
                 i = min(i, len(lst)) - 1
                 if i < 0:
                     break
-                key = (-lst[i][0], -lst[i][1])
-                if upto is not None and key > upto:
-                    heapq.heappush(heads, (*key, i, demand))
+                submit, job_id = lst[i]
+                if -submit > up_submit or (-submit == up_submit and -job_id > up_id):
+                    heapq.heappush(heads, (-submit, -job_id, i, demand))
                     break
                 if bound is not None and bound.value < math.inf and bound.skips(demand):
                     skipped.append((demand, i))

@@ -90,12 +90,12 @@ def _first_on_nodes(view: ClusterView, free_share: np.ndarray, victims: Iterator
     appended to `read` (step 2 weighs them again), and `victims` is read no further than the victim returned."""
     needs = lacking.listed()
     node_of = view.cluster.gpu_node_list
-    placement = view.placement
+    placements = view.placements
     got: dict[int, float] = {}
     taken: dict[int, list[Job]] = {}
     for v in victims:
         read.append(v)
-        p = placement(v.id)
+        p = placements[v.id]
         gpus = p.gpus
         if len(gpus) == 1:  # (`node_gains`' one-GPU case: one node, the GPU's fraction)
             g = gpus[0]
@@ -226,15 +226,18 @@ def _room_model(
         nodes = np.flatnonzero(eligible & (cluster.node_num_gpus >= workers) & (planner.node_free < workers))
         need = workers - planner.node_free[nodes]
 
+        node_of = cluster.gpu_node_list
+
         def node_gains(p: Placement) -> dict[int, float]:
-            if len(p.gpus) == 1:  # (0.0 + its fraction is its fraction: the loop's dict)
-                g = p.gpus[0]
-                return {int(gpu_node[g]): fraction(p, g)}
+            gpus, share = p.gpus, p.share
+            if len(gpus) == 1:  # (0.0 + its fraction is its fraction: the loop's dict)
+                g = gpus[0]
+                return {node_of[g]: share_freed(share, float(free_share[g]))}
             out: dict[int, float] = {}
-            for g in p.gpus:
-                node = int(gpu_node[g])
-                out[node] = out.get(node, 0.0) + fraction(p, g)
-            return dict(sorted(out.items()))
+            for g in gpus:  # (a list's nodes, not the array's: a deep search reads a hundred victims' GPUs)
+                node = node_of[g]
+                out[node] = out.get(node, 0.0) + share_freed(share, float(free_share[g]))
+            return out if len(out) == 1 else dict(sorted(out.items()))
 
         return Needs(nodes, need, len(eligible)), node_gains
     have = float(planner.node_free[eligible].sum())

@@ -1,5 +1,6 @@
 """The book's queue index (`policies.queue_scan.QueueIndex`): each group's first job from a position on, for every
-group, as reading the queue itself finds them, whatever jobs left it and whichever groups a scan skips."""
+group and for each one (`first`), as reading the queue itself finds them, whatever jobs left it and whichever groups a
+scan skips."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ def test_heads_are_each_groups_first_job_from_a_position_on_in_queue_order() -> 
                 if position(j) >= start and group[j.id] not in skip and group[j.id] not in want:
                     want[group[j.id]] = position(j)
             assert index.heads(start, skip) == sorted((p, k) for k, p in want.items())
+            for k in set(range(6)) - skip:  # each group's own first from `start` on (NONE: its first live one)
+                assert index.first(k, start) == want.get(k)
             first = next((j for j in live if position(j) >= start), None)
             assert index.head(start) is first
             assert index.head(start, index.heads(start, skip)) is first  # (the groups skipped read again)

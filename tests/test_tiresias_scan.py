@@ -4,6 +4,7 @@ of the scan that hands every group out and lets `_fit_or_preempt` find that it f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -79,6 +80,35 @@ def test_every_list_holding_a_stopped_job_is_marked_for_the_walk_to_tidy() -> No
     jobs = load_trace("synthetic:800,iat=4", seed=0).jobs
     Simulator(parse_cluster("dgx-a100:6"), jobs, Checked(thresholds=(60.0, 600.0))).run()
     assert checked[0] > 100 and checked[1] > 10, checked
+
+
+def test_a_walk_reads_a_levels_running_jobs_latest_arrival_first() -> None:
+    """At every victim walk of a replay with preemptions, the jobs a level's walk yields are its running jobs in
+    (submitted, id) order, latest first, as a sort of its lists finds them: all of them, in order, as far as the search
+    reads while the bound is inf (step 1), and in that order less those it skips once the bound falls (step 2)."""
+    walks = [0, 0]  # walks checked, and those cut short by the bound
+
+    class Checked(tiresias.Tiresias):
+        def _walk(self, view, lv, bound):  # type: ignore[no-untyped-def]
+            want = sorted(((s, j) for lst in self._by_level[lv].values() for s, j in lst
+                           if view.running.get(j) is not None and self._level.get(j) == lv), reverse=True)
+            got: list[tuple[float, int]] = []
+            try:
+                for job in super()._walk(view, lv, bound):
+                    got.append((job.spec.submit_s, job.id))
+                    yield job
+            finally:
+                walks[0] += 1
+                if bound is None or bound.value == math.inf:  # (the bound only falls: inf all along)
+                    assert got == want[:len(got)], lv
+                else:
+                    walks[1] += 1
+                    read = set(got)
+                    assert got == [w for w in want if w in read], lv
+
+    jobs = load_trace("synthetic:800,iat=4", seed=0).jobs
+    Simulator(parse_cluster("dgx-a100:6"), jobs, Checked(thresholds=(60.0, 600.0))).run()
+    assert walks[0] > 100 and walks[1] > 10, walks
 
 
 def _calls_grouped_by(group_key: Callable[..., object], cluster: Cluster, jobs: list[JobSpec],

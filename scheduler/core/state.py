@@ -246,6 +246,8 @@ class ClusterView:
     this view rather than handing over a copy because policies index what they have seen per view (Tiresias' attained
     service, the RL encoding's caches): a new view at every call would rebuild those each time."""
 
+    _max_free_share: tuple[int, float] | None = None  # (`changes` then, `max_free_share`)
+
     def __init__(self, state: ClusterState, contention: ContentionModel, running: Mapping[int, Job],
                  lowest_preemptible: Callable[[], float] | None = None, elastic: Mapping[int, Job] | None = None
                  ) -> None:
@@ -354,6 +356,21 @@ class ClusterView:
 
     def placement(self, job_id: int) -> Placement:
         return self._state.placements[job_id]
+
+    @property
+    def max_free_share(self) -> float:
+        """The largest free share of any GPU, kept until free capacity changes (`changes`): a plan asks it of every
+        call (`Planner.full`), and many calls follow only arrivals."""
+        kept = self._max_free_share
+        changes = self._state.changes
+        if kept is None or kept[0] != changes:
+            kept = self._max_free_share = (changes, float(self._state.free_share.max()))
+        return kept[1]
+
+    @property
+    def placements(self) -> Mapping[int, Placement]:
+        """Every running job's placement by id, read only: for a loop over many jobs (`placement` is a call each)."""
+        return self._state.placements
 
     def mem_need(self, spec: JobSpec) -> float:
         return self._state.mem_need(spec)
