@@ -176,9 +176,8 @@ class Planner:
         self._index_many(gpus, before, nodes)
 
     def without(self, victims: Sequence[Job]) -> Planner:
-        """A scratch plan: this one with `victims` given back (`give_back`), this one left exactly as it is, with
-        what its searches found. For weighing a preemption: giving the victims back and taking them again would leave
-        rounding errors in the free shares and memory, and forget every search."""
+        """A scratch plan: this one with `victims` given back, this one left as it is (giving them back and taking them
+        again would leave rounding errors in the free shares and memory, and forget every search)."""
         scratch = copy.copy(self)
         scratch.free_share, scratch.used_mem, scratch.node_free = (
             self.free_share.copy(), self.used_mem.copy(), self.node_free.copy())
@@ -191,8 +190,7 @@ class Planner:
         return scratch
 
     def fits_once_freed(self, spec: JobSpec, victims: Sequence[Job]) -> bool:
-        """Would `best_fit(spec)` place it once `victims` leave? What giving them back, asking and taking them again
-        answers, with the plan left as it is (`fit_test`)."""
+        """Would `best_fit(spec)` place it once `victims` leave? (`fit_test`: the plan left as it is.)"""
         return self.fit_test(spec)(victims)
 
     def fit_test(self, spec: JobSpec) -> Callable[[Sequence[Job]], bool]:
@@ -203,8 +201,7 @@ class Planner:
         memory enough hold as many whole free GPUs as it has workers, so it counts the GPUs the victims would leave
         wholly free, their shares added to each GPU's free share in the order `give_back` adds them (the same floats).
         A GPU share is asked of a scratch plan the victims are given back to (`without`), which leaves this one as it
-        is: a search for a share asks it of many sets, and giving back and taking again would leave rounding errors
-        in this plan's free shares and forget its searches each time."""
+        is: a search for a share asks it of many sets."""
         if spec.num_gpus < 1:
             return lambda victims: self.without(victims).best_fit(spec) is not None
         eligible = self.usable_nodes(spec)

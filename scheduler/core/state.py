@@ -370,7 +370,7 @@ class ClusterView:
     @property
     def placements(self) -> Mapping[int, Placement]:
         """Every running job's placement by id, read only: for a loop over many jobs (`placement` is a call each)."""
-        return self._state.placements
+        return MappingProxyType(self._state.placements)
 
     def mem_need(self, spec: JobSpec) -> float:
         return self._state.mem_need(spec)
