@@ -20,7 +20,6 @@ from scheduler.core.constraints import Constraints, eligible_gpus, eligible_node
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
 
-_SCALAR_GPUS = 64  # victims' GPUs up to which `fit_test` adds their shares in Python: numpy costs more per call below
 _SCALAR_TAKE = 8  # a placement's GPUs up to which `take` counts them in Python (a datacentre's 64-GPU gangs: numpy)
 _INDEX_AFTER = 8  # searches a plan answers by scanning before it builds its index of free GPUs (`Planner.index`)
 
@@ -190,22 +189,7 @@ class Planner:
         need = spec.workers - int(self.node_free[eligible].sum())
         if need <= 0:
             return lambda victims: True
-        free_share, placement = self.free_share, self.view.placement
-        eligible_gpu = eligible[self.cluster.gpu_node]
-
-        def whole_fits(victims: Sequence[Job]) -> bool:
-            placements = [placement(v.id) for v in victims]
-            if sum(len(p.gpus) for p in placements) > _SCALAR_GPUS:
-                return int(np.count_nonzero(eligible_gpu[self._wholly_freed(placements)])) >= need
-            after: dict[int, float] = {}  # per GPU, its free share plus the victims' shares, added in their order
-            for p in placements:
-                for g in p.gpus:
-                    after[g] = (after[g] if g in after else float(free_share[g])) + p.share
-            freed = sum(1 for g, a in after.items()
-                        if a >= 1.0 - EPS and free_share[g] < 1.0 - EPS and eligible_gpu[g])
-            return freed >= need
-
-        return whole_fits
+        return _WholeFits(self.free_share, eligible[self.cluster.gpu_node], self.view.placement, need)
 
     def free_once_freed(self, spec: JobSpec, victims: Sequence[Job]) -> np.ndarray:
         """Whole free GPUs per node, on the nodes with memory enough for `spec` (0 elsewhere), once `victims` leave:
@@ -577,3 +561,46 @@ class Planner:
             if p is not None and p.gpus not in unique:
                 unique[p.gpus] = p
         return list(unique.values())
+
+
+class _WholeFits:
+    """`Planner.fit_test` for a whole-GPU job that lacks `need` whole GPUs: whether victims leave as many GPUs wholly
+    free (on nodes with memory enough) as it lacks, their shares added to each GPU's free share in the order
+    `give_back` adds them (the same floats).
+
+    The victim search asks it of hundreds of sets for a gang larger than a node, each the set of an earlier question
+    and a victim or a few more (its sets grow along the policy's order): so what each set's victims leave is kept per
+    prefix of victims (a tree by job id), and a set is counted from its longest prefix asked before, adding only the
+    victims after it. The sums are the ones adding them all would make: each GPU's shares in the victims' order."""
+
+    __slots__ = ("_eligible", "_free", "_need", "_placement", "_root")
+
+    def __init__(self, free: np.ndarray, eligible: np.ndarray, placement: Callable[[int], Placement],
+                 need: int) -> None:
+        self._free, self._eligible, self._placement, self._need = free, eligible, placement, need
+        # A prefix: (its children by job id, GPUs it leaves wholly free that were not, per GPU it holds its free share
+        # plus the prefix's shares)
+        self._root: _Prefix = ({}, 0, {})
+
+    def __call__(self, victims: Sequence[Job]) -> bool:
+        node = self._root
+        for v in victims:
+            child = node[0].get(v.id)
+            if child is None:
+                child = node[0][v.id] = self._then(node, self._placement(v.id))
+            node = child
+        return node[1] >= self._need
+
+    def _then(self, prefix: _Prefix, p: Placement) -> _Prefix:
+        """The prefix and one more victim, on `p`."""
+        free, eligible, share = self._free, self._eligible, p.share
+        freed, after = prefix[1], prefix[2].copy()
+        for g in p.gpus:
+            before = after.get(g)
+            now = after[g] = (float(free[g]) if before is None else before) + share
+            if now >= 1.0 - EPS and (before is None or before < 1.0 - EPS) and free[g] < 1.0 - EPS and eligible[g]:
+                freed += 1  # (a GPU once wholly free stays so: shares only add)
+        return {}, freed, after
+
+
+_Prefix = tuple[dict[int, "_Prefix"], int, dict[int, float]]
