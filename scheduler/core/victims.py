@@ -30,6 +30,7 @@ order did.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import operator
@@ -286,12 +287,7 @@ def _cheapest(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], bound: 
             if need is None or gain <= 0.0:
                 continue
             front = fronts.get(bucket) or [(-0.0, 0.0, None)]
-            limit = bound - EPS
-            grown: list[_Entry[T, K]] = []
-            for minus_g, c, chain in front:
-                if c + freed < limit:
-                    g = gain - minus_g  # the gain so far plus this offer's, capped at the need
-                    grown.append((-min(need, g), c + freed, (offer, chain)))
+            grown = _grown(front, offer, freed, gain, need, bound - EPS)
             # Nothing grown, the frontier would come out as it is (it is its own Pareto frontier): not sorted again.
             if grown:
                 merged = _pareto(front + grown)
@@ -314,6 +310,23 @@ def _cheapest(offers: Iterable[Offer[T, K]], lacking: Mapping[K, float], bound: 
         else:
             inert.add((freed, gains))
     return best
+
+
+def _grown(front: list[_Entry[T, K]], offer: Offer[T, K], freed: float, gain: float, need: float,
+           limit: float) -> list[_Entry[T, K]]:
+    """The frontier's sets with `offer` added (it frees `freed`, gains `gain`), their gain capped at `need`, less those
+    that free `limit` or more and those `_pareto` would drop at once: of the sets the cap brings to `need`, all but the
+    cheapest. Along the frontier (most gain first) gains and costs fall, so the sets under `limit` are a suffix, and
+    the capped ones a prefix of that."""
+    start = bisect.bisect_left(front, True, key=lambda e: e[1] + freed < limit)
+    # (the gain so far plus this offer's is `gain - minus_g`; negated, `minus_g - gain`, the same float)
+    cut = bisect.bisect_left(front, True, lo=start, key=lambda e: e[0] - gain > -need)
+    grown: list[_Entry[T, K]] = []
+    if cut > start:  # capped: the last, the cheapest of them, stays (of equal gains `_pareto` keeps the cheapest)
+        _, c, chain = front[cut - 1]
+        grown.append((-need, c + freed, (offer, chain)))
+    grown += [(minus_g - gain, c + freed, (offer, chain)) for minus_g, c, chain in front[cut:]]
+    return grown
 
 
 def _unchain(chain: _Chain[T, K]) -> list[Offer[T, K]]:
