@@ -184,7 +184,7 @@ class PendingDemands:
     preemptions for many jobs against one queue; the book keeps the counts as jobs come and go (`Queued.demands`),
     so a pass over its queue reads no job for them, and any other queue is read once, on the first question."""
 
-    def __init__(self, demands: Callable[[], Iterable[float]] | None = None,
+    def __init__(self, demands: Callable[[], Iterable[float] | np.ndarray] | None = None,
                  counts: Mapping[float, int] | None = None) -> None:
         self._demands = demands  # called on the first question, where no `counts` are given
         self._given = counts  # copied on the first question (the book's change as jobs come and go)
@@ -201,7 +201,7 @@ class PendingDemands:
             if self._values is None:
                 given = self._given
                 self._counts = dict(given) if given is not None else \
-                    Counter(self._demands() if self._demands is not None else ())
+                    _counted(self._demands() if self._demands is not None else ())
                 self._values = sorted(self._counts)
             counts, need, most, total = self._counts, surplus - EPS, surplus + EPS, 0.0
             for d in self._values:
@@ -214,6 +214,15 @@ class PendingDemands:
             return total >= need
 
         return take
+
+
+def _counted(demands: Iterable[float] | np.ndarray) -> dict[float, int]:
+    """How many of `demands` are each value: an array's by sorting it (a deep queue's 1,500 demands counted as Python
+    floats were ~120 us of a decision, sorted 20)."""
+    if isinstance(demands, np.ndarray):
+        values, counts = np.unique(demands, return_counts=True)
+        return dict(zip(values.tolist(), counts.tolist(), strict=True))
+    return Counter(demands)
 
 
 def queue_demands(queue: Iterable[Job]) -> PendingDemands:
