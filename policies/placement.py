@@ -15,12 +15,12 @@ import numpy as np
 import policies.placement_shares as placement_shares
 import policies.placement_topology as placement_topology
 from policies.free_index import FreeIndex
-from policies.whole_fits import WholeFits
 from scheduler.core.colocation import share_fits, share_mask
 from scheduler.core.constraints import Constraints, eligible_gpus, eligible_nodes
 from scheduler.core.model import Job, JobSpec, Placement
 from scheduler.core.state import EPS, ClusterView
 
+_SCALAR_GPUS = 64  # victims' GPUs up to which `fit_test` adds their shares in Python: numpy costs more per call below
 _SCALAR_TAKE = 8  # a placement's GPUs up to which `take` counts them in Python (a datacentre's 64-GPU gangs: numpy)
 _INDEX_AFTER = 8  # searches a plan answers by scanning before it builds its index of free GPUs (`Planner.index`)
 
@@ -190,7 +190,22 @@ class Planner:
         need = spec.workers - int(self.node_free[eligible].sum())
         if need <= 0:
             return lambda victims: True
-        return WholeFits(self.free_share, eligible[self.cluster.gpu_node], self.view.placement, need)
+        free_share, placement = self.free_share, self.view.placement
+        eligible_gpu = eligible[self.cluster.gpu_node]
+
+        def whole_fits(victims: Sequence[Job]) -> bool:
+            placements = [placement(v.id) for v in victims]
+            if sum(len(p.gpus) for p in placements) > _SCALAR_GPUS:
+                return int(np.count_nonzero(eligible_gpu[self._wholly_freed(placements)])) >= need
+            after: dict[int, float] = {}  # per GPU, its free share plus the victims' shares, added in their order
+            for p in placements:
+                for g in p.gpus:
+                    after[g] = (after[g] if g in after else float(free_share[g])) + p.share
+            freed = sum(1 for g, a in after.items()
+                        if a >= 1.0 - EPS and free_share[g] < 1.0 - EPS and eligible_gpu[g])
+            return freed >= need
+
+        return whole_fits
 
     def free_once_freed(self, spec: JobSpec, victims: Sequence[Job]) -> np.ndarray:
         """Whole free GPUs per node, on the nodes with memory enough for `spec` (0 elsewhere), once `victims` leave:
@@ -562,4 +577,3 @@ class Planner:
             if p is not None and p.gpus not in unique:
                 unique[p.gpus] = p
         return list(unique.values())
-
