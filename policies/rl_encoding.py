@@ -456,7 +456,7 @@ class _Frame:
         """`demands`: the queue's GPU demands, `lowest` its lowest priority (`_orders` reads them)."""
         self.view = view
         # Who else would take GPUs a preemption frees beyond its job's need.
-        self.pending = PendingDemands(demands.tolist)
+        self.pending = PendingDemands(lambda: demands)
         self.queues = queues
         self.planner = Planner(view)
         self.preempt = preempt and bool(view.running)

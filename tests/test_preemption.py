@@ -189,15 +189,19 @@ def _takers(demands: list[float]) -> Takers:
 def test_the_queue_counted_once_answers_what_sorting_the_others_answers() -> None:
     """`PendingDemands` counts the queue's demands once for every starting job (or takes the book's counts); leaving
     one copy of the starting job's demand out must answer what sorting and summing the other jobs' demands answers,
-    on the very floats (0.1 and 0.3 make sums that depend on their order)."""
+    on the very floats (0.1 and 0.3 make sums that depend on their order); the queue's demands given as a list or as
+    an array (counted by sorting)."""
     import random
     from collections import Counter
+
+    import numpy as np
 
     rng = random.Random(3)
     for _ in range(40):
         demands = [rng.choice([0.1, 0.25, 0.3, 0.5, 1.0, 2.0, 3.0, 8.0, 64.0]) for _ in range(rng.randrange(0, 30))]
         read = PendingDemands(lambda demands=demands: demands)
         counted = PendingDemands(counts=Counter(demands))
+        arrayed = PendingDemands(lambda demands=demands: np.array(demands, dtype=float))
         for own_at in [*range(len(demands)), None]:
             own = demands[own_at] if own_at is not None else 0.7  # 0.7: a starting job that is not pending
             others = sorted(d for i, d in enumerate(demands) if i != own_at)
@@ -210,6 +214,7 @@ def test_the_queue_counted_once_answers_what_sorting_the_others_answers() -> Non
                 want = expected >= surplus - 1e-6
                 assert read.takers(own)(surplus) is want, (demands, own, surplus)
                 assert counted.takers(own)(surplus) is want, (demands, own, surplus)
+                assert arrayed.takers(own)(surplus) is want, (demands, own, surplus)
 
 
 def test_pick_victims_frees_the_fewest_gpus_on_the_node_that_lacks_fewest() -> None:
