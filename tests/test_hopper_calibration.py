@@ -6,8 +6,11 @@ within the targets (15% mean absolute error, rank correlation 0.8)."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
+import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -101,10 +104,25 @@ def test_the_held_out_pairs_were_not_fitted_on(measured: hopper.Measured) -> Non
     assert all(c.phase == "mps" and measured.kinds[c.job] == "training" for c in train + held)
 
 
+# The fit ends on a flat optimum, where the machine's linear algebra moves the fourth decimal it rounds to (0.021 on
+# one CPU, 0.0209 on another): the committed table is the fit's within that, its words and columns exactly.
+FIT_DIGITS = {"rel_tol": 1e-2, "abs_tol": 2e-3}
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
+
+
+def _alike(committed: str, fitted: str) -> None:
+    assert NUMBER.split(committed) == NUMBER.split(fitted)  # the same text between the numbers
+    pairs = zip(map(float, NUMBER.findall(committed)), map(float, NUMBER.findall(fitted)), strict=True)
+    off = [(a, b) for a, b in pairs if not math.isclose(a, b, **FIT_DIGITS)]
+    assert not off, off
+
+
 def test_the_committed_profiles_are_what_the_fit_writes(report: hopper.Report) -> None:
-    assert hopper.PROFILES_PATH.read_text() == hopper.profiles_csv(report.fitted)
+    _alike(hopper.PROFILES_PATH.read_text(), hopper.profiles_csv(report.fitted))
     profiles, params = hopper.hopper_profiles(), hopper.hopper_params()
-    assert params == report.fitted.params
+    for field in dataclasses.fields(params):
+        assert math.isclose(getattr(params, field.name), getattr(report.fitted.params, field.name),
+                            **FIT_DIGITS), field.name
     assert set(profiles) == set(report.measured.kinds)
     assert profiles["resnet50"].kind is JobKind.TRAINING and profiles["bert-infer"].slo_ms > 0
 
