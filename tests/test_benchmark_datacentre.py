@@ -79,3 +79,10 @@ def test_every_policy_is_asked_at_the_same_age(monkeypatch: pytest.MonkeyPatch, 
     assert len(moments) == 1, asked
     (at,) = moments
     assert t0 + 1800.0 <= at <= t1 + 1800.0
+
+
+def test_a_run_past_the_moment_asked_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CORRAL_HOME", str(tmp_path))
+    lines: list[str] = []
+    dc.run(nodes=6, queued=60, policies=["fifo"], n_decisions=3, n_passes=1, echo=lines.append, age_s=0.0)
+    assert any(line.startswith("warning: fifo is measured past the moment asked") for line in lines), lines
