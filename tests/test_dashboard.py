@@ -31,6 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
 NODES, GPUS = 4, 8
 TEXT_SUFFIXES = {".html", ".js", ".css", ".svg", ".json", ".txt", ".map"}
+# The test's own calls wait this long for an answer. Not 10 s: CI once saw GET /jobs unanswered for 10 s while the
+# service's Ray started an actor process per rank of the 50-job map's running jobs, on 2 cores shared with another
+# test worker and the browser.
+HTTP_TIMEOUT_S = 60
 
 
 # ---- without a browser -------------------------------------------------------------------------------------------
@@ -89,13 +93,14 @@ class Service(ServeProcess):
         self.base = self.api.removesuffix("/api/v1")
 
     def get(self, path: str) -> Any:
-        r = requests.get(f"{self.api}{path}", headers={"Authorization": f"Bearer {self.token}"}, timeout=10)
+        r = requests.get(f"{self.api}{path}", headers={"Authorization": f"Bearer {self.token}"},
+                         timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200, r.text
         return r.json()
 
     def post(self, path: str, body: Any = None) -> requests.Response:
         return requests.post(f"{self.api}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"},
-                             timeout=10)
+                             timeout=HTTP_TIMEOUT_S)
 
     def submit(self, **fields: Any) -> dict[str, Any]:
         r = self.post("/jobs", fields)
@@ -181,7 +186,7 @@ def put_health(service: Service, node: str, interval_s: float, bad: dict[int, di
              "error": "", **bad.get(i, {})} for i in range(GPUS)]
     r = requests.put(f"{service.api}/nodes/{node}/health", headers={"Authorization": f"Bearer {service.token}"},
                      json={"agent": "running", "updated_at": time.time(), "interval_s": interval_s, "gpus": gpus},
-                     timeout=10)
+                     timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 200, r.text
 
 
