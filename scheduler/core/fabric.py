@@ -30,7 +30,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy.stats import binom
 
 UP, DOWN = 0, 1
 
@@ -184,6 +183,10 @@ def collision_factor(flows: int, links: int) -> float:
 
 def _p_all_at_most(n: int, u: int, cap: int) -> float:
     """P(no link gets more than `cap` of `n` flows spread uniformly over `u` links)."""
+    # Imported here, not with the module: scipy.stats takes about a second to import, and every Ray worker process
+    # (one per rank of a running job) imports this module through the cluster model but never asks for a collision.
+    from scipy.stats import binom
+
     left = np.zeros(n + 1)
     left[n] = 1.0  # probability of each count of flows not yet placed
     r = np.arange(n + 1)
