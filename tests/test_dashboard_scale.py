@@ -119,14 +119,17 @@ def test_queue_and_jobs_read_on_a_phone(browser: Any, big: tuple[str, str], view
             page.screenshot(path=str(Path(os.environ["CORRAL_SHOTS"]) / f"{view}-390.png"))
         width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
         assert width[0] <= width[1], f"horizontal scroll: {width}"
-        row = page.locator(f"{table} tbody tr").first
-        reason = row.locator("td.reason").bounding_box()
-        card = row.bounding_box()
-        assert reason is not None and card is not None
+        # One look, in one turn of the page's script: the view redraws its rows as the service's answers come, and
+        # a row read box by box can be replaced between two reads (CI once saw the card's box gone, its cell's not).
+        look = page.evaluate("""(sel) => {
+            const row = document.querySelector(sel + ' tbody tr');
+            const box = (el) => { const r = el.getBoundingClientRect(); return {width: r.width, height: r.height}; };
+            return {card: box(row), reason: box(row.querySelector('td.reason')),
+                    labels: [...row.cells].map((td) => getComputedStyle(td, '::before').content)};
+        }""", table)
+        card, reason, labels = look["card"], look["reason"], look["labels"]
         assert reason["width"] > 0.8 * card["width"] and card["width"] > 300, (reason, card)
         assert card["height"] < 330, card  # the reason wraps over a few lines, not forty
-        labels = page.evaluate("(sel) => [...document.querySelector(sel + ' tbody tr').cells].map("
-                               "(td) => getComputedStyle(td, '::before').content)", table)
         assert '"GPUs"' in labels and '"User"' in labels, labels  # each value labelled
 
 

@@ -86,7 +86,9 @@ class Service:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def wait_terminal(self, ids: list[int], timeout: float = 150.0) -> list[dict[str, Any]]:
+    # 300 s: each rank is a Ray actor, a process of its own, and on a loaded 2-core machine CI saw 8-GPU gangs (8
+    # processes to start) still running after 150 s while the other 18 of 20 short jobs had ended.
+    def wait_terminal(self, ids: list[int], timeout: float = 300.0) -> list[dict[str, Any]]:
         def done() -> list[dict[str, Any]] | None:
             jobs = [self.job(i) for i in ids]
             return jobs if all(j["state"] in TERMINAL for j in jobs) else None
