@@ -320,6 +320,12 @@ class ApiCalls:
         return resp.json
 
 
+# How long a test's own HTTP call waits for a served Corral's answer. Not 10 s: CI once saw GET /jobs unanswered for
+# 10 s while the service's Ray started an actor process per rank of the running jobs, on 2 cores shared with another
+# test worker and a browser. A bound on a failure, not a speed target (those are benchmarks).
+HTTP_TIMEOUT_S = 60
+
+
 def wait_until(what: str, pred: Callable[[], Any], timeout: float = 90.0, every: float = 0.2) -> Any:
     """Poll `pred` until it returns something truthy (and return that), or fail saying what never happened."""
     deadline = time.time() + timeout

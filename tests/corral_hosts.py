@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from conftest import wait_until
+from conftest import HTTP_TIMEOUT_S, wait_until
 from netns import Host, Hosts
 
 from scheduler.live import ray_auth
@@ -59,16 +59,16 @@ class Cluster:
 
     def submit(self, **fields: Any) -> int:
         body = {"kind": "emulated", "model": "ResNet-50-bs64"} | fields
-        r = requests.post(f"{self.api}/jobs", json=body, headers=self.headers, timeout=10)
+        r = requests.post(f"{self.api}/jobs", json=body, headers=self.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 201, r.text
         return int(r.json()["id"])
 
     def cancel(self, job_id: int) -> None:
-        r = requests.post(f"{self.api}/jobs/{job_id}/cancel", headers=self.headers, timeout=10)
+        r = requests.post(f"{self.api}/jobs/{job_id}/cancel", headers=self.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code in (200, 202), r.text
 
     def job(self, job_id: int) -> dict[str, Any]:
-        r = requests.get(f"{self.api}/jobs/{job_id}", headers=self.headers, timeout=10)
+        r = requests.get(f"{self.api}/jobs/{job_id}", headers=self.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200, r.text
         return dict(r.json())
 
@@ -76,7 +76,7 @@ class Cluster:
         return list(self.job(job_id)["events"])
 
     def nodes(self) -> dict[str, dict[str, Any]]:
-        r = requests.get(f"{self.api}/cluster", headers=self.headers, timeout=10)
+        r = requests.get(f"{self.api}/cluster", headers=self.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200, r.text
         return {n["name"]: n for n in r.json()["nodes"]}
 

@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
+from conftest import (
+    HTTP_TIMEOUT_S,
+    ServeProcess,
+    drop_postgres_schema,
+    postgres_schema_url,
+    virtual_ray_cluster,
+    wait_until,
+)
 from sqlalchemy import func, select
 from tiers import tiered
 
@@ -125,7 +132,7 @@ def test_two_api_processes_store_each_job_once_and_one_controller_places_it(
 
         wait_until("every accepted job to succeed", all_succeeded, timeout=180, every=0.5)
         # One controller answers for every API process: /health names the same leader whichever answers.
-        leaders = {requests.get(f"{server.api}/health", timeout=10).json()["leader"] for _ in range(8)}
+        leaders = {requests.get(f"{server.api}/health", timeout=HTTP_TIMEOUT_S).json()["leader"] for _ in range(8)}
         assert len(leaders) == 1, leaders
         with store.session() as s:
             rows = s.execute(select(JobRow.id, JobRow.name)).all()

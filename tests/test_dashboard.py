@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import ServeProcess, wait_until
+from conftest import HTTP_TIMEOUT_S, ServeProcess, wait_until
 from sqlalchemy import select
 from tiers import tiered
 
@@ -31,10 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "web"
 NODES, GPUS = 4, 8
 TEXT_SUFFIXES = {".html", ".js", ".css", ".svg", ".json", ".txt", ".map"}
-# The test's own calls wait this long for an answer. Not 10 s: CI once saw GET /jobs unanswered for 10 s while the
-# service's Ray started an actor process per rank of the 50-job map's running jobs, on 2 cores shared with another
-# test worker and the browser.
-HTTP_TIMEOUT_S = 60
 
 
 # ---- without a browser -------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import served, signed_in_page
+from conftest import HTTP_TIMEOUT_S, served, signed_in_page
 from sqlalchemy import select
 from test_stats import seed_teams
 
@@ -78,7 +78,7 @@ def test_teams_page_shows_each_teams_figures_and_charts(page: Any, site: Site) -
     assert (table["vision"]["priority_ceiling"], table["nlp"]["priority_ceiling"]) == ("≤ 100; non-preemptible", "≤ 0")
     # Fair share, as the API gives it (a few seconds may pass between the two reads: compare to the GPU-hour shown).
     api = requests.get(f"{site.base}/api/v1/stats/teams", headers={"Authorization": f"Bearer {site.token}"},
-                       timeout=10).json()
+                       timeout=HTTP_TIMEOUT_S).json()
     for t in api["teams"]:
         assert float(table[t["name"]]["usage_gpu_h"]) == pytest.approx(t["usage_gpu_s"] / 3600, abs=0.011)
     # Usage over quota reads as time at full quota: nlp about 551 s (9 min 11 s), vision about 207 s (3 min 27 s).

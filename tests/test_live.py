@@ -18,7 +18,15 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import CORRAL, ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
+from conftest import (
+    CORRAL,
+    HTTP_TIMEOUT_S,
+    ServeProcess,
+    drop_postgres_schema,
+    postgres_schema_url,
+    virtual_ray_cluster,
+    wait_until,
+)
 from sqlalchemy import select
 from tiers import tiered
 
@@ -77,12 +85,12 @@ class Service:
         return {"Authorization": f"Bearer {token or self.token}"}
 
     def submit(self, **fields: Any) -> dict[str, Any]:
-        r = requests.post(f"{self.url}/jobs", json=fields, headers=self.headers(), timeout=10)
+        r = requests.post(f"{self.url}/jobs", json=fields, headers=self.headers(), timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 201, r.text
         return r.json()
 
     def job(self, job_id: int) -> dict[str, Any]:
-        r = requests.get(f"{self.url}/jobs/{job_id}", headers=self.headers(), timeout=10)
+        r = requests.get(f"{self.url}/jobs/{job_id}", headers=self.headers(), timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200, r.text
         return r.json()
 
@@ -201,7 +209,7 @@ def test_twenty_emulated_jobs_all_succeed_without_overcommit(live: Service) -> N
 
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in text_string_to_metric_families(requests.get(f"{live.url.removesuffix('/api/v1')}/metrics",
-                                                                    timeout=10).text) for s in f.samples}
+                                                                    timeout=HTTP_TIMEOUT_S).text) for s in f.samples}
     assert samples[("corral_decisions_total", (("action", "place"),))] >= len(MIX)
     assert samples[("corral_decision_latency_seconds_count", ())] >= 1
     assert samples[("corral_observed_slowdown_count", ())] >= len(MIX)
@@ -219,7 +227,7 @@ def test_command_job_sees_its_gpus_share_and_rank(live: Service) -> None:
     assert bad["state"] == "failed" and bad["exit_code"] == 3 and bad["error"] == "rank 0 exited with code 3"
 
     def env_of(job: dict[str, Any]) -> list[dict[str, str]]:
-        r = requests.get(f"{live.url}/jobs/{job['id']}/logs", headers=live.headers(), timeout=10)
+        r = requests.get(f"{live.url}/jobs/{job['id']}/logs", headers=live.headers(), timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200, r.text
         out = []
         for rank in sorted(r.json()["logs"], key=lambda x: x["rank"]):
@@ -248,7 +256,7 @@ def test_cancel_stops_a_running_job(live: Service) -> None:
     job = live.submit(name="long", kind="emulated", model="ResNet-50-bs64", num_gpus=2, duration_s=300)
     wait_until("the long job to start", lambda: live.job(job["id"])["started_at"], timeout=60)
     assert any(n.startswith(f"corral-{job['id']}-") for n in corral_actors())
-    r = requests.post(f"{live.url}/jobs/{job['id']}/cancel", headers=live.headers(), timeout=10)
+    r = requests.post(f"{live.url}/jobs/{job['id']}/cancel", headers=live.headers(), timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 200, r.text
     (done,) = live.wait_terminal([job["id"]], timeout=30)
     assert done["state"] == "cancelled" and done["allocation"] == []
@@ -257,16 +265,16 @@ def test_cancel_stops_a_running_job(live: Service) -> None:
 
 
 def test_http_errors(live: Service) -> None:
-    assert requests.get(f"{live.url}/jobs", timeout=10).status_code == 401
-    assert requests.get(f"{live.url}/jobs", headers=live.headers("nope"), timeout=10).status_code == 401
+    assert requests.get(f"{live.url}/jobs", timeout=HTTP_TIMEOUT_S).status_code == 401
+    assert requests.get(f"{live.url}/jobs", headers=live.headers("nope"), timeout=HTTP_TIMEOUT_S).status_code == 401
     r = requests.post(f"{live.url}/jobs", headers=live.headers(), timeout=10,
                       json={"name": "x", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1.5,
                             "duration_s": 5})
     assert r.status_code == 422 and "num_gpus" in r.text
     mine = live.submit(name="mine", kind="emulated", model="ResNet-50-bs64", num_gpus=0.25, duration_s=1)
     assert requests.get(f"{live.url}/jobs/{mine['id']}", headers=live.headers(live.other_token),
-                        timeout=10).status_code == 403
-    assert requests.get(f"{live.url}/jobs/999999", headers=live.headers(), timeout=10).status_code == 404
+                        timeout=HTTP_TIMEOUT_S).status_code == 403
+    assert requests.get(f"{live.url}/jobs/999999", headers=live.headers(), timeout=HTTP_TIMEOUT_S).status_code == 404
     live.wait_terminal([mine["id"]])
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import drop_postgres_schema, postgres_schema_url, virtual_ray_cluster
+from conftest import HTTP_TIMEOUT_S, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster
 from test_environments_ray import write_wheel, zipped
 from test_live import Service
 from tiers import tiered
@@ -75,7 +75,7 @@ def test_a_submitted_job_runs_in_its_environment_prepared_apart_from_its_run(liv
                       environment={"pip": ["corral_live_probe==0.3"], "working_dir": archive})
     assert job["environment"]["pip"] == ["corral_live_probe==0.3"] and job["environment"]["working_dir"]["bytes"] > 0
     (done,) = live.wait_terminal([job["id"]], timeout=240)
-    logs = requests.get(f"{live.url}/jobs/{job['id']}/logs", headers=live.headers(), timeout=10)
+    logs = requests.get(f"{live.url}/jobs/{job['id']}/logs", headers=live.headers(), timeout=HTTP_TIMEOUT_S)
     assert done["state"] == "succeeded", (done, logs.text, live.log_tail())
     assert "from the wheel folder" in logs.text and "epochs=3" in logs.text, logs.text
     assert "[corral] preparing: environment" in logs.text and "--no-index" in logs.text, logs.text

@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
+from conftest import (
+    HTTP_TIMEOUT_S,
+    ServeProcess,
+    drop_postgres_schema,
+    postgres_schema_url,
+    virtual_ray_cluster,
+    wait_until,
+)
 from tiers import tiered
 
 from scheduler.live.store import Store, queries
@@ -38,12 +45,12 @@ class Service:
         self.server, self.headers = server, {"Authorization": f"Bearer {token}"}
 
     def submit(self, **fields: Any) -> int:
-        r = requests.post(f"{self.server.api}/jobs", json=fields, headers=self.headers, timeout=10)
+        r = requests.post(f"{self.server.api}/jobs", json=fields, headers=self.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 201, r.text
         return int(r.json()["id"])
 
     def job(self, job_id: int) -> dict[str, Any]:
-        r = requests.get(f"{self.server.api}/jobs/{job_id}", headers=self.headers, timeout=10)
+        r = requests.get(f"{self.server.api}/jobs/{job_id}", headers=self.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200, r.text
         return dict(r.json())
 
@@ -113,7 +120,7 @@ def test_a_high_priority_job_preempts_the_younger_low_one(service: Service) -> N
     (preempted,) = service.events(young, "preempted")
     assert "of priority 5" in preempted["message"], preempted
     assert not service.events(old, "preempted") and young_job["preemptions"] == 1
-    r = requests.post(f"{service.server.api}/jobs/{old}/cancel", headers=service.headers, timeout=10)
+    r = requests.post(f"{service.server.api}/jobs/{old}/cancel", headers=service.headers, timeout=HTTP_TIMEOUT_S)
     assert r.ok, r.text
     (old_job,) = service.finished([old])
     assert old_job["state"] == "cancelled"
@@ -178,7 +185,7 @@ def test_dependencies_and_an_array_on_ray(service: Service) -> None:
     runs = sorted((t["first_started_at"], t["finished_at"]) for t in done)
     assert all(later[0] >= earlier[1] for earlier, later in pairwise(runs)), "at most one task at a time"
     for index, task in enumerate(tasks):
-        logs = requests.get(f"{service.server.api}/jobs/{task}/logs", headers=service.headers, timeout=10).json()
+        logs = requests.get(f"{service.server.api}/jobs/{task}/logs", headers=service.headers, timeout=HTTP_TIMEOUT_S).json()
         assert f"index={index}" in logs["logs"][0]["text"]
 
 
@@ -229,7 +236,7 @@ def test_the_start_estimates_of_waiting_jobs_follow_the_active_policy(service: S
         return {j["id"]: j for j in r.json()["jobs"]}
 
     def activate(name: str) -> None:
-        r = requests.put(f"{api}/policies/active", json={"name": name}, headers=service.headers, timeout=10)
+        r = requests.put(f"{api}/policies/active", json={"name": name}, headers=service.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200, r.text
 
     blocker = service.submit(name="blocker", num_gpus=4, duration_s=12, **EMULATED)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import requests
 from conftest import (
+    HTTP_TIMEOUT_S,
     ServeProcess,
     drop_postgres_schema,
     postgres_schema_url,
@@ -67,17 +68,17 @@ class Service:
             store.close()
 
     def get(self, path: str) -> Any:
-        r = requests.get(f"{self.server.api}{path}", headers=self.headers, timeout=10)
+        r = requests.get(f"{self.server.api}{path}", headers=self.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200, r.text
         return r.json()
 
     def submit(self, **fields: Any) -> int:
-        r = requests.post(f"{self.server.api}/jobs", json=fields, headers=self.headers, timeout=10)
+        r = requests.post(f"{self.server.api}/jobs", json=fields, headers=self.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 201, r.text
         return int(r.json()["id"])
 
     def post(self, path: str, body: Any = None) -> Any:
-        r = requests.post(f"{self.server.api}{path}", json=body, headers=self.headers, timeout=10)
+        r = requests.post(f"{self.server.api}{path}", json=body, headers=self.headers, timeout=HTTP_TIMEOUT_S)
         assert r.status_code == 200, r.text
         return r.json()
 

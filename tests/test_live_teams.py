@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import ServeProcess, drop_postgres_schema, postgres_schema_url, virtual_ray_cluster, wait_until
+from conftest import (
+    HTTP_TIMEOUT_S,
+    ServeProcess,
+    drop_postgres_schema,
+    postgres_schema_url,
+    virtual_ray_cluster,
+    wait_until,
+)
 from sqlalchemy import func, select
 from tiers import tiered
 
@@ -30,7 +37,6 @@ TICK_S = 0.2
 # A's jobs still run when B's arrive, and long after B's have started: on a loaded machine Ray took 18-21 s to start
 # B's workers once the reclaim had placed them (at 25 s, A's kept runs ended first). B's finish well before A's.
 A_WORK_S, B_WORK_S = 45.0, 4.0
-HTTP_TIMEOUT_S = 60  # a loaded 2-core machine answered the dashboard's tests after more than 10 s
 
 
 @pytest.fixture(scope="module")

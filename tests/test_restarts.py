@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import CORRAL, ServeProcess, drop_postgres_schema, postgres_schema_url, wait_until
+from conftest import CORRAL, HTTP_TIMEOUT_S, ServeProcess, drop_postgres_schema, postgres_schema_url, wait_until
 from sqlalchemy import select
 from tiers import tiered
 
@@ -63,13 +63,13 @@ def admin_token(url: str, home: Path) -> str:
 def submit(server: ServeProcess, token: str, name: str, duration: float) -> int:
     r = requests.post(f"{server.api}/jobs", json={"name": name, "model": "ResNet-50-bs64", "num_gpus": 1,
                                                   "duration_s": duration, "kind": "emulated"},
-                      headers={"Authorization": f"Bearer {token}"}, timeout=10)
+                      headers={"Authorization": f"Bearer {token}"}, timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 201, r.text
     return int(r.json()["id"])
 
 
 def job(server: ServeProcess, token: str, job_id: int) -> dict[str, Any]:
-    r = requests.get(f"{server.api}/jobs/{job_id}", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    r = requests.get(f"{server.api}/jobs/{job_id}", headers={"Authorization": f"Bearer {token}"}, timeout=HTTP_TIMEOUT_S)
     assert r.status_code == 200, r.text
     return dict(r.json())
 
@@ -105,7 +105,7 @@ def test_a_second_server_on_one_store_changes_nothing(store_url: str, tmp_path: 
             second_home.mkdir()
             second = ServeProcess(second_home, SERVE, env)
             try:
-                health = requests.get(f"{second.api}/health", timeout=10).json()
+                health = requests.get(f"{second.api}/health", timeout=HTTP_TIMEOUT_S).json()
                 assert health["controller"] == "standby", health
             finally:
                 second.stop()

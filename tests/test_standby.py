@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import requests
 from conftest import (
+    HTTP_TIMEOUT_S,
     InMemoryBackend,
     ServeProcess,
     drop_postgres_schema,
@@ -406,7 +407,7 @@ def test_sigkill_the_leader_and_the_standby_takes_over(ray_cluster: Any, pg_url:
 
         def job(i: int) -> dict[str, Any]:
             assert second is not None
-            r = requests.get(f"{second.api}/jobs/{i}", headers=auth, timeout=10)
+            r = requests.get(f"{second.api}/jobs/{i}", headers=auth, timeout=HTTP_TIMEOUT_S)
             assert r.status_code == 200, r.text
             return r.json()  # type: ignore[no-any-return]
 
@@ -548,7 +549,7 @@ def test_a_change_through_another_replica_wakes_the_leader_through_the_doorbell(
         job_id = submit(pg_store, "rung")
         t0 = time.time()
         doorbell.ring(pg_store)
-        wait_until("the leader to place the job", lambda: state(pg_store, job_id) == "running", timeout=10)
+        wait_until("the leader to place the job", lambda: state(pg_store, job_id) == "running", timeout=HTTP_TIMEOUT_S)
         assert time.time() - t0 < 5.0 and listener.heard >= 1
     finally:
         ctl.stop()
