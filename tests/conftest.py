@@ -324,6 +324,9 @@ class ApiCalls:
 # 10 s while the service's Ray started an actor process per rank of the running jobs, on 2 cores shared with another
 # test worker and a browser. A bound on a failure, not a speed target (those are benchmarks).
 HTTP_TIMEOUT_S = 60
+# How long a test waits for Ray to start or reap a job's workers (each rank an actor, a process of its own): seconds on
+# a quiet machine, and CI saw 18-21 s for four of them on a loaded one. Also a bound on a failure.
+RAY_WORKERS_S = 120
 
 
 def wait_until(what: str, pred: Callable[[], Any], timeout: float = 90.0, every: float = 0.2) -> Any:

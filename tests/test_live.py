@@ -21,6 +21,7 @@ import requests
 from conftest import (
     CORRAL,
     HTTP_TIMEOUT_S,
+    RAY_WORKERS_S,
     ServeProcess,
     drop_postgres_schema,
     postgres_schema_url,
@@ -202,7 +203,7 @@ def test_twenty_emulated_jobs_all_succeed_without_overcommit(live: Service) -> N
     store.close()
     assert any(len(nodes) > 1 for nodes in spans.values()), "no job spanned nodes"
     assert any(a.share < 1 for a in allocs), "no fractional placement"
-    wait_until("finished jobs' workers to be reaped", lambda: not corral_actors(), timeout=30)
+    wait_until("finished jobs' workers to be reaped", lambda: not corral_actors(), timeout=RAY_WORKERS_S)
 
     # The controller's own metrics, scraped from the service: at least one placement per job, each timed.
     from prometheus_client.parser import text_string_to_metric_families
@@ -306,7 +307,7 @@ def test_sigkill_restart_loses_and_duplicates_nothing(live: Service) -> None:
                 assert kinds.count("started") == 1 and kinds.count("placed") == 1, (job_id, kinds)
     store.close()
     check_no_overcommit(live.db_url)
-    wait_until("finished jobs' workers to be reaped", lambda: not corral_actors(), timeout=30)
+    wait_until("finished jobs' workers to be reaped", lambda: not corral_actors(), timeout=RAY_WORKERS_S)
 
 
 def test_retraining_and_calibration_run_on_the_recorded_history(live: Service, tmp_path: Path) -> None:

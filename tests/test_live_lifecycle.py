@@ -17,6 +17,7 @@ import pytest
 import requests
 from conftest import (
     HTTP_TIMEOUT_S,
+    RAY_WORKERS_S,
     ServeProcess,
     drop_postgres_schema,
     postgres_schema_url,
@@ -240,7 +241,7 @@ def test_the_start_estimates_of_waiting_jobs_follow_the_active_policy(service: S
         assert r.status_code == 200, r.text
 
     blocker = service.submit(name="blocker", num_gpus=4, duration_s=12, **EMULATED)
-    wait_until("the blocker to run", lambda: service.state(blocker) == "running", timeout=30)
+    wait_until("the blocker to run", lambda: service.state(blocker) == "running", timeout=RAY_WORKERS_S)
     long = service.submit(name="long", num_gpus=3, duration_s=6, **EMULATED)
     short = service.submit(name="short", num_gpus=3, duration_s=1, **EMULATED)
     try:

@@ -17,6 +17,7 @@ import pytest
 import requests
 from conftest import (
     HTTP_TIMEOUT_S,
+    RAY_WORKERS_S,
     ServeProcess,
     drop_postgres_schema,
     postgres_schema_url,
@@ -104,7 +105,7 @@ def test_owner_reclaims_its_quota_and_every_job_succeeds_once(service: Service) 
     a_ids = [a.submit(name=f"a{i}", kind="emulated", model="ResNet-50-bs64", num_gpus=1, duration_s=A_WORK_S)
              for i in range(8)]
     wait_until("A's 8 jobs to run, 4 of them on borrowed GPUs", lambda: all(started(a.job(i)) for i in a_ids),
-               timeout=120)
+               timeout=RAY_WORKERS_S)
     assert {a.job(i)["team"] for i in a_ids} == {"A"}
 
     # Some work for the checkpoints to hold (the progress a controller reads is at most a few seconds old).

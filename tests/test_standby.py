@@ -23,6 +23,7 @@ import pytest
 import requests
 from conftest import (
     HTTP_TIMEOUT_S,
+    RAY_WORKERS_S,
     InMemoryBackend,
     ServeProcess,
     drop_postgres_schema,
@@ -453,7 +454,7 @@ def test_sigkill_the_leader_and_the_standby_takes_over(ray_cluster: Any, pg_url:
             done = [p for p in (logs / f"job-{job_id}").glob("attempt-*/rank-0.log")
                     if "[corral] done at 100.0%" in p.read_text(errors="replace")]
             assert len(done) == 1, (job_id, done)
-        wait_until("finished jobs' workers to be reaped", lambda: not corral_actors(), timeout=30)
+        wait_until("finished jobs' workers to be reaped", lambda: not corral_actors(), timeout=RAY_WORKERS_S)
     finally:
         for server in (again, second, first):
             if server is not None:
