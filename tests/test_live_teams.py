@@ -153,7 +153,7 @@ def test_owner_reclaims_its_quota_and_every_job_succeeds_once(service: Service) 
 
     owner = {i: a for i in a_ids} | {i: b for i in b_ids}
     wait_until("every job to finish", lambda: all(owner[i].job(i)["state"] in {"succeeded", "failed", "cancelled"}
-                                                  for i in owner), timeout=150)
+                                                  for i in owner), timeout=240)
     for i, c in owner.items():
         job = c.job(i)
         assert job["state"] == "succeeded", (i, job["state"], job.get("error"), service.server.log_tail())
