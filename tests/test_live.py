@@ -268,7 +268,7 @@ def test_cancel_stops_a_running_job(live: Service) -> None:
 def test_http_errors(live: Service) -> None:
     assert requests.get(f"{live.url}/jobs", timeout=HTTP_TIMEOUT_S).status_code == 401
     assert requests.get(f"{live.url}/jobs", headers=live.headers("nope"), timeout=HTTP_TIMEOUT_S).status_code == 401
-    r = requests.post(f"{live.url}/jobs", headers=live.headers(), timeout=10,
+    r = requests.post(f"{live.url}/jobs", headers=live.headers(), timeout=HTTP_TIMEOUT_S,
                       json={"name": "x", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": 1.5,
                             "duration_s": 5})
     assert r.status_code == 422 and "num_gpus" in r.text

@@ -172,7 +172,7 @@ def test_dependencies_and_an_array_on_ray(service: Service) -> None:
     after = service.submit(name="train", num_gpus=1, duration_s=1, depends_on=[{"job": first}], **EMULATED)
     never = service.submit(name="on-fail", num_gpus=1, duration_s=1,
                            depends_on=[{"job": first, "condition": "afternotok"}], **EMULATED)
-    r = requests.post(f"{service.server.api}/jobs", headers=service.headers, timeout=10, json={
+    r = requests.post(f"{service.server.api}/jobs", headers=service.headers, timeout=HTTP_TIMEOUT_S, json={
         "name": "sweep", "kind": "command", "model": "ResNet-50-bs64", "num_gpus": 1,
         "entrypoint": "echo index=$CORRAL_ARRAY_INDEX; sleep 1", "array": {"count": 3, "max_running": 1}})
     assert r.status_code == 201, r.text

@@ -400,7 +400,7 @@ def test_sigkill_the_leader_and_the_standby_takes_over(ray_cluster: Any, pg_url:
         shape = [(1, 12.0), (2, 14.0), (0.5, 12.0), (4, 13.0), (1, 14.0), (0.25, 12.0), (2, 12.0), (1, 30.0)]
         ids = []
         for i, (g, d) in enumerate(shape):
-            r = requests.post(f"{second.api}/jobs", headers=auth, timeout=10, json={
+            r = requests.post(f"{second.api}/jobs", headers=auth, timeout=HTTP_TIMEOUT_S, json={
                 "name": f"failover-{i}", "kind": "emulated", "model": "ResNet-50-bs64", "num_gpus": g,
                 "duration_s": d})
             assert r.status_code == 201, r.text
@@ -550,7 +550,7 @@ def test_a_change_through_another_replica_wakes_the_leader_through_the_doorbell(
         job_id = submit(pg_store, "rung")
         t0 = time.time()
         doorbell.ring(pg_store)
-        wait_until("the leader to place the job", lambda: state(pg_store, job_id) == "running", timeout=HTTP_TIMEOUT_S)
+        wait_until("the leader to place the job", lambda: state(pg_store, job_id) == "running", timeout=10)
         assert time.time() - t0 < 5.0 and listener.heard >= 1
     finally:
         ctl.stop()
