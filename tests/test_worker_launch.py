@@ -5,6 +5,7 @@ items 3 and 5)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -142,3 +143,13 @@ def test_a_stop_kills_a_program_that_outlives_its_grace_though_its_shell_ended(t
     else:
         raise AssertionError("the program that ignores SIGTERM is still running 10 s after the stop")
     assert time.monotonic() - began >= 1.0  # it had its grace first
+
+
+@pytest.mark.slow  # a fresh interpreter importing Ray: seconds
+def test_a_workers_process_does_not_import_scipy_stats() -> None:
+    """Every rank of a running job is a Ray actor, a process of its own, and it imports the module that defines it.
+    scipy.stats (about a second of a worker's start, on a loaded machine far more) came in through the cluster
+    model's fabric for a function no worker calls: it stays out of a worker's imports."""
+    code = "import sys, scheduler.live.ray_backend; print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
